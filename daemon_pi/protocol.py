@@ -1,0 +1,322 @@
+"""Wire models of the arm protocol (newline-delimited JSON over TCP), defined once.
+
+The daemon validates every request with these models before anything reaches
+the arm; the runtime's client imports the same models to build requests and
+parse responses. See docs/protocol.md for the prose version.
+
+One line = one JSON object terminated by ``\\n``, at most ``MAX_LINE_BYTES``.
+Request ``{"id": int, "cmd": str, "args": {...}}``; response
+``{"id": int, "ok": true, "result": ...}`` or
+``{"id": int|null, "ok": false, "error": {"code": str, "message": str}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+
+__all__ = [
+    "ARGS_MODELS",
+    "COMMANDS",
+    "DEFAULT_PORT",
+    "JOINT_MAX",
+    "JOINT_MIN",
+    "MAX_LINE_BYTES",
+    "PROTOCOL_VERSION",
+    "ErrorCode",
+    "ErrorInfo",
+    "ErrorResponse",
+    "GetAnglesResult",
+    "HelloArgs",
+    "HelloResult",
+    "NoArgs",
+    "OkResponse",
+    "ProtocolError",
+    "Request",
+    "Response",
+    "SendAnglesArgs",
+    "SetFreshModeArgs",
+    "SetGripperStateArgs",
+    "SetGripperValueArgs",
+    "decode_request",
+    "decode_response",
+    "encode",
+    "error_response",
+    "ok_response",
+    "validate_args",
+]
+
+PROTOCOL_VERSION = 1
+DEFAULT_PORT = 5555
+#: Longest accepted line, newline included. Longer lines are answered with
+#: ``line_too_long`` and discarded up to the next newline; the connection stays open.
+MAX_LINE_BYTES = 64 * 1024
+
+
+class ErrorCode(str, Enum):
+    """Every ``error.code`` the daemon sends. One name, one meaning."""
+
+    BAD_JSON = "bad_json"  # line is not a JSON object
+    LINE_TOO_LONG = "line_too_long"  # line longer than MAX_LINE_BYTES
+    BAD_REQUEST = "bad_request"  # JSON object without a valid id/cmd/args envelope
+    UNKNOWN_COMMAND = "unknown_command"
+    BAD_ARGS = "bad_args"  # missing, extra or mistyped argument
+    ANGLE_OUT_OF_RANGE = "angle_out_of_range"  # outside the SDK joint limits
+    BAD_SPEED = "bad_speed"  # speed not an int in 1..100
+    BAD_GRIPPER_VALUE = "bad_gripper_value"  # gripper value not an int in 0..100
+    UNAUTHORIZED = "unauthorized"  # token required and not (correctly) given
+    BUSY = "busy"  # another control client is connected
+    ARM_NO_REPLY = "arm_no_reply"  # SDK returned -1 / [] (firmware did not answer)
+    SERIAL_ERROR = "serial_error"  # the serial port failed
+    SHUTTING_DOWN = "shutting_down"  # daemon is stopping; request not executed
+    INTERNAL = "internal"  # a bug; logged with its traceback
+
+
+class ProtocolError(ValueError):
+    """A message could not be accepted; ``code`` is the ErrorCode to answer with."""
+
+    def __init__(self, code: ErrorCode, message: str, request_id: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+# ---------------------------------------------------------------- envelope
+
+
+class Request(BaseModel):
+    """One client request. ``args`` is validated per command by ``validate_args``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: int
+    cmd: str = Field(min_length=1, max_length=64)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class OkResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: int
+    ok: Literal[True] = True
+    result: Any = None
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: int | None
+    ok: Literal[False] = False
+    error: ErrorInfo
+
+
+Response = OkResponse | ErrorResponse
+
+
+# ---------------------------------------------------------------- args per command
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class NoArgs(_Args):
+    """Commands that take no arguments."""
+
+
+class HelloArgs(_Args):
+    token: str | None = Field(default=None, max_length=4096)
+    client: str | None = Field(default=None, max_length=200)
+
+
+Speed = Field(ge=1, le=100, description="SDK speed, int 1..100")
+
+
+class SendAnglesArgs(_Args):
+    angles: list[float] = Field(min_length=6, max_length=6)
+    speed: int = Speed
+
+    @field_validator("angles")
+    @classmethod
+    def _within_limits(cls, v: list[float]) -> list[float]:
+        for i, a in enumerate(v):
+            if not math.isfinite(a):
+                raise PydanticCustomError("angle_out_of_range", "angles[{i}] is not finite", {"i": i})
+            if not JOINT_MIN[i] <= a <= JOINT_MAX[i]:
+                raise PydanticCustomError(
+                    "angle_out_of_range",
+                    "angles[{i}] = {a} outside the SDK limits [{lo}, {hi}] of j{i}",
+                    {"i": i, "a": a, "lo": JOINT_MIN[i], "hi": JOINT_MAX[i]},
+                )
+        return v
+
+
+class SetGripperStateArgs(_Args):
+    state: Literal[0, 1] = Field(description="0 = open, 1 = close")
+    speed: int = Speed
+
+
+class SetGripperValueArgs(_Args):
+    value: int = Field(ge=0, le=100, description="0 closed .. 100 open")
+    speed: int = Speed
+
+
+class SetFreshModeArgs(_Args):
+    mode: Literal[0, 1] = Field(description="1 = newest command wins, 0 = queue")
+
+
+#: Every command the daemon knows, with its argument model.
+ARGS_MODELS: dict[str, type[_Args]] = {
+    "hello": HelloArgs,
+    "get_angles": NoArgs,
+    "send_angles": SendAnglesArgs,
+    "set_gripper_state": SetGripperStateArgs,
+    "set_gripper_value": SetGripperValueArgs,
+    "get_gripper_value": NoArgs,
+    "set_fresh_mode": SetFreshModeArgs,
+    "get_fresh_mode": NoArgs,
+    "is_moving": NoArgs,
+    "power_on": NoArgs,
+    "release_all_servos": NoArgs,
+    "stop": NoArgs,
+    "stats": NoArgs,
+}
+COMMANDS: tuple[str, ...] = tuple(ARGS_MODELS)
+
+
+# ---------------------------------------------------------------- results
+
+
+class HelloResult(BaseModel):
+    protocol_version: int
+    backend: str
+    joint_min: list[float]
+    joint_max: list[float]
+    commands: list[str]
+    capabilities: dict[str, Any]
+    authenticated: bool
+
+
+class GetAnglesResult(BaseModel):
+    """``get_angles`` result is a bare list of 6 floats; this model validates it client side."""
+
+    angles: list[float] = Field(min_length=6, max_length=6)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def encode(msg: BaseModel | dict[str, Any]) -> bytes:
+    """One wire line (UTF-8 JSON + ``\\n``) for a model or a plain dict."""
+    if isinstance(msg, BaseModel):
+        data = msg.model_dump_json(exclude_none=False)
+    else:
+        data = json.dumps(msg, separators=(",", ":"), allow_nan=False)
+    return data.encode("utf-8") + b"\n"
+
+
+def ok_response(request_id: int, result: Any) -> OkResponse:
+    return OkResponse(id=request_id, result=result)
+
+
+def error_response(request_id: int | None, code: ErrorCode | str, message: str) -> ErrorResponse:
+    return ErrorResponse(id=request_id, error=ErrorInfo(code=ErrorCode(code).value, message=message))
+
+
+def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
+    if isinstance(line, bytes | bytearray):
+        if len(line) > MAX_LINE_BYTES:
+            raise ProtocolError(ErrorCode.LINE_TOO_LONG, f"{what} is {len(line)} bytes (max {MAX_LINE_BYTES})")
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not valid JSON: {msg}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(ErrorCode.BAD_JSON, f"{what} must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str, str]:
+    """(field path, error type, message) of the first pydantic error."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+    return loc, err["type"], err["msg"]
+
+
+def decode_request(line: bytes | str) -> Request:
+    """Parse one request line. Raises ProtocolError (bad_json, line_too_long, bad_request)."""
+    obj = _loads_object(line, "request")
+    raw_id = obj.get("id")
+    rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
+    try:
+        return Request.model_validate(obj)
+    except ValidationError as exc:
+        loc, typ, msg = _first_error(exc)
+        what = "unknown field" if typ == "extra_forbidden" else msg
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"request field {loc!r}: {what}", rid) from None
+
+
+def validate_args(cmd: str, args: dict[str, Any], request_id: int | None = None) -> BaseModel:
+    """Validate ``args`` for ``cmd``; raise ProtocolError with the most specific code.
+
+    Codes: unknown_command, angle_out_of_range, bad_speed, bad_gripper_value, bad_args.
+    """
+    model = ARGS_MODELS.get(cmd)
+    if model is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_COMMAND, f"unknown command {cmd[:64]!r}", request_id)
+    try:
+        return model.model_validate(args)
+    except ValidationError as exc:
+        loc, typ, msg = _first_error(exc)
+        field = loc.split(".")[0]
+        if typ == "missing":
+            code, text = ErrorCode.BAD_ARGS, f"{cmd}: missing argument {loc!r}"
+        elif typ == "extra_forbidden":
+            code, text = ErrorCode.BAD_ARGS, f"{cmd}: unknown argument {loc!r}"
+        elif typ == "angle_out_of_range":
+            code, text = ErrorCode.ANGLE_OUT_OF_RANGE, f"{cmd}: {msg}"
+        elif field == "speed":
+            code, text = ErrorCode.BAD_SPEED, f"{cmd}: speed must be an int in 1..100 ({msg})"
+        elif field == "value" and cmd == "set_gripper_value":
+            code, text = ErrorCode.BAD_GRIPPER_VALUE, f"{cmd}: value must be an int in 0..100 ({msg})"
+        else:
+            code, text = ErrorCode.BAD_ARGS, f"{cmd}: argument {loc!r}: {msg}"
+        raise ProtocolError(code, text, request_id) from None
+
+
+def decode_response(line: bytes | str) -> OkResponse | ErrorResponse:
+    """Parse one response line (client side). Raises ProtocolError(bad_json/bad_request)."""
+    obj = _loads_object(line, "response")
+    try:
+        if obj.get("ok") is True:
+            return OkResponse.model_validate(obj)
+        return ErrorResponse.model_validate(obj)
+    except ValidationError as exc:
+        loc, _typ, msg = _first_error(exc)
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"response field {loc!r}: {msg}") from None
