@@ -6,9 +6,16 @@ tip lies ``TOOL_OFFSET_M`` beyond the flange along the flange's z axis. Results
 are expressed in the rig's Unity frame (SPEC §4): x = -y_urdf, y = z_urdf - 0.010,
 z = x_urdf. With a 100 mm tool the two calibration rows of SPEC §3 come out
 within 2.6 mm and 3.2 mm.
+
+The chain is evaluated element-wise on flat arrays (one array per matrix entry)
+instead of with stacks of 4x4 matrix products: the table builder evaluates a
+million poses and small-matrix ``matmul`` is dominated by per-matrix overhead.
+Entries of the fixed origin rotations that are exactly 0 or ±1 are folded away.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -47,16 +54,13 @@ def _rpy_matrix(r: float, p: float, y: float) -> NDArray[np.float64]:
     rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
     ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
     rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
-    return rz @ ry @ rx
+    m = rz @ ry @ rx
+    m[np.abs(m) < 1e-12] = 0.0  # cos(pi/2) is 6e-17, not 0: fold it
+    return m
 
 
-_ORIGIN_T = []
-for _xyz, _rpy in JOINT_ORIGINS:
-    _t = np.eye(4)
-    _t[:3, :3] = _rpy_matrix(*_rpy)
-    _t[:3, 3] = _xyz
-    _ORIGIN_T.append(_t)
-_ORIGINS = np.stack(_ORIGIN_T)  # (6, 4, 4)
+_ORIGIN_R = [_rpy_matrix(*rpy) for _xyz, rpy in JOINT_ORIGINS]
+_ORIGIN_P = [tuple(float(v) for v in xyz) for xyz, _rpy in JOINT_ORIGINS]
 
 
 def urdf_to_unity(p: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -68,6 +72,61 @@ def urdf_to_unity(p: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
+def _lin(terms: list[tuple[float, Any]]) -> Any:
+    """sum(coef * value) skipping zero coefficients; values are arrays or floats."""
+    acc: Any = 0.0
+    for coef, val in terms:
+        if coef == 0.0 or (isinstance(val, float) and val == 0.0):
+            continue
+        term = val if coef == 1.0 else (-val if coef == -1.0 else coef * val)
+        acc = term if (isinstance(acc, float) and acc == 0.0) else acc + term
+    return acc
+
+
+def _chain(q: NDArray[np.float64], frames: bool) -> list[list[Any]]:
+    """Walk the chain on flat arrays; return the joint-frame origins (URDF) and the tip.
+
+    ``q`` has shape (6, n) in radians. Returns a list of [x, y, z] (arrays or floats)
+    for the frames 1..6 when ``frames`` is set, always followed by the tip.
+    """
+    c, s = np.cos(q), np.sin(q)
+    rot: list[list[Any]] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    pos: list[Any] = [0.0, 0.0, 0.0]
+    out: list[list[Any]] = []
+    for i in range(6):
+        o = _ORIGIN_P[i]
+        pos = [_lin([(1.0, pos[k])] + [(o[j], rot[k][j]) for j in range(3)]) for k in range(3)]
+        ro = _ORIGIN_R[i]
+        a = [[_lin([(ro[j][m], rot[k][j]) for j in range(3)]) for m in range(3)] for k in range(3)]
+        if frames:
+            out.append(list(pos))
+        if i == 5 and not frames:
+            break  # the tip only needs the flange z axis, which q5 does not change
+        ci, si = c[i], s[i]
+        rot = [[a[k][0] * ci + a[k][1] * si, a[k][1] * ci - a[k][0] * si, a[k][2]] for k in range(3)]
+    z_axis = [a[k][2] for k in range(3)]
+    out.append(z_axis)  # placeholder replaced by the caller with pos + tool * z
+    out.append(list(pos))
+    return out
+
+
+def _as_q(angles_deg: ArrayLike) -> tuple[NDArray[np.float64], tuple[int, ...]]:
+    q = np.radians(np.asarray(angles_deg, dtype=np.float64))
+    if q.shape[-1:] != (6,):
+        raise ValueError(f"angles_deg must have 6 values in its last axis, got shape {q.shape}")
+    lead = q.shape[:-1]
+    return np.ascontiguousarray(q.reshape(-1, 6).T), lead
+
+
+def _stack(xyz: list[Any], n: int) -> NDArray[np.float64]:
+    """URDF [x, y, z] (arrays or floats) -> Unity (n, 3)."""
+    out = np.empty((n, 3))
+    out[:, 0] = -np.broadcast_to(xyz[1], (n,))
+    out[:, 1] = np.broadcast_to(xyz[2], (n,)) - ORIGIN_DROP_M
+    out[:, 2] = np.broadcast_to(xyz[0], (n,))
+    return out
+
+
 def fk_frames(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
     """Positions of the base, the six joint frames and the tool tip, Unity frame.
 
@@ -75,28 +134,22 @@ def fk_frames(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[n
     the base origin, 1..6 the joint frames (6 = flange), 7 the tool tip. Used by the
     simulator to draw links and by ``fk_tip``.
     """
-    q = np.radians(np.asarray(angles_deg, dtype=np.float64))
-    if q.shape[-1] != 6:
-        raise ValueError(f"angles_deg must have 6 values in its last axis, got shape {q.shape}")
-    lead = q.shape[:-1]
-    t = np.broadcast_to(np.eye(4), (*lead, 4, 4)).copy()
-    pts = np.empty((*lead, 8, 3))
-    pts[..., 0, :] = 0.0
-    c, s = np.cos(q), np.sin(q)
+    q, lead = _as_q(angles_deg)
+    n = q.shape[1]
+    res = _chain(q, frames=True)
+    frames6, z_axis, flange = res[:6], res[6], res[7]
+    pts = np.empty((n, 8, 3))
+    pts[:, 0, :] = _stack([0.0, 0.0, 0.0], n)
     for i in range(6):
-        rz = np.zeros((*lead, 4, 4))
-        rz[..., 0, 0] = c[..., i]
-        rz[..., 0, 1] = -s[..., i]
-        rz[..., 1, 0] = s[..., i]
-        rz[..., 1, 1] = c[..., i]
-        rz[..., 2, 2] = 1.0
-        rz[..., 3, 3] = 1.0
-        t = t @ _ORIGINS[i] @ rz
-        pts[..., i + 1, :] = t[..., :3, 3]
-    pts[..., 7, :] = t[..., :3, 3] + t[..., :3, 2] * tool_m
-    return urdf_to_unity(pts)
+        pts[:, i + 1, :] = _stack(frames6[i], n)
+    pts[:, 7, :] = _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n)
+    return pts.reshape(*lead, 8, 3)
 
 
 def fk_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
     """Tool-tip position (ee_x, ee_y, ee_z) in metres, Unity frame; shape (..., 3)."""
-    return fk_frames(angles_deg, tool_m)[..., 7, :]
+    q, lead = _as_q(angles_deg)
+    n = q.shape[1]
+    res = _chain(q, frames=False)
+    z_axis, flange = res[-2], res[-1]
+    return _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n).reshape(*lead, 3)
