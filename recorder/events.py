@@ -1,0 +1,357 @@
+"""The recorder's wire contract (SPEC §9): UDP events, the frame reply, CSV columns, meta.
+
+Defined once here, as typed models, and imported by the runtime (sender side) and
+the LeRobot exporter (reader side) so both ends agree on every name. Parsing is
+strict: a datagram that is not one valid JSON event raises ``EventError`` with a
+message naming what was wrong; the recorder logs it and keeps serving.
+
+Names that become paths (``run_stem``, ``tag``) are validated here with
+``mecharm_common.fsutil.validate_name``: nothing that reaches the recorder's
+file code can contain a separator, ``..``, NUL or be empty or overlong.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from mecharm_common.fsutil import UnsafeNameError, validate_name
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "EVENT_TYPES",
+    "FRAME_LOG_COLUMNS",
+    "MAX_EVENT_BYTES",
+    "REASONS",
+    "REASON_IMWRITE_FAILED",
+    "REASON_MALFORMED_REPLY",
+    "REASON_MOUNT_LOST",
+    "REASON_NO_FRAME",
+    "REASON_OK",
+    "REASON_OK_ORPHAN",
+    "REASON_ORPHAN_SAVE_FAILED",
+    "REASON_STALE_FRAME",
+    "REASON_TIMEOUT",
+    "RECORDING_STATUSES",
+    "STATES_COLUMNS",
+    "Commanded",
+    "Event",
+    "EventError",
+    "FrameReply",
+    "FrameRequest",
+    "Gripper",
+    "Measured",
+    "RecordingMeta",
+    "RecordingStatus",
+    "Stage",
+    "TrialEnd",
+    "TrialStart",
+    "exception_reason",
+    "is_known_reason",
+    "parse_event",
+    "parse_frame_reply",
+]
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 5556
+#: Largest datagram the recorder accepts; real events are a few hundred bytes.
+MAX_EVENT_BYTES: Final = 16_384
+NOTE_MAX: Final = 512
+STAGE_MAX: Final = 64
+
+# --- frame_request reasons (SPEC §9) -------------------------------------------------
+REASON_OK: Final = "ok"
+REASON_OK_ORPHAN: Final = "ok_orphan"
+REASON_TIMEOUT: Final = "timeout"
+REASON_NO_FRAME: Final = "no_frame_available"
+REASON_STALE_FRAME: Final = "stale_frame"
+REASON_MOUNT_LOST: Final = "mount_lost"
+REASON_IMWRITE_FAILED: Final = "imwrite_failed"
+REASON_ORPHAN_SAVE_FAILED: Final = "orphan_save_failed"
+REASON_MALFORMED_REPLY: Final = "malformed_reply"
+#: Fixed reasons; ``exception:{Type}`` is the one open-ended form.
+REASONS: Final = (
+    REASON_OK,
+    REASON_OK_ORPHAN,
+    REASON_TIMEOUT,
+    REASON_NO_FRAME,
+    REASON_STALE_FRAME,
+    REASON_MOUNT_LOST,
+    REASON_IMWRITE_FAILED,
+    REASON_ORPHAN_SAVE_FAILED,
+    REASON_MALFORMED_REPLY,
+)
+
+
+def exception_reason(exc: BaseException | type[BaseException]) -> str:
+    """The ``exception:{Type}`` reason for an unexpected failure."""
+    cls = exc if isinstance(exc, type) else type(exc)
+    return f"exception:{cls.__name__}"
+
+
+def is_known_reason(reason: object) -> bool:
+    """True for a reason of the SPEC §9 vocabulary (including ``exception:{Type}``)."""
+    if not isinstance(reason, str):
+        return False
+    if reason in REASONS:
+        return True
+    name = reason.removeprefix("exception:")
+    return reason.startswith("exception:") and name.isidentifier() and len(name) <= 64
+
+
+# --- recording status (SPEC §9) ------------------------------------------------------
+RecordingStatus = Literal["ok", "truncated", "camera_lost", "mount_lost"]
+#: Statuses found in a ledger; ``none`` is written by the runtime when no meta exists.
+RECORDING_STATUSES: Final = ("ok", "truncated", "camera_lost", "mount_lost", "none")
+
+# --- CSV columns (SPEC §9) -----------------------------------------------------------
+STATES_COLUMNS: Final = (
+    "ts", "event_type", "stage", "j0", "j1", "j2", "j3", "j4", "j5", "speed",
+    "gripper_state", "ts_send", "ts_arrival", "attempt", "arrived", "note",
+)  # fmt: skip
+#: ``frame_idx, capture_ts`` first as the reference rig; ``capture_mono_ns`` added.
+FRAME_LOG_COLUMNS: Final = ("frame_idx", "capture_ts", "capture_mono_ns")
+
+
+class EventError(ValueError):
+    """A datagram is not a valid recorder event; the message says what was wrong."""
+
+
+# --- field types ---------------------------------------------------------------------
+Finite = Annotated[StrictFloat | StrictInt, Field(allow_inf_nan=False)]
+Angles = Annotated[list[Finite], Field(min_length=6, max_length=6)]
+Note = Annotated[StrictStr, Field(max_length=NOTE_MAX)]
+
+
+def _now() -> float:
+    return time.time()
+
+
+class _Event(BaseModel):
+    """Common base: strict types, unknown extra fields ignored (forward compatible)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
+
+    #: sender's wall clock (time.time()); filled at construction when not given.
+    ts: Finite = Field(default_factory=_now)
+
+    @field_validator("ts")
+    @classmethod
+    def _ts_plausible(cls, v: float) -> float:
+        if not (0.0 <= float(v) < 1e11):
+            raise ValueError("ts must be a wall-clock time in seconds since the epoch")
+        return float(v)
+
+
+def _safe_name(v: str, what: str) -> str:
+    try:
+        return validate_name(v, what)
+    except UnsafeNameError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class TrialStart(_Event):
+    type: Literal["trial_start"] = "trial_start"
+    run_stem: StrictStr
+
+    @field_validator("run_stem")
+    @classmethod
+    def _stem(cls, v: str) -> str:
+        return _safe_name(v, "run_stem")
+
+
+class TrialEnd(_Event):
+    type: Literal["trial_end"] = "trial_end"
+    run_stem: StrictStr
+
+    @field_validator("run_stem")
+    @classmethod
+    def _stem(cls, v: str) -> str:
+        return _safe_name(v, "run_stem")
+
+
+class Stage(_Event):
+    type: Literal["stage"] = "stage"
+    stage: Annotated[StrictStr, Field(min_length=1, max_length=STAGE_MAX)]
+
+    @field_validator("stage")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        if not v.isprintable():
+            raise ValueError("stage must be printable text")
+        return v
+
+
+class Commanded(_Event):
+    """One pose send (SPEC §5 step 5): what was sent, when, and whether it arrived."""
+
+    type: Literal["commanded"] = "commanded"
+    angles: Angles
+    speed: Annotated[StrictInt, Field(ge=1, le=100)] | None = None
+    ts_send: Finite | None = None
+    ts_arrival: Finite | None = None
+    attempt: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
+    arrived: StrictBool | None = None
+    note: Note = ""
+
+
+class Gripper(_Event):
+    type: Literal["gripper"] = "gripper"
+    #: e.g. "open" / "close", or the raw gripper value.
+    state: Annotated[StrictStr, Field(min_length=1, max_length=32)] | StrictInt
+    note: Note = ""
+
+
+class Measured(_Event):
+    """Joint angles the runtime read anyway while waiting for arrival (~50 Hz)."""
+
+    type: Literal["measured"] = "measured"
+    angles: Angles
+
+
+class FrameRequest(_Event):
+    type: Literal["frame_request"] = "frame_request"
+    tag: StrictStr
+    reply_port: Annotated[StrictInt, Field(ge=1, le=65535)]
+
+    @field_validator("tag")
+    @classmethod
+    def _tag(cls, v: str) -> str:
+        return _safe_name(v, "tag")
+
+
+Event = Annotated[
+    TrialStart | TrialEnd | Stage | Commanded | Gripper | Measured | FrameRequest,
+    Field(discriminator="type"),
+]
+EVENT_TYPES: Final = (
+    "trial_start", "trial_end", "stage", "commanded", "gripper", "measured", "frame_request",
+)  # fmt: skip
+
+_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+def _describe(exc: ValidationError, prefix: str) -> str:
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        loc = ".".join(str(p) for p in err["loc"][1:] or err["loc"]) or "<event>"
+        parts.append(f"{loc}: {err['msg']}")
+    return f"{prefix}: " + "; ".join(parts)
+
+
+def parse_event(data: bytes | str) -> Event:
+    """Parse one datagram into an event model; raise EventError saying what was wrong."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventError(f"datagram of {len(data)} bytes exceeds {MAX_EVENT_BYTES}")
+    import json  # local: keeps the import cost off notify()'s module
+
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EventError(f"not valid JSON: {str(exc)[:120]}") from None
+    if not isinstance(obj, dict):
+        raise EventError(f"event must be a JSON object, got {type(obj).__name__}")
+    etype = obj.get("type")
+    if not isinstance(etype, str):
+        raise EventError("event has no string field 'type'")
+    if etype not in EVENT_TYPES:
+        raise EventError(f"unknown event type {etype[:40]!r}")
+    try:
+        return _EVENT_ADAPTER.validate_python(obj)  # type: ignore[no-any-return]
+    except ValidationError as exc:
+        raise EventError(_describe(exc, f"invalid {etype} event")) from None
+
+
+class FrameReply(BaseModel):
+    """The recorder's answer to a frame_request (sent to 127.0.0.1:reply_port)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+    path: str | None = None
+    capture_ts: float | None = None
+    frame_age_ms: float | None = None
+    reason: str
+    camera_frozen: bool = False
+    #: echo of the request's tag, so a client can match the reply.
+    tag: str | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        if not is_known_reason(v):
+            raise ValueError(f"unknown reason {v[:60]!r}")
+        return v
+
+    @property
+    def ok(self) -> bool:
+        return self.reason in (REASON_OK, REASON_OK_ORPHAN) and self.path is not None
+
+
+def parse_frame_reply(data: bytes) -> FrameReply:
+    """Parse a reply datagram; raise EventError (the caller maps it to malformed_reply)."""
+    try:
+        reply = FrameReply.model_validate_json(data)
+    except ValidationError as exc:
+        raise EventError(_describe(exc, "malformed frame reply")) from None
+    if reply.capture_ts is not None and not math.isfinite(reply.capture_ts):
+        raise EventError("malformed frame reply: capture_ts not finite")
+    return reply
+
+
+class RecordingMeta(BaseModel):
+    """``recording_meta.json`` (SPEC §9 fields first, then this recorder's additions).
+
+    Written atomically (tmp + rename) when a trial closes; its absence means the
+    recording ended abnormally. ``recording_path`` is relative to the data root.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    run_stem: str
+    started_ts: float
+    ended_ts: float
+    elapsed_sec: float
+    frames_captured: int
+    frames_written: int
+    effective_fps: float
+    container_fps: float
+    width: int
+    height: int
+    codec: str
+    status: RecordingStatus
+    recording_path: str
+    # --- additions ---
+    status_reason: str = ""
+    pix_fmt: str = "yuv420p"
+    gop: int = 0
+    time_base: str = "1/90000"
+    pts_clock: str = "capture_mono_ns - anchor_mono_ns"
+    #: one instant read on both clocks: wall = anchor_wall_ts + (mono_ns - anchor_mono_ns)/1e9
+    anchor_wall_ts: float = 0.0
+    anchor_mono_ns: int = 0
+    frames_dropped: int = 0
+    camera_frozen: bool = False
+    frozen_sec: float = 0.0
+    camera_lost_count: int = 0
+    camera_source: str = ""
+    states_rows: int = 0
+    frame_requests: int = 0
+    first_capture_ts: float | None = None
+    last_capture_ts: float | None = None
