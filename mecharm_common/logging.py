@@ -39,4 +39,5 @@ def configure_logging(level: str = "info", json: bool | None = None, stream: Any
 
 
 def get_logger(name: str) -> Any:
-    return structlog.get_logger(logger=name)
+    # "logger" would clash with wrap_logger()'s own parameter name
+    return structlog.get_logger(logger_name=name)
