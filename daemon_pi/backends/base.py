@@ -1,0 +1,183 @@
+"""The arm backend interface: the only thing the daemon's server talks to.
+
+A backend wraps one SDK-like arm object (pymycobot ``MechArm270`` or ``SimArm``)
+and turns its return conventions into values or typed errors: ``-1``/``[]``/
+``None`` from the SDK become ``ArmNoReplyError`` (never a made-up value), a
+serial exception becomes ``ArmSerialError``. Methods block; the server calls
+them from one worker thread, one at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from daemon_pi.protocol import ErrorCode
+
+__all__ = [
+    "ArmBackend",
+    "ArmNoReplyError",
+    "ArmSerialError",
+    "BackendError",
+    "SdkBackend",
+]
+
+
+class BackendError(RuntimeError):
+    """A backend call failed; ``code`` is the protocol error code to answer with."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ArmNoReplyError(BackendError):
+    """The firmware did not answer (SDK returned -1, [] or None)."""
+
+    code = ErrorCode.ARM_NO_REPLY
+
+
+class ArmSerialError(BackendError):
+    """The serial port failed (cannot open, unplugged, I/O error)."""
+
+    code = ErrorCode.SERIAL_ERROR
+
+
+class ArmBackend(ABC):
+    """Blocking arm interface. Every method raises BackendError subclasses on failure."""
+
+    #: short name reported by ``hello``
+    name: str = "abstract"
+    #: False when calls never sleep or do I/O (the server may then call them inline)
+    may_block: bool = True
+
+    def capabilities(self) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def open(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    @abstractmethod
+    def get_angles(self) -> list[float]: ...
+
+    @abstractmethod
+    def send_angles(self, angles: Sequence[float], speed: int) -> list[float]:
+        """Send a pose; return the angles actually sent (after the SDK's x100 truncation)."""
+
+    @abstractmethod
+    def set_gripper_state(self, state: int, speed: int) -> None: ...
+
+    @abstractmethod
+    def set_gripper_value(self, value: int, speed: int) -> None: ...
+
+    @abstractmethod
+    def get_gripper_value(self) -> int: ...
+
+    @abstractmethod
+    def set_fresh_mode(self, mode: int) -> None: ...
+
+    @abstractmethod
+    def get_fresh_mode(self) -> int: ...
+
+    @abstractmethod
+    def is_moving(self) -> bool: ...
+
+    @abstractmethod
+    def power_on(self) -> None: ...
+
+    @abstractmethod
+    def release_all_servos(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+def _is_no_reply(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1) or value == []
+
+
+class SdkBackend(ArmBackend):
+    """Shared mapping for objects with pymycobot's API and return conventions.
+
+    Subclasses create ``self._arm`` in ``open()`` and list the exception types
+    that mean "serial link failed" in ``serial_errors``.
+    """
+
+    serial_errors: tuple[type[BaseException], ...] = (OSError,)
+
+    def __init__(self) -> None:
+        self._arm: Any = None
+        self._lock = threading.Lock()
+
+    def _call(self, what: str, *args: Any) -> Any:
+        if self._arm is None:
+            raise ArmSerialError(f"{what}: backend {self.name} is not open")
+        with self._lock:
+            try:
+                return getattr(self._arm, what)(*args)
+            except self.serial_errors as exc:
+                raise ArmSerialError(f"{what}: serial error: {exc}") from exc
+
+    def _checked(self, what: str, *args: Any) -> Any:
+        value = self._call(what, *args)
+        if _is_no_reply(value):
+            raise ArmNoReplyError(f"{what}: the arm did not answer (SDK returned {value!r})")
+        return value
+
+    def _flag(self, what: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+            raise ArmNoReplyError(f"{what}: unexpected reply {value!r} (expected 0 or 1)")
+        return value
+
+    def get_angles(self) -> list[float]:
+        value = self._checked("get_angles")
+        if (
+            not isinstance(value, list)
+            or len(value) != 6
+            or not all(isinstance(a, int | float) and math.isfinite(a) for a in value)
+        ):
+            raise ArmNoReplyError(f"get_angles: malformed reply {value!r} (expected 6 numbers)")
+        return [float(a) for a in value]
+
+    def send_angles(self, angles: Sequence[float], speed: int) -> list[float]:
+        self._checked("send_angles", [float(a) for a in angles], int(speed))
+        # pymycobot encodes int(angle * 100): report what really went on the wire
+        return [int(float(a) * 100) / 100.0 for a in angles]
+
+    def set_gripper_state(self, state: int, speed: int) -> None:
+        self._checked("set_gripper_state", int(state), int(speed))
+
+    def set_gripper_value(self, value: int, speed: int) -> None:
+        self._checked("set_gripper_value", int(value), int(speed))
+
+    def get_gripper_value(self) -> int:
+        value = self._checked("get_gripper_value")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+            raise ArmNoReplyError(f"get_gripper_value: malformed reply {value!r}")
+        return value
+
+    def set_fresh_mode(self, mode: int) -> None:
+        self._checked("set_fresh_mode", int(mode))
+
+    def get_fresh_mode(self) -> int:
+        return self._flag("get_fresh_mode", self._checked("get_fresh_mode"))
+
+    def is_moving(self) -> bool:
+        return bool(self._flag("is_moving", self._checked("is_moving")))
+
+    def power_on(self) -> None:
+        self._checked("power_on")
+
+    def release_all_servos(self) -> None:
+        self._checked("release_all_servos")
+
+    def stop(self) -> None:
+        self._checked("stop")

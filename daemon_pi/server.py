@@ -1,0 +1,401 @@
+"""The daemon's TCP server: one control client at a time, every arm call serialized.
+
+Life cycle (uvicorn-style): ``start`` (open the backend, listen) → serve →
+``stop`` (stop accepting → let the command in flight finish, up to a grace
+period → cancel the rest → close the backend). A second client gets one
+``busy`` error line and is closed at once; the first is not disturbed.
+
+Each line is answered by exactly one response line, in order. Blocking
+backend calls run on a single dedicated worker thread, so the event loop keeps
+answering (busy replies, shutdown) while the arm works, and no two calls ever
+overlap on the serial line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from daemon_pi.backends.base import ArmBackend, BackendError
+from daemon_pi.protocol import (
+    ARGS_MODELS,
+    COMMANDS,
+    JOINT_MAX,
+    JOINT_MIN,
+    MAX_LINE_BYTES,
+    PROTOCOL_VERSION,
+    ErrorCode,
+    ErrorResponse,
+    HelloArgs,
+    HelloResult,
+    OkResponse,
+    ProtocolError,
+    decode_request,
+    encode,
+    error_response,
+    ok_response,
+    validate_args,
+)
+from daemon_pi.stats import DaemonStats
+from mecharm_common.logging import get_logger
+
+__all__ = ["ArmServer", "run_server"]
+
+log = get_logger("daemon_pi.server")
+
+_TOO_LONG = object()
+
+
+@dataclass
+class _Conn:
+    peer: str
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    task: asyncio.Task[Any]
+    opened: float = field(default_factory=time.monotonic)
+    authed: bool = False
+    auth_failures: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ArmServer:
+    """Serve ``backend`` on ``host:port`` (port 0 = pick a free one; see ``.port``).
+
+    ``token``: shared secret; when set, the first request must be ``hello`` with it
+    and every other command is refused until then.
+    """
+
+    def __init__(
+        self,
+        backend: ArmBackend,
+        host: str = "127.0.0.1",
+        port: int = 5555,
+        token: str | None = None,
+        *,
+        auth_timeout_s: float = 5.0,
+        idle_timeout_s: float = 0.0,
+        shutdown_grace_s: float = 5.0,
+        max_auth_failures: int = 5,
+    ) -> None:
+        if token is not None and not token:
+            raise ValueError("token must be a non-empty string or None")
+        self.backend = backend
+        self.host = host
+        self.requested_port = port
+        self.token = token
+        self.auth_timeout_s = auth_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.shutdown_grace_s = shutdown_grace_s
+        self.max_auth_failures = max_auth_failures
+        self.stats = DaemonStats()
+        self._server: asyncio.base_events.Server | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arm")
+        self._arm_lock = asyncio.Lock()
+        self._active: _Conn | None = None
+        self._closing = False
+        self._stopped = asyncio.Event()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._commands: dict[str, Callable[[_Conn, Any], Any]] = {
+            name: getattr(self, f"_cmd_{name}") for name in COMMANDS
+        }
+
+    # ------------------------------------------------------------ life cycle
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return self.requested_port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def client(self) -> str | None:
+        """Peer address of the control client, if one is connected."""
+        return self._active.peer if self._active else None
+
+    async def start(self) -> None:
+        """Open the backend, then listen. Raises BackendError / OSError (port in use)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.backend.open)
+        try:
+            self._server = await asyncio.start_server(
+                self._on_connect, self.host, self.requested_port, limit=MAX_LINE_BYTES
+            )
+        except OSError:
+            await loop.run_in_executor(self._executor, self.backend.close)
+            raise
+        log.info("daemon_listening", host=self.host, port=self.port, backend=self.backend.name,
+                 auth=self.token is not None)
+
+    async def stop(self, reason: str = "requested") -> None:
+        """Stop accepting, let the command in flight finish, close the client and the backend."""
+        if self._closing:
+            await self._stopped.wait()
+            return
+        self._closing = True
+        log.info("daemon_stopping", reason=reason, client=self.client)
+        if self._server is not None:
+            self._server.close()
+        conn = self._active
+        if conn is not None and not conn.task.done():
+            idle = asyncio.ensure_future(conn.idle.wait())
+            done, _ = await asyncio.wait({idle, conn.task}, timeout=self.shutdown_grace_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            idle.cancel()
+            if not done:
+                log.warning("daemon_shutdown_grace_expired", grace_s=self.shutdown_grace_s,
+                            reason="command in flight did not finish; cancelling its connection")
+        if conn is not None:
+            conn.reader.feed_eof()  # the handler's read ends; it closes the connection itself
+        if self._handlers:
+            _, pending = await asyncio.wait(set(self._handlers), timeout=1.0)
+            for task in pending:  # still in a backend call after the grace period
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        if self._server is not None:
+            with suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+        loop = asyncio.get_running_loop()
+        async with self._arm_lock:
+            try:
+                await loop.run_in_executor(self._executor, self.backend.close)
+            except Exception as exc:  # closing must not hide the shutdown
+                log.warning("backend_close_failed", error=repr(exc))
+        self._executor.shutdown(wait=True)
+        log.info("daemon_stopped", reason=reason, **self.stats.snapshot()["counters"])
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # ------------------------------------------------------------ connections
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        peer = "%s:%s" % tuple(writer.get_extra_info("peername") or ("?", "?"))[:2]
+        self.stats.count("connections")
+        if self._closing or self._active is not None:
+            code = ErrorCode.SHUTTING_DOWN if self._closing else ErrorCode.BUSY
+            msg = ("daemon is shutting down" if self._closing else
+                   f"another control client ({self._active.peer if self._active else '?'}) is connected; "
+                   "the daemon serves one client at a time")
+            self.stats.count("busy_rejections" if code is ErrorCode.BUSY else "rejected_shutting_down")
+            log.warning("client_rejected", peer=peer, code=code.value, reason=msg)
+            await self._send_and_close(writer, error_response(None, code, msg))
+            return
+        conn = _Conn(peer, reader, writer, task)
+        self._active = conn
+        self._handlers.add(task)
+        log.info("client_connected", peer=peer)
+        reason = "client closed the connection"
+        try:
+            reason = await self._serve(conn)
+        except asyncio.CancelledError:
+            # only stop() cancels handlers; returning (not re-raising) keeps 3.11's
+            # StreamReaderProtocol from logging the cancelled task as an error
+            reason = "daemon shutdown (cancelled after the grace period)"
+            if not self._closing:
+                raise
+        except (ConnectionError, OSError) as exc:
+            reason = f"connection lost: {exc!r}"
+        finally:
+            self._handlers.discard(task)
+            if self._active is conn:
+                self._active = None
+            log.info("client_disconnected", peer=peer, reason=reason)
+            writer.close()
+            with suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+
+    async def _send_and_close(self, writer: asyncio.StreamWriter, msg: BaseModel) -> None:
+        try:
+            writer.write(encode(msg))
+            await asyncio.wait_for(writer.drain(), timeout=1.0)
+        except (ConnectionError, OSError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            with suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+
+    async def _read_line(self, reader: asyncio.StreamReader) -> bytes | object | None:
+        """One line (with or without its newline), ``_TOO_LONG`` (discarded), or None at EOF."""
+        try:
+            return await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial or None
+        except asyncio.LimitOverrunError as exc:
+            consumed = exc.consumed
+        # discard the over-long line up to and including its newline
+        while True:
+            await reader.readexactly(max(1, consumed))
+            try:
+                await reader.readuntil(b"\n")
+                return _TOO_LONG
+            except asyncio.IncompleteReadError:
+                return None
+            except asyncio.LimitOverrunError as exc:
+                consumed = exc.consumed
+
+    def _read_timeout(self, conn: _Conn) -> tuple[float | None, str]:
+        if self.token is not None and not conn.authed:
+            left = self.auth_timeout_s - (time.monotonic() - conn.opened)
+            return max(0.0, left), f"no valid hello with token within {self.auth_timeout_s} s"
+        if self.idle_timeout_s > 0:
+            return self.idle_timeout_s, f"idle for {self.idle_timeout_s} s"
+        return None, ""
+
+    async def _serve(self, conn: _Conn) -> str:
+        while not self._closing:
+            timeout, why = self._read_timeout(conn)
+            conn.idle.set()
+            try:
+                line = await asyncio.wait_for(self._read_line(conn.reader), timeout)
+            except TimeoutError:
+                code = ErrorCode.UNAUTHORIZED if self.token is not None and not conn.authed else ErrorCode.BAD_REQUEST
+                conn.writer.write(encode(error_response(None, code, f"closing the connection: {why}")))
+                with suppress(ConnectionError, OSError):
+                    await conn.writer.drain()
+                return why
+            finally:
+                conn.idle.clear()
+            if line is None:
+                return "daemon shutdown" if self._closing else "client closed the connection"
+            if line is _TOO_LONG:
+                self.stats.record("<invalid>", 0.0, ErrorCode.LINE_TOO_LONG.value)
+                resp: OkResponse | ErrorResponse = error_response(
+                    None, ErrorCode.LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes discarded")
+                log.warning("request_rejected", peer=conn.peer, code="line_too_long")
+            else:
+                assert isinstance(line, bytes)
+                resp = await self._handle_line(conn, line)
+            conn.writer.write(encode(resp))
+            await conn.writer.drain()
+            if conn.auth_failures >= self.max_auth_failures:
+                return f"{conn.auth_failures} failed authentication attempts"
+        return "daemon shutdown"
+
+    # ------------------------------------------------------------ requests
+    async def _handle_line(self, conn: _Conn, line: bytes) -> OkResponse | ErrorResponse:
+        t0 = time.perf_counter()
+        cmd_label = "<invalid>"
+        rid: int | None = None
+        try:
+            req = decode_request(line.strip())
+            rid = req.id
+            cmd_label = req.cmd if req.cmd in ARGS_MODELS else "<unknown>"
+            if self.token is not None and not conn.authed and req.cmd != "hello":
+                raise ProtocolError(ErrorCode.UNAUTHORIZED,
+                                    f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}", rid)
+            args = validate_args(req.cmd, req.args, rid)
+            result = await self._commands[req.cmd](conn, args)
+            resp: OkResponse | ErrorResponse = ok_response(rid, result)
+        except ProtocolError as exc:
+            resp = error_response(exc.request_id if exc.request_id is not None else rid, exc.code, exc.message)
+            log.warning("request_rejected", peer=conn.peer, id=resp.id, cmd=cmd_label, code=exc.code.value,
+                        reason=exc.message)
+        except BackendError as exc:
+            resp = error_response(rid, exc.code, exc.message)
+            log.warning("arm_error", peer=conn.peer, id=rid, cmd=cmd_label, code=exc.code.value, reason=exc.message)
+        except Exception as exc:
+            resp = error_response(rid, ErrorCode.INTERNAL, f"{cmd_label}: internal error {type(exc).__name__}: {exc}")
+            log.exception("internal_error", peer=conn.peer, id=rid, cmd=cmd_label)
+        code = resp.error.code if isinstance(resp, ErrorResponse) else None
+        self.stats.record(cmd_label, time.perf_counter() - t0, code)
+        return resp
+
+    async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one backend call, serialized; blocking calls go to the arm thread."""
+        async with self._arm_lock:
+            if self.backend.may_block:
+                return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+            return fn(*args)
+
+    # ------------------------------------------------------------ commands
+    async def _cmd_hello(self, conn: _Conn, args: HelloArgs) -> dict[str, Any]:
+        if self.token is not None and not conn.authed:
+            given = (args.token or "").encode()
+            if not hmac.compare_digest(given, self.token.encode()):
+                conn.auth_failures += 1
+                self.stats.count("auth_failures")
+                what = "missing" if args.token is None else "wrong"
+                raise ProtocolError(ErrorCode.UNAUTHORIZED, f"hello: {what} token "
+                                    f"({conn.auth_failures}/{self.max_auth_failures} attempts)")
+            conn.authed = True
+            log.info("client_authenticated", peer=conn.peer, client=args.client)
+        caps = {
+            "auth_required": self.token is not None,
+            "max_line_bytes": MAX_LINE_BYTES,
+            "fresh_mode": True,
+            "gripper": True,
+            "stats": True,
+            **self.backend.capabilities(),
+        }
+        return HelloResult(
+            protocol_version=PROTOCOL_VERSION,
+            backend=self.backend.name,
+            joint_min=list(JOINT_MIN),
+            joint_max=list(JOINT_MAX),
+            commands=list(COMMANDS),
+            capabilities=caps,
+            authenticated=conn.authed or self.token is None,
+        ).model_dump()
+
+    async def _cmd_get_angles(self, conn: _Conn, args: Any) -> list[float]:
+        return await self._arm(self.backend.get_angles)  # type: ignore[no-any-return]
+
+    async def _cmd_send_angles(self, conn: _Conn, args: Any) -> dict[str, Any]:
+        sent = await self._arm(self.backend.send_angles, list(args.angles), args.speed)
+        return {"angles": sent, "speed": args.speed}
+
+    async def _cmd_set_gripper_state(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.set_gripper_state, args.state, args.speed)
+
+    async def _cmd_set_gripper_value(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.set_gripper_value, args.value, args.speed)
+
+    async def _cmd_get_gripper_value(self, conn: _Conn, args: Any) -> int:
+        return await self._arm(self.backend.get_gripper_value)  # type: ignore[no-any-return]
+
+    async def _cmd_set_fresh_mode(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.set_fresh_mode, args.mode)
+
+    async def _cmd_get_fresh_mode(self, conn: _Conn, args: Any) -> int:
+        return await self._arm(self.backend.get_fresh_mode)  # type: ignore[no-any-return]
+
+    async def _cmd_is_moving(self, conn: _Conn, args: Any) -> bool:
+        return await self._arm(self.backend.is_moving)  # type: ignore[no-any-return]
+
+    async def _cmd_power_on(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.power_on)
+
+    async def _cmd_release_all_servos(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.release_all_servos)
+
+    async def _cmd_stop(self, conn: _Conn, args: Any) -> None:
+        await self._arm(self.backend.stop)
+
+    async def _cmd_stats(self, conn: _Conn, args: Any) -> dict[str, Any]:
+        snap = self.stats.snapshot()
+        snap.update(backend=self.backend.name, client=conn.peer)
+        return snap
+
+
+@asynccontextmanager
+async def run_server(
+    backend: ArmBackend, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **kwargs: Any
+) -> AsyncIterator[ArmServer]:
+    """Start an ArmServer (port 0 = a free port, read ``server.port``) and stop it on exit."""
+    server = ArmServer(backend, host, port, token, **kwargs)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop("context exit")
