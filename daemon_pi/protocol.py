@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import (
@@ -66,7 +66,7 @@ DEFAULT_PORT = 5555
 MAX_LINE_BYTES = 64 * 1024
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Every ``error.code`` the daemon sends. One name, one meaning."""
 
     BAD_JSON = "bad_json"  # line is not a JSON object

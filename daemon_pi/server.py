@@ -179,7 +179,7 @@ class ArmServer:
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        peer = "%s:%s" % tuple(writer.get_extra_info("peername") or ("?", "?"))[:2]
+        peer = "{}:{}".format(*tuple(writer.get_extra_info("peername") or ("?", "?"))[:2])
         self.stats.count("connections")
         if self._closing or self._active is not None:
             code = ErrorCode.SHUTTING_DOWN if self._closing else ErrorCode.BUSY

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import serial
@@ -36,7 +37,5 @@ class MyCobotBackend(SdkBackend):
     def close(self) -> None:
         arm, self._arm = self._arm, None
         if arm is not None:
-            try:
+            with contextlib.suppress(serial.SerialException, OSError):
                 arm.close()
-            except (serial.SerialException, OSError):
-                pass

@@ -313,7 +313,7 @@ class SimArm:
         if self._read_failure() is not None:
             return -1
         self._sleep(self.config.read_latency_s)
-        return int(round(self.true_gripper()))
+        return round(self.true_gripper())
 
     def get_fresh_mode(self) -> int:
         self._check_link()
