@@ -1,0 +1,274 @@
+"""Asyncio client of the arm daemon: one connection, one request in flight, typed errors.
+
+Why a flat error set (anyio style): the stage machine must react differently to a
+daemon held by someone else (``DaemonBusy``), a dropped link (``ConnectionLost``),
+a request that got no answer in time (``DaemonTimeout``), a request the daemon
+refused before it reached the arm (``ArmRefused``) and an arm that did not answer
+(``ArmNoReply``). The client never reconnects by itself: a lost daemon in the
+middle of a motion must abort the trial, so ``connect()`` is explicit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from daemon_pi.protocol import (
+    MAX_LINE_BYTES,
+    ErrorCode,
+    ErrorResponse,
+    ProtocolError,
+    Request,
+    decode_response,
+    encode,
+)
+
+__all__ = [
+    "ArmNoReply",
+    "ArmRefused",
+    "ClientClosed",
+    "ConnectionLost",
+    "DaemonBusy",
+    "DaemonClient",
+    "DaemonError",
+    "DaemonTimeout",
+    "Unauthorized",
+]
+
+
+class DaemonError(Exception):
+    """Base of every error the daemon client raises."""
+
+
+class DaemonBusy(DaemonError):
+    """Another control client holds the daemon (it answered ``busy`` and closed)."""
+
+
+class ConnectionLost(DaemonError):
+    """The connection broke from outside (EOF, reset, refused, garbled or mismatched reply)."""
+
+
+class ClientClosed(DaemonError):
+    """The client was closed (by us) or never connected."""
+
+
+class DaemonTimeout(DaemonError):
+    """No reply within the request timeout; the connection is closed (its state is unknown)."""
+
+
+class ArmRefused(DaemonError):
+    """The daemon rejected the request before it reached the arm (validation, unknown command)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Unauthorized(ArmRefused):
+    """The daemon requires a token and did not get a valid one."""
+
+
+class ArmNoReply(DaemonError):
+    """The arm did not answer (SDK -1 / empty reading) or the serial line failed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+_NO_REPLY_CODES = {ErrorCode.ARM_NO_REPLY.value, ErrorCode.SERIAL_ERROR.value}
+
+
+def _error_for(resp: ErrorResponse) -> DaemonError:
+    code, message = resp.error.code, resp.error.message
+    if code == ErrorCode.BUSY.value:
+        return DaemonBusy(f"daemon busy: {message}")
+    if code == ErrorCode.UNAUTHORIZED.value:
+        return Unauthorized(code, message)
+    if code in _NO_REPLY_CODES:
+        return ArmNoReply(code, message)
+    if code == ErrorCode.SHUTTING_DOWN.value:
+        return ConnectionLost(f"daemon shutting down: {message}")
+    return ArmRefused(code, message)
+
+
+class DaemonClient:
+    """One serialized control connection to ``mecharm-daemon``.
+
+    Requests are sent one at a time (an internal lock), each answer must carry the
+    request's id, and each request has a timeout. After a timeout or a protocol
+    violation the connection is closed: its state can no longer be trusted.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 5555,
+        *,
+        token: str | None = None,
+        request_timeout: float = 3.0,
+        connect_timeout: float = 3.0,
+        client_name: str = "mecharm-runtime",
+    ) -> None:
+        self.host, self.port = host, port
+        self.token = token
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.client_name = client_name
+        self.hello: dict[str, Any] | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self._next_id = 1
+        self._broken: str | None = None
+
+    # ------------------------------------------------------------ life cycle
+
+    @property
+    def is_connected(self) -> bool:
+        return self._writer is not None and self._broken is None
+
+    async def connect(self) -> dict[str, Any]:
+        """Open the connection and say hello. Raises DaemonBusy, ConnectionLost,
+        DaemonTimeout, Unauthorized."""
+        if self._writer is not None:
+            await self.aclose()
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, limit=MAX_LINE_BYTES * 2),
+                self.connect_timeout,
+            )
+        except TimeoutError:
+            raise DaemonTimeout(f"connect to {self.host}:{self.port} timed out after {self.connect_timeout}s") from None
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to daemon {self.host}:{self.port}: {exc.strerror or exc}") from None
+        self._broken = None
+        args: dict[str, Any] = {"client": self.client_name}
+        if self.token is not None:
+            args["token"] = self.token
+        try:
+            self.hello = await self.request("hello", args, timeout=self.connect_timeout)
+        except DaemonError:
+            await self.aclose()
+            raise
+        return self.hello
+
+    async def aclose(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await writer.wait_closed()
+
+    async def __aenter__(self) -> DaemonClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ requests
+
+    async def request(self, cmd: str, args: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+        """Send one request and return its ``result``.
+
+        Raises ClientClosed, ConnectionLost, DaemonTimeout, DaemonBusy, ArmRefused,
+        Unauthorized, ArmNoReply.
+        """
+        async with self._lock:
+            if self._writer is None or self._reader is None:
+                raise ClientClosed("daemon client is not connected")
+            if self._broken is not None:
+                raise ConnectionLost(self._broken)
+            rid = self._next_id
+            self._next_id += 1
+            line = encode(Request(id=rid, cmd=cmd, args=args or {}))
+            limit = self.request_timeout if timeout is None else timeout
+            try:
+                self._writer.write(line)
+                raw = await asyncio.wait_for(self._exchange(cmd), limit)
+            except TimeoutError:
+                await self._break(f"no reply to {cmd} (id {rid}) within {limit:.2f}s")
+                raise DaemonTimeout(f"no reply to {cmd} within {limit:.2f}s") from None
+            except asyncio.CancelledError:
+                # The reply may still arrive; the stream can no longer be matched up.
+                await self._break(f"request {cmd} (id {rid}) cancelled while in flight")
+                raise
+            except ConnectionLost:
+                raise
+            except (OSError, ConnectionError) as exc:
+                await self._break(f"connection to daemon lost during {cmd}: {exc}")
+                raise ConnectionLost(f"connection to daemon lost during {cmd}: {exc}") from None
+        return self._interpret(rid, cmd, raw)
+
+    async def _exchange(self, cmd: str) -> bytes:
+        assert self._writer is not None and self._reader is not None
+        await self._writer.drain()
+        try:
+            raw = await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError:
+            await self._break(f"daemon closed the connection during {cmd}")
+            raise ConnectionLost(f"daemon closed the connection during {cmd}") from None
+        except asyncio.LimitOverrunError:
+            await self._break(f"reply to {cmd} longer than {MAX_LINE_BYTES} bytes")
+            raise ConnectionLost(f"reply to {cmd} longer than {MAX_LINE_BYTES} bytes") from None
+        return raw
+
+    def _interpret(self, rid: int, cmd: str, raw: bytes) -> Any:
+        try:
+            resp = decode_response(raw)
+        except ProtocolError as exc:
+            self._broken = f"garbled reply to {cmd}: {exc}"
+            raise ConnectionLost(self._broken) from None
+        if isinstance(resp, ErrorResponse):
+            err = _error_for(resp)
+            if isinstance(err, DaemonBusy | ConnectionLost):
+                self._broken = str(err)
+                raise err
+            if resp.id is not None and resp.id != rid:
+                self._broken = f"reply id {resp.id} does not match request id {rid} ({cmd})"
+                raise ConnectionLost(self._broken)
+            raise err
+        if resp.id != rid:
+            self._broken = f"reply id {resp.id} does not match request id {rid} ({cmd})"
+            raise ConnectionLost(self._broken)
+        return resp.result
+
+    async def _break(self, reason: str) -> None:
+        self._broken = reason
+        writer = self._writer
+        if writer is not None:
+            writer.close()
+
+    # ------------------------------------------------------------ commands
+
+    async def get_angles(self) -> list[float]:
+        """Current joint angles (6 floats). Raises ArmNoReply when the arm gave none."""
+        result = await self.request("get_angles")
+        if not isinstance(result, list) or len(result) != 6 or not all(
+            isinstance(a, int | float) and not isinstance(a, bool) for a in result
+        ):
+            raise ArmNoReply("bad_reading", f"get_angles returned {result!r}, not 6 numbers")
+        return [float(a) for a in result]
+
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Any:
+        return await self.request("send_angles", {"angles": [float(a) for a in angles], "speed": int(speed)})
+
+    async def set_gripper_state(self, state: int, speed: int) -> Any:
+        return await self.request("set_gripper_state", {"state": int(state), "speed": int(speed)})
+
+    async def set_gripper_value(self, value: int, speed: int) -> Any:
+        return await self.request("set_gripper_value", {"value": int(value), "speed": int(speed)})
+
+    async def set_fresh_mode(self, mode: int) -> Any:
+        return await self.request("set_fresh_mode", {"mode": int(mode)})
+
+    async def stop(self) -> Any:
+        return await self.request("stop")
+
+    async def is_moving(self) -> Any:
+        return await self.request("is_moving")

@@ -1,0 +1,135 @@
+"""Typed runtime settings: the reference rig's constants (SPEC §5) plus where things are.
+
+Loaded with ``mecharm_common.config.load_settings(RuntimeSettings, "configs/runtime.yaml",
+overrides)``; environment variables use the ``MECHARM_RUNTIME_`` prefix. ``time_scale``
+divides every sleep and every arrival timeout so the simulated rig (which can run its
+motions K times faster) and the tests can run whole trials in seconds; it never
+changes a decision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from mecharm_common.config import RigSettings
+
+__all__ = ["RuntimeSettings"]
+
+Angles6 = tuple[float, float, float, float, float, float]
+
+
+class RuntimeSettings(RigSettings):
+    """Every knob of the runtime; defaults are the reference run's values."""
+
+    model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_")
+
+    # ---- where things are
+    data_root: Path = Path("data")
+    require_mount: bool = False
+    daemon_host: str = "127.0.0.1"
+    daemon_port: int = Field(5555, ge=1, le=65535)
+    daemon_token_file: Path | None = None
+    request_timeout_s: float = Field(4.0, gt=0)
+    connect_timeout_s: float = Field(3.0, gt=0)
+    recorder_enabled: bool = True
+    recorder_host: str = "127.0.0.1"
+    recorder_port: int = Field(5556, ge=1, le=65535)
+    frame_timeout_s: float = Field(2.0, gt=0)
+    recording_wait_s: float = Field(2.0, ge=0)
+    recording_poll_s: float = Field(0.1, gt=0)
+    top_camera: str = "http://127.0.0.1:8081/top.mjpg"
+    sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
+    fk_table_dir: Path | None = None  # default {data_root}/fk
+    approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
+    approach_place_arc: Path = Path("configs/poses/approach_place.json")
+    judge: Literal["geometric", "human"] = "geometric"
+    human_judge_timeout_s: float = Field(30.0, gt=0)
+
+    # ---- service
+    trials: int | None = Field(None, ge=1)
+    confirm: bool = False
+    dry_run: bool = False
+    time_scale: float = Field(1.0, gt=0, le=1000)
+    log_level: str = "info"
+
+    # ---- SPEC §5 constants
+    home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
+    speed: int = Field(20, ge=1, le=100)
+    tol_approach: float = Field(2.0, gt=0)
+    tol_pick_place: float = Field(3.0, gt=0)
+    tol_home: float = Field(2.5, gt=0)
+    send_wait_s: float = Field(1.0, ge=0)
+    gripper_sleep_s: float = Field(2.0, ge=0)
+    gripper_speed: int = Field(100, ge=1, le=100)
+    gripper_close_value: int = Field(20, ge=0, le=100)
+    detect_repeat: int = Field(3, ge=1)
+    homography_frames: int = Field(10, ge=1)
+    max_pick_attempts: int = Field(3, ge=1)
+    x_resid_thresh_m: float = Field(0.02, gt=0)
+    box_score_thresh: float = Field(0.5, ge=0, le=1)
+    box_xz_fallback: tuple[float, float] = (-0.01, 0.108)
+    swept_j0: float = 85.0
+    j1_max: float = Field(88.0, le=90.7)
+
+    # ---- arrival policy (SPEC §5 "sending a pose")
+    arrival_min_s: float = Field(8.0, gt=0)
+    arrival_base_s: float = Field(2.0, ge=0)
+    arrival_per_deg_s: float = Field(0.15, ge=0)
+    ignored_move_deg: float = Field(1.0, gt=0)
+    poll_interval_s: float = Field(0.0, ge=0)
+
+    # ---- lookups
+    dist_max_m: float = Field(0.030, gt=0)
+    pick_band: tuple[float, float] = (0.010, 0.040)
+    place_band: tuple[float, float] = (0.070, 0.100)
+    place_joint_tol: float = Field(15.0, gt=0)
+    place_floor_m: float = 0.070
+    place_target_m: float = 0.100
+    place_band_depth_m: float = Field(0.030, gt=0)
+    z_resid_warn_m: float = Field(0.05, gt=0)
+
+    # ---- place servo (stage8_5)
+    servo_gain_deg_per_mm: float = -0.151
+    servo_tol_mm: float = Field(8.0, gt=0)
+    servo_step_clamp_deg: float = Field(5.0, gt=0)
+    servo_max_iter: int = Field(5, ge=0)
+    depth_steps: int = Field(3, ge=0)
+    depth_tol_mm: float = Field(8.0, gt=0)
+
+    # ---- memories (SPEC §7)
+    cell_mm: int = Field(20, ge=1)
+    max_correction_mm: float = Field(20.0, ge=0)
+    ema_alpha: float = Field(0.5, gt=0, le=1)
+    height_step_mm: float = Field(5.0, ge=0)
+    height_max_mm: float = Field(30.0, ge=0)
+
+    @field_validator("pick_band", "place_band")
+    @classmethod
+    def _band_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not v[0] < v[1]:
+            raise ValueError(f"band must be (min, max) with min < max, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _home_is_safe(self) -> RuntimeSettings:
+        if self.home[1] > self.j1_max:
+            raise ValueError(f"home j1 = {self.home[1]} exceeds j1_max {self.j1_max}")
+        return self
+
+    # ---- derived
+    def scaled(self, seconds: float) -> float:
+        """A real-rig duration in this run's time (divided by ``time_scale``)."""
+        return seconds / self.time_scale
+
+    @property
+    def fk_dir(self) -> Path:
+        return self.fk_table_dir if self.fk_table_dir is not None else self.data_root / "fk"
+
+    def constants(self) -> dict[str, object]:
+        """The constants block of the run log (everything that shapes a decision)."""
+        skip = {"daemon_token_file", "trials", "confirm", "log_level"}
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}

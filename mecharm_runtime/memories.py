@@ -1,0 +1,157 @@
+"""Learning memories (SPEC §7): per-cell pick correction and per-cell place height.
+
+Both are small JSON files in the data root (``{root}/memories/``), written atomically.
+Why the strictness: a corrupt entry would aim the gripper somewhere arbitrary, so
+an entry that does not validate is skipped with a log line and never applied; a file
+that is not JSON at all is moved aside (never silently overwritten) and the memory
+starts empty. Corrections are updated only when the final pick verdict is yes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.fsutil import atomic_write_json
+from mecharm_common.logging import get_logger
+
+__all__ = ["CorrectionMemory", "HeightMemory", "cell_key"]
+
+log = get_logger("mecharm_runtime.memories")
+
+
+def cell_key(phase: str, x_m: float, z_m: float, cell_mm: int = 20) -> str:
+    """``pick_x200_z260``: the phase plus x, z (mm) rounded to the nearest ``cell_mm``."""
+    if not (math.isfinite(x_m) and math.isfinite(z_m)):
+        raise ValueError(f"cell_key needs finite x, z (got {x_m}, {z_m})")
+
+    def r(v: float) -> int:
+        return int(round(v * 1000.0 / cell_mm) * cell_mm)
+
+    return f"{phase}_x{r(x_m)}_z{r(z_m)}"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+class _JsonMemory:
+    kind = "memory"
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.skipped: list[str] = []
+        self._load()
+
+    def _valid(self, entry: Any) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _load(self) -> None:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        try:
+            data = json.loads(text)
+            entries = data["entries"]
+            if not isinstance(entries, dict):
+                raise TypeError("entries is not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d_%H%M%S')}")
+            self.path.replace(aside)
+            log.error("memory_file_corrupt", memory=self.kind, path=str(self.path), moved_to=str(aside), error=str(exc))
+            return
+        for key, entry in entries.items():
+            if self._valid(entry):
+                self.entries[key] = dict(entry)
+            else:
+                self.skipped.append(key)
+                log.warning("memory_entry_corrupt_skipped", memory=self.kind, key=key, entry=repr(entry)[:200])
+
+    def save(self) -> None:
+        """Write all valid entries (corrupt ones are dropped from the file, they were never used)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.path, {"version": 1, "kind": self.kind, "entries": self.entries})
+
+
+@dataclass(frozen=True)
+class Correction:
+    key: str
+    dx_mm: float
+    dz_mm: float
+    n: int
+
+
+class CorrectionMemory(_JsonMemory):
+    """Pick correction per 20 mm cell: aim = block − Δ; Δ learned by EMA from the tip offset."""
+
+    kind = "correction"
+
+    def _valid(self, entry: Any) -> bool:
+        return (
+            isinstance(entry, dict)
+            and _finite(entry.get("dx_mm"))
+            and _finite(entry.get("dz_mm"))
+            and isinstance(entry.get("n"), int)
+            and not isinstance(entry.get("n"), bool)
+            and entry["n"] >= 1
+        )
+
+    def get(self, key: str) -> Correction | None:
+        e = self.entries.get(key)
+        return None if e is None else Correction(key, float(e["dx_mm"]), float(e["dz_mm"]), int(e["n"]))
+
+    def update(self, key: str, used_dx_mm: float, used_dz_mm: float, tip_dx_mm: float, tip_dz_mm: float, alpha: float) -> Correction:
+        """Learn from one successful pick.
+
+        The tip landed at block + (tip_dx, tip_dz) although we aimed at block − used,
+        so the systematic offset is used + tip; Δ moves toward it by EMA ``alpha``.
+        """
+        if not all(_finite(v) for v in (used_dx_mm, used_dz_mm, tip_dx_mm, tip_dz_mm)):
+            raise ValueError("correction update needs finite numbers")
+        obs_dx, obs_dz = used_dx_mm + tip_dx_mm, used_dz_mm + tip_dz_mm
+        old = self.get(key)
+        if old is None:
+            new = Correction(key, obs_dx, obs_dz, 1)
+        else:
+            new = Correction(
+                key,
+                (1 - alpha) * old.dx_mm + alpha * obs_dx,
+                (1 - alpha) * old.dz_mm + alpha * obs_dz,
+                old.n + 1,
+            )
+        self.entries[key] = {"dx_mm": new.dx_mm, "dz_mm": new.dz_mm, "n": new.n}
+        return new
+
+
+class HeightMemory(_JsonMemory):
+    """Place height per cell: dee_y (mm) added to the place target ee_y."""
+
+    kind = "height"
+
+    def _valid(self, entry: Any) -> bool:
+        return (
+            isinstance(entry, dict)
+            and _finite(entry.get("dee_y_mm"))
+            and isinstance(entry.get("n"), int)
+            and not isinstance(entry.get("n"), bool)
+        )
+
+    def get(self, key: str) -> float | None:
+        e = self.entries.get(key)
+        return None if e is None else float(e["dee_y_mm"])
+
+    def update(self, key: str, placed_ok: bool, step_mm: float, max_mm: float) -> float:
+        """A failed place raises the cell's target by ``step_mm`` (capped at ``max_mm``);
+        a good place keeps it and counts it."""
+        old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
+        dee = float(old["dee_y_mm"])
+        if not placed_ok:
+            dee = min(max_mm, dee + step_mm)
+        self.entries[key] = {"dee_y_mm": dee, "n": int(old["n"]) + 1}
+        return dee

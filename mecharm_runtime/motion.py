@@ -1,0 +1,172 @@
+"""Send a pose and wait for arrival, exactly as the reference rig (SPEC §5).
+
+1. read the current angles; none readable → abort (no fallback);
+2. timeout = max(8.0, 2.0 + 0.15 s/° × max|target − current|) (÷ time_scale);
+3. send once, poll ``get_angles`` until max|Δ| <= tol;
+4. on timeout: moved < 1.0° from the start → the send was ignored: wait, re-read,
+   re-send once (never more); moved >= 1.0° (partial move, stall) or a held axis
+   moved more than tol → no retry;
+5. the optional observer gets ``(ts_send, ts_arrival, attempt, arrived)`` per send;
+   with no observer (and no reading hook) nothing extra is done.
+
+Decisions use only the readings' own timestamps, so replaying recorded readings
+reproduces them exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mecharm_runtime.ports import ArmPort, Clock, Reading
+
+__all__ = ["MotionAbort", "MotionPolicy", "MoveResult", "SendRecord", "arrival_timeout", "send_and_wait"]
+
+Observer = Callable[[float, float | None, int, bool], None]
+
+
+class MotionAbort(RuntimeError):
+    """The motion cannot be carried out or judged (e.g. no angles readable)."""
+
+
+@dataclass(frozen=True)
+class MotionPolicy:
+    arrival_min_s: float = 8.0
+    arrival_base_s: float = 2.0
+    arrival_per_deg_s: float = 0.15
+    ignored_move_deg: float = 1.0
+    send_wait_s: float = 1.0
+    poll_interval_s: float = 0.0
+    time_scale: float = 1.0
+
+
+def arrival_timeout(max_delta_deg: float, policy: MotionPolicy) -> float:
+    """SPEC §5 arrival timeout in real-rig seconds (86.16° → 14.9 s, 14.05° → 8.0 s)."""
+    return max(policy.arrival_min_s, policy.arrival_base_s + policy.arrival_per_deg_s * max_delta_deg)
+
+
+@dataclass
+class SendRecord:
+    attempt: int
+    ts_send: float
+    ts_arrival: float | None
+    arrived: bool
+    timeout_s: float
+    readings: int = 0
+
+
+@dataclass
+class MoveResult:
+    target: tuple[float, ...]
+    tol: float
+    speed: int
+    pre: tuple[float, ...]
+    post: tuple[float, ...] | None
+    arrived: bool
+    reason: str
+    sends: list[SendRecord] = field(default_factory=list)
+    read_errors: int = 0
+
+    @property
+    def attempts(self) -> int:
+        return len(self.sends)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": list(self.target), "tol": self.tol, "speed": self.speed,
+            "pre": list(self.pre), "post": list(self.post) if self.post else None,
+            "arrived": self.arrived, "reason": self.reason, "attempts": self.attempts,
+            "read_errors": self.read_errors,
+            "sends": [s.__dict__ for s in self.sends],
+        }  # fmt: skip
+
+
+def _max_delta(a: Sequence[float], b: Sequence[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+async def _read_or_abort(arm: ArmPort, what: str) -> tuple[Reading, tuple[float, ...]]:
+    r = await arm.read_angles()
+    if r.angles is None:
+        raise MotionAbort(f"no angles readable {what}: {r.error}")
+    return r, r.angles
+
+
+async def send_and_wait(
+    arm: ArmPort,
+    clock: Clock,
+    target: Sequence[float],
+    *,
+    tol: float,
+    speed: int,
+    policy: MotionPolicy,
+    observer: Observer | None = None,
+    on_reading: Callable[[Reading], None] | None = None,
+) -> MoveResult:
+    """Send ``target`` and wait for arrival within ``tol`` degrees.
+
+    Returns a MoveResult (``arrived`` False with a reason on timeout). Raises
+    MotionAbort when the start pose cannot be read, and lets the daemon client's
+    ConnectionLost / DaemonTimeout / ArmRefused through (the trial must abort).
+    """
+    tgt = tuple(float(a) for a in target)
+    start, ref = await _read_or_abort(arm, "before the send")
+    if on_reading is not None:
+        on_reading(start)
+    result = MoveResult(tgt, tol, speed, ref, None, False, "")
+    for attempt in (1, 2):
+        timeout = arrival_timeout(_max_delta(tgt, ref), policy) / policy.time_scale
+        ts_send = clock.wall()
+        t_send = await arm.send_angles(tgt, speed)
+        rec = SendRecord(attempt, ts_send, None, False, timeout)
+        result.sends.append(rec)
+        last: tuple[float, ...] | None = None
+        while True:
+            r = await arm.read_angles()
+            if on_reading is not None:
+                on_reading(r)
+            if r.angles is None:
+                result.read_errors += 1
+            else:
+                rec.readings += 1
+                last = r.angles
+                if _max_delta(tgt, last) <= tol:
+                    rec.ts_arrival, rec.arrived = clock.wall(), True
+                    break
+            if r.t - t_send > timeout:
+                break
+            if policy.poll_interval_s > 0:
+                await clock.sleep(policy.poll_interval_s / policy.time_scale)
+        if observer is not None:
+            observer(rec.ts_send, rec.ts_arrival, attempt, rec.arrived)
+        if rec.arrived:
+            result.post, result.arrived = last, True
+            result.reason = "arrived" if attempt == 1 else "arrived after one re-send (first send ignored)"
+            return result
+        if last is None:
+            raise MotionAbort(f"no angles readable while waiting for arrival (attempt {attempt})")
+        result.post = last
+        moved = _max_delta(last, ref)
+        held = [i for i in range(6) if abs(tgt[i] - ref[i]) <= tol and abs(last[i] - ref[i]) > tol]
+        if held:
+            j = held[0]
+            result.reason = (
+                f"arrival timeout after {timeout:.2f}s: held axis j{j} moved {abs(last[j] - ref[j]):.2f}° (no retry)"
+            )
+            return result
+        if moved >= policy.ignored_move_deg:
+            result.reason = (
+                f"arrival timeout after {timeout:.2f}s: partial move/stall, moved {moved:.2f}°, "
+                f"still {_max_delta(tgt, last.angles):.2f}° from target (no retry)"
+            )
+            return result
+        if attempt == 2:
+            result.reason = f"arrival timeout after {timeout:.2f}s: re-send ignored too (moved {moved:.2f}°)"
+            return result
+        # the send was ignored: wait, re-read, re-send once
+        await clock.sleep(policy.send_wait_s / policy.time_scale)
+        again, ref = await _read_or_abort(arm, "before the re-send")
+        if on_reading is not None:
+            on_reading(again)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,151 @@
+"""The runtime's seams to the outside world, as small protocols.
+
+Why: every input the stage machine uses (angle readings, camera detections, tip
+measurements, block positions, verdicts, side frames) comes through one of these
+ports. The live run plugs in the daemon and the cameras, ``--dry-run`` plugs in an
+arm that records instead of moving, and ``mecharm replay`` plugs in ports that
+return what a trace recorded — the decision logic is the same code in all three.
+Time enters only through ``Clock`` and through the timestamp of each reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "ArmPort",
+    "Clock",
+    "EyesPort",
+    "JudgePort",
+    "Reading",
+    "RealClock",
+    "SceneObservation",
+    "SideFramePort",
+    "TipObservation",
+    "VerdictObservation",
+]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One ``get_angles`` attempt: the angles (None when the arm gave no reading, with
+    ``error`` saying why) and the monotonic time (s) it was taken."""
+
+    angles: tuple[float, ...] | None
+    t: float
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"angles": list(self.angles) if self.angles is not None else None, "t": self.t, "error": self.error}
+
+
+@runtime_checkable
+class ArmPort(Protocol):
+    """The arm as the stage machine sees it.
+
+    ``read_angles`` reports an arm that gave no reading inside the Reading (not as an
+    exception) so every reading, good or not, carries its time. ``send_angles``
+    returns the monotonic time the send completed. Lost connections, timeouts and
+    refusals raise the daemon client's errors (client.py).
+    """
+
+    async def read_angles(self) -> Reading: ...
+    async def send_angles(self, angles: Sequence[float], speed: int) -> float: ...
+    async def set_gripper_state(self, state: int, speed: int) -> None: ...
+    async def set_gripper_value(self, value: int, speed: int) -> None: ...
+    async def set_fresh_mode(self, mode: int) -> None: ...
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SceneObservation:
+    """Stage2's result: block and box on the mat (Unity x, z metres) from the same captures."""
+
+    ok: bool
+    reason: str = ""
+    block_xz: tuple[float, float] | None = None
+    box_xz: tuple[float, float] | None = None
+    box_score: float | None = None
+    box_method: str = ""
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    captures: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "reason": self.reason,
+            "block_xz": list(self.block_xz) if self.block_xz else None,
+            "box_xz": list(self.box_xz) if self.box_xz else None,
+            "box_score": self.box_score, "box_method": self.box_method,
+            "repeats": self.repeats, "captures": self.captures,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TipObservation:
+    """Tip vs block after the pick descend, from the top camera (mm); ok=False when not measurable."""
+
+    ok: bool
+    dx_mm: float = 0.0
+    dz_mm: float = 0.0
+    dist_mm: float = 0.0
+    reason: str = ""
+    capture: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "dx_mm": self.dx_mm, "dz_mm": self.dz_mm, "dist_mm": self.dist_mm,
+                "reason": self.reason, "capture": self.capture}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VerdictObservation:
+    verdict: str  # "yes" | "no"
+    confidence: float
+    reason: str
+    judge: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "confidence": self.confidence, "reason": self.reason, "judge": self.judge}
+
+
+class EyesPort(Protocol):
+    """The top camera and the perception on it (the runtime owns the top camera)."""
+
+    async def observe_scene(self, repeat: int, tag: str) -> SceneObservation: ...
+    async def measure_tip(self, block_xz: tuple[float, float], tag: str) -> TipObservation: ...
+    async def locate_block(self, tag: str) -> tuple[float, float] | None: ...
+    async def close(self) -> None: ...
+
+
+class JudgePort(Protocol):
+    async def judge_pick(self, evidence: dict[str, Any]) -> VerdictObservation: ...
+    async def judge_place(self, evidence: dict[str, Any]) -> VerdictObservation: ...
+
+
+class SideFramePort(Protocol):
+    """The recorder's side frame on request: (path or None, capture_ts or None, reason)."""
+
+    async def request_side_frame(self, tag: str) -> tuple[str | None, float | None, str]: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+    def wall(self) -> float: ...
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    """Monotonic time for decisions, wall time for event timestamps (one clock with the recorder)."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            await asyncio.sleep(seconds)

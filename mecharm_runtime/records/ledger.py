@@ -1,0 +1,356 @@
+"""The trial ledger: ``{root}/runs/pick_place_ledger.csv``, one row per trial, append-only.
+
+The column list is a contract with the LeRobot exporter (docs/architecture.md).
+Existing rows are never rewritten: a row is appended and fsynced; a file whose
+header is not the current column list is refused (``mecharm ledger migrate`` first),
+because appending under another header would silently misalign every cell.
+Migration archives the old file, verifies the archive, pads every old row with
+empty cells for the new columns and checks that each old row survived byte for byte
+(SPEC §8: rebuilding a ledger from zero once lost 393 trials).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.fsutil import atomic_write_bytes
+
+__all__ = [
+    "LEDGER_COLUMNS",
+    "LEDGER_NAME",
+    "RECORDING_STATUSES",
+    "LedgerError",
+    "MigrationReport",
+    "RecordingInfo",
+    "VerifyReport",
+    "append_row",
+    "ledger_path",
+    "migrate_ledger",
+    "read_header",
+    "verify_ledger",
+    "wait_recording_meta",
+]
+
+LEDGER_NAME = "pick_place_ledger.csv"
+LEDGER_COLUMNS: tuple[str, ...] = (
+    "run_stem", "started_at", "ended_at", "duration_s", "status", "reason", "dry_run", "scene_seed",
+    "pick_verdict", "pick_confidence", "place_verdict", "place_confidence", "pick_attempts",
+    "block_x", "block_z", "box_x", "box_z",
+    "recording_path", "recording_fps", "recording_frames", "recording_status",
+)  # fmt: skip
+RECORDING_STATUSES = ("ok", "truncated", "camera_lost", "mount_lost", "none")
+STATUSES = ("completed", "stopped")
+VERDICTS = ("yes", "no", "")
+_STEM_RE = re.compile(r"^run_\d{4,}_\d{8}_\d{6}$")
+_NUMERIC = ("duration_s", "pick_confidence", "place_confidence", "block_x", "block_z", "box_x", "box_z", "recording_fps")
+_INTEGER = ("pick_attempts", "recording_frames", "scene_seed")
+
+
+class LedgerError(ValueError):
+    """The ledger cannot be appended to / migrated as asked; the message says why."""
+
+
+def ledger_path(data_root: Path) -> Path:
+    return Path(data_root) / "runs" / LEDGER_NAME
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    # one record = one line: newlines would break line-based migration and readers
+    return str(value).replace("\r", " ").replace("\n", " ")
+
+
+def _encode_row(cells: Sequence[str]) -> bytes:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue().encode("utf-8")
+
+
+def read_header(path: Path) -> list[str] | None:
+    """The header row of a ledger, or None when the file does not exist or is empty."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            first = fh.readline()
+    except FileNotFoundError:
+        return None
+    if not first.strip():
+        return None
+    return next(csv.reader([first]))
+
+
+def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDGER_COLUMNS) -> None:
+    """Append one trial's row (creating the file with its header when absent).
+
+    Raises LedgerError when ``row`` has keys outside ``columns`` or the file's header
+    is not ``columns`` (run ``mecharm ledger migrate``).
+    """
+    unknown = set(row) - set(columns)
+    if unknown:
+        raise LedgerError(f"ledger row has unknown columns {sorted(unknown)}")
+    path = Path(path)
+    header = read_header(path)
+    if header is not None and header != list(columns):
+        if list(columns[: len(header)]) == header:
+            raise LedgerError(
+                f"{path} has the old {len(header)}-column header; run `mecharm ledger migrate {path}` first"
+            )
+        raise LedgerError(f"{path} header does not match the ledger columns: {header}")
+    data = _encode_row([_cell(row.get(c)) for c in columns])
+    if header is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _encode_row(list(columns)) + data
+    with open(path, "ab") as fh:
+        if header is not None:
+            # a crash mid-append may have left a partial last line: never glue onto it
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                with open(path, "rb") as rd:
+                    rd.seek(-1, os.SEEK_END)
+                    if rd.read(1) != b"\n":
+                        data = b"\n" + data
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# ---------------------------------------------------------------- recording columns
+
+
+@dataclass
+class RecordingInfo:
+    status: str = "none"
+    path: str = ""
+    fps: float | None = None
+    frames: int | None = None
+    waited_s: float = 0.0
+    note: str = ""
+
+
+async def wait_recording_meta(
+    recording_dir: Path,
+    data_root: Path,
+    *,
+    timeout_s: float = 2.0,
+    poll_s: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+) -> RecordingInfo:
+    """Wait for ``recording_meta.json`` at most ``timeout_s``, polling every ``poll_s``
+    and never sleeping past the deadline (SPEC §8). No (valid) meta → status ``none``."""
+    meta_path = Path(recording_dir) / "recording_meta.json"
+    t0 = clock()
+    deadline = t0 + timeout_s
+    while True:
+        info = _read_meta(meta_path, data_root)
+        if info is not None:
+            info.waited_s = clock() - t0
+            return info
+        now = clock()
+        if now >= deadline:
+            return RecordingInfo(status="none", waited_s=now - t0, note="no recording_meta.json within the wait")
+        await asyncio.sleep(min(poll_s, deadline - now))
+
+
+def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return RecordingInfo(status="none", note=f"unreadable recording_meta.json: {exc}")
+    if not isinstance(meta, dict):
+        return RecordingInfo(status="none", note="recording_meta.json is not an object")
+    status = meta.get("status")
+    if status not in RECORDING_STATUSES or status == "none":
+        return RecordingInfo(status="none", note=f"recording_meta.json has unknown status {status!r}")
+    try:
+        rel = os.path.relpath(meta_path.parent, data_root)
+    except ValueError:
+        rel = str(meta_path.parent)
+    fps = meta.get("effective_fps")
+    frames = meta.get("frames_written")
+    return RecordingInfo(
+        status=str(status),
+        path=rel,
+        fps=float(fps) if isinstance(fps, int | float) and not isinstance(fps, bool) else None,
+        frames=int(frames) if isinstance(frames, int) and not isinstance(frames, bool) else None,
+    )
+
+
+# ---------------------------------------------------------------- verify
+
+
+@dataclass
+class VerifyReport:
+    path: Path
+    rows: int = 0
+    errors: list[str] = field(default_factory=list)
+    needs_migration: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> VerifyReport:
+    """Check a ledger: header, cell counts, vocabularies, numbers, unique run stems."""
+    path = Path(path)
+    rep = VerifyReport(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        rep.errors.append(f"cannot read {path}: {exc.strerror or exc}")
+        return rep
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        rep.errors.append(f"not UTF-8 at byte {exc.start}")
+        return rep
+    if text and not text.endswith("\n"):
+        rep.errors.append("last line is not terminated (partial append?)")
+    records = list(csv.reader(io.StringIO(text, newline="")))
+    if not records:
+        rep.errors.append("empty file (no header)")
+        return rep
+    header = records[0]
+    if header != list(columns):
+        if list(columns[: len(header)]) == header:
+            rep.needs_migration = True
+            rep.errors.append(f"old header with {len(header)} columns: run `mecharm ledger migrate`")
+        else:
+            rep.errors.append(f"header is not the ledger column list: {header}")
+            return rep
+    n_lines = text.count("\n")
+    if n_lines != len(records):
+        rep.errors.append(f"{len(records)} records on {n_lines} lines: a record spans lines")
+    seen: dict[str, int] = {}
+    for lineno, rec in enumerate(records[1:], 2):
+        rep.rows += 1
+        if len(rec) != len(header):
+            rep.errors.append(f"line {lineno}: {len(rec)} cells, header has {len(header)}")
+            continue
+        row = dict(zip(header, rec, strict=True))
+        stem = row["run_stem"]
+        if not _STEM_RE.fullmatch(stem):
+            rep.errors.append(f"line {lineno}: run_stem {stem!r} is not run_NNNN_YYYYmmdd_HHMMSS")
+        elif stem in seen:
+            rep.errors.append(f"line {lineno}: run_stem {stem} repeats line {seen[stem]}")
+        else:
+            seen[stem] = lineno
+        if row["status"] not in STATUSES:
+            rep.errors.append(f"line {lineno}: status {row['status']!r} not in {STATUSES}")
+        if row["status"] == "stopped" and not row["reason"]:
+            rep.errors.append(f"line {lineno}: stopped without a reason")
+        for key in ("pick_verdict", "place_verdict"):
+            if row[key] not in VERDICTS:
+                rep.errors.append(f"line {lineno}: {key} {row[key]!r} not yes/no/empty")
+        # empty = a row migrated from before the column existed (padded, never rewritten)
+        if row.get("recording_status", "") not in (*RECORDING_STATUSES, ""):
+            rep.errors.append(f"line {lineno}: recording_status {row['recording_status']!r} not in {RECORDING_STATUSES}")
+        if row.get("dry_run", "") not in ("0", "1"):
+            rep.errors.append(f"line {lineno}: dry_run {row.get('dry_run')!r} not 0/1")
+        for key in _NUMERIC:
+            if key in row and row[key] != "":
+                try:
+                    float(row[key])
+                except ValueError:
+                    rep.errors.append(f"line {lineno}: {key} {row[key]!r} is not a number")
+        for key in _INTEGER:
+            if key in row and row[key] != "" and not re.fullmatch(r"-?\d+", row[key]):
+                rep.errors.append(f"line {lineno}: {key} {row[key]!r} is not an integer")
+    return rep
+
+
+# ---------------------------------------------------------------- migrate
+
+
+@dataclass
+class MigrationReport:
+    path: Path
+    archive: Path | None
+    rows: int
+    added_columns: list[str]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def migrate_ledger(
+    path: Path,
+    columns: Sequence[str] = LEDGER_COLUMNS,
+    *,
+    archive_dir: Path | None = None,
+    now: Callable[[], float] = time.time,
+) -> MigrationReport:
+    """Add the missing trailing columns by archive-and-pad (SPEC §8).
+
+    1. the old header must be a prefix of ``columns`` and every record one line;
+    2. the old file is copied to ``archive_dir`` and the copy's checksum verified;
+    3. the new file = new header + each old line + one empty cell per new column;
+    4. each new line minus the padding is checked byte-identical to the old line,
+       then the new file replaces the old one atomically.
+    Raises LedgerError (the original file is then untouched).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise LedgerError(f"cannot read {path}: {exc.strerror or exc}") from None
+    header = read_header(path)
+    if header is None:
+        raise LedgerError(f"{path} is empty: nothing to migrate")
+    columns = list(columns)
+    if header == columns:
+        return MigrationReport(path, None, raw.count(b"\n") - 1, [])
+    if columns[: len(header)] != header:
+        raise LedgerError(f"{path} header {header} is not a prefix of the new columns; cannot pad")
+    if not raw.endswith(b"\n"):
+        raise LedgerError(f"{path} ends with a partial line; repair it before migrating")
+    lines = raw.split(b"\n")[:-1]
+    records = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
+    if len(records) != len(lines):
+        raise LedgerError(f"{path}: {len(records)} records on {len(lines)} lines (a record spans lines)")
+    for n, rec in enumerate(records[1:], 2):
+        if len(rec) != len(header):
+            raise LedgerError(f"{path} line {n}: {len(rec)} cells, header has {len(header)}")
+    added = columns[len(header):]
+    pad = b"," * len(added)
+    new = _encode_row(columns) + b"".join(line + pad + b"\n" for line in lines[1:])
+    # check: every old row survives byte for byte, followed only by the padding
+    new_lines = new.split(b"\n")[:-1]
+    if len(new_lines) != len(lines):
+        raise LedgerError("migration check failed: row count changed")
+    for old, got in zip(lines[1:], new_lines[1:], strict=True):
+        if got[: len(old)] != old or got[len(old):] != pad:
+            raise LedgerError("migration check failed: an old row changed")
+    check = list(csv.reader(io.StringIO(new.decode("utf-8"), newline="")))
+    if any(len(r) != len(columns) for r in check):
+        raise LedgerError("migration check failed: a padded row has the wrong cell count")
+    archive_dir = Path(archive_dir) if archive_dir is not None else path.parent / "ledger_archive"
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(now()))
+    archive = archive_dir / f"{path.stem}_{stamp}_{len(header)}cols{path.suffix}"
+    if archive.exists():
+        raise LedgerError(f"archive {archive} already exists; not overwriting it")
+    shutil.copy2(path, archive)
+    if _sha256(archive.read_bytes()) != _sha256(raw):
+        raise LedgerError(f"archive {archive} does not match {path}; migration abandoned")
+    atomic_write_bytes(path, new)
+    return MigrationReport(path, archive, len(lines) - 1, added)

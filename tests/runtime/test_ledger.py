@@ -1,0 +1,195 @@
+"""Ledger: append-only rows, bounded recording wait, archive-and-pad migration, verify."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from mecharm_runtime.records.ledger import (
+    LEDGER_COLUMNS,
+    LedgerError,
+    append_row,
+    migrate_ledger,
+    verify_ledger,
+    wait_recording_meta,
+)
+from mecharm_runtime.tools_cli import main as mecharm_main
+
+
+def _row(i: int, **kw: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "run_stem": f"run_{i:04d}_20260101_1200{i % 60:02d}",
+        "started_at": "2026-01-01T12:00:00",
+        "ended_at": "2026-01-01T12:01:00",
+        "duration_s": 60.0 + i,
+        "status": "completed",
+        "reason": "",
+        "dry_run": False,
+        "scene_seed": i,
+        "pick_verdict": "yes",
+        "pick_confidence": 0.9,
+        "place_verdict": "yes",
+        "place_confidence": 0.95,
+        "pick_attempts": 1,
+        "block_x": 0.2,
+        "block_z": 0.26,
+        "box_x": -0.2,
+        "box_z": 0.18,
+        "recording_path": f"runs/run_pick_place/run_{i:04d}/recording",
+        "recording_fps": 27.2,
+        "recording_frames": 2443,
+        "recording_status": "ok",
+    }
+    row.update(kw)
+    return row
+
+
+def test_append_creates_header_and_never_rewrites(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "pick_place_ledger.csv"
+    append_row(path, _row(1))
+    first = path.read_bytes()
+    append_row(path, _row(2, status="stopped", reason="daemon connection lost:\nreset", recording_status="none"))
+    data = path.read_bytes()
+    assert data.startswith(first)  # earlier bytes untouched
+    rows = list(csv.DictReader(data.decode().splitlines()))
+    assert [r["run_stem"] for r in rows] == [_row(1)["run_stem"], _row(2)["run_stem"]]
+    assert rows[1]["reason"] == "daemon connection lost: reset"  # one record one line
+    assert rows[0]["dry_run"] == "0"
+    assert list(rows[0]) == list(LEDGER_COLUMNS)
+    assert verify_ledger(path).ok
+
+
+def test_append_refuses_unknown_column_and_foreign_header(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    with pytest.raises(LedgerError, match="unknown columns"):
+        append_row(path, {**_row(1), "bogus": 1})
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(LedgerError, match="header does not match"):
+        append_row(path, _row(1))
+    old = ",".join(LEDGER_COLUMNS[:17]) + "\n"
+    path.write_text(old)
+    with pytest.raises(LedgerError, match="migrate"):
+        append_row(path, _row(1))
+    assert path.read_text() == old
+
+
+def test_append_after_partial_line_starts_new_line(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    append_row(path, _row(1))
+    with open(path, "ab") as fh:
+        fh.write(b"run_0099_2026")  # a crash mid-append
+    append_row(path, _row(2))
+    lines = path.read_text().splitlines()
+    assert lines[-1].startswith(str(_row(2)["run_stem"]))
+    rep = verify_ledger(path)
+    assert not rep.ok and any("cells" in e for e in rep.errors)  # the torn line is reported
+
+
+def _old_ledger(path: Path, n: int) -> bytes:
+    cols = list(LEDGER_COLUMNS[:17])
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(cols)
+        for i in range(n):
+            r = _row(i, reason="said \"no\", twice" if i == 3 else "")
+            w.writerow([r[c] if c != "dry_run" else "0" for c in cols])
+    return path.read_bytes()
+
+
+def test_migrate_pads_old_rows_byte_identical(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "pick_place_ledger.csv"
+    path.parent.mkdir()
+    old = _old_ledger(path, 393)
+    rep = migrate_ledger(path, now=lambda: 1_700_000_000.0)
+    assert rep.rows == 393 and rep.added_columns == list(LEDGER_COLUMNS[17:])
+    assert rep.archive is not None and rep.archive.read_bytes() == old
+    new_lines = path.read_bytes().split(b"\n")
+    old_lines = old.split(b"\n")
+    assert new_lines[0].decode() == ",".join(LEDGER_COLUMNS)
+    for o, n in zip(old_lines[1:-1], new_lines[1:-1], strict=True):
+        assert n == o + b",,,,"
+    assert verify_ledger(path).ok
+    append_row(path, _row(500))  # the migrated ledger takes new rows
+    assert verify_ledger(path).rows == 394
+    # idempotent
+    assert migrate_ledger(path).added_columns == []
+
+
+def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    path.write_text("x,y\n1,2\n")
+    with pytest.raises(LedgerError, match="not a prefix"):
+        migrate_ledger(path)
+    old = _old_ledger(path, 5)
+    path.write_bytes(old + b"run_0009,partial")
+    with pytest.raises(LedgerError, match="partial line"):
+        migrate_ledger(path)
+    path.write_bytes(old.replace(b"said", b"sa\nid", 1))
+    with pytest.raises(LedgerError, match="spans lines|cells"):
+        migrate_ledger(path)
+    assert not (tmp_path / "ledger_archive").exists() or not any((tmp_path / "ledger_archive").iterdir())
+
+
+def test_verify_reports_each_problem(tmp_path: Path) -> None:
+    path = tmp_path / "l.csv"
+    append_row(path, _row(1))
+    append_row(path, _row(1))  # duplicate stem
+    append_row(path, _row(2, status="weird", pick_verdict="maybe", recording_status="great", duration_s="abc"))
+    append_row(path, _row(3, status="stopped", reason=""))
+    append_row(path, _row(4, run_stem="run_x", pick_attempts="1.5"))
+    errors = "\n".join(verify_ledger(path).errors)
+    for needle in ("repeats line", "status 'weird'", "pick_verdict 'maybe'", "recording_status 'great'",
+                   "duration_s 'abc'", "stopped without a reason", "run_stem 'run_x'", "pick_attempts '1.5'"):
+        assert needle in errors
+
+
+def test_cli_verify_and_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pick_place_ledger.csv"
+    _old_ledger(path, 5)
+    assert mecharm_main(["ledger", "verify", str(path)]) == 1
+    assert "migrate" in capsys.readouterr().err
+    assert mecharm_main(["ledger", "migrate", str(path)]) == 0
+    assert "added recording_path" in capsys.readouterr().out
+    assert mecharm_main(["ledger", "verify", str(path)]) == 0
+    assert mecharm_main(["ledger", "verify", str(tmp_path / "missing.csv")]) == 1
+
+
+@pytest.mark.asyncio
+async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
+    rec = tmp_path / "runs" / "run_pick_place" / "run_0001_x" / "recording"
+    rec.mkdir(parents=True)
+
+    async def write_later() -> None:
+        await asyncio.sleep(0.25)
+        (rec / "recording_meta.json").write_text(json.dumps({"status": "ok", "effective_fps": 27.2, "frames_written": 99}))
+
+    task = asyncio.create_task(write_later())
+    info = await wait_recording_meta(rec, tmp_path, timeout_s=2.0, poll_s=0.1)
+    await task
+    assert (info.status, info.fps, info.frames) == ("ok", 27.2, 99)
+    assert info.path == "runs/run_pick_place/run_0001_x/recording"
+    assert 0.2 <= info.waited_s < 1.0
+
+
+@pytest.mark.asyncio
+async def test_recording_wait_is_bounded_and_never_oversleeps(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.35, poll_s=0.1)
+    elapsed = time.monotonic() - t0
+    assert info.status == "none" and info.path == ""
+    assert 0.35 <= elapsed < 0.35 + 0.09  # last sleep is cut at the deadline, not a whole poll
+
+
+@pytest.mark.asyncio
+async def test_recording_wait_bad_meta_is_status_none(tmp_path: Path) -> None:
+    (tmp_path / "recording_meta.json").write_text("{not json")
+    info = await wait_recording_meta(tmp_path, tmp_path, timeout_s=0.2)
+    assert info.status == "none" and "unreadable" in info.note
+    (tmp_path / "recording_meta.json").write_text(json.dumps({"status": "exploded"}))
+    info = await wait_recording_meta(tmp_path, tmp_path, timeout_s=0.2)
+    assert info.status == "none" and "unknown status" in info.note
