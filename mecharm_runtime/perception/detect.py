@@ -1,0 +1,326 @@
+"""Red block and white box on the mat from top-camera frames (SPEC §5 stage2, stage8_5).
+
+Pure functions over BGR numpy frames; no camera I/O. Each object is measured
+on the plane where its visible top lies (block top face at 25 mm, box rim at
+43 mm) so perspective does not shift it:
+
+* block: red by hue -> largest plausible blob -> its top face (the brightest
+  part of the blob, Otsu on V, since the sides are in shade) -> centroid;
+* box: white and unsaturated -> the rim's outer contour -> minimum-area
+  rectangle in millimetres; when no contour passes the size/shape check,
+  template matching of the rim over rotations 0-75° (step 15) and scales
+  0.85/1.0/1.15 on a rectified view; below the score threshold, the
+  configured fallback position.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
+from mecharm_runtime.perception.homography import MatHomography, _check_frame
+from mecharm_runtime.perception.results import BlockDetection, BoxDetection, SceneDetection
+
+__all__ = [
+    "BOX_FALLBACK_XZ",
+    "BOX_SCORE_THRESH",
+    "TEMPLATE_ROTATIONS_DEG",
+    "TEMPLATE_SCALES",
+    "combine_detections",
+    "detect_block",
+    "detect_box",
+    "detect_scene",
+    "locate_block",
+]
+
+BOX_FALLBACK_XZ = (-0.01, 0.108)
+BOX_SCORE_THRESH = 0.5
+TEMPLATE_ROTATIONS_DEG = (0, 15, 30, 45, 60, 75)
+TEMPLATE_SCALES = (0.85, 1.0, 1.15)
+_TEMPLATE_MM_PER_PX = 1.0
+_KERNEL = np.ones((3, 3), np.uint8)
+
+
+# ---------------------------------------------------------------- masks
+def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: PerceptionConfig) -> NDArray[np.uint8]:
+    """Pixels of the mat (plus a margin), cached on the homography object."""
+    cache: dict[Any, NDArray[np.uint8]] = H.__dict__.setdefault("_mask_cache", {})
+    key = (frame_shape[:2], config.mat_x, config.mat_z)
+    if key not in cache:
+        x0, x1 = config.mat_x
+        z0, z1 = config.mat_z
+        poly = H.xzs_to_pixels(np.array([[x0, z0], [x1, z0], [x1, z1], [x0, z1]]))
+        mask = np.zeros(frame_shape[:2], np.uint8)
+        cv2.fillConvexPoly(mask, np.round(poly).astype(np.int32), 255)
+        cache[key] = mask
+    return cache[key]
+
+
+def _hsv(frame: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2HSV)
+
+
+def _red_mask(hsv: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    m = cv2.inRange(hsv, (0, 110, 50), (10, 255, 255))
+    m |= cv2.inRange(hsv, (170, 110, 50), (180, 255, 255))
+    return m
+
+
+def _white_mask(hsv: NDArray[np.uint8]) -> NDArray[np.uint8]:
+    return cv2.inRange(hsv, (0, 0, 185), (180, 60, 255))
+
+
+def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[np.float64]:
+    return H.pixels_to_xz(contour.reshape(-1, 2).astype(np.float64), height)
+
+
+# ---------------------------------------------------------------- block
+def _block_from(
+    hsv: NDArray[np.uint8], red: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig,
+    height: float, near_xz: tuple[float, float] | None,
+) -> BlockDetection | None:
+    red = cv2.morphologyEx(red, cv2.MORPH_OPEN, _KERNEL)
+    contours, _ = cv2.findContours(red, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    face_mm2 = (config.block_size_m * 1000.0) ** 2
+    best = None
+    for c in contours:
+        if cv2.contourArea(c) < 30:
+            continue
+        area = cv2.contourArea(_poly_xz(c, H, height).astype(np.float32)) * 1e6
+        if not 0.3 * face_mm2 <= area <= 4.0 * face_mm2:
+            continue
+        if near_xz is not None:
+            m = cv2.moments(c)
+            if m["m00"] <= 0:
+                continue
+            cx, cz = H.pixel_to_xz(m["m10"] / m["m00"], m["m01"] / m["m00"], height)
+            rank = -math.hypot(cx - near_xz[0], cz - near_xz[1])
+        else:
+            rank = area
+        if best is None or rank > best[0]:
+            best = (rank, c)
+    if best is None:
+        return None
+    x, y, w, h = cv2.boundingRect(best[1])
+    blob = np.zeros((h, w), np.uint8)
+    cv2.drawContours(blob, [best[1]], -1, 255, -1, offset=(-x, -y))
+    blob &= red[y : y + h, x : x + w]
+    vals = hsv[y : y + h, x : x + w, 2]
+    inside = vals[blob > 0]
+    if inside.size < 10:
+        return None
+    thr, _ = cv2.threshold(inside.reshape(-1, 1), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    hi, lo = inside[inside > thr], inside[inside <= thr]
+    top = blob.copy()
+    if hi.size and lo.size and float(hi.mean()) - float(lo.mean()) > 25.0:
+        top[vals <= thr] = 0
+        top = cv2.morphologyEx(top, cv2.MORPH_OPEN, _KERNEL)
+        n, labels, stats, _ = cv2.connectedComponentsWithStats(top)
+        if n > 1:
+            k = 1 + int(np.argmax(stats[1:, cv2.CC_STAT_AREA]))
+            top = np.where(labels == k, 255, 0).astype(np.uint8)
+    m = cv2.moments(top, binaryImage=True)
+    if m["m00"] <= 0:
+        return None
+    u, v = x + m["m10"] / m["m00"], y + m["m01"] / m["m00"]
+    bx, bz = H.pixel_to_xz(u, v, height)
+    cts, _ = cv2.findContours(top, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+    face = max(cts, key=cv2.contourArea) + np.array([x, y])
+    face_xz = (_poly_xz(face, H, height) * 1000.0).astype(np.float32)
+    (_, _), (_, _), ang = cv2.minAreaRect(face_xz)
+    return BlockDetection(
+        x=bx, z=bz, yaw_deg=float(ang % 90.0), u=float(u), v=float(v),
+        area_mm2=float(cv2.contourArea(face_xz)), height_m=height,
+    )
+
+
+def detect_block(
+    frame: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig = DEFAULT_CONFIG
+) -> BlockDetection | None:
+    """The red block standing on the mat, or None when no plausible red blob is seen."""
+    hsv = _hsv(_check_frame(frame))
+    red = _red_mask(hsv) & _mat_mask(frame.shape, H, config)
+    return _block_from(hsv, red, H, config, config.block_size_m, None)
+
+
+def locate_block(
+    frame: NDArray[np.uint8],
+    H: MatHomography,
+    height_m: float | None = None,
+    near_xz: tuple[float, float] | None = None,
+    config: PerceptionConfig = DEFAULT_CONFIG,
+) -> BlockDetection | None:
+    """The block wherever it is (in the gripper during the place servo, stage8_5).
+
+    ``height_m`` is the height of its top face (held block: tip ee_y + half
+    the block size); default: standing on the mat. ``near_xz`` prefers the red
+    blob nearest that point. Searches the whole frame, not only the mat.
+    """
+    hsv = _hsv(_check_frame(frame))
+    h = config.block_size_m if height_m is None else float(height_m)
+    return _block_from(hsv, _red_mask(hsv), H, config, h, near_xz)
+
+
+# ---------------------------------------------------------------- box
+def _box_contour(
+    white: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig
+) -> tuple[BoxDetection | None, str]:
+    contours, _ = cv2.findContours(white, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    outer = config.box_outer_m * 1000.0
+    best: BoxDetection | None = None
+    n_big = 0
+    for c in contours:
+        if cv2.contourArea(c) < 200:
+            continue
+        n_big += 1
+        pts = (_poly_xz(c, H, config.box_height_m) * 1000.0).astype(np.float32)
+        (cx, cz), (w, h), ang = cv2.minAreaRect(pts)
+        if w <= 0 or h <= 0:
+            continue
+        size_err = max(abs(w / outer - 1.0), abs(h / outer - 1.0))
+        fill = cv2.contourArea(pts) / (w * h)
+        if size_err > 0.15 or fill < 0.85:
+            continue
+        score = max(0.0, 1.0 - 2.0 * size_err) * min(1.0, fill)
+        if best is None or score > best.score:
+            m = cv2.moments(c)
+            best = BoxDetection(
+                x=cx / 1000.0, z=cz / 1000.0, yaw_deg=float(ang % 90.0), score=float(score),
+                method="contour", u=m["m10"] / m["m00"], v=m["m01"] / m["m00"], size_mm=(float(w), float(h)),
+            )
+    if best is None:
+        return None, f"no white contour of the box's size ({outer:.0f} mm square) among {n_big} white blobs"
+    return best, ""
+
+
+def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int) -> NDArray[np.float32]:
+    size = math.ceil(outer_px * math.sqrt(2)) + 2 * pad
+    size += 1 - size % 2
+    t = np.zeros((size, size), np.float32)
+    c = (size - 1) / 2.0
+    for side, val in ((outer_px, 1.0), (inner_px, 0.0)):
+        box = cv2.boxPoints(((c, c), (side, side), angle_deg))
+        cv2.fillConvexPoly(t, np.round(box * 16).astype(np.int32), val, lineType=cv2.LINE_AA, shift=4)
+    return t
+
+
+def _box_template(
+    white: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig
+) -> tuple[float, float, float, float, float]:
+    """Best (score, x, z, yaw_deg, scale) of the rim template over the search window."""
+    res = _TEMPLATE_MM_PER_PX / 1000.0
+    (x0, x1), (z0, z1) = config.box_search_x, config.box_search_z
+    wpx, hpx = round((x1 - x0) / res), round((z1 - z0) / res)
+    # rectified pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the rim's plane
+    S = np.array([[res, 0, x0], [0, -res, z1], [0, 0, 1.0]])
+    M = H.plane(config.box_height_m) @ S
+    rect = cv2.warpPerspective(white, M, (wpx, hpx), flags=cv2.WARP_INVERSE_MAP | cv2.INTER_LINEAR)
+    rect = cv2.GaussianBlur(rect.astype(np.float32) / 255.0, (5, 5), 0)
+    best = (-1.0, 0.0, 0.0, 0.0, 1.0)
+    outer, inner = config.box_outer_m / res, config.box_inner_m / res
+    for s in TEMPLATE_SCALES:
+        for a in TEMPLATE_ROTATIONS_DEG:
+            t = _ring_template(outer * s, inner * s, a, pad=6)
+            if t.shape[0] >= rect.shape[0] or t.shape[1] >= rect.shape[1]:
+                continue
+            t = cv2.GaussianBlur(t, (5, 5), 0)
+            r = cv2.matchTemplate(rect, t, cv2.TM_CCOEFF_NORMED)
+            _, score, _, loc = cv2.minMaxLoc(r)
+            if np.isfinite(score) and score > best[0]:
+                ci = loc[0] + (t.shape[1] - 1) / 2.0
+                cj = loc[1] + (t.shape[0] - 1) / 2.0
+                best = (float(score), x0 + ci * res, z1 - cj * res, float(a), s)
+    return best
+
+
+def detect_box(
+    frame: NDArray[np.uint8],
+    H: MatHomography,
+    fallback_xz: tuple[float, float] = BOX_FALLBACK_XZ,
+    score_thresh: float = BOX_SCORE_THRESH,
+    config: PerceptionConfig = DEFAULT_CONFIG,
+) -> BoxDetection:
+    """The white box: by contour, else by template (score >= ``score_thresh``), else ``fallback_xz``.
+
+    Never returns None: the fallback keeps the trial going at the configured
+    position, and ``method == "fallback"`` says so (with the best template score).
+    """
+    hsv = _hsv(_check_frame(frame))
+    white = _white_mask(hsv) & _mat_mask(frame.shape, H, config)
+    white = cv2.morphologyEx(white, cv2.MORPH_OPEN, _KERNEL)
+    found, why = _box_contour(white, H, config)
+    if found is not None:
+        return found
+    score, x, z, yaw, scale = _box_template(white, H, config)
+    u, v = H.xz_to_pixel(x, z, config.box_height_m)
+    if score >= score_thresh:
+        return BoxDetection(
+            x=x, z=z, yaw_deg=yaw, score=score, method="template", u=u, v=v,
+            size_mm=(config.box_outer_m * 1000 * scale,) * 2, reason=why,
+        )
+    return BoxDetection(
+        x=float(fallback_xz[0]), z=float(fallback_xz[1]), yaw_deg=0.0, score=max(0.0, score),
+        method="fallback", reason=f"{why}; best template score {score:.3f} < {score_thresh}",
+    )
+
+
+# ---------------------------------------------------------------- combined
+_METHOD_RANK = {"contour": 0, "template": 1, "fallback": 2}
+
+
+def _spread(xs: NDArray[np.float64], zs: NDArray[np.float64], x: float, z: float) -> float:
+    return float(np.max(np.hypot(xs - x, zs - z)) * 1000.0) if len(xs) else 0.0
+
+
+def combine_detections(
+    blocks: Sequence[BlockDetection | None], boxes: Sequence[BoxDetection]
+) -> SceneDetection:
+    """Median of the repeats. The block counts only when seen in a majority of them;
+    the box uses the samples of the best method present (contour > template > fallback)."""
+    found = [b for b in blocks if b is not None]
+    block = None
+    bspread = None
+    if found and 2 * len(found) > len(blocks):
+        xs = np.array([b.x for b in found])
+        zs = np.array([b.z for b in found])
+        mx, mz = float(np.median(xs)), float(np.median(zs))
+        ref = min(found, key=lambda b: math.hypot(b.x - mx, b.z - mz))
+        block = BlockDetection(
+            x=mx, z=mz, yaw_deg=ref.yaw_deg, u=ref.u, v=ref.v, area_mm2=ref.area_mm2, height_m=ref.height_m
+        )
+        bspread = _spread(xs, zs, mx, mz)
+    rank = min(_METHOD_RANK[b.method] for b in boxes)
+    same = [b for b in boxes if _METHOD_RANK[b.method] == rank]
+    xs = np.array([b.x for b in same])
+    zs = np.array([b.z for b in same])
+    mx, mz = float(np.median(xs)), float(np.median(zs))
+    ref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
+    box = BoxDetection(
+        x=mx, z=mz, yaw_deg=ref.yaw_deg, score=float(np.median([b.score for b in same])), method=ref.method,
+        u=ref.u, v=ref.v, size_mm=ref.size_mm, reason=ref.reason,
+    )
+    return SceneDetection(
+        block=block, box=box, block_samples=list(blocks), box_samples=list(boxes),
+        block_spread_mm=bspread, box_spread_mm=_spread(xs, zs, mx, mz),
+    )
+
+
+def detect_scene(
+    frames: Sequence[NDArray[np.uint8]],
+    H: MatHomography,
+    fallback_xz: tuple[float, float] = BOX_FALLBACK_XZ,
+    score_thresh: float = BOX_SCORE_THRESH,
+    config: PerceptionConfig = DEFAULT_CONFIG,
+) -> SceneDetection:
+    """Block and box in each of the DETECT_REPEAT captures, combined (``combine_detections``)."""
+    if not frames:
+        raise ValueError("detect_scene needs at least one frame")
+    blocks = [detect_block(f, H, config) for f in frames]
+    boxes = [detect_box(f, H, fallback_xz, score_thresh, config) for f in frames]
+    return combine_detections(blocks, boxes)

@@ -1,0 +1,228 @@
+"""Top-camera pixels <-> mat coordinates, from the four ArUco corner markers (SPEC §5 stage2).
+
+The homography maps the mat plane (y = 0) to pixels. Objects stand above the
+mat (the block's top face at 25 mm, the box rim at 43 mm), so a point seen at
+height h must be mapped through the plane y = h, or it is off by the parallax
+(~7 mm for the block at 25 cm from the camera's nadir). The camera pose needed
+for that is recovered from the homography itself: the focal length is
+self-calibrated (square pixels, principal point at the image centre) unless
+configured, then H = K [r_x r_z t] gives R and t.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
+
+__all__ = ["HomographyError", "MatHomography", "detect_markers", "estimate_homography"]
+
+_DICT = cv2.aruco.getPredefinedDictionary(cv2.aruco.DICT_4X4_50)
+
+
+def _detector() -> cv2.aruco.ArucoDetector:
+    params = cv2.aruco.DetectorParameters()
+    params.cornerRefinementMethod = cv2.aruco.CORNER_REFINE_SUBPIX
+    params.cornerRefinementWinSize = 5
+    return cv2.aruco.ArucoDetector(_DICT, params)
+
+
+class HomographyError(RuntimeError):
+    """The mat homography cannot be computed; ``missing`` names the corner markers not found."""
+
+    def __init__(self, reason: str, missing: Sequence[str] = ()) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = list(missing)
+
+
+def _check_frame(frame: Any, what: str = "frame") -> NDArray[np.uint8]:
+    if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        desc = f"{type(frame).__name__} {getattr(frame, 'shape', '')} {getattr(frame, 'dtype', '')}"
+        raise ValueError(f"{what} must be a BGR uint8 image of shape (h, w, 3), got {desc.strip()}")
+    return frame
+
+
+def detect_markers(frame: NDArray[np.uint8]) -> dict[int, NDArray[np.float64]]:
+    """ArUco markers in one BGR frame: id -> (4, 2) corner pixels (OpenCV order)."""
+    gray = cv2.cvtColor(_check_frame(frame), cv2.COLOR_BGR2GRAY)
+    corners, ids, _ = _detector().detectMarkers(gray)
+    out: dict[int, NDArray[np.float64]] = {}
+    if ids is None:
+        return out
+    for c, i in zip(corners, ids.ravel(), strict=True):
+        out.setdefault(int(i), c.reshape(4, 2).astype(np.float64))
+    return out
+
+
+@dataclass
+class MatHomography:
+    """Mat-plane homography plus the camera pose recovered from it."""
+
+    H: NDArray[np.float64]  # (x, z, 1) on the mat -> pixel (u, v, 1)
+    image_size: tuple[int, int]  # (width, height)
+    focal_px: float
+    R: NDArray[np.float64]  # world (Unity x, y, z) -> camera
+    t: NDArray[np.float64]
+    n_frames: int = 0
+    reproj_error_px: float = 0.0
+    markers_seen: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.H = np.asarray(self.H, dtype=np.float64)
+        self.H_inv = np.linalg.inv(self.H)
+        w, h = self.image_size
+        self.K = np.array([[self.focal_px, 0.0, (w - 1) / 2.0], [0.0, self.focal_px, (h - 1) / 2.0], [0, 0, 1.0]])
+        self.K_inv = np.linalg.inv(self.K)
+        self.camera_center = -self.R.T @ self.t
+
+    # ---------------------------------------------------------------- mapping
+    def plane(self, height: float = 0.0) -> NDArray[np.float64]:
+        """Homography of the horizontal plane y = ``height`` (mat coords -> pixels)."""
+        if height == 0.0:
+            return self.H
+        m = self.K @ np.column_stack([self.R[:, 0], self.R[:, 2], self.t + height * self.R[:, 1]])
+        return m / m[2, 2]
+
+    def pixels_to_xz(self, uv: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
+        """Map (N, 2) pixels to (N, 2) mat (x, z) on the plane y = ``height``."""
+        pts = np.asarray(uv, dtype=np.float64).reshape(-1, 1, 2)
+        inv = self.H_inv if height == 0.0 else np.linalg.inv(self.plane(height))
+        return cv2.perspectiveTransform(pts, inv).reshape(-1, 2)
+
+    def xzs_to_pixels(self, xz: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
+        pts = np.asarray(xz, dtype=np.float64).reshape(-1, 1, 2)
+        return cv2.perspectiveTransform(pts, self.plane(height)).reshape(-1, 2)
+
+    def pixel_to_xz(self, u: float, v: float, height: float = 0.0) -> tuple[float, float]:
+        x, z = self.pixels_to_xz(np.array([[u, v]]), height)[0]
+        return float(x), float(z)
+
+    def xz_to_pixel(self, x: float, z: float, height: float = 0.0) -> tuple[float, float]:
+        u, v = self.xzs_to_pixels(np.array([[x, z]]), height)[0]
+        return float(u), float(v)
+
+    def mm_per_px(self, x: float, z: float, height: float = 0.0) -> float:
+        """Local scale near (x, z): millimetres on the plane per image pixel."""
+        u, v = self.xz_to_pixel(x, z, height)
+        a = self.pixels_to_xz(np.array([[u - 5, v], [u + 5, v], [u, v - 5], [u, v + 5]]), height)
+        return float((np.linalg.norm(a[1] - a[0]) + np.linalg.norm(a[3] - a[2])) / 20.0 * 1000.0)
+
+    # ---------------------------------------------------------------- (de)serialization
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "H": self.H.tolist(),
+            "image_size": list(self.image_size),
+            "focal_px": round(self.focal_px, 3),
+            "camera_center_xyz": [round(float(c), 5) for c in self.camera_center],
+            "R": self.R.tolist(),
+            "t": self.t.tolist(),
+            "n_frames": self.n_frames,
+            "reproj_error_px": round(self.reproj_error_px, 4),
+            "markers_seen": dict(self.markers_seen),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MatHomography:
+        return cls(
+            H=np.array(d["H"], dtype=np.float64),
+            image_size=(int(d["image_size"][0]), int(d["image_size"][1])),
+            focal_px=float(d["focal_px"]),
+            R=np.array(d["R"], dtype=np.float64),
+            t=np.array(d["t"], dtype=np.float64),
+            n_frames=int(d.get("n_frames", 0)),
+            reproj_error_px=float(d.get("reproj_error_px", 0.0)),
+            markers_seen=dict(d.get("markers_seen", {})),
+        )
+
+    @classmethod
+    def from_homography(
+        cls, H: NDArray[np.float64], image_size: tuple[int, int], focal_px: float | None = None, **kw: Any
+    ) -> MatHomography:
+        """Recover the camera pose from ``H``; self-calibrate the focal length when not given."""
+        H = np.asarray(H, dtype=np.float64) / H[2, 2]
+        w, h = image_size
+        cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
+        if focal_px is None:
+            focal_px = _self_calibrate(H, cx, cy)
+        K = np.array([[focal_px, 0, cx], [0, focal_px, cy], [0, 0, 1.0]])
+        m = np.linalg.inv(K) @ H
+        lam = (np.linalg.norm(m[:, 0]) + np.linalg.norm(m[:, 1])) / 2.0
+        m = m / lam
+        if m[2, 2] < 0:  # the mat is in front of the camera
+            m = -m
+        r_x, r_z, t = m[:, 0], m[:, 1], m[:, 2]
+        r_y = np.cross(r_z, r_x)
+        u, _, vt = np.linalg.svd(np.column_stack([r_x, r_y, r_z]))
+        R = u @ vt
+        if np.linalg.det(R) < 0:
+            raise HomographyError("the mat appears mirrored in the image (marker layout does not match the mat)")
+        return cls(H=H, image_size=(int(w), int(h)), focal_px=float(focal_px), R=R, t=t, **kw)
+
+
+def _self_calibrate(H: NDArray[np.float64], cx: float, cy: float) -> float:
+    """Focal length from one plane homography (Zhang's constraints, known principal point)."""
+    T = np.array([[1.0, 0, -cx], [0, 1.0, -cy], [0, 0, 1.0]])
+    a, b = T @ H[:, 0], T @ H[:, 1]
+    # With w = 1/f^2: r_x . r_z = 0 and |r_x| = |r_z|, solved in the least-squares sense.
+    A = np.array([a[0] * b[0] + a[1] * b[1], a[0] ** 2 + a[1] ** 2 - b[0] ** 2 - b[1] ** 2])
+    c = np.array([a[2] * b[2], a[2] ** 2 - b[2] ** 2])
+    denom = float(A @ A)
+    wv = -float(A @ c) / denom if denom > 0 else -1.0
+    if not np.isfinite(wv) or wv <= 0:
+        raise HomographyError(
+            "cannot self-calibrate the top camera's focal length from the mat (camera looks straight "
+            "down?); set perception.focal_px"
+        )
+    return float(1.0 / np.sqrt(wv))
+
+
+def estimate_homography(
+    frames: Sequence[NDArray[np.uint8]], config: PerceptionConfig = DEFAULT_CONFIG
+) -> MatHomography:
+    """Mat homography from the four corner markers, averaged over ``frames``.
+
+    Each marker's corners are averaged over the frames that saw it; a marker
+    seen in fewer than ``config.min_marker_fraction`` of the frames counts as
+    missing. Raises HomographyError naming the missing markers (or another
+    reason: no frames, frames of different sizes, degenerate geometry).
+    """
+    if not frames:
+        raise HomographyError("no frames given for the mat homography")
+    size = None
+    sums: dict[int, NDArray[np.float64]] = {}
+    counts: dict[int, int] = {}
+    for i, frame in enumerate(frames):
+        _check_frame(frame, f"frame {i}")
+        fsize = (frame.shape[1], frame.shape[0])
+        if size is None:
+            size = fsize
+        elif fsize != size:
+            raise HomographyError(f"frame {i} is {fsize[0]}x{fsize[1]}, frame 0 is {size[0]}x{size[1]}")
+        for mid, c in detect_markers(frame).items():
+            sums[mid] = sums.get(mid, 0) + c
+            counts[mid] = counts.get(mid, 0) + 1
+    assert size is not None
+    n = len(frames)
+    need = max(1, int(np.ceil(config.min_marker_fraction * n)))
+    seen = {m.name: counts.get(m.id, 0) for m in config.markers}
+    missing = [m for m in config.markers if counts.get(m.id, 0) < need]
+    if missing:
+        names = ", ".join(f"{m.name} (id {m.id}, seen in {counts.get(m.id, 0)}/{n} frames)" for m in missing)
+        raise HomographyError(f"mat corner marker(s) missing: {names}", [m.name for m in missing])
+    mat_pts = np.array([c for m in config.markers for c in m.corners_xz], dtype=np.float64)
+    img_pts = np.concatenate([sums[m.id] / counts[m.id] for m in config.markers])
+    H, _ = cv2.findHomography(mat_pts, img_pts, 0)
+    if H is None or not np.all(np.isfinite(H)) or abs(np.linalg.det(H)) < 1e-12:
+        raise HomographyError("degenerate marker geometry: the homography could not be solved")
+    proj = cv2.perspectiveTransform(mat_pts.reshape(-1, 1, 2), H).reshape(-1, 2)
+    err = float(np.sqrt(np.mean(np.sum((proj - img_pts) ** 2, axis=1))))
+    return MatHomography.from_homography(
+        H, size, config.focal_px, n_frames=n, reproj_error_px=err, markers_seen=seen
+    )

@@ -1,0 +1,338 @@
+"""Judges of the pick (stage6) and the place (stage9b): geometric (default), human, VLM seam.
+
+A judge gets the evidence (top-camera frames taken for the judgement, the
+stage2 detection and the homography) and answers a ``Verdict`` with a
+confidence and a reason in words. Every judge is async so a slow one (a
+person at the terminal, a remote model) never blocks the event loop.
+
+* ``GeometricJudge``: pick = the block is no longer at its mat position AND a
+  red blob is held at the tip marker; place = the block's top face lies fully
+  inside the box's inner footprint (same rule as the simulator's physics).
+  Each frame votes; the verdict is the majority, confidence grows with the
+  agreement and the margin.
+* ``HumanJudge``: asks y/n on the terminal, with a timeout (then the fallback
+  judge, or "no" with confidence 0).
+* ``VlmJudge``: the seam for a vision-language model. Give it any object with
+  ``async ask(images: list[bytes], prompt: str) -> str`` (JPEG bytes in, the
+  model's text out); it expects a JSON answer ``{"verdict", "confidence",
+  "reason"}`` and turns anything else into a "no" with confidence 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO, runtime_checkable
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
+from mecharm_runtime.perception.detect import detect_block, detect_box, locate_block
+from mecharm_runtime.perception.homography import MatHomography
+from mecharm_runtime.perception.results import BlockDetection, BoxDetection, SceneDetection, Verdict
+from mecharm_runtime.perception.tip import find_tip_marker
+
+__all__ = [
+    "GeometricJudge",
+    "HumanJudge",
+    "Judge",
+    "JudgeEvidence",
+    "VlmClient",
+    "VlmJudge",
+    "make_judge",
+    "parse_vlm_answer",
+]
+
+
+@dataclass
+class JudgeEvidence:
+    """What a judge may look at. ``frames``: top-camera captures taken for this judgement
+    (after the lift for the pick, after the swept retreat for the place)."""
+
+    frames: list[NDArray[np.uint8]]
+    H: MatHomography
+    scene: SceneDetection  # stage2: where the block stood, where the box is
+    tip_height_m: float | None = None  # pick: ee_y of the lift pose, if known
+    side_frame: NDArray[np.uint8] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Judge(Protocol):
+    name: str
+
+    async def judge_pick(self, evidence: JudgeEvidence) -> Verdict: ...
+
+    async def judge_place(self, evidence: JudgeEvidence) -> Verdict: ...
+
+
+def _majority(votes: list[bool]) -> tuple[bool, float]:
+    yes = sum(votes)
+    ok = 2 * yes > len(votes)
+    return ok, (yes if ok else len(votes) - yes) / len(votes)
+
+
+class GeometricJudge:
+    """Default judge: geometry of the detections, no model, no person."""
+
+    name = "geometric"
+
+    def __init__(
+        self, config: PerceptionConfig = DEFAULT_CONFIG, left_mm: float = 15.0, held_mm: float = 30.0,
+        default_lift_height_m: float = 0.06,
+    ) -> None:
+        self.config = config
+        self.left_mm = left_mm
+        self.held_mm = held_mm
+        self.default_lift_height_m = default_lift_height_m
+
+    async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
+        return await asyncio.to_thread(self._pick, evidence)
+
+    async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
+        return await asyncio.to_thread(self._place, evidence)
+
+    # ---------------------------------------------------------------- pick
+    def _pick(self, ev: JudgeEvidence) -> Verdict:
+        origin = ev.scene.block
+        if origin is None:
+            return Verdict("no", 0.0, "cannot judge the pick: no block was detected in stage2", self.name)
+        if not ev.frames:
+            return Verdict("no", 0.0, "cannot judge the pick: no top-camera frames", self.name)
+        tip_h = ev.tip_height_m if ev.tip_height_m is not None else self.default_lift_height_m
+        votes, per = [], []
+        for f in ev.frames:
+            still = detect_block(f, ev.H, self.config)
+            at_origin = still is not None and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
+            tip = find_tip_marker(f, ev.H, tip_h, self.config)
+            held_mm = None
+            if tip is not None:
+                top_h = tip_h + self.config.block_size_m / 2.0
+                tx, tz = ev.H.pixel_to_xz(tip[0], tip[1], top_h)
+                held = locate_block(f, ev.H, top_h, near_xz=(tx, tz), config=self.config)
+                if held is not None:
+                    held_mm = math.hypot(held.x - tx, held.z - tz) * 1000.0
+            with_gripper = held_mm is not None and held_mm <= self.held_mm
+            votes.append(not at_origin and with_gripper)
+            per.append({"at_origin": at_origin, "tip_seen": tip is not None,
+                        "held_dist_mm": None if held_mm is None else round(held_mm, 2)})
+        ok, agree = _majority(votes)
+        n = len(votes)
+        if ok:
+            reason = (f"block left its mat position ({origin.x:+.3f}, {origin.z:+.3f}) and is held at the "
+                      f"gripper tip in {sum(votes)}/{n} frames")
+        else:
+            stayed = sum(p["at_origin"] for p in per)
+            held = sum(p["held_dist_mm"] is not None and p["held_dist_mm"] <= self.held_mm for p in per)
+            reason = (f"pick failed: block still at its mat position in {stayed}/{n} frames, "
+                      f"held at the tip in {held}/{n} frames")
+        return Verdict("yes" if ok else "no", round(0.95 * agree, 4), reason, self.name, {"frames": per})
+
+    # ---------------------------------------------------------------- place
+    def _place(self, ev: JudgeEvidence) -> Verdict:
+        if not ev.frames:
+            return Verdict("no", 0.0, "cannot judge the place: no top-camera frames", self.name)
+        cfg = self.config
+        top_h = cfg.box_floor_m + cfg.block_size_m
+        votes, margins, per = [], [], []
+        box: BoxDetection = ev.scene.box
+        for f in ev.frames:
+            redetect = detect_box(f, ev.H, config=cfg)
+            if redetect.method == "contour":
+                box = redetect
+            block = locate_block(f, ev.H, top_h, near_xz=(box.x, box.z), config=cfg)
+            if block is None:
+                votes.append(False)
+                per.append({"block_seen": False})
+                continue
+            margin = _inside_margin_mm(block, box, cfg)
+            votes.append(margin >= 0.0)
+            margins.append(margin)
+            per.append({"block_seen": True, "block_xz": [round(block.x, 4), round(block.z, 4)],
+                        "margin_mm": round(margin, 2), "box_method": box.method})
+        ok, agree = _majority(votes)
+        n = len(votes)
+        m = float(np.median(margins)) if margins else None
+        conf = agree * (min(0.99, 0.6 + abs(m) / 25.0) if m is not None else 0.9)
+        if box.method == "fallback":
+            conf *= 0.5
+        if ok:
+            reason = (f"block lies inside the box's inner footprint (median margin {m:.1f} mm) "
+                      f"in {sum(votes)}/{n} frames")
+        elif m is None:
+            reason = f"place failed: no block visible near the box in {n}/{n} frames"
+        else:
+            reason = (f"place failed: block not inside the box's inner footprint (median margin {m:.1f} mm; "
+                      f"inside in {sum(votes)}/{n} frames)")
+        if box.method == "fallback":
+            reason += "; box position is the configured fallback (low confidence)"
+        return Verdict("yes" if ok else "no", round(min(1.0, conf), 4), reason, self.name, {"frames": per})
+
+
+def _inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionConfig) -> float:
+    """How far (mm) the block's farthest corner is inside the inner footprint (negative: outside)."""
+    h = cfg.block_size_m / 2.0
+    a = math.radians(block.yaw_deg)
+    ca, sa = math.cos(a), math.sin(a)
+    corners = np.array([[block.x + ca * dx - sa * dz, block.z + sa * dx + ca * dz]
+                        for dx, dz in ((h, h), (-h, h), (-h, -h), (h, -h))])
+    b = math.radians(box.yaw_deg)
+    cb, sb = math.cos(b), math.sin(b)
+    rel = corners - np.array([box.x, box.z])
+    local = np.column_stack([cb * rel[:, 0] + sb * rel[:, 1], -sb * rel[:, 0] + cb * rel[:, 1]])
+    return float((cfg.box_inner_m / 2.0 - np.max(np.abs(local))) * 1000.0)
+
+
+# ---------------------------------------------------------------- human
+class HumanJudge:
+    """Asks the operator y/n on the terminal; no answer within ``timeout`` -> ``fallback`` (or "no", 0)."""
+
+    name = "human"
+
+    def __init__(
+        self, timeout: float = 30.0, fallback: Judge | None = None, in_fd: int | None = None,
+        out: TextIO | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.timeout = timeout
+        self.fallback = fallback
+        self.in_fd = sys.stdin.fileno() if in_fd is None else in_fd
+        self.out = out or sys.stdout
+
+    async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
+        return await self._ask("Is the block held by the gripper (pick succeeded)?", evidence, "judge_pick")
+
+    async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
+        return await self._ask("Is the block inside the box (place succeeded)?", evidence, "judge_place")
+
+    async def _ask(self, question: str, evidence: JudgeEvidence, which: str) -> Verdict:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def readable() -> None:
+            try:
+                queue.put_nowait(os.read(self.in_fd, 1024))
+            except OSError:
+                queue.put_nowait(b"")
+
+        self.out.write(f"{question} [y/n] (within {self.timeout:.0f} s): ")
+        self.out.flush()
+        loop.add_reader(self.in_fd, readable)
+        deadline = loop.time() + self.timeout
+        buf = b""
+        why = f"no answer within {self.timeout:.1f} s"
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                try:
+                    data = await asyncio.wait_for(queue.get(), remaining)
+                except TimeoutError:
+                    break
+                if not data:
+                    why = "terminal input closed"
+                    break
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    answer = line.decode("utf-8", "replace").strip().lower()
+                    if answer in ("y", "yes"):
+                        return Verdict("yes", 1.0, "operator answered yes", self.name)
+                    if answer in ("n", "no"):
+                        return Verdict("no", 1.0, "operator answered no", self.name)
+                    self.out.write(f"please answer y or n (got {answer[:20]!r}): ")
+                    self.out.flush()
+        finally:
+            loop.remove_reader(self.in_fd)
+        self.out.write("\n")
+        if self.fallback is not None:
+            v = await getattr(self.fallback, which)(evidence)
+            return Verdict(v.verdict, v.confidence, f"human judge: {why}; {v.judge}: {v.reason}",
+                           f"{self.name}->{v.judge}", v.details)
+        return Verdict("no", 0.0, f"human judge: {why}", self.name)
+
+
+# ---------------------------------------------------------------- VLM seam
+@runtime_checkable
+class VlmClient(Protocol):
+    """A vision-language model: JPEG images and a prompt in, the model's text out."""
+
+    async def ask(self, images: list[bytes], prompt: str) -> str: ...
+
+
+PICK_PROMPT = (
+    "Top-camera images of a robot arm pick-and-place workcell, taken after the arm lifted. "
+    "Is the red block held in the gripper (lifted off the mat)? Answer only JSON: "
+    '{"verdict": "yes"|"no", "confidence": 0..1, "reason": "..."}'
+)
+PLACE_PROMPT = (
+    "Top-camera images of a robot arm pick-and-place workcell, taken after the arm moved away. "
+    "Does the red block lie inside the white box? Answer only JSON: "
+    '{"verdict": "yes"|"no", "confidence": 0..1, "reason": "..."}'
+)
+
+
+class VlmJudge:
+    """Asks a vision-language model (any ``VlmClient``); a malformed answer is a "no" with confidence 0."""
+
+    name = "vlm"
+
+    def __init__(self, client: VlmClient, jpeg_quality: int = 85, max_frames: int = 3) -> None:
+        self.client = client
+        self.jpeg_quality = jpeg_quality
+        self.max_frames = max_frames
+
+    async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
+        return await self._ask(evidence, PICK_PROMPT)
+
+    async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
+        return await self._ask(evidence, PLACE_PROMPT)
+
+    async def _ask(self, ev: JudgeEvidence, prompt: str) -> Verdict:
+        images = [
+            cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])[1].tobytes()
+            for f in ev.frames[: self.max_frames]
+        ]
+        try:
+            text = await self.client.ask(images, prompt)
+        except Exception as exc:  # a remote model failing is an answer we must record, not a crash
+            return Verdict("no", 0.0, f"vlm call failed: {type(exc).__name__}: {exc}", self.name)
+        return parse_vlm_answer(text, self.name)
+
+
+def parse_vlm_answer(text: str, judge: str = "vlm") -> Verdict:
+    """Parse the model's JSON answer (the first {...} in ``text``)."""
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        d = json.loads(text[start : end + 1]) if start >= 0 < end else None
+        verdict = str(d["verdict"]).strip().lower() if isinstance(d, dict) else None
+        conf = float(d["confidence"]) if isinstance(d, dict) else math.nan
+    except (ValueError, KeyError, TypeError):
+        d, verdict, conf = None, None, math.nan
+    if verdict not in ("yes", "no") or not 0.0 <= conf <= 1.0 or not isinstance(d, dict):
+        return Verdict("no", 0.0, f"vlm answer unparseable: {text[:120]!r}", judge)
+    return Verdict(verdict, conf, str(d.get("reason", "")), judge)  # type: ignore[arg-type]
+
+
+_FACTORIES: dict[str, Callable[..., Judge]] = {
+    "geometric": lambda **kw: GeometricJudge(config=kw.get("config", DEFAULT_CONFIG)),
+    "human": lambda **kw: HumanJudge(timeout=kw.get("timeout", 30.0), fallback=kw.get("fallback")),
+    "vlm": lambda **kw: VlmJudge(kw["client"]),
+}
+
+
+def make_judge(kind: str, **kwargs: Any) -> Judge:
+    """Judge by name: ``geometric``, ``human`` (timeout=, fallback=), ``vlm`` (client=)."""
+    try:
+        factory = _FACTORIES[kind]
+    except KeyError:
+        raise ValueError(f"unknown judge {kind!r}; choose one of {sorted(_FACTORIES)}") from None
+    if kind == "vlm" and "client" not in kwargs:
+        raise ValueError("the vlm judge needs client= (an object with async ask(images, prompt) -> str)")
+    return factory(**kwargs)
