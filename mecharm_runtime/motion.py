@@ -158,7 +158,7 @@ async def send_and_wait(
         if moved >= policy.ignored_move_deg:
             result.reason = (
                 f"arrival timeout after {timeout:.2f}s: partial move/stall, moved {moved:.2f}°, "
-                f"still {_max_delta(tgt, last.angles):.2f}° from target (no retry)"
+                f"still {_max_delta(tgt, last):.2f}° from target (no retry)"
             )
             return result
         if attempt == 2:

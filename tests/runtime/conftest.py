@@ -1,0 +1,31 @@
+"""Runtime test fixtures: a real daemon server on loopback in front of a time-scaled SimArm."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest_asyncio
+
+from daemon_pi.backends.sim import SimBackend
+from daemon_pi.server import ArmServer, run_server
+from daemon_pi.sim.arm import SimArm, SimArmConfig
+
+TIME_SCALE = 20.0
+
+
+@dataclass
+class SimDaemon:
+    server: ArmServer
+    arm: SimArm
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+
+@pytest_asyncio.fixture
+async def sim_daemon() -> AsyncIterator[SimDaemon]:
+    arm = SimArm(SimArmConfig(time_scale=TIME_SCALE, seed=3, initial_angles=(0, 0, 0, 0, 0, -30)))
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
+        yield SimDaemon(server, arm)

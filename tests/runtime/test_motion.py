@@ -1,0 +1,123 @@
+"""Send-and-wait-arrival (SPEC §5) against the real daemon and the time-scaled SimArm."""
+
+from __future__ import annotations
+
+import pytest
+
+from mecharm_runtime.arm import DaemonArm
+from mecharm_runtime.client import ConnectionLost, DaemonClient
+from mecharm_runtime.guard import GuardViolation
+from mecharm_runtime.motion import MotionAbort, MotionPolicy, arrival_timeout, send_and_wait
+from mecharm_runtime.ports import Reading, RealClock
+
+from .conftest import TIME_SCALE, SimDaemon
+
+POLICY = MotionPolicy(time_scale=TIME_SCALE)
+TARGET = (-31.9, 60.0, -38.3, 18.6, -45.1, -30.0)
+
+
+def test_arrival_timeout_matches_rig_figures() -> None:
+    p = MotionPolicy()
+    for delta, expected in ((86.16, 14.9), (71.43, 12.7), (49.67, 9.5), (14.05, 8.0)):
+        assert arrival_timeout(delta, p) == pytest.approx(expected, abs=0.05)
+
+
+async def _arm(d: SimDaemon) -> tuple[DaemonClient, DaemonArm]:
+    c = DaemonClient("127.0.0.1", d.port)
+    await c.connect()
+    await c.set_fresh_mode(1)
+    return c, DaemonArm(c, RealClock())
+
+
+@pytest.mark.asyncio
+async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    seen: list[tuple[float, float | None, int, bool]] = []
+    readings: list[Reading] = []
+    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY,
+                              observer=lambda *a: seen.append(a), on_reading=readings.append)
+    assert res.arrived and res.attempts == 1 and res.reason == "arrived"
+    assert max(abs(a - b) for a, b in zip(res.post or (), TARGET, strict=True)) <= 2.0
+    assert len(seen) == 1
+    ts_send, ts_arrival, attempt, arrived = seen[0]
+    assert attempt == 1 and arrived and ts_arrival is not None and ts_arrival > ts_send
+    # every reading (start + polls) went to the hook, and there were real polls
+    assert len(readings) == 1 + res.sends[0].readings >= 3
+    await c.aclose()
+
+
+@pytest.mark.asyncio
+async def test_ignored_send_is_resent_exactly_once(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    sim_daemon.arm.faults.ignore_next_sends(1)
+    seen: list[tuple[float, float | None, int, bool]] = []
+    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY,
+                              observer=lambda *a: seen.append(a))
+    assert res.arrived and res.attempts == 2 and "re-send" in res.reason
+    assert [(s[2], s[3]) for s in seen] == [(1, False), (2, True)]
+    assert seen[0][1] is None
+    await c.aclose()
+
+
+@pytest.mark.asyncio
+async def test_never_more_than_one_resend(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    sim_daemon.arm.faults.ignore_next_sends(5)
+    sends_before = sim_daemon.server.stats.snapshot()
+    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY)
+    assert not res.arrived and res.attempts == 2 and "re-send ignored too" in res.reason
+    snap = sim_daemon.server.stats.snapshot()
+    assert _count(snap, "send_angles") - _count(sends_before, "send_angles") == 2
+    await c.aclose()
+
+
+def _count(snap: dict, cmd: str) -> int:
+    cmds = snap.get("commands", {})
+    entry = cmds.get(cmd, {})
+    return int(entry.get("count", 0)) if isinstance(entry, dict) else int(entry)
+
+
+@pytest.mark.asyncio
+async def test_partial_move_is_not_retried(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    sim_daemon.arm.faults.stall_next_move(0.5)
+    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY)
+    assert not res.arrived and res.attempts == 1
+    assert "partial move/stall" in res.reason and "no retry" in res.reason
+    await c.aclose()
+
+
+@pytest.mark.asyncio
+async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    sim_daemon.arm.faults.fail_reads(1)
+    with pytest.raises(MotionAbort, match="no angles readable before the send"):
+        await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY)
+    assert max(abs(a - b) for a, b in zip(sim_daemon.arm.true_angles(), (0, 0, 0, 0, 0, -30), strict=True)) < 1
+    await c.aclose()
+
+
+@pytest.mark.asyncio
+async def test_j1_above_limit_never_reaches_the_daemon(sim_daemon: SimDaemon) -> None:
+    c, arm = await _arm(sim_daemon)
+    with pytest.raises(GuardViolation, match="j1 = 89.00 above the safety limit 88"):
+        await send_and_wait(arm, RealClock(), (0, 89.0, 0, 0, 0, -30), tol=2.0, speed=20, policy=POLICY)
+    assert _count(sim_daemon.server.stats.snapshot(), "send_angles") == 0
+    await c.aclose()
+
+
+@pytest.mark.asyncio
+async def test_daemon_lost_mid_move_raises_connection_lost(sim_daemon: SimDaemon) -> None:
+    import asyncio
+
+    c, arm = await _arm(sim_daemon)
+
+    async def kill_soon() -> None:
+        await asyncio.sleep(0.1)
+        await sim_daemon.server.stop("killed")
+
+    task = asyncio.create_task(kill_soon())
+    with pytest.raises(ConnectionLost):
+        await send_and_wait(arm, RealClock(), (60, 40, -20, 0, 0, -30), tol=2.0, speed=5, policy=POLICY)
+    await task
+    await c.aclose()
