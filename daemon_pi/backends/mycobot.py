@@ -9,7 +9,9 @@ import serial
 
 from daemon_pi.backends.base import ArmSerialError, SdkBackend
 
-__all__ = ["MyCobotBackend"]
+__all__ = ["GRIPPER_TYPE_ADAPTIVE", "MyCobotBackend"]
+
+GRIPPER_TYPE_ADAPTIVE = 1
 
 
 class MyCobotBackend(SdkBackend):
@@ -33,6 +35,16 @@ class MyCobotBackend(SdkBackend):
             self._arm = MechArm270(self.port, self.baudrate)
         except (serial.SerialException, OSError, ValueError) as exc:
             raise ArmSerialError(f"cannot open serial port {self.port} at {self.baudrate} baud: {exc}") from exc
+
+    # pymycobot 4.0.7 rejects the gripper calls without an explicit gripper type
+    # (its MechArm270 check falls through to a generic one that refuses None), so
+    # pass 1 = the adaptive gripper, the SDK's documented default. The frame then
+    # carries one extra data byte, which the firmware accepts.
+    def set_gripper_state(self, state: int, speed: int) -> None:
+        self._checked("set_gripper_state", int(state), int(speed), GRIPPER_TYPE_ADAPTIVE)
+
+    def set_gripper_value(self, value: int, speed: int) -> None:
+        self._checked("set_gripper_value", int(value), int(speed), GRIPPER_TYPE_ADAPTIVE)
 
     def close(self) -> None:
         arm, self._arm = self._arm, None
