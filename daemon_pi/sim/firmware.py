@@ -21,6 +21,7 @@ read fault of the SimArm (``faults.fail_reads``) or a lost link
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import struct
@@ -158,10 +159,8 @@ class FirmwareEmulator:
             self._thread = None
         for fd in (self._master, self._slave):
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._master = self._slave = None
 
     def __enter__(self) -> FirmwareEmulator:
@@ -247,7 +246,7 @@ class FirmwareEmulator:
         angles = self.arm.get_angles()
         if not isinstance(angles, list) or len(angles) != 6:
             return None
-        return struct.pack(">6h", *(int(round(a * 100)) for a in angles))
+        return struct.pack(">6h", *(round(a * 100) for a in angles))
 
     def _send_angles(self, data: bytes) -> bytes | None:
         if len(data) != 13:
