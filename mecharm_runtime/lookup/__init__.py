@@ -1,0 +1,31 @@
+"""Pose lookups of the rig (SPEC §6): the FK table, fk_lookup, j0_lookup and the hole map.
+
+The runtime imports from here only; the modules behind it are: ``table`` (CSV,
+checksum, cache, archive), ``build`` (lattices, default table), ``index`` (the
+x-z grid), ``fk_lookup``, ``j0`` (adopted arc poses), ``holes`` and ``cli``.
+"""
+
+from __future__ import annotations
+
+from mecharm_runtime.lookup.build import build_table, default_rows, ensure_table
+from mecharm_runtime.lookup.fk_lookup import PHASES, FkLookupResult, fk_lookup
+from mecharm_runtime.lookup.j0 import ArcPose, J0LookupResult, adopt_arc, j0_lookup, load_arc
+from mecharm_runtime.lookup.table import FkTable, TableError, default_table_path, load_table
+
+__all__ = [
+    "PHASES",
+    "ArcPose",
+    "FkLookupResult",
+    "FkTable",
+    "J0LookupResult",
+    "TableError",
+    "adopt_arc",
+    "build_table",
+    "default_rows",
+    "default_table_path",
+    "ensure_table",
+    "fk_lookup",
+    "j0_lookup",
+    "load_arc",
+    "load_table",
+]

@@ -1,0 +1,113 @@
+"""Spatial index over the FK table: an x-z grid whose cells keep their rows sorted by ee_y.
+
+Rows are ordered by the key ``cell << 32 | rank(ee_y)`` (ties by row number), so
+the rows of one cell inside a half-open ee_y band are one contiguous run found by
+two binary searches, exactly (ranks are positions in the sorted distinct ee_y
+values, so ``ee_y >= lo`` is ``rank >= searchsorted(distinct, lo)``). A query
+gathers the runs of the cells around the target and filters only those rows.
+``by_y`` (row numbers in ee_y order) gives the exact band of the whole table for
+the slow path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from mecharm_runtime.lookup.table import FkTable
+
+__all__ = ["CELL_M", "FkIndex"]
+
+#: Grid cell edge in metres.
+CELL_M = 0.005
+_SHIFT = np.int64(32)
+
+
+@dataclass(eq=False)
+class FkIndex:
+    x0: float
+    z0: float
+    nx: int
+    nz: int
+    cell: float
+    order: NDArray[np.int64]  # row numbers sorted by (cell, rank_y, row)
+    keys: NDArray[np.int64]  # sorted keys
+    ys: NDArray[np.float64]  # distinct ee_y values, ascending
+    by_y: NDArray[np.int64]  # row numbers sorted by (ee_y, row)
+    y_sorted: NDArray[np.float64]  # ee_y[by_y]
+
+    @classmethod
+    def build(cls, table: FkTable, cell: float = CELL_M) -> FkIndex:
+        x = table.col("ee_x")
+        z = table.col("ee_z")
+        y = table.col("ee_y")
+        x0 = float(np.floor(x.min() / cell) * cell) - cell
+        z0 = float(np.floor(z.min() / cell) * cell) - cell
+        nx = int((x.max() - x0) // cell) + 2
+        nz = int((z.max() - z0) // cell) + 2
+        ix = np.clip(((x - x0) // cell).astype(np.int64), 0, nx - 1)
+        iz = np.clip(((z - z0) // cell).astype(np.int64), 0, nz - 1)
+        ys, rank = np.unique(y, return_inverse=True)
+        keys = ((ix * nz + iz) << _SHIFT) | rank.astype(np.int64)
+        order = np.argsort(keys, kind="stable")
+        by_y = np.argsort(y, kind="stable")
+        return cls(x0, z0, nx, nz, cell, order, keys[order], ys, by_y, y[by_y])
+
+    def arrays(self) -> dict[str, NDArray[Any]]:
+        grid = np.array([self.x0, self.z0, self.nx, self.nz, self.cell])
+        return {"grid": grid, "order": self.order, "keys": self.keys, "ys": self.ys,
+                "by_y": self.by_y, "y_sorted": self.y_sorted}
+
+    @classmethod
+    def from_arrays(cls, table: FkTable, a: dict[str, NDArray[Any]]) -> FkIndex:
+        g = a["grid"]
+        idx = cls(float(g[0]), float(g[1]), int(g[2]), int(g[3]), float(g[4]), a["order"], a["keys"],
+                  a["ys"], a["by_y"], a["y_sorted"])
+        if idx.order.shape[0] != table.n_rows:
+            raise ValueError("index size does not match the table")
+        return idx
+
+    def band_rows(self, y_lo: float, y_hi: float) -> NDArray[np.int64]:
+        """Row numbers (ascending) with y_lo <= ee_y < y_hi."""
+        a = int(np.searchsorted(self.y_sorted, y_lo, "left"))
+        b = int(np.searchsorted(self.y_sorted, y_hi, "left"))
+        return np.sort(self.by_y[a:b])
+
+    def band_count(self, y_lo: float, y_hi: float) -> int:
+        return int(np.searchsorted(self.y_sorted, y_hi, "left") - np.searchsorted(self.y_sorted, y_lo, "left"))
+
+    def window_rows(self, tx: float, tz: float, half: float, y_lo: float, y_hi: float) -> NDArray[np.int64]:
+        """Rows in the band whose cell meets the square |x-tx| <= half, |z-tz| <= half.
+
+        Every row of the band outside the result has |dx| > half or |dz| > half
+        (one spare cell on each side covers rounding in the cell arithmetic).
+        """
+        c = self.cell
+        ix_lo = max(int((tx - half - self.x0) // c) - 1, 0)
+        ix_hi = min(int((tx + half - self.x0) // c) + 1, self.nx - 1)
+        iz_lo = max(int((tz - half - self.z0) // c) - 1, 0)
+        iz_hi = min(int((tz + half - self.z0) // c) + 1, self.nz - 1)
+        if ix_lo > ix_hi or iz_lo > iz_hi:
+            return np.empty(0, dtype=np.int64)
+        r_lo = np.int64(np.searchsorted(self.ys, y_lo, "left"))
+        r_hi = np.int64(np.searchsorted(self.ys, y_hi, "left"))
+        if r_lo >= r_hi:
+            return np.empty(0, dtype=np.int64)
+        # one run of consecutive cell ids per grid column ix
+        cells = (np.arange(ix_lo, ix_hi + 1, dtype=np.int64)[:, None] * self.nz
+                 + np.arange(iz_lo, iz_hi + 1, dtype=np.int64)[None, :]).ravel() << _SHIFT
+        lo = np.searchsorted(self.keys, cells | r_lo, "left")
+        hi = np.searchsorted(self.keys, cells | r_hi, "left")
+        n = hi - lo
+        total = int(n.sum())
+        if total == 0:
+            return np.empty(0, dtype=np.int64)
+        nz_ = n > 0
+        lo, n = lo[nz_], n[nz_]
+        starts = np.cumsum(n) - n
+        pos = np.arange(total, dtype=np.int64) + np.repeat(lo - starts, n)
+        return self.order[pos]

@@ -1,0 +1,341 @@
+"""The FK table: one CSV under a fixed name, its checksum, a binary cache, archives.
+
+Rows are ``ee_x, ee_y, ee_z, j0..j5`` (tool tip in the Unity frame in metres, then
+six joint angles in degrees), SPEC §6. The CSV is the truth; parsing a million
+rows is slow, so a binary copy (plus the spatial index of ``fk_lookup``) is kept
+next to it in ``.{name}.{sha256[:16]}.npz`` and used only when its recorded
+checksum equals the CSV's. The CSV's checksum is recorded in ``{name}.sha256``
+together with its size and mtime; when the CSV's size or mtime differ from that
+record the file is hashed again (``verify=True`` always hashes), so a changed CSV
+never meets a stale cache. A replaced table is archived under ``archive/``, never
+overwritten, and never copied to a version-suffixed sibling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from numpy.typing import NDArray
+
+from mecharm_common.fsutil import atomic_write_json
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm_common.logging import get_logger
+
+__all__ = [
+    "ARCHIVE_DIR",
+    "COLUMNS",
+    "J1_SAFE_MAX",
+    "TABLE_NAME",
+    "FkTable",
+    "TableError",
+    "archive_table",
+    "cache_path",
+    "default_table_path",
+    "file_checksum",
+    "load_table",
+    "read_csv_rows",
+    "safety_mask",
+    "write_table",
+]
+
+log = get_logger("mecharm.lookup.table")
+
+COLUMNS: tuple[str, ...] = ("ee_x", "ee_y", "ee_z", "j0", "j1", "j2", "j3", "j4", "j5")
+TABLE_NAME = "fk_table.csv"
+ARCHIVE_DIR = "archive"
+#: Firmware silently ignores send_angles above j1 ~ 90.7° (SPEC §3): never choose j1 > 88°.
+J1_SAFE_MAX = 88.0
+_CACHE_VERSION = 1
+
+
+class TableError(ValueError):
+    """An FK table file is missing, malformed or inconsistent with its checksum."""
+
+
+def default_table_path(data_dir: Path) -> Path:
+    """``{data_dir}/fk/fk_table.csv`` — the one fixed name of the table."""
+    return Path(data_dir) / "fk" / TABLE_NAME
+
+
+def file_checksum(path: Path) -> str:
+    """sha256 of a file's bytes, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def safety_mask(joints: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows inside the SDK joint limits and with j1 <= 88° (SPEC §3, §6)."""
+    lo = np.asarray(JOINT_MIN)
+    hi = np.asarray(JOINT_MAX)
+    ok = np.all((joints >= lo) & (joints <= hi), axis=1)
+    ok &= joints[:, 1] <= J1_SAFE_MAX
+    return ok
+
+
+@dataclass(eq=False)
+class FkTable:
+    """A loaded table: columns as contiguous float64 arrays, plus its checksum.
+
+    ``xyz[i]`` and ``joints[i]`` are row ``i`` of the CSV (0-based, header excluded).
+    """
+
+    xyz: NDArray[np.float64]  # (n, 3)
+    joints: NDArray[np.float64]  # (n, 6)
+    checksum: str
+    path: Path | None = None
+    _index: Any = field(default=None, repr=False)
+    _cols: dict[str, NDArray[Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.xyz.shape[0])
+
+    def col(self, name: str) -> NDArray[Any]:
+        """A contiguous copy of one column (cached): ee_x, ee_y, ee_z, j0..j5, safe."""
+        arr = self._cols.get(name)
+        if arr is None:
+            if name == "safe":
+                arr = safety_mask(self.joints)
+            elif name in COLUMNS[:3]:
+                arr = np.ascontiguousarray(self.xyz[:, COLUMNS.index(name)])
+            elif name in COLUMNS[3:]:
+                arr = np.ascontiguousarray(self.joints[:, COLUMNS.index(name) - 3])
+            else:
+                raise KeyError(name)
+            self._cols[name] = arr
+        return arr
+
+    @property
+    def index(self) -> Any:
+        """The spatial index used by ``fk_lookup(method="indexed")`` (built on first use)."""
+        if self._index is None:
+            from mecharm_runtime.lookup.index import FkIndex
+
+            self._index = FkIndex.build(self)
+        return self._index
+
+    def row(self, i: int) -> tuple[float, ...]:
+        return tuple(float(v) for v in (*self.xyz[i], *self.joints[i]))
+
+    @classmethod
+    def from_rows(cls, rows: NDArray[np.float64], checksum: str = "", path: Path | None = None) -> FkTable:
+        """Wrap an (n, 9) array (in memory, e.g. tests); ``checksum`` defaults to a hash of the data."""
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[1] != 9:
+            raise TableError(f"table rows must have shape (n, 9), got {rows.shape}")
+        if not np.all(np.isfinite(rows)):
+            bad = int(np.argwhere(~np.isfinite(rows))[0][0])
+            raise TableError(f"table row {bad} holds a non-finite value")
+        if not checksum:
+            checksum = hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()
+        return cls(
+            xyz=np.ascontiguousarray(rows[:, :3]),
+            joints=np.ascontiguousarray(rows[:, 3:]),
+            checksum=checksum,
+            path=path,
+        )
+
+
+def read_csv_rows(path: Path) -> NDArray[np.float64]:
+    """Parse an FK table CSV (header ``ee_x,ee_y,ee_z,j0..j5``) into an (n, 9) array.
+
+    Raises TableError naming the file and what is wrong (missing/extra columns,
+    non-numeric or non-finite values, no rows).
+    """
+    path = Path(path)
+    try:
+        tbl = pacsv.read_csv(
+            path,
+            convert_options=pacsv.ConvertOptions(column_types={c: pa.float64() for c in COLUMNS}),
+        )
+    except FileNotFoundError:
+        raise TableError(f"FK table {path}: no such file") from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TableError(f"FK table {path}: not a valid table CSV: {exc}") from None
+    names = [n.strip() for n in tbl.column_names]
+    if names != list(COLUMNS):
+        raise TableError(f"FK table {path}: columns must be {','.join(COLUMNS)}, got {','.join(names)}")
+    if tbl.num_rows == 0:
+        raise TableError(f"FK table {path}: no rows")
+    rows = np.empty((tbl.num_rows, 9))
+    for i, col in enumerate(tbl.columns):
+        if col.null_count:
+            raise TableError(f"FK table {path}: column {COLUMNS[i]} has {col.null_count} empty cells")
+        rows[:, i] = col.to_numpy()
+    if not np.all(np.isfinite(rows)):
+        r, c = np.argwhere(~np.isfinite(rows))[0]
+        raise TableError(f"FK table {path}: row {int(r)} column {COLUMNS[c]} is not finite")
+    return rows
+
+
+def write_table(path: Path, rows: NDArray[np.float64]) -> str:
+    """Write ``rows`` as the table CSV at ``path`` (atomically) and record its checksum.
+
+    Returns the sha256. Values are written in their shortest round-trip form, so
+    parsing the CSV gives back exactly ``rows``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tbl = pa.table({c: np.ascontiguousarray(rows[:, i]) for i, c in enumerate(COLUMNS)})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pacsv.write_csv(tbl, tmp, write_options=pacsv.WriteOptions(quoting_style="none"))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    checksum = file_checksum(path)
+    _write_record(path, checksum, n_rows=int(rows.shape[0]))
+    return checksum
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".sha256")
+
+
+def _write_record(path: Path, checksum: str, n_rows: int | None) -> None:
+    st = path.stat()
+    rec = {"file": path.name, "sha256": checksum, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "n_rows": n_rows}
+    try:
+        atomic_write_json(_record_path(path), rec)
+    except OSError as exc:  # read-only location: still usable, only slower next time
+        log.warning("fk_table_record_not_written", path=str(path), error=str(exc))
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(_record_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def cache_path(path: Path, checksum: str) -> Path:
+    return Path(path).with_name(f".{Path(path).name}.{checksum[:16]}.npz")
+
+
+def _checksum_of(path: Path, verify: bool) -> str:
+    st = path.stat()
+    rec = _read_record(path)
+    if (
+        not verify
+        and rec is not None
+        and rec.get("size") == st.st_size
+        and rec.get("mtime_ns") == st.st_mtime_ns
+        and isinstance(rec.get("sha256"), str)
+    ):
+        return str(rec["sha256"])
+    checksum = file_checksum(path)
+    if rec is not None and rec.get("sha256") not in (None, checksum):
+        log.warning("fk_table_changed", path=str(path), recorded=rec.get("sha256"), actual=checksum)
+    _write_record(path, checksum, n_rows=None)
+    return checksum
+
+
+def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True) -> FkTable:
+    """Load the table at ``path`` through its checksum-keyed binary cache.
+
+    The cache is rebuilt (from the CSV) when missing, unreadable or recorded for
+    another checksum; ``verify`` re-hashes the CSV even if its size and mtime match
+    the checksum record. Raises TableError for a missing or malformed CSV.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise TableError(f"FK table {path}: no such file")
+    t0 = time.perf_counter()
+    checksum = _checksum_of(path, verify)
+    cpath = cache_path(path, checksum)
+    if use_cache and cpath.is_file():
+        table = _load_cache(cpath, checksum, path)
+        if table is not None:
+            log.debug("fk_table_loaded", path=str(path), source="cache", n_rows=table.n_rows,
+                      ms=round((time.perf_counter() - t0) * 1000, 1))
+            return table
+    rows = read_csv_rows(path)
+    table = FkTable.from_rows(rows, checksum=checksum, path=path)
+    if use_cache:
+        _save_cache(cpath, table)
+    log.info("fk_table_loaded", path=str(path), source="csv", n_rows=table.n_rows, checksum=checksum,
+             ms=round((time.perf_counter() - t0) * 1000, 1))
+    return table
+
+
+def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
+    from mecharm_runtime.lookup.index import FkIndex
+
+    try:
+        with np.load(cpath, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode("utf-8"))
+            if meta.get("sha256") != checksum or meta.get("version") != _CACHE_VERSION:
+                log.warning("fk_table_cache_mismatch", cache=str(cpath), recorded=meta.get("sha256"))
+                return None
+            table = FkTable(xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path)
+            table._index = FkIndex.from_arrays(table, {k[4:]: z[k] for k in z.files if k.startswith("idx_")})
+    except (OSError, ValueError, KeyError) as exc:
+        log.warning("fk_table_cache_unreadable", cache=str(cpath), error=str(exc))
+        return None
+    return table
+
+
+def _save_cache(cpath: Path, table: FkTable) -> None:
+    meta = json.dumps({"sha256": table.checksum, "version": _CACHE_VERSION, "n_rows": table.n_rows})
+    arrays: dict[str, Any] = {"meta": np.frombuffer(meta.encode("utf-8"), dtype=np.uint8),
+                              "xyz": table.xyz, "joints": table.joints}
+    arrays.update({f"idx_{k}": v for k, v in table.index.arrays().items()})
+    tmp = cpath.with_name(cpath.name + f".{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, cpath)
+    except OSError as exc:
+        log.warning("fk_table_cache_not_written", cache=str(cpath), error=str(exc))
+    finally:
+        tmp.unlink(missing_ok=True)
+    for old in cpath.parent.glob(f".{table.path.name if table.path else ''}.*.npz"):
+        if old != cpath:
+            old.unlink(missing_ok=True)
+
+
+def archive_table(path: Path) -> Path | None:
+    """Move the table at ``path`` (and its checksum record) into ``archive/``.
+
+    The archived copy is named ``{stem}.{mtime}.{sha256[:12]}.csv`` and verified by
+    checksum after the move. Returns the archive path, or None if there was no table.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    checksum = _checksum_of(path, verify=True)
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(path.stat().st_mtime))
+    dest_dir = path.parent / ARCHIVE_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{path.stem}.{stamp}.{checksum[:12]}{path.suffix}"
+    if dest.exists():
+        if file_checksum(dest) != checksum:
+            raise TableError(f"archive {dest} exists with a different checksum")
+        path.unlink()
+    else:
+        shutil.move(str(path), dest)
+        if file_checksum(dest) != checksum:
+            raise TableError(f"archived copy {dest} does not match checksum {checksum}")
+    rec = _record_path(path)
+    if rec.is_file():
+        rec.replace(dest_dir / (dest.stem + ".sha256"))
+    for old in path.parent.glob(f".{path.name}.*.npz"):
+        old.unlink(missing_ok=True)
+    log.info("fk_table_archived", path=str(path), archive=str(dest), checksum=checksum)
+    return dest
