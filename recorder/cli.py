@@ -1,0 +1,73 @@
+"""``mecharm-recorder``: the long-running side-camera recorder (SPEC §9)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.logging import configure_logging, get_logger
+from mecharm_common.shutdown import capture_signals
+from recorder.config import RecorderSettings
+from recorder.service import RecorderService
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mecharm-recorder",
+        description="Record the side camera and the runtime's UDP events, one folder per trial.",
+    )
+    p.add_argument("--config", type=Path, help="YAML settings file (e.g. configs/recorder.yaml)")
+    p.add_argument("--data-root", type=Path, help="data root (default ./data; must exist)")
+    p.add_argument("--camera", help="camera source: synthetic[?fps=..], 0, name:Iriun, "
+                                     "http://.../side.mjpg, rtsp://..., or a video file")
+    p.add_argument("--udp-port", type=int, help="UDP port for events (default 5556)")
+    p.add_argument("--require-mount", action="store_true", default=None,
+                   help="refuse to record unless the data root is a mount point")
+    p.add_argument("--status-interval", type=float, dest="status_interval_sec",
+                   help="seconds between status log lines (0 = off)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+async def _run(settings: RecorderSettings) -> int:
+    log = get_logger("recorder")
+    service = RecorderService(settings)
+    with capture_signals() as sigs:
+        try:
+            await service.start()
+        except OSError as exc:
+            log.error("recorder_start_failed", reason=f"cannot bind UDP {settings.host}:"
+                      f"{settings.udp_port}: {exc.strerror or exc}")
+            return 2
+        await sigs.stop.wait()
+        log.info("shutdown_requested", signals=sigs.received)
+        stopping = asyncio.create_task(service.stop("shutdown"))
+        force = asyncio.create_task(sigs.force.wait())
+        await asyncio.wait({stopping, force}, return_when=asyncio.FIRST_COMPLETED)
+        if not stopping.done():
+            log.error("shutdown_forced", reason="second signal")
+            return 1
+        force.cancel()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    try:
+        settings = load_settings(RecorderSettings, args.config, overrides)
+    except ConfigError as exc:
+        print(f"mecharm-recorder: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, json=settings.log_json)
+    return asyncio.run(_run(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Recorder settings (``MECHARM_RECORDER_`` env prefix, ``configs/recorder.yaml``, CLI flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from mecharm_common.config import RigSettings
+
+__all__ = ["RecorderSettings", "VideoSettings"]
+
+
+class VideoSettings(BaseModel):
+    """H.264 via PyAV into fragmented MP4 (SPEC §9; OpenCV's Linux wheels cannot encode H.264)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    codec: str = "libx264"
+    pix_fmt: Literal["yuv420p"] = "yuv420p"
+    preset: Literal[
+        "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"
+    ] = "veryfast"
+    crf: int = Field(23, ge=0, le=51)
+    #: zerolatency: no B-frames, no lookahead, so a killed recorder loses at most ~1 GOP
+    tune: Literal["zerolatency", "none"] = "zerolatency"
+    gop_sec: float = Field(1.0, gt=0, le=10)
+    #: nominal container rate; the PTS carry the real capture times
+    container_fps: float = Field(30.0, gt=0, le=240)
+    time_base_hz: int = Field(90_000, ge=1_000, le=1_000_000)
+    threads: int = Field(0, ge=0, le=16)
+
+
+class RecorderSettings(RigSettings):
+    """Everything the recorder can be told; defaults match the reference rig (SPEC §9)."""
+
+    model_config = SettingsConfigDict(env_prefix="MECHARM_RECORDER_")
+
+    data_root: Path = Path("./data")
+    #: refuse to write unless data_root is a real mount point (the rig's external SSD)
+    require_mount: bool = False
+    camera: str = "synthetic"
+    host: str = "127.0.0.1"
+    udp_port: int = Field(5556, ge=1, le=65535)
+
+    stale_frame_sec: float = Field(0.5, gt=0)
+    camera_lost_after: int = Field(30, ge=1, description="consecutive failed reads")
+    camera_retry_sec: float = Field(2.0, gt=0)
+    frozen_after_sec: float = Field(2.0, gt=0)
+    csv_flush_sec: float = Field(1.0, gt=0, le=1.0)
+    mount_check_sec: float = Field(1.0, gt=0)
+    status_interval_sec: float = Field(10.0, ge=0, description="0 disables the status line")
+    max_pending_frames: int = Field(45, ge=1, le=600)
+    jpeg_quality: int = Field(90, ge=10, le=100)
+    video: VideoSettings = VideoSettings()
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool | None = None
+
+    @field_validator("camera")
+    @classmethod
+    def _camera(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("camera spec is empty")
+        return v.strip()
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if v not in ("127.0.0.1", "localhost"):
+            # the event port is an unauthenticated local interface; keep it on loopback
+            raise ValueError("host must be a loopback address (127.0.0.1)")
+        return "127.0.0.1" if v == "localhost" else v

@@ -1,0 +1,396 @@
+"""The recorder service: UDP events in, one recording folder per trial out.
+
+Concurrency design (why frame_request is answered within 20 ms even while the
+camera blocks in ``read()``)::
+
+    camera thread ── read() (may block) ──▶ latest (immutable, swapped by reference)
+          │                                     ▲
+          └─ offer(frame) ─▶ frame-writer thread │  reads it, never waits on the camera
+                             (H.264 + frame_log) │
+    asyncio loop (main thread) ── UDP 5556 ──────┘ events → states.csv; frame_request → jpg + reply
+
+Only the camera thread waits on the device, only the writer thread waits on the
+encoder; the event loop does bounded work per datagram (parse, a CSV row, or
+one JPEG encode of the newest frame ~3-5 ms). A frame older than
+``stale_frame_sec`` is refused as ``stale_frame``; after camera loss the newest
+frame is forgotten, so it is never served. Every datagram handler is wrapped: a
+bad datagram is logged (rate-limited) and dropped, the loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
+from mecharm_common.logging import get_logger
+from recorder.cameras.base import CameraSource
+from recorder.cameras.factory import make_camera
+from recorder.capture import CameraWorker
+from recorder.config import RecorderSettings
+from recorder.events import (
+    REASON_IMWRITE_FAILED,
+    REASON_MOUNT_LOST,
+    REASON_NO_FRAME,
+    REASON_OK,
+    REASON_OK_ORPHAN,
+    REASON_ORPHAN_SAVE_FAILED,
+    REASON_STALE_FRAME,
+    Commanded,
+    EventError,
+    FrameReply,
+    FrameRequest,
+    Gripper,
+    Measured,
+    Stage,
+    TrialEnd,
+    TrialStart,
+    exception_reason,
+    parse_event,
+)
+from recorder.snapshots import SnapshotEncodeError, save_jpeg
+from recorder.status import RateLimitedLog, StatusCounters
+from recorder.trial import TrialRecording
+from recorder.writer import CapturedFrame, FrameWriter
+
+__all__ = ["ORPHAN_SUBDIR", "RecorderService"]
+
+log = get_logger("recorder")
+ORPHAN_SUBDIR = ("diag", "recorder_orphan_frames")
+_RCVBUF = 4 * 1024 * 1024
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    def __init__(self, service: RecorderService) -> None:
+        self.service = service
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        try:
+            self.service.handle_datagram(data, addr)
+        except Exception as exc:  # the loop never dies of bad input
+            log.exception("event_handler_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("udp_error", error=str(exc))
+
+
+class RecorderService:
+    """Start with ``await start()``, stop with ``await stop()`` (or ``serve(stop_event)``)."""
+
+    def __init__(
+        self,
+        settings: RecorderSettings,
+        camera_factory: Callable[[], CameraSource] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.root = Path(settings.data_root).absolute()
+        self.camera_spec = settings.camera
+        self.counters = StatusCounters()
+        self.trial: TrialRecording | None = None
+        self.mount_ok: bool | None = None
+        self.port: int | None = None
+        factory = camera_factory or (lambda: make_camera(settings.camera))
+        self.writer = FrameWriter(settings.max_pending_frames, settings.csv_flush_sec,
+                                  on_media_error=self._media_error)
+        self.camera = CameraWorker(
+            factory, self._on_frame, lost_after=settings.camera_lost_after,
+            retry_sec=settings.camera_retry_sec, frozen_after_sec=settings.frozen_after_sec,
+            on_lost=self._camera_lost,
+        )
+        self._reject = RateLimitedLog(log, "event_rejected")
+        self._closing: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._transport: asyncio.DatagramTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            TrialStart: self._trial_start,
+            TrialEnd: self._trial_end,
+            FrameRequest: self._frame_request,
+            Stage: self._trial_event,
+            Commanded: self._trial_event,
+            Gripper: self._trial_event,
+            Measured: self._trial_event,
+        }
+
+    # --- life cycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind the UDP port (raises OSError if taken), start the camera and writer threads."""
+        self._loop = asyncio.get_running_loop()
+        s = self.settings
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+            sock.bind((s.host, s.udp_port))
+        except OSError:
+            sock.close()
+            raise
+        transport, _ = await self._loop.create_datagram_endpoint(lambda: _Protocol(self), sock=sock)
+        self._transport = transport
+        self.port = sock.getsockname()[1]
+        self._check_mount(initial=True)
+        self.writer.start()
+        self.camera.start()
+        self._tasks = [asyncio.create_task(self._housekeeping(), name="housekeeping")]
+        if s.status_interval_sec > 0:
+            self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
+        log.info("recorder_started", port=self.port, data_root=str(self.root),
+                 camera=self.camera_spec, mount_ok=self.mount_ok)
+
+    async def stop(self, reason: str = "shutdown", timeout: float = 10.0) -> None:
+        """Close an open trial as truncated, finish pending files, stop the threads."""
+        if self.trial is not None:
+            log.warning("trial_truncated", run_stem=self.trial.run_stem, reason=reason)
+            self._close_trial("truncated", reason)
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=timeout)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.to_thread(self.camera.stop)
+        await asyncio.to_thread(self.writer.stop)
+        if self._transport is not None:
+            self._transport.close()
+        log.info("recorder_stopped", reason=reason, **self.status())
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()
+
+    # --- camera side (called from the camera thread) --------------------------------------------
+    def _on_frame(self, frame: CapturedFrame) -> None:
+        if self.trial is not None:
+            self.writer.offer(frame)
+
+    def _camera_lost(self, why: str) -> None:
+        trial = self.trial
+        if trial is not None:
+            trial.camera_lost_count += 1
+            trial.mark("camera_lost", f"camera lost: {why}")
+
+    def _media_error(self, trial: TrialRecording, exc: BaseException) -> None:
+        why = check_data_root(self.root, self.settings.require_mount)
+        if why is not None:
+            trial.mark("mount_lost", why)
+        else:
+            trial.reasons.append(f"media write failed: {type(exc).__name__}: {exc}")
+
+    # --- datagrams -------------------------------------------------------------------------------
+    def handle_datagram(self, data: bytes, addr: Any) -> None:
+        c = self.counters
+        c.events += 1
+        c.last_event_mono = time.monotonic()
+        try:
+            event = parse_event(data)
+        except EventError as exc:
+            c.rejected += 1
+            self._reject(error=str(exc), size=len(data), peer=str(addr[0]) if addr else "")
+            return
+        self._handlers[type(event)](event)
+
+    def _trial_start(self, ev: TrialStart) -> None:
+        if self.trial is not None:
+            prev = self.trial.run_stem
+            log.warning("trial_truncated", run_stem=prev, reason=f"second trial_start ({ev.run_stem})")
+            self._close_trial("truncated", f"second trial_start ({ev.run_stem})")
+        why = self._check_mount()
+        if why is not None:
+            log.error("trial_start_refused", run_stem=ev.run_stem, reason=why)
+            return
+        try:
+            trial = TrialRecording.create(self.root, ev.run_stem, self.settings, self.camera_spec)
+        except (OSError, UnsafeNameError) as exc:
+            log.error("trial_start_refused", run_stem=ev.run_stem, reason=f"{type(exc).__name__}: {exc}")
+            return
+        trial.add_event(ev)
+        if self.camera.state != "open":
+            trial.mark("camera_lost", "camera unavailable at trial start")
+        self.writer.begin(trial)
+        self.trial = trial
+        self.counters.trials_started += 1
+        log.info("trial_started", run_stem=ev.run_stem, path=trial.rel_path)
+
+    def _trial_end(self, ev: TrialEnd) -> None:
+        trial = self.trial
+        if trial is None:
+            log.warning("trial_end_without_trial", run_stem=ev.run_stem)
+            return
+        if trial.run_stem != ev.run_stem:
+            log.warning("trial_end_mismatch", run_stem=ev.run_stem, open_trial=trial.run_stem)
+            return
+        self._write_row(trial, ev)
+        self._close_trial(None, "")
+
+    def _trial_event(self, ev: Any) -> None:
+        trial = self.trial
+        if trial is None:
+            self.counters.ignored_no_trial += 1
+            log.debug("event_outside_trial", type=ev.type)
+            return
+        self._write_row(trial, ev)
+
+    def _write_row(self, trial: TrialRecording, ev: Any, note: str = "") -> None:
+        try:
+            trial.add_event(ev, note)
+        except (OSError, ValueError) as exc:
+            log.error("states_write_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}")
+
+    # --- frame requests -------------------------------------------------------------------------
+    def _frame_request(self, ev: FrameRequest) -> None:
+        t0 = time.perf_counter()
+        reply = self.serve_frame(ev.tag)
+        self.counters.frame_requests += 1
+        self.counters.reply(reply.reason)
+        if self._transport is not None:
+            try:
+                self._transport.sendto(reply.model_dump_json().encode(), ("127.0.0.1", ev.reply_port))
+            except OSError as exc:
+                log.warning("frame_reply_failed", tag=ev.tag, error=str(exc))
+        trial = self.trial
+        if trial is not None:
+            trial.frame_requests += 1
+            self._write_row(trial, ev, note=f"{ev.tag} {reply.reason}")
+        log.info("frame_request", tag=ev.tag, reason=reply.reason, frame_age_ms=reply.frame_age_ms,
+                 camera_frozen=reply.camera_frozen, path=reply.path,
+                 took_ms=round((time.perf_counter() - t0) * 1e3, 2))
+
+    def serve_frame(self, tag: str) -> FrameReply:
+        """Save the newest frame for ``tag`` and describe it; every failure is a reason."""
+        latest = self.camera.latest
+        frozen = self.camera.frozen
+        if latest is None:
+            return FrameReply(reason=REASON_NO_FRAME, camera_frozen=frozen, tag=tag)
+        age_ms = round((time.monotonic_ns() - latest.mono_ns) / 1e6, 3)
+        frozen = frozen or latest.frozen
+        if age_ms > self.settings.stale_frame_sec * 1000:
+            return FrameReply(reason=REASON_STALE_FRAME, capture_ts=latest.wall_ts,
+                              frame_age_ms=age_ms, camera_frozen=frozen, tag=tag)
+        trial = self.trial
+        fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
+        try:
+            if not self.mount_ok and self._check_mount() is not None:
+                return FrameReply(reason=REASON_MOUNT_LOST, camera_frozen=frozen, tag=tag)
+            if trial is not None:
+                folder = trial.extracted
+            else:
+                folder = safe_join(self.root, *ORPHAN_SUBDIR)
+                folder.mkdir(parents=True, exist_ok=True)
+            path = save_jpeg(latest.image, folder, tag, latest.wall_ts, self.settings.jpeg_quality)
+        except SnapshotEncodeError:
+            return FrameReply(reason=fail, camera_frozen=frozen, tag=tag)
+        except OSError as exc:
+            reason = REASON_MOUNT_LOST if self._check_mount() is not None else fail
+            log.warning("frame_save_failed", tag=tag, error=str(exc), reason=reason)
+            return FrameReply(reason=reason, camera_frozen=frozen, tag=tag)
+        except Exception as exc:
+            log.exception("frame_save_failed", tag=tag)
+            return FrameReply(reason=exception_reason(exc), camera_frozen=frozen, tag=tag)
+        return FrameReply(
+            path=str(path), capture_ts=latest.wall_ts, frame_age_ms=age_ms,
+            reason=REASON_OK if trial else REASON_OK_ORPHAN, camera_frozen=frozen, tag=tag,
+        )
+
+    # --- closing a trial ------------------------------------------------------------------------
+    def _close_trial(self, status: str | None, reason: str) -> None:
+        trial, self.trial = self.trial, None
+        if trial is None:
+            return
+        if status is not None:
+            trial.mark(status, reason)
+        trial.ended_ts = time.time()
+        try:
+            trial.close_states()
+        except OSError as exc:
+            log.error("states_close_failed", run_stem=trial.run_stem, error=str(exc))
+        fut = self.writer.end(trial)
+        assert self._loop is not None
+        task = self._loop.create_task(self._finish(trial, asyncio.wrap_future(fut)))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _finish(self, trial: TrialRecording, media_done: asyncio.Future[None]) -> None:
+        await media_done
+        why = check_data_root(self.root, self.settings.require_mount)
+        if why is not None:
+            trial.mark("mount_lost", why)
+        self.counters.trials_closed += 1
+        try:
+            meta = trial.write_meta()
+        except OSError as exc:
+            log.error("meta_write_failed", run_stem=trial.run_stem, status=trial.status,
+                      error=f"{exc.strerror or exc}")
+            return
+        log.info("trial_closed", run_stem=trial.run_stem, status=meta.status,
+                 reason=meta.status_reason, frames_captured=meta.frames_captured,
+                 frames_written=meta.frames_written, frames_dropped=meta.frames_dropped,
+                 effective_fps=meta.effective_fps, elapsed_sec=meta.elapsed_sec,
+                 camera_frozen=meta.camera_frozen)
+
+    async def wait_closed(self, timeout: float = 10.0) -> None:
+        """Wait until every closing trial has written its meta (tests, shutdown)."""
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=timeout)
+
+    # --- housekeeping ---------------------------------------------------------------------------
+    def _check_mount(self, initial: bool = False) -> str | None:
+        why = check_data_root(self.root, self.settings.require_mount)
+        ok = why is None
+        if ok != self.mount_ok:
+            if ok:
+                log.info("data_root_ok", data_root=str(self.root))
+            else:
+                log.error("mount_lost" if not initial else "data_root_unavailable", reason=why)
+        self.mount_ok = ok
+        return why
+
+    async def _housekeeping(self) -> None:
+        s = self.settings
+        tick = min(s.csv_flush_sec, s.mount_check_sec) / 2
+        last_mount = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            trial = self.trial
+            if trial is not None:
+                try:
+                    trial.flush_states()
+                except OSError as exc:
+                    log.error("states_flush_failed", run_stem=trial.run_stem, error=str(exc))
+            if time.monotonic() - last_mount >= s.mount_check_sec:
+                last_mount = time.monotonic()
+                why = self._check_mount()
+                if why is not None and self.trial is not None:
+                    log.error("trial_aborted", run_stem=self.trial.run_stem, reason=why)
+                    self._close_trial("mount_lost", why)
+
+    def status(self) -> dict[str, Any]:
+        c, cam = self.counters, self.camera
+        trial = self.trial
+        return {
+            "trial": trial.run_stem if trial else None,
+            "camera": cam.state,
+            "fps": round(cam.fps(), 2),
+            "frames": cam.frames,
+            "trial_frames": trial.frames_written if trial else None,
+            "dropped": self.writer.frames_dropped,
+            "frozen": cam.frozen,
+            "camera_lost_count": cam.lost_count,
+            "events": c.events,
+            "rejected": c.rejected,
+            "frame_requests": c.frame_requests,
+            "last_event_age_s": c.last_event_age(),
+            "mount_ok": self.mount_ok,
+        }
+
+    async def _status_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.status_interval_sec)
+            log.info("recorder_status", **self.status())

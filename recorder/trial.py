@@ -1,0 +1,269 @@
+"""One trial's recording folder: states.csv, frame_log.csv, episode.mp4, meta, extracted/.
+
+Ownership across threads (see service.py): the event-loop thread creates the
+trial, writes ``states.csv`` and, after the writer thread has finished the
+video, writes ``recording_meta.json``. The frame-writer thread alone touches
+``episode.mp4`` and ``frame_log.csv`` between the "start" and "end" messages.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from mecharm_common.fsutil import atomic_write_json, safe_join, validate_name
+from recorder.config import RecorderSettings
+from recorder.events import (
+    FRAME_LOG_COLUMNS,
+    STATES_COLUMNS,
+    Commanded,
+    FrameRequest,
+    Gripper,
+    Measured,
+    RecordingMeta,
+    Stage,
+    TrialEnd,
+    TrialStart,
+)
+from recorder.video import VideoWriter
+
+__all__ = ["RUNS_SUBDIR", "TrialExistsError", "TrialRecording", "recording_dir", "state_row"]
+
+RUNS_SUBDIR = ("runs", "run_pick_place")
+#: severity order for the final status: the worst thing that happened wins
+_SEVERITY = {"ok": 0, "truncated": 1, "camera_lost": 2, "mount_lost": 3}
+
+
+class TrialExistsError(FileExistsError):
+    """A recording for this run_stem already exists; it is never overwritten."""
+
+
+def recording_dir(root: Path, run_stem: str) -> Path:
+    """``{root}/runs/run_pick_place/{run_stem}/recording`` (names validated, stays in root)."""
+    return safe_join(root, *RUNS_SUBDIR, validate_name(run_stem, "run_stem"), "recording")
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def state_row(event: Any, stage: str, note: str = "") -> list[str]:
+    """The states.csv row (STATES_COLUMNS) for one event."""
+    row: dict[str, Any] = {"ts": event.ts, "event_type": event.type, "stage": stage, "note": note}
+    if isinstance(event, Commanded | Measured):
+        row.update({f"j{i}": a for i, a in enumerate(event.angles)})
+    if isinstance(event, Commanded):
+        row.update(speed=event.speed, ts_send=event.ts_send, ts_arrival=event.ts_arrival,
+                   attempt=event.attempt, arrived=event.arrived, note=event.note)
+    elif isinstance(event, Gripper):
+        row.update(gripper_state=event.state, note=event.note)
+    elif isinstance(event, Stage):
+        row["stage"] = event.stage
+    elif isinstance(event, TrialStart | TrialEnd):
+        row["note"] = note or event.run_stem
+    elif isinstance(event, FrameRequest):
+        row["note"] = note or event.tag
+    return [_num(row.get(c)) for c in STATES_COLUMNS]
+
+
+class TrialRecording:
+    """Files and counters of one trial. Create with ``TrialRecording.create``."""
+
+    def __init__(self, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str) -> None:
+        self.root = Path(root)
+        self.run_stem = run_stem
+        self.settings = settings
+        self.camera_spec = camera_spec
+        self.dir = recording_dir(self.root, run_stem)
+        self.extracted = self.dir / "extracted"
+        self.rel_path = "/".join((*RUNS_SUBDIR, run_stem, "recording"))
+        self.started_ts = time.time()
+        self.start_mono_ns = time.monotonic_ns()
+        self.ended_ts: float | None = None
+        self.status = "ok"
+        self.reasons: list[str] = []
+        self.stage = ""
+        # counters (writer thread: frames_*; loop thread: states_rows, frame_requests)
+        self.frames_captured = 0
+        self.frames_written = 0
+        self.frames_dropped = 0
+        self.states_rows = 0
+        self.frame_requests = 0
+        self.camera_lost_count = 0
+        self.camera_frozen = False
+        self.frozen_sec = 0.0
+        self.first_capture: tuple[float, int] | None = None
+        self.last_capture: tuple[float, int] | None = None
+        self.media_failed = False
+        self.video = VideoWriter(self.dir / "episode.mp4", settings.video)
+        self._states_fh: IO[str] | None = None
+        self._states: Any = None
+        self._flog_fh: IO[str] | None = None
+        self._flog: Any = None
+        self._states_flushed = time.monotonic()
+        self._flog_flushed = time.monotonic()
+
+    @classmethod
+    def create(cls, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str) -> TrialRecording:
+        """Make the folder and open both CSVs (headers written). Raises OSError, TrialExistsError."""
+        trial = cls(root, run_stem, settings, camera_spec)
+        if (trial.dir / "episode.mp4").exists() or (trial.dir / "recording_meta.json").exists():
+            raise TrialExistsError(f"a recording for {run_stem} already exists in {trial.rel_path}")
+        trial.extracted.mkdir(parents=True, exist_ok=True)
+        try:
+            trial._states_fh = open(trial.dir / "states.csv", "w", newline="", encoding="utf-8")
+            trial._states = csv.writer(trial._states_fh)
+            trial._states.writerow(STATES_COLUMNS)
+            trial._flog_fh = open(trial.dir / "frame_log.csv", "w", newline="", encoding="utf-8")
+            trial._flog = csv.writer(trial._flog_fh)
+            trial._flog.writerow(FRAME_LOG_COLUMNS)
+            trial._states_fh.flush()
+            trial._flog_fh.flush()
+        except OSError:
+            trial._close_files()
+            raise
+        return trial
+
+    # --- status ---------------------------------------------------------------------------
+    def mark(self, status: str, reason: str) -> None:
+        """Record something that happened; the most severe status is kept."""
+        if _SEVERITY[status] > _SEVERITY[self.status]:
+            self.status = status
+        self.reasons.append(reason)
+
+    # --- loop thread: states --------------------------------------------------------------
+    def add_event(self, event: Any, note: str = "") -> None:
+        if isinstance(event, Stage):
+            self.stage = event.stage
+        if self._states is None:
+            return
+        self._states.writerow(state_row(event, self.stage, note))
+        self.states_rows += 1
+
+    def flush_states(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._states_fh is not None and (force or now - self._states_flushed >= self.settings.csv_flush_sec):
+            self._states_fh.flush()
+            self._states_flushed = now
+
+    def close_states(self) -> None:
+        fh, self._states_fh, self._states = self._states_fh, None, None
+        if fh is not None:
+            try:
+                fh.flush()
+                os.fsync(fh.fileno())
+            finally:
+                fh.close()
+
+    # --- writer thread: frames ------------------------------------------------------------
+    def count_dropped(self, mono_ns: int) -> None:
+        if mono_ns >= self.start_mono_ns:
+            self.frames_captured += 1
+            self.frames_dropped += 1
+
+    def write_frame(self, image: Any, wall_ts: float, mono_ns: int, frozen: bool) -> bool:
+        """Encode and log one frame; False if skipped. Raises OSError/av errors on I/O failure."""
+        if mono_ns < self.start_mono_ns:
+            return False  # captured before the trial began
+        self.frames_captured += 1
+        if self.media_failed or self._flog is None:
+            self.frames_dropped += 1
+            return False
+        if frozen:
+            if self.last_capture is not None:
+                self.frozen_sec += (mono_ns - self.last_capture[1]) / 1e9
+            self.camera_frozen = True
+        if not self.video.write(image, mono_ns):
+            self.frames_dropped += 1  # size changed after a reconnect
+            return False
+        self._flog.writerow((self.frames_written, repr(wall_ts), mono_ns))
+        self.frames_written += 1
+        if self.first_capture is None:
+            self.first_capture = (wall_ts, mono_ns)
+        self.last_capture = (wall_ts, mono_ns)
+        self.flush_frame_log()
+        return True
+
+    def flush_frame_log(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._flog_fh is not None and (force or now - self._flog_flushed >= self.settings.csv_flush_sec):
+            self._flog_fh.flush()
+            self._flog_flushed = now
+
+    def close_media(self) -> None:
+        """Writer thread: finish the video and the frame log."""
+        try:
+            self.video.close()
+        finally:
+            fh, self._flog_fh, self._flog = self._flog_fh, None, None
+            if fh is not None:
+                try:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                finally:
+                    fh.close()
+
+    def _close_files(self) -> None:
+        for name in ("_states_fh", "_flog_fh"):
+            fh = getattr(self, name)
+            setattr(self, name, None)
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+
+    # --- meta -----------------------------------------------------------------------------
+    def meta(self) -> RecordingMeta:
+        ended = self.ended_ts or time.time()
+        eff = 0.0
+        if self.first_capture and self.last_capture and self.frames_written > 1:
+            span = (self.last_capture[1] - self.first_capture[1]) / 1e9
+            eff = (self.frames_written - 1) / span if span > 0 else 0.0
+        anchor_wall, anchor_mono = self.first_capture or (self.started_ts, self.start_mono_ns)
+        v = self.video
+        return RecordingMeta(
+            run_stem=self.run_stem,
+            started_ts=self.started_ts,
+            ended_ts=ended,
+            elapsed_sec=round(ended - self.started_ts, 6),
+            frames_captured=self.frames_captured,
+            frames_written=self.frames_written,
+            effective_fps=round(eff, 4),
+            container_fps=self.settings.video.container_fps,
+            width=v.width,
+            height=v.height,
+            codec=v.codec_name,
+            status=self.status,  # type: ignore[arg-type]
+            recording_path=self.rel_path,
+            status_reason="; ".join(self.reasons),
+            pix_fmt=self.settings.video.pix_fmt,
+            gop=v.gop,
+            time_base=f"1/{self.settings.video.time_base_hz}",
+            anchor_wall_ts=anchor_wall,
+            anchor_mono_ns=anchor_mono,
+            frames_dropped=self.frames_dropped,
+            camera_frozen=self.camera_frozen,
+            frozen_sec=round(self.frozen_sec, 3),
+            camera_lost_count=self.camera_lost_count,
+            camera_source=self.camera_spec,
+            states_rows=self.states_rows,
+            frame_requests=self.frame_requests,
+            first_capture_ts=self.first_capture[0] if self.first_capture else None,
+            last_capture_ts=self.last_capture[0] if self.last_capture else None,
+        )
+
+    def write_meta(self) -> RecordingMeta:
+        """Write recording_meta.json atomically (tmp + rename). Raises OSError."""
+        meta = self.meta()
+        atomic_write_json(self.dir / "recording_meta.json", meta.model_dump(mode="json"))
+        return meta

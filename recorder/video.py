@@ -1,0 +1,120 @@
+"""H.264 fragmented-MP4 writer (PyAV) whose PTS are the frames' real capture times.
+
+Why fragmented MP4 (``frag_keyframe+empty_moov+default_base_moof``): a plain
+MP4 writes its index at close, so a killed recorder leaves an unplayable file
+(the reference rig's weakness, SPEC §9). Here every keyframe (about one per
+second) closes a self-describing fragment that is flushed to disk, so a kill
+loses at most about one GOP. ``tune=zerolatency`` turns off B-frames and
+lookahead, so the encoder does not hold a second of frames back either.
+
+PTS: ``(capture_mono_ns - anchor_mono_ns)`` in a fine time base (1/90000 s by
+default); the container fps is nominal only. ``anchor_mono_ns`` is the first
+frame's capture time, recorded with its wall time in the meta.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from recorder.config import VideoSettings
+
+__all__ = ["VideoWriter"]
+
+MOVFLAGS = "frag_keyframe+empty_moov+default_base_moof"
+
+
+class VideoWriter:
+    """Encode BGR frames into ``path``; created on the first frame (it fixes the size)."""
+
+    def __init__(self, path: Path, settings: VideoSettings | None = None) -> None:
+        self.path = Path(path)
+        self.settings = settings or VideoSettings()
+        self.time_base = Fraction(1, self.settings.time_base_hz)
+        self.gop = max(1, round(self.settings.gop_sec * self.settings.container_fps))
+        self.width = 0
+        self.height = 0
+        self.frames_written = 0
+        self.anchor_mono_ns: int | None = None
+        self._last_pts = -1
+        self._container: av.container.OutputContainer | None = None
+        self._stream: av.video.stream.VideoStream | None = None
+        self.closed = False
+
+    def _open(self, width: int, height: int) -> None:
+        s = self.settings
+        # the muxer writes straight to the file: no Python-side buffering to lose on a kill
+        container = av.open(str(self.path), mode="w", format="mp4", options={"movflags": MOVFLAGS, "flush_packets": "1"})
+        try:
+            stream = container.add_stream(s.codec, rate=Fraction(s.container_fps).limit_denominator(1001))
+            stream.width, stream.height = width, height
+            stream.pix_fmt = s.pix_fmt
+            stream.time_base = self.time_base
+            stream.codec_context.time_base = self.time_base
+            stream.codec_context.gop_size = self.gop
+            opts = {"preset": s.preset, "crf": str(s.crf)}
+            if s.codec == "libx264":
+                opts["x264-params"] = f"keyint={self.gop}:min-keyint={self.gop}:scenecut=0"
+                if s.tune != "none":
+                    opts["tune"] = s.tune
+            stream.codec_context.options = opts
+            if s.threads:
+                stream.codec_context.thread_count = s.threads
+        except Exception:
+            container.close()
+            raise
+        self._container, self._stream = container, stream
+        self.width, self.height = width, height
+
+    def write(self, image: NDArray[np.uint8], mono_ns: int) -> bool:
+        """Encode one frame captured at ``mono_ns``; False if its size differs (skipped).
+
+        Raises OSError/av.error.FFmpegError when the file cannot be written.
+        """
+        h, w = image.shape[:2]
+        if self._container is None:
+            if self.closed:
+                raise ValueError("write() after close()")
+            self._open(w - w % 2, h - h % 2)
+            self.anchor_mono_ns = mono_ns
+        if (w - w % 2, h - h % 2) != (self.width, self.height):
+            return False
+        if w != self.width or h != self.height:
+            image = image[: self.height, : self.width]
+        assert self.anchor_mono_ns is not None and self._stream is not None
+        pts = (mono_ns - self.anchor_mono_ns) * self.settings.time_base_hz // 1_000_000_000
+        if pts <= self._last_pts:
+            pts = self._last_pts + 1  # PTS must rise strictly; clocks never repeat, but be safe
+        self._last_pts = pts
+        yuv = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420)
+        frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        frame.pts = pts
+        frame.time_base = self.time_base
+        assert self._container is not None
+        self._container.mux(self._stream.encode(frame))
+        self.frames_written += 1
+        return True
+
+    def close(self) -> None:
+        """Flush the encoder and finish the file; safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        container, stream = self._container, self._stream
+        self._container = self._stream = None
+        if container is None:
+            return
+        try:
+            if stream is not None:
+                container.mux(stream.encode(None))
+        finally:
+            container.close()
+
+    @property
+    def codec_name(self) -> str:
+        return "h264" if self.settings.codec in ("libx264", "h264", "libopenh264") else self.settings.codec
