@@ -115,6 +115,11 @@ class ArmServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     @property
+    def closing(self) -> bool:
+        """True once stop() has begun."""
+        return self._closing
+
+    @property
     def client(self) -> str | None:
         """Peer address of the control client, if one is connected."""
         return self._active.peer if self._active else None

@@ -1,0 +1,159 @@
+"""``mecharm-daemon``: serve the arm (real or simulated) over TCP until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from daemon_pi.backends.base import ArmBackend, BackendError
+from daemon_pi.config import DaemonSettings, is_loopback, read_token
+from daemon_pi.server import ArmServer
+from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.logging import configure_logging, get_logger
+from mecharm_common.shutdown import capture_signals
+
+__all__ = ["build_parser", "main", "serve", "settings_from_args"]
+
+log = get_logger("daemon_pi.cli")
+
+DEFAULT_CONFIG = Path("configs/daemon.yaml")
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start; the message says why."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mecharm-daemon",
+        description="Serve the mechArm 270 over TCP (newline-delimited JSON, one control client at a time).",
+    )
+    p.add_argument("--config", type=Path, help=f"YAML settings file (default {DEFAULT_CONFIG} when present)")
+    p.add_argument("--backend", choices=["sim", "mycobot"], help="arm backend (default sim)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1 for sim, 0.0.0.0 for mycobot)")
+    p.add_argument("--port", type=int, help="TCP port (default 5555)")
+    p.add_argument("--serial-port", dest="serial_port", help="mycobot: serial device (default /dev/ttyAMA0)")
+    p.add_argument("--baud", type=int, help="mycobot: baud rate (default 1000000)")
+    p.add_argument("--token-file", dest="token_file", type=Path, help="shared-secret file; enables authentication")
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    sim = p.add_argument_group("sim backend")
+    sim.add_argument("--time-scale", dest="time_scale", type=float, help="sim speed-up (1.0 = real time)")
+    sim.add_argument("--read-latency", dest="read_latency", type=float, help="sim get_angles cost in s (default 0.020)")
+    sim.add_argument("--scene", help="start the simulated workcell with this scene: 'random' or a scene file")
+    sim.add_argument("--seed", type=int, help="seed of the sim arm and the scene")
+    sim.add_argument("--camera-port", dest="camera_port", type=int, help="workcell camera server port (default 8080)")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path | None]:
+    """Merge flags over env over the YAML file. Raises ConfigError naming the bad key."""
+    config = args.config
+    if config is None and DEFAULT_CONFIG.is_file():
+        config = DEFAULT_CONFIG
+    sim: dict[str, Any] = {}
+    if args.time_scale is not None:
+        sim["time_scale"] = args.time_scale
+    if args.read_latency is not None:
+        sim["read_latency_s"] = args.read_latency
+    if args.seed is not None:
+        sim["seed"] = args.seed
+    overrides: dict[str, Any] = {
+        k: getattr(args, k)
+        for k in ("backend", "host", "port", "serial_port", "baud", "token_file", "log_level", "scene", "seed",
+                  "camera_port")
+    }
+    overrides["sim"] = sim or None
+    return load_settings(DaemonSettings, config, overrides), config
+
+
+def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
+    if settings.backend == "mycobot":
+        from daemon_pi.backends.mycobot import MyCobotBackend
+
+        return MyCobotBackend(settings.serial_port, settings.baud), None
+    from daemon_pi.backends.sim import SimBackend
+    from daemon_pi.sim.arm import SimArm
+
+    arm = SimArm(settings.sim)
+    return SimBackend(arm), arm
+
+
+def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
+    if settings.scene is None:
+        return None
+    if settings.backend != "sim":
+        raise StartupError("--scene needs --backend sim (the workcell simulates cameras around the sim arm)")
+    try:
+        from daemon_pi.sim.workcell import start_workcell
+    except ImportError as exc:
+        raise StartupError(f"--scene given but the simulated workcell is not available "
+                           f"(daemon_pi.sim.workcell: {exc})") from exc
+    workcell = start_workcell(arm, scene=settings.scene, seed=settings.seed, host=host,
+                              camera_port=settings.camera_port)
+    log.info("workcell_started", scene=settings.scene, seed=settings.seed, **dict(workcell.urls))
+    return workcell
+
+
+async def serve(settings: DaemonSettings) -> int:
+    """Run the daemon until SIGINT/SIGTERM. Returns the exit code."""
+    host = settings.listen_host()
+    token = None
+    if settings.token_file is not None:
+        token, too_open = read_token(settings.token_file)
+        if too_open:
+            log.warning("token_file_readable_by_others", path=str(settings.token_file),
+                        hint=f"chmod 600 {settings.token_file}")
+    elif not is_loopback(host):
+        log.warning("no_authentication", host=host,
+                    reason="listening beyond loopback without --token-file: anyone on the network can move the arm")
+    backend, arm = _make_backend(settings)
+    workcell = _start_workcell(settings, arm, host)  # fails before the port is opened
+    server = ArmServer(backend, host, settings.port, token, auth_timeout_s=settings.auth_timeout_s,
+                       idle_timeout_s=settings.idle_timeout_s, shutdown_grace_s=settings.shutdown_grace_s)
+    try:
+        try:
+            await server.start()
+        except BackendError as exc:
+            raise StartupError(f"backend {backend.name} failed to open: {exc.message}") from exc
+        except OSError as exc:
+            raise StartupError(f"cannot listen on {host}:{settings.port}: {exc.strerror or exc}") from exc
+        with capture_signals() as sigs:
+            await sigs.stop.wait()
+            reason = f"signal {sigs.received[0]}"
+            stopping = asyncio.ensure_future(server.stop(reason))
+            forced = asyncio.ensure_future(sigs.force.wait())
+            await asyncio.wait({stopping, forced}, return_when=asyncio.FIRST_COMPLETED)
+            forced.cancel()
+            if not stopping.done():
+                log.warning("daemon_forced_exit", reason=f"second signal {sigs.received[-1]} during shutdown")
+                stopping.cancel()
+                return 1
+    finally:
+        if workcell is not None:
+            workcell.close()
+            log.info("workcell_closed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings, config = settings_from_args(args)
+    except ConfigError as exc:
+        print(f"mecharm-daemon: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    log.info("daemon_config", config_file=str(config) if config else None, backend=settings.backend,
+             host=settings.listen_host(), port=settings.port)
+    try:
+        return asyncio.run(serve(settings))
+    except (StartupError, ConfigError) as exc:
+        log.error("daemon_start_failed", reason=str(exc))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

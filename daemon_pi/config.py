@@ -1,0 +1,71 @@
+"""Typed settings of the Pi daemon: defaults < configs/daemon.yaml < MECHARM_DAEMON_* < CLI flags."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import stat
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from daemon_pi.protocol import DEFAULT_PORT
+from daemon_pi.sim.arm import SimArmConfig
+from mecharm_common.config import ConfigError, RigSettings
+
+__all__ = ["DaemonSettings", "is_loopback", "read_token"]
+
+
+class DaemonSettings(RigSettings):
+    """Every key can be set in the YAML file, as ``MECHARM_DAEMON_<KEY>`` (nested: ``SIM__TIME_SCALE``) or by a flag."""
+
+    model_config = SettingsConfigDict(env_prefix="MECHARM_DAEMON_")
+
+    backend: Literal["sim", "mycobot"] = "sim"
+    host: str | None = Field(default=None, description="listen address; default 127.0.0.1 for sim, 0.0.0.0 for mycobot")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    serial_port: str = Field(default="/dev/ttyAMA0", min_length=1)
+    baud: int = Field(default=1_000_000, gt=0)
+    token_file: Path | None = Field(default=None, description="shared secret for LAN use; hello must carry it")
+    auth_timeout_s: float = Field(default=5.0, gt=0, description="unauthenticated clients are dropped after this")
+    idle_timeout_s: float = Field(default=0.0, ge=0, description="drop a silent client after this (0 = never)")
+    shutdown_grace_s: float = Field(default=5.0, ge=0, description="how long the command in flight may finish")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    sim: SimArmConfig = Field(default_factory=SimArmConfig)
+    scene: str | None = Field(default=None, description="sim workcell scene: 'random' or a scene file")
+    seed: int | None = Field(default=None, description="seed of the sim arm and the scene")
+    camera_port: int = Field(default=8080, ge=0, le=65535)
+
+    def listen_host(self) -> str:
+        if self.host:
+            return self.host
+        return "127.0.0.1" if self.backend == "sim" else "0.0.0.0"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Path) -> tuple[str, bool]:
+    """Read the shared secret; returns (token, too_open) where too_open means group/world readable.
+
+    Raises ConfigError naming the file when it is missing, unreadable or empty.
+    """
+    try:
+        st = os.stat(path)
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"token_file {path}: cannot read: {exc}") from None
+    token = text.strip()
+    if not token:
+        raise ConfigError(f"token_file {path}: is empty")
+    if len(token) > 4096 or any(c.isspace() for c in token):
+        raise ConfigError(f"token_file {path}: token must be one line without spaces, at most 4096 characters")
+    return token, bool(st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
