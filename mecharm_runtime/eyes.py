@@ -1,0 +1,259 @@
+"""The runtime's eyes behind ``EyesPort``: the top camera plus the perception and judge code.
+
+``CameraEyes`` grabs frames from the top camera (any ``recorder.cameras`` source,
+e.g. the simulated rig's MJPEG stream), runs ``mecharm_runtime.perception`` on them
+and saves one JPEG per capture group into the run folder. ``DryRunEyes`` looks at
+the real scene but models what depends on the arm having moved (tip, held block,
+verdicts) from the commanded pose, because in a dry run the arm never moves.
+``TracedEyes`` writes every observation into the trace as an input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import cv2
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_common.kinematics import fk_tip
+from mecharm_common.logging import get_logger
+from mecharm_runtime.arm import DryRunArm
+from mecharm_runtime.perception import (
+    DEFAULT_CONFIG,
+    GeometricJudge,
+    HomographyError,
+    Judge,
+    JudgeEvidence,
+    MatHomography,
+    PerceptionConfig,
+    detect_scene,
+    estimate_homography,
+    locate_block,
+)
+from mecharm_runtime.perception.results import SceneDetection
+from mecharm_runtime.perception.tip import measure_tip
+from mecharm_runtime.ports import EyesPort, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.records.trace import TraceWriter
+from recorder.cameras import CameraSource
+
+__all__ = ["CameraEyes", "DryRunEyes", "EyesError", "TracedEyes"]
+
+log = get_logger("mecharm_runtime.eyes")
+
+
+class EyesError(RuntimeError):
+    """The top camera delivered no usable frames."""
+
+
+class CameraEyes:
+    """Top camera + perception + judge; keeps the trial's homography and scene detection."""
+
+    def __init__(
+        self,
+        camera: CameraSource,
+        judge: Judge | None = None,
+        *,
+        homography_frames: int = 10,
+        detect_repeat: int = 3,
+        judge_frames: int = 3,
+        box_fallback_xz: tuple[float, float] = (-0.01, 0.108),
+        box_score_thresh: float = 0.5,
+        config: PerceptionConfig = DEFAULT_CONFIG,
+        max_failed_reads: int = 30,
+    ) -> None:
+        self.camera = camera
+        self.judge: Judge = judge or GeometricJudge(config)
+        self.homography_frames = homography_frames
+        self.detect_repeat = detect_repeat
+        self.judge_frames = judge_frames
+        self.box_fallback_xz = box_fallback_xz
+        self.box_score_thresh = box_score_thresh
+        self.config = config
+        self.max_failed_reads = max_failed_reads
+        self.run_dir: Path | None = None
+        self.H: MatHomography | None = None
+        self.scene: SceneDetection | None = None
+
+    def start_trial(self, run_dir: Path | None) -> None:
+        self.run_dir, self.H, self.scene = run_dir, None, None
+
+    # ------------------------------------------------------------ frames
+    def _grab_sync(self, n: int) -> list[NDArray[np.uint8]]:
+        frames: list[NDArray[np.uint8]] = []
+        failed = 0
+        while len(frames) < n:
+            f = self.camera.read()
+            if f.ok and f.image is not None:
+                frames.append(f.image)
+                failed = 0
+            else:
+                failed += 1
+                if failed >= self.max_failed_reads:
+                    raise EyesError(f"top camera {self.camera.spec}: {failed} consecutive failed reads")
+        return frames
+
+    async def grab(self, n: int, tag: str) -> tuple[list[NDArray[np.uint8]], str]:
+        frames = await asyncio.to_thread(self._grab_sync, n)
+        path = ""
+        if self.run_dir is not None:
+            p = self.run_dir / f"{tag}.jpg"
+            ok = await asyncio.to_thread(cv2.imwrite, str(p), frames[0])
+            path = p.name if ok else ""
+        return frames, path
+
+    # ------------------------------------------------------------ EyesPort
+    async def observe_scene(self, tag: str) -> SceneObservation:
+        try:
+            hframes, hpath = await self.grab(self.homography_frames, f"{tag}_mat")
+            H = await asyncio.to_thread(estimate_homography, hframes, self.config)
+        except (EyesError, HomographyError) as exc:
+            return SceneObservation(ok=False, reason=f"mat homography: {exc}")
+        self.H = H
+        dframes, dpath = await self.grab(self.detect_repeat, f"{tag}_detect")
+        scene = await asyncio.to_thread(
+            detect_scene, dframes, H, self.box_fallback_xz, self.box_score_thresh, self.config
+        )
+        self.scene = scene
+        block = scene.block
+        box = scene.box
+        reason = "" if block is not None else f"red block not found in a majority of {len(dframes)} captures"
+        return SceneObservation(
+            ok=block is not None,
+            reason=reason,
+            block_xz=(block.x, block.z) if block is not None else None,
+            box_xz=(box.x, box.z),
+            box_score=box.score,
+            box_method=box.method,
+            repeats=[scene.to_dict()],
+            captures=[p for p in (hpath, dpath) if p],
+        )
+
+    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+        if self.H is None or self.scene is None or self.scene.block is None:
+            return TipObservation(False, reason="no stage2 detection to measure against")
+        frames, path = await self.grab(self.judge_frames, tag)
+        H, block = self.H, self.scene.block
+        found = [m for m in (measure_tip(f, H, block, tip_height_m, self.config) for f in frames) if m is not None]
+        if not found:
+            return TipObservation(False, reason="tip marker not visible", capture=path)
+        dx = float(np.median([m.dx_mm for m in found]))
+        dz = float(np.median([m.dz_mm for m in found]))
+        return TipObservation(True, dx, dz, math.hypot(dx, dz), capture=path)
+
+    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+        if self.H is None:
+            return None
+        frames, _ = await self.grab(2, tag)
+        top = tip_height_m + self.config.block_size_m / 2.0
+        found = [b for b in (locate_block(f, self.H, top, near_xz, self.config) for f in frames) if b is not None]
+        if not found:
+            return None
+        return float(np.median([b.x for b in found])), float(np.median([b.z for b in found]))
+
+    async def _evidence(self, tag: str, tip_height_m: float | None, side_frame: str | None) -> JudgeEvidence | None:
+        if self.H is None or self.scene is None:
+            return None
+        frames, path = await self.grab(self.judge_frames, tag)
+        side = None
+        if side_frame:
+            side = await asyncio.to_thread(cv2.imread, side_frame)
+        return JudgeEvidence(frames=frames, H=self.H, scene=self.scene, tip_height_m=tip_height_m,
+                             side_frame=side, meta={"capture": path, "side_frame": side_frame})
+
+    async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
+        ev = await self._evidence(tag, tip_height_m, None)
+        if ev is None:
+            return VerdictObservation("no", 0.0, "cannot judge: no stage2 detection", self.judge.name)
+        v = await self.judge.judge_pick(ev)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+
+    async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+        ev = await self._evidence(tag, None, side_frame)
+        if ev is None:
+            return VerdictObservation("no", 0.0, "cannot judge: no stage2 detection", self.judge.name)
+        v = await self.judge.judge_place(ev)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.camera.close)
+
+
+class DryRunEyes:
+    """The real scene (when a camera is given) with the arm-dependent observations modelled
+    from the virtual arm's commanded pose: the tip is where FK puts it, the block is held."""
+
+    def __init__(self, arm: DryRunArm, eyes: CameraEyes | None, scene: SceneObservation | None = None) -> None:
+        self.arm, self.eyes, self.fixed_scene = arm, eyes, scene
+        self.block_xz: tuple[float, float] | None = None
+
+    def start_trial(self, run_dir: Path | None) -> None:
+        if self.eyes is not None:
+            self.eyes.start_trial(run_dir)
+
+    def _tip(self) -> tuple[float, float, float]:
+        x, y, z = (float(v) for v in fk_tip(self.arm.pose))
+        return x, y, z
+
+    async def observe_scene(self, tag: str) -> SceneObservation:
+        if self.eyes is not None:
+            obs = await self.eyes.observe_scene(tag)
+        elif self.fixed_scene is not None:
+            obs = self.fixed_scene
+        else:
+            obs = SceneObservation(False, reason="dry run without a top camera and without a scene")
+        self.block_xz = obs.block_xz
+        return obs
+
+    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+        x, _y, z = self._tip()
+        dx, dz = (x - block_xz[0]) * 1000.0, (z - block_xz[1]) * 1000.0
+        return TipObservation(True, dx, dz, math.hypot(dx, dz), reason="dry run: modelled from FK")
+
+    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+        x, _y, z = self._tip()
+        return x, z
+
+    async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
+        return VerdictObservation("yes", 0.0, "dry run: assumed (the arm did not move)", "dry_run")
+
+    async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+        return VerdictObservation("yes", 0.0, "dry run: assumed (the arm did not move)", "dry_run")
+
+    async def close(self) -> None:
+        if self.eyes is not None:
+            await self.eyes.close()
+
+
+class TracedEyes:
+    """Wraps an ``EyesPort``; every observation becomes a trace input."""
+
+    def __init__(self, inner: EyesPort, trace: TraceWriter) -> None:
+        self.inner, self.trace = inner, trace
+
+    def start_trial(self, run_dir: Path | None) -> None:
+        self.inner.start_trial(run_dir)
+
+    async def observe_scene(self, tag: str) -> SceneObservation:
+        return self.trace.input("scene", await self.inner.observe_scene(tag))  # type: ignore[no-any-return]
+
+    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+        return self.trace.input("tip", await self.inner.measure_tip(block_xz, tip_height_m, tag))  # type: ignore[no-any-return]
+
+    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+        return self.trace.input("block_xz", await self.inner.locate_block(tip_height_m, near_xz, tag))  # type: ignore[no-any-return]
+
+    async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
+        return self.trace.input("pick_verdict", await self.inner.judge_pick(tip_height_m, tag))  # type: ignore[no-any-return]
+
+    async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+        return self.trace.input("place_verdict", await self.inner.judge_place(side_frame, tag))  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+
+

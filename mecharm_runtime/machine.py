@@ -1,0 +1,609 @@
+"""The trial stage machine (SPEC §5): explicit stages, one transition table, one exit path.
+
+Why a table: every way a trial can go is readable here in one place (and drawn
+in docs/stages.md). A stage body returns an ``Outcome``; ``TRANSITIONS`` maps
+(stage, outcome) to the next stage; any failure — a stage that raises
+``StageFailed``, a lost daemon, a forced stop — leaves through ``ABORT``, the
+single exit path in trial.py. Each stage runs as its own task with its own scope:
+tasks a stage spawns (e.g. the side-frame request) are cancelled when it is left.
+
+Every decision goes to the trace (lookups, guard verdicts, commanded poses,
+arrival results, transitions) and every outside value comes through a port, so
+``mecharm replay`` can drive this same code from a trace. No decision reads the
+wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.kinematics import fk_tip
+from mecharm_common.logging import get_logger
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.guard import check_pose
+from mecharm_runtime.lookup.fk_lookup import fk_lookup
+from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
+from mecharm_runtime.lookup.table import FkTable
+from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
+from mecharm_runtime.motion import MotionAbort, MotionPolicy, MoveResult, send_and_wait
+from mecharm_runtime.ports import ArmPort, Clock, EyesPort, Reading, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.records.runlog import RunLog
+from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.recorder_link import RecorderLink
+
+__all__ = [
+    "STAGE_ORDER",
+    "TRANSITIONS",
+    "Outcome",
+    "Stage",
+    "StageFailed",
+    "TrialContext",
+    "TrialState",
+    "run_stages",
+]
+
+log = get_logger("mecharm_runtime.machine")
+
+
+class Stage(StrEnum):
+    STAGE1 = "stage1"
+    STAGE2 = "stage2"
+    CORRECTION = "correction"
+    STAGE3 = "stage3_approach_pick"
+    STAGE4 = "stage4_pick"
+    STAGE5 = "stage5"
+    STAGE6 = "stage6_lift"
+    PICK_RETRY = "pick_retry"
+    STAGE7 = "stage7_approach_place"
+    STAGE8 = "stage8_place"
+    STAGE8_5 = "stage8_5"
+    STAGE9 = "stage9"
+    STAGE9B = "stage9b"
+    STAGE10 = "stage10"
+    DONE = "done"
+    ABORT = "abort"
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    RETRY = "retry"  # pick judged no, attempts left
+    FAIL = "fail"
+
+
+#: The whole machine. Anything not listed (every FAIL) goes to ABORT.
+TRANSITIONS: dict[tuple[Stage, Outcome], Stage] = {
+    (Stage.STAGE1, Outcome.OK): Stage.STAGE2,
+    (Stage.STAGE2, Outcome.OK): Stage.CORRECTION,
+    (Stage.CORRECTION, Outcome.OK): Stage.STAGE3,
+    (Stage.STAGE3, Outcome.OK): Stage.STAGE4,
+    (Stage.STAGE4, Outcome.OK): Stage.STAGE5,
+    (Stage.STAGE5, Outcome.OK): Stage.STAGE6,
+    (Stage.STAGE6, Outcome.OK): Stage.STAGE7,
+    (Stage.STAGE6, Outcome.RETRY): Stage.PICK_RETRY,
+    (Stage.PICK_RETRY, Outcome.OK): Stage.STAGE2,
+    (Stage.STAGE7, Outcome.OK): Stage.STAGE8,
+    (Stage.STAGE8, Outcome.OK): Stage.STAGE8_5,
+    (Stage.STAGE8_5, Outcome.OK): Stage.STAGE9,
+    (Stage.STAGE9, Outcome.OK): Stage.STAGE9B,
+    (Stage.STAGE9B, Outcome.OK): Stage.STAGE10,
+    (Stage.STAGE10, Outcome.OK): Stage.DONE,
+}
+STAGE_ORDER: tuple[Stage, ...] = tuple(s for s in Stage if s not in (Stage.DONE, Stage.ABORT))
+
+
+def next_stage(stage: Stage, outcome: Outcome) -> Stage:
+    return TRANSITIONS.get((stage, outcome), Stage.ABORT)
+
+
+class StageFailed(RuntimeError):
+    """A stage cannot go on; the message is the trial's abort reason."""
+
+
+@dataclass
+class TrialState:
+    """What the stages learn and hand on to each other."""
+
+    scene: SceneObservation | None = None
+    aim_xz: tuple[float, float] | None = None
+    correction_key: str = ""
+    correction_used_mm: tuple[float, float] = (0.0, 0.0)
+    pick_approach: tuple[float, ...] | None = None
+    pick_pose: tuple[float, ...] | None = None
+    pick_ee_y: float | None = None
+    tip: TipObservation | None = None
+    pick_attempts: int = 0
+    pick_verdict: VerdictObservation | None = None
+    place_key: str = ""
+    place_approach: tuple[float, ...] | None = None
+    place_pose: tuple[float, ...] | None = None
+    place_ee_y: float | None = None
+    side_frame: str | None = None
+    place_verdict: VerdictObservation | None = None
+    holding: bool = False
+    fresh_mode_on: bool = False
+    moves: int = 0
+    stage_times: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrialContext:
+    """Everything a stage may use. Ports are already traced (see trial.py)."""
+
+    settings: RuntimeSettings
+    arm: ArmPort
+    eyes: EyesPort
+    recorder: RecorderLink
+    clock: Clock
+    trace: TraceWriter
+    runlog: RunLog
+    table: FkTable
+    arc_pick: ArcPose
+    arc_place: ArcPose
+    corrections: CorrectionMemory
+    heights: HeightMemory
+    run_dir: Path | None = None
+    state: TrialState = field(default_factory=TrialState)
+    stage: Stage = Stage.STAGE1
+    on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def policy(self) -> MotionPolicy:
+        s = self.settings
+        return MotionPolicy(
+            arrival_min_s=s.arrival_min_s, arrival_base_s=s.arrival_base_s,
+            arrival_per_deg_s=s.arrival_per_deg_s, ignored_move_deg=s.ignored_move_deg,
+            send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.time_scale,
+        )  # fmt: skip
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Start a task owned by the current stage; it is cancelled when the stage is left."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def cancel_stage_tasks(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def sleep(self, real_rig_seconds: float) -> None:
+        await self.clock.sleep(self.settings.scaled(real_rig_seconds))
+
+    async def read(self) -> tuple[float, ...]:
+        r = await self.arm.read_angles()
+        self._measured(r)
+        if r.angles is None:
+            raise StageFailed(f"{self.stage}: no angles readable: {r.error}")
+        return r.angles
+
+    def _measured(self, r: Reading) -> None:
+        if r.angles is not None:
+            self.recorder.measured(r.angles)
+
+    async def move(
+        self, target: Sequence[float], tol: float, note: str, *, lookup_ok: bool | None = None, lookup_reason: str = ""
+    ) -> MoveResult:
+        """Guard, then send-and-wait. Raises StageFailed when the guard refuses or it does not arrive."""
+        s = self.settings
+        verdict = check_pose(target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason)
+        self.trace.decision("guard", {"note": note, **verdict.to_dict()})
+        self.runlog.add("guards", {"stage": self.stage, "note": note, **verdict.to_dict()})
+        if not verdict.ok:
+            raise StageFailed(f"{self.stage}: guard refused {note}: {verdict.reason}")
+        tgt = verdict.angles
+        self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
+        observer = None
+        on_reading = None
+        if self.recorder.enabled:
+            speed = s.speed
+            rec = self.recorder
+
+            def observer(ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool) -> None:
+                rec.commanded(tgt, speed, ts_send, ts_arrival, attempt, arrived, f"{self.stage}:{note}")
+
+            on_reading = self._measured
+        try:
+            res = await send_and_wait(self.arm, self.clock, tgt, tol=tol, speed=s.speed, policy=self.policy,
+                                      observer=observer, on_reading=on_reading)
+        except MotionAbort as exc:
+            raise StageFailed(f"{self.stage}: {exc}") from None
+        self.state.moves += 1
+        self.trace.decision("arrival", {"note": note, "arrived": res.arrived, "attempts": res.attempts,
+                                        "reason": res.reason})
+        self.runlog.add("moves", {"stage": self.stage, "note": note, **res.to_dict()})
+        if not res.arrived:
+            raise StageFailed(f"{self.stage}: {note}: {res.reason}")
+        return res
+
+    async def gripper(self, action: str, note: str) -> None:
+        s = self.settings
+        if action == "open":
+            await self.arm.set_gripper_state(0, s.speed)
+        else:
+            await self.arm.set_gripper_value(s.gripper_close_value, s.gripper_speed)
+        self.trace.decision("gripper", {"action": action, "note": note})
+        self.recorder.gripper(action, f"{self.stage}:{note}")
+        self.runlog.add("gripper", {"stage": self.stage, "action": action, "note": note, "ts": self.clock.wall()})
+        await self.sleep(s.gripper_sleep_s)
+
+
+# ==================================================================== stage bodies
+
+
+async def stage1(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    await ctx.arm.set_fresh_mode(1)
+    ctx.state.fresh_mode_on = True
+    ctx.trace.decision("fresh_mode", 1)
+    cur = await ctx.read()
+    away = max(abs(a - h) for a, h in zip(cur, s.home, strict=True))
+    need_home = away > s.tol_home
+    ctx.trace.decision("home_needed", {"max_delta": away, "needed": need_home})
+    if need_home:
+        await ctx.move(s.home, s.tol_home, "home")
+    await ctx.gripper("open", "initial open")
+    return Outcome.OK
+
+
+async def stage2(ctx: TrialContext) -> Outcome:
+    obs = await ctx.eyes.observe_scene(f"stage2_attempt{ctx.state.pick_attempts + 1}")
+    ctx.runlog.add("detections", {"attempt": ctx.state.pick_attempts + 1, **obs.to_dict()})
+    for c in obs.captures:
+        ctx.runlog.add("captures", {"stage": ctx.stage, "file": c})
+    if not obs.ok or obs.block_xz is None or obs.box_xz is None:
+        raise StageFailed(f"stage2: detection failed: {obs.reason or 'no block/box'}")
+    ctx.state.scene = obs
+    return Outcome.OK
+
+
+async def correction(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    assert ctx.state.scene is not None and ctx.state.scene.block_xz is not None
+    bx, bz = ctx.state.scene.block_xz
+    key = cell_key("pick", bx, bz, s.cell_mm)
+    entry = ctx.corrections.get(key)
+    dx = dz = 0.0
+    if entry is not None:
+        lim = s.max_correction_mm
+        dx, dz = max(-lim, min(lim, entry.dx_mm)), max(-lim, min(lim, entry.dz_mm))
+    aim = (bx - dx / 1000.0, bz - dz / 1000.0)
+    ctx.state.aim_xz, ctx.state.correction_key, ctx.state.correction_used_mm = aim, key, (dx, dz)
+    info = {"key": key, "entry": None if entry is None else entry.__dict__, "applied_mm": [dx, dz],
+            "block_xz": [bx, bz], "aim_xz": list(aim)}
+    ctx.trace.decision("correction", info)
+    ctx.runlog.set("correction", info)
+    return Outcome.OK
+
+
+async def stage3(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    assert ctx.state.aim_xz is not None
+    res = j0_lookup(ctx.arc_pick, ctx.state.aim_xz)
+    ctx.trace.decision("lookup", {"phase": "approach_pick", **res.to_dict()})
+    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "j0_lookup", **res.to_dict()})
+    if not res.ok:
+        raise StageFailed(f"stage3_approach_pick: j0 lookup out_of_range: {res.reason}")
+    if abs(res.resid_x) > s.x_resid_thresh_m:
+        raise StageFailed(f"stage3_approach_pick: x residual {res.resid_x:.3f} m > {s.x_resid_thresh_m} m")
+    await ctx.move(res.angles, s.tol_approach, "approach_pick", lookup_ok=True)
+    ctx.state.pick_approach = tuple(res.angles)
+    return Outcome.OK
+
+
+async def stage4(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    st = ctx.state
+    assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
+    res = fk_lookup(ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m)
+    ctx.trace.decision("lookup", res.to_dict())
+    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", **res.to_dict()})
+    if not res.ok or res.angles is None:
+        raise StageFailed(f"stage4_pick: fk lookup out_of_range: {res.reason}")
+    await ctx.move(res.angles, s.tol_pick_place, "pick descend", lookup_ok=res.ok, lookup_reason=res.reason or "")
+    st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
+    tip = await ctx.eyes.measure_tip(st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "stage4_tip")
+    st.tip = tip
+    ctx.runlog.add("tip_measurements", {"attempt": st.pick_attempts + 1, **tip.to_dict()})
+    if tip.capture:
+        ctx.runlog.add("captures", {"stage": ctx.stage, "file": tip.capture})
+    return Outcome.OK
+
+
+async def stage5(ctx: TrialContext) -> Outcome:
+    await ctx.gripper("close", "grasp")
+    ctx.state.holding = True
+    return Outcome.OK
+
+
+async def stage6(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    st = ctx.state
+    assert st.pick_approach is not None
+    await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True)
+    st.pick_attempts += 1
+    lift_ee_y = float(fk_tip(st.pick_approach)[1])
+    v = await ctx.eyes.judge_pick(lift_ee_y, f"stage6_judge_attempt{st.pick_attempts}")
+    st.pick_verdict = v
+    ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "pick", "attempt": st.pick_attempts, **v.to_dict()})
+    if v.verdict == "yes":
+        _learn_correction(ctx)
+        return Outcome.OK
+    if st.pick_attempts < s.max_pick_attempts:
+        ctx.trace.decision("pick_retry", {"attempt": st.pick_attempts, "of": s.max_pick_attempts})
+        return Outcome.RETRY
+    raise StageFailed(f"stage6_lift: pick judged no after {st.pick_attempts} attempts: {v.reason}")
+
+
+def _learn_correction(ctx: TrialContext) -> None:
+    """SPEC §7: update only when the final pick verdict is yes and the tip was measured."""
+    st, s = ctx.state, ctx.settings
+    tip = st.tip
+    if tip is None or not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
+        ctx.trace.decision("correction_update", {"key": st.correction_key, "updated": False,
+                                                 "why": "tip not measured"})
+        return
+    new = ctx.corrections.update(st.correction_key, *st.correction_used_mm, tip.dx_mm, tip.dz_mm, s.ema_alpha)
+    ctx.trace.decision("correction_update", {"key": new.key, "updated": True, "dx_mm": new.dx_mm,
+                                             "dz_mm": new.dz_mm, "n": new.n})
+
+
+async def pick_retry(ctx: TrialContext) -> Outcome:
+    await ctx.gripper("open", "release after failed pick")
+    ctx.state.holding = False
+    return Outcome.OK
+
+
+async def stage7(ctx: TrialContext) -> Outcome:
+    s = ctx.settings
+    st = ctx.state
+    assert st.scene is not None and st.scene.box_xz is not None
+    res = j0_lookup(ctx.arc_place, st.scene.box_xz)
+    ctx.trace.decision("lookup", {"phase": "approach_place", **res.to_dict()})
+    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "j0_lookup", **res.to_dict()})
+    if not res.ok:
+        raise StageFailed(f"stage7_approach_place: j0 lookup out_of_range: {res.reason}")
+    if abs(res.resid_z) > s.z_resid_warn_m:
+        log.warning("place_z_residual_large", resid_z=res.resid_z, limit=s.z_resid_warn_m)
+        ctx.trace.decision("z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m})
+    await ctx.move(res.angles, s.tol_pick_place, "approach_place", lookup_ok=True)
+    st.place_approach = tuple(res.angles)
+    return Outcome.OK
+
+
+def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
+    """(band_min, band_max, dee_y_mm): memory target 0.100 + dee_y, band the 30 mm below it."""
+    s, st = ctx.settings, ctx.state
+    dee = ctx.heights.get(st.place_key)
+    if dee is None:
+        return s.place_band[0], s.place_band[1], None
+    target = s.place_target_m + dee / 1000.0
+    return target - s.place_band_depth_m, target, dee
+
+
+async def stage8(ctx: TrialContext) -> Outcome:
+    s, st = ctx.settings, ctx.state
+    assert st.scene is not None and st.scene.box_xz is not None and st.place_approach is not None
+    st.place_key = cell_key("place", *st.scene.box_xz, s.cell_mm)
+    lo, hi, dee = _place_band(ctx)
+    ctx.trace.decision("place_band", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
+    ctx.runlog.set("height", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
+    res = fk_lookup(ctx.table, "place_withblock", st.scene.box_xz, lo, hi, dist_max=s.dist_max_m,
+                    ref_joints=st.place_approach, joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
+    ctx.trace.decision("lookup", res.to_dict())
+    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", **res.to_dict()})
+    if not res.ok or res.angles is None:
+        raise StageFailed(f"stage8_place: fk lookup out_of_range: {res.reason}")
+    await ctx.move(res.angles, s.tol_pick_place, "place descend", lookup_ok=res.ok)
+    st.place_pose, st.place_ee_y = tuple(res.angles), res.selected_ee_y
+    return Outcome.OK
+
+
+def _dx_dj0_sign(pose: Sequence[float]) -> float:
+    """Sign of d(tip x)/d(j0) at ``pose`` from the kinematic model (negative in the Unity frame)."""
+    a = list(pose)
+    b = list(pose)
+    a[0] -= 0.5
+    b[0] += 0.5
+    return 1.0 if float(fk_tip(b)[0]) >= float(fk_tip(a)[0]) else -1.0
+
+
+async def stage8_5(ctx: TrialContext) -> Outcome:
+    """Visual servo on j0, then depth steps that stop at the first lookup/guard failure."""
+    s, st = ctx.settings, ctx.state
+    assert st.scene is not None and st.scene.box_xz is not None and st.place_pose is not None
+    box_x, box_z = st.scene.box_xz
+    pose = tuple(st.place_pose)
+    height = float(st.place_ee_y if st.place_ee_y is not None else fk_tip(pose)[1])
+    servo: list[dict[str, Any]] = []
+    converged = False
+    for it in range(1, s.servo_max_iter + 1):
+        pos = await ctx.eyes.locate_block(height, (box_x, box_z), f"stage8_5_servo{it}")
+        if pos is None:
+            servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
+            break
+        diff_mm = (pos[0] - box_x) * 1000.0
+        if abs(diff_mm) <= s.servo_tol_mm:
+            converged = True
+            servo.append({"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "action": "converged"})
+            break
+        # −0.151°/mm of the rig, signed by this frame's d(x)/d(j0): the step moves the block toward the box
+        step = -_dx_dj0_sign(pose) * s.servo_gain_deg_per_mm * diff_mm
+        step = max(-s.servo_step_clamp_deg, min(s.servo_step_clamp_deg, step))
+        cand = (pose[0] + step, *pose[1:])
+        verdict = check_pose(cand, j1_max=s.j1_max)
+        entry = {"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "step_deg": step, "j0": cand[0]}
+        ctx.trace.decision("servo_step", entry)
+        if not verdict.ok:
+            servo.append({**entry, "action": f"guard stop: {verdict.reason}"})
+            break
+        await ctx.move(cand, s.tol_pick_place, f"servo j0 step {it}")
+        pose = cand
+        servo.append({**entry, "action": "moved"})
+    ctx.trace.decision("servo_result", {"converged": converged, "j0": pose[0]})
+    # depth steps: re-run the place lookup at the converged j0 (tip x from FK), correcting z
+    lo, hi, _dee = _place_band(ctx)
+    for k in range(1, s.depth_steps + 1):
+        pos = await ctx.eyes.locate_block(height, (box_x, box_z), f"stage8_5_depth{k}")
+        if pos is None:
+            servo.append({"depth_step": k, "action": "stop: block not visible"})
+            break
+        dz_mm = (pos[1] - box_z) * 1000.0
+        if abs(dz_mm) <= s.depth_tol_mm:
+            servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "within tolerance"})
+            break
+        tip = fk_tip(pose)
+        aim = (float(tip[0]), float(tip[2]) - dz_mm / 1000.0)
+        res = fk_lookup(ctx.table, "place_withblock", aim, lo, hi, dist_max=s.dist_max_m, ref_joints=pose,
+                        joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
+        ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
+        ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", "depth_step": k, **res.to_dict()})
+        verdict = check_pose(res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or "")
+        if not verdict.ok:
+            servo.append({"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {verdict.reason}"})
+            ctx.trace.decision("depth_stop", {"step": k, "reason": verdict.reason})
+            break
+        await ctx.move(verdict.angles, s.tol_pick_place, f"depth step {k}", lookup_ok=True)
+        pose = verdict.angles
+        height = float(res.selected_ee_y if res.selected_ee_y is not None else height)
+        servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})
+    st.place_pose = pose
+    for e in servo:
+        ctx.runlog.add("servo", e)
+    # the side judgement's frame, from the recorder (any failure = no side image)
+    path, cap_ts, reason = await ctx.spawn(ctx.recorder.side_frame("stage8_5_side"))
+    st.side_frame = path
+    ctx.runlog.add("side_frames", {"tag": "stage8_5_side", "path": path, "capture_ts": cap_ts, "reason": reason})
+    return Outcome.OK
+
+
+async def stage9(ctx: TrialContext) -> Outcome:
+    await ctx.sleep(ctx.settings.gripper_sleep_s)  # pre-release settle
+    await ctx.gripper("open", "release 1")
+    await ctx.gripper("open", "release 2")
+    ctx.state.holding = False
+    return Outcome.OK
+
+
+async def stage9b(ctx: TrialContext) -> Outcome:
+    s, st = ctx.settings, ctx.state
+    assert st.place_approach is not None
+    await ctx.move(st.place_approach, s.tol_pick_place, "retreat up", lookup_ok=True)
+    swept = (s.swept_j0, *st.place_approach[1:])
+    await ctx.move(swept, s.tol_pick_place, "swept retreat")
+    v = await ctx.eyes.judge_place(st.side_frame, "stage9b_judge")
+    st.place_verdict = v
+    ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "place", **v.to_dict()})
+    dee = ctx.heights.update(st.place_key, v.verdict == "yes", s.height_step_mm, s.height_max_mm)
+    ctx.trace.decision("height_update", {"key": st.place_key, "placed_ok": v.verdict == "yes", "dee_y_mm": dee})
+    return Outcome.OK
+
+
+async def stage10(ctx: TrialContext) -> Outcome:
+    s, st = ctx.settings, ctx.state
+    assert st.place_approach is not None
+    await ctx.move(st.place_approach, s.tol_pick_place, "back to approach_place", lookup_ok=True)
+    await ctx.move(s.home, s.tol_home, "home")
+    await ctx.arm.set_fresh_mode(0)
+    st.fresh_mode_on = False
+    ctx.trace.decision("fresh_mode", 0)
+    return Outcome.OK
+
+
+BODIES: dict[Stage, Callable[[TrialContext], Awaitable[Outcome]]] = {
+    Stage.STAGE1: stage1, Stage.STAGE2: stage2, Stage.CORRECTION: correction, Stage.STAGE3: stage3,
+    Stage.STAGE4: stage4, Stage.STAGE5: stage5, Stage.STAGE6: stage6, Stage.PICK_RETRY: pick_retry,
+    Stage.STAGE7: stage7, Stage.STAGE8: stage8, Stage.STAGE8_5: stage8_5, Stage.STAGE9: stage9,
+    Stage.STAGE9B: stage9b, Stage.STAGE10: stage10,
+}  # fmt: skip
+
+
+# ==================================================================== driver
+
+
+class ForcedStop(Exception):
+    """The operator asked to stop at once (second Ctrl-C)."""
+
+
+async def run_stages(ctx: TrialContext, force: asyncio.Event | None = None) -> tuple[Stage, str]:
+    """Run from STAGE1 until DONE or ABORT; return (last stage reached, abort reason or "").
+
+    Each stage runs as a task; ``force`` being set cancels it at once. Errors that are
+    not StageFailed (daemon lost, refused, camera) become the abort reason, named.
+    """
+    stage = Stage.STAGE1
+    loop = asyncio.get_running_loop()
+    while stage not in (Stage.DONE, Stage.ABORT):
+        ctx.stage = stage
+        ctx.trace.stage = stage.value
+        ctx.recorder.stage(stage.value)
+        t0 = loop.time()
+        body = asyncio.ensure_future(BODIES[stage](ctx))
+        reason = ""
+        try:
+            if force is None:
+                outcome = await body
+            else:
+                waiter = asyncio.ensure_future(force.wait())
+                try:
+                    await asyncio.wait({body, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                if not body.done():
+                    body.cancel()
+                    await asyncio.gather(body, return_exceptions=True)
+                    raise ForcedStop(f"forced stop during {stage.value} (operator)")
+                outcome = body.result()
+        except StageFailed as exc:
+            outcome, reason = Outcome.FAIL, str(exc)
+        except ForcedStop as exc:
+            outcome, reason = Outcome.FAIL, str(exc)
+        except asyncio.CancelledError:
+            body.cancel()
+            await asyncio.gather(body, return_exceptions=True)
+            await ctx.cancel_stage_tasks()
+            raise
+        except Exception as exc:  # daemon lost, refusal, camera failure: abort with its name
+            outcome, reason = Outcome.FAIL, f"{stage.value}: {_describe_error(exc)}"
+        finally:
+            await ctx.cancel_stage_tasks()
+        elapsed = loop.time() - t0
+        ctx.state.stage_times[stage.value] = ctx.state.stage_times.get(stage.value, 0.0) + elapsed
+        nxt = next_stage(stage, outcome)
+        ctx.trace.write("transition", frm=stage.value, to=nxt.value, outcome=outcome.value, reason=reason)
+        ctx.runlog.add("stages", {"stage": stage.value, "outcome": outcome.value, "reason": reason,
+                                  "duration_s": round(elapsed, 4), "ended_ts": ctx.clock.wall()})
+        log.info("stage_done", stage=stage.value, outcome=outcome.value, next=nxt.value, reason=reason or None,
+                 duration_s=round(elapsed, 3))
+        if ctx.on_stage is not None:
+            ctx.on_stage(stage.value, outcome.value, reason)
+        if nxt is Stage.ABORT:
+            return stage, reason
+        stage = nxt
+    return Stage.DONE, ""
+
+
+def _describe_error(exc: BaseException) -> str:
+    from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost, DaemonBusy, DaemonTimeout
+
+    kinds = {
+        ConnectionLost: "daemon connection lost",
+        DaemonTimeout: "daemon timeout",
+        DaemonBusy: "daemon busy",
+        ArmRefused: "arm refused the command",
+        ArmNoReply: "arm no reply",
+    }
+    for cls, label in kinds.items():
+        if isinstance(exc, cls):
+            return f"{label}: {exc}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,244 @@
+"""One trial end to end: run folder, stage machine, the single exit path, and the records.
+
+Whatever happens in the stages, a trial leaves the same things behind (SPEC §5, §8):
+the arm returned to a safe pose when it can and fresh mode off, the JSONL trace
+ending in ``event=result``, ``trial_end`` to the recorder, the ledger row (after
+the bounded wait for ``recording_meta.json``) and the run log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.fsutil import check_data_root
+from mecharm_common.logging import get_logger
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.arm import TracedArm
+from mecharm_runtime.eyes import TracedEyes
+from mecharm_runtime.lookup.j0 import ArcPose
+from mecharm_runtime.lookup.table import FkTable
+from mecharm_runtime.machine import Stage, TrialContext, run_stages
+from mecharm_runtime.memories import CorrectionMemory, HeightMemory
+from mecharm_runtime.ports import ArmPort, Clock, EyesPort
+from mecharm_runtime.records.ledger import LedgerError, RecordingInfo, append_row, ledger_path, wait_recording_meta
+from mecharm_runtime.records.runlog import RunLog
+from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.recorder_link import RecorderLink
+
+__all__ = ["DataRootError", "Rig", "TrialSummary", "next_run_stem", "run_trial"]
+
+log = get_logger("mecharm_runtime.trial")
+
+RUNS_DIR = ("runs", "run_pick_place")
+_STEM_RE = re.compile(r"^run_(\d{4,})_\d{8}_\d{6}$")
+
+
+class DataRootError(RuntimeError):
+    """The data root failed the mount guard: nothing is written (never a local fallback)."""
+
+
+@dataclass
+class Rig:
+    """The long-lived resources a service session runs its trials with."""
+
+    settings: RuntimeSettings
+    arm: ArmPort
+    eyes: EyesPort
+    recorder: RecorderLink
+    clock: Clock
+    table: FkTable
+    arc_pick: ArcPose
+    arc_place: ArcPose
+    arm_alive: Callable[[], bool] = lambda: True
+    dry_run: bool = False
+
+
+@dataclass
+class TrialSummary:
+    run_stem: str
+    status: str
+    reason: str
+    dry_run: bool
+    duration_s: float
+    pick_verdict: str
+    pick_confidence: float | None
+    place_verdict: str
+    place_confidence: float | None
+    pick_attempts: int
+    moves: int
+    recording: RecordingInfo
+    run_dir: Path
+    trace_path: Path
+    stage_times: dict[str, float] = field(default_factory=dict)
+    scene_seed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["recording"] = self.recording.__dict__
+        d["run_dir"], d["trace_path"] = str(self.run_dir), str(self.trace_path)
+        return d
+
+
+def next_run_stem(data_root: Path, now: float | None = None) -> str:
+    """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest existing run."""
+    base = Path(data_root).joinpath(*RUNS_DIR)
+    n = 0
+    if base.is_dir():
+        for p in base.iterdir():
+            m = _STEM_RE.match(p.name)
+            if m:
+                n = max(n, int(m.group(1)))
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"run_{n + 1:04d}_{stamp}"
+
+
+async def _exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, Any]]:
+    """The one way out of an aborted trial: safe pose when possible, fresh mode off."""
+    steps: list[dict[str, Any]] = []
+    ctx.stage = Stage.ABORT
+    ctx.trace.stage = Stage.ABORT.value
+    ctx.recorder.stage(Stage.ABORT.value)
+    s, st = ctx.settings, ctx.state
+    if not rig.arm_alive():
+        steps.append({"step": "arm actions skipped", "why": "daemon connection lost"})
+        ctx.trace.decision("exit", steps[-1])
+        return steps
+    forced = reason.startswith("forced stop")
+
+    async def attempt(name: str, fn: Callable[[], Any]) -> bool:
+        try:
+            await fn()
+        except Exception as exc:
+            steps.append({"step": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            log.warning("exit_step_failed", step=name, error=str(exc))
+            return False
+        steps.append({"step": name, "ok": True})
+        return True
+
+    if forced:
+        await attempt("stop", ctx.arm.stop)
+    else:
+        # up first (never drag a low pose sideways), then HOME
+        up = st.place_approach if st.place_pose is not None else st.pick_approach
+        if up is not None and (st.pick_pose is not None or st.place_pose is not None):
+            ok = await attempt("retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat"))
+        else:
+            ok = True
+        if ok:
+            await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
+    if st.fresh_mode_on or forced:
+        if await attempt("fresh mode off", lambda: ctx.arm.set_fresh_mode(0)):
+            st.fresh_mode_on = False
+    ctx.trace.decision("exit", {"forced": forced, "steps": steps})
+    return steps
+
+
+async def run_trial(
+    rig: Rig,
+    *,
+    force: asyncio.Event | None = None,
+    scene_seed: int | None = None,
+    on_stage: Callable[[str, str, str], None] | None = None,
+) -> TrialSummary:
+    """Run one trial. Raises DataRootError (before anything is written) when the root is unusable."""
+    s = rig.settings
+    root = Path(s.data_root)
+    problem = check_data_root(root, require_mount=s.require_mount)
+    if problem is not None:
+        raise DataRootError(problem)
+    stem = next_run_stem(root)
+    run_dir = root.joinpath(*RUNS_DIR, stem)
+    run_dir.mkdir(parents=True, exist_ok=False)
+    trace_path = run_dir / f"{stem}.trace.jsonl"
+    trace = TraceWriter(trace_path)
+    started_wall = rig.clock.wall()
+    t0 = rig.clock.now()
+    trace.stage = "start"
+    trace.write("trial", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed, constants=s.constants())
+    trace.input("table_checksum", rig.table.checksum)
+    runlog = RunLog(stem, s.constants(), started_at=_iso(started_wall), dry_run=rig.dry_run,
+                    scene_seed=scene_seed, table_checksum=rig.table.checksum, trace=trace_path.name)
+    mem_dir = root / "memories"
+    ctx = TrialContext(
+        settings=s, arm=TracedArm(rig.arm, trace), eyes=TracedEyes(rig.eyes, trace), recorder=rig.recorder,
+        clock=rig.clock, trace=trace, runlog=runlog, table=rig.table, arc_pick=rig.arc_pick,
+        arc_place=rig.arc_place, corrections=CorrectionMemory(mem_dir / "correction_memory.json"),
+        heights=HeightMemory(mem_dir / "height_memory.json"), run_dir=run_dir, on_stage=on_stage,
+    )
+    rig.eyes.start_trial(run_dir)
+    rig.recorder.trial_start(stem)
+    log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
+    exit_steps: list[dict[str, Any]] = []
+    try:
+        last, reason = await run_stages(ctx, force)
+        if last is not Stage.DONE:
+            exit_steps = await _exit_path(ctx, rig, reason)
+    except asyncio.CancelledError:
+        reason = "cancelled"
+        trace.result("stopped", reason)
+        rig.recorder.trial_end(stem)
+        raise
+    status = "completed" if last is Stage.DONE else "stopped"
+    if not rig.dry_run:  # a dry run never teaches the memories (its tip is modelled)
+        ctx.corrections.save()
+        ctx.heights.save()
+    trace.stage = "end"
+    trace.result(status, reason)
+    rig.recorder.trial_end(stem)
+    duration = rig.clock.now() - t0
+    if rig.recorder.enabled:
+        rec = await wait_recording_meta(run_dir / "recording", root, timeout_s=s.recording_wait_s,
+                                        poll_s=s.recording_poll_s)
+    else:
+        rec = RecordingInfo(status="none", note="recorder disabled")
+    st = ctx.state
+    scene = st.scene
+    summary = TrialSummary(
+        run_stem=stem, status=status, reason=reason, dry_run=rig.dry_run, duration_s=duration,
+        pick_verdict=st.pick_verdict.verdict if st.pick_verdict else "",
+        pick_confidence=st.pick_verdict.confidence if st.pick_verdict else None,
+        place_verdict=st.place_verdict.verdict if st.place_verdict else "",
+        place_confidence=st.place_verdict.confidence if st.place_verdict else None,
+        pick_attempts=st.pick_attempts, moves=st.moves, recording=rec, run_dir=run_dir,
+        trace_path=trace_path, stage_times=dict(st.stage_times), scene_seed=scene_seed,
+    )
+    row = {
+        "run_stem": stem, "started_at": _iso(started_wall), "ended_at": _iso(rig.clock.wall()),
+        "duration_s": round(duration, 3), "status": status, "reason": reason, "dry_run": rig.dry_run,
+        "scene_seed": scene_seed, "pick_verdict": summary.pick_verdict, "pick_confidence": summary.pick_confidence,
+        "place_verdict": summary.place_verdict, "place_confidence": summary.place_confidence,
+        "pick_attempts": st.pick_attempts,
+        "block_x": scene.block_xz[0] if scene and scene.block_xz else None,
+        "block_z": scene.block_xz[1] if scene and scene.block_xz else None,
+        "box_x": scene.box_xz[0] if scene and scene.box_xz else None,
+        "box_z": scene.box_xz[1] if scene and scene.box_xz else None,
+        "recording_path": rec.path, "recording_fps": rec.fps, "recording_frames": rec.frames,
+        "recording_status": rec.status,
+    }  # fmt: skip
+    ledger_error = None
+    try:
+        append_row(ledger_path(root), row)
+    except (LedgerError, OSError) as exc:
+        ledger_error = str(exc)
+        log.error("ledger_append_failed", run_stem=stem, error=ledger_error, row=row)
+    runlog.set("exit", exit_steps)
+    runlog.set("recording", rec.__dict__)
+    runlog.set("stage_times", st.stage_times)
+    runlog.set("result", {"status": status, "reason": reason, "ended_at": row["ended_at"],
+                          "duration_s": round(duration, 3), "pick_verdict": summary.pick_verdict,
+                          "place_verdict": summary.place_verdict, "pick_attempts": st.pick_attempts,
+                          "ledger_error": ledger_error})
+    runlog.write(run_dir / f"{stem}.json")
+    log.info("trial_end", run_stem=stem, status=status, reason=reason or None, duration_s=round(duration, 2),
+             pick=summary.pick_verdict, place=summary.place_verdict, recording=rec.status)
+    return summary
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
