@@ -45,12 +45,12 @@ def _marker(name: str, mid: int, cx: float, cz: float, side: float) -> MarkerSpe
 
 
 def default_markers(side: float = 0.040) -> tuple[MarkerSpec, ...]:
-    """The four corner markers of the standard mat (x -0.32..0.32, z 0.06..0.40 m)."""
+    """The four corner markers of the standard mat (x -0.36..0.36, z 0.04..0.42 m)."""
     return (
-        _marker("near_minus_x", 0, -0.285, 0.095, side),
-        _marker("near_plus_x", 1, 0.285, 0.095, side),
-        _marker("far_plus_x", 2, 0.285, 0.365, side),
-        _marker("far_minus_x", 3, -0.285, 0.365, side),
+        _marker("near_minus_x", 0, -0.33, 0.07, side),
+        _marker("near_plus_x", 1, 0.33, 0.07, side),
+        _marker("far_plus_x", 2, 0.33, 0.39, side),
+        _marker("far_minus_x", 3, -0.33, 0.39, side),
     )
 
 
@@ -60,8 +60,8 @@ class PerceptionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     markers: tuple[MarkerSpec, ...] = Field(default_factory=default_markers)
-    mat_x: tuple[float, float] = (-0.32, 0.32)
-    mat_z: tuple[float, float] = (0.06, 0.40)
+    mat_x: tuple[float, float] = (-0.36, 0.36)
+    mat_z: tuple[float, float] = (0.04, 0.42)
     min_marker_fraction: float = Field(
         default=0.5, gt=0, le=1, description="a marker must be seen in at least this share of the frames"
     )
@@ -73,8 +73,8 @@ class PerceptionConfig(BaseModel):
     box_wall_m: float = Field(default=0.004, gt=0)
     box_height_m: float = Field(default=0.043, gt=0)
     box_floor_m: float = Field(default=0.003, ge=0)
-    box_search_x: tuple[float, float] = Field(default=(-0.32, -0.06), description="template-matching window, x")
-    box_search_z: tuple[float, float] = Field(default=(0.07, 0.34), description="template-matching window, z")
+    box_search_x: tuple[float, float] = Field(default=(-0.31, -0.07), description="template-matching window, x")
+    box_search_z: tuple[float, float] = Field(default=(0.07, 0.31), description="template-matching window, z")
     tip_marker_radius_m: float = Field(default=0.007, gt=0, description="green ball at the gripper tip")
 
     @field_validator("markers")

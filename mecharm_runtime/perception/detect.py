@@ -235,7 +235,7 @@ def _box_template(
             if np.isfinite(score) and score > best[0]:
                 ci = loc[0] + (t.shape[1] - 1) / 2.0
                 cj = loc[1] + (t.shape[0] - 1) / 2.0
-                best = (float(score), x0 + ci * res, z1 - cj * res, float(a), s)
+                best = (float(score), x0 + ci * res, z1 - cj * res, float(-a % 90.0), s)  # image rows run along -z
     return best
 
 
