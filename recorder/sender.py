@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +54,8 @@ class RecorderSender:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             sock.setblocking(False)
             self._sock = sock
+            # a sender dropped without close() must not leak a ResourceWarning into callers
+            self._finalizer = weakref.finalize(self, sock.close)
         return sock
 
     def notify(self, event: Any) -> None:
@@ -72,6 +75,7 @@ class RecorderSender:
     def close(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
+            self._finalizer.detach()
             sock.close()
 
     def __enter__(self) -> RecorderSender:

@@ -147,7 +147,7 @@ class MjpegHttpCamera(CameraSource):
             headers[name.strip().lower()] = value.strip()
         raise MjpegStreamError("too many header lines")
 
-    def _read_response_head(self, fh) -> bytes:  # type: ignore[no-untyped-def]
+    def _read_response_head(self, fh) -> tuple[bytes, ...]:  # type: ignore[no-untyped-def]
         status = self._line(fh).decode("latin-1").strip()
         fields = status.split(" ", 2)
         if len(fields) < 2 or not fields[0].startswith("HTTP/"):
@@ -167,9 +167,11 @@ class MjpegHttpCamera(CameraSource):
                 boundary = val.strip().strip('"')
         if not boundary:
             raise MjpegStreamError("multipart content type without a boundary")
-        return b"--" + boundary.removeprefix("--").encode("latin-1")
+        # RFC 2046: the delimiter is "--" + boundary; some servers declare "--x" and send "--x"
+        raw = boundary.encode("latin-1")
+        return (b"--" + raw, raw) if raw.startswith(b"--") else (b"--" + raw,)
 
-    def _next_part(self, fh, boundary: bytes) -> bytes:  # type: ignore[no-untyped-def]
+    def _next_part(self, fh, boundary: tuple[bytes, ...]) -> bytes:  # type: ignore[no-untyped-def]
         """Read one part; the boundary line may already be consumed by a length-less part."""
         if self._pending_boundary:
             self._pending_boundary = False
@@ -177,7 +179,7 @@ class MjpegHttpCamera(CameraSource):
             for _ in range(_PREAMBLE_LINES_MAX):
                 line = self._line(fh).rstrip(b"\r\n")
                 if line.startswith(boundary):
-                    if line.endswith(b"--") and line != boundary:
+                    if line.endswith(b"--") and line not in boundary:
                         raise MjpegStreamError("stream ended (closing boundary)")
                     break
                 if line:
@@ -202,7 +204,7 @@ class MjpegHttpCamera(CameraSource):
             if not line:
                 raise MjpegStreamError("stream closed inside a part")
             if line.startswith(boundary):
-                if line.rstrip(b"\r\n").endswith(b"--") and line.rstrip(b"\r\n") != boundary:
+                if line.rstrip(b"\r\n").endswith(b"--") and line.rstrip(b"\r\n") not in boundary:
                     raise MjpegStreamError("stream ended (closing boundary)")
                 self._pending_boundary = True
                 body = b"".join(chunks)
@@ -212,7 +214,7 @@ class MjpegHttpCamera(CameraSource):
             if size > self.max_part_bytes:
                 raise MjpegStreamError("part larger than the limit")
 
-    def _reader(self, fh, boundary: bytes) -> None:  # type: ignore[no-untyped-def]
+    def _reader(self, fh, boundary: tuple[bytes, ...]) -> None:  # type: ignore[no-untyped-def]
         self._pending_boundary = False
         try:
             while not self._closing:

@@ -1,0 +1,265 @@
+"""Camera sources: synthetic (with faults), the HTTP MJPEG reader, files, names, the factory."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from fractions import Fraction
+
+import av
+import numpy as np
+import pytest
+
+from recorder.cameras import (
+    CameraNameError,
+    CameraNotOpenError,
+    CameraOpenError,
+    MjpegHttpCamera,
+    OpenCVCamera,
+    SyntheticCamera,
+    VideoFileCamera,
+    make_camera,
+    open_camera,
+    resolve_camera_name,
+    synthetic_faults,
+)
+
+# --- synthetic -----------------------------------------------------------------------------
+
+
+def test_synthetic_defaults_to_720p_and_paces_frames():
+    cam = open_camera("synthetic?fps=50")
+    try:
+        frames = [cam.read() for _ in range(6)]
+    finally:
+        cam.close()
+    assert all(f.ok for f in frames)
+    assert frames[0].image.shape == (720, 1280, 3) and frames[0].image.dtype == np.uint8
+    gaps = np.diff([f.mono_ns for f in frames]) / 1e6
+    assert (gaps > 5).all()  # paced, not flat out (50 fps -> ~20 ms)
+    assert not np.array_equal(frames[0].image, frames[1].image)  # counter changes
+    ok, image, wall, mono = frames[-1]  # unpacks like OpenCV
+    assert ok and abs(wall - time.time()) < 5 and mono > 0
+
+
+def test_synthetic_faults_stall_fail_freeze_disconnect():
+    cam = SyntheticCamera(fps=100, width=160, height=120)
+    cam.open()
+    f = cam.faults
+    f.fail_next(2)
+    assert [cam.read().ok for _ in range(3)] == [False, False, True]
+    f.freeze()
+    a, b = cam.read(), cam.read()
+    assert a.ok and b.ok and np.array_equal(a.image, b.image) and b.mono_ns > a.mono_ns
+    f.freeze(False)
+    assert not np.array_equal(cam.read().image, b.image)
+    f.stall(0.3)
+    t0 = time.monotonic()
+    assert cam.read().ok and time.monotonic() - t0 >= 0.28
+    f.disconnect()
+    assert not cam.read().ok
+    cam.close()
+    with pytest.raises(CameraOpenError, match="disconnect"):
+        cam.open()
+    f.reconnect()
+    cam.open()
+    assert cam.read().ok
+    cam.close()
+    with pytest.raises(CameraNotOpenError):
+        cam.read()
+
+
+def test_close_unblocks_a_stalled_read():
+    cam = SyntheticCamera(fps=30, width=64, height=48)
+    cam.open()
+    cam.faults.stall(30)
+    threading.Timer(0.2, cam.close).start()
+    t0 = time.monotonic()
+    assert not cam.read().ok
+    assert time.monotonic() - t0 < 5
+
+
+def test_synthetic_spec_options_and_shared_faults_by_id():
+    cam = make_camera("synthetic?fps=12&w=64&h=48&id=t-cam-1")
+    assert isinstance(cam, SyntheticCamera) and (cam.fps, cam.width, cam.height) == (12, 64, 48)
+    assert cam.faults is synthetic_faults("t-cam-1")
+    frozen = make_camera("synthetic?fps=100&w=64&h=48&freeze_after=0")
+    frozen.open()
+    a, b = frozen.read(), frozen.read()
+    frozen.close()
+    assert np.array_equal(a.image, b.image)
+    for bad, msg in [("synthetic?bogus=1", "unknown synthetic option"), ("synthetic?fps=x", "fps"),
+                     ("synthetic?fps=0", "fps"), ("", "empty"), ("/no/such/file.mp4", "not a source")]:
+        with pytest.raises(ValueError, match=msg):
+            make_camera(bad)
+
+
+def test_factory_dispatch():
+    assert isinstance(make_camera("0"), OpenCVCamera)
+    assert isinstance(make_camera("http://127.0.0.1:1/side.mjpg"), MjpegHttpCamera)
+    assert isinstance(make_camera("rtsp://127.0.0.1:1/x"), OpenCVCamera)
+    with pytest.raises(ValueError, match="http://"):
+        MjpegHttpCamera("ftp://x/y")
+
+
+# --- HTTP MJPEG ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_length", [True, False])
+def test_mjpeg_reads_frames_in_order_and_detects_disconnect(mjpeg_server, with_length):
+    srv = mjpeg_server(with_length=with_length, boundary="frame")
+    cam = open_camera(srv.url)
+    try:
+        frames = [cam.read() for _ in range(8)]
+        assert all(f.ok for f in frames)
+        assert frames[0].image.shape == (240, 320, 3)
+        means = [int(f.image[5, 5, 0]) for f in frames]
+        assert len(set(means)) == len(means)  # every read is a new frame, never a repeat
+        assert srv.requests[0].startswith(b"GET /side.mjpg HTTP/1.0")
+        srv.drop_clients()
+        results = [cam.read().ok for _ in range(3)]
+        assert results[-1] is False and cam.failure
+    finally:
+        cam.close()
+    assert not cam.is_open
+
+
+def test_mjpeg_quoted_boundary_and_dashes(mjpeg_server):
+    srv = mjpeg_server(boundary="--myboundary",
+                       content_type='multipart/x-mixed-replace;boundary="--myboundary"')
+    with open_camera(srv.url) as cam:
+        assert cam.read().ok
+
+
+def test_mjpeg_read_returns_newest_frame_not_a_backlog(mjpeg_server):
+    srv = mjpeg_server(fps=100)
+    with open_camera(srv.url) as cam:
+        cam.read()
+        time.sleep(0.3)  # ~30 frames arrive meanwhile
+        before = srv.sent
+        f = cam.read()
+        assert f.ok
+        shown = int(f.image[5, 5, 0])
+        assert shown in {(n * 7) % 255 for n in range(before - 3, before + 3)}
+
+
+def test_mjpeg_bad_jpeg_is_a_failed_read_not_a_crash(mjpeg_server):
+    srv = mjpeg_server(garbage_every=2)
+    with open_camera(srv.url) as cam:
+        oks = [cam.read().ok for _ in range(6)]
+    assert True in oks and False in oks
+
+
+def test_mjpeg_stall_is_a_failed_read(mjpeg_server):
+    srv = mjpeg_server()
+    cam = MjpegHttpCamera(srv.url, read_timeout=0.3)
+    cam.open()
+    try:
+        assert cam.read().ok
+        srv.paused.set()
+        t0 = time.monotonic()
+        assert not cam.read().ok
+        assert time.monotonic() - t0 >= 0.25
+        srv.paused.clear()
+        assert cam.read().ok
+    finally:
+        cam.close()
+
+
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [({"status": "404 Not Found"}, "404"), ({"content_type": "image/jpeg"}, "not multipart"),
+     ({"content_type": "multipart/x-mixed-replace"}, "boundary")],
+)
+def test_mjpeg_open_errors_name_the_cause(mjpeg_server, kw, msg):
+    srv = mjpeg_server(**kw)
+    with pytest.raises(CameraOpenError, match=msg):
+        open_camera(srv.url)
+
+
+def test_mjpeg_connection_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(CameraOpenError, match="cannot connect"):
+        open_camera(f"http://127.0.0.1:{port}/side.mjpg")
+
+
+def test_mjpeg_garbage_server_fails_cleanly():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        conn.recv(1024)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: multipart/x-mixed-replace; boundary=b\r\n\r\n"
+                     b"--b\r\nContent-Length: 99999999999\r\n\r\n")
+        time.sleep(0.5)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    cam = open_camera(f"http://127.0.0.1:{srv.getsockname()[1]}/x")
+    try:
+        assert not cam.read().ok
+        assert "Content-Length" in (cam.failure or "")
+    finally:
+        cam.close()
+        srv.close()
+
+
+# --- video file ----------------------------------------------------------------------------
+
+
+def test_video_file_source_loops(tmp_path):
+    path = tmp_path / "clip.mp4"
+    with av.open(str(path), "w") as out:
+        st = out.add_stream("libx264", rate=Fraction(50))
+        st.width, st.height, st.pix_fmt = 64, 48, "yuv420p"
+        for i in range(5):
+            img = np.full((48, 64, 3), i * 40, np.uint8)
+            out.mux(st.encode(av.VideoFrame.from_ndarray(img, format="bgr24")))
+        out.mux(st.encode(None))
+    cam = open_camera(str(path))
+    assert isinstance(cam, VideoFileCamera)
+    try:
+        frames = [cam.read() for _ in range(12)]
+    finally:
+        cam.close()
+    assert all(f.ok for f in frames)
+    levels = [int(f.image[10, 10].mean()) // 20 for f in frames]
+    assert levels[0] == levels[5] == levels[10]  # looped after 5 frames
+
+
+# --- names ---------------------------------------------------------------------------------
+
+
+def _fake_v4l(tmp_path, devices):
+    sysfs, by_id = tmp_path / "sys", tmp_path / "by-id"
+    by_id.mkdir()
+    for idx, name, index_attr in devices:
+        node = sysfs / f"video{idx}"
+        node.mkdir(parents=True)
+        (node / "name").write_text(name + "\n")
+        (node / "index").write_text(f"{index_attr}\n")
+    return sysfs, by_id
+
+
+def test_resolve_camera_name_linux_sysfs(tmp_path):
+    sysfs, by_id = _fake_v4l(tmp_path, [(0, "Integrated Camera", 0), (1, "Integrated Camera", 1),
+                                        (2, "Iriun Webcam", 0), (3, "Iriun Webcam", 1)])
+    assert resolve_camera_name("iriun", sysfs, by_id) == 2
+    assert resolve_camera_name("Integrated", sysfs, by_id) == 0
+    with pytest.raises(CameraNameError, match="no camera named 'Logitech'"):
+        resolve_camera_name("Logitech", sysfs, by_id)
+    with pytest.raises(CameraNameError, match="ambiguous"):
+        resolve_camera_name("cam", sysfs, by_id)
+
+
+def test_resolve_camera_name_by_id_links(tmp_path):
+    by_id = tmp_path / "by-id"
+    by_id.mkdir()
+    os.symlink("/dev/video4", by_id / "usb-Jieli_Technology_USB_PHY_2.0-video-index0")
+    assert resolve_camera_name("jieli", tmp_path / "nosys", by_id) == 4

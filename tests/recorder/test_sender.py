@@ -1,0 +1,123 @@
+"""The sender: notify never raises/blocks; request_frame maps every failure to a reason."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+
+import pytest
+
+from recorder.events import Commanded, FrameReply, Stage, TrialStart, parse_event
+from recorder.sender import RecorderSender
+
+
+def _listener() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(2.0)
+    return sock
+
+
+def test_notify_delivers_one_json_object_per_datagram():
+    with _listener() as sock, RecorderSender(port=sock.getsockname()[1]) as s:
+        s.notify(TrialStart(run_stem="run_0001_20260101_000000"))
+        s.notify({"type": "stage", "stage": "stage2", "ts": 5.0})
+        first = parse_event(sock.recv(65535))
+        second = parse_event(sock.recv(65535))
+    assert isinstance(first, TrialStart) and first.run_stem == "run_0001_20260101_000000"
+    assert isinstance(second, Stage) and second.ts == 5.0
+    assert s.sent == 2 and s.dropped == 0
+
+
+def test_notify_never_raises_when_nothing_listens_or_input_is_bad():
+    with _listener() as sock:
+        port = sock.getsockname()[1]
+    s = RecorderSender(port=port)  # port now closed: nobody listens
+    for _ in range(50):
+        s.notify(Commanded(angles=[0, 0, 0, 0, 0, -30], speed=20))
+    s.notify(object())  # not serializable
+    s.notify({"bad": {1, 2}})  # set is not JSON
+    bad_host = RecorderSender(host="256.1.1.1", port=5556)
+    bad_host.notify(Stage(stage="x"))
+    assert s.dropped == 2 and bad_host.dropped == 1
+    s.close()
+    s.notify(Stage(stage="after close"))  # reopens lazily
+
+
+def test_notify_does_not_block_when_the_socket_buffer_is_full():
+    with _listener() as sock:  # bound but never read: the kernel drops the overflow
+        s = RecorderSender(port=sock.getsockname()[1])
+        payload = {"type": "stage", "stage": "x", "note": "y" * 8000}
+        for _ in range(2000):
+            s.notify(payload)
+        assert s.sent + s.dropped == 2000
+
+
+def _reply_once(sock: socket.socket, build) -> threading.Thread:
+    def run() -> None:
+        data, addr = sock.recvfrom(65535)
+        req = json.loads(data)
+        for payload in build(req):
+            sock.sendto(payload, ("127.0.0.1", req["reply_port"]))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_request_frame_ok_and_ignores_replies_for_other_tags():
+    with _listener() as sock:
+        def build(req):
+            yield FrameReply(path="/other.jpg", reason="ok", tag="someone_else").model_dump_json().encode()
+            yield FrameReply(path="/x.jpg", capture_ts=12.5, frame_age_ms=4.0, reason="ok",
+                             tag=req["tag"]).model_dump_json().encode()
+        t = _reply_once(sock, build)
+        result = RecorderSender(port=sock.getsockname()[1]).request_frame("side_a", timeout=2.0)
+        t.join()
+    assert result == ("/x.jpg", 12.5, "ok")
+
+
+def test_request_frame_timeout_when_absent():
+    with _listener() as sock:
+        port = sock.getsockname()[1]
+    assert RecorderSender(port=port).request_frame("x", timeout=0.2) == (None, None, "timeout")
+
+
+def test_request_frame_malformed_reply():
+    with _listener() as sock:
+        t = _reply_once(sock, lambda req: [b'{"path": 5, "reason": "who knows"}'])
+        assert RecorderSender(port=sock.getsockname()[1]).request_frame("x") == (None, None, "malformed_reply")
+        t.join()
+
+
+def test_request_frame_invalid_tag_is_a_reason_not_an_exception():
+    path, ts, reason = RecorderSender(port=9).request_frame("../../etc", timeout=0.1)
+    assert (path, ts) == (None, None) and reason.startswith("exception:")
+
+
+@pytest.mark.asyncio
+async def test_request_frame_async_does_not_block_the_loop():
+    with _listener() as sock:
+        port = sock.getsockname()[1]
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        result = await RecorderSender(port=port).request_frame_async("x", timeout=0.3)
+        task.cancel()
+    assert result == (None, None, "timeout")
+    assert ticks >= 5  # the loop kept running while we waited
+
+    with _listener() as sock:
+        t = _reply_once(sock, lambda req: [FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan",
+                                                      tag=req["tag"]).model_dump_json().encode()])
+        result = await RecorderSender(port=sock.getsockname()[1]).request_frame_async("y", timeout=2.0)
+        t.join()
+    assert result == ("/p.jpg", 1.0, "ok_orphan")
