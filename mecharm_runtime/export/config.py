@@ -1,0 +1,63 @@
+"""Export settings (``MECHARM_EXPORT_`` env prefix, ``configs/export.yaml``, CLI flags)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from mecharm_common.config import RigSettings
+
+__all__ = ["DEFAULT_TASK", "ExportSettings"]
+
+DEFAULT_TASK = "put the red block in the white box"
+
+
+class ExportSettings(RigSettings):
+    """How recordings become LeRobot episodes; defaults follow SPEC §9 and lerobot 0.4.4."""
+
+    model_config = SettingsConfigDict(env_prefix="MECHARM_EXPORT_")
+
+    #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (SPEC §9)
+    fps: int = Field(10, ge=1, le=60)
+    task: str = Field(DEFAULT_TASK, min_length=1, max_length=500)
+    robot_type: str = Field("mecharm270", min_length=1, max_length=64)
+    #: ledger selection (see docs/lerobot.md): a preset name or column=value conditions
+    select: str = "success"
+
+    # --- state / action definitions ---
+    #: linear interpolation between two measured rows at most this far apart; beyond
+    #: that the arm was at rest (no move, no polling) and the earlier reading is held
+    max_interp_gap_s: float = Field(0.25, gt=0, le=10)
+    #: the gripper command takes this long to complete (SPEC §5 GRIPPER_SLEEP); the
+    #: observed gripper state switches after it, the action at the command
+    gripper_settle_s: float = Field(2.0, ge=0, le=10)
+    #: gripper values in SDK units (0..100, larger = more open): "open" and "close"
+    gripper_open_value: float = Field(100.0, ge=0, le=100)
+    gripper_closed_value: float = Field(20.0, ge=0, le=100)
+    #: a row whose nearest recorded frame is farther than this refuses the trial
+    max_frame_offset_s: float = Field(0.5, gt=0, le=5)
+
+    # --- video (H.264 via PyAV) ---
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = "ultrafast"
+    crf: int = Field(30, ge=0, le=51)
+    #: keyframe interval in frames; lerobot uses 2 so random access decodes little
+    gop: int = Field(2, ge=1, le=600)
+
+    # --- lerobot file layout (its defaults) ---
+    chunks_size: int = Field(1000, ge=1)
+    data_files_size_in_mb: int = Field(100, ge=1)
+    video_files_size_in_mb: int = Field(200, ge=1)
+
+    progress: bool = True
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool | None = None
+
+    @field_validator("task", "robot_type")
+    @classmethod
+    def _printable(cls, v: str) -> str:
+        v = v.strip()
+        if not v or not v.isprintable():
+            raise ValueError("must be non-empty printable text")
+        return v

@@ -1,0 +1,272 @@
+"""Read one trial's recording (SPEC §9) and refuse it, with the reason, when it is not whole.
+
+A recording is exported only when its four files agree: ``recording_meta.json``
+exists (no meta = the recorder ended abnormally), ``frame_log.csv`` has one row per
+frame with contiguous ``frame_idx`` and non-decreasing capture times, the meta's
+``frames_written`` and the video's packet count both equal that row count, and
+``states.csv`` carries the measured joint readings the state is built from.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import av
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import ValidationError
+
+from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS, RecordingMeta
+
+__all__ = [
+    "FRAME_LOG_NAME",
+    "META_NAME",
+    "STATES_NAME",
+    "VIDEO_NAME",
+    "Recording",
+    "RecordingError",
+    "load_recording",
+    "parse_gripper",
+]
+
+VIDEO_NAME = "episode.mp4"
+FRAME_LOG_NAME = "frame_log.csv"
+STATES_NAME = "states.csv"
+META_NAME = "recording_meta.json"
+_JOINTS = ("j0", "j1", "j2", "j3", "j4", "j5")
+
+
+class RecordingError(ValueError):
+    """The recording cannot be exported; the message names the file and what is wrong."""
+
+
+@dataclass
+class Recording:
+    """A validated recording: capture times, joint readings, commands and gripper events."""
+
+    run_stem: str
+    path: Path
+    meta: RecordingMeta
+    frame_ts: NDArray[np.float64]  # wall seconds, one per video frame, non-decreasing
+    measured_ts: NDArray[np.float64]
+    measured: NDArray[np.float64]  # (M, 6) degrees
+    commanded_ts: NDArray[np.float64]
+    commanded: NDArray[np.float64]  # (C, 6) degrees
+    gripper_ts: NDArray[np.float64]
+    gripper: NDArray[np.float64]  # SDK units
+    width: int
+    height: int
+    ignored_rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def video_path(self) -> Path:
+        return self.path / VIDEO_NAME
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.frame_ts[-1] - self.frame_ts[0]) if len(self.frame_ts) else 0.0
+
+    def checksums(self) -> dict[str, str]:
+        """sha256 of the four source files, kept in the export manifest as provenance."""
+        out = {}
+        for name in (VIDEO_NAME, FRAME_LOG_NAME, STATES_NAME, META_NAME):
+            h = hashlib.sha256()
+            with open(self.path / name, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            out[name] = h.hexdigest()
+        return out
+
+
+def parse_gripper(value: str, open_value: float, closed_value: float) -> float:
+    """``open`` / ``close`` (or ``closed``) / a number 0..100 → gripper value in SDK units."""
+    v = value.strip().lower()
+    if v == "open":
+        return open_value
+    if v in ("close", "closed"):
+        return closed_value
+    try:
+        num = float(v)
+    except ValueError:
+        raise ValueError(f"gripper_state {value[:40]!r} is not open, close or a number") from None
+    if not (math.isfinite(num) and 0.0 <= num <= 100.0):
+        raise ValueError(f"gripper_state {value[:40]!r} is outside 0..100")
+    return num
+
+
+def _float(cell: str | None, what: str) -> float:
+    try:
+        num = float(cell) if cell is not None else math.nan
+    except ValueError:
+        raise ValueError(f"{what} {str(cell)[:40]!r} is not a number") from None
+    if not math.isfinite(num):
+        raise ValueError(f"{what} {str(cell)[:40]!r} is not a finite number")
+    return num
+
+
+def _read_meta(path: Path, run_stem: str) -> RecordingMeta:
+    meta_path = path / META_NAME
+    if not meta_path.is_file():
+        raise RecordingError(
+            f"{META_NAME} is missing: the recording ended abnormally (recorder killed or crashed)"
+        )
+    try:
+        meta = RecordingMeta.model_validate_json(meta_path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecordingError(f"{META_NAME} is unreadable or invalid: {first}") from None
+    if meta.run_stem != run_stem:
+        raise RecordingError(f"{META_NAME} belongs to {meta.run_stem!r}, not {run_stem!r}")
+    return meta
+
+
+def _read_frame_log(path: Path) -> NDArray[np.float64]:
+    log_path = path / FRAME_LOG_NAME
+    try:
+        fh = open(log_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise RecordingError(f"{FRAME_LOG_NAME}: cannot read: {exc.strerror or exc}") from None
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or header[:2] != list(FRAME_LOG_COLUMNS[:2]):
+            raise RecordingError(
+                f"{FRAME_LOG_NAME}: header {header} does not start with {list(FRAME_LOG_COLUMNS[:2])}"
+            )
+        ts: list[float] = []
+        for lineno, rec in enumerate(reader, 2):
+            if not rec:
+                continue
+            try:
+                if len(rec) < 2:
+                    raise ValueError(f"{len(rec)} cells")
+                idx = int(rec[0])
+                t = _float(rec[1], "capture_ts")
+            except ValueError as exc:
+                raise RecordingError(f"{FRAME_LOG_NAME} line {lineno}: {exc}") from None
+            if idx != len(ts):
+                raise RecordingError(
+                    f"{FRAME_LOG_NAME} line {lineno}: frame_idx {idx}, expected {len(ts)} (not contiguous)"
+                )
+            if ts and t < ts[-1]:
+                raise RecordingError(
+                    f"{FRAME_LOG_NAME} line {lineno}: capture_ts {t} goes back in time (previous {ts[-1]})"
+                )
+            ts.append(t)
+    return np.asarray(ts, dtype=np.float64)
+
+
+def _video_info(path: Path) -> tuple[int, int, int]:
+    """(packets, width, height) of the video stream; counting packets needs no decoding."""
+    video = path / VIDEO_NAME
+    if not video.is_file():
+        raise RecordingError(f"{VIDEO_NAME} is missing")
+    try:
+        with av.open(str(video)) as container:
+            if not container.streams.video:
+                raise RecordingError(f"{VIDEO_NAME} has no video stream")
+            stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            packets = sum(1 for p in container.demux(stream) if p.size)
+    except av.error.FFmpegError as exc:
+        raise RecordingError(f"{VIDEO_NAME} is unreadable: {exc}") from None
+    return packets, width, height
+
+
+def _read_states(
+    path: Path, open_value: float, closed_value: float
+) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
+    states_path = path / STATES_NAME
+    try:
+        fh = open(states_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise RecordingError(f"{STATES_NAME}: cannot read: {exc.strerror or exc}") from None
+    rows: dict[str, list[tuple[float, ...]]] = {"measured": [], "commanded": [], "gripper": []}
+    ignored: dict[str, int] = {}
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header != list(STATES_COLUMNS):
+            raise RecordingError(f"{STATES_NAME}: header {header} is not {list(STATES_COLUMNS)}")
+        col = {name: i for i, name in enumerate(header)}
+        for lineno, rec in enumerate(reader, 2):
+            if not rec:
+                continue
+            if len(rec) != len(header):
+                raise RecordingError(
+                    f"{STATES_NAME} line {lineno}: {len(rec)} cells, header has {len(header)}"
+                )
+            etype = rec[col["event_type"]]
+            try:
+                ts = _float(rec[col["ts"]], "ts")
+                if etype in ("measured", "commanded"):
+                    angles = tuple(_float(rec[col[j]], f"{etype} {j}") for j in _JOINTS)
+                    if etype == "commanded" and rec[col["ts_send"]].strip():
+                        ts = _float(rec[col["ts_send"]], "ts_send")
+                    rows[etype].append((ts, *angles))
+                elif etype == "gripper":
+                    rows["gripper"].append(
+                        (ts, parse_gripper(rec[col["gripper_state"]], open_value, closed_value))
+                    )
+                else:
+                    ignored[etype] = ignored.get(etype, 0) + 1
+            except ValueError as exc:
+                raise RecordingError(f"{STATES_NAME} line {lineno}: {exc}") from None
+    return rows, ignored
+
+
+def _sorted(
+    rows: list[tuple[float, ...]], width: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, width + 1)
+    order = np.argsort(arr[:, 0], kind="stable")  # UDP may deliver slightly out of order
+    arr = arr[order]
+    return arr[:, 0].copy(), arr[:, 1:].copy()
+
+
+def load_recording(
+    path: Path, run_stem: str, *, open_value: float = 100.0, closed_value: float = 20.0
+) -> Recording:
+    """Read and cross-check the recording in ``path``; raise RecordingError naming the fault."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RecordingError(f"recording folder {path} does not exist")
+    meta = _read_meta(path, run_stem)
+    frame_ts = _read_frame_log(path)
+    n = len(frame_ts)
+    if meta.frames_written != n:
+        raise RecordingError(
+            f"{FRAME_LOG_NAME} has {n} frames but {META_NAME} says frames_written={meta.frames_written}"
+        )
+    packets, width, height = _video_info(path)
+    if packets != n:
+        raise RecordingError(f"{VIDEO_NAME} holds {packets} frames but {FRAME_LOG_NAME} lists {n}")
+    if n < 2:
+        raise RecordingError(f"only {n} frame(s) recorded; an episode needs at least 2")
+    rows, ignored = _read_states(path, open_value, closed_value)
+    if not rows["measured"]:
+        raise RecordingError(
+            f"{STATES_NAME} has no measured joint rows: observation.state cannot be built"
+        )
+    m_ts, measured = _sorted(rows["measured"], 6)
+    c_ts, commanded = _sorted(rows["commanded"], 6)
+    g_ts, grip = _sorted(rows["gripper"], 1)
+    return Recording(
+        run_stem=run_stem,
+        path=path,
+        meta=meta,
+        frame_ts=frame_ts,
+        measured_ts=m_ts,
+        measured=measured,
+        commanded_ts=c_ts,
+        commanded=commanded,
+        gripper_ts=g_ts,
+        gripper=grip[:, 0].copy(),
+        width=width,
+        height=height,
+        ignored_rows=ignored,
+    )

@@ -1,0 +1,157 @@
+"""Choose the trials to export from the ledger, and say why every other trial was skipped.
+
+``--select`` is a preset name or comma-separated conditions on ledger columns:
+``column=value`` (``|`` separates alternatives, an empty value matches an empty
+cell) or ``column!=value``. Presets: ``success`` (default: recording ok and both
+verdicts yes), ``recorded`` (recording ok, any verdict), ``all`` (every row; broken
+recordings are still refused when read).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
+from mecharm_runtime.records.ledger import LEDGER_COLUMNS, ledger_path
+
+__all__ = [
+    "PRESETS",
+    "Candidate",
+    "Condition",
+    "LedgerReadError",
+    "Skipped",
+    "parse_select",
+    "read_ledger",
+    "select_trials",
+]
+
+PRESETS: dict[str, str] = {
+    "success": "recording_status=ok,pick_verdict=yes,place_verdict=yes",
+    "recorded": "recording_status=ok",
+    "all": "",
+}
+_REQUIRED = ("run_stem", "recording_path", "recording_status")
+
+
+class LedgerReadError(ValueError):
+    """The ledger cannot be read or the selection is invalid; the message says why."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    column: str
+    values: frozenset[str]
+    negate: bool = False
+
+    def check(self, row: dict[str, str]) -> str | None:
+        """None when ``row`` passes, else the reason it does not."""
+        cell = row.get(self.column, "")
+        if (cell in self.values) != self.negate:
+            return None
+        want = "|".join(sorted(self.values)) or "<empty>"
+        return (
+            f"{self.column} is {cell or '<empty>'!s} (want {'not ' if self.negate else ''}{want})"
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    run_stem: str
+    recording_dir: Path
+    recording_status: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Skipped:
+    run_stem: str
+    reason: str
+
+
+def parse_select(text: str) -> list[Condition]:
+    """Parse a preset name or ``col=a|b,col!=c``; raise LedgerReadError naming the bad part."""
+    text = PRESETS.get(text.strip(), text.strip())
+    conds: list[Condition] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        negate = "!=" in part
+        col, sep, value = part.partition("!=" if negate else "=")
+        col = col.strip()
+        if not sep:
+            raise LedgerReadError(
+                f"--select: {part!r} is neither a preset ({', '.join(PRESETS)}) nor column=value"
+            )
+        if col not in LEDGER_COLUMNS:
+            raise LedgerReadError(f"--select: unknown ledger column {col!r}")
+        conds.append(Condition(col, frozenset(v.strip() for v in value.split("|")), negate))
+    return conds
+
+
+def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of every ledger record; raise LedgerReadError when unusable."""
+    path = ledger_path(root)
+    try:
+        fh = open(path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise LedgerReadError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
+    with fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise LedgerReadError(f"ledger {path} is empty")
+        missing = [c for c in _REQUIRED if c not in header]
+        if missing:
+            raise LedgerReadError(f"ledger {path} lacks the columns {missing}")
+        rows = []
+        for lineno, rec in enumerate(reader, 2):
+            if not rec:
+                continue
+            rows.append((lineno, dict(zip(header, rec, strict=False))))
+    return rows
+
+
+def _recording_dir(root: Path, run_stem: str, rel: str) -> Path:
+    rel = rel.strip() or f"runs/run_pick_place/{run_stem}/recording"
+    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+    return safe_join(root, *parts)
+
+
+def select_trials(
+    root: Path,
+    rows: list[tuple[int, dict[str, str]]],
+    conditions: list[Condition],
+    runs: set[str] | None = None,
+) -> tuple[list[Candidate], list[Skipped]]:
+    """Split ledger rows into candidates (in ledger order) and skipped trials with reasons."""
+    chosen: list[Candidate] = []
+    skipped: list[Skipped] = []
+    seen: dict[str, int] = {}
+    for lineno, row in rows:
+        stem = row.get("run_stem", "")
+        try:
+            validate_name(stem, "run_stem")
+        except UnsafeNameError as exc:
+            skipped.append(Skipped(stem or f"<line {lineno}>", f"ledger line {lineno}: {exc}"))
+            continue
+        if stem in seen:
+            skipped.append(Skipped(stem, f"ledger line {lineno} repeats line {seen[stem]}"))
+            continue
+        seen[stem] = lineno
+        if runs is not None and stem not in runs:
+            skipped.append(Skipped(stem, "not requested (--run)"))
+            continue
+        reason = next((r for c in conditions if (r := c.check(row)) is not None), None)
+        if reason:
+            skipped.append(Skipped(stem, f"not selected: {reason}"))
+            continue
+        try:
+            rec_dir = _recording_dir(root, stem, row.get("recording_path", ""))
+        except UnsafeNameError as exc:
+            skipped.append(Skipped(stem, f"recording_path refused: {exc}"))
+            continue
+        chosen.append(Candidate(stem, rec_dir, row.get("recording_status", ""), lineno))
+    if runs:
+        for stem in sorted(runs - set(seen)):
+            skipped.append(Skipped(stem, "requested with --run but not in the ledger"))
+    return chosen, skipped
