@@ -83,13 +83,13 @@ def parse_frames(buf: bytearray) -> list[tuple[int, bytes]]:
             return out
         length = buf[2]
         if length < 2 or length > 64:
-            del buf[:2]  # not a frame header after all
+            del buf[:1]  # not a header after all (FE FE FE ...): resync one byte on
             continue
         end = 3 + length  # index one past the footer
         if len(buf) < end:
             return out
         if buf[end - 1] != FOOTER:
-            del buf[:2]
+            del buf[:1]
             continue
         out.append((buf[3], bytes(buf[4 : end - 1])))
         del buf[:end]
