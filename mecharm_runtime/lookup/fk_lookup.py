@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from numbers import Real
 from typing import Any
 
@@ -28,12 +28,14 @@ from numpy.typing import NDArray
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_runtime.lookup.table import J1_SAFE_MAX, FkTable
 
-__all__ = ["FIRST_WINDOW_M", "METHODS", "PHASES", "FkLookupResult", "fk_lookup", "joint_violations"]
+__all__ = ["METHODS", "PHASES", "WINDOWS_M", "FkLookupResult", "fk_lookup", "joint_violations"]
 
 PHASES: tuple[str, ...] = ("approach_pick", "pick", "approach_place", "place_withblock", "place_noblock")
 METHODS: tuple[str, ...] = ("indexed", "brute")
-#: Half-width of the first, small search window of the indexed method (metres).
-FIRST_WINDOW_M = 0.008
+#: Half-widths of the search windows tried (below dist_max) before the dist_max window.
+WINDOWS_M: tuple[float, ...] = (0.004, 0.010, 0.020)
+#: Candidates tested per round, nearest first (the last round takes the rest).
+_CHUNKS: tuple[int, ...] = (64, 1024, 1 << 62)
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,12 @@ class FkLookupResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists); ``from_dict`` gives back an equal result."""
-        d = asdict(self)
+        d = {f: getattr(self, f) for f in _FIELDS}
         for k, v in d.items():
             if isinstance(v, tuple):
                 d[k] = list(v)
+            elif isinstance(v, dict):
+                d[k] = dict(v)
         return d
 
     @classmethod
@@ -92,6 +96,9 @@ class FkLookupResult:
         if kw["counts"] is not None:
             kw["counts"] = dict(kw["counts"])
         return cls(**kw)
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(FkLookupResult))
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,10 @@ class _Query:
 
 
 def _number(name: str, value: object, *, positive: bool = False) -> float:
+    if type(value) is float or type(value) is int:  # fast path of the common case
+        v = float(value)
+        if math.isfinite(v) and (v > 0 or not positive):
+            return v
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ValueError(f"{name} must be a number, got {value!r}")
     v = float(value)
@@ -122,6 +133,9 @@ def _number(name: str, value: object, *, positive: bool = False) -> float:
 
 
 def _numbers(name: str, value: object, n: int) -> tuple[float, ...]:
+    if (type(value) is tuple and len(value) == n and all(type(v) is float for v in value)
+            and all(math.isfinite(v) for v in value)):
+        return value
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
         raise ValueError(f"{name} must be a sequence of {n} numbers, got {value!r}")
     items = list(value)
@@ -173,87 +187,128 @@ def joint_violations(angles: Sequence[float]) -> tuple[str, ...]:
 
 # --- filters: the same element-wise expressions on the whole table or on a subset ---
 
-def _filter_chain(table: FkTable, q: _Query, rows: NDArray[np.int64] | None) -> list[tuple[str, NDArray[np.bool_]]]:
-    """Masks after safety, j3, j5, ref_joints (cumulative) over ``rows`` (None = all rows)."""
-    def col(name: str) -> NDArray[Any]:
-        c = table.col(name)
-        return c if rows is None else c[rows]
-
-    m = col("safe").copy()
-    steps = [("safety", m.copy())]
+def _filter_steps(table: FkTable, q: _Query) -> list[tuple[str, Any]]:
+    """(name, test(rows) -> bool mask) for safety, j3, j5, ref_joints, in that order."""
+    steps: list[tuple[str, Any]] = [("safety", lambda r: table.col("safe")[r])]
     if q.j3_ref is not None:
-        m &= np.abs(col("j3") - q.j3_ref) <= q.band_deg
-        steps.append(("j3", m.copy()))
+        j3, ref3 = table.col("j3"), q.j3_ref
+        steps.append(("j3", lambda r: np.abs(j3[r] - ref3) <= q.band_deg))
     if q.j5_ref is not None:
-        m &= np.abs(col("j5") - q.j5_ref) <= q.band_deg
-        steps.append(("j5", m.copy()))
+        j5, ref5 = table.col("j5"), q.j5_ref
+        steps.append(("j5", lambda r: np.abs(j5[r] - ref5) <= q.band_deg))
     if q.ref is not None:
-        joints = table.joints if rows is None else table.joints[rows]
-        m &= np.abs(joints - np.asarray(q.ref)).max(axis=1) <= q.tol
-        steps.append(("ref_joints", m.copy()))
+        ref = np.asarray(q.ref)
+        steps.append(("ref_joints", lambda r: (np.abs(table.joints[r] - ref) <= q.tol).all(axis=1)))
     return steps
 
 
-def _final_mask(table: FkTable, q: _Query, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
-    m = table.col("safe")[rows]
-    if q.j3_ref is not None:
-        m &= np.abs(table.col("j3")[rows] - q.j3_ref) <= q.band_deg
-    if q.j5_ref is not None:
-        m &= np.abs(table.col("j5")[rows] - q.j5_ref) <= q.band_deg
-    if q.ref is not None:
-        m &= np.abs(table.joints[rows] - np.asarray(q.ref)).max(axis=1) <= q.tol
-    return m
-
-
-def _d2(table: FkTable, q: _Query, rows: NDArray[np.int64] | None) -> NDArray[np.float64]:
-    x = table.col("ee_x") if rows is None else table.col("ee_x")[rows]
-    z = table.col("ee_z") if rows is None else table.col("ee_z")[rows]
-    dx = x - q.tx
-    dz = z - q.tz
+def _d2(table: FkTable, q: _Query, rows: NDArray[np.int64]) -> NDArray[np.float64]:
+    dx = table.col("ee_x")[rows] - q.tx
+    dz = table.col("ee_z")[rows] - q.tz
     return dx * dx + dz * dz
 
 
-def _scan(table: FkTable, q: _Query, rows: NDArray[np.int64] | None, n_band: int) -> tuple[int | None, dict[str, int]]:
-    """Exact scan of ``rows`` (ascending; None = every row, band applied here)."""
-    if rows is None:
-        y = table.col("ee_y")
-        band = (y >= q.y_lo) & (y < q.y_hi)
-        counts = {"band": int(band.sum())}
-        steps = [(name, m & band) for name, m in _filter_chain(table, q, None)]
-    else:
-        counts = {"band": n_band}
-        steps = _filter_chain(table, q, rows)
-    for name, m in steps:
+def _nearest(table: FkTable, q: _Query, cand: NDArray[np.int64]) -> tuple[int, float]:
+    """Lowest row number among the candidates nearest in x-z, and its squared distance."""
+    d2 = _d2(table, q, cand)
+    best = d2.min()
+    return int(cand[d2 == best].min()), float(best)
+
+
+def _brute(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
+    """The rig's method: masks over every row, nearest by a full scan (argmin = first row)."""
+    y = table.col("ee_y")
+    m = (y >= q.y_lo) & (y < q.y_hi)
+    counts = {"band": int(m.sum())}
+    for name, test in _filter_steps(table, q):
+        m &= test(slice(None))
         counts[name] = int(m.sum())
-    final = steps[-1][1]
-    if counts[steps[-1][0]] == 0:
+    if not m.any():
         return None, counts
-    if rows is None:
-        d2 = np.where(final, _d2(table, q, None), np.inf)
-        return int(np.argmin(d2)), counts
-    cand = rows[final]
-    return int(cand[np.argmin(_d2(table, q, cand))]), counts
+    dx = table.col("ee_x") - q.tx
+    dz = table.col("ee_z") - q.tz
+    d2 = np.where(m, dx * dx + dz * dz, np.inf)
+    return int(np.argmin(d2)), counts
 
 
-def _brute(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int] | None]:
-    return _scan(table, q, None, 0)
+def _band_scan(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
+    """Exact answer from the band only: contiguous slices of the ee_y-ordered columns."""
+    idx = table.index
+    sl = idx.band_slice(q.y_lo, q.y_hi)
+    counts = {"band": sl.stop - sl.start}
+    cols = idx.y_columns(table)
+    m = cols["safe"][sl].copy()
+    counts["safety"] = int(m.sum())
+    if q.j3_ref is not None:
+        m &= np.abs(cols["j3"][sl] - q.j3_ref) <= q.band_deg
+        counts["j3"] = int(m.sum())
+    if q.j5_ref is not None:
+        m &= np.abs(cols["j5"][sl] - q.j5_ref) <= q.band_deg
+        counts["j5"] = int(m.sum())
+    if q.ref is not None:
+        for j in range(6):
+            m &= np.abs(cols[f"j{j}"][sl] - q.ref[j]) <= q.tol
+        counts["ref_joints"] = int(m.sum())
+    pos = np.flatnonzero(m)
+    if pos.size == 0:
+        return None, counts
+    return _nearest(table, q, idx.by_y[sl.start + pos])[0], counts
 
 
 def _indexed(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int] | None]:
     idx = table.index
-    for half in sorted({min(FIRST_WINDOW_M, q.dist_max), q.dist_max}):
-        rows = idx.window_rows(q.tx, q.tz, half, q.y_lo, q.y_hi)
-        if rows.size == 0:
-            continue
-        cand = rows[_final_mask(table, q, rows)]
-        if cand.size == 0:
-            continue
-        d2 = _d2(table, q, cand)
-        best = d2.min()
-        if best <= half * half:  # every row outside the window is farther than ``half``
-            return int(cand[d2 == best].min()), None
-    rows = idx.band_rows(q.y_lo, q.y_hi)
-    return _scan(table, q, rows, int(rows.size))
+    steps = _filter_steps(table, q)
+    for half in WINDOWS_M:
+        if half >= q.dist_max:
+            break
+        found = _window(idx, table, q, steps, half)
+        if found is not None:
+            return found, None
+    found = _window(idx, table, q, steps, q.dist_max)
+    if found is not None:
+        return found, None
+    return _band_scan(table, q)
+
+
+def _passing(steps: list[tuple[str, Any]], rows: NDArray[np.int64]) -> NDArray[np.bool_]:
+    m = np.ones(rows.size, dtype=bool)
+    for _name, test in steps:
+        m &= test(rows)
+    return m
+
+
+def _window(idx: Any, table: FkTable, q: _Query, steps: list[tuple[str, Any]], half: float) -> int | None:
+    """The nearest candidate if one lies within ``half`` (minus a rounding slack), else None.
+
+    Every band row outside the window is farther than that, so the answer is exact.
+    Candidates are tested nearest first, in chunks, so the joint filters run on few rows.
+    """
+    rows = idx.window_rows(q.tx, q.tz, half, q.y_lo, q.y_hi)
+    if rows.size == 0:
+        return None
+    reach = half - 1e-9
+    d2 = _d2(table, q, rows)
+    inside = d2 <= reach * reach
+    rows, d2 = rows[inside], d2[inside]
+    if rows.size == 0:
+        return None
+    k = rows.size
+    for size in _CHUNKS:
+        if size < k:
+            part = np.argpartition(d2, size - 1)[:size]  # the ``size`` nearest, unordered
+            sel, sel_d2 = rows[part], d2[part]
+        else:
+            sel, sel_d2 = rows, d2
+        ok = _passing(steps, sel)
+        if ok.any():
+            best = sel_d2[ok].min()  # nothing outside ``sel`` is nearer
+            ties = rows[d2 == best]
+            if ties.size == 1:
+                return int(ties[0])
+            return int(ties[_passing(steps, ties)].min())
+        if size >= k:
+            return None
+    return None
 
 
 def _describe_counts(q: _Query, counts: dict[str, int]) -> str:
@@ -334,8 +389,7 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     ok = code is None
     if not ok:
         if counts is None:
-            counts = _scan(table, q, table.index.band_rows(q.y_lo, q.y_hi),
-                           table.index.band_count(q.y_lo, q.y_hi))[1]
+            counts = _band_scan(table, q)[1]
         reason = f"{reason} ({_describe_counts(q, counts)})"
     return FkLookupResult(
         ok=ok, pose_id=f"fk_row_{best}" if ok else None, angles=angles if ok else None,

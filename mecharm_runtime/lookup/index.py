@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["CELL_M", "FkIndex"]
 
 #: Grid cell edge in metres.
-CELL_M = 0.005
+CELL_M = 0.0025
 _SHIFT = np.int64(32)
 
 
@@ -71,11 +71,35 @@ class FkIndex:
             raise ValueError("index size does not match the table")
         return idx
 
+    def _template(self, nix: int, niz: int) -> NDArray[np.int64]:
+        """Key offsets (cell << 32) of an nix x niz block of cells, relative to its first cell."""
+        cache = self.__dict__.setdefault("_templates", {})
+        t = cache.get((nix, niz))
+        if t is None:
+            t = ((np.arange(nix, dtype=np.int64)[:, None] * self.nz
+                  + np.arange(niz, dtype=np.int64)[None, :]).ravel() << 32)
+            cache[(nix, niz)] = t
+        return t
+
     def band_rows(self, y_lo: float, y_hi: float) -> NDArray[np.int64]:
-        """Row numbers (ascending) with y_lo <= ee_y < y_hi."""
+        """Row numbers with y_lo <= ee_y < y_hi (in ee_y order, not ascending)."""
         a = int(np.searchsorted(self.y_sorted, y_lo, "left"))
         b = int(np.searchsorted(self.y_sorted, y_hi, "left"))
-        return np.sort(self.by_y[a:b])
+        return self.by_y[a:b]
+
+    def y_columns(self, table: FkTable) -> dict[str, NDArray[Any]]:
+        """Columns in ee_y order (built on first use): a band is then a contiguous slice."""
+        cols = self.__dict__.get("_ycols")
+        if cols is None:
+            cols = {name: table.col(name)[self.by_y] for name in
+                    ("ee_x", "ee_z", "safe", "j0", "j1", "j2", "j3", "j4", "j5")}
+            self.__dict__["_ycols"] = cols
+        return cols
+
+    def band_slice(self, y_lo: float, y_hi: float) -> slice:
+        a = int(np.searchsorted(self.y_sorted, y_lo, "left"))
+        b = int(np.searchsorted(self.y_sorted, y_hi, "left"))
+        return slice(a, b)
 
     def band_count(self, y_lo: float, y_hi: float) -> int:
         return int(np.searchsorted(self.y_sorted, y_hi, "left") - np.searchsorted(self.y_sorted, y_lo, "left"))
@@ -83,31 +107,30 @@ class FkIndex:
     def window_rows(self, tx: float, tz: float, half: float, y_lo: float, y_hi: float) -> NDArray[np.int64]:
         """Rows in the band whose cell meets the square |x-tx| <= half, |z-tz| <= half.
 
-        Every row of the band outside the result has |dx| > half or |dz| > half
-        (one spare cell on each side covers rounding in the cell arithmetic).
+        Every row of the band outside the result has |dx| > half - 1e-12 or
+        |dz| > half - 1e-12 (the slack covers rounding in the cell arithmetic).
         """
         c = self.cell
-        ix_lo = max(int((tx - half - self.x0) // c) - 1, 0)
-        ix_hi = min(int((tx + half - self.x0) // c) + 1, self.nx - 1)
-        iz_lo = max(int((tz - half - self.z0) // c) - 1, 0)
-        iz_hi = min(int((tz + half - self.z0) // c) + 1, self.nz - 1)
-        if ix_lo > ix_hi or iz_lo > iz_hi:
-            return np.empty(0, dtype=np.int64)
-        r_lo = np.int64(np.searchsorted(self.ys, y_lo, "left"))
-        r_hi = np.int64(np.searchsorted(self.ys, y_hi, "left"))
+        ix_lo = int((tx - half - self.x0) // c)
+        ix_hi = int((tx + half - self.x0) // c)
+        iz_lo = int((tz - half - self.z0) // c)
+        iz_hi = int((tz + half - self.z0) // c)
+        r_lo = int(np.searchsorted(self.ys, y_lo, "left"))
+        r_hi = int(np.searchsorted(self.ys, y_hi, "left"))
         if r_lo >= r_hi:
             return np.empty(0, dtype=np.int64)
-        # one run of consecutive cell ids per grid column ix
-        cells = (np.arange(ix_lo, ix_hi + 1, dtype=np.int64)[:, None] * self.nz
-                 + np.arange(iz_lo, iz_hi + 1, dtype=np.int64)[None, :]).ravel() << _SHIFT
-        lo = np.searchsorted(self.keys, cells | r_lo, "left")
-        hi = np.searchsorted(self.keys, cells | r_hi, "left")
-        n = hi - lo
+        ix_lo, ix_hi = max(ix_lo, 0), min(ix_hi, self.nx - 1)
+        iz_lo, iz_hi = max(iz_lo, 0), min(iz_hi, self.nz - 1)
+        if ix_lo > ix_hi or iz_lo > iz_hi:
+            return np.empty(0, dtype=np.int64)
+        tmpl = self._template(ix_hi - ix_lo + 1, iz_hi - iz_lo + 1)
+        lo_keys = tmpl + (((ix_lo * self.nz + iz_lo) << 32) | r_lo)
+        bounds = np.searchsorted(self.keys, np.concatenate((lo_keys, lo_keys + (r_hi - r_lo))), "left")
+        k = lo_keys.size
+        lo = bounds[:k]
+        n = bounds[k:] - lo
         total = int(n.sum())
         if total == 0:
             return np.empty(0, dtype=np.int64)
-        nz_ = n > 0
-        lo, n = lo[nz_], n[nz_]
-        starts = np.cumsum(n) - n
-        pos = np.arange(total, dtype=np.int64) + np.repeat(lo - starts, n)
+        pos = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(n) - n), n)
         return self.order[pos]

@@ -275,12 +275,13 @@ def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True
 
 
 def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
-    from mecharm_runtime.lookup.index import FkIndex
+    from mecharm_runtime.lookup.index import CELL_M, FkIndex
 
     try:
         with np.load(cpath, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode("utf-8"))
-            if meta.get("sha256") != checksum or meta.get("version") != _CACHE_VERSION:
+            if (meta.get("sha256") != checksum or meta.get("version") != _CACHE_VERSION
+                    or meta.get("cell") != CELL_M):
                 log.warning("fk_table_cache_mismatch", cache=str(cpath), recorded=meta.get("sha256"))
                 return None
             table = FkTable(xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path)
@@ -292,7 +293,10 @@ def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
 
 
 def _save_cache(cpath: Path, table: FkTable) -> None:
-    meta = json.dumps({"sha256": table.checksum, "version": _CACHE_VERSION, "n_rows": table.n_rows})
+    from mecharm_runtime.lookup.index import CELL_M
+
+    meta = json.dumps({"sha256": table.checksum, "version": _CACHE_VERSION, "n_rows": table.n_rows,
+                       "cell": CELL_M})
     arrays: dict[str, Any] = {"meta": np.frombuffer(meta.encode("utf-8"), dtype=np.uint8),
                               "xyz": table.xyz, "joints": table.joints}
     arrays.update({f"idx_{k}": v for k, v in table.index.arrays().items()})
