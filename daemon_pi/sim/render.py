@@ -26,7 +26,6 @@ from daemon_pi.sim.scene import (
     BOX_HEIGHT_M,
     BOX_INNER_M,
     BOX_OUTER_M,
-    MARKER_SIDE_M,
     MARKERS,
     MAT_X,
     MAT_Z,
@@ -34,7 +33,7 @@ from daemon_pi.sim.scene import (
 )
 from mecharm_common.kinematics import fk_frames
 
-__all__ = ["SIDE_CAMERA", "TOP_CAMERA", "Camera", "Renderer", "SceneSnapshot", "TIP_MARKER_RADIUS_M"]
+__all__ = ["SIDE_CAMERA", "TIP_MARKER_RADIUS_M", "TOP_CAMERA", "Camera", "Renderer", "SceneSnapshot"]
 
 TIP_MARKER_RADIUS_M = 0.007
 JAW_MAX_MM = 55.0  # jaw opening at gripper value 100
