@@ -1,0 +1,211 @@
+"""Recordings in the recorder's exact on-disk format (SPEC §9), built for the export tests.
+
+The video is written by the recorder's own ``VideoWriter`` (fragmented H.264 MP4,
+PTS = capture times), the CSVs with the column lists of ``recorder.events``, and
+the ledger with the runtime's ``append_row``. Each frame carries its frame index as
+a row of black/white 16-px blocks, so a test can read back which recorded frame a
+dataset row shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mecharm_runtime.records.ledger import append_row, ledger_path
+from recorder.config import VideoSettings
+from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
+from recorder.video import VideoWriter
+
+W, H = 192, 96
+BITS = 12
+BLOCK = 16
+T0 = 1_764_500_000.0  # a wall-clock start (2025-11-30)
+
+
+def stamp(frame_idx: int) -> np.ndarray:
+    """A BGR test image: bits of frame_idx as 16-px blocks on the top two rows, a gradient below."""
+    img = np.zeros((H, W, 3), np.uint8)
+    img[BLOCK * 2 :, :, 2] = np.linspace(0, 255, W, dtype=np.uint8)[None, :]
+    img[BLOCK * 2 :, :, 1] = (frame_idx * 7) % 256
+    for b in range(BITS):
+        if (frame_idx >> b) & 1:
+            r, c = divmod(b, W // BLOCK)
+            img[r * BLOCK : (r + 1) * BLOCK, c * BLOCK : (c + 1) * BLOCK] = 255
+    return img
+
+
+def read_stamp(rgb: np.ndarray) -> int:
+    """Frame index back from a decoded image (RGB or BGR: the blocks are grey)."""
+    value = 0
+    for b in range(BITS):
+        r, c = divmod(b, W // BLOCK)
+        block = rgb[r * BLOCK + 4 : (r + 1) * BLOCK - 4, c * BLOCK + 4 : (c + 1) * BLOCK - 4]
+        if block.mean() > 128:
+            value |= 1 << b
+    return value
+
+
+def capture_times(duration: float, seed: int, gaps: int = 4) -> np.ndarray:
+    """Irregular capture times ~26 fps (SPEC §9): jittered 36 ms steps and some ~92 ms gaps."""
+    rng = np.random.default_rng(seed)
+    dts = np.clip(rng.normal(0.0375, 0.004, size=int(duration * 40) + 10), 0.025, 0.05)
+    for i in rng.choice(np.arange(5, len(dts) - 5), size=gaps, replace=False):
+        dts[i] = 0.090 + 0.006 * rng.random()
+    ts = np.concatenate([[0.0], np.cumsum(dts)])
+    return ts[ts <= duration]
+
+
+@dataclass
+class Trial:
+    """What the fixture wrote, so tests can compute expected values independently."""
+
+    run_stem: str
+    path: Path
+    frame_ts: np.ndarray
+    measured: list[tuple[float, list[float]]] = field(default_factory=list)
+    commanded: list[tuple[float, list[float]]] = field(default_factory=list)
+    gripper: list[tuple[float, str]] = field(default_factory=list)
+
+
+def _moves(t0: float, duration: float) -> list[tuple[float, float, list[float]]]:
+    """(start, end, target) of a few moves, like a pick and place."""
+    poses = [
+        [0, 0, 0, 0, 0, -30],
+        [-32, 87.7, -38.3, 18.6, -45.1, -30],
+        [37, 66.6, 2.8, -1.4, -78, -29.5],
+        [0, 0, 0, 0, 0, -30],
+    ]
+    out = []
+    step = duration / (len(poses) + 1)
+    for i, pose in enumerate(poses[1:], 1):
+        start = t0 + i * step - step * 0.4
+        out.append((start, start + step * 0.6, [float(a) for a in pose]))
+    return out
+
+
+def write_recording(
+    root: Path,
+    run_stem: str,
+    *,
+    duration: float = 6.0,
+    seed: int = 0,
+    status: str = "ok",
+    write_meta: bool = True,
+    drop_log_rows: int = 0,
+    frame_log_extra: bool = False,
+) -> Trial:
+    rec = root / "runs" / "run_pick_place" / run_stem / "recording"
+    rec.mkdir(parents=True)
+    rel = ts_rel = np.asarray(capture_times(duration, seed))
+    wall = T0 + seed * 1000 + rel
+    writer = VideoWriter(
+        rec / "episode.mp4", VideoSettings(preset="ultrafast", crf=18, gop_sec=1.0)
+    )
+    anchor = 1_000_000_000_000
+    for i, t in enumerate(ts_rel):
+        writer.write(stamp(i), anchor + round(t * 1e9))
+    writer.close()
+    trial = Trial(run_stem, rec, wall)
+    with open(rec / "frame_log.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(FRAME_LOG_COLUMNS)
+        n_rows = len(wall) - drop_log_rows
+        for i in range(n_rows):
+            w.writerow([i, f"{wall[i]:.6f}", anchor + round(ts_rel[i] * 1e9)])
+        if frame_log_extra:
+            w.writerow([n_rows, f"{wall[-1] + 0.04:.6f}", anchor])
+    # states: trial_start, moves with commanded + measured @50 Hz, gripper events, trial_end
+    rows: list[dict[str, object]] = [
+        {"ts": wall[0] - 0.05, "event_type": "trial_start", "note": run_stem}
+    ]
+    pose = [0.0, 0.0, 0.0, 0.0, 0.0, -30.0]
+    rows.append({"ts": wall[0] + 0.1, "event_type": "gripper", "gripper_state": "open"})
+    trial.gripper.append((wall[0] + 0.1, "open"))
+    for k, (start, end, target) in enumerate(_moves(wall[0], float(wall[-1] - wall[0]))):
+        rows.append({"ts": start, "event_type": "stage", "stage": f"stage{k + 3}"})
+        rows.append({"ts": start + 0.001, "event_type": "commanded", "ts_send": start, "ts_arrival": end, "attempt": 1, "arrived": 1,
+                     **{f"j{j}": target[j] for j in range(6)}, "speed": 20})  # fmt: skip
+        trial.commanded.append((start, target))
+        for t in np.arange(start + 0.02, end + 1e-9, 0.02):
+            a = min(1.0, (t - start) / (end - start))
+            angles = [pose[j] + a * (target[j] - pose[j]) for j in range(6)]
+            rows.append(
+                {
+                    "ts": float(t),
+                    "event_type": "measured",
+                    **{f"j{j}": round(angles[j], 4) for j in range(6)},
+                }
+            )
+            trial.measured.append((float(t), [round(x, 4) for x in angles]))
+        pose = target
+        if k == 0:
+            rows.append({"ts": end + 0.2, "event_type": "gripper", "gripper_state": "close"})
+            trial.gripper.append((end + 0.2, "close"))
+    rows.append({"ts": wall[-1] + 0.01, "event_type": "trial_end", "note": run_stem})
+    with open(rec / "states.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    if write_meta:
+        meta = {
+            "run_stem": run_stem, "started_ts": float(wall[0]), "ended_ts": float(wall[-1]),
+            "elapsed_sec": float(wall[-1] - wall[0]), "frames_captured": len(wall), "frames_written": len(wall),
+            "effective_fps": len(wall) / float(wall[-1] - wall[0]), "container_fps": 30.0, "width": W, "height": H,
+            "codec": "h264", "status": status, "recording_path": rec.relative_to(root).as_posix(),
+        }  # fmt: skip
+        (rec / "recording_meta.json").write_text(json.dumps(meta))
+    return trial
+
+
+def add_ledger_row(
+    root: Path,
+    trial: Trial | str,
+    *,
+    pick: str = "yes",
+    place: str = "yes",
+    rec_status: str = "ok",
+    status: str = "completed",
+) -> None:
+    stem = trial if isinstance(trial, str) else trial.run_stem
+    append_row(
+        ledger_path(root),
+        {
+            "run_stem": stem, "started_at": "2025-11-30T10:00:00", "ended_at": "2025-11-30T10:01:30", "duration_s": 90.0,
+            "status": status, "reason": "" if status == "completed" else "guard", "dry_run": 0, "scene_seed": 1,
+            "pick_verdict": pick, "pick_confidence": 0.82, "place_verdict": place, "place_confidence": 0.97,
+            "pick_attempts": 1, "recording_path": f"runs/run_pick_place/{stem}/recording", "recording_fps": 26.5,
+            "recording_frames": 100, "recording_status": rec_status,
+        },
+    )  # fmt: skip
+
+
+def stem(i: int) -> str:
+    return f"run_{i:04d}_20251130_10{i:02d}00"
+
+
+@pytest.fixture
+def data_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    (root / "runs").mkdir(parents=True)
+    return root
+
+
+class Recs:
+    """The helpers above, handed to tests as a fixture (tests cannot import conftest)."""
+
+    write = staticmethod(write_recording)
+    ledger = staticmethod(add_ledger_row)
+    stem = staticmethod(stem)
+    read_stamp = staticmethod(read_stamp)
+    capture_times = staticmethod(capture_times)
+
+
+@pytest.fixture
+def recs() -> type[Recs]:
+    return Recs
