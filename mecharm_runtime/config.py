@@ -43,7 +43,7 @@ class RuntimeSettings(RigSettings):
     recording_poll_s: float = Field(0.1, gt=0)
     top_camera: str = "http://127.0.0.1:8081/top.mjpg"
     sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
-    fk_table_dir: Path | None = None  # default {data_root}/fk
+    fk_data_dir: Path | None = None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root
     approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
     approach_place_arc: Path = Path("configs/poses/approach_place.json")
     judge: Literal["geometric", "human"] = "geometric"
@@ -93,7 +93,7 @@ class RuntimeSettings(RigSettings):
     z_resid_warn_m: float = Field(0.05, gt=0)
 
     # ---- place servo (stage8_5)
-    servo_gain_deg_per_mm: float = -0.151
+    servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
     servo_tol_mm: float = Field(8.0, gt=0)
     servo_step_clamp_deg: float = Field(5.0, gt=0)
     servo_max_iter: int = Field(5, ge=0)
@@ -127,7 +127,7 @@ class RuntimeSettings(RigSettings):
 
     @property
     def fk_dir(self) -> Path:
-        return self.fk_table_dir if self.fk_table_dir is not None else self.data_root / "fk"
+        return self.fk_data_dir if self.fk_data_dir is not None else self.data_root
 
     def constants(self) -> dict[str, object]:
         """The constants block of the run log (everything that shapes a decision)."""

@@ -1,0 +1,93 @@
+"""`mecharm-runtime` — run pick-and-place trials one after another on the rig (or the simulator)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.logging import configure_logging, get_logger
+from mecharm_common.shutdown import capture_signals
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.trial import DataRootError
+
+__all__ = ["build_parser", "main"]
+
+DEFAULT_CONFIG = Path("configs/runtime.yaml")
+log = get_logger("mecharm_runtime.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mecharm-runtime", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--config", type=Path, help=f"YAML settings (default {DEFAULT_CONFIG} when present)")
+    p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
+    p.add_argument("--confirm", action="store_const", const=True, help="ask before each further trial")
+    p.add_argument("--dry-run", dest="dry_run", action="store_const", const=True,
+                   help="run detection, lookups, guards and decisions without moving the arm")
+    p.add_argument("--data-root", dest="data_root", type=Path, help="data root (must exist; SSD on the rig)")
+    p.add_argument("--daemon-host", dest="daemon_host")
+    p.add_argument("--daemon-port", dest="daemon_port", type=int)
+    p.add_argument("--token-file", dest="daemon_token_file", type=Path)
+    p.add_argument("--recorder-port", dest="recorder_port", type=int)
+    p.add_argument("--no-recorder", dest="recorder_enabled", action="store_const", const=False,
+                   help="send no recorder events (recording_status none)")
+    p.add_argument("--top-camera", dest="top_camera", help="top camera source (index, name, URL, file)")
+    p.add_argument("--sim-control", dest="sim_control_url",
+                   help="simulated rig: camera-server URL; a fresh scene is requested between trials")
+    p.add_argument("--judge", choices=["geometric", "human"])
+    p.add_argument("--time-scale", dest="time_scale", type=float,
+                   help="divide sleeps and arrival timeouts (simulator run faster; 1.0 on the rig)")
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+async def _amain(settings: RuntimeSettings) -> int:
+    from mecharm_runtime.service import ask_yes, run_service, scene_next
+
+    between = None
+    if settings.sim_control_url:
+        url = settings.sim_control_url
+
+        async def between(i: int) -> int | None:
+            if i == 0:
+                return None
+            info = await asyncio.to_thread(scene_next, url)
+            seed = info.get("seed")
+            return seed if isinstance(seed, int) else None
+
+    with capture_signals() as sigs:
+        report = await run_service(settings, signals=sigs, confirm=ask_yes if settings.confirm else None,
+                                   between_trials=between)
+    done = sum(t.status == "completed" for t in report.trials)
+    ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
+    print(f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
+          + (f"; stopped: {report.stopped_by}" if report.stopped_by else ""))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    try:
+        settings = load_settings(RuntimeSettings, cfg, overrides)
+    except ConfigError as exc:
+        print(f"mecharm-runtime: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        return asyncio.run(_amain(settings))
+    except DataRootError as exc:
+        print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
+        return 3
+    except Exception as exc:
+        log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
+        print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,272 @@
+"""The stage machine against the real daemon + SimArm (camera boundary stood in by true state)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mecharm_common.config import load_settings
+from mecharm_runtime.arm import DaemonArm, DryRunArm
+from mecharm_runtime.client import DaemonClient
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.eyes import DryRunEyes
+from mecharm_runtime.lookup import ensure_table, load_arc, load_table
+from mecharm_runtime.lookup.j0 import ArcPose
+from mecharm_runtime.machine import STAGE_ORDER, TRANSITIONS, Outcome, Stage
+from mecharm_runtime.ports import RealClock, SceneObservation
+from mecharm_runtime.records.ledger import ledger_path, verify_ledger
+from mecharm_runtime.records.trace import read_trace
+from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
+
+from .conftest import TIME_SCALE, SimDaemon
+from .stand_ins import TrueStateEyes
+
+BLOCK = (0.20, 0.26)
+BOX = (-0.20, 0.18)
+
+
+def _settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
+    return load_settings(RuntimeSettings, overrides={"data_root": root, "fk_data_dir": fk, "time_scale": TIME_SCALE,
+                                                     "recorder_enabled": False, **kw})
+
+
+def test_transition_table_is_complete_and_reachable() -> None:
+    # every stage but the end states has an OK successor; only stage6 can ask for a retry
+    for st in STAGE_ORDER:
+        assert (st, Outcome.OK) in TRANSITIONS
+        assert (st, Outcome.FAIL) not in TRANSITIONS  # failures all take the one exit path
+    assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [(Stage.STAGE6, Outcome.RETRY)]
+    seen, st = [], Stage.STAGE1
+    while st is not Stage.DONE:
+        seen.append(st)
+        st = TRANSITIONS[(st, Outcome.OK)]
+    assert set(seen) | {Stage.PICK_RETRY} == set(STAGE_ORDER)
+
+
+async def _rig(d: SimDaemon, root: Path, fk: Path, eyes: Any, arc_pick: ArcPose | None = None,
+               **kw: Any) -> tuple[Rig, DaemonClient]:
+    s = _settings(root, fk, **kw)
+    client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
+    await client.connect()
+    clock = RealClock()
+    table = load_table(ensure_table(fk))
+    rig = Rig(s, DaemonArm(client, clock), eyes, RecorderLink(None), clock, table,
+              arc_pick or load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc),
+              arm_alive=lambda: client.is_connected)
+    return rig, client
+
+
+def _sends(d: SimDaemon) -> list[dict[str, Any]]:
+    sends: list[dict[str, Any]] = []
+    d.arm.add_listener(lambda ev, data: sends.append(data) if ev == "send" else None)
+    return sends
+
+
+def _rows(root: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(ledger_path(root).read_text().splitlines()))
+
+
+def _trace(t: TrialSummary) -> list[dict[str, Any]]:
+    return list(read_trace(t.trace_path))
+
+
+@pytest.mark.asyncio
+async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    sends = _sends(sim_daemon)
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    lines: list[tuple[str, str, str]] = []
+    t = await run_trial(rig, on_stage=lambda *a: lines.append(a))
+    await client.aclose()
+    assert (t.status, t.reason, t.pick_verdict, t.place_verdict) == ("completed", "", "yes", "yes")
+    assert [ln[0] for ln in lines] == [s.value for s in STAGE_ORDER if s is not Stage.PICK_RETRY]
+    # every send was guarded, none above j1 88°, and all were accepted by the arm
+    assert sends and all(s["angles"][1] <= 88.0 and s["accepted"] for s in sends)
+    assert sim_daemon.arm.get_fresh_mode() == 0
+    tr = _trace(t)
+    assert tr[-1]["event"] == "result" and tr[-1]["status"] == "completed"
+    kinds = {(e["event"], e.get("kind")) for e in tr}
+    for k in (("input", "angles"), ("input", "scene"), ("input", "tip"), ("input", "pick_verdict"),
+              ("input", "table_checksum"), ("decision", "lookup"), ("decision", "guard"), ("decision", "command")):
+        assert k in kinds
+    commands = [e for e in tr if e["event"] == "decision" and e["kind"] == "command"]
+    assert len(commands) == len(sends) == t.moves
+    log = json.loads((t.run_dir / f"{t.run_stem}.json").read_text())
+    for section in ("constants", "stages", "detections", "lookups", "moves", "gripper", "judgements",
+                    "tip_measurements", "correction", "result"):
+        assert log[section], section
+    assert all(m["pre"] and m["post"] for m in log["moves"])
+    rows = _rows(tmp_path)
+    assert rows[0]["status"] == "completed" and rows[0]["recording_status"] == "none"
+    assert verify_ledger(ledger_path(tmp_path)).ok
+    # the successful pick taught the correction memory
+    mem = json.loads((tmp_path / "memories" / "correction_memory.json").read_text())
+    assert "pick_x200_z260" in mem["entries"]
+
+
+@pytest.mark.asyncio
+async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    sends = _sends(sim_daemon)
+    sim_daemon.arm.set_fresh_mode(1)
+    sim_daemon.arm.send_angles([10, 10, 0, 0, 0, -30], 100)  # away from HOME so stage1 must move
+    assert sim_daemon.arm.wait_idle(5)
+    sends.clear()
+    sim_daemon.arm.faults.ignore_next_sends(1)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX))
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "completed"
+    assert [s["accepted"] for s in sends[:2]] == [False, True] and sends[0]["angles"] == sends[1]["angles"]
+    assert sum(not s["accepted"] for s in sends) == 1
+    arrivals = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "arrival"]
+    assert arrivals[0]["value"]["attempts"] == 2 and all(a["value"]["attempts"] == 1 for a in arrivals[1:])
+    assert len(sends) == t.moves + 1
+
+
+@pytest.mark.asyncio
+async def test_daemon_killed_mid_move_aborts_with_reason(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "correction":  # stage3 is about to move: kill the daemon under it
+            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill")))
+
+    t = await run_trial(rig, on_stage=on_stage)
+    await client.aclose()
+    assert t.status == "stopped"
+    assert t.reason.startswith("stage3_approach_pick: daemon connection lost"), t.reason
+    tr = _trace(t)
+    assert tr[-1] == {**tr[-1], "event": "result", "status": "stopped", "reason": t.reason}
+    assert any(e["event"] == "decision" and e["kind"] == "exit" and "daemon connection lost" in json.dumps(e)
+               for e in tr)
+    row = _rows(tmp_path)[0]
+    assert (row["status"], row["reason"]) == ("stopped", t.reason)
+    assert json.loads((t.run_dir / f"{t.run_stem}.json").read_text())["result"]["status"] == "stopped"
+
+
+@pytest.mark.asyncio
+async def test_lookup_failure_goes_through_exit_path_to_home(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, (0.20, 0.60), BOX)  # far beyond reach: no pick row
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "stopped" and "out_of_range" in t.reason
+    home = rig.settings.home
+    assert max(abs(a - b) for a, b in zip(sim_daemon.arm.true_angles(), home, strict=True)) <= 3.0
+    assert sim_daemon.arm.get_fresh_mode() == 0
+    exit_ev = next(e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
+    assert [s["step"] for s in exit_ev["value"]["steps"]][-1] == "fresh mode off"
+
+
+@pytest.mark.asyncio
+async def test_pick_retry_then_success(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    stages: list[str] = []
+    t = await run_trial(rig, on_stage=lambda s, o, r: stages.append(f"{s}:{o}"))
+    await client.aclose()
+    assert t.status == "completed" and t.pick_attempts == 2
+    assert "stage6_lift:retry" in stages and "pick_retry:ok" in stages
+    assert stages.count("stage2:ok") == 2
+
+
+@pytest.mark.asyncio
+async def test_pick_judged_no_three_times_aborts(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
+    assert not (tmp_path / "memories" / "correction_memory.json").exists() or "pick_x200_z260" not in (
+        tmp_path / "memories" / "correction_memory.json").read_text()
+
+
+@pytest.mark.asyncio
+async def test_pose_above_j1_limit_is_never_sent(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    sends = _sends(sim_daemon)
+    s = _settings(tmp_path, fk_data_dir)
+    good = load_arc(s.approach_pick_arc)
+    bad = ArcPose(name="bad", phase=good.phase, base=(89.5, *good.base[1:]), points=good.points, source="test")
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), arc_pick=bad)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "stopped" and "j1 89.50 > 88" in t.reason and t.reason.startswith("stage3_approach_pick")
+    assert all(x["angles"][1] <= 88.0 for x in sends)
+    commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
+    assert all(c[1] <= 88.0 for c in commands)
+
+
+@pytest.mark.asyncio
+async def test_guard_refuses_what_a_lookup_accepted(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    # a tighter operational limit than the lookup's own mask: the guard alone must stop it
+    sends = _sends(sim_daemon)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), j1_max=80.0)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "stopped" and "guard refused approach_pick: j1 = 87.74 above the safety limit 80" in t.reason
+    assert all(x["angles"][1] <= 80.0 for x in sends)
+    guards = [e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "guard"]
+    refused = [g for g in guards if not g["ok"]]
+    assert len(refused) == 1 and refused[0]["note"] == "approach_pick"
+    assert guards[-1]["note"] == "abort: home" and guards[-1]["ok"]  # the exit path went home
+
+
+@pytest.mark.asyncio
+async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX))
+    force = asyncio.Event()
+
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "correction":
+            asyncio.get_running_loop().call_later(0.05, force.set)
+
+    t = await run_trial(rig, force=force, on_stage=on_stage)
+    await client.aclose()
+    assert t.status == "stopped" and t.reason == "forced stop during stage3_approach_pick (operator)"
+    assert not sim_daemon.arm.true_moving()
+    assert sim_daemon.arm.get_fresh_mode() == 0
+
+
+@pytest.mark.asyncio
+async def test_dry_run_moves_nothing_and_records_what_it_would_send(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    sends = _sends(sim_daemon)
+    s = _settings(tmp_path, fk_data_dir, dry_run=True)
+    clock = RealClock()
+    arm = DryRunArm(clock, s.home)
+    scene = SceneObservation(True, block_xz=BLOCK, box_xz=BOX, box_score=0.9, box_method="contour")
+    rig = Rig(s, arm, DryRunEyes(arm, None, scene), RecorderLink(None), clock,
+              load_table(ensure_table(fk_data_dir)), load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc),
+              dry_run=True)
+    t = await run_trial(rig)
+    assert t.status == "completed" and t.dry_run
+    assert sends == []  # the real arm heard nothing
+    commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
+    assert commands == [c["angles"] for c in arm.sent if c["cmd"] == "send_angles"]
+    row = _rows(tmp_path)[0]
+    assert row["dry_run"] == "1"
+    assert not (tmp_path / "memories" / "correction_memory.json").exists()  # a dry run never teaches
+
+
+@pytest.mark.asyncio
+async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_dir: Path) -> None:
+    s = _settings(tmp_path / "not_mounted", fk_data_dir, dry_run=True)
+    clock = RealClock()
+    arm = DryRunArm(clock, s.home)
+    rig = Rig(s, arm, DryRunEyes(arm, None, None), RecorderLink(None), clock,
+              load_table(ensure_table(fk_data_dir)), load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc))
+    with pytest.raises(DataRootError, match="does not exist"):
+        await run_trial(rig)
+    assert not (tmp_path / "not_mounted").exists()
