@@ -1,0 +1,126 @@
+"""The recorder as a real process: SIGKILL mid-trial, SIGTERM, bad flags, port in use."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import av
+import pytest
+
+from recorder.events import RecordingMeta, TrialStart
+from recorder.sender import RecorderSender
+
+STEM = "run_0007_20260101_120000"
+CAMERA = "synthetic?fps=30&w=640&h=360"
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    (tmp_path / "data").mkdir(exist_ok=True)
+    with open(tmp_path / "recorder.log", "wb") as log:  # the child keeps its own copy of the fd
+        return subprocess.Popen(
+            [sys.executable, "-m", "recorder", "--data-root", "data", "--udp-port", str(port),
+             "--camera", CAMERA, "--status-interval", "0", *extra],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
+        )
+
+
+def _wait_ready(sender: RecorderSender, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "recorder exited during start-up"
+        if sender.request_frame("ready_probe", timeout=0.5)[2] == "ok_orphan":
+            return
+    raise AssertionError("recorder did not become ready")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+def test_sigkill_mid_trial_leaves_a_decodable_mp4(tmp_path):
+    port = _free_udp_port()
+    proc = _start(tmp_path, port)
+    try:
+        s = RecorderSender(port=port)
+        _wait_ready(s, proc)
+        s.notify(TrialStart(run_stem=STEM))
+        time.sleep(3.5)
+        killed_at = time.time()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        _stop(proc)
+    d = tmp_path / "data" / "runs" / "run_pick_place" / STEM / "recording"
+    assert not (d / "recording_meta.json").exists()  # no meta = ended abnormally
+    with open(d / "frame_log.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows, "frame_log.csv must hold the rows flushed before the kill"
+    anchor = float(rows[0]["capture_ts"])
+    assert killed_at - float(rows[-1]["capture_ts"]) <= 1.5  # CSV flushed at least every second
+    decoded = []
+    with av.open(str(d / "episode.mp4")) as c:
+        try:
+            for frame in c.decode(video=0):
+                decoded.append(float(frame.pts * frame.time_base))
+        except av.error.InvalidDataError:
+            pass  # a fragment cut by the kill; everything before it must decode
+    assert len(decoded) >= 2 * 30
+    last_wall = anchor + decoded[-1]
+    assert killed_at - last_wall <= 1.6, f"lost {killed_at - last_wall:.2f} s of video"
+
+
+def test_sigterm_closes_the_trial_truncated(tmp_path):
+    port = _free_udp_port()
+    proc = _start(tmp_path, port)
+    try:
+        s = RecorderSender(port=port)
+        _wait_ready(s, proc)
+        s.notify(TrialStart(run_stem=STEM))
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        _stop(proc)
+    d = tmp_path / "data" / "runs" / "run_pick_place" / STEM / "recording"
+    meta = RecordingMeta.model_validate_json((d / "recording_meta.json").read_text())
+    assert meta.status == "truncated" and meta.status_reason == "shutdown"
+    assert meta.frames_written == meta.frames_captured > 10
+    log = (tmp_path / "recorder.log").read_text()
+    assert "shutdown_requested" in log and "trial_closed" in log
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--udp-port", "99999"], "udp_port"), (["--camera", " "], "camera"),
+     (["--log-level", "loud"], "invalid choice")],
+)
+def test_bad_flags_exit_2_naming_the_problem(tmp_path, args, message):
+    r = subprocess.run([sys.executable, "-m", "recorder", *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr
+
+
+def test_port_in_use_exits_with_a_reason(tmp_path):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        port = busy.getsockname()[1]
+        proc = _start(tmp_path, port)
+        try:
+            assert proc.wait(30) == 2
+        finally:
+            _stop(proc)
+    assert "recorder_start_failed" in (tmp_path / "recorder.log").read_text()
