@@ -319,7 +319,7 @@ class ArmServer:
     async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one backend call, serialized; blocking calls go to the arm thread."""
         async with self._arm_lock:
-            if self.backend.may_block:
+            if self.backend.blocks(fn.__name__):
                 return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
             return fn(*args)
 

@@ -53,11 +53,13 @@ class ArmBackend(ABC):
 
     #: short name reported by ``hello``
     name: str = "abstract"
-    #: False when calls never sleep or do I/O (the server may then call them inline)
-    may_block: bool = True
-
     def capabilities(self) -> dict[str, Any]:
         return {}
+
+    def blocks(self, call: str) -> bool:
+        """Whether method ``call`` may sleep or do I/O. The server runs blocking calls on its
+        arm thread and the others inline (cheaper); either way one at a time."""
+        return True
 
     @abstractmethod
     def open(self) -> None: ...

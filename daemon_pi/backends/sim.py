@@ -11,6 +11,8 @@ from daemon_pi.sim.arm import SimArm, SimArmConfig
 
 __all__ = ["SimBackend"]
 
+_READS = frozenset({"get_angles", "get_gripper_value", "get_fresh_mode", "is_moving"})
+
 
 class SimBackend(SdkBackend):
     """Wraps a SimArm (created from ``config`` or passed in, e.g. shared with a workcell)."""
@@ -21,14 +23,20 @@ class SimBackend(SdkBackend):
     def __init__(self, arm: SimArm | None = None, config: SimArmConfig | None = None) -> None:
         super().__init__()
         self.arm = arm if arm is not None else SimArm(config or SimArmConfig())
-        c = self.arm.config
-        # with zero latencies the calls never sleep: the server may run them inline
-        self.may_block = any(x > 0 for x in (c.read_latency_s, c.write_latency_s, c.no_reply_s))
 
     def capabilities(self) -> dict[str, Any]:
         c = self.arm.config
         return {"simulated": True, "time_scale": c.time_scale, "read_latency_s": c.read_latency_s,
                 "reject_j1_above": c.reject_j1_above}
+
+    def blocks(self, call: str) -> bool:
+        """Calls sleep only for their configured latency (or a pending no-reply fault)."""
+        c = self.arm.config
+        if call in _READS:
+            return c.read_latency_s > 0 or (c.no_reply_s > 0 and self.arm.faults.pending_read_failures > 0)
+        if call in ("open", "close"):
+            return False
+        return c.write_latency_s > 0
 
     def open(self) -> None:
         self._arm = self.arm

@@ -170,6 +170,10 @@ class SimArmFaults:
             self._disconnected = False
 
     @property
+    def pending_read_failures(self) -> int:
+        return self._fail_reads
+
+    @property
     def disconnected(self) -> bool:
         return self._disconnected
 

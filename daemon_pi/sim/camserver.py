@@ -8,7 +8,7 @@ Routes (loopback by default):
 * ``GET /top.jpg``, ``GET /side.jpg`` — one fresh frame.
 * ``GET /scene/truth`` — the scene's ground truth as JSON (tests only).
 * ``POST /scene/next`` — lay out the next trial's scene; optional JSON body
-  ``{"seed": int}`` (the operator putting the block back; tests only).
+  ``{"seed": int}`` or query ``?seed=N`` (the operator putting the block back; tests only).
 
 Rendering is lazy: a camera's producer thread runs only while at least one
 client streams it, paced at the camera's fps; all clients share its frames
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -140,7 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, message: str) -> None:
-        log.warning("camserver_bad_request", path=self.path[:200], status=status, error=message)
+        log.warning("camserver_bad_request", path=self.path[:200], status=int(status), error=message)
+        self.close_connection = True  # an unread body must not be taken for the next request
         self._json(status, {"error": message})
 
     def do_GET(self) -> None:
@@ -162,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
                         f"{sorted('/' + n + '.mjpg' for n in feeds)}")
 
     def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path != "/scene/next":
             self._error(HTTPStatus.NOT_FOUND, f"no such resource {path[:100]!r} (POST /scene/next)")
             return
@@ -175,7 +177,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, f"body of {length} bytes (max {MAX_BODY_BYTES})")
             return
         raw = self.rfile.read(length) if length else b""
-        seed: int | None = None
+        seed: Any = None
+        params = urllib.parse.parse_qs(query, keep_blank_values=True)
+        if set(params) - {"seed"} or len(params.get("seed", [])) > 1:
+            self._error(HTTPStatus.BAD_REQUEST, f"unknown or repeated query parameters {sorted(params)} (only seed=N)")
+            return
+        if "seed" in params:
+            try:
+                seed = int(params["seed"][0])
+            except ValueError:
+                self._error(HTTPStatus.BAD_REQUEST, f"seed must be an integer, got {params['seed'][0][:30]!r}")
+                return
         if raw.strip():
             try:
                 body = json.loads(raw)
@@ -185,10 +197,10 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict) or set(body) - {"seed"}:
                 self._error(HTTPStatus.BAD_REQUEST, 'body must be a JSON object {"seed": int} (seed optional)')
                 return
-            seed = body.get("seed")
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31):
-                self._error(HTTPStatus.BAD_REQUEST, f"seed must be an integer in 0..2^31-1, got {seed!r}")
-                return
+            seed = body.get("seed", seed)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31):
+            self._error(HTTPStatus.BAD_REQUEST, f"seed must be an integer in 0..2^31-1, got {seed!r}")
+            return
         self._json(HTTPStatus.OK, self.server.next_scene(seed))
 
     def _stream(self, feed: CameraFeed) -> None:

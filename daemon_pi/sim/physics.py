@@ -224,14 +224,13 @@ class Physics:
                     fully_in = np.all(np.max(np.abs(local), axis=1) <= BOX_INNER_M / 2)
                     hit[k] = bool(over_outer and not fully_in)
             kinds["box_wall_with_block"] = hit
-        for kind, hits in kinds.items():
-            if hits.any():
-                if kind not in self._contact:
+        for k in range(len(tips)):  # in time order, so leaving and re-entering within one step counts
+            for kind, hits in kinds.items():
+                if not hits[k]:
+                    self._contact.discard(kind)
+                elif kind not in self._contact:
                     self._contact.add(kind)
-                    k = int(np.argmax(hits))
                     ev = {"kind": kind, "ts": self.clock(), "tip": [round(float(v), 4) for v in tips[k]],
                           "angles": [round(float(a), 2) for a in qs[k]]}
                     sc.collisions.append(ev)
                     log.warning("workcell_collision", **ev)
-            else:
-                self._contact.discard(kind)

@@ -26,7 +26,6 @@ class InstrumentedBackend(SimBackend):
 
     def __init__(self, arm: SimArm, delay: float = 0.0) -> None:
         super().__init__(arm)
-        self.may_block = True
         self.delay = delay
         self.active = 0
         self.max_active = 0
@@ -34,6 +33,9 @@ class InstrumentedBackend(SimBackend):
         self.closed = False
         self.boom = False
         self._mon = threading.Lock()
+
+    def blocks(self, call: str) -> bool:
+        return True  # always through the arm thread: the overlap check is meaningful
 
     def _call(self, what: str, *args: Any) -> Any:
         with self._mon:
