@@ -206,6 +206,6 @@ class Recs:
     capture_times = staticmethod(capture_times)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def recs() -> type[Recs]:
     return Recs

@@ -1,0 +1,227 @@
+"""Our files against the dataset lerobot 0.4.4 wrote itself (/work/shared/reference), and verify's teeth."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mecharm_runtime.export import layout as L
+from mecharm_runtime.export.config import ExportSettings
+from mecharm_runtime.export.lerobot import export_lerobot
+from mecharm_runtime.export.stats import aggregate_stats, image_stats, vector_stats
+from mecharm_runtime.export.verify import verify_dataset
+
+REF = Path("/work/shared/reference/lerobot-v3.0-example")
+needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="lerobot reference dataset not available")
+
+
+@pytest.fixture(scope="module")
+def built(recs: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_root = tmp_path_factory.mktemp("data")
+    for i in range(2):
+        recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5 + i))
+    out = tmp_path_factory.mktemp("built") / "ds"
+    export_lerobot(data_root, out, ExportSettings(progress=False))
+    return out
+
+
+@pytest.fixture
+def dataset(built: Path, tmp_path: Path) -> Path:
+    """A private copy of the module's dataset, free to damage."""
+    return Path(shutil.copytree(built, tmp_path / "ds"))
+
+
+@needs_ref
+def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
+    ref_files = sorted(p.relative_to(REF).as_posix() for p in REF.rglob("*") if p.is_file())
+    ours = sorted(p.relative_to(dataset).as_posix() for p in dataset.rglob("*") if p.is_file())
+    assert [f for f in ours if f != L.MANIFEST_PATH] == ref_files
+    for rel in (
+        "data/chunk-000/file-000.parquet",
+        "meta/episodes/chunk-000/file-000.parquet",
+        "meta/tasks.parquet",
+    ):
+        ref_schema, our_schema = pq.read_schema(REF / rel), pq.read_schema(dataset / rel)
+        assert our_schema.equals(ref_schema, check_metadata=False), rel
+        assert (our_schema.metadata is None) == (ref_schema.metadata is None), rel
+    hf = json.loads(
+        pq.read_schema(dataset / "data/chunk-000/file-000.parquet").metadata[b"huggingface"]
+    )
+    ref_hf = json.loads(
+        pq.read_schema(REF / "data/chunk-000/file-000.parquet").metadata[b"huggingface"]
+    )
+    assert hf["info"] == ref_hf["info"]
+    pandas = json.loads(pq.read_schema(dataset / "meta/tasks.parquet").metadata[b"pandas"])
+    ref_pandas = json.loads(pq.read_schema(REF / "meta/tasks.parquet").metadata[b"pandas"])
+    assert (
+        pandas["index_columns"] == ref_pandas["index_columns"]
+        and pandas["columns"] == ref_pandas["columns"]
+    )
+    info, ref_info = (json.loads((d / "meta/info.json").read_text()) for d in (dataset, REF))
+    assert list(info) == list(ref_info)
+    assert list(info["features"]) == list(ref_info["features"])
+    for key in (
+        "observation.state",
+        "action",
+        "timestamp",
+        "frame_index",
+        "episode_index",
+        "index",
+        "task_index",
+    ):
+        assert info["features"][key] == ref_info["features"][key]
+    vid, ref_vid = info["features"][L.VIDEO_KEY], ref_info["features"][L.VIDEO_KEY]
+    assert list(vid["info"]) == list(ref_vid["info"]) and vid["names"] == ref_vid["names"]
+    stats, ref_stats = (json.loads((d / "meta/stats.json").read_text()) for d in (dataset, REF))
+    assert sorted(stats) == sorted(ref_stats)
+    for feat in stats:
+        assert list(stats[feat]) == list(ref_stats[feat])
+        assert {k: np.shape(v) for k, v in stats[feat].items() if k != "count"} == {
+            k: np.shape(v) for k, v in ref_stats[feat].items() if k != "count"
+        }
+
+
+@needs_ref
+def test_stats_reproduce_lerobot_numbers() -> None:
+    """Recompute the reference's per-episode stats from its data with our code: same numbers."""
+    data = pq.read_table(REF / "data/chunk-000/file-000.parquet")
+    rows = pq.read_table(REF / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    per_episode = []
+    for row in rows:
+        part = data.slice(row["dataset_from_index"], row["length"])
+        cols = {
+            "observation.state": np.asarray(
+                part.column("observation.state").combine_chunks().flatten()
+            ).reshape(-1, 7),
+            "action": np.asarray(part.column("action").combine_chunks().flatten()).reshape(-1, 7),
+            **{k: part.column(k).to_numpy() for k in L.INDEX_FEATURES},
+        }
+        # the reference frames are flat grey images of value (80*e + 5*i) % 255 (see its README)
+        e = row["episode_index"]
+        imgs = np.stack(
+            [np.full((72, 128, 3), (80 * e + 5 * i) % 255, np.uint8) for i in range(row["length"])]
+        )
+        ours = {k: vector_stats(v) for k, v in cols.items()} | {L.VIDEO_KEY: image_stats(imgs)}
+        stored = L.stats_from_row(row)
+        for feat, st in ours.items():
+            for key, value in st.items():
+                if feat == L.VIDEO_KEY and key == "std":
+                    continue  # lerobot squares uint8 pixels in uint8 (wraps): its image std is 0.0
+                np.testing.assert_allclose(
+                    value, stored[feat][key], rtol=1e-6, atol=1e-9, err_msg=f"{feat}/{key}"
+                )
+        per_episode.append(stored)
+    agg = aggregate_stats(per_episode)
+    ref_stats = json.loads((REF / "meta/stats.json").read_text())
+    for feat, st in agg.items():
+        for key, value in st.items():
+            np.testing.assert_allclose(
+                value, ref_stats[feat][key], rtol=1e-6, atol=1e-9, err_msg=f"{feat}/{key}"
+            )
+
+
+@needs_ref
+def test_verify_accepts_the_reference_layout_except_codec() -> None:
+    rep = verify_dataset(REF)
+    # AV1 instead of our H.264, and lerobot's broken image std: the only complaints
+    assert rep.episodes == 2 and rep.frames == 40
+    assert all("codec" in e or "/std differs" in e for e in rep.errors), rep.errors
+
+
+def test_video_timestamps_are_exact_and_keyframes_dense(dataset: Path) -> None:
+    with av.open(str(dataset / "videos/observation.images.side/chunk-000/file-000.mp4")) as c:
+        s = c.streams.video[0]
+        packets = [p for p in c.demux(s) if p.size]
+        assert s.codec_context.name == "h264" and s.codec_context.pix_fmt == "yuv420p"
+        assert (s.time_base.denominator % 10) == 0  # k/10 s is a whole number of ticks
+        pts = sorted(p.pts for p in packets)
+        assert pts == [k * (s.time_base.denominator // 10) for k in range(len(pts))]
+        assert all(
+            p.is_keyframe for p in sorted(packets, key=lambda p: p.pts)[::2]
+        )  # gop 2, like lerobot
+
+
+def _rewrite_episodes(ds: Path, change: Any) -> None:
+    path = ds / "meta/episodes/chunk-000/file-000.parquet"
+    rows = pq.read_table(path).to_pylist()
+    change(rows)
+    pq.write_table(pa.Table.from_pylist(rows, schema=L.episodes_schema()), path)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "needle"),
+    [
+        (
+            lambda ds: _rewrite_episodes(
+                ds, lambda r: r[0].update({"stats/action/mean": [0.0] * 7})
+            ),
+            "stats/action/mean",
+        ),
+        (
+            lambda ds: _rewrite_episodes(ds, lambda r: r[1].update({"dataset_from_index": 3})),
+            "index range",
+        ),
+        (
+            lambda ds: _rewrite_episodes(
+                ds,
+                lambda r: r[1].update(
+                    {
+                        "videos/observation.images.side/from_timestamp": r[1][
+                            "videos/observation.images.side/from_timestamp"
+                        ]
+                        + 0.05
+                    }
+                ),
+            ),
+            "no frame within 0.0001 s",
+        ),
+        (
+            lambda ds: (ds / "videos/observation.images.side/chunk-000/file-001.mp4").write_bytes(
+                b"x"
+            ),
+            "no episode refers",
+        ),
+        (
+            lambda ds: (ds / "meta/info.json").write_text(
+                (ds / "meta/info.json").read_text().replace('"total_frames": ', '"total_frames": 1')
+            ),
+            "total_frames",
+        ),
+        (
+            lambda ds: (ds / "meta/stats.json").write_text(json.dumps({"action": {}})),
+            "stats.json: no observation.state",
+        ),
+    ],
+)
+def test_verify_finds_damage(dataset: Path, tamper: Any, needle: str) -> None:
+    assert verify_dataset(dataset).ok
+    tamper(dataset)
+    rep = verify_dataset(dataset)
+    assert not rep.ok
+    assert any(needle in e for e in rep.errors), rep.errors
+
+
+def test_verify_finds_wrong_timestamps_in_data(dataset: Path) -> None:
+    path = dataset / "data/chunk-000/file-000.parquet"
+    t = pq.read_table(path)
+    ts = t.column("timestamp").to_numpy().copy()
+    ts[5] += 0.01
+    t = t.set_column(t.schema.get_field_index("timestamp"), "timestamp", pa.array(ts, pa.float32()))
+    pq.write_table(t.replace_schema_metadata(L.data_schema().metadata), path)
+    rep = verify_dataset(dataset, check_video=False)
+    assert any("timestamp != frame_index / fps" in e for e in rep.errors), rep.errors
+
+
+def test_copy_of_dataset_verifies(dataset: Path, tmp_path: Path) -> None:
+    """The dataset is self-contained: a copied folder verifies (no absolute paths inside)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    assert verify_dataset(copy).ok
