@@ -63,6 +63,7 @@ class CameraEyes:
         box_score_thresh: float = 0.5,
         config: PerceptionConfig = DEFAULT_CONFIG,
         max_failed_reads: int = 30,
+        flush_frames: int = 1,
     ) -> None:
         self.camera = camera
         self.judge: Judge = judge or GeometricJudge(config)
@@ -73,6 +74,8 @@ class CameraEyes:
         self.box_score_thresh = box_score_thresh
         self.config = config
         self.max_failed_reads = max_failed_reads
+        # the newest frame of a stream may predate the motion that just ended: skip it
+        self.flush_frames = flush_frames
         self.run_dir: Path | None = None
         self.H: MatHomography | None = None
         self.scene: SceneDetection | None = None
@@ -84,11 +87,15 @@ class CameraEyes:
     def _grab_sync(self, n: int) -> list[NDArray[np.uint8]]:
         frames: list[NDArray[np.uint8]] = []
         failed = 0
+        skip = self.flush_frames
         while len(frames) < n:
             f = self.camera.read()
             if f.ok and f.image is not None:
-                frames.append(f.image)
                 failed = 0
+                if skip > 0:
+                    skip -= 1
+                    continue
+                frames.append(f.image)
             else:
                 failed += 1
                 if failed >= self.max_failed_reads:
