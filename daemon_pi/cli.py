@@ -91,9 +91,9 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
     except ImportError as exc:
         raise StartupError(f"--scene given but the simulated workcell is not available "
                            f"(daemon_pi.sim.workcell: {exc})") from exc
-    workcell = start_workcell(arm, scene=settings.scene, seed=settings.seed, host=host,
-                              camera_port=settings.camera_port)
-    log.info("workcell_started", scene=settings.scene, seed=settings.seed, **dict(workcell.urls))
+    seed = settings.seed if settings.seed is not None else settings.sim.seed
+    workcell = start_workcell(arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port)
+    log.info("workcell_started", scene=settings.scene, seed=seed, urls=dict(workcell.urls))
     return workcell
 
 

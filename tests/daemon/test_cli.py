@@ -118,6 +118,8 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
     assert wc is made[0]
     assert calls == [{"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}]
     assert cli._start_workcell(settings(["--config", os.devnull]), arm, "127.0.0.1") is None
+    cli._start_workcell(settings(["--config", os.devnull, "--scene", "random"]), arm, "127.0.0.1")
+    assert calls[-1]["seed"] == 0  # no --seed: the sim arm's seed
 
 
 def test_scene_without_workcell_module_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,7 +202,7 @@ async def test_mycobot_daemon_process_through_the_emulator(tmp_path: Path, emula
         assert abs(got[0] - 15.0) < 2.7
         await c.close()
     finally:
-        rc, events = d.terminate()
+        rc, _events = d.terminate()
     assert rc == 0
 
 
@@ -219,6 +221,24 @@ async def test_token_file_enables_auth(tmp_path: Path) -> None:
     finally:
         rc, _ = d.terminate()
     assert rc == 0
+
+
+@pytest.mark.asyncio
+async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> None:
+    pytest.importorskip("daemon_pi.sim.workcell")
+    d = Daemon(["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path)
+    try:
+        started = [e for e in d.events if e["event"] == "workcell_started"]
+        if not started:
+            started = [d._wait_for("workcell_started")]
+        assert started[0]["seed"] == 3 and started[0]["urls"]
+        c = await LineClient.connect(d.port)
+        assert len(await c.ok("get_angles")) == 6
+        await c.close()
+    finally:
+        rc, events = d.terminate()
+    assert rc == 0
+    assert any(e["event"] == "workcell_closed" for e in events)
 
 
 def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:

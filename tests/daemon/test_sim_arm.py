@@ -362,14 +362,14 @@ def test_thread_safe_under_concurrent_callers() -> None:
                 a = arm.get_angles()
                 assert isinstance(a, list) and len(a) == 6
                 arm.true_angles()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     def sender() -> None:
         try:
             for i in range(100):
                 arm.send_angles([float(i % 40), 0, 0, 0, 0, 0], 100)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=sender)]
