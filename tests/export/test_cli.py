@@ -1,0 +1,107 @@
+"""`mecharm export lerobot|verify` through the real dispatcher: output, exit codes, flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mecharm_runtime.tools_cli import main
+
+
+def test_cli_export_then_verify(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.5))
+    recs.ledger(
+        data_root, recs.write(data_root, recs.stem(2), seed=2, duration=2.5, write_meta=False)
+    )
+    recs.ledger(data_root, recs.stem(3), pick="no", rec_status="none")
+    out = tmp_path / "ds"
+    args = [
+        "export",
+        "lerobot",
+        "--root",
+        str(data_root),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--task",
+        "stack it",
+    ]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert f"exported {recs.stem(1)} as episode 0" in text
+    assert f"REFUSED {recs.stem(2)}: refused: recording_meta.json is missing" in text
+    assert f"skipped {recs.stem(3)}: not selected: recording_status is none (want ok)" in text
+    assert "exported 1 episode(s), kept 0, skipped 1, refused 1" in text
+    assert main(["export", "verify", str(out), "--no-progress"]) == 0
+    assert "ok, 1 episodes" in capsys.readouterr().out
+    assert main(args) == 0
+    assert f"kept    {recs.stem(1)}: already exported as episode 0" in capsys.readouterr().out
+
+
+def test_cli_bad_inputs_exit_2(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.5))
+    base = [
+        "export",
+        "lerobot",
+        "--root",
+        str(data_root),
+        "--out",
+        str(tmp_path / "ds"),
+        "--no-progress",
+    ]
+    assert main([*base, "--select", "verdict=yes"]) == 2
+    assert "unknown ledger column 'verdict'" in capsys.readouterr().err
+    assert main([*base, "--fps", "0"]) == 2
+    assert "fps" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "export",
+                "lerobot",
+                "--root",
+                str(tmp_path / "nowhere"),
+                "--out",
+                str(tmp_path / "ds"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
+    assert "cannot read the ledger" in capsys.readouterr().err
+    cfg = tmp_path / "export.yaml"
+    cfg.write_text("fps: 10\ngripper_settle: 2\n")
+    assert main([*base, "--config", str(cfg)]) == 2
+    assert "gripper_settle: unknown key" in capsys.readouterr().err
+
+
+def test_cli_select_and_run_filters(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i, place in ((1, "yes"), (2, "no"), (3, "yes")):
+        recs.ledger(
+            data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.0), place=place
+        )
+    out = tmp_path / "ds"
+    argv = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress", "--dry-run",
+            "--select", "recording_status=ok,place_verdict=no|yes", "--run", recs.stem(2), "--run", recs.stem(3)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert (
+        f"would export {recs.stem(2)} as episode 0" in text
+        and f"would export {recs.stem(3)} as episode 1" in text
+    )
+    assert f"skipped {recs.stem(1)}: not requested (--run)" in text
+    assert not out.exists()
+
+
+def test_cli_verify_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta/info.json").write_text("{}")
+    assert main(["export", "verify", str(tmp_path), "--no-progress"]) == 1
+    assert "problem(s)" in capsys.readouterr().out
