@@ -13,8 +13,8 @@ reference — so a frame_request is answered from memory at once (service.py).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -32,7 +32,7 @@ log = get_logger("recorder.camera")
 
 def frame_hash(image: np.ndarray) -> int:
     """Cheap content hash (every 8th row): a live sensor never repeats it; a frozen feed does."""
-    return zlib.crc32(np.ascontiguousarray(image[::8]))
+    return zlib.crc32(np.ascontiguousarray(image[::8]).data)
 
 
 class CameraWorker:
@@ -107,10 +107,8 @@ class CameraWorker:
         self.latest = None  # forget: a stale frame is never served
         cam, self.camera = self.camera, None
         if cam is not None:
-            try:
+            with contextlib.suppress(Exception):
                 cam.close()
-            except Exception:
-                pass
         self.state = "lost"
         self.frozen = False
         log.warning("camera_lost", reason=why, retry_sec=self.retry_sec)
@@ -169,9 +167,7 @@ class CameraWorker:
             self._on_frame(captured)
         cam, self.camera = self.camera, None
         if cam is not None:
-            try:
+            with contextlib.suppress(Exception):
                 cam.close()
-            except Exception:
-                pass
 
 

@@ -23,14 +23,14 @@ class VideoSettings(BaseModel):
     preset: Literal[
         "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"
     ] = "veryfast"
-    crf: int = Field(23, ge=0, le=51)
+    crf: int = Field(default=23, ge=0, le=51)
     #: zerolatency: no B-frames, no lookahead, so a killed recorder loses at most ~1 GOP
     tune: Literal["zerolatency", "none"] = "zerolatency"
-    gop_sec: float = Field(1.0, gt=0, le=10)
+    gop_sec: float = Field(default=1.0, gt=0, le=10)
     #: nominal container rate; the PTS carry the real capture times
-    container_fps: float = Field(30.0, gt=0, le=240)
-    time_base_hz: int = Field(90_000, ge=1_000, le=1_000_000)
-    threads: int = Field(0, ge=0, le=16)
+    container_fps: float = Field(default=30.0, gt=0, le=240)
+    time_base_hz: int = Field(default=90_000, ge=1_000, le=1_000_000)
+    threads: int = Field(default=0, ge=0, le=16)
 
 
 class RecorderSettings(RigSettings):
@@ -43,18 +43,18 @@ class RecorderSettings(RigSettings):
     require_mount: bool = False
     camera: str = "synthetic"
     host: str = "127.0.0.1"
-    udp_port: int = Field(5556, ge=1, le=65535)
+    udp_port: int = Field(default=5556, ge=1, le=65535)
 
-    stale_frame_sec: float = Field(0.5, gt=0)
-    camera_lost_after: int = Field(30, ge=1, description="consecutive failed reads")
-    camera_retry_sec: float = Field(2.0, gt=0)
-    frozen_after_sec: float = Field(2.0, gt=0)
-    csv_flush_sec: float = Field(1.0, gt=0, le=1.0)
-    mount_check_sec: float = Field(1.0, gt=0)
-    status_interval_sec: float = Field(10.0, ge=0, description="0 disables the status line")
-    max_pending_frames: int = Field(45, ge=1, le=600)
-    jpeg_quality: int = Field(90, ge=10, le=100)
-    video: VideoSettings = VideoSettings()
+    stale_frame_sec: float = Field(default=0.5, gt=0)
+    camera_lost_after: int = Field(default=30, ge=1, description="consecutive failed reads")
+    camera_retry_sec: float = Field(default=2.0, gt=0)
+    frozen_after_sec: float = Field(default=2.0, gt=0)
+    csv_flush_sec: float = Field(default=1.0, gt=0, le=1.0)
+    mount_check_sec: float = Field(default=1.0, gt=0)
+    status_interval_sec: float = Field(default=10.0, ge=0, description="0 disables the status line")
+    max_pending_frames: int = Field(default=45, ge=1, le=600)
+    jpeg_quality: int = Field(default=90, ge=10, le=100)
+    video: VideoSettings = Field(default_factory=VideoSettings)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = None

@@ -8,6 +8,7 @@ video, writes ``recording_meta.json``. The frame-writer thread alone touches
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import time
@@ -120,10 +121,10 @@ class TrialRecording:
             raise TrialExistsError(f"a recording for {run_stem} already exists in {trial.rel_path}")
         trial.extracted.mkdir(parents=True, exist_ok=True)
         try:
-            trial._states_fh = open(trial.dir / "states.csv", "w", newline="", encoding="utf-8")
+            trial._states_fh = open(trial.dir / "states.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the trial)
             trial._states = csv.writer(trial._states_fh)
             trial._states.writerow(STATES_COLUMNS)
-            trial._flog_fh = open(trial.dir / "frame_log.csv", "w", newline="", encoding="utf-8")
+            trial._flog_fh = open(trial.dir / "frame_log.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115
             trial._flog = csv.writer(trial._flog_fh)
             trial._flog.writerow(FRAME_LOG_COLUMNS)
             trial._states_fh.flush()
@@ -217,10 +218,8 @@ class TrialRecording:
             fh = getattr(self, name)
             setattr(self, name, None)
             if fh is not None:
-                try:
+                with contextlib.suppress(OSError):
                     fh.close()
-                except OSError:
-                    pass
 
     # --- meta -----------------------------------------------------------------------------
     def meta(self) -> RecordingMeta:

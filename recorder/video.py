@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Any, cast
 
 import av
 import cv2
@@ -51,7 +52,8 @@ class VideoWriter:
         # the muxer writes straight to the file: no Python-side buffering to lose on a kill
         container = av.open(str(self.path), mode="w", format="mp4", options={"movflags": MOVFLAGS, "flush_packets": "1"})
         try:
-            stream = container.add_stream(s.codec, rate=Fraction(s.container_fps).limit_denominator(1001))
+            rate = Fraction(s.container_fps).limit_denominator(1001)
+            stream = cast(av.video.stream.VideoStream, container.add_stream(s.codec, rate=rate))
             stream.width, stream.height = width, height
             stream.pix_fmt = s.pix_fmt
             stream.time_base = self.time_base
@@ -71,7 +73,7 @@ class VideoWriter:
         self._container, self._stream = container, stream
         self.width, self.height = width, height
 
-    def write(self, image: NDArray[np.uint8], mono_ns: int) -> bool:
+    def write(self, image: NDArray[Any], mono_ns: int) -> bool:
         """Encode one frame captured at ``mono_ns``; False if its size differs (skipped).
 
         Raises OSError/av.error.FFmpegError when the file cannot be written.
@@ -92,7 +94,7 @@ class VideoWriter:
             pts = self._last_pts + 1  # PTS must rise strictly; clocks never repeat, but be safe
         self._last_pts = pts
         yuv = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_BGR2YUV_I420)
-        frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        frame = av.VideoFrame.from_ndarray(yuv.astype(np.uint8, copy=False), format="yuv420p")
         frame.pts = pts
         frame.time_base = self.time_base
         assert self._container is not None

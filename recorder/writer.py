@@ -105,18 +105,20 @@ class FrameWriter:
             elif kind == "start":
                 self._trial = msg[1]
             elif kind == "end":
-                trial, fut = msg[1], msg[2]
-                if self._trial is trial:
-                    self._trial = None
-                try:
-                    trial.close_media()
-                except Exception as exc:
-                    log.error("video_close_failed", run_stem=trial.run_stem,
-                              error=f"{type(exc).__name__}: {exc}")
-                    self._media_error(trial, exc)
-                fut.set_result(None)
+                self._finish(msg[1], msg[2])
             elif kind == "stop":
                 return
+
+    def _finish(self, trial: TrialRecording, fut: Future[None]) -> None:
+        if self._trial is trial:
+            self._trial = None
+        try:
+            trial.close_media()
+        except Exception as exc:
+            log.error("video_close_failed", run_stem=trial.run_stem,
+                      error=f"{type(exc).__name__}: {exc}")
+            self._media_error(trial, exc)
+        fut.set_result(None)
 
     def _guard(self, trial: TrialRecording, fn: Any, *args: Any) -> Any:
         """Run a media operation; on failure stop writing this trial's media (logged once)."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 from numpy.typing import NDArray
 
 __all__ = [
@@ -44,7 +44,7 @@ class Frame:
     """One read: ``ok`` and, when ok, a BGR uint8 image (H, W, 3)."""
 
     ok: bool
-    image: NDArray[np.uint8] | None
+    image: NDArray[Any] | None
     wall_ts: float
     mono_ns: int
 

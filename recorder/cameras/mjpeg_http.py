@@ -15,6 +15,7 @@ bounded; anything malformed ends the stream as a read failure, naming why.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -113,10 +114,8 @@ class MjpegHttpCamera(CameraSource):
         sock, self._sock = self._sock, None
         self._closing = True
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
         with self._cond:
             self._cond.notify_all()
@@ -230,10 +229,8 @@ class MjpegHttpCamera(CameraSource):
         except (OSError, MjpegStreamError, ValueError) as exc:
             self._fail(str(exc) if self._sock is not None else "closed")
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 fh.close()
-            except OSError:
-                pass
 
     def _fail(self, why: str) -> None:
         with self._cond:

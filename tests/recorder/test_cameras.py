@@ -40,7 +40,7 @@ def test_synthetic_defaults_to_720p_and_paces_frames():
     gaps = np.diff([f.mono_ns for f in frames]) / 1e6
     assert (gaps > 5).all()  # paced, not flat out (50 fps -> ~20 ms)
     assert not np.array_equal(frames[0].image, frames[1].image)  # counter changes
-    ok, image, wall, mono = frames[-1]  # unpacks like OpenCV
+    ok, _image, wall, mono = frames[-1]  # unpacks like OpenCV
     assert ok and abs(wall - time.time()) < 5 and mono > 0
 
 

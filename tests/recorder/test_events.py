@@ -49,12 +49,11 @@ def test_round_trip(event):
 
 
 def test_columns_are_the_contract():
-    assert STATES_COLUMNS == tuple(
-        "ts,event_type,stage,j0,j1,j2,j3,j4,j5,speed,gripper_state,ts_send,ts_arrival,attempt,arrived,note".split(",")
-    )
+    assert tuple(
+        ["ts", "event_type", "stage", "j0", "j1", "j2", "j3", "j4", "j5", "speed", "gripper_state", "ts_send", "ts_arrival", "attempt", "arrived", "note"]
+    ) == STATES_COLUMNS
     assert FRAME_LOG_COLUMNS[:2] == ("frame_idx", "capture_ts")
-    spec_fields = ("run_stem started_ts ended_ts elapsed_sec frames_captured frames_written effective_fps "
-                   "container_fps width height codec status recording_path").split()
+    spec_fields = ["run_stem", "started_ts", "ended_ts", "elapsed_sec", "frames_captured", "frames_written", "effective_fps", "container_fps", "width", "height", "codec", "status", "recording_path"]
     assert list(RecordingMeta.model_fields)[: len(spec_fields)] == spec_fields
 
 

@@ -57,7 +57,7 @@ def test_notify_does_not_block_when_the_socket_buffer_is_full():
 
 def _reply_once(sock: socket.socket, build) -> threading.Thread:
     def run() -> None:
-        data, addr = sock.recvfrom(65535)
+        data, _addr = sock.recvfrom(65535)
         req = json.loads(data)
         for payload in build(req):
             sock.sendto(payload, ("127.0.0.1", req["reply_port"]))

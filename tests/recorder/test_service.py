@@ -67,7 +67,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
         for i in range(5):
             s.notify(Measured(angles=[i * 0.5, 10, -20, 0, -45, -30]))
         await settle(svc, 11, wait_for)
-        path, capture_ts, reason = await s.request_frame_async("stage8_5_side")
+        path, _capture_ts, reason = await s.request_frame_async("stage8_5_side")
         await asyncio.sleep(1.2)
         s.notify(TrialEnd(run_stem=STEM))
         await settle(svc, 13, wait_for)
