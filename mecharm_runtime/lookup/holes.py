@@ -140,12 +140,14 @@ def cluster_seeds(table: FkTable, cells: Sequence[Cell],
         labels = fcluster(linkage(ang[:, 1:], method="complete", metric="chebyshev"), t=diameter,
                           criterion="distance")
     out = []
-    for lab in sorted(set(labels.tolist())):
+    # number clusters by their first seed row, so the output does not depend on scipy's labels
+    firsts = sorted((int(np.flatnonzero(labels == lab)[0]), lab) for lab in set(labels.tolist()))
+    for number, (_first, lab) in enumerate(firsts, start=1):
         members = np.flatnonzero(labels == lab)
         sub = ang[members, 1:]
         d = squareform(pdist(sub, "chebyshev")) if len(members) > 1 else np.zeros((1, 1))
         medoid = int(members[np.argmin(d.max(axis=1))])
-        out.append(Cluster(label=int(lab), base=tuple(float(v) for v in ang[medoid]),
+        out.append(Cluster(label=number, base=tuple(float(v) for v in ang[medoid]),
                            members=tuple(seeds[i] for i in members), diameter=float(d.max())))
     return out
 

@@ -192,8 +192,11 @@ def write_table(path: Path, rows: NDArray[np.float64]) -> str:
     tbl = pa.table({c: np.ascontiguousarray(rows[:, i]) for i, c in enumerate(COLUMNS)})
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        pacsv.write_csv(tbl, tmp, write_options=pacsv.WriteOptions(quoting_style="none"))
-        with open(tmp, "rb+") as fh:
+        with open(tmp, "wb") as fh:
+            fh.write((",".join(COLUMNS) + "\n").encode("ascii"))
+            pacsv.write_csv(tbl, fh, write_options=pacsv.WriteOptions(include_header=False,
+                                                                       quoting_style="none"))
+            fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:

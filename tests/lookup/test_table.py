@@ -1,0 +1,161 @@
+"""Table files: exact CSV round trip, checksum record, binary cache and its invalidation,
+archive instead of overwrite, builder determinism, rig CSV import, clear errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, load_table
+from mecharm_runtime.lookup import table as table_mod
+from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
+from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
+
+from .conftest import place_rows
+
+
+def small_rows() -> np.ndarray:
+    return place_rows(j0s=(30.0,), steps=3)
+
+
+def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
+    rows = small_rows()
+    path = tmp_path / "fk" / "fk_table.csv"
+    checksum = build_table(path, rows)
+    assert checksum == file_checksum(path)
+    assert path.read_text().splitlines()[0] == "ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5"
+    assert np.array_equal(read_csv_rows(path), rows)
+    table = load_table(path)
+    assert table.checksum == checksum and table.n_rows == len(rows)
+    assert np.array_equal(table.xyz, rows[:, :3]) and np.array_equal(table.joints, rows[:, 3:])
+
+
+def test_cache_is_used_and_keyed_by_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "fk_table.csv"
+    build_table(path, small_rows())
+    first = load_table(path)
+    assert cache_path(path, first.checksum).is_file()
+
+    def no_parse(p: Path) -> np.ndarray:
+        raise AssertionError("CSV parsed although the cache is valid")
+
+    monkeypatch.setattr(table_mod, "read_csv_rows", no_parse)
+    second = load_table(path)
+    assert second.checksum == first.checksum and np.array_equal(second.xyz, first.xyz)
+    # the cached index answers like a fresh one
+    assert np.array_equal(second.index.order, FkTable.from_rows(np.c_[first.xyz, first.joints]).index.order)
+
+
+def test_changed_csv_is_never_served_from_a_stale_cache(tmp_path: Path) -> None:
+    path = tmp_path / "fk_table.csv"
+    rows = small_rows()
+    build_table(path, rows)
+    old = load_table(path)
+    # edit one value by hand (same length), like someone fixing a row in an editor
+    text = path.read_text()
+    lines = text.splitlines()
+    fields = lines[1].split(",")
+    fields[3] = "99.5" if fields[3] != "99.5" else "98.5"
+    lines[1] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    new = load_table(path)
+    assert new.checksum != old.checksum
+    assert new.joints[0, 0] == float(fields[3])
+    assert not cache_path(path, old.checksum).exists()  # the stale cache is removed
+    assert cache_path(path, new.checksum).is_file()
+
+
+def test_verify_catches_an_edit_that_kept_size_and_mtime(tmp_path: Path) -> None:
+    path = tmp_path / "fk_table.csv"
+    build_table(path, small_rows())
+    old = load_table(path)
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    i = data.index(b"\n") + 1  # first digit-ish char of row 0
+    while not chr(data[i]).isdigit():
+        i += 1
+    data[i] = ord("7") if data[i] != ord("7") else ord("8")
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert load_table(path).checksum == old.checksum  # size+mtime unchanged: trusted record
+    fresh = load_table(path, verify=True)
+    assert fresh.checksum == file_checksum(path) != old.checksum
+    assert not np.array_equal(fresh.xyz, old.xyz)
+
+
+def test_corrupt_cache_falls_back_to_the_csv(tmp_path: Path) -> None:
+    path = tmp_path / "fk_table.csv"
+    build_table(path, small_rows())
+    t = load_table(path)
+    cache_path(path, t.checksum).write_bytes(b"not a zip file")
+    again = load_table(path)
+    assert np.array_equal(again.xyz, t.xyz)
+
+
+def test_existing_table_is_archived_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "fk_table.csv"
+    c1 = build_table(path, small_rows())
+    c2 = build_table(path, place_rows(j0s=(40.0,), steps=3))
+    assert c1 != c2
+    archived = list((tmp_path / "archive").glob("fk_table.*.csv"))
+    assert len(archived) == 1 and file_checksum(archived[0]) == c1 and c1[:12] in archived[0].name
+    assert sorted(p.name for p in tmp_path.glob("fk_table*")) == ["fk_table.csv", "fk_table.sha256"]
+    assert file_checksum(path) == c2
+
+
+def test_builder_is_deterministic(tmp_path: Path) -> None:
+    bases = DEFAULT_BASES[:2]
+    a = build_table(tmp_path / "a" / "fk_table.csv", default_rows(bases, with_global=False))
+    b = build_table(tmp_path / "b" / "fk_table.csv", default_rows(bases, with_global=False))
+    assert a == b
+    assert len(lattice(bases[0])) == 16_807
+
+
+def test_lattice_keeps_j5_and_spans_15_degrees() -> None:
+    q = lattice((10, 20, 30, 40, 50, -30))
+    assert np.all(q[:, 5] == -30)
+    for j, b in enumerate((10, 20, 30, 40, 50)):
+        assert sorted(set(q[:, j])) == [b - 15, b - 10, b - 5, b, b + 5, b + 10, b + 15]
+
+
+def test_default_table(default_table_path: Path, default_table: FkTable) -> None:
+    assert default_table_path.name == "fk_table.csv" and default_table_path.parent.name == "fk"
+    assert 850_000 <= default_table.n_rows <= 1_100_000
+    # ensure_table does not rebuild an existing table
+    before = default_table_path.stat().st_mtime_ns
+    assert ensure_table(default_table_path.parent.parent) == default_table_path
+    assert default_table_path.stat().st_mtime_ns == before
+
+
+def test_rows_match_the_kinematic_model() -> None:
+    from mecharm_common.kinematics import fk_tip
+
+    rows = rows_from_angles(np.array([[-31.93, 87.74, -38.33, 18.6, -45.11, -30.0]]))
+    assert np.allclose(rows[0, :3], fk_tip(rows[0, 3:]), atol=1e-6)
+    # SPEC §3 calibration row within 5 mm
+    assert np.linalg.norm(rows[0, :3] - [0.203019, 0.038917, 0.259061]) < 0.005
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4\n0,0,0,0,0,0,0,0\n", "columns"),
+        ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5\n0,0,0,0,0,0,0,0,abc\n", "not a valid table CSV"),
+        ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5\n", "no rows"),
+        ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5\n0,0,0,0,0,0,0,0,\n", "empty cells"),
+        ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5\n0,0,0,0,0,0,0,0,inf\n", "not finite"),
+    ],
+)
+def test_malformed_csv_is_rejected_with_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
+    path = tmp_path / "rig.csv"
+    path.write_text(text)
+    with pytest.raises(TableError, match=match):
+        load_table(path)
+
+
+def test_missing_table(tmp_path: Path) -> None:
+    with pytest.raises(TableError, match="no such file"):
+        load_table(tmp_path / "nope.csv")
