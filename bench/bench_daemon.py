@@ -240,9 +240,11 @@ def _bench_serial(quick: bool) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    # the figures depend on what else runs on the machine: record it next to them
+    out: dict[str, Any] = {"loadavg_1min_at_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
     out.update(_bench_sim(quick))
     out.update(_bench_serial(quick))
+    out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
 
 

@@ -127,13 +127,18 @@ class ArmServer:
     async def start(self) -> None:
         """Open the backend, then listen. Raises BackendError / OSError (port in use)."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.backend.open)
+        try:
+            await loop.run_in_executor(self._executor, self.backend.open)
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
         try:
             self._server = await asyncio.start_server(
                 self._on_connect, self.host, self.requested_port, limit=MAX_LINE_BYTES
             )
         except OSError:
             await loop.run_in_executor(self._executor, self.backend.close)
+            self._executor.shutdown(wait=False)
             raise
         log.info("daemon_listening", host=self.host, port=self.port, backend=self.backend.name,
                  auth=self.token is not None)
