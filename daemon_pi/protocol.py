@@ -82,6 +82,7 @@ class ErrorCode(StrEnum):
     ARM_NO_REPLY = "arm_no_reply"  # SDK returned -1 / [] (firmware did not answer)
     SERIAL_ERROR = "serial_error"  # the serial port failed
     SHUTTING_DOWN = "shutting_down"  # daemon is stopping; request not executed
+    IDLE_TIMEOUT = "idle_timeout"  # the client sent nothing for idle_timeout_s; connection closed
     INTERNAL = "internal"  # a bug; logged with its traceback
 
 

@@ -269,7 +269,7 @@ class ArmServer:
             try:
                 line = await asyncio.wait_for(self._read_line(conn.reader), timeout)
             except TimeoutError:
-                code = ErrorCode.UNAUTHORIZED if self.token is not None and not conn.authed else ErrorCode.BAD_REQUEST
+                code = ErrorCode.UNAUTHORIZED if self.token is not None and not conn.authed else ErrorCode.IDLE_TIMEOUT
                 conn.writer.write(encode(error_response(None, code, f"closing the connection: {why}")))
                 with suppress(ConnectionError, OSError):
                     await conn.writer.drain()

@@ -327,7 +327,7 @@ async def test_idle_timeout() -> None:
         c = await LineClient.connect(srv.port)
         assert len(await c.ok("get_angles")) == 6
         msg = await c.recv(timeout=3)
-        assert msg["ok"] is False and "idle" in msg["error"]["message"]
+        assert msg["ok"] is False and msg["error"]["code"] == "idle_timeout" and "idle" in msg["error"]["message"]
         assert await c.at_eof()
         await c.close()
 
