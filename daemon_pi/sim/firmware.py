@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import os
 import select
+import signal
 import struct
 import sys
 import termios
@@ -294,16 +295,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mecharm-fake-arm: invalid option: {exc}", file=sys.stderr)
         return 2
     emu = FirmwareEmulator(SimArm(cfg), read_reply_s=args.read_reply, write_reply_s=args.write_reply)
+    stop = threading.Event()
+    reason: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        reason.append(signal.Signals(signum).name)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     path = emu.start()
     print(path, flush=True)
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        stop.wait()
     finally:
         emu.close()
-        log.info("firmware_emulator_stopped", reason="interrupted", **emu.counters)
+        for s, h in old.items():
+            signal.signal(s, h)
+        log.info("firmware_emulator_stopped", reason=f"signal {reason[0]}" if reason else "exit", **emu.counters)
     return 0
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -158,3 +161,23 @@ async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> Non
     with pytest.raises(ArmSerialError, match="cannot open serial port"):
         async with run_server(MyCobotBackend(str(tmp_path / "ttyNONE"), 1000000), "127.0.0.1", 0):
             pass
+
+
+def test_mecharm_fake_arm_process() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "daemon_pi.sim.firmware", "--time-scale", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        path = proc.stdout.readline().strip()
+        assert path.startswith("/dev/")
+        mc = MechArm270(path, 1000000)
+        try:
+            assert len(mc.get_angles()) == 6
+            assert mc.send_angles([10.0, 0, 0, 0, 0, 0], 100) == 1
+        finally:
+            mc.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "firmware_emulator_stopped" in err and "SIGTERM" in err
