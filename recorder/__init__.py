@@ -1,1 +1,12 @@
-"""recorder."""
+"""The recorder: an observer process that owns the side camera (SPEC §8, §9).
+
+It listens for the runtime's UDP events and writes one folder per trial:
+``episode.mp4`` (H.264, fragmented MP4, capture-time PTS), ``frame_log.csv``,
+``states.csv``, ``recording_meta.json`` and ``extracted/`` frame snapshots.
+Other packages import the wire contract from ``recorder.events``, the client
+from ``recorder.sender`` and camera sources from ``recorder.cameras``.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

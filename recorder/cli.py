@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 async def _run(settings: RecorderSettings) -> int:
     log = get_logger("recorder")
+    # the event loop shares the GIL with the camera and writer threads: hand it over
+    # sooner (default 5 ms) so a frame_request is not kept waiting behind them
+    sys.setswitchinterval(0.001)
     service = RecorderService(settings)
     with capture_signals() as sigs:
         try:
