@@ -140,7 +140,8 @@ async def test_busy_second_client_first_unaffected(server: ArmServer) -> None:
     deadline = time.monotonic() + 3
     while True:
         c = await LineClient.connect(server.port)
-        resp = await c.call("get_angles")
+        await c.send_raw(line({"id": 9, "cmd": "get_angles"}))
+        resp = await c.recv()
         if resp["ok"]:
             break
         await c.close()
@@ -392,3 +393,71 @@ async def test_start_fails_cleanly_when_the_port_is_taken(server: ArmServer) -> 
     with pytest.raises(OSError):
         await other.start()
     assert backend.closed
+
+
+async def test_client_vanishing_mid_command_does_not_hurt_the_next_one() -> None:
+    arm = SimArm(SimArmConfig(**FAST))
+    backend = InstrumentedBackend(arm, delay=0.2)
+    async with run_server(backend, "127.0.0.1", 0) as srv:
+        a = await LineClient.connect(srv.port)
+        await a.send_raw(line({"id": 1, "cmd": "get_angles"}))
+        await asyncio.sleep(0.05)
+        a.writer.transport.abort()  # RST while the arm is busy
+        deadline = time.monotonic() + 3
+        while True:
+            b = await LineClient.connect(srv.port)
+            await b.send_raw(line({"id": 9, "cmd": "get_angles"}))
+            resp = await b.recv()
+            if resp["ok"]:
+                break
+            assert resp["error"]["code"] == "busy"
+            await b.close()
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await b.close()
+    assert backend.max_active == 1
+
+
+def _fuzz_lines(n: int, seed: int) -> list[bytes]:
+    import random
+
+    rng = random.Random(seed)
+    valid = [
+        {"id": 1, "cmd": "get_angles", "args": {}},
+        {"id": 2, "cmd": "send_angles", "args": {"angles": [0, 0, 0, 0, 0, -30], "speed": 20}},
+        {"id": 3, "cmd": "set_gripper_value", "args": {"value": 50, "speed": 50}},
+        {"id": 4, "cmd": "set_fresh_mode", "args": {"mode": 1}},
+    ]
+    junk: list[Any] = [None, True, -1, 2**70, 1.5, "", "x" * 50, [], {}, [1, "a"], {"a": {"b": [None]}}, float("inf")]
+    out = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.25:
+            raw = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80))).replace(b"\n", b"")
+        else:
+            msg = json.loads(json.dumps(rng.choice(valid)))
+            target = msg if rng.random() < 0.4 else msg["args"]
+            key = rng.choice([*target.keys(), "extra"]) if target else "extra"
+            if rng.random() < 0.2:
+                target.pop(key, None)
+            else:
+                target[key] = rng.choice(junk)
+            raw = json.dumps(msg).encode()
+            if rng.random() < 0.1:
+                raw = raw[: rng.randrange(1, len(raw))]
+        out.append(raw + b"\n")
+    return out
+
+
+async def test_fuzzed_lines_each_get_one_answer_and_the_daemon_keeps_serving(client: LineClient) -> None:
+    lines = _fuzz_lines(300, seed=1)
+    await client.send_raw(b"".join(lines))
+    codes = set()
+    for _ in lines:
+        resp = await client.recv()
+        assert set(resp) in ({"id", "ok", "result"}, {"id", "ok", "error"})
+        if not resp["ok"]:
+            assert resp["error"]["code"] != "internal", resp
+            codes.add(resp["error"]["code"])
+    assert {"bad_json", "bad_request", "bad_args"} <= codes
+    assert len(await client.ok("get_angles")) == 6
