@@ -125,16 +125,20 @@ class Physics:
             self._contact.clear()
             self._last_angles = None
             self.arm.block_gripper_at(None)
+        self.step()
 
     # ---------------------------------------------------------------- events from the arm
     def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind != "gripper":
             return
+        # the jaws may already be moving when we hear of it (the arm reacts within a few ms of
+        # real time at high time scales): take the wider of the last sample and now
+        before = self.scene.gripper
         self.step()
         target = float(data.get("target", 100.0))
         with self.scene.lock:
             if target < GRIP_CONTACT and not self.scene.grasped:
-                self._try_grasp()
+                self._try_grasp(max(before, self.scene.gripper))
             elif target > GRIP_CONTACT and self.scene.grasped:
                 self._release()
 
@@ -143,10 +147,9 @@ class Physics:
         self.scene.events.append(ev)
         log.info(f"workcell_{kind}", **data)
 
-    def _try_grasp(self) -> None:
+    def _try_grasp(self, jaws: float) -> None:
         sc = self.scene
         tip = np.array(fk_tip(self.arm.true_angles()))
-        jaws = self.arm.true_gripper()
         bx, by, bz = sc.block_xyz
         dxz = math.hypot(tip[0] - bx, tip[2] - bz)
         dy = float(tip[1] - (by - BLOCK_SIZE_M / 2))
