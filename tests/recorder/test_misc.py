@@ -1,0 +1,66 @@
+"""Smaller pieces: the MJPEG source inside the service, log rate limiting, the observer rule."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from recorder.events import Commanded, Gripper, Stage, TrialStart
+from recorder.status import RateLimitedLog
+from recorder.trial import state_row
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.asyncio
+async def test_service_records_from_http_mjpeg_and_reconnects(settings_factory, run_recorder, wait_for,
+                                                              mjpeg_server):
+    srv = mjpeg_server(fps=30)
+    async with run_recorder(settings_factory(camera=srv.url)) as svc:
+        await wait_for(lambda: svc.camera.latest is not None, what="first MJPEG frame")
+        lost_before = svc.camera.lost_count
+        srv.drop_clients()  # the workcell restarts its stream
+        await wait_for(lambda: svc.camera.lost_count > lost_before, what="disconnect detected")
+        assert svc.camera.latest is None or svc.camera.state == "open"
+        await wait_for(lambda: svc.camera.state == "open" and svc.camera.latest is not None,
+                       what="reconnected")
+        assert len(srv.requests) >= 2
+
+
+def test_rate_limited_log_counts_what_it_suppresses():
+    with capture_logs() as logs:
+        rl = RateLimitedLog(structlog.get_logger("t"), "event_rejected", per_sec=3)
+        for i in range(10):
+            rl(i=i)
+        rl._window -= 2  # a second later
+        rl(i=10)
+    names = [e["event"] for e in logs]
+    assert names == ["event_rejected"] * 3 + ["event_rejected_suppressed", "event_rejected"]
+    assert logs[3]["count"] == 7
+
+
+def test_state_rows_follow_the_columns():
+    row = state_row(Commanded(ts=10.0, angles=[1, 2, 3, 4, 5, 6.5], speed=20, ts_send=9.5,
+                              arrived=False, attempt=2, note="n,with comma"), "stage3")
+    assert row == ["10.0", "commanded", "stage3", "1", "2", "3", "4", "5", "6.5", "20", "", "9.5", "",
+                   "2", "0", "n,with comma"]
+    assert state_row(Gripper(ts=1.0, state="close"), "s")[10] == "close"
+    assert state_row(Stage(ts=1.0, stage="stage2"), "stage1")[2] == "stage2"
+    assert state_row(TrialStart(ts=1.0, run_stem="r1"), "")[-1] == "r1"
+
+
+def test_observer_principle_recorder_never_touches_the_arm():
+    forbidden = ("daemon_pi", "DaemonClient", "send_angles", "5555")
+    for path in (REPO / "recorder").rglob("*.py"):
+        text = path.read_text()
+        assert not any(f in text for f in forbidden), path
+    code = ("import sys, recorder.cli, recorder.service, recorder.sender, recorder.cameras;"
+            "bad=[m for m in sys.modules if m.startswith(('daemon_pi','mecharm_runtime'))];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
