@@ -144,10 +144,32 @@ def decode_selected(
 
 
 def sample_rgb(frame: av.VideoFrame, stride: int) -> NDArray[np.uint8]:
-    """RGB image for the statistics: every ``stride``-th pixel (lerobot's downsampling)."""
-    if stride <= 1:
-        return frame.to_ndarray(format="rgb24")
-    width, height = -(-frame.width // stride), -(-frame.height // stride)
-    return frame.reformat(
-        width=width, height=height, format="rgb24", interpolation="POINT"
-    ).to_ndarray()
+    """RGB image for the statistics: every ``stride``-th pixel (lerobot's ``img[:, ::k, ::k]``).
+
+    Converts only the sampled pixels of a yuv420p frame, with the BT.601 limited-range
+    matrix FFmpeg applies to untagged video (what a dataset loader will see), instead
+    of converting the whole 720p frame first.
+    """
+    h, w = frame.height, frame.width
+    if frame.format.name != "yuv420p" or h % 2 or w % 2 or (stride > 1 and stride % 2):
+        return np.ascontiguousarray(frame.to_ndarray(format="rgb24")[::stride, ::stride])
+    planes = frame.to_ndarray()  # (h * 3 / 2, w): Y, then U and V at quarter size
+    y = planes[:h:stride, ::stride].astype(np.float32)
+    cs = max(1, stride // 2)
+    u = (
+        planes[h : h + h // 4].reshape(h // 2, w // 2)[::cs, ::cs]
+        if stride > 1
+        else np.repeat(np.repeat(planes[h : h + h // 4].reshape(h // 2, w // 2), 2, 0), 2, 1)
+    )
+    v = (
+        planes[h + h // 4 :].reshape(h // 2, w // 2)[::cs, ::cs]
+        if stride > 1
+        else np.repeat(np.repeat(planes[h + h // 4 :].reshape(h // 2, w // 2), 2, 0), 2, 1)
+    )
+    u = u[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
+    v = v[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
+    luma = (y - 16.0) * 1.164383
+    rgb = np.stack(
+        [luma + 1.596027 * v, luma - 0.391762 * u - 0.812968 * v, luma + 2.017232 * u], axis=-1
+    )
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)

@@ -13,9 +13,11 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import structlog
 
 from mecharm_runtime.records.ledger import append_row, ledger_path
 from recorder.config import VideoSettings
@@ -187,6 +189,14 @@ def add_ledger_row(
 
 def stem(i: int) -> str:
     return f"run_{i:04d}_20251130_10{i:02d}00"
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Any:
+    """The CLI configures structlog onto pytest's captured stderr; undo it after each test."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 @pytest.fixture

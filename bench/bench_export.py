@@ -1,0 +1,165 @@
+"""LeRobot export benchmark (issue 7).
+
+Export speed in multiples of real time on one realistic recording: 1280x720, ~26
+fps with irregular gaps (SPEC §9), written by the recorder's own VideoWriter with
+its default settings, 75 s long (20 s with --quick). Target: >= 20x real time.
+Baseline measured in the same run: only decoding the source video (work any
+exporter must do); the ratio export/decode shows what resampling, encoding the
+10 Hz video, parquet and stats add. Also reported: ``export verify`` time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from mecharm_runtime.export.config import ExportSettings
+from mecharm_runtime.export.lerobot import export_lerobot
+from mecharm_runtime.export.verify import verify_dataset
+from mecharm_runtime.records.ledger import append_row, ledger_path
+from recorder.config import VideoSettings
+from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
+from recorder.video import VideoWriter
+
+__all__ = ["run"]
+
+TARGET_X_REALTIME = 20.0
+STEM = "run_0001_20251130_100000"
+W, H = 1280, 720
+
+
+def _frames(n: int, rng: np.random.Generator) -> Any:
+    """Workcell-like BGR frames: gradient, sensor noise, a mat, a moving arm-coloured block."""
+    yy, xx = np.mgrid[0:H, 0:W]
+    base = np.empty((H, W, 3), np.uint8)
+    base[..., 0] = 60 + xx * 60 // W
+    base[..., 1] = 70 + yy * 50 // H
+    base[..., 2] = 80
+    base[400:700, 200:1100] = (200, 200, 195)  # mat
+    base[450:560, 800:950] = (245, 245, 245)  # box
+    noise = [rng.integers(-1, 2, size=(H, W, 3), dtype=np.int16) for _ in range(6)]
+    for i in range(n):
+        img = (base.astype(np.int16) + noise[i % len(noise)]).clip(0, 255).astype(np.uint8)
+        x = int(300 + 500 * (0.5 + 0.5 * np.sin(i / 60)))
+        y = int(250 + 150 * (0.5 + 0.5 * np.cos(i / 45)))
+        img[y : y + 120, x : x + 60] = (40, 40, 200)
+        yield img
+
+
+def _make_recording(root: Path, duration: float) -> float:
+    rec = root / "runs" / "run_pick_place" / STEM / "recording"
+    rec.mkdir(parents=True)
+    rng = np.random.default_rng(7)
+    dts = np.clip(rng.normal(0.0375, 0.004, int(duration * 40) + 10), 0.025, 0.05)
+    dts[rng.random(len(dts)) < 0.05] = 0.093
+    rel = np.concatenate([[0.0], np.cumsum(dts)])
+    rel = rel[rel <= duration]
+    wall = 1_764_500_000.0 + rel
+    writer = VideoWriter(rec / "episode.mp4", VideoSettings())
+    for i, img in enumerate(_frames(len(rel), rng)):
+        writer.write(img, 10**12 + round(rel[i] * 1e9))
+    writer.close()
+    with open(rec / "frame_log.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(FRAME_LOG_COLUMNS)
+        w.writerows(
+            [i, f"{t:.6f}", 10**12 + round(r * 1e9)]
+            for i, (t, r) in enumerate(zip(wall, rel, strict=True))
+        )
+    with open(rec / "states.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
+        w.writeheader()
+        for k, t0 in enumerate(np.arange(wall[0] + 1, wall[-1] - 3, 8.0)):
+            w.writerow(
+                {
+                    "ts": t0,
+                    "event_type": "commanded",
+                    "ts_send": t0,
+                    **{f"j{j}": 10 * k + j for j in range(6)},
+                }
+            )
+            for t in np.arange(t0 + 0.02, t0 + 3, 0.02):
+                w.writerow(
+                    {
+                        "ts": t,
+                        "event_type": "measured",
+                        **{f"j{j}": 10 * k + j * (t - t0) / 3 for j in range(6)},
+                    }
+                )
+            w.writerow(
+                {
+                    "ts": t0 + 4,
+                    "event_type": "gripper",
+                    "gripper_state": "close" if k % 2 else "open",
+                }
+            )
+    meta = {"run_stem": STEM, "started_ts": wall[0], "ended_ts": wall[-1], "elapsed_sec": wall[-1] - wall[0],
+            "frames_captured": len(wall), "frames_written": len(wall), "effective_fps": len(wall) / (wall[-1] - wall[0]),
+            "container_fps": 30.0, "width": W, "height": H, "codec": "h264", "status": "ok",
+            "recording_path": rec.relative_to(root).as_posix()}  # fmt: skip
+    (rec / "recording_meta.json").write_text(json.dumps(meta))
+    append_row(ledger_path(root), {"run_stem": STEM, "status": "completed", "dry_run": 0, "pick_verdict": "yes",
+                                   "place_verdict": "yes", "recording_path": meta["recording_path"], "recording_status": "ok"})  # fmt: skip
+    return float(wall[-1] - wall[0])
+
+
+def _decode_only(path: Path) -> float:
+    t0 = time.perf_counter()
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        s.thread_type = "AUTO"
+        for _ in c.decode(s):
+            pass
+    return time.perf_counter() - t0
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    duration = 20.0 if quick else 75.0
+    with tempfile.TemporaryDirectory(prefix="bench_export_") as tmp:
+        root = Path(tmp) / "data"
+        root.mkdir()
+        t0 = time.perf_counter()
+        seconds = _make_recording(root, duration)
+        make_s = time.perf_counter() - t0
+        video = root / "runs/run_pick_place" / STEM / "recording/episode.mp4"
+        decode_s = min(_decode_only(video) for _ in range(2))
+        src_mb = video.stat().st_size / 1e6
+        best = float("inf")
+        for i in range(1 if quick else 2):
+            out = Path(tmp) / f"ds{i}"
+            t0 = time.perf_counter()
+            rep = export_lerobot(root, out, ExportSettings(progress=False))
+            best = min(best, time.perf_counter() - t0)
+            assert len(rep.exported) == 1, rep.refused
+        t0 = time.perf_counter()
+        vrep = verify_dataset(out)
+        verify_s = time.perf_counter() - t0
+        size_mb = sum(p.stat().st_size for p in out.rglob("*.mp4")) / 1e6
+    x_rt = seconds / best
+    return {
+        "recording_s": round(seconds, 1),
+        "recording_make_s": round(make_s, 1),
+        "export_s": round(best, 2),
+        "export_x_realtime": round(x_rt, 1),
+        "target_x_realtime": TARGET_X_REALTIME,
+        "meets_target": x_rt >= TARGET_X_REALTIME,
+        "baseline_decode_only_s": round(decode_s, 2),
+        "baseline_decode_x_realtime": round(seconds / decode_s, 1),
+        "export_over_decode_ratio": round(best / decode_s, 2),
+        "verify_s": round(verify_s, 2),
+        "verify_ok": vrep.ok,
+        "dataset_video_mb": round(size_mb, 2),
+        "source_video_mb_per_min": round(src_mb / seconds * 60, 2),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
