@@ -10,6 +10,7 @@ fixed numbers, so the default table is the same file, byte for byte, every time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,13 @@ from numpy.typing import NDArray
 
 from mecharm_common.kinematics import TOOL_OFFSET_M, fk_tip
 from mecharm_common.logging import get_logger
-from mecharm_runtime.lookup.table import archive_table, default_table_path, load_table, write_table
+from mecharm_runtime.lookup.table import (
+    FkTable,
+    archive_table,
+    default_table_path,
+    save_cache,
+    write_table,
+)
 
 __all__ = [
     "APPROACH_PICK_BASE",
@@ -88,11 +95,19 @@ def lattice(base: Sequence[float], half_deg: float = LATTICE_HALF_DEG, steps: in
     b = np.asarray(base, dtype=np.float64)
     if b.shape != (6,):
         raise ValueError(f"base pose must have 6 angles, got {b.shape}")
+    grid = _offsets(float(half_deg), int(steps))
+    q = np.empty((grid.shape[0], 6))
+    q[:, :5] = grid + b[:5]
+    q[:, 5] = b[5]
+    return q
+
+
+@functools.lru_cache(maxsize=4)
+def _offsets(half_deg: float, steps: int) -> NDArray[np.float64]:
     offs = np.linspace(-half_deg, half_deg, steps)
     grid = np.array(list(itertools.product(offs, repeat=5)))
-    q = np.tile(b, (grid.shape[0], 1))
-    q[:, :5] += grid
-    return q
+    grid.setflags(write=False)
+    return grid
 
 
 def global_scan() -> NDArray[np.float64]:
@@ -136,6 +151,9 @@ def ensure_table(data_dir: Path) -> Path:
     """
     path = default_table_path(data_dir)
     if not path.is_file():
-        build_table(path, default_rows())
-        load_table(path)
+        rows = default_rows()
+        checksum = build_table(path, rows)
+        # the CSV parses back to exactly ``rows`` (shortest round-trip floats), so the
+        # cache is made from them directly instead of parsing the file just written
+        save_cache(path, FkTable.from_rows(rows, checksum=checksum, path=path))
     return path

@@ -45,6 +45,7 @@ __all__ = [
     "load_table",
     "read_csv_rows",
     "safety_mask",
+    "save_cache",
     "write_table",
 ]
 
@@ -293,6 +294,11 @@ def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
         log.warning("fk_table_cache_unreadable", cache=str(cpath), error=str(exc))
         return None
     return table
+
+
+def save_cache(path: Path, table: FkTable) -> None:
+    """Write the binary cache of ``table`` (whose rows are exactly the CSV at ``path``)."""
+    _save_cache(cache_path(path, table.checksum), table)
 
 
 def _save_cache(cpath: Path, table: FkTable) -> None:

@@ -1,11 +1,18 @@
-"""The default table and arcs serve the workcell's PICK and PLACE regions (the trial contract)."""
+"""The default table (one per session, all its tests in this file so one worker builds it):
+size, exact cache, equivalence sample, and the PICK and PLACE regions of the trial contract."""
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
-from mecharm_runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc
+import numpy as np
+import pytest
+
+from mecharm_runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm_runtime.lookup.table import read_csv_rows
+
+from .test_equivalence import assert_same
 
 
 def grid(x0: float, x1: float, z0: float, z1: float) -> list[tuple[float, float]]:
@@ -48,3 +55,30 @@ def test_place_region(default_table: FkTable) -> None:
         r = fk_lookup(default_table, "place_withblock", t, 0.070, 0.100, ref_joints=ap.angles, joint_tol=15.0,
                       ee_y_floor=0.070)
         assert r.ok and r.distance < 0.005
+
+
+def test_default_table(default_table_path: Path, default_table: FkTable) -> None:
+    assert default_table_path.name == "fk_table.csv" and default_table_path.parent.name == "fk"
+    assert 850_000 <= default_table.n_rows <= 1_100_000
+    # the cache ensure_table made from memory is exactly what the CSV parses to
+    rows = read_csv_rows(default_table_path)
+    assert np.array_equal(rows[:, :3], default_table.xyz) and np.array_equal(rows[:, 3:], default_table.joints)
+    # ensure_table does not rebuild an existing table
+    before = default_table_path.stat().st_mtime_ns
+    assert ensure_table(default_table_path.parent.parent) == default_table_path
+    assert default_table_path.stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_default_table_sample(default_table: FkTable, seed: int) -> None:
+    """A few queries on the real ~1M-row table (the brute side is slow, so only a few)."""
+    rng = np.random.default_rng(seed)
+    arc = load_arc(DEFAULT_PLACE_ARC)
+    for _ in range(15):
+        assert_same(default_table, {"phase": "pick", "target_xz": (float(rng.uniform(0.12, 0.26)),
+                                                                   float(rng.uniform(0.18, 0.30))),
+                                    "ee_y_min": 0.010, "ee_y_max": 0.040})
+        t = (float(rng.uniform(-0.33, -0.05)), float(rng.uniform(0.10, 0.34)))
+        assert_same(default_table, {"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.07,
+                                    "ee_y_max": 0.1, "ref_joints": list(j0_lookup(arc, t).angles),
+                                    "joint_tol": 15.0, "ee_y_floor": 0.07})

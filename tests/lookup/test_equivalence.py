@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pytest
 
 from mecharm_runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc
 from mecharm_runtime.lookup.build import lattice, rows_from_angles
@@ -74,7 +73,7 @@ def test_random_queries_on_fk_lattice_rows() -> None:
                                                                   steps=5))])
     table = FkTable.from_rows(rows)
     rng = np.random.default_rng(3)
-    for _ in range(2000):
+    for _ in range(1000):
         assert_same(table, random_query(rng, table))
 
 
@@ -82,24 +81,9 @@ def test_place_queries_with_the_approach_as_reference() -> None:
     table = FkTable.from_rows(place_rows(j0s=(20.0, 40.0, 60.0)))
     arc = load_arc(DEFAULT_PLACE_ARC)
     rng = np.random.default_rng(4)
-    for _ in range(500):
+    for _ in range(300):
         t = (float(rng.uniform(-0.3, -0.1)), float(rng.uniform(0.1, 0.3)))
         ap = j0_lookup(arc, t)
         q = {"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.07, "ee_y_max": 0.1,
              "ref_joints": list(ap.angles), "joint_tol": 15.0, "ee_y_floor": 0.07}
         assert_same(table, q)
-
-
-@pytest.mark.parametrize("seed", [5])
-def test_default_table_sample(default_table: FkTable, seed: int) -> None:
-    """A few queries on the real ~1M-row table (the brute side is slow, so only a few)."""
-    rng = np.random.default_rng(seed)
-    arc = load_arc(DEFAULT_PLACE_ARC)
-    for _ in range(15):
-        assert_same(default_table, {"phase": "pick", "target_xz": (float(rng.uniform(0.12, 0.26)),
-                                                                   float(rng.uniform(0.18, 0.30))),
-                                    "ee_y_min": 0.010, "ee_y_max": 0.040})
-        t = (float(rng.uniform(-0.33, -0.05)), float(rng.uniform(0.10, 0.34)))
-        assert_same(default_table, {"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.07,
-                                    "ee_y_max": 0.1, "ref_joints": list(j0_lookup(arc, t).angles),
-                                    "joint_tol": 15.0, "ee_y_floor": 0.07})

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, load_table
+from mecharm_runtime.lookup import FkTable, TableError, build_table, load_table
 from mecharm_runtime.lookup import table as table_mod
 from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
@@ -119,15 +119,6 @@ def test_lattice_keeps_j5_and_spans_15_degrees() -> None:
     assert np.all(q[:, 5] == -30)
     for j, b in enumerate((10, 20, 30, 40, 50)):
         assert sorted(set(q[:, j])) == [b - 15, b - 10, b - 5, b, b + 5, b + 10, b + 15]
-
-
-def test_default_table(default_table_path: Path, default_table: FkTable) -> None:
-    assert default_table_path.name == "fk_table.csv" and default_table_path.parent.name == "fk"
-    assert 850_000 <= default_table.n_rows <= 1_100_000
-    # ensure_table does not rebuild an existing table
-    before = default_table_path.stat().st_mtime_ns
-    assert ensure_table(default_table_path.parent.parent) == default_table_path
-    assert default_table_path.stat().st_mtime_ns == before
 
 
 def test_rows_match_the_kinematic_model() -> None:
