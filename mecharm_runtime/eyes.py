@@ -164,9 +164,10 @@ class CameraEyes:
         if self.H is None or self.scene is None:
             return None
         frames, path = await self.grab(self.judge_frames, tag)
-        side = None
+        side: NDArray[np.uint8] | None = None
         if side_frame:
-            side = await asyncio.to_thread(cv2.imread, side_frame)
+            img = await asyncio.to_thread(cv2.imread, side_frame)
+            side = None if img is None else np.asarray(img, dtype=np.uint8)
         return JudgeEvidence(frames=frames, H=self.H, scene=self.scene, tip_height_m=tip_height_m,
                              side_frame=side, meta={"capture": path, "side_frame": side_frame})
 

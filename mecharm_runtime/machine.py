@@ -32,10 +32,18 @@ from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
 from mecharm_runtime.motion import MotionAbort, MotionPolicy, MoveResult, send_and_wait
-from mecharm_runtime.ports import ArmPort, Clock, EyesPort, Reading, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.ports import (
+    ArmPort,
+    Clock,
+    EyesPort,
+    Reading,
+    SceneObservation,
+    TipObservation,
+    VerdictObservation,
+)
+from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.records.trace import TraceWriter
-from mecharm_runtime.recorder_link import RecorderLink
 
 __all__ = [
     "STAGE_ORDER",
@@ -594,7 +602,13 @@ async def run_stages(ctx: TrialContext, force: asyncio.Event | None = None) -> t
 
 
 def _describe_error(exc: BaseException) -> str:
-    from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost, DaemonBusy, DaemonTimeout
+    from mecharm_runtime.client import (
+        ArmNoReply,
+        ArmRefused,
+        ConnectionLost,
+        DaemonBusy,
+        DaemonTimeout,
+    )
 
     kinds = {
         ConnectionLost: "daemon connection lost",

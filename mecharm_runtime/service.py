@@ -87,7 +87,7 @@ def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[
 
     target = url.rstrip("/") + "/scene/next" + (f"?seed={seed}" if seed is not None else "")
     req = urllib.request.Request(target, data=b"", method="POST")
-    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback sim control
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         body = resp.read()
     try:
         out = json.loads(body) if body else {}

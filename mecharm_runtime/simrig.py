@@ -127,7 +127,7 @@ def start_sim_daemon(log_dir: Path, *, seed: int = 7, time_scale: float = 5.0, s
             return True
 
     def cam_up() -> bool:
-        with urllib.request.urlopen(f"http://127.0.0.1:{cam}/top.jpg", timeout=5.0) as r:  # noqa: S310
+        with urllib.request.urlopen(f"http://127.0.0.1:{cam}/top.jpg", timeout=5.0) as r:
             return bool(r.status == 200)
 
     _wait(cam_up, child, timeout, "the cameras")

@@ -18,18 +18,24 @@ from typing import Any
 
 from mecharm_common.fsutil import check_data_root
 from mecharm_common.logging import get_logger
-from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.arm import TracedArm
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.machine import Stage, TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
-from mecharm_runtime.records.ledger import LedgerError, RecordingInfo, append_row, ledger_path, wait_recording_meta
+from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.ledger import (
+    LedgerError,
+    RecordingInfo,
+    append_row,
+    ledger_path,
+    wait_recording_meta,
+)
 from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.records.trace import TraceWriter
-from mecharm_runtime.recorder_link import RecorderLink
 
 __all__ = ["DataRootError", "Rig", "TrialSummary", "next_run_stem", "run_trial"]
 
@@ -132,9 +138,8 @@ async def _exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str,
             ok = True
         if ok:
             await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
-    if st.fresh_mode_on or forced:
-        if await attempt("fresh mode off", lambda: ctx.arm.set_fresh_mode(0)):
-            st.fresh_mode_on = False
+    if (st.fresh_mode_on or forced) and await attempt("fresh mode off", lambda: ctx.arm.set_fresh_mode(0)):
+        st.fresh_mode_on = False
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
     return steps
 

@@ -6,7 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from mecharm_runtime.records.ledger import LEDGER_COLUMNS, LedgerError, migrate_ledger, verify_ledger
+from mecharm_runtime.records.ledger import (
+    LEDGER_COLUMNS,
+    LedgerError,
+    migrate_ledger,
+    verify_ledger,
+)
 
 __all__ = ["register"]
 

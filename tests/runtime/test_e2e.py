@@ -21,7 +21,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, scene_next
-from mecharm_runtime.simrig import Child, SimRig, start_recorder, start_sim_daemon
+from mecharm_runtime.simrig import SimRig, start_recorder, start_sim_daemon
 from mecharm_runtime.trial import TrialSummary, run_trial
 from recorder.events import STATES_COLUMNS
 

@@ -130,7 +130,7 @@ def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="partial line"):
         migrate_ledger(path)
     path.write_bytes(old.replace(b"said", b"sa\nid", 1))
-    with pytest.raises(LedgerError, match="spans lines|cells"):
+    with pytest.raises(LedgerError, match=r"spans lines|cells"):
         migrate_ledger(path)
     assert not (tmp_path / "ledger_archive").exists() or not any((tmp_path / "ledger_archive").iterdir())
 

@@ -19,9 +19,9 @@ from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.machine import STAGE_ORDER, TRANSITIONS, Outcome, Stage
 from mecharm_runtime.ports import RealClock, SceneObservation
+from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 
 from .conftest import TIME_SCALE, SimDaemon

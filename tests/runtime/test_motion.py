@@ -100,7 +100,7 @@ async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
 @pytest.mark.asyncio
 async def test_j1_above_limit_never_reaches_the_daemon(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
-    with pytest.raises(GuardViolation, match="j1 = 89.00 above the safety limit 88"):
+    with pytest.raises(GuardViolation, match=r"j1 = 89\.00 above the safety limit 88"):
         await send_and_wait(arm, RealClock(), (0, 89.0, 0, 0, 0, -30), tol=2.0, speed=20, policy=POLICY)
     assert _count(sim_daemon.server.stats.snapshot(), "send_angles") == 0
     await c.aclose()
