@@ -40,6 +40,7 @@ class ConstantRateWriter:
         self.fps = fps
         self.time_base = Fraction(1, fps)
         self.frames = 0
+        self.bytes = 0
         self._container = av.open(str(self.path), mode="w", format="mp4")
         try:
             stream = self._container.add_stream("libx264", rate=fps)
@@ -68,14 +69,14 @@ class ConstantRateWriter:
         frame.pts = self.frames
         frame.time_base = self.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
-        self._container.mux(self._stream.encode(frame))
+        packets = self._stream.encode(frame)
+        self.bytes += sum(p.size for p in packets)
+        self._container.mux(packets)
         self.frames += 1
 
     def size_bytes(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except OSError:
-            return 0
+        """Encoded bytes so far (the file on disk lags behind the muxer's buffer)."""
+        return self.bytes
 
     def close(self) -> None:
         if self._container is None:

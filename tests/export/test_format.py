@@ -225,3 +225,38 @@ def test_copy_of_dataset_verifies(dataset: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(dataset, copy)
     assert verify_dataset(copy).ok
+
+
+def test_data_and_video_files_roll_over_at_the_size_limit(
+    recs: Any, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mecharm_runtime.export import lerobot as lerobot_mod
+
+    monkeypatch.setattr(lerobot_mod, "_MB", 1000)  # limits of 100 kB data / 200 kB video per file
+    for i in range(3):
+        recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5))
+    out = tmp_path / "ds"
+    export_lerobot(
+        data_root,
+        out,
+        ExportSettings(progress=False, data_files_size_in_mb=1, video_files_size_in_mb=1),
+    )
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [r["data/file_index"] for r in rows] == [0, 1, 2]
+    assert [r["videos/observation.images.side/file_index"] for r in rows] == [0, 1, 2]
+    assert all(r["videos/observation.images.side/from_timestamp"] == 0.0 for r in rows)
+    assert verify_dataset(out).ok
+
+
+def test_sampled_rgb_matches_ffmpeg_conversion() -> None:
+    from mecharm_runtime.export.video import sample_rgb
+
+    yy, xx = np.mgrid[0:720, 0:1280]
+    img = np.stack([xx * 255 // 1280, yy * 255 // 720, (xx + yy) * 255 // 2000], axis=-1).astype(
+        np.uint8
+    )
+    frame = av.VideoFrame.from_ndarray(img, format="rgb24").reformat(format="yuv420p")
+    ffmpeg = frame.to_ndarray(format="rgb24")[::8, ::8].astype(int)
+    ours = sample_rgb(frame, 8).astype(int)
+    assert ours.shape == ffmpeg.shape == (90, 160, 3)
+    assert np.abs(ours - ffmpeg).max() <= 3
