@@ -19,15 +19,30 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 
+import cv2
 import numpy as np
 
 from mecharm_common.logging import get_logger
 from recorder.cameras.base import CameraSource
+from recorder.status import RateLimitedLog
 from recorder.writer import CapturedFrame
 
-__all__ = ["CameraWorker", "frame_hash"]
+__all__ = ["CameraWorker", "as_bgr", "frame_hash"]
 
 log = get_logger("recorder.camera")
+
+
+def as_bgr(image: np.ndarray) -> np.ndarray:
+    """3-channel uint8 BGR, whatever the device delivered (gray, BGRA); ValueError otherwise."""
+    if image.dtype != np.uint8:
+        raise ValueError(f"frame dtype {image.dtype} is not uint8")
+    if image.ndim == 2:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    if image.ndim == 3 and image.shape[2] == 4:
+        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    if image.ndim != 3 or image.shape[2] != 3 or min(image.shape[:2]) < 2:
+        raise ValueError(f"frame shape {image.shape} is not an image")
+    return image
 
 
 def frame_hash(image: np.ndarray) -> int:
@@ -63,6 +78,7 @@ class CameraWorker:
         self._intervals: deque[int] = deque(maxlen=120)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="camera", daemon=True)
+        self._bad_frame = RateLimitedLog(log, "camera_bad_frame", per_sec=2)
 
     # --- control ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -145,26 +161,35 @@ class CameraWorker:
                     self._stop.wait(self.retry_sec)
                 continue
             failures = 0
-            mono = frame.mono_ns
-            h = frame_hash(image)
-            if h == last_hash:
-                same_since = same_since if same_since is not None else prev_mono
-                if not self.frozen and same_since is not None and mono - same_since >= self.frozen_after_ns:
-                    self.frozen = True
-                    log.warning("camera_frozen", identical_for_sec=round((mono - same_since) / 1e9, 2))
-            else:
-                if self.frozen:
-                    log.info("camera_unfrozen", frozen_for_sec=round((mono - (same_since or mono)) / 1e9, 2))
-                self.frozen = False
-                same_since = None
-            last_hash = h
-            if prev_mono is not None:
-                self._intervals.append(mono - prev_mono)
-            prev_mono = mono
-            self.frames += 1
-            captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames)
-            self.latest = captured
-            self._on_frame(captured)
+            try:
+                image = as_bgr(image)
+                mono = frame.mono_ns
+                h = frame_hash(image)
+                if h == last_hash:
+                    same_since = same_since if same_since is not None else prev_mono
+                    if (not self.frozen and same_since is not None
+                            and mono - same_since >= self.frozen_after_ns):
+                        self.frozen = True
+                        log.warning("camera_frozen",
+                                    identical_for_sec=round((mono - same_since) / 1e9, 2))
+                else:
+                    if self.frozen:
+                        log.info("camera_unfrozen",
+                                 frozen_for_sec=round((mono - (same_since or mono)) / 1e9, 2))
+                    self.frozen = False
+                    same_since = None
+                last_hash = h
+                if prev_mono is not None:
+                    self._intervals.append(mono - prev_mono)
+                prev_mono = mono
+                self.frames += 1
+                captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames)
+                self.latest = captured
+                self._on_frame(captured)
+            except Exception as exc:  # a malformed image must not end the read loop
+                self.failed_reads += 1
+                failures += 1
+                self._bad_frame(error=f"{type(exc).__name__}: {exc}")
         cam, self.camera = self.camera, None
         if cam is not None:
             with contextlib.suppress(Exception):

@@ -90,24 +90,33 @@ class FrameWriter:
                 if self._trial is not None:
                     self._guard(self._trial, self._trial.flush_frame_log)
                 continue
-            kind = msg[0]
-            if kind == "frame":
-                with self._lock:
-                    self._pending -= 1
-                trial = self._trial
-                if trial is not None:
-                    f: CapturedFrame = msg[1]
-                    if self._guard(trial, trial.write_frame, f.image, f.wall_ts, f.mono_ns, f.frozen):
-                        self.frames_written += 1
-            elif kind == "dropped":
-                if self._trial is not None:
-                    self._trial.count_dropped(msg[1])
-            elif kind == "start":
-                self._trial = msg[1]
-            elif kind == "end":
-                self._finish(msg[1], msg[2])
-            elif kind == "stop":
-                return
+            try:
+                if not self._handle(msg):
+                    return
+            except Exception:  # never let one bad message end the writer
+                log.exception("frame_writer_error", message=str(msg[0]))
+
+    def _handle(self, msg: tuple[Any, ...]) -> bool:
+        """Process one queue message; False means stop."""
+        kind = msg[0]
+        if kind == "frame":
+            with self._lock:
+                self._pending -= 1
+            trial = self._trial
+            if trial is not None:
+                f: CapturedFrame = msg[1]
+                if self._guard(trial, trial.write_frame, f.image, f.wall_ts, f.mono_ns, f.frozen):
+                    self.frames_written += 1
+        elif kind == "dropped":
+            if self._trial is not None:
+                self._trial.count_dropped(msg[1])
+        elif kind == "start":
+            self._trial = msg[1]
+        elif kind == "end":
+            self._finish(msg[1], msg[2])
+        elif kind == "stop":
+            return False
+        return True
 
     def _finish(self, trial: TrialRecording, fut: Future[None]) -> None:
         if self._trial is trial:

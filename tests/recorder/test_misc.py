@@ -64,3 +64,63 @@ def test_observer_principle_recorder_never_touches_the_arm():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+class _OddCamera:
+    """A device that delivers gray, BGRA, float and broken frames between good ones."""
+
+    spec = "odd"
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        from recorder.cameras import SyntheticCamera
+
+        self.inner = SyntheticCamera(fps=60, width=64, height=48)
+        self.n = 0
+        self.np = np
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    def open(self) -> None:
+        self.inner.open()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def read(self):
+        from recorder.cameras import Frame
+
+        f = self.inner.read()
+        self.n += 1
+        img = f.image
+        kind = self.n % 5
+        if kind == 1:
+            img = img[..., 0].copy()  # gray
+        elif kind == 2:
+            img = self.np.dstack([img, img[..., :1]])  # BGRA
+        elif kind == 3:
+            img = img.astype(self.np.float32)  # wrong dtype
+        elif kind == 4:
+            img = self.np.zeros((1,), self.np.uint8)  # not an image
+        return Frame(True, img, f.wall_ts, f.mono_ns)
+
+
+@pytest.mark.asyncio
+async def test_odd_frames_never_end_the_camera_loop(settings_factory, run_recorder, wait_for, data_root):
+    from recorder.events import TrialEnd
+    from recorder.sender import RecorderSender
+
+    async with run_recorder(settings_factory(camera_lost_after=100), camera=_OddCamera()) as svc:
+        s = RecorderSender(port=svc.port)
+        s.notify(TrialStart(run_stem="odd_run"))
+        await wait_for(lambda: svc.trial is not None, what="trial")
+        await wait_for(lambda: svc.camera.frames >= 15, what="frames")
+        assert svc.camera.failed_reads >= 5
+        s.notify(TrialEnd(run_stem="odd_run"))
+        await wait_for(lambda: svc.trial is None, what="closed")
+        await svc.wait_closed()
+    meta = (data_root / "runs" / "run_pick_place" / "odd_run" / "recording" / "recording_meta.json")
+    assert '"frames_written"' in meta.read_text()
