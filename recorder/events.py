@@ -20,10 +20,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
     TypeAdapter,
     ValidationError,
     field_validator,
@@ -133,9 +129,9 @@ class EventError(ValueError):
 
 
 # --- field types ---------------------------------------------------------------------
-Finite = Annotated[StrictFloat | StrictInt, Field(allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 Angles = Annotated[list[Finite], Field(min_length=6, max_length=6)]
-Note = Annotated[StrictStr, Field(max_length=NOTE_MAX)]
+Note = Annotated[str, Field(max_length=NOTE_MAX)]
 
 
 def _now() -> float:
@@ -143,9 +139,14 @@ def _now() -> float:
 
 
 class _Event(BaseModel):
-    """Common base: strict types, unknown extra fields ignored (forward compatible)."""
+    """Common base: unknown extra fields ignored (forward compatible).
 
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, allow_inf_nan=False)
+    Constructing a model in Python is lax (numpy numbers, 20.0 for 20 are accepted,
+    so a sender is not tripped up by its own number types); parsing a datagram
+    with ``parse_event`` is strict (JSON "20" is not a port, true is not 1).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
 
     #: sender's wall clock (time.time()); filled at construction when not given.
     ts: Finite = Field(default_factory=_now)
@@ -167,7 +168,7 @@ def _safe_name(v: str, what: str) -> str:
 
 class TrialStart(_Event):
     type: Literal["trial_start"] = "trial_start"
-    run_stem: StrictStr
+    run_stem: str
 
     @field_validator("run_stem")
     @classmethod
@@ -177,7 +178,7 @@ class TrialStart(_Event):
 
 class TrialEnd(_Event):
     type: Literal["trial_end"] = "trial_end"
-    run_stem: StrictStr
+    run_stem: str
 
     @field_validator("run_stem")
     @classmethod
@@ -187,7 +188,7 @@ class TrialEnd(_Event):
 
 class Stage(_Event):
     type: Literal["stage"] = "stage"
-    stage: Annotated[StrictStr, Field(min_length=1, max_length=STAGE_MAX)]
+    stage: Annotated[str, Field(min_length=1, max_length=STAGE_MAX)]
 
     @field_validator("stage")
     @classmethod
@@ -202,18 +203,18 @@ class Commanded(_Event):
 
     type: Literal["commanded"] = "commanded"
     angles: Angles
-    speed: Annotated[StrictInt, Field(ge=1, le=100)] | None = None
+    speed: Annotated[int, Field(ge=1, le=100)] | None = None
     ts_send: Finite | None = None
     ts_arrival: Finite | None = None
-    attempt: Annotated[StrictInt, Field(ge=0, le=1000)] = 1
-    arrived: StrictBool | None = None
+    attempt: Annotated[int, Field(ge=0, le=1000)] = 1
+    arrived: bool | None = None
     note: Note = ""
 
 
 class Gripper(_Event):
     type: Literal["gripper"] = "gripper"
     #: e.g. "open" / "close", or the raw gripper value.
-    state: Annotated[StrictStr, Field(min_length=1, max_length=32)] | StrictInt
+    state: Annotated[str, Field(min_length=1, max_length=32)] | int
     note: Note = ""
 
 
@@ -226,8 +227,8 @@ class Measured(_Event):
 
 class FrameRequest(_Event):
     type: Literal["frame_request"] = "frame_request"
-    tag: StrictStr
-    reply_port: Annotated[StrictInt, Field(ge=1, le=65535)]
+    tag: str
+    reply_port: Annotated[int, Field(ge=1, le=65535)]
 
     @field_validator("tag")
     @classmethod
@@ -274,7 +275,7 @@ def parse_event(data: bytes | str) -> Event:
     if etype not in EVENT_TYPES:
         raise EventError(f"unknown event type {etype[:40]!r}")
     try:
-        return _EVENT_ADAPTER.validate_python(obj)  # type: ignore[no-any-return]
+        return _EVENT_ADAPTER.validate_python(obj, strict=True)  # type: ignore[no-any-return]
     except ValidationError as exc:
         raise EventError(_describe(exc, f"invalid {etype} event")) from None
 

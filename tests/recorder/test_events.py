@@ -135,3 +135,14 @@ def test_frame_reply_parsing():
             parse_frame_reply(bad)
     assert is_known_reason("stale_frame") and is_known_reason("exception:ValueError")
     assert not is_known_reason("exception:") and not is_known_reason("whatever") and not is_known_reason(3)
+
+
+def test_construction_is_lax_for_senders_parsing_is_strict():
+    import numpy as np
+
+    ev = Commanded(angles=list(np.array([1, 2, 3, 4, 5, 6.5])), speed=np.int64(20), attempt=np.int64(2),
+                   arrived=np.bool_(True), ts_send=np.float64(3.0))
+    assert ev.speed == 20 and ev.arrived is True and ev.angles[5] == 6.5
+    assert parse_event(ev.model_dump_json().encode()) == ev
+    with pytest.raises(EventError, match="speed"):
+        parse_event(b'{"type":"commanded","angles":[0,0,0,0,0,0],"speed":"20"}')
