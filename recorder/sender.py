@@ -72,6 +72,20 @@ class RecorderSender:
         except Exception:  # observer principle: a recorder problem is never the runtime's
             self.dropped += 1
 
+    def emit(self, event_type: type[Any], **fields: Any) -> None:
+        """Build and send an event, e.g. ``emit(Measured, angles=a)``; never raises.
+
+        Building a model validates it (``Measured(angles=[])`` raises); ``emit``
+        counts such an event as dropped instead, so a bad reading from the arm can
+        never turn into an exception in the runtime.
+        """
+        try:
+            event = event_type(**fields)
+        except Exception:
+            self.dropped += 1
+            return
+        self.notify(event)
+
     def close(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:

@@ -121,3 +121,15 @@ async def test_request_frame_async_does_not_block_the_loop():
         result = await RecorderSender(port=sock.getsockname()[1]).request_frame_async("y", timeout=2.0)
         t.join()
     assert result == ("/p.jpg", 1.0, "ok_orphan")
+
+
+def test_emit_builds_and_sends_or_counts_a_drop():
+    from recorder.events import Measured
+
+    with _listener() as sock, RecorderSender(port=sock.getsockname()[1]) as s:
+        s.emit(Measured, angles=[1, 2, 3, 4, 5, 6])
+        s.emit(Measured, angles=[])  # what get_angles returns when the firmware is silent
+        s.emit(Measured, angles=-1)
+        got = parse_event(sock.recv(65535))
+    assert isinstance(got, Measured) and got.angles[0] == 1
+    assert s.sent == 1 and s.dropped == 2
