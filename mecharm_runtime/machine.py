@@ -489,7 +489,7 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
     for e in servo:
         ctx.runlog.add("servo", e)
     # the side judgement's frame, from the recorder (any failure = no side image)
-    path, cap_ts, reason = await ctx.spawn(ctx.recorder.side_frame("stage8_5_side"))
+    path, cap_ts, reason = ctx.trace.input("side_frame", await ctx.spawn(ctx.recorder.side_frame("stage8_5_side")))
     st.side_frame = path
     ctx.runlog.add("side_frames", {"tag": "stage8_5_side", "path": path, "capture_ts": cap_ts, "reason": reason})
     return Outcome.OK

@@ -42,6 +42,12 @@ class Reading:
     def to_dict(self) -> dict[str, Any]:
         return {"angles": list(self.angles) if self.angles is not None else None, "t": self.t, "error": self.error}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Reading:
+        """Rebuild a reading from its trace form (replay)."""
+        a = d.get("angles")
+        return cls(tuple(float(x) for x in a) if a is not None else None, float(d["t"]), str(d.get("error", "")))
+
 
 @runtime_checkable
 class ArmPort(Protocol):
@@ -83,6 +89,15 @@ class SceneObservation:
             "repeats": self.repeats, "captures": self.captures,
         }  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SceneObservation:
+        def xz(v: Any) -> tuple[float, float] | None:
+            return None if v is None else (float(v[0]), float(v[1]))
+
+        return cls(bool(d["ok"]), str(d.get("reason", "")), xz(d.get("block_xz")), xz(d.get("box_xz")),
+                   d.get("box_score"), str(d.get("box_method", "")), list(d.get("repeats", [])),
+                   list(d.get("captures", [])))
+
 
 @dataclass(frozen=True)
 class TipObservation:
@@ -99,6 +114,11 @@ class TipObservation:
         return {"ok": self.ok, "dx_mm": self.dx_mm, "dz_mm": self.dz_mm, "dist_mm": self.dist_mm,
                 "reason": self.reason, "capture": self.capture}  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TipObservation:
+        return cls(bool(d["ok"]), float(d.get("dx_mm", 0.0)), float(d.get("dz_mm", 0.0)),
+                   float(d.get("dist_mm", 0.0)), str(d.get("reason", "")), str(d.get("capture", "")))
+
 
 @dataclass(frozen=True)
 class VerdictObservation:
@@ -109,6 +129,10 @@ class VerdictObservation:
 
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "confidence": self.confidence, "reason": self.reason, "judge": self.judge}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> VerdictObservation:
+        return cls(str(d["verdict"]), float(d["confidence"]), str(d["reason"]), str(d["judge"]))
 
 
 class EyesPort(Protocol):

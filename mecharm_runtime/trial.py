@@ -176,6 +176,7 @@ async def run_trial(
         arc_place=rig.arc_place, corrections=CorrectionMemory(mem_dir / "correction_memory.json"),
         heights=HeightMemory(mem_dir / "height_memory.json"), run_dir=run_dir, on_stage=on_stage,
     )
+    trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)
     rig.recorder.trial_start(stem)
     log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)

@@ -1,0 +1,119 @@
+"""Runtime benchmark on the simulated rig (daemon + workcell and recorder as real processes).
+
+Figures:
+* observer overhead — the same scenes run with the recorder (events + side frame)
+  and with the recorder link disabled (the baseline, same run): mean trial wall
+  time ratio (target < 1 % difference) and the time spent inside the observer
+  calls themselves as a share of the trial;
+* stage timings of the trials (mean seconds per stage, time-scaled run);
+* sim success rate over random scenes (pick and place both judged yes; target >= 90 %).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.config import load_settings
+from mecharm_common.logging import configure_logging
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.simrig import SimRig, start_recorder, start_sim_daemon
+from mecharm_runtime.trial import TrialSummary, run_trial
+
+SCALE = 20.0
+
+
+class TimedLink(RecorderLink):
+    """The real recorder link, with the time spent in its calls summed up."""
+
+    def __init__(self, inner: RecorderLink) -> None:
+        super().__init__(inner.sender, inner.frame_timeout_s)
+        self.spent = 0.0
+        self.calls = 0
+
+    def _send(self, event: object) -> None:
+        t0 = time.perf_counter()
+        super()._send(event)
+        self.spent += time.perf_counter() - t0
+        self.calls += 1
+
+
+async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int], timed: bool) -> list[tuple[TrialSummary, float]]:
+    out: list[tuple[TrialSummary, float]] = []
+    async with open_rig(settings) as (rig, _client):
+        for seed in seeds:
+            await asyncio.to_thread(scene_next, rig_urls.control_url, seed)
+            link = TimedLink(rig.recorder) if timed else None
+            if link is not None:
+                rig.recorder = link
+            t = await run_trial(rig, scene_seed=seed)
+            out.append((t, link.spent if link is not None else 0.0))
+    return out
+
+
+def _settings(root: Path, rig: SimRig, udp: int | None) -> RuntimeSettings:
+    return load_settings(RuntimeSettings, overrides={
+        "data_root": root, "daemon_port": rig.daemon_port, "top_camera": rig.top_url, "recorder_port": udp,
+        "recorder_enabled": udp is not None, "time_scale": SCALE, "log_level": "warning",
+    })
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    configure_logging("warning")
+    n_obs = 2 if quick else 4
+    n_rate = 5 if quick else 20
+    with tempfile.TemporaryDirectory(prefix="bench_runtime_") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        rig = start_sim_daemon(Path(tmp) / "logs", seed=500, time_scale=SCALE)
+        try:
+            rec, udp = start_recorder(Path(tmp) / "logs", root, rig.side_url)
+            obs_seeds = [500 + i for i in range(n_obs)]
+            try:
+                with_rec = asyncio.run(_trials(_settings(root, rig, udp), rig, obs_seeds, timed=True))
+            finally:
+                rec.stop()
+            without = asyncio.run(_trials(_settings(root, rig, None), rig, obs_seeds, timed=False))
+            rate_seeds = [1000 + i for i in range(n_rate)]
+            rate = asyncio.run(_trials(_settings(root, rig, None), rig, rate_seeds, timed=False))
+        finally:
+            rig.daemon.stop()
+    w = [t.duration_s for t, _ in with_rec]
+    wo = [t.duration_s for t, _ in without]
+    obs_share = [spent / t.duration_s for t, spent in with_rec]
+    ok = [t for t, _ in rate if t.pick_verdict == "yes" and t.place_verdict == "yes"]
+    stages: dict[str, list[float]] = {}
+    for t, _ in rate + without:
+        for k, v in t.stage_times.items():
+            stages.setdefault(k, []).append(v)
+    failures = [f"seed {t.scene_seed}: {t.reason or ('place ' + t.place_verdict)}" for t, _ in rate if t not in ok]
+    return {
+        "time_scale": SCALE,
+        "observer_trials_each": n_obs,
+        "trial_s_with_recorder_mean": round(statistics.mean(w), 3),
+        "trial_s_without_recorder_mean": round(statistics.mean(wo), 3),
+        "with_vs_without_ratio": round(statistics.mean(w) / statistics.mean(wo), 4),
+        "with_vs_without_diff_pct": round(100 * (statistics.mean(w) / statistics.mean(wo) - 1), 2),
+        "observer_calls_share_of_trial_pct": round(100 * statistics.mean(obs_share), 4),
+        "observer_target": "< 1 % difference",
+        "recording_status_with_recorder": [t.recording.status for t, _ in with_rec],
+        "success_rate": round(len(ok) / len(rate), 3),
+        "success_scenes": f"{len(ok)}/{len(rate)}",
+        "success_target": ">= 0.90",
+        "failures": failures,
+        "stage_mean_s": {k: round(statistics.mean(v), 3) for k, v in stages.items()},
+        "trial_s_mean": round(statistics.mean(t.duration_s for t, _ in rate), 2),
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2))
