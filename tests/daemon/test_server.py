@@ -74,9 +74,9 @@ async def test_every_command_on_the_sim_backend(client: LineClient, sim_arm: Sim
 
     assert await client.ok("set_fresh_mode", {"mode": 1}) is None
     assert await client.ok("get_fresh_mode") == 1
-    target = [10.0, 20.0, -5.0, 0.0, 0.0, -30.0]
-    sent = await client.ok("send_angles", {"angles": target, "speed": 100})
-    assert sent == {"angles": target, "speed": 100}
+    target = [10.0, 80.0, -5.0, 0.0, 0.0, -30.0]
+    sent = await client.ok("send_angles", {"angles": target, "speed": 5})  # 80° at speed 5: ~0.4 s real
+    assert sent == {"angles": target, "speed": 5}
     assert await client.ok("is_moving") is True
     assert sim_arm.wait_idle(5)
     assert await client.ok("is_moving") is False
@@ -302,13 +302,13 @@ async def test_auth_off_needs_no_hello(client: LineClient) -> None:
 
 async def test_auth_failures_and_timeout_drop_the_client() -> None:
     arm = SimArm(SimArmConfig(**FAST))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, token="t", auth_timeout_s=0.3,
-                          max_auth_failures=3) as srv:
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, token="t", max_auth_failures=3) as srv:
         c = await LineClient.connect(srv.port)
         for _ in range(3):
             assert (await c.call("hello", {"token": "x"}))["error"]["code"] == "unauthorized"
         assert await c.at_eof()
         await c.close()
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, token="t", auth_timeout_s=0.3) as srv:
         # a silent unauthenticated client cannot hold the arm: dropped after auth_timeout_s
         await asyncio.sleep(0.05)
         idle = await LineClient.connect(srv.port)
