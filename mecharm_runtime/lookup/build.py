@@ -69,7 +69,7 @@ def _default_bases() -> tuple[tuple[float, ...], ...]:
     bases: list[tuple[float, ...]] = []
     for j0 in _PICK_J0:
         for arm in _PICK_ARMS:
-            b = (j0, *arm)
+            b: tuple[float, ...] = (j0, *arm)
             bases.append(b)
             bases.append(tuple(v + _SHIFT if i < 5 else v for i, v in enumerate(b)))
     for j0 in _PLACE_J0:

@@ -92,7 +92,7 @@ class FkLookupResult:
         missing = names - d.keys()
         if missing:
             raise ValueError(f"fk lookup record lacks {sorted(missing)}")
-        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
         if kw["counts"] is not None:
             kw["counts"] = dict(kw["counts"])
         return cls(**kw)
@@ -365,12 +365,12 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     if best is None:
         assert counts is not None
         emptied = next(k for k, v in counts.items() if v == 0)
-        reason = f"out_of_range: no candidate left after the {emptied} filter ({_describe_counts(q, counts)})"
+        why = f"out_of_range: no candidate left after the {emptied} filter ({_describe_counts(q, counts)})"
         return FkLookupResult(
             ok=False, pose_id=None, angles=None, selected_index=None, selected_ee_y=None,
             resid_x=None, resid_z=None, distance=None, nearest_index=None, nearest_xyz=None,
             nearest_angles=None, joint_limit_ok=False, violations=(), max_dj=None,
-            reason=reason, reason_code="no_candidates", counts=counts, **base,
+            reason=why, reason_code="no_candidates", counts=counts, **base,
         )
     x, y, z = (float(v) for v in table.xyz[best])
     angles = tuple(float(v) for v in table.joints[best])
@@ -379,7 +379,8 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     dist = float(np.sqrt(dx * dx + dz * dz))
     violations = joint_violations(angles)
     max_dj = None if q.ref is None else float(max(abs(a - r) for a, r in zip(angles, q.ref, strict=True)))
-    code, reason = None, None
+    code: str | None = None
+    reason: str | None = None
     if dist > q.dist_max:
         code = "too_far"
         reason = f"out_of_range: nearest candidate is {dist * 1000:.1f} mm away > dist_max {q.dist_max * 1000:.1f} mm"

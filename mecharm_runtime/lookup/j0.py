@@ -164,7 +164,8 @@ class J0LookupResult:
         names = {f.name for f in fields(cls)}
         if names - d.keys():
             raise ValueError(f"j0 lookup record lacks {sorted(names - d.keys())}")
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names})
+        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+        return cls(**kw)
 
 
 def j0_lookup(arc: ArcPose, target_xz: Sequence[float]) -> J0LookupResult:
