@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from mecharm_common.fsutil import check_data_root
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.arm import DaemonArm, DryRunArm
@@ -29,7 +30,7 @@ from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.perception import make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.trial import Rig, TrialSummary, run_trial
+from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.cameras import CameraError, open_camera
 from recorder.sender import RecorderSender
 
@@ -123,6 +124,9 @@ async def run_service(
     out = out or sys.stdout
     sigs = signals or ShutdownSignals()
     report = ServiceReport()
+    problem = check_data_root(Path(settings.data_root), require_mount=settings.require_mount)
+    if problem is not None:  # before any set-up: never write anywhere else
+        raise DataRootError(problem)
 
     def status(stage: str, outcome: str, reason: str) -> None:
         print(f"  {stage:<22} {outcome}{'  ' + reason if reason else ''}", file=out, flush=True)
@@ -167,7 +171,3 @@ def _input(prompt: str) -> str | None:
     with contextlib.suppress(EOFError):
         return input(prompt)
     return None
-
-
-def default_data_root_message(root: Path) -> str:
-    return f"data root {root} is not usable; create/mount it first (the runtime never creates a local fallback)"
