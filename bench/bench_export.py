@@ -23,6 +23,7 @@ from typing import Any
 import av
 import numpy as np
 
+from mecharm_common.config import load_settings
 from mecharm_runtime.export.config import ExportSettings
 from mecharm_runtime.export.lerobot import export_lerobot
 from mecharm_runtime.export.verify import verify_dataset
@@ -77,8 +78,8 @@ def _make_recording(root: Path, duration: float) -> float:
             for i, (t, r) in enumerate(zip(wall, rel, strict=True))
         )
     with open(rec / "states.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
-        w.writeheader()
+        dw = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
+        dw.writeheader()
         for k, t0 in enumerate(np.arange(wall[0] + 1, wall[-1] - 3, 8.0)):
             w.writerow(
                 {
@@ -138,7 +139,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         for i in range(1 if quick else 2):
             out = Path(tmp) / f"ds{i}"
             t0 = time.perf_counter()
-            rep = export_lerobot(root, out, ExportSettings(progress=False))
+            rep = export_lerobot(
+                root, out, load_settings(ExportSettings, None, {"progress": False})
+            )
             best = min(best, time.perf_counter() - t0)
             assert len(rep.exported) == 1, rep.refused
         t0 = time.perf_counter()

@@ -577,9 +577,10 @@ def export_lerobot(
                     frames=len(prep.ep),
                 )
         writer.close()
-    except BaseException:
+    except BaseException as exc:
         writer.abort()
         shutil.rmtree(stage, ignore_errors=True)
+        log.error("export_aborted", reason=f"{type(exc).__name__}: {exc}", committed=False)
         raise
     new_rows = (state.episode_rows if state else []) + writer.rows
     manifest["files"] = sorted(set(manifest["files"]) | set(writer.files))

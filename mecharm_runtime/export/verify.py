@@ -308,7 +308,9 @@ def _check_video(
             stream.thread_type = "AUTO"
             for n, frame in enumerate(container.decode(stream)):
                 pts.append(
-                    float(frame.pts * frame.time_base) if frame.pts is not None else float("nan")
+                    float(frame.pts * frame.time_base)
+                    if frame.pts is not None and frame.time_base is not None
+                    else float("nan")
                 )
                 if n in wanted:
                     samples.setdefault(wanted[n][0], []).append(sample_rgb(frame, stride))

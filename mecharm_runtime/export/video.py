@@ -41,7 +41,9 @@ class ConstantRateWriter:
         self.time_base = Fraction(1, fps)
         self.frames = 0
         self.bytes = 0
-        self._container = av.open(str(self.path), mode="w", format="mp4")
+        self._container: av.container.OutputContainer | None = av.open(
+            str(self.path), mode="w", format="mp4"
+        )
         try:
             stream = self._container.add_stream("libx264", rate=fps)
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
@@ -69,6 +71,8 @@ class ConstantRateWriter:
         frame.pts = self.frames
         frame.time_base = self.time_base
         frame.pict_type = av.video.frame.PictureType.NONE
+        if self._container is None:
+            raise ValueError(f"{self.path.name}: add() after close()")
         packets = self._stream.encode(frame)
         self.bytes += sum(p.size for p in packets)
         self._container.mux(packets)
