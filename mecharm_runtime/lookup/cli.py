@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mecharm_common.config import load_settings
 from mecharm_common.fsutil import atomic_write_json, atomic_write_text
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup.build import build_table, default_rows, ensure_table
@@ -33,7 +34,8 @@ from mecharm_runtime.lookup.j0 import (
     load_arc,
     save_arc,
 )
-from mecharm_runtime.lookup.table import TableError, default_table_path, load_table, read_csv_rows
+from mecharm_runtime.lookup.settings import FkToolSettings
+from mecharm_runtime.lookup.table import TableError, load_table, read_csv_rows
 
 __all__ = ["PHASE_BANDS", "register"]
 
@@ -45,14 +47,22 @@ PHASE_BANDS: dict[str, tuple[float, float]] = {
 }
 
 
+def _settings(args: argparse.Namespace) -> FkToolSettings:
+    """Flags over environment (MECHARM_FK_*) over --config over defaults."""
+    overrides = {"data_dir": getattr(args, "data_dir", None), "table": getattr(args, "table", None),
+                 "log_level": getattr(args, "log_level", None), "place_arc": getattr(args, "arc", None)}
+    return load_settings(FkToolSettings, getattr(args, "config", None), overrides)
+
+
 def _table_path(args: argparse.Namespace) -> Path:
-    return Path(args.table) if args.table else default_table_path(Path(args.data_dir))
+    return _settings(args).table_path
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-dir", default="data", help="data root; the table is {data-dir}/fk/fk_table.csv")
+    p.add_argument("--config", help="YAML file with data_dir, table, pick_arc, place_arc, log_level")
+    p.add_argument("--data-dir", help="data root; the table is {data-dir}/fk/fk_table.csv (default data)")
     p.add_argument("--table", help="table CSV path (overrides --data-dir)")
-    p.add_argument("--log-level", default="warning", help="structlog level (default warning)")
+    p.add_argument("--log-level", help="structlog level (default warning)")
 
 
 def _print(obj: Any) -> None:
@@ -74,7 +84,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_lookup(args: argparse.Namespace) -> int:
     path = _table_path(args)
     if args.ensure:
-        ensure_table(Path(args.data_dir))
+        ensure_table(_settings(args).data_dir)
     table = load_table(path)
     band = PHASE_BANDS.get(args.phase, (None, None))
     y_lo = args.ee_y_min if args.ee_y_min is not None else band[0]
@@ -107,8 +117,9 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
 
 
 def _map(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    table = load_table(_table_path(args))
-    arc = load_arc(args.arc)
+    settings = _settings(args)
+    table = load_table(settings.table_path)
+    arc = load_arc(settings.place_arc)
     t0 = time.perf_counter()
     cells = hole_map(table, arc)
     return table, cells, time.perf_counter() - t0
@@ -162,7 +173,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     before = summarize(cells, clusters)
     merged = fill_table(path, clusters, expect_checksum=expect)
     table2 = load_table(path)
-    cells2 = hole_map(table2, load_arc(args.arc))
+    cells2 = hole_map(table2, load_arc(_settings(args).place_arc))
     after = summarize(cells2, cluster_seeds(table2, cells2))
     sys.stdout.write(ascii_map(cells2))
     _print({"before": before, "after": after, **merged})
@@ -172,8 +183,8 @@ def _cmd_fill(args: argparse.Namespace) -> int:
 def _guard(func: Any) -> Any:
     """Turn input errors into exit code 2 with the message on stderr."""
     def run(args: argparse.Namespace) -> int:
-        configure_logging(getattr(args, "log_level", "warning"))
         try:
+            configure_logging(_settings(args).log_level)
             return int(func(args))
         except (ValueError, TableError, OSError) as exc:
             sys.stderr.write(f"mecharm fk {args.fk_command}: error: {exc}\n")
@@ -217,7 +228,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--z", type=float, required=True, help="depth of the arc's points (m)")
     p.add_argument("--points", type=int, default=ARC_POINTS)
     p.add_argument("--out", required=True)
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", help="structlog level (default warning)")
     p.set_defaults(func=_guard(_cmd_adopt))
 
     for name, func, help_text in (
@@ -227,7 +238,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     ):
         p = sub.add_parser(name, help=help_text)
         _add_table_args(p)
-        p.add_argument("--arc", default=str(DEFAULT_PLACE_ARC), help="approach_place pose file")
+        p.add_argument("--arc", help=f"approach_place pose file (default {DEFAULT_PLACE_ARC})")
         if name == "holes":
             p.add_argument("--out-dir", help="write hole_map.csv and hole_map.txt here")
         if name == "clusters":

@@ -113,3 +113,19 @@ def test_holes_clusters_fill(table_path: Path, tmp_path: Path, capsys: pytest.Ca
     # the clusters file belongs to the previous generation now: refused
     rc, _, err = run(["fill", "--table", str(table_path), "--clusters", str(clusters_file)], capsys)
     assert rc == 2 and "checksum" in err
+
+
+def test_settings_from_environment_and_yaml(table_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["lookup", "--phase", "place_withblock", "--x", "-0.17", "--z", "0.18"]
+    monkeypatch.setenv("MECHARM_FK_DATA_DIR", str(table_path.parent.parent))
+    rc, out, _ = run(args, capsys)
+    assert rc in (0, 1) and json.loads(out)["table_checksum"] == load_table(table_path).checksum
+    monkeypatch.delenv("MECHARM_FK_DATA_DIR")
+    cfg = tmp_path / "fk.yaml"
+    cfg.write_text(f"table: {table_path}\n")
+    rc, out, _ = run([*args, "--config", str(cfg)], capsys)
+    assert rc in (0, 1) and json.loads(out)["table_checksum"] == load_table(table_path).checksum
+    cfg.write_text("tabel: x\n")
+    rc, _, err = run([*args, "--config", str(cfg)], capsys)
+    assert rc == 2 and "tabel" in err and "unknown key" in err

@@ -1,0 +1,34 @@
+"""Typed settings of the ``mecharm fk`` tools: where the table and the arcs are.
+
+defaults < ``--config`` YAML < environment (``MECHARM_FK_`` prefix, e.g.
+``MECHARM_FK_DATA_DIR=/mnt/ssd``) < command-line flags.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import SettingsConfigDict
+
+from mecharm_common.config import RigSettings
+from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm_runtime.lookup.table import default_table_path
+
+__all__ = ["FkToolSettings"]
+
+
+class FkToolSettings(RigSettings):
+    """Paths of the FK tools; ``table`` overrides ``{data_dir}/fk/fk_table.csv``."""
+
+    model_config = SettingsConfigDict(env_prefix="MECHARM_FK_")
+
+    data_dir: Path = Path("data")
+    table: Path | None = None
+    pick_arc: Path = DEFAULT_PICK_ARC
+    place_arc: Path = DEFAULT_PLACE_ARC
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+
+    @property
+    def table_path(self) -> Path:
+        return self.table if self.table is not None else default_table_path(self.data_dir)
