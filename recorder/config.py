@@ -31,6 +31,9 @@ class VideoSettings(BaseModel):
     container_fps: float = Field(default=30.0, gt=0, le=240)
     time_base_hz: int = Field(default=90_000, ge=1_000, le=1_000_000)
     threads: int = Field(default=0, ge=0, le=16)
+    #: Linux: nice value of the encoder threads, so frame_request and the camera
+    #: read win under CPU contention (0 = same priority as the rest)
+    encoder_nice: int = Field(default=5, ge=0, le=19)
 
 
 class RecorderSettings(RigSettings):
@@ -52,7 +55,8 @@ class RecorderSettings(RigSettings):
     csv_flush_sec: float = Field(default=1.0, gt=0, le=1.0)
     mount_check_sec: float = Field(default=1.0, gt=0)
     status_interval_sec: float = Field(default=10.0, ge=0, description="0 disables the status line")
-    max_pending_frames: int = Field(default=45, ge=1, le=600)
+    #: frames queued for the encoder before drops are counted (2 s at 30 fps)
+    max_pending_frames: int = Field(default=60, ge=1, le=600)
     jpeg_quality: int = Field(default=90, ge=10, le=100)
     video: VideoSettings = Field(default_factory=VideoSettings)
 

@@ -96,7 +96,7 @@ class RecorderService:
         self.port: int | None = None
         factory = camera_factory or (lambda: make_camera(settings.camera))
         self.writer = FrameWriter(settings.max_pending_frames, settings.csv_flush_sec,
-                                  on_media_error=self._media_error)
+                                  on_media_error=self._media_error, nice=settings.video.encoder_nice)
         self.camera = CameraWorker(
             factory, self._on_frame, lost_after=settings.camera_lost_after,
             retry_sec=settings.camera_retry_sec, frozen_after_sec=settings.frozen_after_sec,

@@ -9,7 +9,9 @@ captured before a trial's start are skipped by the trial itself.
 
 from __future__ import annotations
 
+import os
 import queue
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ class FrameWriter:
     """Owns episode.mp4 and frame_log.csv of the trial between its start and end."""
 
     def __init__(self, max_pending: int = 45, flush_sec: float = 1.0,
-                 on_media_error: Any = None) -> None:
+                 on_media_error: Any = None, nice: int = 0) -> None:
+        self.nice = nice
         self.max_pending = max_pending
         self.flush_sec = flush_sec
         self._q: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -82,7 +85,22 @@ class FrameWriter:
             self._thread.join(timeout)
 
     # --- the thread ---------------------------------------------------------------------------
+    def _lower_priority(self) -> None:
+        """Linux: raise this thread's nice value; the encoder's worker threads inherit it.
+
+        Encoding is throughput work with a queue in front of it; the event loop
+        (frame_request) and the camera read are latency work. Under CPU contention
+        the kernel should run those first. (macOS has no per-thread nice: skipped.)
+        """
+        if self.nice <= 0 or not sys.platform.startswith("linux"):
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+        except OSError as exc:
+            log.warning("encoder_nice_failed", nice=self.nice, error=str(exc))
+
     def _run(self) -> None:
+        self._lower_priority()
         while True:
             try:
                 msg = self._q.get(timeout=self.flush_sec / 2)
