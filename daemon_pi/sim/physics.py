@@ -167,7 +167,7 @@ class Physics:
             sc.grasped = True
             sc.resting_on = "gripper"
             sc.grasp_offset = (bx - float(tip[0]), by - float(tip[1]), bz - float(tip[2]))
-            sc.version += 1
+            sc.bump()
             self.arm.block_gripper_at(GRIP_CONTACT)
             self._event("grasp", **info)
 
@@ -180,7 +180,7 @@ class Physics:
         sc.grasped = False
         sc.resting_on = where
         sc.place_outcome = where
-        sc.version += 1
+        sc.bump()
         self.arm.block_gripper_at(None)
         self._event("release", landed=where, block=[round(bx, 4), round(bz, 4)],
                     drop_mm=round((by - BLOCK_SIZE_M / 2 - bottom) * 1000, 1))

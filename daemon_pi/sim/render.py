@@ -96,7 +96,7 @@ SIDE_CAMERA = Camera("side", (0.62, 0.30, 0.70), (-0.02, 0.07, 0.20), (1280, 720
 class SceneSnapshot:
     """What one frame shows, copied out of the scene under its lock."""
 
-    version: int
+    version: int  # unique across all scenes of the process: keys the static-layer cache
     block_xyz: tuple[float, float, float]
     block_yaw_deg: float
     box: tuple[float, float, float]
@@ -106,7 +106,6 @@ class SceneSnapshot:
     gradient: tuple[float, float]
     noise_sigma: float
     flicker: float
-    layout_key: Any
 
     @classmethod
     def of(cls, scene: SceneState) -> SceneSnapshot:
@@ -115,7 +114,7 @@ class SceneSnapshot:
             return cls(
                 version=scene.version, block_xyz=tuple(scene.block_xyz), block_yaw_deg=scene.block_yaw_deg,  # type: ignore[arg-type]
                 box=scene.box, grasped=scene.grasped, resting_on=scene.resting_on, gain=lt.gain,
-                gradient=lt.gradient, noise_sigma=lt.noise_sigma, flicker=lt.flicker, layout_key=id(scene.layout),
+                gradient=lt.gradient, noise_sigma=lt.noise_sigma, flicker=lt.flicker,
             )
 
 
@@ -268,13 +267,14 @@ class Renderer:
         roi[mask > 127] = np.maximum(warped[mask > 127], 25)
 
     def _static_layer(self, s: SceneSnapshot) -> NDArray[np.uint8]:
-        key = (s.version, s.layout_key)
+        key = s.version
         if self._static is not None and key == self._static_key:
             return self._static
         img = self._background()
         self._objects(img, s, include_block=not s.grasped, gain=1.0)
-        gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * s.gain
-        img = cv2.convertScaleAbs(img.astype(np.float32) * gmap[:, :, None])
+        gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (s.gain * 128.0)
+        g8 = np.clip(gmap, 0, 255).astype(np.uint8)
+        img = cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0)
         self._static, self._static_key = img, key
         return img
 
@@ -341,10 +341,16 @@ class Renderer:
             img = cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker))
         if s.noise_sigma > 0:
             if self._noise is None or self._noise_key != s.noise_sigma:
+                # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their
+                # difference is zero-mean noise of about sigma; drawn once, cycled by row offset
                 h, w = img.shape[:2]
-                nrng = np.random.default_rng(self.rng.randrange(1 << 30))
-                n = nrng.normal(0.0, s.noise_sigma, (h + self._noise_rows, w, 3)).astype(np.float32)
-                self._noise = (np.clip(n, 0, 255).astype(np.uint8), np.clip(-n, 0, 255).astype(np.uint8))
+                cv2.setRNGSeed(self.rng.randrange(1 << 30))
+                pos = np.empty((h + self._noise_rows, w, 3), np.uint8)
+                neg = np.empty_like(pos)
+                sd = s.noise_sigma * 1.2
+                cv2.randn(pos, (0, 0, 0), (sd, sd, sd))
+                cv2.randn(neg, (0, 0, 0), (sd, sd, sd))
+                self._noise = (pos, neg)
                 self._noise_key = s.noise_sigma
             h = img.shape[0]
             o1, o2 = self.rng.randrange(self._noise_rows), self.rng.randrange(self._noise_rows)

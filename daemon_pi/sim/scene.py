@@ -9,6 +9,7 @@ tests read it through ``truth()``; the runtime never sees it.
 from __future__ import annotations
 
 import copy
+import itertools
 import random
 import threading
 from pathlib import Path
@@ -56,6 +57,7 @@ PLACE_X = (-0.24, -0.14)
 PLACE_Z = (0.14, 0.24)
 MARKER_SIDE_M = 0.040
 SCENES_DIR = Path(__file__).resolve().parent / "scenes"
+_VERSIONS = itertools.count(1)
 
 
 def _marker_corners(cx: float, cz: float, s: float = MARKER_SIDE_M) -> tuple[tuple[float, float], ...]:
@@ -156,6 +158,10 @@ class SceneState:
         self.version = 0
         self.reset(layout)
 
+    def bump(self) -> None:
+        """A static object moved: new version (unique in the process, so render caches never alias)."""
+        self.version = next(_VERSIONS)
+
     def reset(self, layout: SceneLayout) -> None:
         with self.lock:
             self.layout = layout
@@ -170,7 +176,7 @@ class SceneState:
             self.place_outcome: str | None = None
             self.tip_xyz: tuple[float, float, float] | None = None
             self.gripper = 100.0
-            self.version += 1
+            self.bump()
 
     def truth(self) -> dict[str, Any]:
         """Everything a test may want to compare against (JSON-serializable)."""
