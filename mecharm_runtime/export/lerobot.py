@@ -15,6 +15,7 @@ interrupted run (files no manifest lists) is removed at the start of the next on
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -462,6 +463,20 @@ def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
     return {k: getattr(s, k) for k in keys}
 
 
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One export per dataset at a time: an flock on ``.{name}.lock`` next to it."""
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = out.parent / f".{out.name}.lock"
+    with open(lock_path, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetError(f"another export into {out} is running (lock {lock_path})") from None
+        yield
+
+
 def export_lerobot(
     root: Path,
     out: Path,
@@ -475,6 +490,17 @@ def export_lerobot(
     Raises DatasetError / LedgerReadError (nothing written) and RecordingError when a
     recording fails while encoding (the run is aborted, nothing committed).
     """
+    if Path(out).exists() and not Path(out).is_dir():
+        raise DatasetError(f"{out} exists and is not a folder")
+    if dry_run:
+        return _export(Path(root), Path(out), settings, runs, dry_run)
+    with _exclusive(Path(out)):
+        return _export(Path(root), Path(out), settings, runs, dry_run)
+
+
+def _export(
+    root: Path, out: Path, settings: ExportSettings, runs: set[str] | None, dry_run: bool
+) -> ExportReport:
     t_start = time.perf_counter()
     root, out = Path(root), Path(out)
     report = ExportReport(out)

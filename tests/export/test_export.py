@@ -285,3 +285,19 @@ def test_dry_run_writes_nothing(recs: Any, data_root: Path, tmp_path: Path) -> N
     assert [e.run_stem for e in rep.exported] == [recs.stem(1)]
     assert not (tmp_path / "ds").exists()
     assert os.listdir(tmp_path) == ["data"]
+
+
+def test_one_export_at_a_time(recs: Any, data_root: Path, tmp_path: Path) -> None:
+    import fcntl
+
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.0))
+    out = tmp_path / "ds"
+    with open(tmp_path / ".ds.lock", "a+") as fh:  # another process holds the dataset
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(DatasetError, match=r"another export into .* is running"):
+            export_lerobot(data_root, out, SETTINGS)
+    assert not out.exists()
+    assert [e.episode_index for e in export_lerobot(data_root, out, SETTINGS).exported] == [0]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DatasetError, match="is not a folder"):
+        export_lerobot(data_root, tmp_path / "file", SETTINGS)
