@@ -10,6 +10,7 @@ fixed numbers, so the default table is the same file, byte for byte, every time.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import itertools
 from collections.abc import Sequence
@@ -150,10 +151,16 @@ def ensure_table(data_dir: Path) -> Path:
     A fresh table is also loaded once so its binary cache exists for the next load.
     """
     path = default_table_path(data_dir)
-    if not path.is_file():
-        rows = default_rows()
-        checksum = build_table(path, rows)
-        # the CSV parses back to exactly ``rows`` (shortest round-trip floats), so the
-        # cache is made from them directly instead of parsing the file just written
-        save_cache(path, FkTable.from_rows(rows, checksum=checksum, path=path))
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # two processes starting on one data root: the second waits and finds the table
+    with open(path.parent / ".fk_table.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            rows = default_rows()
+            checksum = build_table(path, rows)
+            # the CSV parses back to exactly ``rows`` (shortest round-trip floats), so the
+            # cache is made from them directly instead of parsing the file just written
+            save_cache(path, FkTable.from_rows(rows, checksum=checksum, path=path))
     return path

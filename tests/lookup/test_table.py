@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkTable, TableError, build_table, load_table
+from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, load_table
 from mecharm_runtime.lookup import table as table_mod
 from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
@@ -150,3 +150,31 @@ def test_malformed_csv_is_rejected_with_a_clear_error(tmp_path: Path, text: str,
 def test_missing_table(tmp_path: Path) -> None:
     with pytest.raises(TableError, match="no such file"):
         load_table(tmp_path / "nope.csv")
+
+
+def test_concurrent_ensure_builds_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two starts racing on one data root: one builds, the other waits and finds the table.
+
+    Threads, each with its own open file description, contend for the flock like processes do.
+    """
+    import threading
+
+    from mecharm_runtime.lookup import build as build_mod
+
+    small = default_rows(DEFAULT_BASES[:1], with_global=False)
+    calls: list[int] = []
+
+    def rows() -> np.ndarray:
+        calls.append(1)
+        return small
+
+    monkeypatch.setattr(build_mod, "default_rows", rows)
+    results: list[Path] = []
+    threads = [threading.Thread(target=lambda: results.append(ensure_table(tmp_path))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 3 and len(set(results)) == 1
+    assert len(calls) == 1 and not (tmp_path / "fk" / "archive").exists()
+    assert load_table(results[0]).n_rows == len(small)
