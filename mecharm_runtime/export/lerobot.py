@@ -135,7 +135,12 @@ def load_dataset_state(out: Path) -> DatasetState | None:
         raise DatasetError(f"{manifest_path}: unknown manifest format")
     rows: list[dict[str, Any]] = []
     for rel in sorted(p for p in manifest["files"] if p.startswith("meta/episodes/")):
-        rows.extend(pq.read_table(out / rel).to_pylist())
+        try:
+            rows.extend(pq.read_table(out / rel).to_pylist())
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(
+                f"{out / rel} is unreadable ({exc}); run `mecharm export verify {out}`"
+            ) from None
     rows.sort(key=lambda r: int(r["episode_index"]))
     if len(rows) != len(manifest["episodes"]):
         raise DatasetError(

@@ -72,7 +72,16 @@ def _check_stats(
 
 
 def verify_dataset(root: Path, *, check_video: bool = True, progress: bool = False) -> VerifyReport:
-    root = Path(root)
+    """Check the dataset in ``root``; every problem becomes one line of ``errors``."""
+    try:
+        return _verify(Path(root), check_video, progress)
+    except Exception as exc:  # a malformed file must give a report, not a traceback
+        rep = VerifyReport(Path(root))
+        rep.errors.append(f"cannot be checked: {type(exc).__name__}: {exc}")
+        return rep
+
+
+def _verify(root: Path, check_video: bool, progress: bool) -> VerifyReport:
     rep = VerifyReport(root)
     err = rep.errors
     try:

@@ -301,3 +301,12 @@ def test_one_export_at_a_time(recs: Any, data_root: Path, tmp_path: Path) -> Non
     (tmp_path / "file").write_text("x")
     with pytest.raises(DatasetError, match="is not a folder"):
         export_lerobot(data_root, tmp_path / "file", SETTINGS)
+
+
+def test_corrupt_dataset_meta_is_a_clear_error(recs: Any, data_root: Path, tmp_path: Path) -> None:
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.0))
+    out = tmp_path / "ds"
+    export_lerobot(data_root, out, SETTINGS)
+    (out / "meta/episodes/chunk-000/file-000.parquet").write_bytes(b"PAR1 broken")
+    with pytest.raises(DatasetError, match="is unreadable"):
+        export_lerobot(data_root, out, SETTINGS)

@@ -260,3 +260,14 @@ def test_sampled_rgb_matches_ffmpeg_conversion() -> None:
     ours = sample_rgb(frame, 8).astype(int)
     assert ours.shape == ffmpeg.shape == (90, 160, 3)
     assert np.abs(ours - ffmpeg).max() <= 3
+
+
+def test_verify_reports_malformed_files_instead_of_crashing(dataset: Path) -> None:
+    (dataset / "meta/info.json").write_text(
+        json.dumps(json.loads((dataset / "meta/info.json").read_text()) | {"features": []})
+    )
+    rep = verify_dataset(dataset)
+    assert not rep.ok and rep.errors
+    (dataset / "meta/episodes/chunk-000/file-000.parquet").write_bytes(b"PAR1 broken")
+    rep = verify_dataset(dataset)
+    assert not rep.ok
