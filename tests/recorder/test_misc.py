@@ -47,7 +47,7 @@ def test_rate_limited_log_counts_what_it_suppresses():
 def test_state_rows_follow_the_columns():
     row = state_row(Commanded(ts=10.0, angles=[1, 2, 3, 4, 5, 6.5], speed=20, ts_send=9.5,
                               arrived=False, attempt=2, note="n,with comma"), "stage3")
-    assert row == ["10.0", "commanded", "stage3", "1", "2", "3", "4", "5", "6.5", "20", "", "9.5", "",
+    assert row == ["10.0", "commanded", "stage3", "1.0", "2.0", "3.0", "4.0", "5.0", "6.5", "20", "", "9.5", "",
                    "2", "0", "n,with comma"]
     assert state_row(Gripper(ts=1.0, state="close"), "s")[10] == "close"
     assert state_row(Stage(ts=1.0, stage="stage2"), "stage1")[2] == "stage2"

@@ -85,11 +85,11 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     assert kinds.count("commanded") == 3 and kinds.count("measured") == 5 and kinds.count("gripper") == 1
     assert kinds[0] == "trial_start" and kinds[-1] == "trial_end" and "frame_request" in kinds
     cmd = [r for r in rows if r["event_type"] == "commanded"]
-    assert [r["j0"] for r in cmd] == ["0", "1", "2"] and cmd[0]["speed"] == "20"
+    assert [r["j0"] for r in cmd] == ["0.0", "1.0", "2.0"] and cmd[0]["speed"] == "20"
     assert cmd[0]["arrived"] == "1" and cmd[0]["stage"] == "stage1" and cmd[0]["note"] == "move0"
     assert float(cmd[0]["ts_arrival"]) - float(cmd[0]["ts_send"]) == pytest.approx(0.5)
     meas = [r for r in rows if r["event_type"] == "measured"]
-    assert meas[4]["j0"] == "2.0" and meas[0]["j5"] == "-30"
+    assert meas[4]["j0"] == "2.0" and meas[0]["j5"] == "-30.0"
     # frame_log: exact columns, increasing stamps, consistent with meta and the mp4
     cols, frames = read_csv(d / "frame_log.csv")
     assert tuple(cols) == FRAME_LOG_COLUMNS
