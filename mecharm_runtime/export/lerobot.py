@@ -256,7 +256,7 @@ def _prepare(
                 max_frame_offset_s=settings.max_frame_offset_s,
             )
         except RecordingError as exc:
-            report.refused.append(Skipped(cand.run_stem, f"refused: {exc}"))
+            report.refused.append(Skipped(cand.run_stem, str(exc)))
             log.warning("export_refused", run_stem=cand.run_stem, reason=str(exc))
             continue
         size = size or (rec.height, rec.width)
