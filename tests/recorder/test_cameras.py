@@ -37,8 +37,8 @@ def test_synthetic_defaults_to_720p_and_paces_frames():
         cam.close()
     assert all(f.ok for f in frames)
     assert frames[0].image.shape == (720, 1280, 3) and frames[0].image.dtype == np.uint8
-    gaps = np.diff([f.mono_ns for f in frames]) / 1e6
-    assert (gaps > 5).all()  # paced, not flat out (50 fps -> ~20 ms)
+    span_ms = (frames[-1].mono_ns - frames[0].mono_ns) / 1e6
+    assert span_ms >= 5 * 20 * 0.9  # paced at 50 fps, not flat out (load can only make it slower)
     assert not np.array_equal(frames[0].image, frames[1].image)  # counter changes
     ok, _image, wall, mono = frames[-1]  # unpacks like OpenCV
     assert ok and abs(wall - time.time()) < 5 and mono > 0
@@ -138,11 +138,11 @@ def test_mjpeg_read_returns_newest_frame_not_a_backlog(mjpeg_server):
     with open_camera(srv.url) as cam:
         cam.read()
         time.sleep(0.3)  # ~30 frames arrive meanwhile
-        before = srv.sent
+        assert srv.sent >= 10
         f = cam.read()
         assert f.ok
-        shown = int(f.image[5, 5, 0])
-        assert shown in {(n * 7) % 255 for n in range(before - 3, before + 3)}
+        shown = (int(f.image[5, 5, 0]) * 73) % 255  # frame n is drawn with value 7n mod 255
+        assert shown > 5  # a backlog reader would hand out frame 1 here
 
 
 def test_mjpeg_bad_jpeg_is_a_failed_read_not_a_crash(mjpeg_server):

@@ -113,7 +113,7 @@ async def test_request_frame_async_does_not_block_the_loop():
         result = await RecorderSender(port=port).request_frame_async("x", timeout=0.3)
         task.cancel()
     assert result == (None, None, "timeout")
-    assert ticks >= 5  # the loop kept running while we waited
+    assert ticks >= 2  # the loop kept running while we waited (a blocking wait gives 0)
 
     with _listener() as sock:
         t = _reply_once(sock, lambda req: [FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan",
