@@ -236,18 +236,20 @@ def _band_scan(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
     idx = table.index
     sl = idx.band_slice(q.y_lo, q.y_hi)
     counts = {"band": sl.stop - sl.start}
-    cols = idx.y_columns(table)
-    m = cols["safe"][sl].copy()
+    def cols(name: str) -> NDArray[Any]:
+        return idx.ycol(table, name)[sl]
+
+    m = cols("safe").copy()
     counts["safety"] = int(m.sum())
     if q.j3_ref is not None:
-        m &= np.abs(cols["j3"][sl] - q.j3_ref) <= q.band_deg
+        m &= np.abs(cols("j3") - q.j3_ref) <= q.band_deg
         counts["j3"] = int(m.sum())
     if q.j5_ref is not None:
-        m &= np.abs(cols["j5"][sl] - q.j5_ref) <= q.band_deg
+        m &= np.abs(cols("j5") - q.j5_ref) <= q.band_deg
         counts["j5"] = int(m.sum())
     if q.ref is not None:
         for j in range(6):
-            m &= np.abs(cols[f"j{j}"][sl] - q.ref[j]) <= q.tol
+            m &= np.abs(cols(f"j{j}") - q.ref[j]) <= q.tol
         counts["ref_joints"] = int(m.sum())
     pos = np.flatnonzero(m)
     if pos.size == 0:

@@ -87,14 +87,14 @@ class FkIndex:
         b = int(np.searchsorted(self.y_sorted, y_hi, "left"))
         return self.by_y[a:b]
 
-    def y_columns(self, table: FkTable) -> dict[str, NDArray[Any]]:
-        """Columns in ee_y order (built on first use): a band is then a contiguous slice."""
-        cols = self.__dict__.get("_ycols")
-        if cols is None:
-            cols = {name: table.col(name)[self.by_y] for name in
-                    ("ee_x", "ee_z", "safe", "j0", "j1", "j2", "j3", "j4", "j5")}
-            self.__dict__["_ycols"] = cols
-        return cols
+    def ycol(self, table: FkTable, name: str) -> NDArray[Any]:
+        """One column in ee_y order (built on first use): a band is then a contiguous slice."""
+        cols = self.__dict__.setdefault("_ycols", {})
+        col = cols.get(name)
+        if col is None:
+            col = table.col(name)[self.by_y]
+            cols[name] = col
+        return col
 
     def band_slice(self, y_lo: float, y_hi: float) -> slice:
         a = int(np.searchsorted(self.y_sorted, y_lo, "left"))
