@@ -107,7 +107,14 @@ class MjpegServer:
     def jpeg(self, n: int) -> bytes:
         img = np.full((self.h, self.w, 3), (n * 7) % 255, np.uint8)
         cv2.putText(img, str(n), (10, self.h // 2), cv2.FONT_HERSHEY_SIMPLEX, 2, (255, 255, 255), 3)
+        for bit in range(16):  # the frame number as 16 black/white squares (survives JPEG)
+            img[self.h - 16 :, bit * 16 : bit * 16 + 16] = 255 if (n >> bit) & 1 else 0
         return cv2.imencode(".jpg", img)[1].tobytes()
+
+    @staticmethod
+    def frame_number(img: np.ndarray) -> int:
+        h = img.shape[0]
+        return sum(1 << bit for bit in range(16) if img[h - 12 : h - 4, bit * 16 + 4 : bit * 16 + 12].mean() > 127)
 
     def _accept(self) -> None:
         while not self._stop.is_set():
