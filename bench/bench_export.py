@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import tempfile
 import time
@@ -81,7 +82,7 @@ def _make_recording(root: Path, duration: float) -> float:
         dw = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
         dw.writeheader()
         for k, t0 in enumerate(np.arange(wall[0] + 1, wall[-1] - 3, 8.0)):
-            w.writerow(
+            dw.writerow(
                 {
                     "ts": t0,
                     "event_type": "commanded",
@@ -90,14 +91,14 @@ def _make_recording(root: Path, duration: float) -> float:
                 }
             )
             for t in np.arange(t0 + 0.02, t0 + 3, 0.02):
-                w.writerow(
+                dw.writerow(
                     {
                         "ts": t,
                         "event_type": "measured",
                         **{f"j{j}": 10 * k + j * (t - t0) / 3 for j in range(6)},
                     }
                 )
-            w.writerow(
+            dw.writerow(
                 {
                     "ts": t0 + 4,
                     "event_type": "gripper",
@@ -162,6 +163,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "verify_s": round(verify_s, 2),
         "verify_ok": vrep.ok,
         "dataset_video_mb": round(size_mb, 2),
+        "load_avg_1min": round(os.getloadavg()[0], 2),  # shared machine: figures scale with load
         "source_video_mb_per_min": round(src_mb / seconds * 60, 2),
     }
 
