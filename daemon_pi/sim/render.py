@@ -274,9 +274,9 @@ class Renderer:
         self._objects(img, s, include_block=not s.grasped, gain=1.0)
         gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (s.gain * 128.0)
         g8 = np.clip(gmap, 0, 255).astype(np.uint8)
-        img = cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0)
-        self._static, self._static_key = img, key
-        return img
+        lit: NDArray[np.uint8] = np.asarray(cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0), np.uint8)
+        self._static, self._static_key = lit, key
+        return lit
 
     def _objects(self, img: NDArray[np.uint8], s: SceneSnapshot, include_block: bool, gain: float) -> None:
         inside, outer, rim = _box_faces(*s.box)
@@ -338,7 +338,7 @@ class Renderer:
 
     def _sensor(self, img: NDArray[np.uint8], s: SceneSnapshot) -> NDArray[np.uint8]:
         if s.flicker > 0:
-            img = cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker))
+            img = np.asarray(cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker)), np.uint8)
         if s.noise_sigma > 0:
             if self._noise is None or self._noise_key != s.noise_sigma:
                 # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their
@@ -348,8 +348,8 @@ class Renderer:
                 pos = np.empty((h + self._noise_rows, w, 3), np.uint8)
                 neg = np.empty_like(pos)
                 sd = s.noise_sigma * 1.2
-                cv2.randn(pos, (0, 0, 0), (sd, sd, sd))
-                cv2.randn(neg, (0, 0, 0), (sd, sd, sd))
+                cv2.randn(pos, np.zeros(3), np.full(3, sd))
+                cv2.randn(neg, np.zeros(3), np.full(3, sd))
                 self._noise = (pos, neg)
                 self._noise_key = s.noise_sigma
             h = img.shape[0]

@@ -48,9 +48,9 @@ _KERNEL = np.ones((3, 3), np.uint8)
 
 
 # ---------------------------------------------------------------- masks
-def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: PerceptionConfig) -> NDArray[np.uint8]:
+def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: PerceptionConfig) -> NDArray[Any]:
     """Pixels of the mat (plus a margin), cached on the homography object."""
-    cache: dict[Any, NDArray[np.uint8]] = H.__dict__.setdefault("_mask_cache", {})
+    cache: dict[Any, NDArray[Any]] = H.__dict__.setdefault("_mask_cache", {})
     key = (frame_shape[:2], config.mat_x, config.mat_z)
     if key not in cache:
         x0, x1 = config.mat_x
@@ -62,17 +62,16 @@ def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: Perception
     return cache[key]
 
 
-def _hsv(frame: NDArray[np.uint8]) -> NDArray[np.uint8]:
+def _hsv(frame: NDArray[np.uint8]) -> NDArray[Any]:
     return cv2.cvtColor(frame, cv2.COLOR_BGR2HSV)
 
 
-def _red_mask(hsv: NDArray[np.uint8]) -> NDArray[np.uint8]:
-    m = cv2.inRange(hsv, (0, 110, 50), (10, 255, 255))
-    m |= cv2.inRange(hsv, (170, 110, 50), (180, 255, 255))
-    return m
+def _red_mask(hsv: NDArray[Any]) -> NDArray[Any]:
+    return cv2.bitwise_or(cv2.inRange(hsv, (0, 110, 50), (10, 255, 255)),
+                          cv2.inRange(hsv, (170, 110, 50), (180, 255, 255)))
 
 
-def _white_mask(hsv: NDArray[np.uint8]) -> NDArray[np.uint8]:
+def _white_mask(hsv: NDArray[Any]) -> NDArray[Any]:
     return cv2.inRange(hsv, (0, 0, 185), (180, 60, 255))
 
 
@@ -82,7 +81,7 @@ def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[
 
 # ---------------------------------------------------------------- block
 def _block_from(
-    hsv: NDArray[np.uint8], red: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig,
+    hsv: NDArray[Any], red: NDArray[Any], H: MatHomography, config: PerceptionConfig,
     height: float, near_xz: tuple[float, float] | None,
 ) -> BlockDetection | None:
     red = cv2.morphologyEx(red, cv2.MORPH_OPEN, _KERNEL)
@@ -108,16 +107,16 @@ def _block_from(
     if best is None:
         return None
     x, y, w, h = cv2.boundingRect(best[1])
-    blob = np.zeros((h, w), np.uint8)
-    cv2.drawContours(blob, [best[1]], -1, 255, -1, offset=(-x, -y))
-    blob &= red[y : y + h, x : x + w]
+    outline = np.zeros((h, w), np.uint8)
+    cv2.drawContours(outline, [best[1]], -1, 255, -1, offset=(-x, -y))
+    blob: NDArray[Any] = cv2.bitwise_and(outline, red[y : y + h, x : x + w])
     vals = hsv[y : y + h, x : x + w, 2]
     inside = vals[blob > 0]
     if inside.size < 10:
         return None
     thr, _ = cv2.threshold(inside.reshape(-1, 1), 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
     hi, lo = inside[inside > thr], inside[inside <= thr]
-    top = blob.copy()
+    top: NDArray[Any] = blob.copy()
     if hi.size and lo.size and float(hi.mean()) - float(lo.mean()) > 25.0:
         top[vals <= thr] = 0
         top = cv2.morphologyEx(top, cv2.MORPH_OPEN, _KERNEL)
@@ -158,9 +157,13 @@ def locate_block(
 ) -> BlockDetection | None:
     """The block wherever it is (in the gripper during the place servo, stage8_5).
 
-    ``height_m`` is the height of its top face (held block: tip ee_y + half
-    the block size); default: standing on the mat. ``near_xz`` prefers the red
-    blob nearest that point. Searches the whole frame, not only the mat.
+    ``height_m`` is the height of its top face; default: standing on the mat.
+    A grasped block keeps its offset to the tip, so while held its top is at
+    ``tip ee_y + block_size - pick ee_y`` (the pick descend's ee_y); an error
+    of e in the height shifts the result by about e x (distance from the
+    camera's nadir) / (camera height), e.g. 10 mm -> ~3 mm at the box.
+    ``near_xz`` prefers the red blob nearest that point. Searches the whole
+    frame, not only the mat.
     """
     hsv = _hsv(_check_frame(frame))
     h = config.block_size_m if height_m is None else float(height_m)
@@ -169,7 +172,7 @@ def locate_block(
 
 # ---------------------------------------------------------------- box
 def _box_contour(
-    white: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig
+    white: NDArray[Any], H: MatHomography, config: PerceptionConfig
 ) -> tuple[BoxDetection | None, str]:
     contours, _ = cv2.findContours(white, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     outer = config.box_outer_m * 1000.0
@@ -199,7 +202,7 @@ def _box_contour(
     return best, ""
 
 
-def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int) -> NDArray[np.float32]:
+def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int) -> NDArray[Any]:
     size = math.ceil(outer_px * math.sqrt(2)) + 2 * pad
     size += 1 - size % 2
     t = np.zeros((size, size), np.float32)
@@ -211,7 +214,7 @@ def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int)
 
 
 def _box_template(
-    white: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig
+    white: NDArray[Any], H: MatHomography, config: PerceptionConfig
 ) -> tuple[float, float, float, float, float]:
     """Best (score, x, z, yaw_deg, scale) of the rim template over the search window."""
     res = _TEMPLATE_MM_PER_PX / 1000.0
@@ -300,10 +303,10 @@ def combine_detections(
     xs = np.array([b.x for b in same])
     zs = np.array([b.z for b in same])
     mx, mz = float(np.median(xs)), float(np.median(zs))
-    ref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
+    bref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
     box = BoxDetection(
-        x=mx, z=mz, yaw_deg=ref.yaw_deg, score=float(np.median([b.score for b in same])), method=ref.method,
-        u=ref.u, v=ref.v, size_mm=ref.size_mm, reason=ref.reason,
+        x=mx, z=mz, yaw_deg=bref.yaw_deg, score=float(np.median([b.score for b in same])), method=bref.method,
+        u=bref.u, v=bref.v, size_mm=bref.size_mm, reason=bref.reason,
     )
     return SceneDetection(
         block=block, box=box, block_samples=list(blocks), box_samples=list(boxes),

@@ -94,11 +94,11 @@ class MatHomography:
         """Map (N, 2) pixels to (N, 2) mat (x, z) on the plane y = ``height``."""
         pts = np.asarray(uv, dtype=np.float64).reshape(-1, 1, 2)
         inv = self.H_inv if height == 0.0 else np.linalg.inv(self.plane(height))
-        return cv2.perspectiveTransform(pts, inv).reshape(-1, 2)
+        return np.asarray(cv2.perspectiveTransform(pts, inv), dtype=np.float64).reshape(-1, 2)
 
     def xzs_to_pixels(self, xz: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
         pts = np.asarray(xz, dtype=np.float64).reshape(-1, 1, 2)
-        return cv2.perspectiveTransform(pts, self.plane(height)).reshape(-1, 2)
+        return np.asarray(cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64).reshape(-1, 2)
 
     def pixel_to_xz(self, u: float, v: float, height: float = 0.0) -> tuple[float, float]:
         x, z = self.pixels_to_xz(np.array([[u, v]]), height)[0]
@@ -224,5 +224,5 @@ def estimate_homography(
     proj = cv2.perspectiveTransform(mat_pts.reshape(-1, 1, 2), H).reshape(-1, 2)
     err = float(np.sqrt(np.mean(np.sum((proj - img_pts) ** 2, axis=1))))
     return MatHomography.from_homography(
-        H, size, config.focal_px, n_frames=n, reproj_error_px=err, markers_seen=seen
+        np.asarray(H, dtype=np.float64), size, config.focal_px, n_frames=n, reproj_error_px=err, markers_seen=seen
     )

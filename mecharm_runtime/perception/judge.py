@@ -107,16 +107,18 @@ class GeometricJudge:
         if not ev.frames:
             return Verdict("no", 0.0, "cannot judge the pick: no top-camera frames", self.name)
         tip_h = ev.tip_height_m if ev.tip_height_m is not None else self.default_lift_height_m
-        votes, per = [], []
+        votes: list[bool] = []
+        per: list[dict[str, Any]] = []
         for f in ev.frames:
             still = detect_block(f, ev.H, self.config)
             at_origin = still is not None and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
             tip = find_tip_marker(f, ev.H, tip_h, self.config)
             held_mm = None
             if tip is not None:
-                top_h = tip_h + self.config.block_size_m / 2.0
-                tx, tz = ev.H.pixel_to_xz(tip[0], tip[1], top_h)
-                held = locate_block(f, ev.H, top_h, near_xz=(tx, tz), config=self.config)
+                # marker and held block compared on one plane (the tip's): their height difference
+                # is at most ~15 mm, which shifts the comparison by a few mm only
+                tx, tz = tip[2], tip[3]
+                held = locate_block(f, ev.H, tip_h, near_xz=(tx, tz), config=self.config)
                 if held is not None:
                     held_mm = math.hypot(held.x - tx, held.z - tz) * 1000.0
             with_gripper = held_mm is not None and held_mm <= self.held_mm
@@ -130,9 +132,9 @@ class GeometricJudge:
                       f"gripper tip in {sum(votes)}/{n} frames")
         else:
             stayed = sum(p["at_origin"] for p in per)
-            held = sum(p["held_dist_mm"] is not None and p["held_dist_mm"] <= self.held_mm for p in per)
+            n_held = sum(p["held_dist_mm"] is not None and p["held_dist_mm"] <= self.held_mm for p in per)
             reason = (f"pick failed: block still at its mat position in {stayed}/{n} frames, "
-                      f"held at the tip in {held}/{n} frames")
+                      f"held at the tip in {n_held}/{n} frames")
         return Verdict("yes" if ok else "no", round(0.95 * agree, 4), reason, self.name, {"frames": per})
 
     # ---------------------------------------------------------------- place
@@ -141,7 +143,9 @@ class GeometricJudge:
             return Verdict("no", 0.0, "cannot judge the place: no top-camera frames", self.name)
         cfg = self.config
         top_h = cfg.box_floor_m + cfg.block_size_m
-        votes, margins, per = [], [], []
+        votes: list[bool] = []
+        margins: list[float] = []
+        per: list[dict[str, Any]] = []
         box: BoxDetection = ev.scene.box
         for f in ev.frames:
             redetect = detect_box(f, ev.H, config=cfg)
@@ -204,7 +208,7 @@ class HumanJudge:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = timeout
         self.fallback = fallback
-        self.in_fd = sys.stdin.fileno() if in_fd is None else in_fd
+        self.in_fd = in_fd  # None: the process's stdin, looked up when asking
         self.out = out or sys.stdout
 
     async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
@@ -216,16 +220,20 @@ class HumanJudge:
     async def _ask(self, question: str, evidence: JudgeEvidence, which: str) -> Verdict:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[bytes] = asyncio.Queue()
+        try:
+            fd = self.in_fd if self.in_fd is not None else sys.stdin.fileno()
+        except (OSError, ValueError) as exc:
+            return await self._no_answer(f"no terminal to ask ({exc})", evidence, which)
 
         def readable() -> None:
             try:
-                queue.put_nowait(os.read(self.in_fd, 1024))
+                queue.put_nowait(os.read(fd, 1024))
             except OSError:
                 queue.put_nowait(b"")
 
         self.out.write(f"{question} [y/n] (within {self.timeout:.0f} s): ")
         self.out.flush()
-        loop.add_reader(self.in_fd, readable)
+        loop.add_reader(fd, readable)
         deadline = loop.time() + self.timeout
         buf = b""
         why = f"no answer within {self.timeout:.1f} s"
@@ -249,8 +257,11 @@ class HumanJudge:
                     self.out.write(f"please answer y or n (got {answer[:20]!r}): ")
                     self.out.flush()
         finally:
-            loop.remove_reader(self.in_fd)
+            loop.remove_reader(fd)
         self.out.write("\n")
+        return await self._no_answer(why, evidence, which)
+
+    async def _no_answer(self, why: str, evidence: JudgeEvidence, which: str) -> Verdict:
         if self.fallback is not None:
             v = await getattr(self.fallback, which)(evidence)
             return Verdict(v.verdict, v.confidence, f"human judge: {why}; {v.judge}: {v.reason}",
