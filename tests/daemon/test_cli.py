@@ -241,6 +241,14 @@ async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> No
     assert any(e["event"] == "workcell_closed" for e in events)
 
 
+def test_listening_beyond_loopback_without_token_warns(tmp_path: Path) -> None:
+    d = Daemon(["--backend", "sim", "--host", "0.0.0.0"], tmp_path)
+    rc, events = d.terminate()
+    assert rc == 0
+    warn = [e for e in events if e["event"] == "no_authentication"]
+    assert warn and warn[0]["level"] == "warning" and "anyone on the network" in warn[0]["reason"]
+
+
 def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
     p = subprocess.run(
         [sys.executable, "-m", "daemon_pi.cli", "--config", os.devnull, "--backend", "mycobot",
