@@ -239,7 +239,11 @@ def _prepare(
                 open_value=settings.gripper_open_value,
                 closed_value=settings.gripper_closed_value,
             )
-            if cand.recording_status and rec.meta.status != cand.recording_status:
+            # "none" = the runtime gave up waiting for a meta that came later: the meta decides
+            if (
+                cand.recording_status not in ("", "none")
+                and rec.meta.status != cand.recording_status
+            ):
                 raise RecordingError(
                     f"ledger says recording_status={cand.recording_status} but the meta says {rec.meta.status}"
                 )

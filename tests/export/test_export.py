@@ -310,3 +310,19 @@ def test_corrupt_dataset_meta_is_a_clear_error(recs: Any, data_root: Path, tmp_p
     (out / "meta/episodes/chunk-000/file-000.parquet").write_bytes(b"PAR1 broken")
     with pytest.raises(DatasetError, match="is unreadable"):
         export_lerobot(data_root, out, SETTINGS)
+
+
+def test_late_meta_with_ledger_status_none_is_exportable_when_selected(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    # the runtime waited 2 s for the meta, wrote "none", and the recorder finished later
+    recs.ledger(
+        data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.0), rec_status="none"
+    )
+    assert not export_lerobot(data_root, tmp_path / "a", SETTINGS).exported  # default: needs ok
+    rep = export_lerobot(
+        data_root,
+        tmp_path / "b",
+        SETTINGS.model_copy(update={"select": "recording_status=ok|none"}),
+    )
+    assert [e.run_stem for e in rep.exported] == [recs.stem(1)] and not rep.refused
