@@ -212,7 +212,7 @@ class RecorderService:
             log.error("trial_start_refused", run_stem=ev.run_stem, reason=f"{type(exc).__name__}: {exc}")
             return
         trial.add_event(ev)
-        if self.camera.state != "open":
+        if self.camera.state == "lost":
             trial.mark("camera_lost", "camera unavailable at trial start")
         self.writer.begin(trial)
         self.trial = trial
