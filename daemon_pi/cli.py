@@ -110,17 +110,19 @@ async def serve(settings: DaemonSettings) -> int:
         log.warning("no_authentication", host=host,
                     reason="listening beyond loopback without --token-file: anyone on the network can move the arm")
     backend, arm = _make_backend(settings)
-    workcell = _start_workcell(settings, arm, host)  # fails before the port is opened
     server = ArmServer(backend, host, settings.port, token, auth_timeout_s=settings.auth_timeout_s,
                        idle_timeout_s=settings.idle_timeout_s, shutdown_grace_s=settings.shutdown_grace_s)
+    workcell = None
     try:
-        try:
-            await server.start()
-        except BackendError as exc:
-            raise StartupError(f"backend {backend.name} failed to open: {exc.message}") from exc
-        except OSError as exc:
-            raise StartupError(f"cannot listen on {host}:{settings.port}: {exc.strerror or exc}") from exc
+        # handlers first: a SIGTERM right after "daemon_listening" must still stop us gracefully
         with capture_signals() as sigs:
+            workcell = _start_workcell(settings, arm, host)  # fails before the port is opened
+            try:
+                await server.start()
+            except BackendError as exc:
+                raise StartupError(f"backend {backend.name} failed to open: {exc.message}") from exc
+            except OSError as exc:
+                raise StartupError(f"cannot listen on {host}:{settings.port}: {exc.strerror or exc}") from exc
             await sigs.stop.wait()
             reason = f"signal {sigs.received[0]}"
             stopping = asyncio.ensure_future(server.stop(reason))
