@@ -265,6 +265,15 @@ def _verify(root: Path, check_video: bool, progress: bool) -> VerifyReport:
         for p in sorted((root / top).rglob("*")) if (root / top).is_dir() else []:
             if p.is_file() and p.relative_to(root).as_posix() not in known:
                 err.append(f"{p.relative_to(root).as_posix()}: no episode refers to this file")
+    manifest_path = root / L.MANIFEST_PATH
+    if manifest_path.is_file():  # our provenance record must describe the same dataset
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if [e.get("episode_index") for e in manifest.get("episodes", [])] != [
+            r["episode_index"] for r in rows
+        ]:
+            err.append(f"{L.MANIFEST_PATH}: its episodes do not match meta/episodes")
+        if set(manifest.get("files", [])) != known:
+            err.append(f"{L.MANIFEST_PATH}: its file list differs from the files the episodes use")
     if check_video:
         total = sum(r["length"] for r in rows)
         with tqdm(

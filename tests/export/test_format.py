@@ -156,6 +156,13 @@ def _rewrite_episodes(ds: Path, change: Any) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=L.episodes_schema()), path)
 
 
+def _drop_manifest_episode(ds: Path) -> None:
+    path = ds / "meta/mecharm_export.json"
+    manifest = json.loads(path.read_text())
+    manifest["episodes"].pop()
+    path.write_text(json.dumps(manifest))
+
+
 @pytest.mark.parametrize(
     ("tamper", "needle"),
     [
@@ -199,6 +206,7 @@ def _rewrite_episodes(ds: Path, change: Any) -> None:
             lambda ds: (ds / "meta/stats.json").write_text(json.dumps({"action": {}})),
             "stats.json: no observation.state",
         ),
+        (_drop_manifest_episode, "mecharm_export.json: its episodes do not match"),
     ],
 )
 def test_verify_finds_damage(dataset: Path, tamper: Any, needle: str) -> None:
