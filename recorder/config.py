@@ -58,6 +58,11 @@ class RecorderSettings(RigSettings):
     #: frames queued for the encoder before drops are counted (2 s at 30 fps)
     max_pending_frames: int = Field(default=60, ge=1, le=600)
     jpeg_quality: int = Field(default=90, ge=10, le=100)
+    #: frame_request budget (token bucket, burst = one second's worth); beyond it the
+    #: request is answered "exception:RateLimited" and nothing is written
+    max_frame_requests_per_sec: float = Field(default=20.0, gt=0)
+    #: a trial whose trial_end never comes (runtime crashed) is closed "truncated" after this
+    max_trial_sec: float = Field(default=1800.0, gt=0)
     video: VideoSettings = Field(default_factory=VideoSettings)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -58,11 +58,13 @@ from recorder.status import RateLimitedLog, StatusCounters
 from recorder.trial import TrialRecording
 from recorder.writer import CapturedFrame, FrameWriter
 
-__all__ = ["ORPHAN_SUBDIR", "RecorderService"]
+__all__ = ["ORPHAN_SUBDIR", "REASON_RATE_LIMITED", "RecorderService"]
 
 log = get_logger("recorder")
 ORPHAN_SUBDIR = ("diag", "recorder_orphan_frames")
 _RCVBUF = 4 * 1024 * 1024
+#: the exception:{Type} form of SPEC §9 for a request refused by the rate limit
+REASON_RATE_LIMITED = "exception:RateLimited"
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -103,6 +105,8 @@ class RecorderService:
             on_lost=self._camera_lost,
         )
         self._reject = RateLimitedLog(log, "event_rejected")
+        self._fr_tokens = settings.max_frame_requests_per_sec
+        self._fr_refill = time.monotonic()
         self._closing: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._transport: asyncio.DatagramTransport | None = None
@@ -245,9 +249,23 @@ class RecorderService:
             log.error("states_write_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}")
 
     # --- frame requests -------------------------------------------------------------------------
+    def _take_frame_token(self) -> bool:
+        """Token bucket: a flood of frame_requests must not fill the disk with JPEGs."""
+        rate = self.settings.max_frame_requests_per_sec
+        now = time.monotonic()
+        self._fr_tokens = min(rate, self._fr_tokens + (now - self._fr_refill) * rate)
+        self._fr_refill = now
+        if self._fr_tokens >= 1.0:
+            self._fr_tokens -= 1.0
+            return True
+        return False
+
     def _frame_request(self, ev: FrameRequest) -> None:
         t0 = time.perf_counter()
-        reply = self.serve_frame(ev.tag)
+        if self._take_frame_token():
+            reply = self.serve_frame(ev.tag)
+        else:
+            reply = FrameReply(reason=REASON_RATE_LIMITED, camera_frozen=self.camera.frozen, tag=ev.tag)
         self.counters.frame_requests += 1
         self.counters.reply(reply.reason)
         if self._transport is not None:
@@ -364,6 +382,11 @@ class RecorderService:
                     trial.flush_states()
                 except OSError as exc:
                     log.error("states_flush_failed", run_stem=trial.run_stem, error=str(exc))
+            trial = self.trial
+            if trial is not None and time.time() - trial.started_ts > s.max_trial_sec:
+                limit = f"no trial_end after max_trial_sec={s.max_trial_sec:g}"
+                log.warning("trial_truncated", run_stem=trial.run_stem, reason=limit)
+                self._close_trial("truncated", limit)
             if time.monotonic() - last_mount >= s.mount_check_sec:
                 last_mount = time.monotonic()
                 why = self._check_mount()

@@ -400,3 +400,25 @@ async def test_fuzz_hostile_datagrams_then_a_clean_trial(settings_factory, run_r
         assert root in p.resolve().parents
         assert ".." not in p.name and "\x00" not in p.name and len(p.name) < 200
     assert {p.name for p in (data_root / "runs" / "run_pick_place").iterdir()} == {STEM}
+
+
+@pytest.mark.asyncio
+async def test_frame_request_flood_is_rate_limited_and_endless_trials_are_closed(
+    settings_factory, run_recorder, wait_for, data_root
+):
+    settings = settings_factory(max_frame_requests_per_sec=5, max_trial_sec=0.8)
+    async with run_recorder(settings) as svc:
+        s = RecorderSender(port=svc.port)
+        await wait_for(lambda: svc.camera.latest is not None, what="first frame")
+        replies = await asyncio.gather(*(s.request_frame_reply_async(f"flood{i}") for i in range(20)))
+        reasons = [r.reason for r in replies]
+        assert 3 <= reasons.count("ok_orphan") <= 7
+        assert reasons.count("exception:RateLimited") == 20 - reasons.count("ok_orphan")
+        written = list((data_root / "diag" / "recorder_orphan_frames").iterdir())
+        assert len(written) == reasons.count("ok_orphan")
+        s.notify(TrialStart(run_stem=STEM))  # and the runtime dies: no trial_end ever comes
+        await wait_for(lambda: svc.counters.trials_started == 1 and svc.trial is None, timeout=5,
+                       what="trial closed by the limit")
+        await svc.wait_closed()
+    meta = load_meta(data_root, STEM)
+    assert meta.status == "truncated" and "max_trial_sec" in meta.status_reason
