@@ -273,8 +273,8 @@ def _indexed(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int] | No
 
 
 def _passing(steps: list[tuple[str, Any]], rows: NDArray[np.int64]) -> NDArray[np.bool_]:
-    m = np.ones(rows.size, dtype=bool)
-    for _name, test in steps:
+    m: NDArray[np.bool_] = steps[0][1](rows)  # safety first: a fresh (gathered) array
+    for _name, test in steps[1:]:
         m &= test(rows)
     return m
 

@@ -71,6 +71,17 @@ class FkIndex:
             raise ValueError("index size does not match the table")
         return idx
 
+    def _ranks(self, y_lo: float, y_hi: float) -> tuple[int, int]:
+        """Rank bounds of a band (rows with ee_y in [y_lo, y_hi) have rank in [lo, hi))."""
+        cache = self.__dict__.setdefault("_rank_cache", {})
+        r = cache.get((y_lo, y_hi))
+        if r is None:
+            r = (int(np.searchsorted(self.ys, y_lo, "left")), int(np.searchsorted(self.ys, y_hi, "left")))
+            if len(cache) > 256:
+                cache.clear()
+            cache[(y_lo, y_hi)] = r
+        return r
+
     def _template(self, nix: int, niz: int) -> NDArray[np.int64]:
         """Key offsets (cell << 32) of an nix x niz block of cells, relative to its first cell."""
         cache = self.__dict__.setdefault("_templates", {})
@@ -115,8 +126,7 @@ class FkIndex:
         ix_hi = int((tx + half - self.x0) // c)
         iz_lo = int((tz - half - self.z0) // c)
         iz_hi = int((tz + half - self.z0) // c)
-        r_lo = int(np.searchsorted(self.ys, y_lo, "left"))
-        r_hi = int(np.searchsorted(self.ys, y_hi, "left"))
+        r_lo, r_hi = self._ranks(y_lo, y_hi)
         if r_lo >= r_hi:
             return np.empty(0, dtype=np.int64)
         ix_lo, ix_hi = max(ix_lo, 0), min(ix_hi, self.nx - 1)
