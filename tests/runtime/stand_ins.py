@@ -9,6 +9,7 @@ not about perception; the end-to-end tests use the real workcell cameras.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 
@@ -38,6 +39,8 @@ class TrueStateEyes:
         return SceneObservation(True, block_xz=self.block_xz, box_xz=self.box_xz, box_score=0.9, box_method="contour")
 
     async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+        # a camera frame taken after the arm came to rest (arrival is declared within tol, still settling)
+        await asyncio.to_thread(self.arm.wait_idle, 5.0)
         x, _y, z = self._tip()
         dx, dz = (x - block_xz[0]) * 1000, (z - block_xz[1]) * 1000
         self.held = math.hypot(dx, dz) <= self.grasp_mm

@@ -119,7 +119,7 @@ async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_p
               RecorderLink(None), clock, table, *arcs, arm_alive=lambda: client.is_connected)
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "completed" and t.pick_attempts >= 2
+    assert t.status == "completed" and t.pick_attempts >= 2, t.reason
     recorded = list(read_trace(t.trace_path))
 
     inputs = _Inputs(recorded)
