@@ -128,6 +128,17 @@ class FkTable:
             self._index = FkIndex.build(self)
         return self._index
 
+    def warm(self) -> FkTable:
+        """Build now what the first lookups would build (columns, safety mask, index,
+        ee_y-ordered columns): call it in a worker thread after loading to keep the
+        first lookups of a trial fast. Returns self."""
+        for name in (*COLUMNS, "safe"):
+            self.col(name)
+        idx = self.index
+        for name in ("safe", *COLUMNS[3:]):
+            idx.ycol(self, name)
+        return self
+
     def row(self, i: int) -> tuple[float, ...]:
         return tuple(float(v) for v in (*self.xyz[i], *self.joints[i]))
 

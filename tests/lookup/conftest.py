@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import structlog
 
 from mecharm_runtime.lookup import FkTable, ensure_table, load_table
 from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
+
+
+@pytest.fixture(autouse=True)
+def _restore_structlog() -> Iterator[None]:
+    """The CLI configures structlog onto the (captured) stderr; later tests must not inherit it."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
 
 
 def dyadic_table(n: int = 6000, seed: int = 0) -> FkTable:

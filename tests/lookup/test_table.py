@@ -178,3 +178,10 @@ def test_concurrent_ensure_builds_once(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(results) == 3 and len(set(results)) == 1
     assert len(calls) == 1 and not (tmp_path / "fk" / "archive").exists()
     assert load_table(results[0]).n_rows == len(small)
+
+
+def test_warm_builds_the_lazy_parts() -> None:
+    table = FkTable.from_rows(small_rows())
+    assert table.warm() is table
+    assert table._index is not None and set(table._cols) >= {"ee_x", "ee_y", "ee_z", "safe", "j3"}
+    assert np.array_equal(table.index.ycol(table, "j0"), table.joints[table.index.by_y, 0])
