@@ -105,3 +105,15 @@ def test_cli_verify_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "meta/info.json").write_text("{}")
     assert main(["export", "verify", str(tmp_path), "--no-progress"]) == 1
     assert "problem(s)" in capsys.readouterr().out
+
+
+def test_shipped_config_is_valid_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mecharm_common.config import load_settings
+    from mecharm_runtime.export.config import ExportSettings
+
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "export.yaml"
+    s = load_settings(ExportSettings, cfg)
+    assert s.fps == 10 and s.select == "success" and s.gop == 2
+    monkeypatch.setenv("MECHARM_EXPORT_FPS", "15")
+    assert load_settings(ExportSettings, cfg).fps == 15
+    assert load_settings(ExportSettings, cfg, {"fps": 5}).fps == 5
