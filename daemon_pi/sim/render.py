@@ -181,6 +181,7 @@ class Renderer:
         self.rng = random.Random(seed)
         self._static_key: Any = None
         self._static: NDArray[np.uint8] | None = None
+        self._bg: NDArray[np.uint8] | None = None
         self._noise_key: float | None = None
         self._noise: tuple[NDArray[np.uint8], NDArray[np.uint8]] | None = None
         self._noise_rows = noise_patterns
@@ -270,7 +271,9 @@ class Renderer:
         key = s.version
         if self._static is not None and key == self._static_key:
             return self._static
-        img = self._background()
+        if self._bg is None:  # table, mat and markers never move: drawn once per renderer
+            self._bg = self._background()
+        img = self._bg.copy()
         self._objects(img, s, include_block=not s.grasped, gain=1.0)
         gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (s.gain * 128.0)
         g8 = np.clip(gmap, 0, 255).astype(np.uint8)

@@ -48,9 +48,11 @@ _KERNEL = np.ones((3, 3), np.uint8)
 
 
 # ---------------------------------------------------------------- masks
-def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: PerceptionConfig) -> NDArray[Any]:
-    """Pixels of the mat (plus a margin), cached on the homography object."""
-    cache: dict[Any, NDArray[Any]] = H.__dict__.setdefault("_mask_cache", {})
+def _mat_roi(
+    frame_shape: tuple[int, ...], H: MatHomography, config: PerceptionConfig
+) -> tuple[NDArray[Any], tuple[int, int]]:
+    """The mat's pixels, cropped to its bounding box, and the box's offset; cached on ``H``."""
+    cache: dict[Any, tuple[NDArray[Any], tuple[int, int]]] = H.__dict__.setdefault("_roi_cache", {})
     key = (frame_shape[:2], config.mat_x, config.mat_z)
     if key not in cache:
         x0, x1 = config.mat_x
@@ -58,21 +60,38 @@ def _mat_mask(frame_shape: tuple[int, ...], H: MatHomography, config: Perception
         poly = H.xzs_to_pixels(np.array([[x0, z0], [x1, z0], [x1, z1], [x0, z1]]))
         mask = np.zeros(frame_shape[:2], np.uint8)
         cv2.fillConvexPoly(mask, np.round(poly).astype(np.int32), 255)
-        cache[key] = mask
+        bx, by, bw, bh = cv2.boundingRect(mask)
+        if bw == 0 or bh == 0:  # the mat is not in this frame at all
+            bx, by, bw, bh = 0, 0, 1, 1
+        cache[key] = (mask[by : by + bh, bx : bx + bw].copy(), (bx, by))
     return cache[key]
 
 
-def _hsv(frame: NDArray[np.uint8]) -> NDArray[Any]:
-    return cv2.cvtColor(frame, cv2.COLOR_BGR2HSV)
+class _View:
+    """One frame prepared once for every detector: HSV of the mat's bounding box (or the
+    whole frame), the mat mask, and the crop offset (contours come back in frame pixels)."""
 
+    def __init__(self, frame: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig,
+                 on_mat: bool = True) -> None:
+        _check_frame(frame)
+        self.mask: NDArray[Any] | None = None
+        self.off = (0, 0)
+        roi = frame
+        if on_mat:
+            self.mask, self.off = _mat_roi(frame.shape, H, config)
+            h, w = self.mask.shape
+            roi = frame[self.off[1] : self.off[1] + h, self.off[0] : self.off[0] + w]
+        self.hsv: NDArray[Any] = cv2.cvtColor(roi, cv2.COLOR_BGR2HSV)
 
-def _red_mask(hsv: NDArray[Any]) -> NDArray[Any]:
-    return cv2.bitwise_or(cv2.inRange(hsv, (0, 110, 50), (10, 255, 255)),
-                          cv2.inRange(hsv, (170, 110, 50), (180, 255, 255)))
+    def _masked(self, m: NDArray[Any]) -> NDArray[Any]:
+        return m if self.mask is None else cv2.bitwise_and(m, self.mask)
 
+    def red(self) -> NDArray[Any]:
+        return self._masked(cv2.bitwise_or(cv2.inRange(self.hsv, (0, 110, 50), (10, 255, 255)),
+                                           cv2.inRange(self.hsv, (170, 110, 50), (180, 255, 255))))
 
-def _white_mask(hsv: NDArray[Any]) -> NDArray[Any]:
-    return cv2.inRange(hsv, (0, 0, 185), (180, 60, 255))
+    def white(self) -> NDArray[Any]:
+        return self._masked(cv2.inRange(self.hsv, (0, 0, 185), (180, 60, 255)))
 
 
 def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[np.float64]:
@@ -81,11 +100,12 @@ def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[
 
 # ---------------------------------------------------------------- block
 def _block_from(
-    hsv: NDArray[Any], red: NDArray[Any], H: MatHomography, config: PerceptionConfig,
-    height: float, near_xz: tuple[float, float] | None,
+    view: _View, H: MatHomography, config: PerceptionConfig, height: float, near_xz: tuple[float, float] | None,
 ) -> BlockDetection | None:
-    red = cv2.morphologyEx(red, cv2.MORPH_OPEN, _KERNEL)
-    contours, _ = cv2.findContours(red, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    red = view.red()
+    hsv = view.hsv
+    ox, oy = view.off
+    contours, _ = cv2.findContours(red, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE, offset=(ox, oy))
     face_mm2 = (config.block_size_m * 1000.0) ** 2
     best = None
     for c in contours:
@@ -107,10 +127,11 @@ def _block_from(
     if best is None:
         return None
     x, y, w, h = cv2.boundingRect(best[1])
+    lx, ly = x - ox, y - oy  # in the view's crop
     outline = np.zeros((h, w), np.uint8)
     cv2.drawContours(outline, [best[1]], -1, 255, -1, offset=(-x, -y))
-    blob: NDArray[Any] = cv2.bitwise_and(outline, red[y : y + h, x : x + w])
-    vals = hsv[y : y + h, x : x + w, 2]
+    blob: NDArray[Any] = cv2.bitwise_and(outline, red[ly : ly + h, lx : lx + w])
+    vals = hsv[ly : ly + h, lx : lx + w, 2]
     inside = vals[blob > 0]
     if inside.size < 10:
         return None
@@ -143,9 +164,7 @@ def detect_block(
     frame: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig = DEFAULT_CONFIG
 ) -> BlockDetection | None:
     """The red block standing on the mat, or None when no plausible red blob is seen."""
-    hsv = _hsv(_check_frame(frame))
-    red = _red_mask(hsv) & _mat_mask(frame.shape, H, config)
-    return _block_from(hsv, red, H, config, config.block_size_m, None)
+    return _block_from(_View(frame, H, config), H, config, config.block_size_m, None)
 
 
 def locate_block(
@@ -165,16 +184,15 @@ def locate_block(
     ``near_xz`` prefers the red blob nearest that point. Searches the whole
     frame, not only the mat.
     """
-    hsv = _hsv(_check_frame(frame))
     h = config.block_size_m if height_m is None else float(height_m)
-    return _block_from(hsv, _red_mask(hsv), H, config, h, near_xz)
+    return _block_from(_View(frame, H, config, on_mat=False), H, config, h, near_xz)
 
 
 # ---------------------------------------------------------------- box
 def _box_contour(
-    white: NDArray[Any], H: MatHomography, config: PerceptionConfig
+    white: NDArray[Any], off: tuple[int, int], H: MatHomography, config: PerceptionConfig
 ) -> tuple[BoxDetection | None, str]:
-    contours, _ = cv2.findContours(white, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    contours, _ = cv2.findContours(white, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE, offset=off)
     outer = config.box_outer_m * 1000.0
     best: BoxDetection | None = None
     n_big = 0
@@ -214,7 +232,7 @@ def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int)
 
 
 def _box_template(
-    white: NDArray[Any], H: MatHomography, config: PerceptionConfig
+    white: NDArray[Any], off: tuple[int, int], H: MatHomography, config: PerceptionConfig
 ) -> tuple[float, float, float, float, float]:
     """Best (score, x, z, yaw_deg, scale) of the rim template over the search window."""
     res = _TEMPLATE_MM_PER_PX / 1000.0
@@ -222,7 +240,8 @@ def _box_template(
     wpx, hpx = round((x1 - x0) / res), round((z1 - z0) / res)
     # rectified pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the rim's plane
     S = np.array([[res, 0, x0], [0, -res, z1], [0, 0, 1.0]])
-    M = H.plane(config.box_height_m) @ S
+    T = np.array([[1.0, 0, -off[0]], [0, 1.0, -off[1]], [0, 0, 1.0]])  # frame -> crop pixels
+    M = T @ H.plane(config.box_height_m) @ S
     rect = cv2.warpPerspective(white, M, (wpx, hpx), flags=cv2.WARP_INVERSE_MAP | cv2.INTER_LINEAR)
     rect = cv2.GaussianBlur(rect.astype(np.float32) / 255.0, (5, 5), 0)
     best = (-1.0, 0.0, 0.0, 0.0, 1.0)
@@ -254,13 +273,18 @@ def detect_box(
     Never returns None: the fallback keeps the trial going at the configured
     position, and ``method == "fallback"`` says so (with the best template score).
     """
-    hsv = _hsv(_check_frame(frame))
-    white = _white_mask(hsv) & _mat_mask(frame.shape, H, config)
-    white = cv2.morphologyEx(white, cv2.MORPH_OPEN, _KERNEL)
-    found, why = _box_contour(white, H, config)
+    return _box_from(_View(frame, H, config), H, fallback_xz, score_thresh, config)
+
+
+def _box_from(
+    view: _View, H: MatHomography, fallback_xz: tuple[float, float], score_thresh: float,
+    config: PerceptionConfig,
+) -> BoxDetection:
+    white = view.white()
+    found, why = _box_contour(white, view.off, H, config)
     if found is not None:
         return found
-    score, x, z, yaw, scale = _box_template(white, H, config)
+    score, x, z, yaw, scale = _box_template(white, view.off, H, config)
     u, v = H.xz_to_pixel(x, z, config.box_height_m)
     if score >= score_thresh:
         return BoxDetection(
@@ -324,6 +348,10 @@ def detect_scene(
     """Block and box in each of the DETECT_REPEAT captures, combined (``combine_detections``)."""
     if not frames:
         raise ValueError("detect_scene needs at least one frame")
-    blocks = [detect_block(f, H, config) for f in frames]
-    boxes = [detect_box(f, H, fallback_xz, score_thresh, config) for f in frames]
+    blocks: list[BlockDetection | None] = []
+    boxes: list[BoxDetection] = []
+    for f in frames:
+        view = _View(f, H, config)  # one colour conversion for both objects
+        blocks.append(_block_from(view, H, config, config.block_size_m, None))
+        boxes.append(_box_from(view, H, fallback_xz, score_thresh, config))
     return combine_detections(blocks, boxes)

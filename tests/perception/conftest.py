@@ -111,10 +111,10 @@ def _accuracy(seeds: range) -> str:
     eb, ex, methods = [], [], []
     for seed in seeds:
         view = TopView(seed)
-        f = view.frames(3)
-        H = estimate_homography(f[:2])
-        block = detect_block(f[2], H)
-        box = detect_box(f[2], H)
+        f = view.frames(2)
+        H = estimate_homography(f[:1])
+        block = detect_block(f[1], H)
+        box = detect_box(f[1], H)
         t = view.truth()
         assert block is not None, f"seed {seed}: block not found"
         eb.append(math.hypot(block.x - t["block"]["x"], block.z - t["block"]["z"]) * 1000)
