@@ -33,7 +33,7 @@ class VideoSettings(BaseModel):
     threads: int = Field(default=0, ge=0, le=16)
     #: Linux: nice value of the encoder threads, so frame_request and the camera
     #: read win under CPU contention (0 = same priority as the rest)
-    encoder_nice: int = Field(default=5, ge=0, le=19)
+    encoder_nice: int = Field(default=0, ge=0, le=19)
 
 
 class RecorderSettings(RigSettings):
@@ -57,6 +57,9 @@ class RecorderSettings(RigSettings):
     status_interval_sec: float = Field(default=10.0, ge=0, description="0 disables the status line")
     #: frames queued for the encoder before drops are counted (2 s at 30 fps)
     max_pending_frames: int = Field(default=60, ge=1, le=600)
+    #: at trial_end, frames still queued are encoded for at most this long and the
+    #: rest counted as dropped, so the meta appears within the runtime's 2.0 s wait
+    close_budget_sec: float = Field(default=1.0, gt=0, le=30)
     jpeg_quality: int = Field(default=90, ge=10, le=100)
     #: frame_request budget (token bucket, burst = one second's worth); beyond it the
     #: request is answered "exception:RateLimited" and nothing is written

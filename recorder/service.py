@@ -325,6 +325,7 @@ class RecorderService:
         if status is not None:
             trial.mark(status, reason)
         trial.ended_ts = time.time()
+        trial.close_deadline = time.monotonic() + self.settings.close_budget_sec
         try:
             trial.close_states()
         except OSError as exc:
@@ -350,6 +351,7 @@ class RecorderService:
         log.info("trial_closed", run_stem=trial.run_stem, status=meta.status,
                  reason=meta.status_reason, frames_captured=meta.frames_captured,
                  frames_written=meta.frames_written, frames_dropped=meta.frames_dropped,
+                 dropped_at_close=trial.frames_dropped_at_close,
                  effective_fps=meta.effective_fps, elapsed_sec=meta.elapsed_sec,
                  camera_frozen=meta.camera_frozen)
 

@@ -105,6 +105,9 @@ class TrialRecording:
         self.first_capture: tuple[float, int] | None = None
         self.last_capture: tuple[float, int] | None = None
         self.media_failed = False
+        #: monotonic deadline for the backlog once the trial is closing (None while open)
+        self.close_deadline: float | None = None
+        self.frames_dropped_at_close = 0
         self.video = VideoWriter(self.dir / "episode.mp4", settings.video)
         self._states_fh: IO[str] | None = None
         self._states: Any = None
@@ -178,6 +181,10 @@ class TrialRecording:
         self.frames_captured += 1
         if self.media_failed or self._flog is None:
             self.frames_dropped += 1
+            return False
+        if self.close_deadline is not None and time.monotonic() > self.close_deadline:
+            self.frames_dropped += 1  # backlog past the close budget: the meta must not wait
+            self.frames_dropped_at_close += 1
             return False
         if frozen:
             if self.last_capture is not None:

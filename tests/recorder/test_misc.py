@@ -124,3 +124,29 @@ async def test_odd_frames_never_end_the_camera_loop(settings_factory, run_record
         await svc.wait_closed()
     meta = (data_root / "runs" / "run_pick_place" / "odd_run" / "recording" / "recording_meta.json")
     assert '"frames_written"' in meta.read_text()
+
+
+def test_backlog_past_the_close_budget_is_counted_dropped(tmp_path):
+    import time
+
+    import numpy as np
+
+    from recorder.config import RecorderSettings, VideoSettings
+    from recorder.trial import TrialRecording
+
+    root = tmp_path / "data"
+    root.mkdir()
+    settings = RecorderSettings(data_root=root, video=VideoSettings(preset="ultrafast"))
+    trial = TrialRecording.create(root, "budget_run", settings, "synthetic")
+    img = np.zeros((48, 64, 3), np.uint8)
+    t = time.monotonic_ns()
+    assert trial.write_frame(img, time.time(), t + 1, False)
+    trial.close_deadline = time.monotonic() + 60  # closing, budget left: still encoded
+    assert trial.write_frame(img, time.time(), t + 2, False)
+    trial.close_deadline = time.monotonic() - 1  # budget spent: counted, not encoded
+    assert not trial.write_frame(img, time.time(), t + 3, False)
+    trial.close_media()
+    trial.close_states()
+    meta = trial.write_meta()
+    assert (meta.frames_captured, meta.frames_written, meta.frames_dropped) == (3, 2, 1)
+    assert trial.frames_dropped_at_close == 1
