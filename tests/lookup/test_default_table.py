@@ -30,6 +30,9 @@ def test_pick_region(default_table: FkTable) -> None:
         d.append(r.distance)
     d = np.array(d)
     assert np.mean(d <= 0.005) >= 0.93 and np.mean(d <= 0.010) >= 0.96
+    # every target within the arm's reach in the pick band (<= 0.354 m from the base axis): <= 5 mm
+    r = np.array([np.hypot(*t) for t in grid(0.14, 0.24, 0.20, 0.28)])
+    assert np.all(d[r <= 0.354] <= 0.005)
     # the rig's pick of the block at (0.20, 0.26)
     r = fk_lookup(default_table, "pick", (0.20, 0.26), 0.010, 0.040)
     assert r.distance < 0.003
@@ -47,8 +50,10 @@ def test_place_region(default_table: FkTable) -> None:
             assert r.max_dj <= 15.0 and r.selected_ee_y >= 0.070
         d.append(r.distance if r.ok else np.inf)
     d = np.array(d)
-    # the ±15° box around the rig's approach_place pose reaches 0.24-0.29 m from the base axis only
+    # the ±15° box around the rig's approach_place pose reaches 0.235-0.295 m from the base axis only
     assert np.mean(d <= 0.010) >= 0.68
+    r = np.array([np.hypot(*t) for t in grid(-0.24, -0.14, 0.14, 0.24)])
+    assert np.all(d[(r >= 0.235) & (r <= 0.295)] <= 0.010)
     # the rig's box position and the middle of the region are served within a few mm
     for t in ((-0.20, 0.18), (-0.19, 0.19), (-0.17, 0.20)):
         ap = j0_lookup(arc, t)
