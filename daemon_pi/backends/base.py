@@ -26,6 +26,9 @@ __all__ = [
 ]
 
 
+_NUMBER = (int, float)
+
+
 class BackendError(RuntimeError):
     """A backend call failed; ``code`` is the protocol error code to answer with."""
 
@@ -141,13 +144,12 @@ class SdkBackend(ArmBackend):
 
     def get_angles(self) -> list[float]:
         value = self._checked("get_angles")
-        if (
-            not isinstance(value, list)
-            or len(value) != 6
-            or not all(isinstance(a, int | float) and math.isfinite(a) for a in value)
-        ):
+        if type(value) is not list or len(value) != 6 or not all(type(a) in _NUMBER for a in value):
             raise ArmNoReplyError(f"get_angles: malformed reply {value!r} (expected 6 numbers)")
-        return [float(a) for a in value]
+        out = [float(a) for a in value]
+        if not math.isfinite(sum(out)):  # a NaN or inf anywhere makes the sum non-finite
+            raise ArmNoReplyError(f"get_angles: non-finite reading {value!r}")
+        return out
 
     def send_angles(self, angles: Sequence[float], speed: int) -> list[float]:
         self._checked("send_angles", [float(a) for a in angles], int(speed))
