@@ -12,6 +12,7 @@ file code can contain a separator, ``..``, NUL or be empty or overlong.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Annotated, Any, Final, Literal
@@ -261,8 +262,6 @@ def parse_event(data: bytes | str) -> Event:
         data = data.encode("utf-8", "surrogatepass")
     if len(data) > MAX_EVENT_BYTES:
         raise EventError(f"datagram of {len(data)} bytes exceeds {MAX_EVENT_BYTES}")
-    import json  # local: keeps the import cost off notify()'s module
-
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -12,6 +12,7 @@ reply to an earlier request can never be taken for the current one.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import weakref
@@ -62,8 +63,6 @@ class RecorderSender:
         """Send one event (a model from recorder.events or a mapping); never raises or blocks."""
         try:
             if isinstance(event, Mapping):
-                import json
-
                 data = json.dumps(dict(event), separators=(",", ":")).encode()
             else:
                 data = event.model_dump_json().encode()

@@ -15,11 +15,12 @@ bounded; anything malformed ends the stream as a read failure, naming why.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import socket
 import threading
 import time
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import cv2
 import numpy as np
@@ -55,6 +56,12 @@ class MjpegHttpCamera(CameraSource):
         self.host = parts.hostname
         self.port = parts.port or 80
         self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # phone IP-camera apps often want basic auth: http://user:pass@host:port/video
+        self._auth = ""
+        if parts.username is not None:
+            token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode())
+            self._auth = f"Authorization: Basic {token.decode()}\r\n"
+            self.spec = url.replace(f"{parts.password}@", "***@") if parts.password else url
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.stall_timeout = stall_timeout
@@ -91,7 +98,7 @@ class MjpegHttpCamera(CameraSource):
             sock.settimeout(self.connect_timeout)
             req = (
                 f"GET {self.path} HTTP/1.0\r\nHost: {self.host}:{self.port}\r\n"
-                "User-Agent: mecharm-recorder\r\nAccept: multipart/x-mixed-replace\r\n\r\n"
+                f"User-Agent: mecharm-recorder\r\nAccept: multipart/x-mixed-replace\r\n{self._auth}\r\n"
             )
             sock.sendall(req.encode("latin-1"))
             fh = sock.makefile("rb")

@@ -262,3 +262,18 @@ def test_resolve_camera_name_by_id_links(tmp_path):
     by_id.mkdir()
     os.symlink("/dev/video4", by_id / "usb-Jieli_Technology_USB_PHY_2.0-video-index0")
     assert resolve_camera_name("jieli", tmp_path / "nosys", by_id) == 4
+
+
+def test_mjpeg_basic_auth_from_the_url(mjpeg_server):
+    import base64
+
+    srv = mjpeg_server()
+    url = srv.url.replace("http://", "http://phone:s%40cret@")
+    cam = open_camera(url)
+    try:
+        assert cam.read().ok
+        assert "s%40cret" not in cam.spec  # never logged
+    finally:
+        cam.close()
+    token = base64.b64encode(b"phone:s@cret")
+    assert b"Authorization: Basic " + token in srv.requests[0]
