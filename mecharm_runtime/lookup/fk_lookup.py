@@ -203,9 +203,11 @@ def _filter_steps(table: FkTable, q: _Query) -> list[tuple[str, Any]]:
 
 
 def _d2(table: FkTable, q: _Query, rows: NDArray[np.int64]) -> NDArray[np.float64]:
-    dx = table.col("ee_x")[rows] - q.tx
-    dz = table.col("ee_z")[rows] - q.tz
-    return dx * dx + dz * dz
+    """Squared x-z distance of ``rows``: (x - tx)**2 + (z - tz)**2 element by element,
+    the same operations as the full scan (one gather of the interleaved x, z pairs)."""
+    d = table.col("xz")[rows] - (q.tx, q.tz)
+    d *= d
+    return d[:, 0] + d[:, 1]
 
 
 def _nearest(table: FkTable, q: _Query, cand: NDArray[np.int64]) -> tuple[int, float]:
@@ -374,11 +376,11 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
             nearest_angles=None, joint_limit_ok=False, violations=(), max_dj=None,
             reason=why, reason_code="no_candidates", counts=counts, **base,
         )
-    x, y, z = (float(v) for v in table.xyz[best])
-    angles = tuple(float(v) for v in table.joints[best])
-    dx = table.col("ee_x")[best] - q.tx
-    dz = table.col("ee_z")[best] - q.tz
-    dist = float(np.sqrt(dx * dx + dz * dz))
+    x, y, z = table.xyz[best].tolist()
+    angles = tuple(table.joints[best].tolist())
+    dx = x - q.tx  # Python floats: the same IEEE operations as the array code
+    dz = z - q.tz
+    dist = math.sqrt(dx * dx + dz * dz)
     violations = joint_violations(angles)
     max_dj = None if q.ref is None else float(max(abs(a - r) for a, r in zip(angles, q.ref, strict=True)))
     code: str | None = None

@@ -105,11 +105,13 @@ class FkTable:
         return int(self.xyz.shape[0])
 
     def col(self, name: str) -> NDArray[Any]:
-        """A contiguous copy of one column (cached): ee_x, ee_y, ee_z, j0..j5, safe."""
+        """A contiguous copy of one column (cached): ee_x, ee_y, ee_z, j0..j5, safe, xz (n, 2)."""
         arr = self._cols.get(name)
         if arr is None:
             if name == "safe":
                 arr = safety_mask(self.joints)
+            elif name == "xz":
+                arr = np.ascontiguousarray(self.xyz[:, [0, 2]])
             elif name in COLUMNS[:3]:
                 arr = np.ascontiguousarray(self.xyz[:, COLUMNS.index(name)])
             elif name in COLUMNS[3:]:
@@ -132,7 +134,7 @@ class FkTable:
         """Build now what the first lookups would build (columns, safety mask, index,
         ee_y-ordered columns): call it in a worker thread after loading to keep the
         first lookups of a trial fast. Returns self."""
-        for name in (*COLUMNS, "safe"):
+        for name in (*COLUMNS, "safe", "xz"):
             self.col(name)
         idx = self.index
         for name in ("safe", *COLUMNS[3:]):
