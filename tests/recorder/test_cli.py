@@ -79,8 +79,11 @@ def test_sigkill_mid_trial_leaves_a_decodable_mp4(tmp_path):
         except av.error.InvalidDataError:
             pass  # a fragment cut by the kill; everything before it must decode
     assert len(decoded) >= 2 * 30
+    # every frame the encoder had finished a fragment for is there: at most one GOP
+    # (30 frames = 1 s) of the frames already in frame_log.csv is missing from the mp4
+    assert len(decoded) >= len(rows) - 31
     last_wall = anchor + decoded[-1]
-    assert killed_at - last_wall <= 1.6, f"lost {killed_at - last_wall:.2f} s of video"
+    assert killed_at - last_wall <= 2.5, f"lost {killed_at - last_wall:.2f} s of video"
 
 
 def test_sigterm_closes_the_trial_truncated(tmp_path):
