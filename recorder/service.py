@@ -151,7 +151,10 @@ class RecorderService:
             log.warning("trial_truncated", run_stem=self.trial.run_stem, reason=reason)
             self._close_trial("truncated", reason)
         if self._closing:
-            await asyncio.wait(set(self._closing), timeout=timeout)
+            _, pending = await asyncio.wait(set(self._closing), timeout=timeout)
+            if pending:
+                log.error("shutdown_incomplete",
+                          reason=f"{len(pending)} trial(s) still closing after {timeout:g} s")
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
