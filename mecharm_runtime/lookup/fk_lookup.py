@@ -33,7 +33,7 @@ __all__ = ["METHODS", "PHASES", "WINDOWS_M", "FkLookupResult", "fk_lookup", "joi
 PHASES: tuple[str, ...] = ("approach_pick", "pick", "approach_place", "place_withblock", "place_noblock")
 METHODS: tuple[str, ...] = ("indexed", "brute")
 #: Half-widths of the search windows tried (below dist_max) before the dist_max window.
-WINDOWS_M: tuple[float, ...] = (0.004, 0.010, 0.020)
+WINDOWS_M: tuple[float, ...] = (0.003, 0.006, 0.012)
 #: Candidates tested per round, nearest first (the last round takes the rest).
 _CHUNKS: tuple[int, ...] = (64, 1024, 1 << 62)
 
