@@ -79,8 +79,11 @@ def test_rendering_is_lazy(served: Workcell) -> None:
     while feeds["top"].clients and time.monotonic() < deadline:
         time.sleep(0.05)
     assert feeds["top"].clients == 0
-    time.sleep(0.4)  # the producer notices nobody watches and stops
+    while feeds["top"]._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the producer notices nobody watches and stops
+    assert feeds["top"]._thread is None
     n = feeds["top"].frames_rendered
+    assert n >= 2
     time.sleep(0.4)
     assert feeds["top"].frames_rendered == n
     assert feeds["side"].frames_rendered == 0
