@@ -8,7 +8,9 @@ Figures (each with its target and a baseline measured in the same run):
 - simulated camera cost per frame (render + JPEG encode) for top and side;
   baseline: the JPEG encode alone;
 - the MJPEG stream's delivered fps vs requested, top (10 fps) and side (30 fps)
-  streamed at the same time through ``recorder.cameras.open_camera``.
+  streamed at the same time through ``recorder.cameras.open_camera`` (the CPU
+  share covers the server's rendering and encoding plus both readers' decoding,
+  all in this process).
 """
 
 from __future__ import annotations
