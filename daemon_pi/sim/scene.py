@@ -110,6 +110,12 @@ class SceneLayout(BaseModel):
         for name, p, half in (("block", self.block, BLOCK_SIZE_M / 2), ("box", self.box, BOX_OUTER_M / 2)):
             if not (MAT_X[0] + half <= p.x <= MAT_X[1] - half and MAT_Z[0] + half <= p.z <= MAT_Z[1] - half):
                 raise ValueError(f"{name} at ({p.x}, {p.z}) is not on the mat x {MAT_X}, z {MAT_Z}")
+        # the block must stand clear of the box whatever their yaws (half diagonals + 5 mm)
+        clear = (BOX_OUTER_M + BLOCK_SIZE_M) / 2 * 2**0.5 + 0.005
+        gap = ((self.block.x - self.box.x) ** 2 + (self.block.z - self.box.z) ** 2) ** 0.5
+        if gap < clear:
+            raise ValueError(f"block and box centres are {gap * 1000:.0f} mm apart; they overlap "
+                             f"(need >= {clear * 1000:.0f} mm)")
         return self
 
 

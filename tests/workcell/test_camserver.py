@@ -200,3 +200,18 @@ def test_perception_through_the_stream_matches_truth(served: Workcell) -> None:
     assert scene.block is not None and scene.box.method == "contour"
     assert math.hypot(scene.block.x - t["block"]["x"], scene.block.z - t["block"]["z"]) < 0.002
     assert math.hypot(scene.box.x - t["box"]["x"], scene.box.z - t["box"]["z"]) < 0.002
+
+
+def test_fuzzed_scene_requests_never_break_the_server(served: Workcell) -> None:
+    rng = np.random.default_rng(1)
+    port = _port(served)
+    samples = [b"", b"{}", b"null", b'{"seed": 1.5}', b'{"seed": true}', b'{"seed": 99999999999}', b"\xff\xfe"]
+    samples += [bytes(rng.integers(0, 256, int(rng.integers(1, 200))).tolist()) for _ in range(25)]
+    for body in samples:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/scene/next", body=body)
+        resp = conn.getresponse()
+        assert resp.status in (200, 400), (body, resp.status)
+        json.loads(resp.read())
+        conn.close()
+    assert _request(port, "GET", "/scene/truth")[0] == 200

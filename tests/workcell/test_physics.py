@@ -116,7 +116,7 @@ def test_tip_descending_into_box_wall_is_a_collision(rig) -> None:
     tx, ty, tz = rig.tip(rig.PICK)
     assert ty < BOX_HEIGHT_M
     # the box's wall right under the pick tip; the block somewhere else
-    rig.layout((0.20, 0.21), (tx - (BOX_INNER_M + BOX_OUTER_M) / 4, tz))
+    rig.layout((0.14, 0.34), (tx - (BOX_INNER_M + BOX_OUTER_M) / 4, tz))
     with capture_logs() as logs:
         rig.move(rig.PICK)
     t = rig.wc.truth()
