@@ -76,6 +76,10 @@ class PerceptionConfig(BaseModel):
     box_search_x: tuple[float, float] = Field(default=(-0.31, -0.07), description="template-matching window, x")
     box_search_z: tuple[float, float] = Field(default=(0.07, 0.31), description="template-matching window, z")
     tip_marker_radius_m: float = Field(default=0.007, gt=0, description="green ball at the gripper tip")
+    red_s_min: int = Field(default=110, ge=0, le=255, description="block: minimum HSV saturation")
+    red_v_min: int = Field(default=50, ge=0, le=255, description="block: minimum HSV value")
+    white_s_max: int = Field(default=60, ge=0, le=255, description="box: maximum HSV saturation")
+    white_v_min: int = Field(default=185, ge=0, le=255, description="box: minimum HSV value (lower it in dim light)")
 
     @field_validator("markers")
     @classmethod

@@ -74,6 +74,7 @@ class _View:
     def __init__(self, frame: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig,
                  on_mat: bool = True) -> None:
         _check_frame(frame)
+        self.config = config
         self.mask: NDArray[Any] | None = None
         self.off = (0, 0)
         roi = frame
@@ -87,11 +88,13 @@ class _View:
         return m if self.mask is None else cv2.bitwise_and(m, self.mask)
 
     def red(self) -> NDArray[Any]:
-        return self._masked(cv2.bitwise_or(cv2.inRange(self.hsv, (0, 110, 50), (10, 255, 255)),
-                                           cv2.inRange(self.hsv, (170, 110, 50), (180, 255, 255))))
+        s, v = self.config.red_s_min, self.config.red_v_min
+        return self._masked(cv2.bitwise_or(cv2.inRange(self.hsv, (0, s, v), (10, 255, 255)),
+                                           cv2.inRange(self.hsv, (170, s, v), (180, 255, 255))))
 
     def white(self) -> NDArray[Any]:
-        return self._masked(cv2.inRange(self.hsv, (0, 0, 185), (180, 60, 255)))
+        c = self.config
+        return self._masked(cv2.inRange(self.hsv, (0, 0, c.white_v_min), (180, c.white_s_max, 255)))
 
 
 def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[np.float64]:

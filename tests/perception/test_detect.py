@@ -155,3 +155,15 @@ def test_mat_colour_alone_gives_nothing(view) -> None:
     f[:] = MAT_BGR
     assert detect_block(f, view.H) is None
     assert detect_box(f, view.H).method == "fallback"
+
+
+def test_colour_thresholds_are_configurable(view) -> None:
+    from mecharm_runtime.perception import PerceptionConfig
+
+    f = view.frames(1)[0]
+    dim = cv2.convertScaleAbs(f, alpha=0.7)  # a dim room: the rim drops below V 185
+    assert detect_box(dim, view.H).method != "contour"
+    tuned = PerceptionConfig(white_v_min=140)
+    box = detect_box(dim, view.H, config=tuned)
+    assert box.method == "contour" and _err_mm(box, view.truth()["box"]) < 1.5
+    assert detect_block(f, view.H, PerceptionConfig(red_s_min=255)) is None
