@@ -183,7 +183,8 @@ class CameraWorker:
                     self._intervals.append(mono - prev_mono)
                 prev_mono = mono
                 self.frames += 1
-                captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames)
+                captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames,
+                                         jpeg=frame.jpeg)
                 self.latest = captured
                 self._on_frame(captured)
             except Exception as exc:  # a malformed image must not end the read loop

@@ -305,7 +305,8 @@ class RecorderService:
             else:
                 folder = safe_join(self.root, *ORPHAN_SUBDIR)
                 folder.mkdir(parents=True, exist_ok=True)
-            path = save_jpeg(latest.image, folder, tag, latest.wall_ts, self.settings.jpeg_quality)
+            path = save_jpeg(latest.image, folder, tag, latest.wall_ts, self.settings.jpeg_quality,
+                             jpeg=latest.jpeg)
         except SnapshotEncodeError:
             return FrameReply(reason=fail, camera_frozen=frozen, tag=tag)
         except OSError as exc:

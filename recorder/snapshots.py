@@ -26,12 +26,21 @@ def snapshot_name(tag: str, capture_ts: float, n: int = 0) -> str:
     return f"{validate_name(tag, 'tag')}_{stamp}_{ms:03d}{suffix}.jpg"
 
 
-def save_jpeg(image: np.ndarray, folder: Path, tag: str, capture_ts: float, quality: int = 90) -> Path:
-    """Write the image as a new file in ``folder``; never overwrites. Raises OSError/SnapshotEncodeError."""
-    ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-    if not ok:
-        raise SnapshotEncodeError("cv2.imencode failed")
-    data = buf.tobytes()
+def save_jpeg(image: np.ndarray, folder: Path, tag: str, capture_ts: float, quality: int = 90,
+              jpeg: bytes | None = None) -> Path:
+    """Write the image as a new file in ``folder``; never overwrites.
+
+    ``jpeg``: the source's own JPEG of this frame (MJPEG cameras), written as is —
+    no re-encode, no generation loss, and the request costs no CPU to speak of.
+    Raises OSError/SnapshotEncodeError.
+    """
+    if jpeg is not None:
+        data = jpeg
+    else:
+        ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+        if not ok:
+            raise SnapshotEncodeError("cv2.imencode failed")
+        data = buf.tobytes()
     for n in range(100):
         path = folder / snapshot_name(tag, capture_ts, n)
         try:

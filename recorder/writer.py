@@ -32,6 +32,7 @@ class CapturedFrame:
     mono_ns: int
     frozen: bool
     seq: int
+    jpeg: bytes | None = None
 
 
 class FrameWriter:

@@ -41,12 +41,17 @@ class CameraNotOpenError(CameraError):
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One read: ``ok`` and, when ok, a BGR uint8 image (H, W, 3)."""
+    """One read: ``ok`` and, when ok, a BGR uint8 image (H, W, 3).
+
+    ``jpeg`` holds the source's own JPEG bytes when it delivered JPEG (MJPEG over
+    HTTP): a snapshot can then be written as is, with no re-encode.
+    """
 
     ok: bool
     image: NDArray[Any] | None
     wall_ts: float
     mono_ns: int
+    jpeg: bytes | None = None
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         """Unpack like OpenCV: ``ok, image, wall_ts, mono_ns = cam.read()``."""

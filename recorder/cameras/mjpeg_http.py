@@ -263,4 +263,4 @@ class MjpegHttpCamera(CameraSource):
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         if img is None:
             return Frame(False, None, wall, mono)
-        return Frame(True, img, wall, mono)
+        return Frame(True, img, wall, mono, jpeg=data)

@@ -23,6 +23,15 @@ async def test_service_records_from_http_mjpeg_and_reconnects(settings_factory, 
     srv = mjpeg_server(fps=30)
     async with run_recorder(settings_factory(camera=srv.url)) as svc:
         await wait_for(lambda: svc.camera.latest is not None, what="first MJPEG frame")
+        from recorder.sender import RecorderSender
+
+        path, _, reason = await RecorderSender(port=svc.port).request_frame_async("mjpeg_side")
+        assert reason == "ok_orphan"
+        import cv2
+
+        data = Path(path).read_bytes()
+        n = srv.frame_number(cv2.imread(path))
+        assert data == srv.jpeg(n)  # the camera's own JPEG, written as is (no re-encode)
         lost_before = svc.camera.lost_count
         srv.drop_clients()  # the workcell restarts its stream
         await wait_for(lambda: svc.camera.lost_count > lost_before, what="disconnect detected")

@@ -383,6 +383,7 @@ async def test_fuzz_hostile_datagrams_then_a_clean_trial(settings_factory, run_r
         s.notify(TrialStart(run_stem=STEM))
         s.notify(Stage(stage="stage1"))
         await wait_for(lambda: svc.counters.events >= base + 2, what="clean events")
+        await asyncio.sleep(0.2)  # the flood spent the frame_request budget (20/s): refill
         _, _, reason = await s.request_frame_async("clean")
         await asyncio.sleep(0.4)
         s.notify(TrialEnd(run_stem=STEM))
