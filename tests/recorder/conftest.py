@@ -15,7 +15,6 @@ import cv2
 import numpy as np
 import pytest
 
-from recorder.cameras import SyntheticCamera
 from recorder.config import RecorderSettings, VideoSettings
 from recorder.service import RecorderService
 
@@ -69,11 +68,6 @@ def data_root(tmp_path: Path) -> Path:
     root = tmp_path / "data"
     root.mkdir()
     return root
-
-
-@pytest.fixture
-def synth() -> SyntheticCamera:
-    return SyntheticCamera(fps=30, width=320, height=240)
 
 
 class MjpegServer:
