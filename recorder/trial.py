@@ -271,5 +271,7 @@ class TrialRecording:
     def write_meta(self) -> RecordingMeta:
         """Write recording_meta.json atomically (tmp + rename). Raises OSError."""
         meta = self.meta()
-        atomic_write_json(self.dir / "recording_meta.json", meta.model_dump(mode="json"))
+        path = self.dir / "recording_meta.json"
+        atomic_write_json(path, meta.model_dump(mode="json"))
+        path.chmod(0o644)  # mkstemp made it 0600; the exporter may run as another user
         return meta
