@@ -44,6 +44,9 @@ class TimedLink(RecorderLink):
         self.calls += 1
 
 
+n_calls: list[int] = []
+
+
 async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int], timed: bool) -> list[tuple[TrialSummary, float]]:
     out: list[tuple[TrialSummary, float]] = []
     async with open_rig(settings) as (rig, _client):
@@ -54,6 +57,8 @@ async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int],
                 rig.recorder = link
             t = await run_trial(rig, scene_seed=seed)
             out.append((t, link.spent if link is not None else 0.0))
+            if link is not None:
+                n_calls.append(link.calls)
     return out
 
 
@@ -66,6 +71,7 @@ def _settings(root: Path, rig: SimRig, udp: int | None) -> RuntimeSettings:
 
 def run(quick: bool = False) -> dict[str, Any]:
     configure_logging("warning")
+    n_calls.clear()
     n_obs = 2 if quick else 4
     n_rate = 5 if quick else 20
     with tempfile.TemporaryDirectory(prefix="bench_runtime_") as tmp:
@@ -94,6 +100,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     w = [t.duration_s for t, _ in with_rec]
     wo = [t.duration_s for t, _ in without]
     obs_share = [spent / t.duration_s for t, spent in with_rec]
+    calls = list(n_calls)
     ok = [t for t, _ in rate if t.pick_verdict == "yes" and t.place_verdict == "yes"]
     stages: dict[str, list[float]] = {}
     for t, _ in rate + without:
@@ -108,6 +115,10 @@ def run(quick: bool = False) -> dict[str, Any]:
         "with_vs_without_ratio": round(statistics.mean(w) / statistics.mean(wo), 4),
         "with_vs_without_diff_pct": round(100 * (statistics.mean(w) / statistics.mean(wo) - 1), 2),
         "observer_calls_share_of_trial_pct": round(100 * statistics.mean(obs_share), 4),
+        "observer_calls_per_trial": round(statistics.mean(c for c in calls), 1),
+        "observer_call_us_mean": round(1e6 * sum(sp for _, sp in with_rec) / max(1, sum(calls)), 2),
+        # the same calls in a real-time trial (time_scale 1: same reads, ~time_scale x longer)
+        "observer_share_at_real_time_pct": round(100 * statistics.mean(obs_share) / SCALE, 4),
         "observer_target": "< 1 % difference",
         "recording_status_with_recorder": [t.recording.status for t, _ in with_rec],
         "success_rate": round(len(ok) / len(rate), 3),
