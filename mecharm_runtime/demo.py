@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"run folders: {root / 'runs' / 'run_pick_place'}")
     print(f"ledger:      {ledger_path(root)}")
     print(f"logs:        {logs}")
-    return 0 if report.trials and all(t.status == "completed" for t in report.trials) else 1
+    # a trial that ends `stopped` is a result the table shows, not a broken demo
+    return 0 if report.trials else 1
 
 
 if __name__ == "__main__":
