@@ -229,7 +229,8 @@ class Measured(_Event):
 class FrameRequest(_Event):
     type: Literal["frame_request"] = "frame_request"
     tag: str
-    reply_port: Annotated[int, Field(ge=1, le=65535)]
+    #: >= 1024: replies never go to a privileged local service (reflection)
+    reply_port: Annotated[int, Field(ge=1024, le=65535)]
 
     @field_validator("tag")
     @classmethod

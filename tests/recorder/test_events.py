@@ -82,6 +82,7 @@ def test_ts_defaults_to_now_and_extra_fields_are_ignored():
         (b'{"type":"frame_request","tag":"x","reply_port":"5000"}', "reply_port"),
         (b'{"type":"frame_request","tag":"x","reply_port":70000}', "reply_port"),
         (b'{"type":"frame_request","tag":"x","reply_port":0}', "reply_port"),
+        (b'{"type":"frame_request","tag":"x","reply_port":53}', "reply_port"),
         (b'{"type":"frame_request","tag":"x","reply_port":true}', "reply_port"),
         (b'{"type":"frame_request","tag":"x","reply_port":5000.5}', "reply_port"),
         (b'{"type":"frame_request","tag":"..","reply_port":5000}', "tag"),
