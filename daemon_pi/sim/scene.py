@@ -29,8 +29,10 @@ __all__ = [
     "MARKER_SIDE_M",
     "MAT_X",
     "MAT_Z",
+    "PICK_REACH_M",
     "PICK_X",
     "PICK_Z",
+    "PLACE_REACH_M",
     "PLACE_X",
     "PLACE_Z",
     "SCENES_DIR",
@@ -55,6 +57,11 @@ PICK_X = (0.14, 0.24)
 PICK_Z = (0.20, 0.28)
 PLACE_X = (-0.24, -0.14)
 PLACE_Z = (0.14, 0.24)
+#: Distance from the base axis the arm can serve (docs/lookup.md, coverage): the pick band with
+#: j1 <= 88° reaches block centres out to 0.354 m; the place lookup (within ±15° of the adopted
+#: approach_place pose) serves box centres 0.235-0.295 m out. Random layouts stay inside both.
+PICK_REACH_M = (0.0, 0.350)
+PLACE_REACH_M = (0.240, 0.290)
 MARKER_SIDE_M = 0.040
 SCENES_DIR = Path(__file__).resolve().parent / "scenes"
 _VERSIONS = itertools.count(1)
@@ -119,12 +126,24 @@ class SceneLayout(BaseModel):
         return self
 
 
+def _sample_in_reach(
+    rng: random.Random, xs: tuple[float, float], zs: tuple[float, float], reach: tuple[float, float]
+) -> tuple[float, float]:
+    """Uniform in the rectangle, restricted to the ring the arm can serve (rejection sampling)."""
+    while True:
+        x, z = rng.uniform(*xs), rng.uniform(*zs)
+        if reach[0] <= (x * x + z * z) ** 0.5 <= reach[1]:
+            return x, z
+
+
 def random_layout(seed: int) -> SceneLayout:
     """Block uniform in the PICK region, box uniform in the PLACE region, random yaw and lighting."""
     rng = random.Random(seed)
+    block_x, block_z = _sample_in_reach(rng, PICK_X, PICK_Z, PICK_REACH_M)
+    box_x, box_z = _sample_in_reach(rng, PLACE_X, PLACE_Z, PLACE_REACH_M)
     return SceneLayout(
-        block=Pose(x=rng.uniform(*PICK_X), z=rng.uniform(*PICK_Z), yaw_deg=rng.uniform(0, 90)),
-        box=Pose(x=rng.uniform(*PLACE_X), z=rng.uniform(*PLACE_Z), yaw_deg=rng.uniform(0, 90)),
+        block=Pose(x=block_x, z=block_z, yaw_deg=rng.uniform(0, 90)),
+        box=Pose(x=box_x, z=box_z, yaw_deg=rng.uniform(0, 90)),
         lighting=Lighting(
             gain=rng.uniform(0.9, 1.08), gradient=(rng.uniform(-0.06, 0.06), rng.uniform(-0.06, 0.06)),
         ),
