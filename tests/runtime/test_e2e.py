@@ -83,7 +83,9 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     commanded = [r for r in states if r["event_type"] == "commanded"]
     sends = [e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "send_t"]
     assert len(commanded) == len(sends)  # exactly one commanded row per send
-    assert any(r["event_type"] == "measured" for r in states)
+    types = {r["event_type"] for r in states}
+    assert {"measured", "stage", "gripper", "commanded"} <= types, types
+    assert {r["stage"] for r in states if r["event_type"] == "stage"} >= {"stage1", "stage8_5", "stage10"}
     side = json.loads((d / f"{with_rec.run_stem}.json").read_text())["side_frames"]
     assert side and side[0]["reason"] == "ok" and Path(side[0]["path"]).is_file()
 
