@@ -21,7 +21,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 __all__ = ["ConfigError", "RigSettings", "load_settings", "read_yaml"]
 
-_YAML_DATA: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("_yaml_data", default={})
+_YAML_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("_yaml_data", default=None)
 
 
 class ConfigError(ValueError):
@@ -32,11 +32,11 @@ class _YamlSource(PydanticBaseSettingsSource):
     """Values read from the YAML file given to ``load_settings``."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        data = _YAML_DATA.get()
+        data = _YAML_DATA.get() or {}
         return data.get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return dict(_YAML_DATA.get())
+        return dict(_YAML_DATA.get() or {})
 
 
 class RigSettings(BaseSettings):

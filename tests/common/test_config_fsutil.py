@@ -1,10 +1,9 @@
-from pathlib import Path
 
 import pytest
+from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import ConfigError, RigSettings, load_settings
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join, validate_name
-from pydantic_settings import SettingsConfigDict
 
 
 class DemoSettings(RigSettings):
