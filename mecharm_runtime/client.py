@@ -101,7 +101,9 @@ class DaemonClient:
 
     Requests are sent one at a time (an internal lock), each answer must carry the
     request's id, and each request has a timeout. After a timeout or a protocol
-    violation the connection is closed: its state can no longer be trusted.
+    violation the connection is closed: its state can no longer be trusted. A request
+    cancelled in flight (a stage left, a forced stop) keeps the connection: its late
+    reply is read and dropped before the next request, so ``stop`` still goes through.
     """
 
     def __init__(
@@ -125,6 +127,7 @@ class DaemonClient:
         self._lock = asyncio.Lock()
         self._next_id = 1
         self._broken: str | None = None
+        self._stale: list[int] = []  # ids of cancelled requests whose replies are still due
 
     # ------------------------------------------------------------ life cycle
 
@@ -147,6 +150,7 @@ class DaemonClient:
         except OSError as exc:
             raise ConnectionLost(f"cannot connect to daemon {self.host}:{self.port}: {exc.strerror or exc}") from None
         self._broken = None
+        self._stale = []
         args: dict[str, Any] = {"client": self.client_name}
         if self.token is not None:
             args["token"] = self.token
@@ -188,6 +192,8 @@ class DaemonClient:
             self._next_id += 1
             line = encode(Request(id=rid, cmd=cmd, args=args or {}))
             limit = self.request_timeout if timeout is None else timeout
+            if self._stale:
+                await self._skip_stale(limit)
             try:
                 self._writer.write(line)
                 raw = await asyncio.wait_for(self._exchange(cmd), limit)
@@ -195,8 +201,8 @@ class DaemonClient:
                 await self._break(f"no reply to {cmd} (id {rid}) within {limit:.2f}s")
                 raise DaemonTimeout(f"no reply to {cmd} within {limit:.2f}s") from None
             except asyncio.CancelledError:
-                # The reply may still arrive; the stream can no longer be matched up.
-                await self._break(f"request {cmd} (id {rid}) cancelled while in flight")
+                # the request was written; its reply is still coming: skip it before the next one
+                self._stale.append(rid)
                 raise
             except ConnectionLost:
                 raise
@@ -204,6 +210,27 @@ class DaemonClient:
                 await self._break(f"connection to daemon lost during {cmd}: {exc}")
                 raise ConnectionLost(f"connection to daemon lost during {cmd}: {exc}") from None
         return self._interpret(rid, cmd, raw)
+
+    async def _skip_stale(self, limit: float) -> None:
+        """Read and drop the replies of cancelled requests (in order, ids checked)."""
+        while self._stale:
+            stale = self._stale[0]
+            try:
+                raw = await asyncio.wait_for(self._exchange(f"cancelled request {stale}"), limit)
+                resp = decode_response(raw)
+            except TimeoutError:
+                await self._break(f"no reply to cancelled request {stale} within {limit:.2f}s")
+                raise DaemonTimeout(f"no reply to cancelled request {stale} within {limit:.2f}s") from None
+            except ProtocolError as exc:
+                await self._break(f"garbled reply to cancelled request {stale}: {exc}")
+                raise ConnectionLost(self._broken or "") from None
+            except (OSError, ConnectionError) as exc:
+                await self._break(f"connection to daemon lost: {exc}")
+                raise ConnectionLost(f"connection to daemon lost: {exc}") from None
+            if resp.id != stale:
+                await self._break(f"reply id {resp.id} does not match cancelled request id {stale}")
+                raise ConnectionLost(self._broken or "")
+            self._stale.pop(0)
 
     async def _exchange(self, cmd: str) -> bytes:
         assert self._writer is not None and self._reader is not None

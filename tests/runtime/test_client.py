@@ -118,3 +118,21 @@ async def test_mismatched_reply_id_is_a_protocol_violation() -> None:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_cancelled_request_keeps_the_connection_usable() -> None:
+    # reads take 0.3 s: cancel one in flight, then the next request must get its own reply
+    arm = SimArm(SimArmConfig(read_latency_s=0.3, initial_angles=(1, 2, 3, 4, 5, 6), noise_deg=0.0))
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
+        c = DaemonClient("127.0.0.1", server.port, request_timeout=2.0)
+        await c.connect()
+        task = asyncio.ensure_future(c.get_angles())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert c.is_connected
+        await c.stop()  # the forced-stop path: goes through after the stale reply is dropped
+        assert await c.get_angles() == [1, 2, 3, 4, 5, 6]
+        await c.aclose()

@@ -234,7 +234,11 @@ async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path
     t = await run_trial(rig, force=force, on_stage=on_stage)
     await client.aclose()
     assert t.status == "stopped" and t.reason == "forced stop during stage3_approach_pick (operator)"
+    exit_ev = next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
+    assert exit_ev["forced"] and [(x["step"], x["ok"]) for x in exit_ev["steps"]] == [
+        ("stop", True), ("fresh mode off", True)]
     assert not sim_daemon.arm.true_moving()
+    assert sim_daemon.arm.true_angles()[1] < 80.0  # stopped where it was, short of the approach pose
     assert sim_daemon.arm.get_fresh_mode() == 0
 
 
