@@ -55,7 +55,8 @@ async def _amain(settings: RuntimeSettings) -> int:
             if i == 0:
                 return None
             info = await asyncio.to_thread(scene_next, url)
-            seed = info.get("seed")
+            layout = info.get("layout")
+            seed = layout.get("seed") if isinstance(layout, dict) else None
             return seed if isinstance(seed, int) else None
 
     with capture_signals() as sigs:
