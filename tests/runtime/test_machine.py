@@ -274,3 +274,30 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
     with pytest.raises(DataRootError, match="does not exist"):
         await run_trial(rig)
     assert not (tmp_path / "not_mounted").exists()
+
+
+@pytest.mark.asyncio
+async def test_correction_applied_clamped_and_corrupt_entry_never_used(tmp_path: Path, fk_data_dir: Path) -> None:
+    mem = tmp_path / "memories"
+    mem.mkdir()
+    (mem / "correction_memory.json").write_text(json.dumps({"entries": {
+        "pick_x200_z260": {"dx_mm": 50.0, "dz_mm": -4.0, "n": 3},
+        "pick_x200_z280": {"dx_mm": "oops", "dz_mm": 1.0, "n": 1},
+    }}))
+    s = _settings(tmp_path, fk_data_dir, dry_run=True)
+    clock = RealClock()
+    table = load_table(ensure_table(fk_data_dir))
+    arcs = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
+
+    async def trial(block: tuple[float, float]) -> dict[str, Any]:
+        arm = DryRunArm(clock, s.home)
+        scene = SceneObservation(True, block_xz=block, box_xz=BOX, box_score=0.9, box_method="contour")
+        t = await run_trial(Rig(s, arm, DryRunEyes(arm, None, scene), RecorderLink(None), clock, table, *arcs,
+                                dry_run=True))
+        return next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "correction")
+
+    c = await trial((0.201, 0.259))
+    assert c["key"] == "pick_x200_z260" and c["applied_mm"] == [20.0, -4.0]  # clamped to ±20 mm
+    assert c["aim_xz"] == pytest.approx([0.201 - 0.020, 0.259 + 0.004])
+    c = await trial((0.201, 0.281))
+    assert c["key"] == "pick_x200_z280" and c["entry"] is None and c["applied_mm"] == [0.0, 0.0]
