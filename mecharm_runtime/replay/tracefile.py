@@ -1,0 +1,240 @@
+"""Read and check a trial trace before replaying it.
+
+Why strict: a replay that silently skips a bad line would compare the wrong things
+and could report "identical" for a trace it never really ran. So every line must be
+a JSON object with a known event; every input must have a known kind and a value
+its port type accepts; the trace must start with the ``trial`` line and end with
+the ``result`` line (a missing result means a truncated trace). Any violation is a
+``TraceFormatError`` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mecharm_runtime.ports import Reading, SceneObservation, TipObservation, VerdictObservation
+
+__all__ = [
+    "EVENTS",
+    "INPUT_KINDS",
+    "Recorded",
+    "RecordedInput",
+    "RecordedInstance",
+    "TraceFormatError",
+    "parse_trace",
+    "read_recorded",
+]
+
+#: Every event a trace may hold.
+EVENTS = ("trial", "input", "decision", "transition", "result")
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _xz(v: Any) -> tuple[float, float] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or len(v) != 2:
+        raise ValueError(f"expected [x, z] or null, got {v!r}")
+    return _float(v[0]), _float(v[1])
+
+
+def _reading(v: Any) -> Reading:
+    r = Reading.from_dict(v)
+    if r.angles is not None and len(r.angles) != 6:
+        raise ValueError(f"expected 6 angles, got {len(r.angles)}")
+    return r
+
+
+def _side_frame(v: Any) -> tuple[str | None, float | None, str]:
+    if not isinstance(v, list) or len(v) != 3:
+        raise ValueError(f"expected [path, capture_ts, reason], got {v!r}")
+    p, ts, reason = v
+    if p is not None and not isinstance(p, str):
+        raise ValueError(f"side frame path must be a string or null, got {p!r}")
+    return p, None if ts is None else _float(ts), str(reason)
+
+
+def _memories(v: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(v, dict) or not isinstance(v.get("correction"), dict) or not isinstance(v.get("height"), dict):
+        raise ValueError("expected {correction: {...}, height: {...}}")
+    return {"correction": dict(v["correction"]), "height": dict(v["height"])}
+
+
+def _checksum(v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"expected the table checksum string, got {v!r}")
+    return v
+
+
+#: input kind -> parser into the type its port returns (raises on a bad value)
+INPUT_KINDS: dict[str, Callable[[Any], Any]] = {
+    "table_checksum": _checksum,
+    "memories": _memories,
+    "angles": _reading,
+    "send_t": _float,
+    "scene": SceneObservation.from_dict,
+    "tip": TipObservation.from_dict,
+    "block_xz": _xz,
+    "pick_verdict": VerdictObservation.from_dict,
+    "place_verdict": VerdictObservation.from_dict,
+    "side_frame": _side_frame,
+}
+
+
+class TraceFormatError(ValueError):
+    """The trace is not a well-formed trial trace; the message names the line."""
+
+
+@dataclass(frozen=True)
+class RecordedInput:
+    kind: str
+    value: Any  # parsed: Reading, SceneObservation, float, ...
+    line: int
+    stage: str | None
+    instance: int  # index of the stage run it belongs to (transitions before it)
+
+
+@dataclass
+class RecordedInstance:
+    """One run of one stage in the recorded trial (stage2 twice after a pick retry = two)."""
+
+    stage: str | None
+    decisions: int = 0
+    inputs: int = 0
+    end: dict[str, Any] | None = None  # the transition that closed it (None: abort/end tail)
+
+
+@dataclass
+class Recorded:
+    path: Path
+    lines: list[tuple[int, dict[str, Any]]]  # (line number, event)
+    header: dict[str, Any]
+    result: dict[str, Any]
+    table_checksum: str
+    memories: dict[str, dict[str, Any]]
+    inputs: list[RecordedInput] = field(default_factory=list)
+    instances: list[RecordedInstance] = field(default_factory=list)
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        c = self.header.get("constants")
+        return dict(c) if isinstance(c, dict) else {}
+
+
+def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-empty line; TraceFormatError on the first bad one."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    try:
+        fh = open(path, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with fh:
+        try:
+            for n, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                if not raw.endswith("\n"):
+                    raise TraceFormatError(f"{path}:{n}: last line has no newline (truncated trace)")
+                try:
+                    obj = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise TraceFormatError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})") from None
+                if not isinstance(obj, dict):
+                    raise TraceFormatError(f"{path}:{n}: not a JSON object")
+                out.append((n, obj))
+        except UnicodeDecodeError as exc:
+            raise TraceFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return out
+
+
+def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded:
+    """Check the structure and parse every input; raise TraceFormatError naming the line."""
+    if not lines:
+        raise TraceFormatError(f"{path}: empty file, not a trial trace")
+    header: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    checksum: str | None = None
+    memories: dict[str, dict[str, Any]] | None = None
+    inputs: list[RecordedInput] = []
+    instances = [RecordedInstance(stage=None)]
+    prev_seq = 0
+    for n, e in lines:
+        where = f"{path}:{n}"
+        ev = e.get("event")
+        if ev not in EVENTS:
+            raise TraceFormatError(f"{where}: unknown event {ev!r} (known: {', '.join(EVENTS)})")
+        seq = e.get("seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            if seq != prev_seq + 1:
+                raise TraceFormatError(f"{where}: seq {seq} after {prev_seq} (lines missing or out of order)")
+            prev_seq = seq
+        else:
+            raise TraceFormatError(f"{where}: missing or non-integer seq")
+        if result is not None:
+            raise TraceFormatError(f"{where}: {ev} after the result line")
+        if header is None and ev != "trial":
+            raise TraceFormatError(f"{where}: first event is {ev!r}, a trial trace starts with 'trial'")
+        if ev == "trial":
+            if header is not None:
+                raise TraceFormatError(f"{where}: second 'trial' line")
+            if not isinstance(e.get("constants"), dict):
+                raise TraceFormatError(f"{where}: trial line without its constants object")
+            header = e
+        elif ev == "input":
+            kind = e.get("kind")
+            parser = INPUT_KINDS.get(kind) if isinstance(kind, str) else None
+            if parser is None:
+                raise TraceFormatError(f"{where}: unknown input kind {kind!r} (known: {', '.join(INPUT_KINDS)})")
+            if "value" not in e:
+                raise TraceFormatError(f"{where}: input {kind} without a value")
+            try:
+                value = parser(e["value"])
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise TraceFormatError(f"{where}: input {kind}: bad value: {exc}") from None
+            if kind == "table_checksum":
+                checksum = value
+            elif kind == "memories":
+                memories = value
+            else:
+                inputs.append(RecordedInput(kind, value, n, e.get("stage"), len(instances) - 1))
+                instances[-1].inputs += 1
+        elif ev == "decision":
+            if not isinstance(e.get("kind"), str):
+                raise TraceFormatError(f"{where}: decision without a kind")
+            instances[-1].decisions += 1
+        elif ev == "transition":
+            for key in ("frm", "to", "outcome", "reason"):
+                if not isinstance(e.get(key), str):
+                    raise TraceFormatError(f"{where}: transition without {key!r}")
+            instances[-1].stage = e["frm"]
+            instances[-1].end = e
+            instances.append(RecordedInstance(stage=None))
+        else:  # result
+            if not isinstance(e.get("status"), str) or not isinstance(e.get("reason"), str):
+                raise TraceFormatError(f"{where}: result line without status/reason")
+            result = e
+    last = lines[-1][0]
+    if result is None:
+        raise TraceFormatError(f"{path}:{last}: no result line at the end (truncated trace: the trial did not finish "
+                               "writing it)")
+    assert header is not None
+    if checksum is None:
+        raise TraceFormatError(f"{path}: no table_checksum input (the trace cannot say which FK table it used)")
+    if memories is None:
+        raise TraceFormatError(f"{path}: no memories input (the trace cannot say what the memories held)")
+    return Recorded(path, lines, header, result, checksum, memories, inputs, instances)
+
+
+def read_recorded(path: Path) -> Recorded:
+    """Read and check ``path``; raise TraceFormatError naming the line that is wrong."""
+    path = Path(path)
+    return parse_trace(path, read_lines(path))
