@@ -124,7 +124,9 @@ def diff_decisions(recorded: list[Decision], replayed: list[Decision]) -> Decisi
             out.first = i1
         out.blocks.append((tag, a, b))
         for x, y in zip(a, b, strict=False):
-            out.changed.append((x, y, list(field_changes(x.event, y.event))))
+            same = (x.stage, x.label) == (y.stage, y.label)
+            out.changed.append((x, y, list(field_changes(_body(x), _body(y)) if same else
+                                           field_changes(x.event, y.event))))
         out.only_recorded.extend(a[len(b):])
         out.only_replayed.extend(b[len(a):])
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.config import load_settings
+from mecharm_common.config import ConfigError, load_settings
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
@@ -74,7 +74,10 @@ def replay_settings(recorded: Recorded, overrides: dict[str, Any] | None = None)
         notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")
     values = {k: v for k, v in consts.items() if k in fields}
     values.update(overrides or {})
-    return load_settings(RuntimeSettings, None, values), notes
+    try:
+        return load_settings(RuntimeSettings, None, values), notes
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("(environment or flags)", "(the trace's constants or --set)")) from None
 
 
 @dataclass
