@@ -177,12 +177,10 @@ def render_diff(diff: DecisionDiff, max_shown: int = 10, max_fields: int = 12) -
         return "identical"
     lines = [f"DIFFERENT: {diff.n_different} decision(s) differ "
              f"(recorded {diff.total_recorded}, replayed {diff.total_replayed})"]
-    shown = 0
     for n, entry in enumerate(_entries(diff, max_fields)):
-        if shown >= max_shown:
-            lines.append(f"... {diff.n_different - shown} more differing decision(s)")
+        if n > max_shown:
+            lines.append(f"... {diff.n_different - n} more differing decision(s)")
             break
         lines.append(("first difference " if n == 0 else "then ") + entry[0])
         lines.extend(entry[1:])
-        shown += 1
     return "\n".join(lines)

@@ -75,20 +75,19 @@ def recorded_error(reason: str) -> Exception | None:
     if label in _LABELS:
         return _LABELS[label](msg)
     if label in ("arm refused the command", "arm no reply"):
-        return _CodedError(label, msg)
+        return _coded(label, msg)
     if _TYPE_NAME.match(label):
         return type(label, (Exception,), {})(msg)
     return None
 
 
-class _CodedError(Exception):
-    """ArmRefused/ArmNoReply carry a code; rebuild one whose message matches the recorded one."""
-
-    def __new__(cls, label: str, msg: str) -> Exception:  # type: ignore[misc]
-        base = client_errors.ArmRefused if label == "arm refused the command" else client_errors.ArmNoReply
-        err = Exception.__new__(base)
-        Exception.__init__(err, msg)
-        return err
+def _coded(label: str, msg: str) -> Exception:
+    """ArmRefused/ArmNoReply word themselves "code: message"; rebuild one whose text is ``msg`` as recorded."""
+    cls = client_errors.ArmRefused if label == "arm refused the command" else client_errors.ArmNoReply
+    code, _sep, message = msg.partition(": ")
+    err = cls(code, message)
+    err.args = (msg,)
+    return err
 
 
 class ReplayFeed:

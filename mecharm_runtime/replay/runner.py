@@ -23,7 +23,14 @@ from mecharm_runtime.machine import Stage, TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.replay.compare import DecisionDiff, decisions_of, diff_decisions
-from mecharm_runtime.replay.feed import ReplayArm, ReplayDivergence, ReplayEyes, ReplayFeed, ReplayLink, ReplayTrace
+from mecharm_runtime.replay.feed import (
+    ReplayArm,
+    ReplayDivergence,
+    ReplayEyes,
+    ReplayFeed,
+    ReplayLink,
+    ReplayTrace,
+)
 from mecharm_runtime.replay.tracefile import Recorded, RecordedInput
 from mecharm_runtime.trial import Rig, _exit_path
 

@@ -192,7 +192,7 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
         elif ev == "input":
             kind = e.get("kind")
             parser = INPUT_KINDS.get(kind) if isinstance(kind, str) else None
-            if parser is None:
+            if parser is None or not isinstance(kind, str):
                 raise TraceFormatError(f"{where}: unknown input kind {kind!r} (known: {', '.join(INPUT_KINDS)})")
             if "value" not in e:
                 raise TraceFormatError(f"{where}: input {kind} without a value")

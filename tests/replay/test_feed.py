@@ -1,0 +1,130 @@
+"""The feed: inputs in lockstep with the stage runs, port failures and forced stops
+reproduced where the recorded trial had them, divergences reported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost
+from mecharm_runtime.machine import _describe_error
+from mecharm_runtime.replay.feed import recorded_error
+from mecharm_runtime.tools_cli import main
+
+from .conftest import CORPUS
+
+SUCCESS = CORPUS / "success_seed7.trace.jsonl"
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _write(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
+    p = tmp_path / "edited.trace.jsonl"
+    with open(p, "w", encoding="utf-8") as fh:
+        for n, e in enumerate(events, 1):
+            fh.write(json.dumps({**e, "seq": n}) + "\n")
+    return p
+
+
+def _cut_at_stage4_send(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Everything up to the pre-send reading of the pick descend (the send itself never returned)."""
+    i = next(n for n, e in enumerate(events) if e["event"] == "decision" and e["kind"] == "command"
+             and e["stage"] == "stage4_pick")
+    assert events[i + 1]["kind"] == "angles" and events[i + 2]["kind"] == "send_t"
+    return events[: i + 2]
+
+
+def _tail(reason: str, exit_value: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"event": "transition", "stage": "stage4_pick", "frm": "stage4_pick", "to": "abort", "outcome": "fail",
+         "reason": reason, "ts": 0.0},
+        {"event": "decision", "stage": "abort", "kind": "exit", "value": exit_value, "ts": 0.0},
+        {"event": "result", "stage": "end", "status": "stopped", "reason": reason, "ts": 0.0},
+    ]
+
+
+def _replay(path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    rc = main(["replay", str(path), *replay_args])
+    cap = capsys.readouterr()
+    return rc, cap.out + cap.err
+
+
+def test_daemon_lost_mid_send_replays_identical(tmp_path: Path, replay_args: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    reason = "stage4_pick: daemon connection lost: connection reset by peer"
+    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+        reason, {"step": "arm actions skipped", "why": "daemon connection lost"})
+    rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
+    assert rc == 0, out
+    assert "identical" in out and reason in out
+
+
+def test_forced_stop_replays_identical(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    reason = "forced stop during stage4_pick (operator)"
+    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+        reason, {"forced": True, "steps": [{"step": "stop", "ok": True}, {"step": "fresh mode off", "ok": True}]})
+    rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
+    assert rc == 0, out
+    assert "identical" in out
+
+
+def test_a_different_recorded_error_is_a_difference(tmp_path: Path, replay_args: list[str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The failure is reproduced from the trace's own reason, so the exit step (arm alive or not) must fit it."""
+    reason = "stage4_pick: daemon timeout: no reply within 4.0 s"
+    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+        reason, {"forced": False, "steps": [{"step": "home", "ok": True}]})
+    rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
+    assert rc == 1
+    assert "stage abort, exit" in out
+
+
+def test_missing_input_is_a_named_divergence(tmp_path: Path, replay_args: list[str],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    events = _events(SUCCESS)
+    i = next(n for n, e in enumerate(events) if e["event"] == "input" and e["kind"] == "block_xz")
+    del events[i]
+    rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
+    assert rc == 1
+    assert "input divergence: stage8_5 asks for input 'block_xz'" in out
+    assert "first difference" in out and "stage stage8_5" in out
+
+
+def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    events = _events(SUCCESS)
+    i = next(n for n, e in enumerate(events) if e["event"] == "input" and e["kind"] == "scene")
+    j = next(n for n, e in enumerate(events) if n > i and e["event"] == "input" and e["kind"] == "tip")
+    events[i]["kind"], events[j]["kind"] = "tip", "scene"
+    events[i]["value"], events[j]["value"] = events[j]["value"], events[i]["value"]
+    rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
+    assert rc == 1
+    assert "input divergence: stage2 asks for input 'scene', the trace has 'tip' next" in out
+
+
+@pytest.mark.parametrize("exc", [
+    ConnectionLost("socket closed"),
+    ArmRefused("invalid_request", "angles out of range"),
+    ArmNoReply("arm_no_reply", "no reply after 3 tries"),
+    type("EyesError", (RuntimeError,), {})("top camera gave no frames"),
+])
+def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
+    reason = f"stage2: {_describe_error(exc)}"
+    again = recorded_error(reason)
+    assert again is not None
+    assert f"stage2: {_describe_error(again)}" == reason
+
+
+@pytest.mark.parametrize("reason", [
+    "stage4_pick: fk lookup out_of_range: too far",
+    "stage1: home: arrival timeout after 8.00s: moved 0.1°",
+    "stage2: detection failed: red block not found",
+    "no colon at all",
+])
+def test_stage_failures_are_not_port_errors(reason: str) -> None:
+    assert recorded_error(reason) is None
