@@ -124,3 +124,28 @@ def test_missing_table_or_arc_cannot_replay(tmp_path: Path, capsys: pytest.Captu
     rc = main(["replay", str(SUCCESS), "--table", str(tmp_path / "nope.csv"), "--arc-pick", str(tmp_path / "a.json"),
                "--arc-place", str(ARC_PLACE)])
     assert rc == 3
+
+
+def test_replay_opens_no_socket_camera_or_file(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No arm, no camera, no recorder: any network or camera use would raise here."""
+    import socket
+    import urllib.request
+
+    import cv2
+
+    import recorder.cameras
+
+    def boom(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("replay must not touch the network or a camera")
+
+    for name in ("connect", "connect_ex", "bind", "sendto", "sendall", "send"):
+        monkeypatch.setattr(socket.socket, name, boom)
+    monkeypatch.setattr(socket, "create_connection", boom)
+    monkeypatch.setattr(urllib.request, "urlopen", boom)
+    monkeypatch.setattr(cv2, "VideoCapture", boom)
+    monkeypatch.setattr(recorder.cameras, "open_camera", boom)
+    monkeypatch.chdir(tmp_path)  # anything written relative to the cwd would land here
+    traces = [str(p) for p in sorted(CORPUS.glob("*.trace.jsonl"))]
+    assert main(["replay", *traces, *replay_args]) == 0, capsys.readouterr()
+    assert list(tmp_path.iterdir()) == []
