@@ -32,6 +32,8 @@ __all__ = ["EXIT_CANNOT", "EXIT_DIFFERENT", "EXIT_IDENTICAL", "EXIT_MALFORMED", 
 
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_MALFORMED, EXIT_CANNOT = 0, 1, 2, 3
 _DEFAULT_CONFIG = Path("configs/replay.yaml")
+#: a replay takes milliseconds; this only guards against code that now waits forever
+REPLAY_TIMEOUT_S = 60.0
 
 
 class CannotReplay(RuntimeError):
@@ -127,7 +129,14 @@ def replay_one(path: Path, res: _Resources, overrides: dict[str, Any]) -> tuple[
                                  "--data-dir with the table the trial used, or --allow-table-mismatch to compare "
                                  "anyway"), None
         notes = [f"{msg} (replayed anyway: --allow-table-mismatch)", *notes]
-    result = asyncio.run(replay(recorded, settings, table, arc_pick, arc_place, notes))
+    try:
+        result = asyncio.run(asyncio.wait_for(replay(recorded, settings, table, arc_pick, arc_place, notes),
+                                              REPLAY_TIMEOUT_S))
+    except TimeoutError:
+        return EXIT_DIFFERENT, (f"{path}: different: the replay did not finish within {REPLAY_TIMEOUT_S:.0f} s "
+                                "(the code now waits for something the trace never delivered)"), None
+    except Exception as exc:  # the code under replay crashed outside a stage (e.g. in the exit path)
+        return EXIT_DIFFERENT, f"{path}: different: the replay raised {type(exc).__name__}: {exc}", None
     text = render_result(path, result, res.settings.max_shown, n_inputs=len(recorded.inputs))
     return (EXIT_IDENTICAL if result.identical else EXIT_DIFFERENT), text, result
 

@@ -128,3 +128,33 @@ def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
 ])
 def test_stage_failures_are_not_port_errors(reason: str) -> None:
     assert recorded_error(reason) is None
+
+
+def test_code_that_crashes_outside_a_stage_is_a_difference(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import mecharm_runtime.replay.runner as runner
+
+    async def broken_exit(*_a: Any, **_k: Any) -> Any:
+        raise KeyError("steps")
+
+    monkeypatch.setattr(runner, "_exit_path", broken_exit)
+    rc, out = _replay(CORPUS / "abort_lookup.trace.jsonl", replay_args, capsys)
+    assert rc == 1
+    assert "different: the replay raised KeyError: 'steps'" in out
+
+
+def test_code_that_waits_forever_is_a_difference(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import asyncio
+
+    import mecharm_runtime.replay.cli as cli
+    import mecharm_runtime.replay.runner as runner
+
+    async def hangs(*_a: Any, **_k: Any) -> Any:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(runner, "_exit_path", hangs)
+    monkeypatch.setattr(cli, "REPLAY_TIMEOUT_S", 0.2)
+    rc, out = _replay(CORPUS / "abort_lookup.trace.jsonl", replay_args, capsys)
+    assert rc == 1
+    assert "did not finish within" in out
