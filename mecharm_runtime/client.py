@@ -196,7 +196,10 @@ class DaemonClient:
                 await self._skip_stale(limit)
             try:
                 self._writer.write(line)
-                raw = await asyncio.wait_for(self._exchange(cmd), limit)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that
+                # races with the reply, so a forced stop would wait for the whole move
+                async with asyncio.timeout(limit):
+                    raw = await self._exchange(cmd)
             except TimeoutError:
                 await self._break(f"no reply to {cmd} (id {rid}) within {limit:.2f}s")
                 raise DaemonTimeout(f"no reply to {cmd} within {limit:.2f}s") from None
@@ -216,7 +219,8 @@ class DaemonClient:
         while self._stale:
             stale = self._stale[0]
             try:
-                raw = await asyncio.wait_for(self._exchange(f"cancelled request {stale}"), limit)
+                async with asyncio.timeout(limit):
+                    raw = await self._exchange(f"cancelled request {stale}")
                 resp = decode_response(raw)
             except TimeoutError:
                 await self._break(f"no reply to cancelled request {stale} within {limit:.2f}s")

@@ -160,7 +160,10 @@ class RecorderSender:
                     if left <= 0:
                         return FrameReply(reason=REASON_TIMEOUT, tag=tag)
                     try:
-                        data, addr = await asyncio.wait_for(loop.sock_recvfrom(sock, _REPLY_MAX), left)
+                        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a
+                        # cancellation that races with the reply
+                        async with asyncio.timeout(left):
+                            data, addr = await loop.sock_recvfrom(sock, _REPLY_MAX)
                     except TimeoutError:
                         return FrameReply(reason=REASON_TIMEOUT, tag=tag)
                     except ConnectionRefusedError:

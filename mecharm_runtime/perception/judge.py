@@ -240,7 +240,8 @@ class HumanJudge:
         try:
             while (remaining := deadline - loop.time()) > 0:
                 try:
-                    data = await asyncio.wait_for(queue.get(), remaining)
+                    async with asyncio.timeout(remaining):  # not wait_for (3.11 cancellation race)
+                        data = await queue.get()
                 except TimeoutError:
                     break
                 if not data:

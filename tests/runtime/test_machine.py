@@ -226,12 +226,15 @@ async def test_guard_refuses_what_a_lookup_accepted(sim_daemon: SimDaemon, tmp_p
 async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX))
     force = asyncio.Event()
+    loop = asyncio.get_running_loop()
 
-    def on_stage(stage: str, outcome: str, reason: str) -> None:
-        if stage == "correction":
-            asyncio.get_running_loop().call_later(0.05, force.set)
+    def on_arm_event(kind: str, data: dict) -> None:
+        # the operator's second Ctrl-C arrives as soon as the approach move has started
+        if kind == "send" and data["angles"][1] > 80.0:
+            loop.call_soon_threadsafe(force.set)
 
-    t = await run_trial(rig, force=force, on_stage=on_stage)
+    sim_daemon.arm.add_listener(on_arm_event)
+    t = await run_trial(rig, force=force)
     await client.aclose()
     assert t.status == "stopped" and t.reason == "forced stop during stage3_approach_pick (operator)"
     exit_ev = next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
