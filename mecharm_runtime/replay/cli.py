@@ -28,7 +28,10 @@ from mecharm_runtime.replay.config import ReplaySettings
 from mecharm_runtime.replay.runner import ReplayResult, replay, replay_settings
 from mecharm_runtime.replay.tracefile import TraceFormatError, read_recorded
 
-__all__ = ["EXIT_CANNOT", "EXIT_DIFFERENT", "EXIT_IDENTICAL", "EXIT_MALFORMED", "register", "render_result", "run"]
+__all__ = [
+    "EXIT_CANNOT", "EXIT_DIFFERENT", "EXIT_IDENTICAL", "EXIT_MALFORMED", "CannotReplay", "parse_sets", "register",
+    "render_result", "replay_one", "run",
+]
 
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_MALFORMED, EXIT_CANNOT = 0, 1, 2, 3
 _DEFAULT_CONFIG = Path("configs/replay.yaml")

@@ -17,7 +17,7 @@ from typing import Any
 
 from mecharm_runtime.records.trace import DECISION_EVENTS
 
-__all__ = ["Decision", "DecisionDiff", "FieldChange", "decisions_of", "diff_decisions", "render_diff"]
+__all__ = ["Decision", "DecisionDiff", "FieldChange", "decisions_of", "diff_decisions", "field_changes", "render_diff"]
 
 _IGNORED = ("seq", "ts")
 

@@ -29,7 +29,7 @@ from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import TraceWriter
 from mecharm_runtime.replay.tracefile import Recorded, RecordedInput
 
-__all__ = ["ReplayArm", "ReplayDivergence", "ReplayEyes", "ReplayFeed", "ReplayLink", "ReplayTrace"]
+__all__ = ["ReplayArm", "ReplayDivergence", "ReplayEyes", "ReplayFeed", "ReplayLink", "ReplayTrace", "recorded_error"]
 
 
 class ReplayDivergence(RuntimeError):

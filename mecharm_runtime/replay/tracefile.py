@@ -26,6 +26,7 @@ __all__ = [
     "RecordedInstance",
     "TraceFormatError",
     "parse_trace",
+    "read_lines",
     "read_recorded",
 ]
 
