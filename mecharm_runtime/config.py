@@ -81,6 +81,10 @@ class RuntimeSettings(RigSettings):
     arrival_per_deg_s: float = Field(0.15, ge=0)
     ignored_move_deg: float = Field(1.0, gt=0)
     poll_interval_s: float = Field(0.0, ge=0)
+    # at rest before a camera measurement (SPEC §10): two readings rest_poll_s apart within rest_eps_deg
+    rest_eps_deg: float = Field(0.5, gt=0)
+    rest_poll_s: float = Field(0.1, ge=0)
+    rest_max_polls: int = Field(15, ge=2)
 
     # ---- lookups
     dist_max_m: float = Field(0.030, gt=0)

@@ -150,11 +150,13 @@ class CameraEyes:
         dz = float(np.median([m.dz_mm for m in found]))
         return TipObservation(True, dx, dz, math.hypot(dx, dz), capture=path)
 
-    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
         if self.H is None:
             return None
         frames, _ = await self.grab(2, tag)
-        top = tip_height_m + self.config.block_size_m / 2.0
+        # the held block keeps its offset to the tip: its top face was at block_size on
+        # the mat when grasped and has risen by lift_m since (docs/perception.md)
+        top = self.config.block_size_m + lift_m
         found = [b for b in (locate_block(f, self.H, top, near_xz, self.config) for f in frames) if b is not None]
         if not found:
             return None
@@ -220,7 +222,7 @@ class DryRunEyes:
         dx, dz = (x - block_xz[0]) * 1000.0, (z - block_xz[1]) * 1000.0
         return TipObservation(True, dx, dz, math.hypot(dx, dz), reason="dry run: modelled from FK")
 
-    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
         x, _y, z = self._tip()
         return x, z
 
@@ -250,8 +252,8 @@ class TracedEyes:
     async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
         return self.trace.input("tip", await self.inner.measure_tip(block_xz, tip_height_m, tag))  # type: ignore[no-any-return]
 
-    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
-        return self.trace.input("block_xz", await self.inner.locate_block(tip_height_m, near_xz, tag))  # type: ignore[no-any-return]
+    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+        return self.trace.input("block_xz", await self.inner.locate_block(lift_m, near_xz, tag))  # type: ignore[no-any-return]
 
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
         return self.trace.input("pick_verdict", await self.inner.judge_pick(tip_height_m, tag))  # type: ignore[no-any-return]

@@ -31,7 +31,13 @@ from mecharm_runtime.lookup.fk_lookup import fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
-from mecharm_runtime.motion import MotionAbort, MotionPolicy, MoveResult, send_and_wait
+from mecharm_runtime.motion import (
+    MotionAbort,
+    MotionPolicy,
+    MoveResult,
+    send_and_wait,
+    wait_at_rest,
+)
 from mecharm_runtime.ports import (
     ArmPort,
     Clock,
@@ -195,6 +201,15 @@ class TrialContext:
             raise StageFailed(f"{self.stage}: no angles readable: {r.error}")
         return r.angles
 
+    async def at_rest(self, note: str) -> None:
+        """Wait until the arm has stopped settling before the camera measures (traced, not fatal)."""
+        s = self.settings
+        res = await wait_at_rest(self.arm, self.clock, eps_deg=s.rest_eps_deg, poll_s=s.scaled(s.rest_poll_s),
+                                 max_polls=s.rest_max_polls, on_reading=self._measured)
+        self.trace.decision("at_rest", {"note": note, **res.to_dict()})
+        if not res.at_rest:
+            log.warning("not_at_rest", stage=self.stage.value, note=note, last_delta_deg=res.last_delta_deg)
+
     def _measured(self, r: Reading) -> None:
         if r.angles is not None:
             self.recorder.measured(r.angles)
@@ -320,6 +335,7 @@ async def stage4(ctx: TrialContext) -> Outcome:
         raise StageFailed(f"stage4_pick: fk lookup out_of_range: {res.reason}")
     await ctx.move(res.angles, s.tol_pick_place, "pick descend", lookup_ok=res.ok, lookup_reason=res.reason or "")
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
+    await ctx.at_rest("tip measurement")
     tip = await ctx.eyes.measure_tip(st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "stage4_tip")
     st.tip = tip
     ctx.runlog.add("tip_measurements", {"attempt": st.pick_attempts + 1, **tip.to_dict()})
@@ -341,6 +357,7 @@ async def stage6(ctx: TrialContext) -> Outcome:
     await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True)
     st.pick_attempts += 1
     lift_ee_y = float(fk_tip(st.pick_approach)[1])
+    await ctx.at_rest("pick judgement")
     v = await ctx.eyes.judge_pick(lift_ee_y, f"stage6_judge_attempt{st.pick_attempts}")
     st.pick_verdict = v
     ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "pick", "attempt": st.pick_attempts, **v.to_dict()})
@@ -367,8 +384,10 @@ def _learn_correction(ctx: TrialContext) -> None:
 
 
 async def pick_retry(ctx: TrialContext) -> Outcome:
+    """A missed pick: open, then HOME, so stage2 sees the mat unobstructed as on the first attempt."""
     await ctx.gripper("open", "release after failed pick")
     ctx.state.holding = False
+    await ctx.move(ctx.settings.home, ctx.settings.tol_home, "home before re-detect")
     return Outcome.OK
 
 
@@ -433,10 +452,12 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
     box_x, box_z = st.scene.box_xz
     pose = tuple(st.place_pose)
     height = float(st.place_ee_y if st.place_ee_y is not None else fk_tip(pose)[1])
+    assert st.pick_ee_y is not None  # the block was grasped at stage4's height
     servo: list[dict[str, Any]] = []
     converged = False
     for it in range(1, s.servo_max_iter + 1):
-        pos = await ctx.eyes.locate_block(height, (box_x, box_z), f"stage8_5_servo{it}")
+        await ctx.at_rest(f"servo {it}")
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"stage8_5_servo{it}")
         if pos is None:
             servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
             break
@@ -462,7 +483,8 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
     # depth steps: re-run the place lookup at the converged j0 (tip x from FK), correcting z
     lo, hi, _dee = _place_band(ctx)
     for k in range(1, s.depth_steps + 1):
-        pos = await ctx.eyes.locate_block(height, (box_x, box_z), f"stage8_5_depth{k}")
+        await ctx.at_rest(f"depth step {k}")
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"stage8_5_depth{k}")
         if pos is None:
             servo.append({"depth_step": k, "action": "stop: block not visible"})
             break
@@ -509,6 +531,7 @@ async def stage9b(ctx: TrialContext) -> Outcome:
     await ctx.move(st.place_approach, s.tol_pick_place, "retreat up", lookup_ok=True)
     swept = (s.swept_j0, *st.place_approach[1:])
     await ctx.move(swept, s.tol_pick_place, "swept retreat")
+    await ctx.at_rest("place judgement")
     v = await ctx.eyes.judge_place(st.side_frame, "stage9b_judge")
     st.place_verdict = v
     ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "place", **v.to_dict()})

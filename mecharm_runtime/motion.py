@@ -21,7 +21,16 @@ from typing import Any
 
 from mecharm_runtime.ports import ArmPort, Clock, Reading
 
-__all__ = ["MotionAbort", "MotionPolicy", "MoveResult", "SendRecord", "arrival_timeout", "send_and_wait"]
+__all__ = [
+    "MotionAbort",
+    "MotionPolicy",
+    "MoveResult",
+    "RestResult",
+    "SendRecord",
+    "arrival_timeout",
+    "send_and_wait",
+    "wait_at_rest",
+]
 
 Observer = Callable[[float, float | None, int, bool], None]
 
@@ -170,3 +179,46 @@ async def send_and_wait(
         if on_reading is not None:
             on_reading(again)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class RestResult:
+    at_rest: bool
+    readings: int
+    last_delta_deg: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at_rest": self.at_rest, "readings": self.readings, "last_delta_deg": self.last_delta_deg}
+
+
+async def wait_at_rest(
+    arm: ArmPort,
+    clock: Clock,
+    *,
+    eps_deg: float,
+    poll_s: float,
+    max_polls: int,
+    on_reading: Callable[[Reading], None] | None = None,
+) -> RestResult:
+    """Poll until two successive readings agree within ``eps_deg`` (SPEC §10: measure at rest).
+
+    "Arrived" means within tol of the target, but the arm still settles for a moment;
+    a camera measurement taken then depends on timing. Bounded by ``max_polls``
+    readings (not by the clock) so a replay of the same readings decides the same.
+    Never raises for an unreadable arm: the caller goes on with ``at_rest`` False.
+    """
+    prev: tuple[float, ...] | None = None
+    delta: float | None = None
+    for n in range(1, max_polls + 1):
+        r = await arm.read_angles()
+        if on_reading is not None:
+            on_reading(r)
+        if r.angles is not None:
+            if prev is not None:
+                delta = _max_delta(prev, r.angles)
+                if delta <= eps_deg:
+                    return RestResult(True, n, delta)
+            prev = r.angles
+        if n < max_polls:
+            await clock.sleep(poll_s)
+    return RestResult(False, max_polls, delta)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
@@ -21,3 +23,11 @@ def tcp_port() -> int:
 @pytest.fixture
 def udp_port() -> int:
     return free_port(socket.SOCK_DGRAM)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """A test that configures logging (a CLI main, level=error) must not hide the next test's
+    events from ``structlog.testing.capture_logs``."""
+    yield
+    structlog.reset_defaults()

@@ -215,7 +215,7 @@ class ReplayEyes:
         v: TipObservation = await self.feed.take("tip")
         return v
 
-    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
         v: tuple[float, float] | None = await self.feed.take("block_xz")
         return v
 

@@ -7,10 +7,9 @@ trial on the simulated rig (``mecharm-daemon --backend sim`` as a child process,
 the top camera over MJPEG, the real perception), recorder off:
 
 * ``success_seed<N>.trace.jsonl`` — ordinary trials on scene seeds 7 and 8;
-* ``pick_retry_abort.trace.jsonl`` — the first pick verdict is turned into "no" at the
-  judge boundary (a scripted miss): the trial takes the retry branch, releases the
-  block and re-observes the scene; the block is not found again (the arm still stands
-  over it), so the trial aborts in stage2 and leaves through the exit path;
+* ``pick_retry.trace.jsonl`` — the first pick verdict is turned into "no" at the
+  judge boundary (a scripted miss): the trial takes the retry branch (release, HOME),
+  re-observes the scene, picks again and completes;
 * ``abort_lookup.trace.jsonl`` — ``dist_max_m`` 0.05 mm: the pick lookup finds no row
   within reach, the trial aborts and leaves through the exit path (retreat, home);
 * ``dry_run.trace.jsonl`` — a ``--dry-run`` trial (virtual arm, modelled tip/verdicts);
@@ -42,7 +41,7 @@ __all__ = ["SCENARIOS", "main", "record"]
 SCENARIOS: dict[str, tuple[int, dict[str, Any], int]] = {
     "success_seed7": (7, {}, 0),
     "success_seed8": (8, {}, 0),
-    "pick_retry_abort": (9, {}, 1),
+    "pick_retry": (9, {}, 1),
     "abort_lookup": (7, {"dist_max_m": 0.00005}, 0),
     "dry_run": (8, {"dry_run": True}, 0),
     "dry_run_pick_retry": (9, {"dry_run": True}, 1),

@@ -46,7 +46,7 @@ class TrueStateEyes:
         self.held = math.hypot(dx, dz) <= self.grasp_mm
         return TipObservation(True, dx, dz, math.hypot(dx, dz))
 
-    async def locate_block(self, tip_height_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
         x, _y, z = self._tip()
         return (x, z) if self.held else None
 

@@ -65,7 +65,7 @@ class ReplayEyes:
     async def measure_tip(self, block_xz: Any, tip_height_m: float, tag: str) -> TipObservation:
         return TipObservation.from_dict(self.inputs.take("tip"))
 
-    async def locate_block(self, tip_height_m: float, near_xz: Any, tag: str) -> tuple[float, float] | None:
+    async def locate_block(self, lift_m: float, near_xz: Any, tag: str) -> tuple[float, float] | None:
         v = self.inputs.take("block_xz")
         return None if v is None else (v[0], v[1])
 
