@@ -37,7 +37,7 @@ from mecharm_runtime.records.ledger import (
 from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.records.trace import TraceWriter
 
-__all__ = ["DataRootError", "Rig", "TrialSummary", "next_run_stem", "run_trial"]
+__all__ = ["DataRootError", "Rig", "TrialSummary", "exit_path", "next_run_stem", "run_trial"]
 
 log = get_logger("mecharm_runtime.trial")
 
@@ -104,7 +104,7 @@ def next_run_stem(data_root: Path, now: float | None = None) -> str:
     return f"run_{n + 1:04d}_{stamp}"
 
 
-async def _exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, Any]]:
+async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, Any]]:
     """The one way out of an aborted trial: safe pose when possible, fresh mode off."""
     steps: list[dict[str, Any]] = []
     ctx.stage = Stage.ABORT
@@ -184,7 +184,7 @@ async def run_trial(
     try:
         last, reason = await run_stages(ctx, force)
         if last is not Stage.DONE:
-            exit_steps = await _exit_path(ctx, rig, reason)
+            exit_steps = await exit_path(ctx, rig, reason)
     except asyncio.CancelledError:
         reason = "cancelled"
         trace.result("stopped", reason)

@@ -2,7 +2,7 @@
 
 Why it reuses the runtime's own code: the point of a replay is to prove that the
 code as it is now takes the decisions the recorded trial took. So this runs
-``machine.run_stages`` and the trial's exit path (``trial._exit_path``) with the
+``machine.run_stages`` and the trial's exit path (``trial.exit_path``) with the
 replay ports (feed.py) and the constants the trace recorded — only ``overrides``
 (``--set KEY=VALUE``) change them, for "what if" questions. The memories start as
 the trace recorded them and are never saved; nothing touches the network or disk.
@@ -32,7 +32,7 @@ from mecharm_runtime.replay.feed import (
     ReplayTrace,
 )
 from mecharm_runtime.replay.tracefile import Recorded, RecordedInput
-from mecharm_runtime.trial import Rig, _exit_path
+from mecharm_runtime.trial import Rig, exit_path
 
 __all__ = ["ReplayResult", "replay", "replay_settings"]
 
@@ -135,7 +135,7 @@ async def replay(
     trace.stage = "start"
     last, reason = await run_stages(ctx, force)
     if last is not Stage.DONE:
-        await _exit_path(ctx, rig, reason)
+        await exit_path(ctx, rig, reason)
     status = "completed" if last is Stage.DONE else "stopped"
     trace.stage = "end"
     trace.result(status, reason)

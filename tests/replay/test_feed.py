@@ -137,7 +137,7 @@ def test_code_that_crashes_outside_a_stage_is_a_difference(replay_args: list[str
     async def broken_exit(*_a: Any, **_k: Any) -> Any:
         raise KeyError("steps")
 
-    monkeypatch.setattr(runner, "_exit_path", broken_exit)
+    monkeypatch.setattr(runner, "exit_path", broken_exit)
     rc, out = _replay(CORPUS / "abort_lookup.trace.jsonl", replay_args, capsys)
     assert rc == 1
     assert "different: the replay raised KeyError: 'steps'" in out
@@ -153,7 +153,7 @@ def test_code_that_waits_forever_is_a_difference(replay_args: list[str], monkeyp
     async def hangs(*_a: Any, **_k: Any) -> Any:
         await asyncio.Event().wait()
 
-    monkeypatch.setattr(runner, "_exit_path", hangs)
+    monkeypatch.setattr(runner, "exit_path", hangs)
     monkeypatch.setattr(cli, "REPLAY_TIMEOUT_S", 0.2)
     rc, out = _replay(CORPUS / "abort_lookup.trace.jsonl", replay_args, capsys)
     assert rc == 1
