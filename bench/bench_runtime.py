@@ -27,6 +27,10 @@ from mecharm_runtime.simrig import SimRig, start_recorder, start_sim_daemon
 from mecharm_runtime.trial import TrialSummary, run_trial
 
 SCALE = 20.0
+#: The observer pairs run nearer real time: at 20x the trial is CPU-bound on this 2-core
+#: machine, so any second process (the recorder encoding video) slows it, which says
+#: nothing about the observer. At 4x the trial waits on the arm as on the rig.
+OBS_SCALE = 4.0
 
 
 class TimedLink(RecorderLink):
@@ -62,22 +66,22 @@ async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int],
     return out
 
 
-def _settings(root: Path, rig: SimRig, udp: int | None) -> RuntimeSettings:
+def _settings(root: Path, rig: SimRig, udp: int | None, scale: float = SCALE) -> RuntimeSettings:
     return load_settings(RuntimeSettings, overrides={
         "data_root": root, "daemon_port": rig.daemon_port, "top_camera": rig.top_url, "recorder_port": udp,
-        "recorder_enabled": udp is not None, "time_scale": SCALE, "log_level": "warning",
+        "recorder_enabled": udp is not None, "time_scale": scale, "log_level": "warning",
     })
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     configure_logging("warning")
     n_calls.clear()
-    n_obs = 2 if quick else 4
+    n_obs = 1 if quick else 2
     n_rate = 5 if quick else 20
     with tempfile.TemporaryDirectory(prefix="bench_runtime_") as tmp:
         root = Path(tmp) / "root"
         root.mkdir()
-        rig = start_sim_daemon(Path(tmp) / "logs", seed=500, time_scale=SCALE)
+        rig = start_sim_daemon(Path(tmp) / "logs", seed=500, time_scale=OBS_SCALE)
         try:
             # side camera: the recorder's synthetic source (640x360, 15 fps) so the sim does not also
             # render a second view on this 2-core machine; the pairs alternate which runs first
@@ -89,10 +93,14 @@ def run(quick: bool = False) -> dict[str, Any]:
                     seed = [500 + i]
                     runs = [(True, with_rec), (False, without)]
                     for enabled, sink in runs if i % 2 == 0 else runs[::-1]:
-                        sink += asyncio.run(_trials(_settings(root, rig, udp if enabled else None), rig, seed,
-                                                    timed=enabled))
+                        sink += asyncio.run(_trials(_settings(root, rig, udp if enabled else None, OBS_SCALE), rig,
+                                                    seed, timed=enabled))
             finally:
                 rec.stop()
+        finally:
+            rig.daemon.stop()
+        rig = start_sim_daemon(Path(tmp) / "logs_rate", seed=500, time_scale=SCALE)
+        try:
             rate_seeds = [1000 + i for i in range(n_rate)]
             rate = asyncio.run(_trials(_settings(root, rig, None), rig, rate_seeds, timed=False))
         finally:
@@ -103,12 +111,13 @@ def run(quick: bool = False) -> dict[str, Any]:
     calls = list(n_calls)
     ok = [t for t, _ in rate if t.pick_verdict == "yes" and t.place_verdict == "yes"]
     stages: dict[str, list[float]] = {}
-    for t, _ in rate + without:
+    for t, _ in rate:
         for k, v in t.stage_times.items():
             stages.setdefault(k, []).append(v)
     failures = [f"seed {t.scene_seed}: {t.reason or ('place ' + t.place_verdict)}" for t, _ in rate if t not in ok]
     return {
         "time_scale": SCALE,
+        "observer_time_scale": OBS_SCALE,
         "observer_trials_each": n_obs,
         "trial_s_with_recorder_mean": round(statistics.mean(w), 3),
         "trial_s_without_recorder_mean": round(statistics.mean(wo), 3),
@@ -118,7 +127,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "observer_calls_per_trial": round(statistics.mean(c for c in calls), 1),
         "observer_call_us_mean": round(1e6 * sum(sp for _, sp in with_rec) / max(1, sum(calls)), 2),
         # the same calls in a real-time trial (time_scale 1: same reads, ~time_scale x longer)
-        "observer_share_at_real_time_pct": round(100 * statistics.mean(obs_share) / SCALE, 4),
+        "observer_share_at_real_time_pct": round(100 * statistics.mean(obs_share) / OBS_SCALE, 4),
         "observer_target": "< 1 % difference",
         "recording_status_with_recorder": [t.recording.status for t, _ in with_rec],
         "success_rate": round(len(ok) / len(rate), 3),

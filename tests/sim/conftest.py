@@ -1,4 +1,4 @@
-"""Fixtures of the workcell tests: a fast, exact SimArm and a workcell around it."""
+"""Fixtures shared by the workcell and perception tests: a fast, exact SimArm and a workcell around it."""
 
 from __future__ import annotations
 
