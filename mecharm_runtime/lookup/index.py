@@ -7,12 +7,19 @@ values, so ``ee_y >= lo`` is ``rank >= searchsorted(distinct, lo)``). A query
 gathers the runs of the cells around the target and filters only those rows.
 ``by_y`` (row numbers in ee_y order) gives the exact band of the whole table for
 the slow path.
+
+A band asked for again (the runtime and the hole map use a few fixed bands) gets
+a ``BandView``: its rows that pass the safety mask, in the same (cell, rank, row)
+order, with their x-z and joints copied alongside. A column of cells is then one
+contiguous slice of those arrays, so a window is a handful of slices: no binary
+searches, no gathers, no safety test per query.
 """
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,11 +27,55 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from mecharm_runtime.lookup.table import FkTable
 
-__all__ = ["CELL_M", "FkIndex"]
+__all__ = ["CELL_M", "MAX_VIEWS", "BandView", "FkIndex"]
 
 #: Grid cell edge in metres.
 CELL_M = 0.0025
 _SHIFT = np.int64(32)
+_RANK_MASK = np.int64((1 << 32) - 1)
+#: Band views kept per index (least recently used dropped): 72 bytes per safe row in the band.
+MAX_VIEWS = 4
+
+
+@dataclass(eq=False)
+class BandView:
+    """The safe rows of one half-open ee_y band, ordered by (cell, ee_y rank, row).
+
+    ``data`` holds one row per quantity (``X, Z``, joints ``J0..J0+5``, table row
+    number ``ROW`` as an exact float), so a window is one ``np.concatenate`` of
+    column slices and every element-wise test runs on contiguous memory (numpy is
+    several times slower on the 6-wide inner loop of an (n, 6) array).
+    ``starts[c]:starts[c + 1]`` are the positions of cell ``c`` (= ix * nz + iz): the
+    cells ``(ix, iz_lo..iz_hi)`` of one grid column are one slice.
+    """
+
+    X: ClassVar[int] = 0
+    Z: ClassVar[int] = 1
+    J0: ClassVar[int] = 2
+    ROW: ClassVar[int] = 8
+
+    n_band: int  # rows in the band before the safety mask
+    data: NDArray[np.float64]  # (9, m)
+    starts: array  # (nx * nz + 1,) int64 cell offsets; array.array indexes ~3x faster than numpy
+
+    @property
+    def size(self) -> int:
+        return int(self.data.shape[1])
+
+    def window(self, idx: FkIndex, tx: float, tz: float, half: float) -> NDArray[np.float64] | None:
+        """``data`` of the cells meeting the square |x-tx|, |z-tz| <= half, or None if empty."""
+        cells = idx.cell_range(tx, tz, half)
+        if cells is None:
+            return None
+        ix_lo, ix_hi, iz_lo, iz_hi = cells
+        starts, nz, h = self.starts, idx.nz, iz_hi - iz_lo + 1
+        runs = [(starts[c], starts[c + h]) for c in range(ix_lo * nz + iz_lo, ix_hi * nz + iz_lo + 1, nz)]
+        runs = [r for r in runs if r[0] < r[1]]
+        if not runs:
+            return None
+        if len(runs) == 1:
+            return self.data[:, runs[0][0]:runs[0][1]]
+        return np.concatenate([self.data[:, a:b] for a, b in runs], axis=1)
 
 
 @dataclass(eq=False)
@@ -39,6 +90,8 @@ class FkIndex:
     ys: NDArray[np.float64]  # distinct ee_y values, ascending
     by_y: NDArray[np.int64]  # row numbers sorted by (ee_y, row)
     y_sorted: NDArray[np.float64]  # ee_y[by_y]
+    #: A band gets its BandView on this request (lookups); 1 = always, 0 = never (tests pin a path).
+    view_after: int = 2
 
     @classmethod
     def build(cls, table: FkTable, cell: float = CELL_M) -> FkIndex:
@@ -70,6 +123,63 @@ class FkIndex:
         if idx.order.shape[0] != table.n_rows:
             raise ValueError("index size does not match the table")
         return idx
+
+    def cell_range(self, tx: float, tz: float, half: float) -> tuple[int, int, int, int] | None:
+        """Cell bounds (ix_lo, ix_hi, iz_lo, iz_hi), inclusive, of the square |x-tx|, |z-tz| <= half.
+
+        Every row in a cell outside them has |dx| > half - 1e-12 or |dz| > half - 1e-12
+        (the slack covers rounding in the cell arithmetic). None if the square misses the grid.
+        """
+        c = self.cell
+        ix_lo = max(int((tx - half - self.x0) // c), 0)
+        ix_hi = min(int((tx + half - self.x0) // c), self.nx - 1)
+        iz_lo = max(int((tz - half - self.z0) // c), 0)
+        iz_hi = min(int((tz + half - self.z0) // c), self.nz - 1)
+        if ix_lo > ix_hi or iz_lo > iz_hi:
+            return None
+        return ix_lo, ix_hi, iz_lo, iz_hi
+
+    def band_view(self, table: FkTable, y_lo: float, y_hi: float, *, build: bool | None = None) -> BandView | None:
+        """The ``BandView`` of [y_lo, y_hi), or None while the band has been asked for once only.
+
+        ``build`` True builds it now, False never; None (lookups) builds on request
+        number ``view_after`` (default the second), so one-off bands do not pay the build
+        (a few ms on a 1M-row table) and are searched through the whole-table grid.
+        """
+        views: dict[tuple[float, float], BandView] = self.__dict__.setdefault("_views", {})
+        key = (y_lo, y_hi)
+        view = views.pop(key, None)
+        if view is None:
+            if build is None:
+                uses = self.__dict__.setdefault("_band_uses", {})
+                if len(uses) > 256:
+                    uses.clear()
+                uses[key] = uses.get(key, 0) + 1
+                build = 0 < self.view_after <= uses[key]
+            if not build:
+                return None
+            view = self._build_view(table, y_lo, y_hi)
+            while len(views) >= MAX_VIEWS:
+                del views[next(iter(views))]
+        views[key] = view  # (re)inserted last: the dict's order is the recency order
+        return view
+
+    def _build_view(self, table: FkTable, y_lo: float, y_hi: float) -> BandView:
+        srank = self.__dict__.get("_safe_rank")
+        if srank is None:  # rank of each sorted position, -1 where the row fails the safety mask
+            srank = np.where(table.col("safe")[self.order], self.keys & _RANK_MASK, -1)
+            self.__dict__["_safe_rank"] = srank
+        r_lo, r_hi = self._ranks(y_lo, y_hi)
+        pos = np.flatnonzero((srank >= r_lo) & (srank < r_hi))
+        rows = self.order[pos]
+        data = np.empty((9, rows.size))
+        data[BandView.X] = table.col("ee_x")[rows]
+        data[BandView.Z] = table.col("ee_z")[rows]
+        data[BandView.J0:BandView.J0 + 6] = table.joints[rows].T
+        data[BandView.ROW] = rows
+        starts = np.zeros(self.nx * self.nz + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.keys[pos] >> _SHIFT, minlength=self.nx * self.nz), out=starts[1:])
+        return BandView(n_band=self.band_count(y_lo, y_hi), data=data, starts=array("q", starts.tobytes()))
 
     def _ranks(self, y_lo: float, y_hi: float) -> tuple[int, int]:
         """Rank bounds of a band (rows with ee_y in [y_lo, y_hi) have rank in [lo, hi))."""
@@ -121,18 +231,11 @@ class FkIndex:
         Every row of the band outside the result has |dx| > half - 1e-12 or
         |dz| > half - 1e-12 (the slack covers rounding in the cell arithmetic).
         """
-        c = self.cell
-        ix_lo = int((tx - half - self.x0) // c)
-        ix_hi = int((tx + half - self.x0) // c)
-        iz_lo = int((tz - half - self.z0) // c)
-        iz_hi = int((tz + half - self.z0) // c)
         r_lo, r_hi = self._ranks(y_lo, y_hi)
-        if r_lo >= r_hi:
+        cells = self.cell_range(tx, tz, half)
+        if r_lo >= r_hi or cells is None:
             return np.empty(0, dtype=np.int64)
-        ix_lo, ix_hi = max(ix_lo, 0), min(ix_hi, self.nx - 1)
-        iz_lo, iz_hi = max(iz_lo, 0), min(iz_hi, self.nz - 1)
-        if ix_lo > ix_hi or iz_lo > iz_hi:
-            return np.empty(0, dtype=np.int64)
+        ix_lo, ix_hi, iz_lo, iz_hi = cells
         tmpl = self._template(ix_hi - ix_lo + 1, iz_hi - iz_lo + 1)
         lo_keys = tmpl + (((ix_lo * self.nz + iz_lo) << 32) | r_lo)
         bounds = np.searchsorted(self.keys, np.concatenate((lo_keys, lo_keys + (r_hi - r_lo))), "left")

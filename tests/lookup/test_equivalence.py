@@ -3,6 +3,8 @@
 Queries mix grid-aligned targets (exact distance ties), band edges on row values
 (the half-open rule), every optional filter, tiny and huge dist_max and floors.
 The whole result must match, not only the row: counts, reasons, residuals.
+Both search paths of the indexed method are covered: a band's ``BandView`` (from
+its second use on) and the whole-table grid (one-off bands), mixed and pinned.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mecharm_runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc
 from mecharm_runtime.lookup.build import lattice, rows_from_angles
+from mecharm_runtime.lookup.index import MAX_VIEWS
 from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
 
 from .conftest import dyadic_table, place_rows
@@ -66,6 +70,47 @@ def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
     oks = [assert_same(table, random_query(rng, table)) for _ in range(10_000)]
     # the mix exercises both outcomes in earnest
     assert 0.2 < np.mean(oks) < 0.9
+
+
+@pytest.mark.parametrize(("view_after", "n"), [(1, 10_000), (0, 3_000)])
+def test_random_queries_through_each_search_path(view_after: int, n: int) -> None:
+    """Pin the path: every band through its BandView (1), or all through the whole-table grid (0)."""
+    table = dyadic_table(3000, seed=1)
+    table.index.view_after = view_after
+    rng = np.random.default_rng(20 + view_after)
+    oks = [assert_same(table, random_query(rng, table)) for _ in range(n)]
+    assert 0.2 < np.mean(oks) < 0.9
+    views = table.index.__dict__.get("_views", {})
+    assert (0 < len(views) <= MAX_VIEWS) if view_after else not views
+
+
+def test_band_view_holds_the_safe_rows_of_the_band() -> None:
+    table = dyadic_table(3000, seed=3)
+    y = table.col("ee_y")
+    lo, hi = float(np.quantile(y, 0.3)), float(np.quantile(y, 0.6))
+    view = table.index.band_view(table, lo, hi, build=True)
+    assert view is not None
+    rows = view.data[view.ROW].astype(np.int64)
+    in_band = (y >= lo) & (y < hi)
+    assert view.n_band == int(in_band.sum())
+    assert np.array_equal(np.sort(rows), np.flatnonzero(in_band & table.col("safe")))
+    assert np.array_equal(view.data[view.X], table.col("ee_x")[rows])
+    assert np.array_equal(view.data[view.Z], table.col("ee_z")[rows])
+    assert np.array_equal(view.data[view.J0:view.J0 + 6].T, table.joints[rows])
+    # each cell's rows are the slice starts[c]:starts[c + 1]
+    idx = table.index
+    ix = ((view.data[view.X] - idx.x0) // idx.cell).astype(np.int64)
+    iz = ((view.data[view.Z] - idx.z0) // idx.cell).astype(np.int64)
+    cells = ix * idx.nz + iz
+    starts = np.asarray(view.starts)
+    assert np.array_equal(np.repeat(np.arange(starts.size - 1), np.diff(starts)), cells)
+    # the first request of a band only counts; the second builds; at most MAX_VIEWS are kept
+    other = dyadic_table(500, seed=4)
+    assert other.index.band_view(other, 0.0, 0.05) is None
+    assert other.index.band_view(other, 0.0, 0.05) is not None
+    for k in range(MAX_VIEWS + 2):
+        other.index.band_view(other, 0.0, 0.06 + k / 256, build=True)
+    assert len(other.index.__dict__["_views"]) == MAX_VIEWS
 
 
 def test_random_queries_on_fk_lattice_rows() -> None:
