@@ -24,7 +24,7 @@ from pydantic import (
     ValidationError,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 
@@ -54,6 +54,7 @@ __all__ = [
     "decode_request",
     "decode_response",
     "encode",
+    "encode_ok",
     "error_response",
     "ok_response",
     "validate_args",
@@ -146,6 +147,10 @@ class NoArgs(_Args):
     """Commands that take no arguments."""
 
 
+#: NoArgs has no fields, so every valid instance is alike: validate_args shares this one.
+_NO_ARGS = NoArgs()
+
+
 class HelloArgs(_Args):
     token: str | None = Field(default=None, max_length=4096)
     client: str | None = Field(default=None, max_length=200)
@@ -231,10 +236,19 @@ class GetAnglesResult(BaseModel):
 def encode(msg: BaseModel | dict[str, Any]) -> bytes:
     """One wire line (UTF-8 JSON + ``\\n``) for a model or a plain dict."""
     if isinstance(msg, BaseModel):
-        data = msg.model_dump_json(exclude_none=False)
-    else:
-        data = json.dumps(msg, separators=(",", ":"), allow_nan=False)
+        # the model's own serializer, straight: what model_dump_json() runs, minus its wrapper
+        return msg.__pydantic_serializer__.to_json(msg) + b"\n"
+    data = json.dumps(msg, separators=(",", ":"), allow_nan=False)
     return data.encode("utf-8") + b"\n"
+
+
+def encode_ok(request_id: int, result: Any) -> bytes:
+    """``encode(ok_response(request_id, result))`` byte for byte, without building the model.
+
+    The daemon answers every successful request with this (its hot path). ``request_id``
+    must already be a validated int. Non-finite floats become ``null`` as in the model.
+    """
+    return to_json({"id": request_id, "ok": True, "result": result}, inf_nan_mode="null") + b"\n"
 
 
 def ok_response(request_id: int, result: Any) -> OkResponse:
@@ -291,6 +305,8 @@ def validate_args(cmd: str, args: dict[str, Any], request_id: int | None = None)
     model = ARGS_MODELS.get(cmd)
     if model is None:
         raise ProtocolError(ErrorCode.UNKNOWN_COMMAND, f"unknown command {cmd[:64]!r}", request_id)
+    if model is NoArgs and not args:  # the common case (get_angles, is_moving, ...): nothing to check
+        return _NO_ARGS
     try:
         return model.model_validate(args)
     except ValidationError as exc:

@@ -33,15 +33,13 @@ from daemon_pi.protocol import (
     MAX_LINE_BYTES,
     PROTOCOL_VERSION,
     ErrorCode,
-    ErrorResponse,
     HelloArgs,
     HelloResult,
-    OkResponse,
     ProtocolError,
     decode_request,
     encode,
+    encode_ok,
     error_response,
-    ok_response,
     validate_args,
 )
 from daemon_pi.stats import DaemonStats
@@ -280,20 +278,21 @@ class ArmServer:
                 return "daemon shutdown" if self._closing else "client closed the connection"
             if line is _TOO_LONG:
                 self.stats.record("<invalid>", 0.0, ErrorCode.LINE_TOO_LONG.value)
-                resp: OkResponse | ErrorResponse = error_response(
-                    None, ErrorCode.LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes discarded")
+                out = encode(error_response(
+                    None, ErrorCode.LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes discarded"))
                 log.warning("request_rejected", peer=conn.peer, code="line_too_long")
             else:
                 assert isinstance(line, bytes)
-                resp = await self._handle_line(conn, line)
-            conn.writer.write(encode(resp))
+                out = await self._handle_line(conn, line)
+            conn.writer.write(out)
             await conn.writer.drain()
             if conn.auth_failures >= self.max_auth_failures:
                 return f"{conn.auth_failures} failed authentication attempts"
         return "daemon shutdown"
 
     # ------------------------------------------------------------ requests
-    async def _handle_line(self, conn: _Conn, line: bytes) -> OkResponse | ErrorResponse:
+    async def _handle_line(self, conn: _Conn, line: bytes) -> bytes:
+        """Answer one request line with its encoded response line; count it in the stats."""
         t0 = time.perf_counter()
         cmd_label = "<invalid>"
         rid: int | None = None
@@ -306,7 +305,7 @@ class ArmServer:
                                     f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}", rid)
             args = validate_args(req.cmd, req.args, rid)
             result = await self._commands[req.cmd](conn, args)
-            resp: OkResponse | ErrorResponse = ok_response(rid, result)
+            out = encode_ok(req.id, result)  # no response model on the hot path: same bytes
         except ProtocolError as exc:
             resp = error_response(exc.request_id if exc.request_id is not None else rid, exc.code, exc.message)
             log.warning("request_rejected", peer=conn.peer, id=resp.id, cmd=cmd_label, code=exc.code.value,
@@ -317,9 +316,11 @@ class ArmServer:
         except Exception as exc:
             resp = error_response(rid, ErrorCode.INTERNAL, f"{cmd_label}: internal error {type(exc).__name__}: {exc}")
             log.exception("internal_error", peer=conn.peer, id=rid, cmd=cmd_label)
-        code = resp.error.code if isinstance(resp, ErrorResponse) else None
-        self.stats.record(cmd_label, time.perf_counter() - t0, code)
-        return resp
+        else:
+            self.stats.record(cmd_label, time.perf_counter() - t0, None)
+            return out
+        self.stats.record(cmd_label, time.perf_counter() - t0, resp.error.code)
+        return encode(resp)
 
     async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one backend call, serialized; blocking calls go to the arm thread."""

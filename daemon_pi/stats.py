@@ -36,7 +36,10 @@ class DaemonStats:
         self.per_command[cmd] += 1
         if error_code is not None:
             self.errors[error_code] += 1
-        self._latency.setdefault(cmd, deque(maxlen=_WINDOW)).append(seconds)
+        window = self._latency.get(cmd)
+        if window is None:  # not setdefault: that would build a throw-away deque per request
+            window = self._latency[cmd] = deque(maxlen=_WINDOW)
+        window.append(seconds)
 
     def snapshot(self) -> dict[str, Any]:
         latency: dict[str, dict[str, float]] = {}

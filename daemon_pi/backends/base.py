@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-_NUMBER = (int, float)
+_NUMBER = frozenset((int, float))  # exact types: a bool or a str is not a reading
 
 
 class BackendError(RuntimeError):
@@ -144,9 +144,9 @@ class SdkBackend(ArmBackend):
 
     def get_angles(self) -> list[float]:
         value = self._checked("get_angles")
-        if type(value) is not list or len(value) != 6 or not all(type(a) in _NUMBER for a in value):
+        if type(value) is not list or len(value) != 6 or not _NUMBER.issuperset(map(type, value)):
             raise ArmNoReplyError(f"get_angles: malformed reply {value!r} (expected 6 numbers)")
-        out = [float(a) for a in value]
+        out = list(map(float, value))
         if not math.isfinite(sum(out)):  # a NaN or inf anywhere makes the sum non-finite
             raise ArmNoReplyError(f"get_angles: non-finite reading {value!r}")
         return out

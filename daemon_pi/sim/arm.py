@@ -52,6 +52,8 @@ __all__ = [
 
 HOME: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 _ZEROS = [0.0] * 6
+#: read noise is drawn this many readings at a time: one numpy call per read cost more than the read
+_NOISE_BLOCK = 256
 
 Listener = Callable[[str, dict[str, Any]], None]
 
@@ -193,6 +195,8 @@ class SimArmFaults:
             return s
 
     def _take_read_failure(self) -> str | None:
+        if not self._fail_reads:  # every read asks: skip the lock when no failure is armed
+            return None
         with self._lock:
             if self._fail_reads > 0:
                 self._fail_reads -= 1
@@ -211,7 +215,9 @@ class SimArm:
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
         self._settle_rng = random.Random(self.config.seed)
-        self._noise_rng = np.random.default_rng(self.config.seed + 1_000_003)  # vectorized: reads are hot
+        self._noise_rng = np.random.default_rng(self.config.seed + 1_000_003)
+        self._normals: list[float] = []  # standard normals drawn ahead, consumed 6 per noisy read
+        self._normals_at = 0
         self._rest: tuple[float, ...] = tuple(float(a) for a in self.config.initial_angles)
         self._seg: _Segment | None = None
         self._queue: deque[_Pending] = deque()
@@ -292,6 +298,19 @@ class SimArm:
             raise SimArmDataError(f"speed must be an int in 1..100, got {speed!r}")
         return speed
 
+    def _next_normals(self) -> list[float]:
+        """The next 6 standard normal draws of the noise generator (call under the lock).
+
+        Drawn in blocks; the stream is the one per-read ``normal(0, sigma, 6)`` calls
+        would give, value for value (numpy's normal is ``loc + scale * standard_normal``).
+        """
+        i = self._normals_at
+        if i + 6 > len(self._normals):
+            self._normals = self._noise_rng.standard_normal(6 * _NOISE_BLOCK).tolist()
+            i = 0
+        self._normals_at = i + 6
+        return self._normals[i:i + 6]
+
     def _read_failure(self) -> str | None:
         kind = self.faults._take_read_failure()
         if kind is not None:
@@ -310,7 +329,7 @@ class SimArm:
             self.counters["reads"] += 1
             pose = self._pose(self.sim_time())
             sigma = self.config.noise_deg
-            noise = self._noise_rng.normal(0.0, sigma, 6).tolist() if sigma > 0 else _ZEROS
+            noise = [0.0 + sigma * z for z in self._next_normals()] if sigma > 0 else _ZEROS
         return [round(a + n, 2) for a, n in zip(pose, noise, strict=True)]
 
     def get_gripper_value(self) -> int:

@@ -15,6 +15,7 @@ from daemon_pi.protocol import (
     MAX_LINE_BYTES,
     ErrorCode,
     ErrorResponse,
+    NoArgs,
     OkResponse,
     ProtocolError,
     Request,
@@ -22,6 +23,7 @@ from daemon_pi.protocol import (
     decode_request,
     decode_response,
     encode,
+    encode_ok,
     error_response,
     ok_response,
     validate_args,
@@ -166,3 +168,27 @@ def test_encode_rejects_nan_in_plain_dicts() -> None:
     with pytest.raises(ValueError):
         encode({"id": 1, "ok": True, "result": float("nan")})
     assert json.loads(encode({"id": 1, "ok": True, "result": None})) == {"id": 1, "ok": True, "result": None}
+
+
+@pytest.mark.parametrize(
+    "result",
+    [None, [1.5, -0.0, 12.34, 1e-7, 123456.789, -30.0], float("nan"), float("-inf"), 10**30, True, "é\u2028\"",
+     {"a": (1, 2), "b": [None, {"c": float("inf")}]}, ErrorCode.BUSY, ()],
+)
+def test_encode_ok_is_the_ok_response_line_byte_for_byte(result: object) -> None:
+    """The daemon's hot path skips the model; what goes on the wire must not change."""
+    assert encode_ok(41, result) == encode(ok_response(41, result))
+    assert encode_ok(41, result) == ok_response(41, result).model_dump_json().encode() + b"\n"
+
+
+def test_encode_of_a_model_is_its_model_dump_json() -> None:
+    for msg in (Request(id=7, cmd="send_angles", args={"angles": HOME, "speed": 20}),
+                error_response(None, ErrorCode.BUSY, "someone élse"), ok_response(2, {"x": [1, 2.5]})):
+        assert encode(msg) == msg.model_dump_json().encode() + b"\n"
+
+
+def test_no_args_commands_still_reject_any_argument() -> None:
+    assert isinstance(validate_args("get_angles", {}), NoArgs)
+    with pytest.raises(ProtocolError) as ei:
+        validate_args("get_angles", {"x": 1}, 3)
+    assert ei.value.code is ErrorCode.BAD_ARGS and "'x'" in ei.value.message and ei.value.request_id == 3

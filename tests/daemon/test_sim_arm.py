@@ -139,6 +139,24 @@ def test_deterministic_given_seed() -> None:
     assert run(5) != run(6)
 
 
+def test_read_noise_is_numpys_normal_per_read() -> None:
+    """Noise drawn in blocks is the stream of one ``normal(0, sigma, 6)`` per read, value for value,
+    across block refills and noise changes (readings with noise 0 draw nothing)."""
+    import numpy as np
+
+    clock = Clock()
+    arm = make(clock, seed=3, noise_deg=0.3)
+    arm.send_angles([10.0, 20, 30, 40, 50, 60], 30)
+    clock.advance(0.7)  # mid-move: the pose is not round
+    rng = np.random.default_rng(3 + 1_000_003)
+    for i in range(700):
+        sigma = (0.3, 0.0, 1.7)[i % 3]
+        arm.config.noise_deg = sigma
+        pose = arm.true_angles()
+        noise = rng.normal(0.0, sigma, 6).tolist() if sigma > 0 else [0.0] * 6
+        assert arm.get_angles() == [round(a + n, 2) for a, n in zip(pose, noise, strict=True)]
+
+
 def test_j1_above_90_7_is_silently_ignored() -> None:
     clock = Clock()
     arm = make(clock)
