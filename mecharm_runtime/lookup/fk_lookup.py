@@ -301,9 +301,14 @@ def _view_mask(q: _Query, w: NDArray[np.float64]) -> NDArray[np.bool_] | None:
         m5 = np.abs(w[j0 + 5] - q.j5_ref) <= q.band_deg
         m = m5 if m is None else m & m5
     if q.ref is not None:
-        ref = np.array(q.ref)[:, None]
-        mr = (np.abs(w[j0:j0 + 6] - ref) <= q.tol).all(axis=0)
-        m = mr if m is None else m & mr
+        # joint by joint on contiguous rows: numpy is slow to broadcast (6, k) - (6, 1) and
+        # to reduce over the short axis
+        for i, r in enumerate(q.ref):
+            mi = np.abs(w[j0 + i] - r) <= q.tol
+            if m is None:
+                m = mi
+            else:
+                m &= mi
     return m
 
 
@@ -331,35 +336,38 @@ def _view_window(idx: FkIndex, view: BandView, q: _Query, half: float) -> int | 
 def _view_scan(view: BandView, q: _Query, *, nearest: bool) -> tuple[int | None, dict[str, int]]:
     """Exact answer (if ``nearest``) and the counts after each filter from the whole band view.
 
-    The band and safety counts are known from the view; the optional filters narrow a
-    list of positions one joint test at a time, so each test runs on the rows still
-    passing (the same element-wise expressions as ``_filter_steps``).
+    The band and safety counts are known from the view. With ref_joints, every row
+    passing ``|j0 - ref[0]| <= tol`` lies in one slice of the view sorted by j0 (the
+    slice is widened by a slack far above the rounding of the subtraction), and the
+    last count and the nearest come from that slice alone. The tests are the same
+    element-wise expressions as ``_filter_steps``, so the same rows pass.
     """
     counts = {"band": view.n_band, "safety": view.size}
-    data = view.data
-    pos: NDArray[np.int64] | None = None  # None: every row of the view
-
-    def narrow(joint: int, ref: float, tol: float) -> NDArray[np.int64]:
-        col = data[BandView.J0 + joint]
-        if pos is None:
-            return np.flatnonzero(np.abs(col - ref) <= tol)
-        return pos[np.abs(col[pos] - ref) <= tol]
-
+    j0 = BandView.J0
+    w = view.data
+    keep: NDArray[np.bool_] | None = None  # over the columns of ``w``; None: all
     if q.j3_ref is not None:
-        pos = narrow(3, q.j3_ref, q.band_deg)
-        counts["j3"] = int(pos.size)
+        keep = np.abs(w[j0 + 3] - q.j3_ref) <= q.band_deg
+        counts["j3"] = int(np.count_nonzero(keep))
     if q.j5_ref is not None:
-        pos = narrow(5, q.j5_ref, q.band_deg)
-        counts["j5"] = int(pos.size)
+        m5 = np.abs(w[j0 + 5] - q.j5_ref) <= q.band_deg
+        keep = m5 if keep is None else keep & m5
+        counts["j5"] = int(np.count_nonzero(keep))
     if q.ref is not None:
         assert q.tol is not None
-        for i in range(6):
-            pos = narrow(i, q.ref[i], q.tol)
-        counts["ref_joints"] = int(pos.size)  # type: ignore[union-attr]
+        r0, tol = q.ref[0], q.tol
+        slack = 1e-9 * (1.0 + abs(r0) + tol)
+        s = view.by_j0()
+        lo, hi = np.searchsorted(s[j0], (r0 - tol - slack, r0 + tol + slack), "left").tolist()
+        w = s[:, lo:hi]
+        keep = _view_mask(q, w)  # the j3, j5 and ref_joints tests on the slice
+        assert keep is not None
+        counts["ref_joints"] = int(np.count_nonzero(keep))
     if not nearest:
         return None, counts
-    x, z, rows = data[BandView.X], data[BandView.Z], data[BandView.ROW]
-    if pos is not None:
+    x, z, rows = w[BandView.X], w[BandView.Z], w[BandView.ROW]
+    if keep is not None:
+        pos = np.flatnonzero(keep)
         x, z, rows = x[pos], z[pos], rows[pos]
     if rows.size == 0:
         return None, counts

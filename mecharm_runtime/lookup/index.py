@@ -62,6 +62,15 @@ class BandView:
     def size(self) -> int:
         return int(self.data.shape[1])
 
+    def by_j0(self) -> NDArray[np.float64]:
+        """``data`` sorted by j0 (built on first use): rows within a j0 interval are one
+        slice, which the out_of_range scan with ref_joints needs instead of the whole band."""
+        s = self.__dict__.get("_by_j0")
+        if s is None:
+            s = np.ascontiguousarray(self.data[:, np.argsort(self.data[self.J0], kind="stable")])
+            self.__dict__["_by_j0"] = s
+        return s
+
     def window(self, idx: FkIndex, tx: float, tz: float, half: float) -> NDArray[np.float64] | None:
         """``data`` of the cells meeting the square |x-tx|, |z-tz| <= half, or None if empty."""
         cells = idx.cell_range(tx, tz, half)

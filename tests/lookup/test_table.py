@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, load_table
+from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, fk_lookup, load_table
 from mecharm_runtime.lookup import table as table_mod
 from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
@@ -185,3 +185,16 @@ def test_warm_builds_the_lazy_parts() -> None:
     assert table.warm() is table
     assert table._index is not None and set(table._cols) >= {"ee_x", "ee_y", "ee_z", "safe", "j3"}
     assert np.array_equal(table.index.ycol(table, "j0"), table.joints[table.index.by_y, 0])
+
+
+def test_warm_builds_the_band_views_asked_for() -> None:
+    table = FkTable.from_rows(small_rows())
+    lo, hi = float(table.col("ee_y").min()), float(table.col("ee_y").max()) + 0.01
+    table.warm(bands=[(lo, hi)])
+    views = table.index.__dict__["_views"]
+    assert list(views) == [(lo, hi)] and "_by_j0" in views[(lo, hi)].__dict__
+    # the first lookup of that band already goes through the view (and gives the brute answer)
+    tx, tz = float(table.col("ee_x")[0]), float(table.col("ee_z")[0])
+    got = fk_lookup(table, "pick", (tx, tz), lo, hi)
+    assert got.ok and got.selected_index == fk_lookup(table, "pick", (tx, tz), lo, hi, method="brute").selected_index
+    assert table.index.__dict__.get("_band_uses", {}).get((lo, hi)) is None
