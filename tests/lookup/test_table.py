@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkTable, TableError, build_table, ensure_table, fk_lookup, load_table
+from mecharm_runtime.lookup import (
+    FkTable,
+    TableError,
+    build_table,
+    ensure_table,
+    fk_lookup,
+    load_table,
+)
 from mecharm_runtime.lookup import table as table_mod
 from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
