@@ -290,7 +290,7 @@ def decode_request(line: bytes | str) -> Request:
     raw_id = obj.get("id")
     rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
     try:
-        return Request.model_validate(obj)
+        return Request.__pydantic_validator__.validate_python(obj)  # model_validate() minus its wrapper
     except ValidationError as exc:
         loc, typ, msg = _first_error(exc)
         what = "unknown field" if typ == "extra_forbidden" else msg

@@ -324,6 +324,10 @@ class ArmServer:
 
     async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run one backend call, serialized; blocking calls go to the arm thread."""
+        if not self.backend.blocks(fn.__name__) and not self._arm_lock.locked():
+            # runs to completion on the loop thread without yielding: nothing can overlap it,
+            # so taking and releasing the free lock would only cost time
+            return fn(*args)
         async with self._arm_lock:
             if self.backend.blocks(fn.__name__):
                 return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)

@@ -329,8 +329,9 @@ class SimArm:
             self.counters["reads"] += 1
             pose = self._pose(self.sim_time())
             sigma = self.config.noise_deg
-            noise = [0.0 + sigma * z for z in self._next_normals()] if sigma > 0 else _ZEROS
-        return [round(a + n, 2) for a, n in zip(pose, noise, strict=True)]
+            if sigma > 0:  # noise is 0.0 + sigma * z exactly as numpy's normal(0.0, sigma) computes it
+                return [round(a + (0.0 + sigma * z), 2) for a, z in zip(pose, self._next_normals(), strict=True)]
+        return [round(a + n, 2) for a, n in zip(pose, _ZEROS, strict=True)]
 
     def get_gripper_value(self) -> int:
         """Gripper opening 0 (closed) .. 100 (open), int; -1 on no reply."""
