@@ -9,6 +9,7 @@ its second use on) and the whole-table grid (one-off bands), mixed and pinned.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -72,12 +73,16 @@ def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
     assert 0.2 < np.mean(oks) < 0.9
 
 
-@pytest.mark.parametrize(("view_after", "n"), [(1, 10_000), (0, 3_000)])
-def test_random_queries_through_each_search_path(view_after: int, n: int) -> None:
-    """Pin the path: every band through its BandView (1), or all through the whole-table grid (0)."""
+@pytest.mark.parametrize(("view_after", "n", "block_max"), [(1, 10_000, None), (1, 3_000, 0), (0, 3_000, None)])
+def test_random_queries_through_each_search_path(view_after: int, n: int, block_max: int | None,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pin the path: every band through its BandView (1), or all through the whole-table grid (0);
+    ``block_max`` 0 runs the band-view ref_joints test joint by joint (the large-window form)."""
+    if block_max is not None:
+        monkeypatch.setattr(importlib.import_module("mecharm_runtime.lookup.fk_lookup"), "_BLOCK_MAX", block_max)
     table = dyadic_table(3000, seed=1)
     table.index.view_after = view_after
-    rng = np.random.default_rng(20 + view_after)
+    rng = np.random.default_rng(20 + view_after + (10 if block_max is not None else 0))
     oks = [assert_same(table, random_query(rng, table)) for _ in range(n)]
     assert 0.2 < np.mean(oks) < 0.9
     views = table.index.__dict__.get("_views", {})
