@@ -33,7 +33,8 @@ __all__ = ["CELL_M", "MAX_VIEWS", "BandView", "FkIndex"]
 CELL_M = 0.0025
 _SHIFT = np.int64(32)
 _RANK_MASK = np.int64((1 << 32) - 1)
-#: Band views kept per index (least recently used dropped): 72 bytes per safe row in the band.
+#: Band views kept per index (least recently used dropped): 72 bytes per safe row in the band,
+#: 144 once an out_of_range query with ref_joints has made its j0-sorted copy.
 MAX_VIEWS = 4
 
 
