@@ -46,6 +46,8 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
     clock = RealClock()
     table_path = await asyncio.to_thread(ensure_table, s.fk_dir)
     table = await asyncio.to_thread(load_table, table_path)
+    # build the lookup index and the default bands' views now, not in the first trial's stages
+    await asyncio.to_thread(table.warm, [s.pick_band, s.place_band])
     arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
     try:
         camera = await asyncio.to_thread(open_camera, s.top_camera)
