@@ -167,24 +167,23 @@ def _safe_name(v: str, what: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-class TrialStart(_Event):
+class _RunStemEvent(_Event):
+    """An event naming a trial folder: the name comes from the network, so it is checked."""
+
+    run_stem: str
+
+    @field_validator("run_stem")
+    @classmethod
+    def _stem(cls, v: str) -> str:
+        return _safe_name(v, "run_stem")
+
+
+class TrialStart(_RunStemEvent):
     type: Literal["trial_start"] = "trial_start"
-    run_stem: str
-
-    @field_validator("run_stem")
-    @classmethod
-    def _stem(cls, v: str) -> str:
-        return _safe_name(v, "run_stem")
 
 
-class TrialEnd(_Event):
+class TrialEnd(_RunStemEvent):
     type: Literal["trial_end"] = "trial_end"
-    run_stem: str
-
-    @field_validator("run_stem")
-    @classmethod
-    def _stem(cls, v: str) -> str:
-        return _safe_name(v, "run_stem")
 
 
 class Stage(_Event):

@@ -153,11 +153,16 @@ class TrialRecording:
         self._states.writerow(state_row(event, self.stage, note))
         self.states_rows += 1
 
-    def flush_states(self, force: bool = False) -> None:
+    def _flush_due(self, fh: Any, last: float, force: bool) -> float:
+        """Flush ``fh`` when forced or ``csv_flush_sec`` has passed since ``last``; the new last."""
         now = time.monotonic()
-        if self._states_fh is not None and (force or now - self._states_flushed >= self.settings.csv_flush_sec):
-            self._states_fh.flush()
-            self._states_flushed = now
+        if fh is not None and (force or now - last >= self.settings.csv_flush_sec):
+            fh.flush()
+            return now
+        return last
+
+    def flush_states(self, force: bool = False) -> None:
+        self._states_flushed = self._flush_due(self._states_fh, self._states_flushed, force)
 
     def close_states(self) -> None:
         fh, self._states_fh, self._states = self._states_fh, None, None
@@ -202,10 +207,7 @@ class TrialRecording:
         return True
 
     def flush_frame_log(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if self._flog_fh is not None and (force or now - self._flog_flushed >= self.settings.csv_flush_sec):
-            self._flog_fh.flush()
-            self._flog_flushed = now
+        self._flog_flushed = self._flush_due(self._flog_fh, self._flog_flushed, force)
 
     def close_media(self) -> None:
         """Writer thread: finish the video and the frame log."""
