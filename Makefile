@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m mecharm_runtime.demo
+	$(BIN)/python -m mecharm_tools.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile

@@ -184,7 +184,7 @@ def _bench_sim(quick: bool) -> dict[str, Any]:
 
 def _spawn_fake_arm(read_reply: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon_pi.sim.firmware", "--read-reply", str(read_reply), "--log-level", "warning"],
+        [sys.executable, "-m", "mecharm_sim.firmware", "--read-reply", str(read_reply), "--log-level", "warning"],
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     assert proc.stdout is not None

@@ -25,10 +25,10 @@ import av
 import numpy as np
 
 from mecharm_common.config import load_settings
-from mecharm_runtime.export.config import ExportSettings
-from mecharm_runtime.export.lerobot import export_lerobot
-from mecharm_runtime.export.verify import verify_dataset
 from mecharm_runtime.records.ledger import append_row, ledger_path
+from mecharm_tools.export.config import ExportSettings
+from mecharm_tools.export.lerobot import export_lerobot
+from mecharm_tools.export.verify import verify_dataset
 from recorder.config import VideoSettings
 from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
 from recorder.video import VideoWriter

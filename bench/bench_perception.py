@@ -8,7 +8,7 @@ Figures (each with its target and a baseline measured in the same run):
 - simulated camera cost per frame (render + JPEG encode) for top and side;
   baseline: the JPEG encode alone;
 - the MJPEG stream's delivered fps vs requested, top (10 fps) and side (30 fps)
-  streamed at the same time through ``recorder.cameras.open_camera`` (the CPU
+  streamed at the same time through ``mecharm_cameras.open_camera`` (the CPU
   share covers the server's rendering and encoding plus both readers' decoding,
   all in this process).
 """
@@ -23,12 +23,12 @@ from typing import Any
 
 import cv2
 
-from daemon_pi.sim.arm import SimArm
-from daemon_pi.sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
-from daemon_pi.sim.scene import SceneState, random_layout
-from daemon_pi.sim.workcell import WorkcellConfig, start_workcell
+from mecharm_cameras import open_camera
 from mecharm_runtime.perception import detect_block, detect_box, detect_scene, estimate_homography
-from recorder.cameras import open_camera
+from mecharm_sim.arm import SimArm
+from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
+from mecharm_sim.scene import SceneState, random_layout
+from mecharm_sim.workcell import WorkcellConfig, start_workcell
 
 __all__ = ["run"]
 

@@ -28,7 +28,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from recorder.cameras import SyntheticCamera
+from mecharm_cameras import SyntheticCamera
 from recorder.config import VideoSettings
 from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart
 from recorder.sender import RecorderSender

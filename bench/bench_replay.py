@@ -25,8 +25,8 @@ import mecharm_runtime.lookup.build
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.records.trace import DECISION_EVENTS
-from mecharm_runtime.replay.runner import replay, replay_settings
-from mecharm_runtime.replay.tracefile import read_recorded
+from mecharm_tools.replay.runner import replay, replay_settings
+from mecharm_tools.replay.tracefile import read_recorded
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "replay" / "corpus"

@@ -23,8 +23,8 @@ from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.service import open_rig, scene_next
-from mecharm_runtime.simrig import SimRig, start_recorder, start_sim_daemon
 from mecharm_runtime.trial import TrialSummary, run_trial
+from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 
 SCALE = 20.0
 #: The observer pairs run nearer real time: at 20x the trial is CPU-bound on this 2-core

@@ -75,7 +75,7 @@ def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
 
         return MyCobotBackend(settings.serial_port, settings.baud), None
     from daemon_pi.backends.sim import SimBackend
-    from daemon_pi.sim.arm import SimArm
+    from mecharm_sim.arm import SimArm
 
     arm = SimArm(settings.sim)
     return SimBackend(arm), arm
@@ -87,10 +87,10 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
     if settings.backend != "sim":
         raise StartupError("--scene needs --backend sim (the workcell simulates cameras around the sim arm)")
     try:
-        from daemon_pi.sim.workcell import start_workcell
+        from mecharm_sim.workcell import start_workcell
     except ImportError as exc:
         raise StartupError(f"--scene given but the simulated workcell is not available "
-                           f"(daemon_pi.sim.workcell: {exc})") from exc
+                           f"(mecharm_sim.workcell: {exc})") from exc
     seed = settings.seed if settings.seed is not None else settings.sim.seed
     workcell = start_workcell(arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port)
     log.info("workcell_started", scene=settings.scene, seed=seed, urls=dict(workcell.urls))

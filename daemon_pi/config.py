@@ -12,8 +12,8 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from daemon_pi.protocol import DEFAULT_PORT
-from daemon_pi.sim.arm import SimArmConfig
 from mecharm_common.config import ConfigError, RigSettings
+from mecharm_sim.arm import SimArmConfig
 
 __all__ = ["DaemonSettings", "is_loopback", "read_token"]
 

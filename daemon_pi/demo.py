@@ -17,8 +17,8 @@ from typing import Any
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.protocol import ErrorResponse, decode_response, encode
 from daemon_pi.server import run_server
-from daemon_pi.sim.arm import HOME, SimArmConfig
 from mecharm_common.logging import configure_logging
+from mecharm_sim.arm import HOME, SimArmConfig
 
 __all__ = ["main", "run_demo"]
 

@@ -1,6 +1,6 @@
 """The runtime's eyes behind ``EyesPort``: the top camera plus the perception and judge code.
 
-``CameraEyes`` grabs frames from the top camera (any ``recorder.cameras`` source,
+``CameraEyes`` grabs frames from the top camera (any ``mecharm_cameras`` source,
 e.g. the simulated rig's MJPEG stream), runs ``mecharm_runtime.perception`` on them
 and saves one JPEG per capture group into the run folder. ``DryRunEyes`` looks at
 the real scene but models what depends on the arm having moved (tip, held block,
@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm_cameras import CameraSource
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import DryRunArm
@@ -37,7 +38,6 @@ from mecharm_runtime.perception.results import SceneDetection
 from mecharm_runtime.perception.tip import measure_tip
 from mecharm_runtime.ports import EyesPort, SceneObservation, TipObservation, VerdictObservation
 from mecharm_runtime.records.trace import TraceWriter
-from recorder.cameras import CameraSource
 
 __all__ = ["CameraEyes", "DryRunEyes", "EyesError", "TracedEyes"]
 

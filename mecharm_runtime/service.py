@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from mecharm_cameras import CameraError, open_camera
 from mecharm_common.fsutil import check_data_root
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
@@ -31,7 +32,6 @@ from mecharm_runtime.perception import make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
-from recorder.cameras import CameraError, open_camera
 from recorder.sender import RecorderSender
 
 __all__ = ["ServiceReport", "open_rig", "run_service", "scene_next", "summary_line"]

@@ -4,7 +4,7 @@ It listens for the runtime's UDP events and writes one folder per trial:
 ``episode.mp4`` (H.264, fragmented MP4, capture-time PTS), ``frame_log.csv``,
 ``states.csv``, ``recording_meta.json`` and ``extracted/`` frame snapshots.
 Other packages import the wire contract from ``recorder.events``, the client
-from ``recorder.sender`` and camera sources from ``recorder.cameras``.
+from ``recorder.sender`` and camera sources from ``mecharm_cameras``.
 """
 
 from __future__ import annotations

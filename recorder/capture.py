@@ -22,8 +22,8 @@ from collections.abc import Callable
 import cv2
 import numpy as np
 
+from mecharm_cameras.base import CameraSource
 from mecharm_common.logging import get_logger
-from recorder.cameras.base import CameraSource
 from recorder.status import RateLimitedLog
 from recorder.writer import CapturedFrame
 

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mecharm_cameras.base import CameraSource
+from mecharm_cameras.factory import make_camera
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
 from mecharm_common.logging import get_logger
-from recorder.cameras.base import CameraSource
-from recorder.cameras.factory import make_camera
 from recorder.capture import CameraWorker
 from recorder.config import RecorderSettings
 from recorder.events import (

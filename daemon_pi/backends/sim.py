@@ -7,7 +7,7 @@ from typing import Any
 import serial
 
 from daemon_pi.backends.base import SdkBackend
-from daemon_pi.sim.arm import SimArm, SimArmConfig
+from mecharm_sim.arm import SimArm, SimArmConfig
 
 __all__ = ["SimBackend"]
 

@@ -1,7 +1,7 @@
 """The runtime's eyes: top-camera homography, block/box detection, tip measurement, judges.
 
 Pure functions over BGR numpy frames (no camera I/O): the runtime grabs frames
-through ``recorder.cameras.open_camera`` and passes them in. See docs/perception.md.
+through ``mecharm_cameras.open_camera`` and passes them in. See docs/perception.md.
 """
 
 from __future__ import annotations

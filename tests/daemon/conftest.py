@@ -14,8 +14,8 @@ import pytest_asyncio
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import ArmServer, run_server
-from daemon_pi.sim.arm import SimArm, SimArmConfig
-from daemon_pi.sim.firmware import FirmwareEmulator
+from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm_sim.firmware import FirmwareEmulator
 
 FAST = {"time_scale": 50.0, "seed": 3}
 

@@ -18,9 +18,9 @@ import pytest
 from daemon_pi import cli
 from daemon_pi.cli import StartupError, build_parser, settings_from_args
 from daemon_pi.config import DaemonSettings, is_loopback, read_token
-from daemon_pi.sim.arm import SimArm
-from daemon_pi.sim.firmware import FirmwareEmulator
 from mecharm_common.config import ConfigError
+from mecharm_sim.arm import SimArm
+from mecharm_sim.firmware import FirmwareEmulator
 
 from .conftest import LineClient
 
@@ -109,9 +109,9 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
         made.append(_FakeWorkcell())
         return made[-1]
 
-    mod = types.ModuleType("daemon_pi.sim.workcell")
+    mod = types.ModuleType("mecharm_sim.workcell")
     mod.start_workcell = start_workcell  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "daemon_pi.sim.workcell", mod)
+    monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
     s = settings(["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"])
     arm = SimArm(s.sim)
     wc = cli._start_workcell(s, arm, "127.0.0.1")
@@ -123,7 +123,7 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_scene_without_workcell_module_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "daemon_pi.sim.workcell", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", None)  # import raises ImportError
     s = settings(["--config", os.devnull, "--scene", "random"])
     with pytest.raises(StartupError, match="workcell is not available"):
         cli._start_workcell(s, SimArm(s.sim), "127.0.0.1")
@@ -225,7 +225,7 @@ async def test_token_file_enables_auth(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> None:
-    pytest.importorskip("daemon_pi.sim.workcell")
+    pytest.importorskip("mecharm_sim.workcell")
     d = Daemon(["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path)
     try:
         started = [e for e in d.events if e["event"] == "workcell_started"]

@@ -15,7 +15,7 @@ from pymycobot.mecharm270 import MechArm270
 
 from daemon_pi.backends.mycobot import MyCobotBackend
 from daemon_pi.server import run_server
-from daemon_pi.sim.firmware import (
+from mecharm_sim.firmware import (
     GET_ANGLES,
     SEND_ANGLES,
     FirmwareEmulator,
@@ -164,7 +164,7 @@ async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> Non
 
 
 def test_mecharm_fake_arm_process() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "daemon_pi.sim.firmware", "--time-scale", "20"],
+    proc = subprocess.Popen([sys.executable, "-m", "mecharm_sim.firmware", "--time-scale", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

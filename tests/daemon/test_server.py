@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.protocol import MAX_LINE_BYTES
 from daemon_pi.server import ArmServer, run_server
-from daemon_pi.sim.arm import HOME, SimArm, SimArmConfig
+from mecharm_sim.arm import HOME, SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mecharm_runtime.export.align import align_recording, nearest_frames
-from mecharm_runtime.export.recording import Recording, RecordingError, parse_gripper
+from mecharm_tools.export.align import align_recording, nearest_frames
+from mecharm_tools.export.recording import Recording, RecordingError, parse_gripper
 from recorder.events import RecordingMeta
 
 

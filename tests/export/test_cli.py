@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mecharm_runtime.tools_cli import main
+from mecharm_tools.cli import main
 
 
 def test_cli_export_then_verify(
@@ -109,7 +109,7 @@ def test_cli_verify_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_shipped_config_is_valid_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
     from mecharm_common.config import load_settings
-    from mecharm_runtime.export.config import ExportSettings
+    from mecharm_tools.export.config import ExportSettings
 
     cfg = Path(__file__).resolve().parents[2] / "configs" / "export.yaml"
     s = load_settings(ExportSettings, cfg)

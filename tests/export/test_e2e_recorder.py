@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_runtime.export.config import ExportSettings
-from mecharm_runtime.export.lerobot import export_lerobot
-from mecharm_runtime.export.verify import verify_dataset
 from mecharm_runtime.records.ledger import append_row, ledger_path
+from mecharm_tools.export.config import ExportSettings
+from mecharm_tools.export.lerobot import export_lerobot
+from mecharm_tools.export.verify import verify_dataset
 from recorder.config import RecorderSettings, VideoSettings
 from recorder.events import Commanded, Gripper, Measured, RecordingMeta, Stage, TrialEnd, TrialStart
 from recorder.sender import RecorderSender

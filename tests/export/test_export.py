@@ -13,11 +13,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_runtime.export import lerobot as lerobot_mod
-from mecharm_runtime.export.config import ExportSettings
-from mecharm_runtime.export.lerobot import DatasetError, export_lerobot
-from mecharm_runtime.export.recording import RecordingError
-from mecharm_runtime.export.verify import verify_dataset
+from mecharm_tools.export import lerobot as lerobot_mod
+from mecharm_tools.export.config import ExportSettings
+from mecharm_tools.export.lerobot import DatasetError, export_lerobot
+from mecharm_tools.export.recording import RecordingError
+from mecharm_tools.export.verify import verify_dataset
 
 FPS = 10
 SETTINGS = ExportSettings(progress=False)

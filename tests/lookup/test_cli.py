@@ -11,7 +11,7 @@ import pytest
 from mecharm_runtime.lookup import build_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
 from mecharm_runtime.lookup.table import COLUMNS
-from mecharm_runtime.tools_cli import main
+from mecharm_tools.cli import main
 
 from .conftest import place_rows
 

@@ -9,7 +9,8 @@ import pytest
 
 from mecharm_runtime.lookup import FkTable, build_table, j0_lookup, load_arc, load_table
 from mecharm_runtime.lookup.build import rows_from_angles
-from mecharm_runtime.lookup.holes import (
+from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
+from mecharm_tools.fktable.holes import (
     Cell,
     ascii_map,
     cells_csv,
@@ -19,7 +20,6 @@ from mecharm_runtime.lookup.holes import (
     hole_map,
     summarize,
 )
-from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
 
 from .conftest import place_rows
 

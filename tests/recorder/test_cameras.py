@@ -12,7 +12,7 @@ import av
 import numpy as np
 import pytest
 
-from recorder.cameras import (
+from mecharm_cameras import (
     CameraNameError,
     CameraNotOpenError,
     CameraOpenError,

@@ -68,7 +68,7 @@ def test_observer_principle_recorder_never_touches_the_arm():
     for path in (REPO / "recorder").rglob("*.py"):
         text = path.read_text()
         assert not any(f in text for f in forbidden), path
-    code = ("import sys, recorder.cli, recorder.service, recorder.sender, recorder.cameras;"
+    code = ("import sys, recorder.cli, recorder.service, recorder.sender, mecharm_cameras;"
             "bad=[m for m in sys.modules if m.startswith(('daemon_pi','mecharm_runtime'))];"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -83,7 +83,7 @@ class _OddCamera:
     def __init__(self) -> None:
         import numpy as np
 
-        from recorder.cameras import SyntheticCamera
+        from mecharm_cameras import SyntheticCamera
 
         self.inner = SyntheticCamera(fps=60, width=64, height=48)
         self.n = 0
@@ -100,7 +100,7 @@ class _OddCamera:
         self.inner.close()
 
     def read(self):
-        from recorder.cameras import Frame
+        from mecharm_cameras import Frame
 
         f = self.inner.read()
         self.n += 1

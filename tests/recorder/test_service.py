@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from recorder.cameras import SyntheticCamera
+from mecharm_cameras import SyntheticCamera
 from recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,

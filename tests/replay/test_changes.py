@@ -14,9 +14,9 @@ from mecharm_common.kinematics import fk_tip
 from mecharm_runtime import machine
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.table import write_table
-from mecharm_runtime.replay.runner import ReplayResult, replay, replay_settings
-from mecharm_runtime.replay.tracefile import read_recorded
-from mecharm_runtime.tools_cli import main
+from mecharm_tools.cli import main
+from mecharm_tools.replay.runner import ReplayResult, replay, replay_settings
+from mecharm_tools.replay.tracefile import read_recorded
 
 from .conftest import ARC_PICK, ARC_PLACE, CORPUS
 
@@ -134,7 +134,7 @@ def test_replay_opens_no_socket_camera_or_file(replay_args: list[str], monkeypat
 
     import cv2
 
-    import recorder.cameras
+    import mecharm_cameras
 
     def boom(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("replay must not touch the network or a camera")
@@ -144,7 +144,7 @@ def test_replay_opens_no_socket_camera_or_file(replay_args: list[str], monkeypat
     monkeypatch.setattr(socket, "create_connection", boom)
     monkeypatch.setattr(urllib.request, "urlopen", boom)
     monkeypatch.setattr(cv2, "VideoCapture", boom)
-    monkeypatch.setattr(recorder.cameras, "open_camera", boom)
+    monkeypatch.setattr(mecharm_cameras, "open_camera", boom)
     monkeypatch.chdir(tmp_path)  # anything written relative to the cwd would land here
     traces = [str(p) for p in sorted(CORPUS.glob("*.trace.jsonl"))]
     assert main(["replay", *traces, *replay_args]) == 0, capsys.readouterr()

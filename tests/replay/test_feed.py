@@ -11,8 +11,8 @@ import pytest
 
 from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost
 from mecharm_runtime.machine import _describe_error
-from mecharm_runtime.replay.feed import recorded_error
-from mecharm_runtime.tools_cli import main
+from mecharm_tools.cli import main
+from mecharm_tools.replay.feed import recorded_error
 
 from .conftest import CORPUS
 
@@ -132,7 +132,7 @@ def test_stage_failures_are_not_port_errors(reason: str) -> None:
 
 def test_code_that_crashes_outside_a_stage_is_a_difference(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    import mecharm_runtime.replay.runner as runner
+    import mecharm_tools.replay.runner as runner
 
     async def broken_exit(*_a: Any, **_k: Any) -> Any:
         raise KeyError("steps")
@@ -147,8 +147,8 @@ def test_code_that_waits_forever_is_a_difference(replay_args: list[str], monkeyp
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     import asyncio
 
-    import mecharm_runtime.replay.cli as cli
-    import mecharm_runtime.replay.runner as runner
+    import mecharm_tools.replay.cli as cli
+    import mecharm_tools.replay.runner as runner
 
     async def hangs(*_a: Any, **_k: Any) -> Any:
         await asyncio.Event().wait()

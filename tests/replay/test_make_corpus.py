@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_runtime.replay.make_corpus import record
-from mecharm_runtime.tools_cli import main
+from mecharm_tools.cli import main
+from mecharm_tools.replay.make_corpus import record
 
 
 @pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import pytest_asyncio
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import ArmServer, run_server
-from daemon_pi.sim.arm import SimArm, SimArmConfig
+from mecharm_sim.arm import SimArm, SimArmConfig
 
 TIME_SCALE = 20.0
 

@@ -13,9 +13,9 @@ import asyncio
 import math
 from pathlib import Path
 
-from daemon_pi.sim.arm import SimArm
 from mecharm_common.kinematics import fk_tip
 from mecharm_runtime.ports import SceneObservation, TipObservation, VerdictObservation
+from mecharm_sim.arm import SimArm
 
 
 class TrueStateEyes:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
-from mecharm_runtime.simrig import start_sim_daemon
+from mecharm_tools.simrig import start_sim_daemon
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ import pytest
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import run_server
-from daemon_pi.sim.arm import SimArm, SimArmConfig
 from mecharm_runtime.client import (
     ArmNoReply,
     ArmRefused,
@@ -19,6 +18,7 @@ from mecharm_runtime.client import (
     DaemonClient,
     DaemonTimeout,
 )
+from mecharm_sim.arm import SimArm, SimArmConfig
 
 from .conftest import SimDaemon
 

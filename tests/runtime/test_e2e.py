@@ -21,8 +21,8 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, scene_next
-from mecharm_runtime.simrig import SimRig, start_recorder, start_sim_daemon
 from mecharm_runtime.trial import TrialSummary, run_trial
+from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 from recorder.events import STATES_COLUMNS
 
 SCALE = 20.0

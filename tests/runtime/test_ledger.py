@@ -18,7 +18,7 @@ from mecharm_runtime.records.ledger import (
     verify_ledger,
     wait_recording_meta,
 )
-from mecharm_runtime.tools_cli import main as mecharm_main
+from mecharm_tools.cli import main as mecharm_main
 
 
 def _row(i: int, **kw: object) -> dict[str, object]:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from daemon_pi.sim.arm import SimArm, SimArmConfig
-from daemon_pi.sim.scene import Pose, SceneLayout
-from daemon_pi.sim.workcell import Workcell, WorkcellConfig
 from mecharm_common.kinematics import fk_tip
+from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm_sim.scene import Pose, SceneLayout
+from mecharm_sim.workcell import Workcell, WorkcellConfig
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon_pi.sim.scene import SceneLayout
+from mecharm_sim.scene import SceneLayout
 
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 
@@ -17,8 +17,8 @@ class TopView:
     _edits = 0  # negative versions: never equal to a real scene's (positive) version
 
     def __init__(self, seed: int, angles: tuple[float, ...] = HOME, layout: SceneLayout | None = None) -> None:
-        from daemon_pi.sim.render import TOP_CAMERA, Renderer
-        from daemon_pi.sim.scene import SceneState, random_layout
+        from mecharm_sim.render import TOP_CAMERA, Renderer
+        from mecharm_sim.scene import SceneState, random_layout
 
         self.state = SceneState(layout or random_layout(seed))
         if TopView._renderer is None:  # shared: the noise patterns are drawn once per process
@@ -29,7 +29,7 @@ class TopView:
     def frames(self, n: int = 1, **replace: object) -> list:
         import dataclasses
 
-        from daemon_pi.sim.render import SceneSnapshot
+        from mecharm_sim.render import SceneSnapshot
 
         if replace:  # a modified snapshot must not hit the renderer's static-layer cache
             TopView._edits -= 1

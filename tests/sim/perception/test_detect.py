@@ -10,7 +10,6 @@ import cv2
 import numpy as np
 import pytest
 
-from daemon_pi.sim.render import MAT_BGR, TOP_CAMERA
 from mecharm_runtime.perception import (
     BOX_FALLBACK_XZ,
     combine_detections,
@@ -20,6 +19,7 @@ from mecharm_runtime.perception import (
     estimate_homography,
     locate_block,
 )
+from mecharm_sim.render import MAT_BGR, TOP_CAMERA
 
 OFF_STAGE = (5.0, 0.0125, 5.0)  # far outside the camera's view
 

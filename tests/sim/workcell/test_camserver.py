@@ -13,8 +13,8 @@ import cv2
 import numpy as np
 import pytest
 
-from daemon_pi.sim.workcell import Workcell, WorkcellConfig, start_workcell
-from recorder.cameras import open_camera
+from mecharm_cameras import open_camera
+from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ def test_a_client_that_vanishes_does_not_stop_the_stream(served: Workcell) -> No
 
 
 def test_start_workcell_builds_urls_and_closes(arm_factory=None) -> None:
-    from daemon_pi.sim.arm import SimArm, SimArmConfig
+    from mecharm_sim.arm import SimArm, SimArmConfig
 
     arm = SimArm(SimArmConfig(time_scale=20))
     wc = start_workcell(arm, "standard", seed=1, camera_port=0,
@@ -176,7 +176,7 @@ def test_start_workcell_builds_urls_and_closes(arm_factory=None) -> None:
 
 
 def test_port_in_use_fails_cleanly() -> None:
-    from daemon_pi.sim.arm import SimArm
+    from mecharm_sim.arm import SimArm
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon_pi.sim.scene import (
+from mecharm_runtime.perception.config import DEFAULT_CONFIG
+from mecharm_sim.scene import (
     MARKERS,
     MAT_X,
     MAT_Z,
@@ -19,7 +20,6 @@ from daemon_pi.sim.scene import (
     load_layout,
     random_layout,
 )
-from mecharm_runtime.perception.config import DEFAULT_CONFIG
 
 
 def test_random_layout_is_seeded_and_inside_the_regions() -> None:

@@ -1,0 +1,239 @@
+"""Deterministic, rule-based physics of the workcell: grasp, carry, release, drop, collisions.
+
+Only what matters on the rig is modelled (tolerances in docs/workcell.md):
+
+* **grasp**: when the gripper is commanded to close past the block width
+  (value < ``GRIP_CONTACT``) with the jaws open wider than the block, the block
+  is grasped iff the tool tip is within ``GRASP_XZ_TOL_M`` of the block centre
+  horizontally and ``tip_y - block_bottom`` lies in ``GRASP_Y_RANGE_M``; the
+  jaws then stop at the block (``SimArm.block_gripper_at``). Otherwise: a miss.
+* **carry**: a grasped block keeps its offset to the tip.
+* **release**: opening the gripper drops the block straight down: into the box
+  when its whole footprint is over the inner footprint, onto the rim when it
+  overlaps a wall (a failed place), onto the mat otherwise.
+* **collision**: the tip (or a held block) below the rim over a box wall, the
+  tip below the box floor inside it, or the tip below the mat. Each start of
+  a contact is recorded once with its kind, tip position and joint angles.
+
+The physics samples the arm's true joint state (``step``, called by a 100 Hz
+thread and before every rendered frame) and interpolates between samples so a
+fast move cannot pass through a wall unseen.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_common.kinematics import fk_tip
+from mecharm_common.logging import get_logger
+from mecharm_sim.scene import (
+    BLOCK_SIZE_M,
+    BOX_FLOOR_M,
+    BOX_HEIGHT_M,
+    BOX_INNER_M,
+    BOX_OUTER_M,
+    SceneState,
+)
+
+__all__ = [
+    "FINGER_RADIUS_M",
+    "GRASP_XZ_TOL_M",
+    "GRASP_Y_RANGE_M",
+    "GRIP_CONTACT",
+    "ArmState",
+    "Physics",
+    "classify_drop",
+]
+
+log = get_logger("mecharm_sim.physics")
+
+GRIP_CONTACT = 45.0  # gripper value at which the jaws touch a 25 mm block (55 mm fully open)
+GRASP_XZ_TOL_M = 0.012
+GRASP_Y_RANGE_M = (-0.002, 0.045)
+FINGER_RADIUS_M = 0.004  # the fingertips' half thickness, for wall contact
+_SUBSTEPS = 6
+
+
+class ArmState(Protocol):
+    def true_angles(self) -> tuple[float, ...]: ...
+
+    def true_gripper(self) -> float: ...
+
+    def add_listener(self, cb: Any) -> None: ...
+
+    def remove_listener(self, cb: Any) -> None: ...
+
+    def block_gripper_at(self, value: float | None) -> None: ...
+
+
+def _box_local(xz: NDArray[np.float64], box: tuple[float, float, float]) -> NDArray[np.float64]:
+    """World (N, 2) x/z -> box-local coordinates (the box's sides along the axes)."""
+    a = math.radians(box[2])
+    c, s = math.cos(a), math.sin(a)
+    rel = np.asarray(xz, dtype=np.float64).reshape(-1, 2) - [box[0], box[1]]
+    return np.column_stack([c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]])
+
+
+def _block_corners(cx: float, cz: float, yaw_deg: float) -> NDArray[np.float64]:
+    h = BLOCK_SIZE_M / 2
+    a = math.radians(yaw_deg)
+    c, s = math.cos(a), math.sin(a)
+    local = np.array([[h, h], [-h, h], [-h, -h], [h, -h]])
+    return local @ np.array([[c, -s], [s, c]]).T + [cx, cz]
+
+
+def classify_drop(cx: float, cz: float, yaw_deg: float, box: tuple[float, float, float]) -> str:
+    """Where a block released above (cx, cz) lands: ``box``, ``rim`` or ``mat``."""
+    local = _box_local(_block_corners(cx, cz, yaw_deg), box)
+    cheb = np.max(np.abs(local), axis=1)
+    if np.all(cheb <= BOX_INNER_M / 2):
+        return "box"
+    # any part of the block over the walls' band -> it rests on the rim
+    lo, hi = local.min(axis=0), local.max(axis=0)
+    overlaps_outer = np.all(hi >= -BOX_OUTER_M / 2) and np.all(lo <= BOX_OUTER_M / 2)
+    return "rim" if overlaps_outer else "mat"
+
+
+def _wall_contact(xz: NDArray[np.float64], box: tuple[float, float, float], r: float) -> NDArray[np.bool_]:
+    cheb = np.max(np.abs(_box_local(xz, box)), axis=1)
+    return (cheb >= BOX_INNER_M / 2 - r) & (cheb <= BOX_OUTER_M / 2 + r)
+
+
+class Physics:
+    """Advances the scene from the arm's true state. Thread-safe through the scene lock."""
+
+    def __init__(self, scene: SceneState, arm: ArmState, clock: Any = time.time) -> None:
+        self.scene = scene
+        self.arm = arm
+        self.clock = clock
+        self._last_angles: tuple[float, ...] | None = None
+        self._contact: set[str] = set()
+        arm.add_listener(self.on_arm_event)
+
+    def detach(self) -> None:
+        self.arm.remove_listener(self.on_arm_event)
+        self.arm.block_gripper_at(None)
+
+    def reset(self) -> None:
+        """Forget contacts and jaw blocking (a new scene was laid out)."""
+        with self.scene.lock:
+            self._contact.clear()
+            self._last_angles = None
+            self.arm.block_gripper_at(None)
+        self.step()
+
+    # ---------------------------------------------------------------- events from the arm
+    def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind != "gripper":
+            return
+        # the jaws may already be moving when we hear of it (the arm reacts within a few ms of
+        # real time at high time scales): take the wider of the last sample and now
+        before = self.scene.gripper
+        self.step()
+        target = float(data.get("target", 100.0))
+        with self.scene.lock:
+            if target < GRIP_CONTACT and not self.scene.grasped:
+                self._try_grasp(max(before, self.scene.gripper))
+            elif target > GRIP_CONTACT and self.scene.grasped:
+                self._release()
+
+    def _event(self, kind: str, **data: Any) -> None:
+        ev = {"kind": kind, "ts": self.clock(), **data}
+        self.scene.events.append(ev)
+        log.info(f"workcell_{kind}", **data)
+
+    def _try_grasp(self, jaws: float) -> None:
+        sc = self.scene
+        tip = np.array(fk_tip(self.arm.true_angles()))
+        bx, by, bz = sc.block_xyz
+        dxz = math.hypot(tip[0] - bx, tip[2] - bz)
+        dy = float(tip[1] - (by - BLOCK_SIZE_M / 2))
+        info = {"tip": [round(float(v), 4) for v in tip], "dxz_mm": round(dxz * 1000, 1),
+                "tip_above_block_bottom_mm": round(dy * 1000, 1), "jaws": round(jaws, 1)}
+        if jaws < GRIP_CONTACT:
+            self._event("miss", reason="jaws were not open wider than the block", **info)
+        elif dxz > GRASP_XZ_TOL_M:
+            self._event("miss", reason=f"tip {dxz * 1000:.1f} mm from the block centre (tolerance "
+                        f"{GRASP_XZ_TOL_M * 1000:.0f} mm)", **info)
+        elif not GRASP_Y_RANGE_M[0] <= dy <= GRASP_Y_RANGE_M[1]:
+            self._event("miss", reason=f"tip {dy * 1000:.1f} mm above the block's bottom (needs "
+                        f"{GRASP_Y_RANGE_M[0] * 1000:.0f}..{GRASP_Y_RANGE_M[1] * 1000:.0f} mm)", **info)
+        else:
+            sc.grasped = True
+            sc.resting_on = "gripper"
+            sc.grasp_offset = (bx - float(tip[0]), by - float(tip[1]), bz - float(tip[2]))
+            sc.bump()
+            self.arm.block_gripper_at(GRIP_CONTACT)
+            self._event("grasp", **info)
+
+    def _release(self) -> None:
+        sc = self.scene
+        bx, by, bz = sc.block_xyz
+        where = classify_drop(bx, bz, sc.block_yaw_deg, sc.box)
+        bottom = {"box": BOX_FLOOR_M, "rim": BOX_HEIGHT_M, "mat": 0.0}[where]
+        sc.block_xyz = [bx, bottom + BLOCK_SIZE_M / 2, bz]
+        sc.grasped = False
+        sc.resting_on = where
+        sc.place_outcome = where
+        sc.bump()
+        self.arm.block_gripper_at(None)
+        self._event("release", landed=where, block=[round(bx, 4), round(bz, 4)],
+                    drop_mm=round((by - BLOCK_SIZE_M / 2 - bottom) * 1000, 1))
+
+    # ---------------------------------------------------------------- stepping
+    def step(self) -> None:
+        """Sample the arm now: move a held block with the tip, detect collisions."""
+        angles = tuple(self.arm.true_angles())
+        grip = float(self.arm.true_gripper())
+        with self.scene.lock:
+            sc = self.scene
+            prev = self._last_angles if self._last_angles is not None else angles
+            self._last_angles = angles
+            qs = np.linspace(prev, angles, _SUBSTEPS) if prev != angles else np.array([angles])
+            tips = fk_tip(qs)
+            tip = tips[-1]
+            sc.tip_xyz = (float(tip[0]), float(tip[1]), float(tip[2]))
+            sc.gripper = grip
+            if sc.grasped:
+                ox, oy, oz = sc.grasp_offset
+                sc.block_xyz = [float(tip[0]) + ox, float(tip[1]) + oy, float(tip[2]) + oz]
+            self._collisions(tips, qs)
+
+    def _collisions(self, tips: NDArray[np.float64], qs: NDArray[np.float64]) -> None:
+        sc = self.scene
+        xz = tips[:, [0, 2]]
+        y = tips[:, 1]
+        inside = np.max(np.abs(_box_local(xz, sc.box)), axis=1) < BOX_INNER_M / 2 - FINGER_RADIUS_M
+        kinds: dict[str, NDArray[np.bool_]] = {
+            "box_wall": _wall_contact(xz, sc.box, FINGER_RADIUS_M) & (y < BOX_HEIGHT_M),
+            "box_floor": inside & (y < BOX_FLOOR_M),
+            "mat": y < -0.002,
+        }
+        if sc.grasped:
+            ox, oy, oz = sc.grasp_offset
+            bottoms = y + oy - BLOCK_SIZE_M / 2
+            hit = np.zeros(len(tips), bool)
+            for k in range(len(tips)):
+                if bottoms[k] < BOX_HEIGHT_M:
+                    corners = _block_corners(tips[k, 0] + ox, tips[k, 2] + oz, sc.block_yaw_deg)
+                    local = _box_local(corners, sc.box)
+                    lo, hi = local.min(axis=0), local.max(axis=0)
+                    over_outer = np.all(hi >= -BOX_OUTER_M / 2) and np.all(lo <= BOX_OUTER_M / 2)
+                    fully_in = np.all(np.max(np.abs(local), axis=1) <= BOX_INNER_M / 2)
+                    hit[k] = bool(over_outer and not fully_in)
+            kinds["box_wall_with_block"] = hit
+        for k in range(len(tips)):  # in time order, so leaving and re-entering within one step counts
+            for kind, hits in kinds.items():
+                if not hits[k]:
+                    self._contact.discard(kind)
+                elif kind not in self._contact:
+                    self._contact.add(kind)
+                    ev = {"kind": kind, "ts": self.clock(), "tip": [round(float(v), 4) for v in tips[k]],
+                          "angles": [round(float(a), 2) for a in qs[k]]}
+                    sc.collisions.append(ev)
+                    log.warning("workcell_collision", **ev)

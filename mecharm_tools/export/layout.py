@@ -1,0 +1,253 @@
+"""LeRobot v3.0 on-disk layout: paths, parquet schemas, info.json (as lerobot 0.4.4 writes them).
+
+Checked against a dataset written by lerobot 0.4.4 itself (see docs/lerobot.md):
+the same file names, column names and types, column order, schema metadata and
+info.json keys.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mecharm_tools.export.stats import STAT_KEYS, Stats
+
+__all__ = [
+    "CODEBASE_VERSION",
+    "DATA_PATH",
+    "EPISODES_PATH",
+    "FEATURE_ORDER",
+    "INDEX_FEATURES",
+    "INFO_PATH",
+    "JOINT_NAMES",
+    "MANIFEST_PATH",
+    "STATS_PATH",
+    "TASKS_PATH",
+    "VIDEO_KEY",
+    "VIDEO_PATH",
+    "data_schema",
+    "episodes_schema",
+    "features",
+    "info_json",
+    "next_file",
+    "stats_from_row",
+    "stats_to_json",
+    "tasks_table",
+]
+
+CODEBASE_VERSION = "v3.0"
+VIDEO_KEY = "observation.images.side"
+JOINT_NAMES = ["j0", "j1", "j2", "j3", "j4", "j5", "gripper"]
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+INFO_PATH = "meta/info.json"
+STATS_PATH = "meta/stats.json"
+TASKS_PATH = "meta/tasks.parquet"
+#: our provenance sidecar (lerobot ignores unknown files in meta/)
+MANIFEST_PATH = "meta/mecharm_export.json"
+INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+FEATURE_ORDER = ("observation.state", "action", VIDEO_KEY, *INDEX_FEATURES)
+
+
+def features(height: int, width: int, fps: int, codec: str = "h264") -> dict[str, Any]:
+    """The ``features`` block of info.json, in lerobot's order."""
+    vec = {"dtype": "float32", "shape": [len(JOINT_NAMES)], "names": list(JOINT_NAMES)}
+    scalar = {"shape": [1], "names": None}
+    return {
+        "observation.state": dict(vec, names=list(JOINT_NAMES)),
+        "action": dict(vec, names=list(JOINT_NAMES)),
+        VIDEO_KEY: {
+            "dtype": "video",
+            "shape": [height, width, 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": height,
+                "video.width": width,
+                "video.codec": codec,
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": 3,
+                "has_audio": False,
+            },
+        },
+        "timestamp": {"dtype": "float32", **scalar},
+        "frame_index": {"dtype": "int64", **scalar},
+        "episode_index": {"dtype": "int64", **scalar},
+        "index": {"dtype": "int64", **scalar},
+        "task_index": {"dtype": "int64", **scalar},
+    }
+
+
+def info_json(
+    *,
+    robot_type: str,
+    fps: int,
+    total_episodes: int,
+    total_frames: int,
+    total_tasks: int,
+    chunks_size: int,
+    data_files_size_in_mb: int,
+    video_files_size_in_mb: int,
+    feats: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": robot_type,
+        "total_episodes": total_episodes,
+        "total_frames": total_frames,
+        "total_tasks": total_tasks,
+        "chunks_size": chunks_size,
+        "data_files_size_in_mb": data_files_size_in_mb,
+        "video_files_size_in_mb": video_files_size_in_mb,
+        "fps": fps,
+        "splits": {"train": f"0:{total_episodes}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH,
+        "features": feats,
+    }
+
+
+def next_file(chunk: int, file: int, chunks_size: int) -> tuple[int, int]:
+    """The (chunk, file) after this one: files 0..chunks_size-1 per chunk (lerobot)."""
+    return (chunk + 1, 0) if file >= chunks_size - 1 else (chunk, file + 1)
+
+
+def _list(t: pa.DataType, size: int = -1) -> pa.DataType:
+    """A list type whose child is named ``element``, as parquet files read back."""
+    return pa.list_(pa.field("element", t), size)
+
+
+def data_schema() -> pa.Schema:
+    """Data file schema with the ``huggingface`` metadata that `datasets` reads features from."""
+    vec = _list(pa.float32(), len(JOINT_NAMES))
+    fields = [
+        pa.field("observation.state", vec),
+        pa.field("action", vec),
+        pa.field("timestamp", pa.float32()),
+        pa.field("frame_index", pa.int64()),
+        pa.field("episode_index", pa.int64()),
+        pa.field("index", pa.int64()),
+        pa.field("task_index", pa.int64()),
+    ]
+    value = {
+        "feature": {"dtype": "float32", "_type": "Value"},
+        "length": len(JOINT_NAMES),
+        "_type": "List",
+    }
+    hf = {
+        "info": {
+            "features": {
+                "observation.state": value,
+                "action": value,
+                **{
+                    k: {"dtype": "float32" if k == "timestamp" else "int64", "_type": "Value"}
+                    for k in INDEX_FEATURES
+                },
+            }
+        }
+    }
+    return pa.schema(fields, metadata={"huggingface": json.dumps(hf)})
+
+
+def _stat_type(feature: str, stat: str) -> pa.DataType:
+    if feature == VIDEO_KEY and stat != "count":
+        return _list(_list(_list(pa.float64())))
+    if stat == "count" or (
+        stat in ("min", "max") and feature in INDEX_FEATURES and feature != "timestamp"
+    ):
+        return _list(pa.int64())
+    return _list(pa.float64())
+
+
+def episodes_schema() -> pa.Schema:
+    """meta/episodes schema: index ranges, video ranges, per-episode stats, own location."""
+    fields = [
+        pa.field("episode_index", pa.int64()),
+        pa.field("tasks", _list(pa.string())),
+        pa.field("length", pa.int64()),
+        pa.field("data/chunk_index", pa.int64()),
+        pa.field("data/file_index", pa.int64()),
+        pa.field("dataset_from_index", pa.int64()),
+        pa.field("dataset_to_index", pa.int64()),
+        pa.field(f"videos/{VIDEO_KEY}/chunk_index", pa.int64()),
+        pa.field(f"videos/{VIDEO_KEY}/file_index", pa.int64()),
+        pa.field(f"videos/{VIDEO_KEY}/from_timestamp", pa.float64()),
+        pa.field(f"videos/{VIDEO_KEY}/to_timestamp", pa.float64()),
+    ]
+    for feat in FEATURE_ORDER:
+        fields.extend(
+            pa.field(f"stats/{feat}/{stat}", _stat_type(feat, stat)) for stat in STAT_KEYS
+        )
+    fields += [
+        pa.field("meta/episodes/chunk_index", pa.int64()),
+        pa.field("meta/episodes/file_index", pa.int64()),
+    ]
+    return pa.schema(fields)
+
+
+def stats_from_row(row: dict[str, Any]) -> dict[str, Stats]:
+    """Per-episode stats back from an episodes-meta row (``stats/<feature>/<stat>``)."""
+    out: dict[str, Stats] = {}
+    for feat in FEATURE_ORDER:
+        out[feat] = {stat: np.asarray(row[f"stats/{feat}/{stat}"]) for stat in STAT_KEYS}
+    return out
+
+
+def _jsonable(v: np.ndarray) -> Any:
+    return v.tolist()
+
+
+def stats_to_json(stats: dict[str, Stats]) -> dict[str, Any]:
+    return {feat: {k: _jsonable(np.asarray(v)) for k, v in s.items()} for feat, s in stats.items()}
+
+
+def tasks_table(tasks: list[str]) -> pa.Table:
+    """meta/tasks.parquet as pandas writes it: the task string is the (named-less) index."""
+    pandas_meta = {
+        "index_columns": ["__index_level_0__"],
+        "column_indexes": [
+            {
+                "name": None,
+                "field_name": None,
+                "pandas_type": "unicode",
+                "numpy_type": "str",
+                "metadata": {"encoding": "UTF-8"},
+            }
+        ],
+        "columns": [
+            {
+                "name": "task_index",
+                "field_name": "task_index",
+                "pandas_type": "int64",
+                "numpy_type": "int64",
+                "metadata": None,
+            },
+            {
+                "name": None,
+                "field_name": "__index_level_0__",
+                "pandas_type": "object",
+                "numpy_type": "str",
+                "metadata": None,
+            },
+        ],
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "3.1.1",
+    }
+    schema = pa.schema(
+        [pa.field("task_index", pa.int64()), pa.field("__index_level_0__", pa.large_string())],
+        metadata={"pandas": json.dumps(pandas_meta)},
+    )
+    return pa.table(
+        {"task_index": list(range(len(tasks))), "__index_level_0__": tasks}, schema=schema
+    )
+
+
+def rel(path: Path, root: Path) -> str:
+    return Path(path).relative_to(root).as_posix()

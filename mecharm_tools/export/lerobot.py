@@ -1,0 +1,671 @@
+"""Write recorded trials as a LeRobot v3.0 dataset, incrementally and atomically.
+
+One export run = the trials selected from the ledger that are not yet in the
+dataset. Everything the run produces is written to a staging folder first; a
+refused recording is reported and left out before anything is encoded, and a
+failure while encoding aborts the run with nothing committed. Episodes already in
+the dataset are never rewritten: a run adds new data/video/episodes-meta files
+(the next file indices), then commits by writing ``meta/mecharm_export.json`` (the
+manifest: which run stem is which episode, and which files belong to the
+dataset). ``info.json``, ``stats.json`` and ``tasks.parquet`` are derived from the
+committed episodes and rewritten atomically after the manifest. A leftover of an
+interrupted run (files no manifest lists) is removed at the start of the next one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from mecharm_common.fsutil import atomic_write_bytes, atomic_write_json
+from mecharm_common.logging import get_logger
+from mecharm_tools.export import layout as L
+from mecharm_tools.export.align import AlignedEpisode, align_recording
+from mecharm_tools.export.config import ExportSettings
+from mecharm_tools.export.recording import Recording, RecordingError, load_recording
+from mecharm_tools.export.selection import Skipped, parse_select, read_ledger, select_trials
+from mecharm_tools.export.stats import (
+    Stats,
+    aggregate_stats,
+    image_sample_indices,
+    image_stats,
+    image_stride,
+    vector_stats,
+)
+from mecharm_tools.export.video import ConstantRateWriter, decode_selected, sample_rgb
+
+__all__ = [
+    "DatasetError",
+    "ExportReport",
+    "ExportedEpisode",
+    "export_lerobot",
+    "load_dataset_state",
+]
+
+log = get_logger("export")
+MANIFEST_FORMAT = 1
+_MB = 1024 * 1024
+
+
+class DatasetError(RuntimeError):
+    """The output folder cannot take this export (not ours, other fps...); nothing was written."""
+
+
+@dataclass(frozen=True)
+class ExportedEpisode:
+    episode_index: int
+    run_stem: str
+    length: int
+    source_frames: int
+
+
+@dataclass
+class ExportReport:
+    out: Path
+    exported: list[ExportedEpisode] = field(default_factory=list)
+    already: list[Skipped] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    refused: list[Skipped] = field(default_factory=list)
+    total_episodes: int = 0
+    total_frames: int = 0
+    seconds: float = 0.0
+    source_seconds: float = 0.0
+    recovered: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DatasetState:
+    """What is committed in an existing dataset folder."""
+
+    manifest: dict[str, Any]
+    episode_rows: list[dict[str, Any]]
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.manifest["tasks"])
+
+    @property
+    def total_frames(self) -> int:
+        return sum(int(r["length"]) for r in self.episode_rows)
+
+    def last_index(self, prefix: str) -> tuple[int, int] | None:
+        idx = [_indices(p) for p in self.manifest["files"] if p.startswith(prefix)]
+        return max(idx) if idx else None
+
+
+def _indices(rel: str) -> tuple[int, int]:
+    parts = Path(rel).parts
+    return int(parts[-2].removeprefix("chunk-")), int(Path(parts[-1]).stem.removeprefix("file-"))
+
+
+def load_dataset_state(out: Path) -> DatasetState | None:
+    """The committed state of ``out``; None when ``out`` is absent or empty.
+
+    Raises DatasetError when ``out`` holds something that is not a dataset made here.
+    """
+    out = Path(out)
+    if not out.exists() or (
+        out.is_dir() and not any(p for p in out.iterdir() if not p.name.startswith(".staging-"))
+    ):
+        return None
+    manifest_path = out / L.MANIFEST_PATH
+    if not manifest_path.is_file():
+        raise DatasetError(
+            f"{out} is not empty and has no {L.MANIFEST_PATH}: not a dataset made by `mecharm export`"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{manifest_path} is unreadable: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise DatasetError(f"{manifest_path}: unknown manifest format")
+    rows: list[dict[str, Any]] = []
+    for rel in sorted(p for p in manifest["files"] if p.startswith("meta/episodes/")):
+        try:
+            rows.extend(pq.read_table(out / rel).to_pylist())
+        except (OSError, pa.ArrowException) as exc:
+            raise DatasetError(
+                f"{out / rel} is unreadable ({exc}); run `mecharm export verify {out}`"
+            ) from None
+    rows.sort(key=lambda r: int(r["episode_index"]))
+    if len(rows) != len(manifest["episodes"]):
+        raise DatasetError(
+            f"{out}: manifest lists {len(manifest['episodes'])} episodes, meta/episodes holds {len(rows)}"
+        )
+    return DatasetState(manifest, rows)
+
+
+# ------------------------------------------------------------------ recovery
+
+
+def _dataset_files(out: Path) -> Iterator[str]:
+    for top in ("data", "videos", "meta/episodes"):
+        base = out / top
+        if base.is_dir():
+            for p in base.rglob("*"):
+                if p.is_file():
+                    yield p.relative_to(out).as_posix()
+
+
+def _recover(out: Path, state: DatasetState, settings: ExportSettings) -> list[str]:
+    """Remove leftovers of an interrupted run and re-derive the small meta files if stale."""
+    removed = []
+    for stage in out.glob(".staging-*"):
+        shutil.rmtree(stage, ignore_errors=True)
+        removed.append(stage.name)
+    known = set(state.manifest["files"])
+    for rel in _dataset_files(out):
+        if rel not in known:
+            (out / rel).unlink()
+            removed.append(rel)
+    info_ok = False
+    with contextlib.suppress(OSError, ValueError):
+        info = json.loads((out / L.INFO_PATH).read_text(encoding="utf-8"))
+        info_ok = (
+            info.get("total_episodes") == len(state.episode_rows)
+            and info.get("total_frames") == state.total_frames
+        )
+    if removed or not info_ok:
+        _write_derived(out, state.manifest, state.episode_rows)
+        if not info_ok:
+            removed.append("meta/info.json, stats.json, tasks.parquet (re-derived)")
+    for item in removed:
+        log.warning("export_recovered", removed=item, reason="leftover of an interrupted export")
+    return removed
+
+
+# ------------------------------------------------------------------ derived meta
+
+
+def _write_derived(out: Path, manifest: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """tasks.parquet, stats.json, info.json from the committed episodes (atomic replaces)."""
+    video = manifest["video"]
+    tasks = list(manifest["tasks"])
+    buf = pa.BufferOutputStream()
+    pq.write_table(L.tasks_table(tasks), buf)
+    atomic_write_bytes(out / L.TASKS_PATH, buf.getvalue().to_pybytes())
+    stats = aggregate_stats([L.stats_from_row(r) for r in rows]) if rows else {}
+    _write_json4(out / L.STATS_PATH, L.stats_to_json(stats))
+    info = L.info_json(
+        robot_type=manifest["robot_type"],
+        fps=manifest["fps"],
+        total_episodes=len(rows),
+        total_frames=sum(int(r["length"]) for r in rows),
+        total_tasks=len(tasks),
+        chunks_size=manifest["chunks_size"],
+        data_files_size_in_mb=manifest["data_files_size_in_mb"],
+        video_files_size_in_mb=manifest["video_files_size_in_mb"],
+        feats=L.features(video["height"], video["width"], manifest["fps"], video["codec"]),
+    )
+    _write_json4(out / L.INFO_PATH, info)
+
+
+def _write_json4(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=4) + "\n").encode("utf-8"))
+
+
+# ------------------------------------------------------------------ the run
+
+
+@dataclass
+class _Prepared:
+    rec: Recording
+    ep: AlignedEpisode
+
+
+def _prepare(
+    cands: list[Any], settings: ExportSettings, size: tuple[int, int] | None, report: ExportReport
+) -> list[_Prepared]:
+    ready: list[_Prepared] = []
+    for cand in cands:
+        try:
+            rec = load_recording(
+                cand.recording_dir,
+                cand.run_stem,
+                open_value=settings.gripper_open_value,
+                closed_value=settings.gripper_closed_value,
+            )
+            # "none" = the runtime gave up waiting for a meta that came later: the meta decides
+            if (
+                cand.recording_status not in ("", "none")
+                and rec.meta.status != cand.recording_status
+            ):
+                raise RecordingError(
+                    f"ledger says recording_status={cand.recording_status} but the meta says {rec.meta.status}"
+                )
+            if size is not None and (rec.height, rec.width) != size:
+                raise RecordingError(
+                    f"video is {rec.width}x{rec.height}, the dataset's is {size[1]}x{size[0]}"
+                )
+            ep = align_recording(
+                rec,
+                settings.fps,
+                max_interp_gap_s=settings.max_interp_gap_s,
+                gripper_settle_s=settings.gripper_settle_s,
+                open_value=settings.gripper_open_value,
+                max_frame_offset_s=settings.max_frame_offset_s,
+            )
+        except RecordingError as exc:
+            report.refused.append(Skipped(cand.run_stem, str(exc)))
+            log.warning("export_refused", run_stem=cand.run_stem, reason=str(exc))
+            continue
+        size = size or (rec.height, rec.width)
+        ready.append(_Prepared(rec, ep))
+    return ready
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+class _Writer:
+    """Stages new data/video/episodes files and the rows describing them."""
+
+    def __init__(
+        self,
+        stage: Path,
+        settings: ExportSettings,
+        state: DatasetState | None,
+        size: tuple[int, int],
+    ) -> None:
+        self.stage, self.s = stage, settings
+        self.height, self.width = size
+        cs = settings.chunks_size
+
+        def start(prefix: str) -> tuple[int, int]:
+            last = state.last_index(prefix) if state else None
+            return L.next_file(*last, cs) if last else (0, 0)
+
+        self.data_idx = start("data/")
+        self.video_idx = start("videos/")
+        self.meta_idx = start("meta/episodes/")
+        self.files: list[str] = []
+        self._data: pq.ParquetWriter | None = None
+        self._video: ConstantRateWriter | None = None
+        self.rows: list[dict[str, Any]] = []
+
+    def _path(self, template: str, idx: tuple[int, int]) -> str:
+        return template.format(chunk_index=idx[0], file_index=idx[1], video_key=L.VIDEO_KEY)
+
+    def _open_data(self) -> pq.ParquetWriter:
+        if self._data is None:
+            rel = self._path(L.DATA_PATH, self.data_idx)
+            (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            self._data = pq.ParquetWriter(self.stage / rel, L.data_schema(), compression="snappy")
+            self.files.append(rel)
+        return self._data
+
+    def _open_video(self) -> ConstantRateWriter:
+        if self._video is None:
+            rel = self._path(L.VIDEO_PATH, self.video_idx)
+            (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            s = self.s
+            self._video = ConstantRateWriter(
+                self.stage / rel,
+                fps=s.fps,
+                width=self.width,
+                height=self.height,
+                preset=s.preset,
+                crf=s.crf,
+                gop=s.gop,
+            )
+            self.files.append(rel)
+        return self._video
+
+    def add(
+        self,
+        prep: _Prepared,
+        episode_index: int,
+        start_index: int,
+        task_index: int,
+        task: str,
+        tick: Callable[[int], None],
+    ) -> None:
+        ep, rec, fps = prep.ep, prep.rec, self.s.fps
+        n = len(ep)
+        frame_index = np.arange(n, dtype=np.int64)
+        index = start_index + frame_index
+        ts32 = ep.timestamps.astype(np.float32)
+        video = self._open_video()
+        from_ts = video.frames / fps
+        sample_rows = image_sample_indices(n)
+        sample_at = {int(r): i for i, r in enumerate(sample_rows)}
+        stride = image_stride(self.height, self.width)
+        samples: list[np.ndarray] = []
+        row = 0
+        for src, frame in decode_selected(
+            rec.video_path, np.unique(ep.source_frames), len(rec.frame_ts)
+        ):
+            while row < n and ep.source_frames[row] == src:
+                if row in sample_at:
+                    samples.append(sample_rgb(frame, stride))
+                video.add(frame)
+                row += 1
+                tick(1)
+        if row != n:  # pragma: no cover - decode_selected raises first
+            raise RecordingError(f"{rec.run_stem}: only {row} of {n} rows got a frame")
+        to_ts = video.frames / fps
+        schema = L.data_schema()
+        vec = schema.field("action").type
+        data = {
+            "observation.state": pa.FixedSizeListArray.from_arrays(
+                pa.array(ep.state.reshape(-1), pa.float32()), type=vec
+            ),
+            "action": pa.FixedSizeListArray.from_arrays(
+                pa.array(ep.action.reshape(-1), pa.float32()), type=vec
+            ),
+            "timestamp": pa.array(ts32, pa.float32()),
+            "frame_index": pa.array(frame_index),
+            "episode_index": pa.array(np.full(n, episode_index, np.int64)),
+            "index": pa.array(index),
+            "task_index": pa.array(np.full(n, task_index, np.int64)),
+        }
+        self._open_data().write_table(pa.table(data, schema=schema))
+        stats: dict[str, Stats] = {
+            "observation.state": vector_stats(ep.state),
+            "action": vector_stats(ep.action),
+            L.VIDEO_KEY: image_stats(np.stack(samples)),
+            "timestamp": vector_stats(ts32),
+            "frame_index": vector_stats(frame_index),
+            "episode_index": vector_stats(np.full(n, episode_index, np.int64)),
+            "index": vector_stats(index),
+            "task_index": vector_stats(np.full(n, task_index, np.int64)),
+        }
+        meta: dict[str, Any] = {
+            "episode_index": episode_index,
+            "tasks": [task],
+            "length": n,
+            "data/chunk_index": self.data_idx[0],
+            "data/file_index": self.data_idx[1],
+            "dataset_from_index": int(index[0]),
+            "dataset_to_index": int(index[-1]) + 1,
+            f"videos/{L.VIDEO_KEY}/chunk_index": self.video_idx[0],
+            f"videos/{L.VIDEO_KEY}/file_index": self.video_idx[1],
+            f"videos/{L.VIDEO_KEY}/from_timestamp": from_ts,
+            f"videos/{L.VIDEO_KEY}/to_timestamp": to_ts,
+        }
+        for feat in L.FEATURE_ORDER:
+            for key, value in stats[feat].items():
+                meta[f"stats/{feat}/{key}"] = np.asarray(value).tolist()
+        meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
+        self.rows.append(meta)
+        self._roll()
+
+    def _roll(self) -> None:
+        """Start new files once the current ones reach lerobot's size limits."""
+        cs = self.s.chunks_size
+        if self._data is not None:
+            rel = self._path(L.DATA_PATH, self.data_idx)
+            if (self.stage / rel).stat().st_size >= self.s.data_files_size_in_mb * _MB:
+                self._data.close()
+                self._data = None
+                self.data_idx = L.next_file(*self.data_idx, cs)
+        if (
+            self._video is not None
+            and self._video.size_bytes() >= self.s.video_files_size_in_mb * _MB
+        ):
+            self._video.close()
+            self._video = None
+            self.video_idx = L.next_file(*self.video_idx, cs)
+
+    def close(self) -> None:
+        if self._data is not None:
+            self._data.close()
+            self._data = None
+        if self._video is not None:
+            self._video.close()
+            self._video = None
+        if self.rows:
+            rel = self._path(L.EPISODES_PATH, self.meta_idx)
+            (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(
+                pa.Table.from_pylist(self.rows, schema=L.episodes_schema()),
+                self.stage / rel,
+                compression="snappy",
+            )
+            self.files.append(rel)
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._data is not None:
+                self._data.close()
+        with contextlib.suppress(Exception):
+            if self._video is not None:
+                self._video.close()
+
+
+def _new_manifest(settings: ExportSettings, size: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "exporter": "mecharm_tools.export",
+        "fps": settings.fps,
+        "robot_type": settings.robot_type,
+        "chunks_size": settings.chunks_size,
+        "data_files_size_in_mb": settings.data_files_size_in_mb,
+        "video_files_size_in_mb": settings.video_files_size_in_mb,
+        "video": {"key": L.VIDEO_KEY, "codec": "h264", "height": size[0], "width": size[1]},
+        "tasks": [],
+        "episodes": [],
+        "files": [],
+        "runs": [],
+    }
+
+
+def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
+    keys = ("fps", "task", "select", "max_interp_gap_s", "gripper_settle_s", "gripper_open_value",
+            "gripper_closed_value", "max_frame_offset_s", "preset", "crf", "gop")  # fmt: skip
+    return {k: getattr(s, k) for k in keys}
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """One export per dataset at a time: an flock on ``.{name}.lock`` next to it."""
+    out = out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = out.parent / f".{out.name}.lock"
+    with open(lock_path, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetError(f"another export into {out} is running (lock {lock_path})") from None
+        yield
+
+
+def export_lerobot(
+    root: Path,
+    out: Path,
+    settings: ExportSettings,
+    *,
+    runs: set[str] | None = None,
+    dry_run: bool = False,
+) -> ExportReport:
+    """Export the selected, not yet exported trials of ``root`` into the dataset ``out``.
+
+    Raises DatasetError / LedgerReadError (nothing written) and RecordingError when a
+    recording fails while encoding (the run is aborted, nothing committed).
+    """
+    if Path(out).exists() and not Path(out).is_dir():
+        raise DatasetError(f"{out} exists and is not a folder")
+    if dry_run:
+        return _export(Path(root), Path(out), settings, runs, dry_run)
+    with _exclusive(Path(out)):
+        return _export(Path(root), Path(out), settings, runs, dry_run)
+
+
+def _export(
+    root: Path, out: Path, settings: ExportSettings, runs: set[str] | None, dry_run: bool
+) -> ExportReport:
+    t_start = time.perf_counter()
+    root, out = Path(root), Path(out)
+    report = ExportReport(out)
+    conditions = parse_select(settings.select)
+    state = load_dataset_state(out)
+    if state is not None:
+        m = state.manifest
+        if m["fps"] != settings.fps:
+            raise DatasetError(
+                f"{out} is a {m['fps']} fps dataset; cannot add episodes at --fps {settings.fps}"
+            )
+        if m["robot_type"] != settings.robot_type:
+            raise DatasetError(
+                f"{out} has robot_type {m['robot_type']!r}, settings say {settings.robot_type!r}"
+            )
+        if not dry_run:
+            report.recovered = _recover(out, state, settings)
+    if state is None and not dry_run:
+        for left in out.parent.glob(f".{out.name}.staging-*"):
+            shutil.rmtree(left, ignore_errors=True)  # a first export that was interrupted
+    rows = read_ledger(root)
+    cands, report.skipped = select_trials(root, rows, conditions, runs)
+    done = {e["run_stem"]: e["episode_index"] for e in state.manifest["episodes"]} if state else {}
+    new = []
+    for cand in cands:
+        if cand.run_stem in done:
+            report.already.append(
+                Skipped(cand.run_stem, f"already exported as episode {done[cand.run_stem]}")
+            )
+        else:
+            new.append(cand)
+    size = (state.manifest["video"]["height"], state.manifest["video"]["width"]) if state else None
+    ready = _prepare(new, settings, size, report)
+    n_old = len(state.episode_rows) if state else 0
+    report.total_episodes = n_old + (0 if dry_run else len(ready))
+    report.total_frames = state.total_frames if state else 0
+    if dry_run or not ready:
+        report.exported = (
+            [
+                ExportedEpisode(n_old + i, p.rec.run_stem, len(p.ep), len(p.rec.frame_ts))
+                for i, p in enumerate(ready)
+            ]
+            if dry_run
+            else []
+        )
+        report.seconds = time.perf_counter() - t_start
+        return report
+
+    size = (ready[0].rec.height, ready[0].rec.width)
+    manifest = json.loads(json.dumps(state.manifest)) if state else _new_manifest(settings, size)
+    fresh = state is None
+    stage = (
+        (out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:8]}")
+        if fresh
+        else (out / f".staging-{uuid.uuid4().hex[:8]}")
+    )
+    stage.mkdir(parents=True)
+    writer = _Writer(stage, settings, state, size)
+    try:
+        if settings.task not in manifest["tasks"]:
+            manifest["tasks"].append(settings.task)
+        task_index = manifest["tasks"].index(settings.task)
+        start = report.total_frames
+        total_rows = sum(len(p.ep) for p in ready)
+        with tqdm(
+            total=total_rows,
+            unit="frame",
+            desc="export",
+            disable=not settings.progress,
+            leave=False,
+        ) as bar:
+            for i, prep in enumerate(ready):
+                ep_index = n_old + i
+                writer.add(prep, ep_index, start, task_index, settings.task, bar.update)
+                start += len(prep.ep)
+                report.exported.append(
+                    ExportedEpisode(
+                        ep_index, prep.rec.run_stem, len(prep.ep), len(prep.rec.frame_ts)
+                    )
+                )
+                report.source_seconds += prep.rec.duration_s
+                manifest["episodes"].append(
+                    {
+                        "episode_index": ep_index,
+                        "run_stem": prep.rec.run_stem,
+                        "recording_path": prep.rec.path.relative_to(root.resolve()).as_posix()
+                        if prep.rec.path.is_relative_to(root.resolve())
+                        else str(prep.rec.path),
+                        "length": len(prep.ep),
+                        "source_frames": len(prep.rec.frame_ts),
+                        "source_duration_s": round(prep.rec.duration_s, 6),
+                        "max_frame_offset_s": round(float(prep.ep.frame_offsets.max()), 6),
+                        "sources_sha256": prep.rec.checksums(),
+                    }
+                )
+                log.info(
+                    "export_episode",
+                    episode_index=ep_index,
+                    run_stem=prep.rec.run_stem,
+                    frames=len(prep.ep),
+                )
+        writer.close()
+    except BaseException as exc:
+        writer.abort()
+        shutil.rmtree(stage, ignore_errors=True)
+        log.error("export_aborted", reason=f"{type(exc).__name__}: {exc}", committed=False)
+        raise
+    new_rows = (state.episode_rows if state else []) + writer.rows
+    manifest["files"] = sorted(set(manifest["files"]) | set(writer.files))
+    manifest["runs"].append(
+        {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "episodes": [e.episode_index for e in report.exported],
+            "files": writer.files,
+            "settings": _settings_snapshot(settings),
+        }
+    )
+    try:
+        _commit(out, stage, fresh, manifest, new_rows, writer.files)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    report.total_episodes = len(new_rows)
+    report.total_frames = sum(int(r["length"]) for r in new_rows)
+    report.seconds = time.perf_counter() - t_start
+    log.info(
+        "export_done",
+        episodes=len(report.exported),
+        total_episodes=report.total_episodes,
+        seconds=round(report.seconds, 2),
+    )
+    return report
+
+
+def _commit(
+    out: Path,
+    stage: Path,
+    fresh: bool,
+    manifest: dict[str, Any],
+    rows: list[dict[str, Any]],
+    files: list[str],
+) -> None:
+    for rel in files:
+        _fsync(stage / rel)
+    if fresh:
+        (stage / "meta").mkdir(parents=True, exist_ok=True)
+        atomic_write_json(stage / L.MANIFEST_PATH, manifest)
+        _write_derived(stage, manifest, rows)
+        if out.exists():  # load_dataset_state saw it empty (at most staging leftovers)
+            for left in out.glob(".staging-*"):
+                shutil.rmtree(left, ignore_errors=True)
+            out.rmdir()
+        os.replace(stage, out)
+        return
+    for rel in files:
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage / rel, dest)
+    atomic_write_json(out / L.MANIFEST_PATH, manifest)  # the commit point
+    _write_derived(out, manifest, rows)

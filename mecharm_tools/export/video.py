@@ -1,0 +1,180 @@
+"""Video in and out for the export: decode a recording, encode the dataset's constant-rate file.
+
+Output: H.264 (libx264 via PyAV), yuv420p, time base 1/fps, frame ``n`` of the file
+has pts ``n`` — so every frame's presentation time is exactly ``n / fps`` (the mp4
+muxer stores it as a multiple of 1/(1024·fps), still exact). Episodes are
+appended one after the other in the same file, as lerobot concatenates them.
+
+Frames are passed from the decoder to the encoder as yuv420p without any colour
+conversion; decoding runs in a worker thread (PyAV releases the GIL inside FFmpeg)
+so decoding and encoding overlap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm_tools.export.recording import RecordingError
+
+__all__ = ["ConstantRateWriter", "decode_selected", "sample_rgb"]
+
+_DONE = object()
+
+
+class ConstantRateWriter:
+    """An mp4 whose n-th frame is shown at exactly n / fps seconds."""
+
+    def __init__(
+        self, path: Path, *, fps: int, width: int, height: int, preset: str, crf: int, gop: int
+    ) -> None:
+        self.path = Path(path)
+        self.fps = fps
+        self.time_base = Fraction(1, fps)
+        self.frames = 0
+        self.bytes = 0
+        self._container: av.container.OutputContainer | None = av.open(
+            str(self.path), mode="w", format="mp4"
+        )
+        try:
+            stream = self._container.add_stream("libx264", rate=fps)
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+            stream.codec_context.time_base = self.time_base
+            stream.codec_context.gop_size = gop
+            stream.codec_context.options = {
+                "preset": preset,
+                "crf": str(crf),
+                "x264-params": f"keyint={gop}:min-keyint={gop}:scenecut=0:bframes=0",
+            }
+        except Exception:
+            self._container.close()
+            raise
+        self._stream = stream
+        self.width, self.height = width, height
+
+    def add(self, frame: av.VideoFrame) -> None:
+        """Append ``frame`` as the next frame (its own timing is replaced)."""
+        if (
+            frame.width != self.width
+            or frame.height != self.height
+            or frame.format.name != "yuv420p"
+        ):
+            frame = frame.reformat(width=self.width, height=self.height, format="yuv420p")
+        frame.pts = self.frames
+        frame.time_base = self.time_base
+        frame.pict_type = av.video.frame.PictureType.NONE
+        if self._container is None:
+            raise ValueError(f"{self.path.name}: add() after close()")
+        packets = self._stream.encode(frame)
+        self.bytes += sum(p.size for p in packets)
+        self._container.mux(packets)
+        self.frames += 1
+
+    def size_bytes(self) -> int:
+        """Encoded bytes so far (the file on disk lags behind the muxer's buffer)."""
+        return self.bytes
+
+    def close(self) -> None:
+        if self._container is None:
+            return
+        container, self._container = self._container, None
+        try:
+            container.mux(self._stream.encode(None))
+        finally:
+            container.close()
+
+
+def decode_selected(
+    path: Path, wanted: NDArray[np.int64], expected: int
+) -> Iterator[tuple[int, av.VideoFrame]]:
+    """Yield (frame index, frame) for the frame indices in ``wanted`` (sorted), in order.
+
+    Decodes every frame (H.264 needs its references) in a worker thread. Raises
+    RecordingError when the file decodes to a different number of frames than
+    ``expected`` or cannot be decoded.
+    """
+    want = set(int(i) for i in wanted)
+    q: queue.Queue[object] = queue.Queue(maxsize=32)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                stream.thread_type = "AUTO"
+                n = 0
+                for frame in container.decode(stream):
+                    if stop.is_set():
+                        return
+                    if n in want:
+                        q.put((n, frame))
+                    n += 1
+                if n != expected:
+                    q.put(
+                        RecordingError(
+                            f"{path.name} decoded to {n} frames, frame_log lists {expected}"
+                        )
+                    )
+        except av.error.FFmpegError as exc:
+            q.put(RecordingError(f"{path.name} cannot be decoded: {exc}"))
+        except BaseException as exc:  # pragma: no cover - handed to the consumer
+            q.put(exc)
+        finally:
+            q.put(_DONE)
+
+    worker = threading.Thread(target=produce, name=f"decode-{path.parent.name}", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while worker.is_alive():  # drain so the worker never blocks on a full queue
+            with contextlib.suppress(queue.Empty):
+                q.get(timeout=0.05)
+        worker.join()
+
+
+def sample_rgb(frame: av.VideoFrame, stride: int) -> NDArray[np.uint8]:
+    """RGB image for the statistics: every ``stride``-th pixel (lerobot's ``img[:, ::k, ::k]``).
+
+    Converts only the sampled pixels of a yuv420p frame, with the BT.601 limited-range
+    matrix FFmpeg applies to untagged video (what a dataset loader will see), instead
+    of converting the whole 720p frame first.
+    """
+    h, w = frame.height, frame.width
+    if frame.format.name != "yuv420p" or h % 2 or w % 2 or (stride > 1 and stride % 2):
+        return np.ascontiguousarray(frame.to_ndarray(format="rgb24")[::stride, ::stride])
+    planes = frame.to_ndarray()  # (h * 3 / 2, w): Y, then U and V at quarter size
+    y = planes[:h:stride, ::stride].astype(np.float32)
+    cs = max(1, stride // 2)
+    u = (
+        planes[h : h + h // 4].reshape(h // 2, w // 2)[::cs, ::cs]
+        if stride > 1
+        else np.repeat(np.repeat(planes[h : h + h // 4].reshape(h // 2, w // 2), 2, 0), 2, 1)
+    )
+    v = (
+        planes[h + h // 4 :].reshape(h // 2, w // 2)[::cs, ::cs]
+        if stride > 1
+        else np.repeat(np.repeat(planes[h + h // 4 :].reshape(h // 2, w // 2), 2, 0), 2, 1)
+    )
+    u = u[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
+    v = v[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
+    luma = (y - 16.0) * 1.164383
+    rgb = np.stack(
+        [luma + 1.596027 * v, luma - 0.391762 * u - 0.812968 * v, luma + 2.017232 * u], axis=-1
+    )
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)

@@ -1,0 +1,1 @@
+"""``mecharm fk``: build, import and inspect the FK table; hole map, clusters, fill."""

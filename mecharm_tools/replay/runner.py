@@ -1,0 +1,150 @@
+"""Drive the real stage machine from a recorded trace and collect its decisions.
+
+Why it reuses the runtime's own code: the point of a replay is to prove that the
+code as it is now takes the decisions the recorded trial took. So this runs
+``machine.run_stages`` and the trial's exit path (``trial.exit_path``) with the
+replay ports (feed.py) and the constants the trace recorded — only ``overrides``
+(``--set KEY=VALUE``) change them, for "what if" questions. The memories start as
+the trace recorded them and are never saved; nothing touches the network or disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.config import ConfigError, load_settings
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.lookup.j0 import ArcPose
+from mecharm_runtime.lookup.table import FkTable
+from mecharm_runtime.machine import Stage, TrialContext, run_stages
+from mecharm_runtime.memories import CorrectionMemory, HeightMemory
+from mecharm_runtime.records.runlog import RunLog
+from mecharm_runtime.trial import Rig, exit_path
+from mecharm_tools.replay.compare import DecisionDiff, decisions_of, diff_decisions
+from mecharm_tools.replay.feed import (
+    ReplayArm,
+    ReplayDivergence,
+    ReplayEyes,
+    ReplayFeed,
+    ReplayLink,
+    ReplayTrace,
+)
+from mecharm_tools.replay.tracefile import Recorded, RecordedInput
+
+__all__ = ["ReplayResult", "replay", "replay_settings"]
+
+
+class _NoClock:
+    """Replay time: sleeps return at once; decisions only use the recorded readings' times."""
+
+    def now(self) -> float:
+        return 0.0
+
+    def wall(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        return None
+
+
+_NOWHERE = Path("/nonexistent/mecharm-replay")  # never read, never written: run_stages does not save
+
+
+def _memories(recorded: Recorded) -> tuple[CorrectionMemory, HeightMemory]:
+    """The memories as the trace recorded them (entries that do not validate are skipped, as on the rig)."""
+    corr, height = CorrectionMemory(_NOWHERE / "c.json"), HeightMemory(_NOWHERE / "h.json")
+    for mem, entries in ((corr, recorded.memories["correction"]), (height, recorded.memories["height"])):
+        for key, e in entries.items():
+            if mem._valid(e):
+                mem.entries[key] = dict(e)
+            else:
+                mem.skipped.append(key)
+    return corr, height
+
+
+def replay_settings(recorded: Recorded, overrides: dict[str, Any] | None = None) -> tuple[RuntimeSettings, list[str]]:
+    """The recorded constants (plus ``overrides``) as settings, and notes on keys that no longer/newly exist.
+
+    Raises ``mecharm_common.config.ConfigError`` naming a bad override or recorded value.
+    """
+    fields = set(RuntimeSettings.model_fields)
+    consts = recorded.constants
+    notes: list[str] = []
+    gone = sorted(k for k in consts if k not in fields)
+    if gone:
+        notes.append(f"constants recorded but unknown to this code (ignored): {', '.join(gone)}")
+    new = sorted(k for k in fields - set(consts) if k not in ("daemon_token_file", "trials", "confirm", "log_level"))
+    if new:
+        notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")
+    values = {k: v for k, v in consts.items() if k in fields}
+    values.update(overrides or {})
+    try:
+        return load_settings(RuntimeSettings, None, values), notes
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("(environment or flags)", "(the trace's constants or --set)")) from None
+
+
+@dataclass
+class ReplayResult:
+    """What a replay found; ``identical`` is the verdict ``mecharm replay`` prints."""
+
+    diff: DecisionDiff
+    divergence: str | None
+    skipped_inputs: list[RecordedInput]
+    unused_inputs: list[RecordedInput]
+    status: str
+    reason: str
+    notes: list[str] = field(default_factory=list)
+    replayed_events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.diff.identical and self.divergence is None and not self.skipped_inputs and not self.unused_inputs
+
+
+async def replay(
+    recorded: Recorded,
+    settings: RuntimeSettings,
+    table: FkTable,
+    arc_pick: ArcPose,
+    arc_place: ArcPose,
+    notes: list[str] | None = None,
+) -> ReplayResult:
+    """Run the stage machine on the recorded inputs and compare every decision."""
+    trace = ReplayTrace()
+    force = asyncio.Event()
+    feed = ReplayFeed(recorded, trace, force)
+    arm, eyes, link = ReplayArm(feed), ReplayEyes(feed), ReplayLink(feed)
+    clock = _NoClock()
+    corrections, heights = _memories(recorded)
+    ctx = TrialContext(
+        settings=settings, arm=arm, eyes=eyes, recorder=link, clock=clock, trace=trace,
+        runlog=RunLog("replay", {}), table=table, arc_pick=arc_pick, arc_place=arc_place,
+        corrections=corrections, heights=heights,
+    )  # fmt: skip
+    # arm liveness at the exit path is an outside fact: the recorded exit step says it
+    alive = not any(
+        e.get("event") == "decision" and e.get("kind") == "exit" and isinstance(e.get("value"), dict)
+        and e["value"].get("step") == "arm actions skipped"
+        for _n, e in recorded.lines
+    )
+    rig = Rig(settings, arm, eyes, link, clock, table, arc_pick, arc_place, arm_alive=lambda: alive)
+    trace.stage = "start"
+    last, reason = await run_stages(ctx, force)
+    if last is not Stage.DONE:
+        await exit_path(ctx, rig, reason)
+    status = "completed" if last is Stage.DONE else "stopped"
+    trace.stage = "end"
+    trace.result(status, reason)
+    feed._drop_past()
+    got = decisions_of([(None, e) for e in trace.lines])
+    want = decisions_of(recorded.lines)
+    return ReplayResult(
+        diff=diff_decisions(want, got),
+        divergence=str(feed.divergence) if isinstance(feed.divergence, ReplayDivergence) else None,
+        skipped_inputs=list(feed.skipped), unused_inputs=list(feed.queue), status=status, reason=reason,
+        notes=list(notes or []), replayed_events=trace.lines,
+    )  # fmt: skip

@@ -1,0 +1,124 @@
+"""The package layout as a rule: which package may import which (docs/architecture.md).
+
+Reads every import statement of every module (``ast``, including imports inside
+functions) and fails naming the file, the line and the rule broken. The point is
+the observer principle and the lean Pi install: the recorder cannot reach the arm,
+the daemon cannot pull in the runtime, and nothing a trial runs depends on the
+offline tools.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OURS = ("mecharm_common", "mecharm_cameras", "mecharm_sim", "daemon_pi", "recorder", "mecharm_runtime",
+        "mecharm_tools")  # fmt: skip
+
+#: package -> the modules of ours it may import (a package prefix allows its submodules).
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "mecharm_common": ("mecharm_common",),
+    "mecharm_cameras": ("mecharm_common", "mecharm_cameras"),
+    "mecharm_sim": ("mecharm_common", "mecharm_sim"),
+    "daemon_pi": ("mecharm_common", "mecharm_sim", "daemon_pi"),
+    # the observer never imports the daemon or the runtime
+    "recorder": ("mecharm_common", "mecharm_cameras", "recorder"),
+    # the runtime speaks the daemon's and the recorder's wire contracts, nothing else of theirs
+    "mecharm_runtime": ("mecharm_common", "mecharm_cameras", "mecharm_runtime", "daemon_pi.protocol",
+                        "recorder.events", "recorder.sender"),
+    "mecharm_tools": OURS,
+}
+
+#: Modules the Pi profile (`pip install '.[pi]'`) must be able to import.
+PI_MODULES = ("daemon_pi", "mecharm_sim.arm", "mecharm_sim.firmware", "mecharm_common")
+#: Third-party packages the Pi never installs.
+NOT_ON_PI = ("cv2", "av", "pyarrow", "scipy", "tqdm")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            # ``from pkg import module`` imports pkg.module
+            out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+    return out
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _allowed(name: str, rules: tuple[str, ...]) -> bool:
+    return any(name == r or name.startswith(r + ".") for r in rules)
+
+
+def _ours(name: str) -> bool:
+    return name.split(".")[0] in OURS
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_what_it_may(package: str) -> None:
+    broken = []
+    for path in _modules(package):
+        for line, name in _imports(path):
+            if not _ours(name) or _allowed(name, ALLOWED[package]):
+                continue
+            # ``from daemon_pi import protocol`` also yields "daemon_pi" itself: judge the leaf only
+            if any(_allowed(r, (name,)) for r in ALLOWED[package]):
+                continue
+            broken.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert not broken, f"{package} may import only {ALLOWED[package]}:\n" + "\n".join(broken)
+
+
+def test_every_package_has_a_rule() -> None:
+    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")}
+    assert on_disk == set(ALLOWED), "a new package needs its import rule here and in docs/architecture.md"
+
+
+def _pi_closure() -> set[Path]:
+    """Every module of ours reachable by imports from the Pi's entry modules, minus lazy imports."""
+    seen: set[Path] = set()
+    todo = [m for m in PI_MODULES]
+    while todo:
+        name = todo.pop()
+        candidates = [ROOT / (name.replace(".", "/") + ".py"), ROOT / name.replace(".", "/") / "__init__.py"]
+        for c in candidates:
+            if c.exists() and c not in seen:
+                seen.add(c)
+                tree = ast.parse(c.read_text(encoding="utf-8"))
+                for node in tree.body:  # module level only: a function-level import is lazy by design
+                    if isinstance(node, ast.Import):
+                        todo.extend(a.name for a in node.names if _ours(a.name))
+                    elif isinstance(node, ast.ImportFrom) and node.module and _ours(node.module):
+                        todo.append(node.module)
+                        todo.extend(f"{node.module}.{a.name}" for a in node.names)
+        if name in PI_MODULES and (ROOT / name).is_dir():
+            todo.extend(
+                str(p.relative_to(ROOT).with_suffix("")).replace("/", ".")
+                for p in (ROOT / name).rglob("*.py")
+                if p.name != "__init__.py"
+            )
+    return seen
+
+
+def test_pi_modules_never_import_what_the_pi_does_not_install() -> None:
+    broken = []
+    for path in sorted(_pi_closure()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            broken += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                       if n.split(".")[0] in NOT_ON_PI]  # fmt: skip
+    assert not broken, "the Pi profile does not install these:\n" + "\n".join(broken)
