@@ -67,10 +67,12 @@ def test_pi_profile_serves_get_angles_without_heavy_libraries(tmp_path: Path) ->
         assert "ModuleNotFoundError" in probe.stderr
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MECHARM_")}
-    proc = subprocess.Popen(
-        [str(venv / "bin" / "mecharm-daemon"), "--backend", "sim", "--port", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    log_path = tmp_path / "daemon.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [str(venv / "bin" / "mecharm-daemon"), "--backend", "sim", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
         reply: dict[str, object] | None = None
         for _ in range(300):  # up to ~30 s for the daemon to listen on a loaded machine
@@ -81,7 +83,7 @@ def test_pi_profile_serves_get_angles_without_heavy_libraries(tmp_path: Path) ->
                 break
             except OSError:
                 time.sleep(0.1)
-        assert proc.poll() is None, f"daemon exited: {proc.stdout.read() if proc.stdout else ''}"
+        assert proc.poll() is None, f"daemon exited: {log_path.read_text(errors='replace')}"
         assert reply is not None and reply["ok"] is True, reply
         angles = reply["result"]
         assert isinstance(angles, list) and len(angles) == 6
