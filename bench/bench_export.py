@@ -102,7 +102,7 @@ def _make_recording(root: Path, duration: float) -> float:
                 {
                     "ts": t0 + 4,
                     "event_type": "gripper",
-                    "gripper_state": "close" if k % 2 else "open",
+                    "gripper_state": 20 if k % 2 else 100,
                 }
             )
     meta = {"run_stem": STEM, "started_ts": wall[0], "ended_ts": wall[-1], "elapsed_sec": wall[-1] - wall[0],

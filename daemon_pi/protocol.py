@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -58,6 +59,7 @@ __all__ = [
     "error_response",
     "ok_response",
     "validate_args",
+    "wire_angles",
 ]
 
 PROTOCOL_VERSION = 1
@@ -65,6 +67,14 @@ DEFAULT_PORT = 5555
 #: Longest accepted line, newline included. Longer lines are answered with
 #: ``line_too_long`` and discarded up to the next newline; the connection stays open.
 MAX_LINE_BYTES = 64 * 1024
+
+
+
+def wire_angles(angles: Sequence[float]) -> list[float]:
+    """The angles pymycobot really puts on the wire for ``angles``: it encodes
+    ``int(angle * 100)``, so each is truncated toward zero to 0.01°. The daemon
+    answers ``send_angles`` with these, and that is what the dataset records."""
+    return [int(float(a) * 100) / 100.0 for a in angles]
 
 
 class ErrorCode(StrEnum):

@@ -3,20 +3,36 @@
 ``DaemonArm`` is the last line of defence: it refuses (``GuardViolation``) any pose
 with j1 above the safety limit even if a caller skipped the guard, so such a pose
 can never reach the wire. ``DryRunArm`` records what would be sent and pretends each
-send arrives at once. ``TracedArm`` writes every reading and send time into the
-trace so replay can feed them back.
+send arrives at once. ``TracedArm`` writes every reading and every send (time and
+the angles that went on the wire) into the trace so replay can feed them back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from mecharm_runtime.client import ArmNoReply, DaemonClient
+from daemon_pi.protocol import wire_angles
+from mecharm_runtime.client import ArmNoReply, DaemonClient, DaemonError
 from mecharm_runtime.guard import GuardViolation, check_pose
-from mecharm_runtime.ports import ArmPort, Clock, Reading
+from mecharm_runtime.ports import ArmPort, Clock, Reading, Sent
 from mecharm_runtime.records.trace import TraceWriter
 
 __all__ = ["DaemonArm", "DryRunArm", "TracedArm"]
+
+
+def _sent_angles(reply: Any, requested: Sequence[float]) -> tuple[float, ...]:
+    """The ``angles`` of the daemon's send_angles reply: what went on the wire.
+
+    A reply without them (a daemon older than this contract) is an error, not a
+    guess: the dataset must record what the arm was sent (docs/protocol.md)."""
+    angles = reply.get("angles") if isinstance(reply, dict) else None
+    if not isinstance(angles, list) or len(angles) != 6 or not all(
+        isinstance(a, int | float) and not isinstance(a, bool) for a in angles
+    ):
+        raise DaemonError(f"send_angles reply {reply!r} does not say which angles were sent "
+                          f"(requested {list(requested)}); update the daemon")  # fmt: skip
+    return tuple(float(a) for a in angles)
 
 
 class DaemonArm:
@@ -32,12 +48,12 @@ class DaemonArm:
             return Reading(None, self.clock.now(), str(exc))
         return Reading(tuple(angles), self.clock.now())
 
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float:
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
         verdict = check_pose(angles, j1_max=self.j1_max)
         if not verdict.ok:
             raise GuardViolation(f"refusing to send {list(angles)}: {verdict.reason}")
-        await self.client.send_angles(angles, speed)
-        return self.clock.now()
+        reply = await self.client.send_angles(angles, speed)
+        return Sent(self.clock.now(), _sent_angles(reply, angles))
 
     async def set_gripper_state(self, state: int, speed: int) -> None:
         await self.client.set_gripper_state(state, speed)
@@ -63,13 +79,13 @@ class DryRunArm:
     async def read_angles(self) -> Reading:
         return Reading(self.pose, self.clock.now())
 
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float:
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
         verdict = check_pose(angles, j1_max=self.j1_max)
         if not verdict.ok:
             raise GuardViolation(f"refusing to send {list(angles)}: {verdict.reason}")
-        self.pose = tuple(float(a) for a in angles)
+        self.pose = tuple(wire_angles(angles))
         self.sent.append({"cmd": "send_angles", "angles": list(self.pose), "speed": speed})
-        return self.clock.now()
+        return Sent(self.clock.now(), self.pose)
 
     async def set_gripper_state(self, state: int, speed: int) -> None:
         self.sent.append({"cmd": "set_gripper_state", "state": state, "speed": speed})
@@ -95,10 +111,10 @@ class TracedArm:
         self.trace.input("angles", r)
         return r
 
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float:
-        t = await self.inner.send_angles(angles, speed)
-        self.trace.input("send_t", t)
-        return t
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
+        sent = await self.inner.send_angles(angles, speed)
+        self.trace.input("sent", sent)
+        return sent
 
     async def set_gripper_state(self, state: int, speed: int) -> None:
         await self.inner.set_gripper_state(state, speed)

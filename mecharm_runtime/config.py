@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
+from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
 
 __all__ = ["RuntimeSettings"]
 
@@ -63,9 +64,9 @@ class RuntimeSettings(RigSettings):
     tol_pick_place: float = Field(3.0, gt=0)
     tol_home: float = Field(2.5, gt=0)
     send_wait_s: float = Field(1.0, ge=0)
-    gripper_sleep_s: float = Field(2.0, ge=0)
+    gripper_settle_s: float = Field(GRIPPER_SETTLE_S, ge=0)
     gripper_speed: int = Field(100, ge=1, le=100)
-    gripper_close_value: int = Field(20, ge=0, le=100)
+    gripper_close_value: int = Field(GRIPPER_CLOSE_VALUE, ge=GRIPPER_MIN, le=GRIPPER_MAX)
     detect_repeat: int = Field(3, ge=1)
     homography_frames: int = Field(10, ge=1)
     max_pick_attempts: int = Field(3, ge=1)

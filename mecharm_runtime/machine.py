@@ -1,28 +1,36 @@
-"""The trial stage machine (SPEC §5): explicit stages, one transition table, one exit path.
+"""The trial stage machine: explicit stages, one transition table, one exit path.
+
+The stages are described in docs/stages.md; their names say what they do and are
+the wire values written to traces, states.csv and run logs (``FORMER_NAMES`` maps
+the first format's ``stage1``..``stage10`` names, for old traces).
 
 Why a table: every way a trial can go is readable here in one place (and drawn
 in docs/stages.md). A stage body returns an ``Outcome``; ``TRANSITIONS`` maps
 (stage, outcome) to the next stage; any failure — a stage that raises
 ``StageFailed``, a lost daemon, a forced stop — leaves through ``ABORT``, the
-single exit path in trial.py. Each stage runs as its own task with its own scope:
-tasks a stage spawns (e.g. the side-frame request) are cancelled when it is left.
+single exit path in trial.py. Each stage body runs in its own anyio task group and
+cancel scope: a forced stop cancels it at once, and nothing it started outlives it.
 
-Every decision goes to the trace (lookups, guard verdicts, commanded poses,
+Every decision goes to the trace once (lookups, guard verdicts, commanded poses,
 arrival results, transitions) and every outside value comes through a port, so
-``mecharm replay`` can drive this same code from a trace. No decision reads the
-wall clock.
+``mecharm replay`` can drive this same code from a trace; the run log is derived
+from that trace. No decision reads the wall clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from mecharm_common.gripper import GRIPPER_OPEN_VALUE
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
@@ -35,6 +43,7 @@ from mecharm_runtime.motion import (
     MotionAbort,
     MotionPolicy,
     MoveResult,
+    SendRecord,
     send_and_wait,
     wait_at_rest,
 )
@@ -44,14 +53,15 @@ from mecharm_runtime.ports import (
     EyesPort,
     Reading,
     SceneObservation,
+    Sent,
     TipObservation,
     VerdictObservation,
 )
 from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.records.trace import TraceWriter
 
 __all__ = [
+    "FORMER_NAMES",
     "STAGE_ORDER",
     "TRANSITIONS",
     "Outcome",
@@ -66,22 +76,35 @@ log = get_logger("mecharm_runtime.machine")
 
 
 class Stage(StrEnum):
-    STAGE1 = "stage1"
-    STAGE2 = "stage2"
-    CORRECTION = "correction"
-    STAGE3 = "stage3_approach_pick"
-    STAGE4 = "stage4_pick"
-    STAGE5 = "stage5"
-    STAGE6 = "stage6_lift"
-    PICK_RETRY = "pick_retry"
-    STAGE7 = "stage7_approach_place"
-    STAGE8 = "stage8_place"
-    STAGE8_5 = "stage8_5"
-    STAGE9 = "stage9"
-    STAGE9B = "stage9b"
-    STAGE10 = "stage10"
+    """The stages, in trial order; the values are the names on the wire."""
+
+    OPEN_GRIPPER_HOME = "open_gripper_home"  # fresh mode on, HOME if not there, gripper open
+    DETECT = "detect"  # top camera: block and box on the mat
+    CORRECT_AIM = "correct_aim"  # apply the correction memory to the pick aim
+    APPROACH_PICK = "approach_pick"  # j0 arc pose above the block
+    DESCEND_PICK = "descend_pick"  # FK lookup pose at the block; measure the tip
+    GRASP = "grasp"  # close the gripper
+    LIFT_AND_JUDGE = "lift_and_judge"  # back to the approach pose; judge the pick
+    RETRY_PICK = "retry_pick"  # open, HOME, detect again
+    APPROACH_PLACE = "approach_place"  # j0 arc pose above the box
+    DESCEND_PLACE = "descend_place"  # FK lookup pose into the box
+    SERVO_PLACE = "servo_place"  # visual servo on j0, depth steps, side frame
+    RELEASE = "release"  # open the gripper
+    RETREAT_AND_JUDGE = "retreat_and_judge"  # up, swept aside; judge the place; height memory
+    RETURN_HOME = "return_home"  # back over the box, HOME, fresh mode off
     DONE = "done"
     ABORT = "abort"
+
+
+#: Wire names of the first trace format -> today's (replay reads old traces with these).
+FORMER_NAMES: dict[str, str] = {
+    "stage1": Stage.OPEN_GRIPPER_HOME, "stage2": Stage.DETECT, "correction": Stage.CORRECT_AIM,
+    "stage3_approach_pick": Stage.APPROACH_PICK, "stage4_pick": Stage.DESCEND_PICK, "stage5": Stage.GRASP,
+    "stage6_lift": Stage.LIFT_AND_JUDGE, "pick_retry": Stage.RETRY_PICK,
+    "stage7_approach_place": Stage.APPROACH_PLACE, "stage8_place": Stage.DESCEND_PLACE,
+    "stage8_5": Stage.SERVO_PLACE, "stage9": Stage.RELEASE, "stage9b": Stage.RETREAT_AND_JUDGE,
+    "stage10": Stage.RETURN_HOME,
+}  # fmt: skip
 
 
 class Outcome(StrEnum):
@@ -92,21 +115,21 @@ class Outcome(StrEnum):
 
 #: The whole machine. Anything not listed (every FAIL) goes to ABORT.
 TRANSITIONS: dict[tuple[Stage, Outcome], Stage] = {
-    (Stage.STAGE1, Outcome.OK): Stage.STAGE2,
-    (Stage.STAGE2, Outcome.OK): Stage.CORRECTION,
-    (Stage.CORRECTION, Outcome.OK): Stage.STAGE3,
-    (Stage.STAGE3, Outcome.OK): Stage.STAGE4,
-    (Stage.STAGE4, Outcome.OK): Stage.STAGE5,
-    (Stage.STAGE5, Outcome.OK): Stage.STAGE6,
-    (Stage.STAGE6, Outcome.OK): Stage.STAGE7,
-    (Stage.STAGE6, Outcome.RETRY): Stage.PICK_RETRY,
-    (Stage.PICK_RETRY, Outcome.OK): Stage.STAGE2,
-    (Stage.STAGE7, Outcome.OK): Stage.STAGE8,
-    (Stage.STAGE8, Outcome.OK): Stage.STAGE8_5,
-    (Stage.STAGE8_5, Outcome.OK): Stage.STAGE9,
-    (Stage.STAGE9, Outcome.OK): Stage.STAGE9B,
-    (Stage.STAGE9B, Outcome.OK): Stage.STAGE10,
-    (Stage.STAGE10, Outcome.OK): Stage.DONE,
+    (Stage.OPEN_GRIPPER_HOME, Outcome.OK): Stage.DETECT,
+    (Stage.DETECT, Outcome.OK): Stage.CORRECT_AIM,
+    (Stage.CORRECT_AIM, Outcome.OK): Stage.APPROACH_PICK,
+    (Stage.APPROACH_PICK, Outcome.OK): Stage.DESCEND_PICK,
+    (Stage.DESCEND_PICK, Outcome.OK): Stage.GRASP,
+    (Stage.GRASP, Outcome.OK): Stage.LIFT_AND_JUDGE,
+    (Stage.LIFT_AND_JUDGE, Outcome.OK): Stage.APPROACH_PLACE,
+    (Stage.LIFT_AND_JUDGE, Outcome.RETRY): Stage.RETRY_PICK,
+    (Stage.RETRY_PICK, Outcome.OK): Stage.DETECT,
+    (Stage.APPROACH_PLACE, Outcome.OK): Stage.DESCEND_PLACE,
+    (Stage.DESCEND_PLACE, Outcome.OK): Stage.SERVO_PLACE,
+    (Stage.SERVO_PLACE, Outcome.OK): Stage.RELEASE,
+    (Stage.RELEASE, Outcome.OK): Stage.RETREAT_AND_JUDGE,
+    (Stage.RETREAT_AND_JUDGE, Outcome.OK): Stage.RETURN_HOME,
+    (Stage.RETURN_HOME, Outcome.OK): Stage.DONE,
 }
 STAGE_ORDER: tuple[Stage, ...] = tuple(s for s in Stage if s not in (Stage.DONE, Stage.ABORT))
 
@@ -155,7 +178,6 @@ class TrialContext:
     recorder: RecorderLink
     clock: Clock
     trace: TraceWriter
-    runlog: RunLog
     table: FkTable
     arc_pick: ArcPose
     arc_place: ArcPose
@@ -163,9 +185,8 @@ class TrialContext:
     heights: HeightMemory
     run_dir: Path | None = None
     state: TrialState = field(default_factory=TrialState)
-    stage: Stage = Stage.STAGE1
+    stage: Stage = Stage.OPEN_GRIPPER_HOME
     on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
-    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -176,20 +197,6 @@ class TrialContext:
             arrival_per_deg_s=s.arrival_per_deg_s, ignored_move_deg=s.ignored_move_deg,
             send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.time_scale,
         )  # fmt: skip
-
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Start a task owned by the current stage; it is cancelled when the stage is left."""
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def cancel_stage_tasks(self) -> None:
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def sleep(self, real_rig_seconds: float) -> None:
         await self.clock.sleep(self.settings.scaled(real_rig_seconds))
@@ -221,50 +228,57 @@ class TrialContext:
         s = self.settings
         verdict = check_pose(target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason)
         self.trace.decision("guard", {"note": note, **verdict.to_dict()})
-        self.runlog.add("guards", {"stage": self.stage, "note": note, **verdict.to_dict()})
         if not verdict.ok:
             raise StageFailed(f"{self.stage}: guard refused {note}: {verdict.reason}")
         tgt = verdict.angles
         self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
-        observer = None
-        on_reading = None
-        if self.recorder.enabled:
-            speed = s.speed
-            rec = self.recorder
-
-            def observer(ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool) -> None:
-                rec.commanded(tgt, speed, ts_send, ts_arrival, attempt, arrived, f"{self.stage}:{note}")
-
-            on_reading = self._measured
+        observer = _RecorderObserver(self.recorder, s.speed, f"{self.stage}:{note}") if self.recorder.enabled else None
         try:
             res = await send_and_wait(self.arm, self.clock, tgt, tol=tol, speed=s.speed, policy=self.policy,
-                                      observer=observer, on_reading=on_reading)
+                                      observer=observer, on_reading=self._measured if observer else None)
         except MotionAbort as exc:
             raise StageFailed(f"{self.stage}: {exc}") from None
         self.state.moves += 1
         self.trace.decision("arrival", {"note": note, "arrived": res.arrived, "attempts": res.attempts,
                                         "reason": res.reason})
-        self.runlog.add("moves", {"stage": self.stage, "note": note, **res.to_dict()})
+        self.trace.log("move", {"note": note, **res.to_dict()})
         if not res.arrived:
             raise StageFailed(f"{self.stage}: {note}: {res.reason}")
         return res
 
     async def gripper(self, action: str, note: str) -> None:
+        """Open (``set_gripper_state(0)``) or close (``set_gripper_value``); the recorder gets the value sent."""
         s = self.settings
         if action == "open":
             await self.arm.set_gripper_state(0, s.speed)
+            value = GRIPPER_OPEN_VALUE
         else:
             await self.arm.set_gripper_value(s.gripper_close_value, s.gripper_speed)
+            value = s.gripper_close_value
         self.trace.decision("gripper", {"action": action, "note": note})
-        self.recorder.gripper(action, f"{self.stage}:{note}")
-        self.runlog.add("gripper", {"stage": self.stage, "action": action, "note": note, "ts": self.clock.wall()})
-        await self.sleep(s.gripper_sleep_s)
+        self.recorder.gripper(value, f"{self.stage}:{action}: {note}")
+        await self.sleep(s.gripper_settle_s)
+
+
+@dataclass
+class _RecorderObserver:
+    """Tells the recorder of each send as it goes on the wire, and of its arrival."""
+
+    recorder: RecorderLink
+    speed: int
+    note: str
+
+    def sent(self, sent: Sent, ts_send: float, attempt: int) -> None:
+        self.recorder.commanded(sent.angles, self.speed, ts_send, attempt, self.note)
+
+    def settled(self, record: SendRecord) -> None:
+        self.recorder.arrival(record.ts_send, record.ts_arrival, record.attempt, record.arrived, self.note)
 
 
 # ==================================================================== stage bodies
 
 
-async def stage1(ctx: TrialContext) -> Outcome:
+async def open_gripper_home(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     await ctx.arm.set_fresh_mode(1)
     ctx.state.fresh_mode_on = True
@@ -279,18 +293,15 @@ async def stage1(ctx: TrialContext) -> Outcome:
     return Outcome.OK
 
 
-async def stage2(ctx: TrialContext) -> Outcome:
-    obs = await ctx.eyes.observe_scene(f"stage2_attempt{ctx.state.pick_attempts + 1}")
-    ctx.runlog.add("detections", {"attempt": ctx.state.pick_attempts + 1, **obs.to_dict()})
-    for c in obs.captures:
-        ctx.runlog.add("captures", {"stage": ctx.stage, "file": c})
+async def detect(ctx: TrialContext) -> Outcome:
+    obs = await ctx.eyes.observe_scene(f"detect_attempt{ctx.state.pick_attempts + 1}")
     if not obs.ok or obs.block_xz is None or obs.box_xz is None:
-        raise StageFailed(f"stage2: detection failed: {obs.reason or 'no block/box'}")
+        raise StageFailed(f"{ctx.stage}: detection failed: {obs.reason or 'no block/box'}")
     ctx.state.scene = obs
     return Outcome.OK
 
 
-async def correction(ctx: TrialContext) -> Outcome:
+async def correct_aim(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     assert ctx.state.scene is not None and ctx.state.scene.block_xz is not None
     bx, bz = ctx.state.scene.block_xz
@@ -305,52 +316,46 @@ async def correction(ctx: TrialContext) -> Outcome:
     info = {"key": key, "entry": None if entry is None else entry.__dict__, "applied_mm": [dx, dz],
             "block_xz": [bx, bz], "aim_xz": list(aim)}
     ctx.trace.decision("correction", info)
-    ctx.runlog.set("correction", info)
     return Outcome.OK
 
 
-async def stage3(ctx: TrialContext) -> Outcome:
+async def approach_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     assert ctx.state.aim_xz is not None
     res = j0_lookup(ctx.arc_pick, ctx.state.aim_xz)
     ctx.trace.decision("lookup", {"phase": "approach_pick", **res.to_dict()})
-    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "j0_lookup", **res.to_dict()})
     if not res.ok:
-        raise StageFailed(f"stage3_approach_pick: j0 lookup out_of_range: {res.reason}")
+        raise StageFailed(f"{ctx.stage}: j0 lookup out_of_range: {res.reason}")
     if abs(res.resid_x) > s.x_resid_thresh_m:
-        raise StageFailed(f"stage3_approach_pick: x residual {res.resid_x:.3f} m > {s.x_resid_thresh_m} m")
+        raise StageFailed(f"{ctx.stage}: x residual {res.resid_x:.3f} m > {s.x_resid_thresh_m} m")
     await ctx.move(res.angles, s.tol_approach, "approach_pick", lookup_ok=True)
     ctx.state.pick_approach = tuple(res.angles)
     return Outcome.OK
 
 
-async def stage4(ctx: TrialContext) -> Outcome:
+async def descend_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
     res = fk_lookup(ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m)
     ctx.trace.decision("lookup", res.to_dict())
-    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", **res.to_dict()})
     if not res.ok or res.angles is None:
-        raise StageFailed(f"stage4_pick: fk lookup out_of_range: {res.reason}")
+        raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(res.angles, s.tol_pick_place, "pick descend", lookup_ok=res.ok, lookup_reason=res.reason or "")
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
     await ctx.at_rest("tip measurement")
-    tip = await ctx.eyes.measure_tip(st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "stage4_tip")
+    tip = await ctx.eyes.measure_tip(st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "descend_pick_tip")
     st.tip = tip
-    ctx.runlog.add("tip_measurements", {"attempt": st.pick_attempts + 1, **tip.to_dict()})
-    if tip.capture:
-        ctx.runlog.add("captures", {"stage": ctx.stage, "file": tip.capture})
     return Outcome.OK
 
 
-async def stage5(ctx: TrialContext) -> Outcome:
+async def grasp(ctx: TrialContext) -> Outcome:
     await ctx.gripper("close", "grasp")
     ctx.state.holding = True
     return Outcome.OK
 
 
-async def stage6(ctx: TrialContext) -> Outcome:
+async def lift_and_judge(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.pick_approach is not None
@@ -358,20 +363,19 @@ async def stage6(ctx: TrialContext) -> Outcome:
     st.pick_attempts += 1
     lift_ee_y = float(fk_tip(st.pick_approach)[1])
     await ctx.at_rest("pick judgement")
-    v = await ctx.eyes.judge_pick(lift_ee_y, f"stage6_judge_attempt{st.pick_attempts}")
+    v = await ctx.eyes.judge_pick(lift_ee_y, f"lift_judge_attempt{st.pick_attempts}")
     st.pick_verdict = v
-    ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "pick", "attempt": st.pick_attempts, **v.to_dict()})
     if v.verdict == "yes":
         _learn_correction(ctx)
         return Outcome.OK
     if st.pick_attempts < s.max_pick_attempts:
         ctx.trace.decision("pick_retry", {"attempt": st.pick_attempts, "of": s.max_pick_attempts})
         return Outcome.RETRY
-    raise StageFailed(f"stage6_lift: pick judged no after {st.pick_attempts} attempts: {v.reason}")
+    raise StageFailed(f"{ctx.stage}: pick judged no after {st.pick_attempts} attempts: {v.reason}")
 
 
 def _learn_correction(ctx: TrialContext) -> None:
-    """SPEC §7: update only when the final pick verdict is yes and the tip was measured."""
+    """Learn only when the final pick verdict is yes and the tip was measured (docs/runtime.md, "Memories")."""
     st, s = ctx.state, ctx.settings
     tip = st.tip
     if tip is None or not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
@@ -383,23 +387,22 @@ def _learn_correction(ctx: TrialContext) -> None:
                                              "dz_mm": new.dz_mm, "n": new.n})
 
 
-async def pick_retry(ctx: TrialContext) -> Outcome:
-    """A missed pick: open, then HOME, so stage2 sees the mat unobstructed as on the first attempt."""
+async def retry_pick(ctx: TrialContext) -> Outcome:
+    """A missed pick: open, then HOME, so detect sees the mat unobstructed as on the first attempt."""
     await ctx.gripper("open", "release after failed pick")
     ctx.state.holding = False
     await ctx.move(ctx.settings.home, ctx.settings.tol_home, "home before re-detect")
     return Outcome.OK
 
 
-async def stage7(ctx: TrialContext) -> Outcome:
+async def approach_place(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.scene is not None and st.scene.box_xz is not None
     res = j0_lookup(ctx.arc_place, st.scene.box_xz)
     ctx.trace.decision("lookup", {"phase": "approach_place", **res.to_dict()})
-    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "j0_lookup", **res.to_dict()})
     if not res.ok:
-        raise StageFailed(f"stage7_approach_place: j0 lookup out_of_range: {res.reason}")
+        raise StageFailed(f"{ctx.stage}: j0 lookup out_of_range: {res.reason}")
     if abs(res.resid_z) > s.z_resid_warn_m:
         log.warning("place_z_residual_large", resid_z=res.resid_z, limit=s.z_resid_warn_m)
         ctx.trace.decision("z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m})
@@ -418,19 +421,17 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     return target - s.place_band_depth_m, target, dee
 
 
-async def stage8(ctx: TrialContext) -> Outcome:
+async def descend_place(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_approach is not None
     st.place_key = cell_key("place", *st.scene.box_xz, s.cell_mm)
     lo, hi, dee = _place_band(ctx)
     ctx.trace.decision("place_band", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
-    ctx.runlog.set("height", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
     res = fk_lookup(ctx.table, "place_withblock", st.scene.box_xz, lo, hi, dist_max=s.dist_max_m,
                     ref_joints=st.place_approach, joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
     ctx.trace.decision("lookup", res.to_dict())
-    ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", **res.to_dict()})
     if not res.ok or res.angles is None:
-        raise StageFailed(f"stage8_place: fk lookup out_of_range: {res.reason}")
+        raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(res.angles, s.tol_pick_place, "place descend", lookup_ok=res.ok)
     st.place_pose, st.place_ee_y = tuple(res.angles), res.selected_ee_y
     return Outcome.OK
@@ -445,19 +446,19 @@ def _dx_dj0_sign(pose: Sequence[float]) -> float:
     return 1.0 if float(fk_tip(b)[0]) >= float(fk_tip(a)[0]) else -1.0
 
 
-async def stage8_5(ctx: TrialContext) -> Outcome:
+async def servo_place(ctx: TrialContext) -> Outcome:
     """Visual servo on j0, then depth steps that stop at the first lookup/guard failure."""
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_pose is not None
     box_x, box_z = st.scene.box_xz
     pose = tuple(st.place_pose)
     height = float(st.place_ee_y if st.place_ee_y is not None else fk_tip(pose)[1])
-    assert st.pick_ee_y is not None  # the block was grasped at stage4's height
+    assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
     servo: list[dict[str, Any]] = []
     converged = False
     for it in range(1, s.servo_max_iter + 1):
         await ctx.at_rest(f"servo {it}")
-        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"stage8_5_servo{it}")
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"servo_place_servo{it}")
         if pos is None:
             servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
             break
@@ -484,7 +485,7 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
     lo, hi, _dee = _place_band(ctx)
     for k in range(1, s.depth_steps + 1):
         await ctx.at_rest(f"depth step {k}")
-        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"stage8_5_depth{k}")
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"servo_place_depth{k}")
         if pos is None:
             servo.append({"depth_step": k, "action": "stop: block not visible"})
             break
@@ -497,7 +498,6 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
         res = fk_lookup(ctx.table, "place_withblock", aim, lo, hi, dist_max=s.dist_max_m, ref_joints=pose,
                         joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
         ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
-        ctx.runlog.add("lookups", {"stage": ctx.stage, "kind": "fk_lookup", "depth_step": k, **res.to_dict()})
         verdict = check_pose(res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or "")
         if not verdict.ok:
             servo.append({"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {verdict.reason}"})
@@ -509,38 +509,37 @@ async def stage8_5(ctx: TrialContext) -> Outcome:
         servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})
     st.place_pose = pose
     for e in servo:
-        ctx.runlog.add("servo", e)
-    # the side judgement's frame, from the recorder (any failure = no side image)
-    path, cap_ts, reason = ctx.trace.input("side_frame", await ctx.spawn(ctx.recorder.side_frame("stage8_5_side")))
+        ctx.trace.log("servo", e)
+    # the side judgement's frame, from the recorder (any failure = no side image); the request
+    # runs inside this stage's cancel scope, so leaving the stage cancels it
+    path, _cap_ts, _reason = ctx.trace.input("side_frame", await ctx.recorder.side_frame("servo_place_side"))
     st.side_frame = path
-    ctx.runlog.add("side_frames", {"tag": "stage8_5_side", "path": path, "capture_ts": cap_ts, "reason": reason})
     return Outcome.OK
 
 
-async def stage9(ctx: TrialContext) -> Outcome:
-    await ctx.sleep(ctx.settings.gripper_sleep_s)  # pre-release settle
+async def release(ctx: TrialContext) -> Outcome:
+    await ctx.sleep(ctx.settings.gripper_settle_s)  # pre-release settle
     await ctx.gripper("open", "release 1")
     await ctx.gripper("open", "release 2")
     ctx.state.holding = False
     return Outcome.OK
 
 
-async def stage9b(ctx: TrialContext) -> Outcome:
+async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
     await ctx.move(st.place_approach, s.tol_pick_place, "retreat up", lookup_ok=True)
     swept = (s.swept_j0, *st.place_approach[1:])
     await ctx.move(swept, s.tol_pick_place, "swept retreat")
     await ctx.at_rest("place judgement")
-    v = await ctx.eyes.judge_place(st.side_frame, "stage9b_judge")
+    v = await ctx.eyes.judge_place(st.side_frame, "retreat_judge")
     st.place_verdict = v
-    ctx.runlog.add("judgements", {"stage": ctx.stage, "what": "place", **v.to_dict()})
     dee = ctx.heights.update(st.place_key, v.verdict == "yes", s.height_step_mm, s.height_max_mm)
     ctx.trace.decision("height_update", {"key": st.place_key, "placed_ok": v.verdict == "yes", "dee_y_mm": dee})
     return Outcome.OK
 
 
-async def stage10(ctx: TrialContext) -> Outcome:
+async def return_home(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
     await ctx.move(st.place_approach, s.tol_pick_place, "back to approach_place", lookup_ok=True)
@@ -552,10 +551,11 @@ async def stage10(ctx: TrialContext) -> Outcome:
 
 
 BODIES: dict[Stage, Callable[[TrialContext], Awaitable[Outcome]]] = {
-    Stage.STAGE1: stage1, Stage.STAGE2: stage2, Stage.CORRECTION: correction, Stage.STAGE3: stage3,
-    Stage.STAGE4: stage4, Stage.STAGE5: stage5, Stage.STAGE6: stage6, Stage.PICK_RETRY: pick_retry,
-    Stage.STAGE7: stage7, Stage.STAGE8: stage8, Stage.STAGE8_5: stage8_5, Stage.STAGE9: stage9,
-    Stage.STAGE9B: stage9b, Stage.STAGE10: stage10,
+    Stage.OPEN_GRIPPER_HOME: open_gripper_home, Stage.DETECT: detect, Stage.CORRECT_AIM: correct_aim,
+    Stage.APPROACH_PICK: approach_pick, Stage.DESCEND_PICK: descend_pick, Stage.GRASP: grasp,
+    Stage.LIFT_AND_JUDGE: lift_and_judge, Stage.RETRY_PICK: retry_pick, Stage.APPROACH_PLACE: approach_place,
+    Stage.DESCEND_PLACE: descend_place, Stage.SERVO_PLACE: servo_place, Stage.RELEASE: release,
+    Stage.RETREAT_AND_JUDGE: retreat_and_judge, Stage.RETURN_HOME: return_home,
 }  # fmt: skip
 
 
@@ -566,54 +566,54 @@ class ForcedStop(Exception):
     """The operator asked to stop at once (second Ctrl-C)."""
 
 
-async def run_stages(ctx: TrialContext, force: asyncio.Event | None = None) -> tuple[Stage, str]:
-    """Run from STAGE1 until DONE or ABORT; return (last stage reached, abort reason or "").
+async def _run_body(ctx: TrialContext, stage: Stage, force: asyncio.Event | anyio.Event | None) -> tuple[Outcome, str]:
+    """Run one stage body in its own task group; a set ``force`` cancels it at once.
 
-    Each stage runs as a task; ``force`` being set cancels it at once. Errors that are
-    not StageFailed (daemon lost, refused, camera) become the abort reason, named.
+    The body runs in this task (so its errors come out as themselves, not wrapped in
+    an exception group); the task group holds the force watcher and is the stage's
+    cancel scope. Errors that are not StageFailed (daemon lost, refusal, camera)
+    become the abort reason, named.
     """
-    stage = Stage.STAGE1
-    loop = asyncio.get_running_loop()
+    forced = False
+    outcome, reason = Outcome.FAIL, ""
+    async with anyio.create_task_group() as tg:
+        if force is not None:
+            event = force
+
+            async def watch() -> None:
+                nonlocal forced
+                await event.wait()
+                forced = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+        try:
+            outcome = await BODIES[stage](ctx)
+        except StageFailed as exc:
+            outcome, reason = Outcome.FAIL, str(exc)
+        except Exception as exc:  # daemon lost, refusal, camera failure: abort with its name
+            outcome, reason = Outcome.FAIL, f"{stage.value}: {_describe_error(exc)}"
+        finally:
+            tg.cancel_scope.cancel()  # the watcher, and anything else the stage left running
+    if forced and not reason:
+        outcome, reason = Outcome.FAIL, f"forced stop during {stage.value} (operator)"
+    return outcome, reason
+
+
+async def run_stages(ctx: TrialContext, force: asyncio.Event | anyio.Event | None = None) -> tuple[Stage, str]:
+    """Run from the first stage until DONE or ABORT; return (last stage reached, abort reason or "")."""
+    stage = Stage.OPEN_GRIPPER_HOME
     while stage not in (Stage.DONE, Stage.ABORT):
         ctx.stage = stage
         ctx.trace.stage = stage.value
         ctx.recorder.stage(stage.value)
-        t0 = loop.time()
-        body = asyncio.ensure_future(BODIES[stage](ctx))
-        reason = ""
-        try:
-            if force is None:
-                outcome = await body
-            else:
-                waiter = asyncio.ensure_future(force.wait())
-                try:
-                    await asyncio.wait({body, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
-                if not body.done():
-                    body.cancel()
-                    await asyncio.gather(body, return_exceptions=True)
-                    raise ForcedStop(f"forced stop during {stage.value} (operator)")
-                outcome = body.result()
-        except StageFailed as exc:
-            outcome, reason = Outcome.FAIL, str(exc)
-        except ForcedStop as exc:
-            outcome, reason = Outcome.FAIL, str(exc)
-        except asyncio.CancelledError:
-            body.cancel()
-            await asyncio.gather(body, return_exceptions=True)
-            await ctx.cancel_stage_tasks()
-            raise
-        except Exception as exc:  # daemon lost, refusal, camera failure: abort with its name
-            outcome, reason = Outcome.FAIL, f"{stage.value}: {_describe_error(exc)}"
-        finally:
-            await ctx.cancel_stage_tasks()
-        elapsed = loop.time() - t0
+        t0 = time.monotonic()
+        outcome, reason = await _run_body(ctx, stage, force)
+        elapsed = time.monotonic() - t0
         ctx.state.stage_times[stage.value] = ctx.state.stage_times.get(stage.value, 0.0) + elapsed
         nxt = next_stage(stage, outcome)
+        ctx.trace.log("stage_time", {"stage": stage.value, "duration_s": round(elapsed, 4)})
         ctx.trace.write("transition", frm=stage.value, to=nxt.value, outcome=outcome.value, reason=reason)
-        ctx.runlog.add("stages", {"stage": stage.value, "outcome": outcome.value, "reason": reason,
-                                  "duration_s": round(elapsed, 4), "ended_ts": ctx.clock.wall()})
         log.info("stage_done", stage=stage.value, outcome=outcome.value, next=nxt.value, reason=reason or None,
                  duration_s=round(elapsed, 3))
         if ctx.on_stage is not None:

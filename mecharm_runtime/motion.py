@@ -1,4 +1,4 @@
-"""Send a pose and wait for arrival, exactly as the reference rig (SPEC §5).
+"""Send a pose and wait for arrival, exactly as the reference rig (docs/runtime.md, "Motion").
 
 1. read the current angles; none readable → abort (no fallback);
 2. timeout = max(8.0, 2.0 + 0.15 s/° × max|target − current|) (÷ time_scale);
@@ -6,8 +6,9 @@
 4. on timeout: moved < 1.0° from the start → the send was ignored: wait, re-read,
    re-send once (never more); moved >= 1.0° (partial move, stall) or a held axis
    moved more than tol → no retry;
-5. the optional observer gets ``(ts_send, ts_arrival, attempt, arrived)`` per send;
-   with no observer (and no reading hook) nothing extra is done.
+5. an optional ``SendObserver`` hears of each send the moment it went on the wire
+   (with the angles the daemon says it sent) and again when its wait ended; with
+   no observer (and no reading hook) nothing extra is done.
 
 Decisions use only the readings' own timestamps, so replaying recorded readings
 reproduces them exactly.
@@ -17,22 +18,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from mecharm_runtime.ports import ArmPort, Clock, Reading
+from mecharm_runtime.ports import ArmPort, Clock, Reading, Sent
 
 __all__ = [
     "MotionAbort",
     "MotionPolicy",
     "MoveResult",
     "RestResult",
+    "SendObserver",
     "SendRecord",
     "arrival_timeout",
     "send_and_wait",
     "wait_at_rest",
 ]
 
-Observer = Callable[[float, float | None, int, bool], None]
+class SendObserver(Protocol):
+    """Told of each send as it happens (the recorder's ``commanded`` and ``arrival`` rows)."""
+
+    def sent(self, sent: Sent, ts_send: float, attempt: int) -> None: ...
+    def settled(self, record: SendRecord) -> None: ...
 
 
 class MotionAbort(RuntimeError):
@@ -51,7 +57,7 @@ class MotionPolicy:
 
 
 def arrival_timeout(max_delta_deg: float, policy: MotionPolicy) -> float:
-    """SPEC §5 arrival timeout in real-rig seconds (86.16° → 14.9 s, 14.05° → 8.0 s)."""
+    """The arrival timeout in real-rig seconds (86.16° → 14.9 s, 14.05° → 8.0 s)."""
     return max(policy.arrival_min_s, policy.arrival_base_s + policy.arrival_per_deg_s * max_delta_deg)
 
 
@@ -63,6 +69,8 @@ class SendRecord:
     arrived: bool
     timeout_s: float
     readings: int = 0
+    #: the angles that went on the wire (the daemon's reply)
+    sent: tuple[float, ...] = ()
 
 
 @dataclass
@@ -110,7 +118,7 @@ async def send_and_wait(
     tol: float,
     speed: int,
     policy: MotionPolicy,
-    observer: Observer | None = None,
+    observer: SendObserver | None = None,
     on_reading: Callable[[Reading], None] | None = None,
 ) -> MoveResult:
     """Send ``target`` and wait for arrival within ``tol`` degrees.
@@ -127,9 +135,12 @@ async def send_and_wait(
     for attempt in (1, 2):
         timeout = arrival_timeout(_max_delta(tgt, ref), policy) / policy.time_scale
         ts_send = clock.wall()
-        t_send = await arm.send_angles(tgt, speed)
-        rec = SendRecord(attempt, ts_send, None, False, timeout)
+        sent = await arm.send_angles(tgt, speed)
+        t_send = sent.t
+        rec = SendRecord(attempt, ts_send, None, False, timeout, sent=sent.angles)
         result.sends.append(rec)
+        if observer is not None:
+            observer.sent(sent, ts_send, attempt)
         last: tuple[float, ...] | None = None
         while True:
             r = await arm.read_angles()
@@ -148,7 +159,7 @@ async def send_and_wait(
             if policy.poll_interval_s > 0:
                 await clock.sleep(policy.poll_interval_s / policy.time_scale)
         if observer is not None:
-            observer(rec.ts_send, rec.ts_arrival, attempt, rec.arrived)
+            observer.settled(rec)
         if rec.arrived:
             result.post, result.arrived = last, True
             result.reason = "arrived" if attempt == 1 else "arrived after one re-send (first send ignored)"
@@ -200,7 +211,7 @@ async def wait_at_rest(
     max_polls: int,
     on_reading: Callable[[Reading], None] | None = None,
 ) -> RestResult:
-    """Poll until two successive readings agree within ``eps_deg`` (SPEC §10: measure at rest).
+    """Poll until two successive readings agree within ``eps_deg`` (docs/runtime.md, "Motion": measure at rest).
 
     "Arrived" means within tol of the target, but the arm still settles for a moment;
     a camera measurement taken then depends on timing. Bounded by ``max_polls``

@@ -10,12 +10,13 @@ Time enters only through ``Clock`` and through the timestamp of each reading.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+import anyio
 
 __all__ = [
     "ArmPort",
@@ -24,7 +25,7 @@ __all__ = [
     "Reading",
     "RealClock",
     "SceneObservation",
-    "SideFramePort",
+    "Sent",
     "TipObservation",
     "VerdictObservation",
 ]
@@ -49,18 +50,38 @@ class Reading:
         return cls(tuple(float(x) for x in a) if a is not None else None, float(d["t"]), str(d.get("error", "")))
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One pose send as it went on the wire: the angles the daemon reports it sent
+    (the SDK truncates to 0.01°) and the monotonic time (s) the send completed.
+    This, not the request, is what the dataset records as the action."""
+
+    t: float
+    angles: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "angles": list(self.angles)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Sent:
+        a = d["angles"]
+        if not isinstance(a, list) or len(a) != 6:
+            raise ValueError(f"expected 6 sent angles, got {a!r}")
+        return cls(float(d["t"]), tuple(float(x) for x in a))
+
+
 @runtime_checkable
 class ArmPort(Protocol):
     """The arm as the stage machine sees it.
 
     ``read_angles`` reports an arm that gave no reading inside the Reading (not as an
     exception) so every reading, good or not, carries its time. ``send_angles``
-    returns the monotonic time the send completed. Lost connections, timeouts and
+    returns what went on the wire and when (``Sent``). Lost connections, timeouts and
     refusals raise the daemon client's errors (client.py).
     """
 
     async def read_angles(self) -> Reading: ...
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float: ...
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent: ...
     async def set_gripper_state(self, state: int, speed: int) -> None: ...
     async def set_gripper_value(self, value: int, speed: int) -> None: ...
     async def set_fresh_mode(self, mode: int) -> None: ...
@@ -149,12 +170,6 @@ class EyesPort(Protocol):
     async def close(self) -> None: ...
 
 
-class SideFramePort(Protocol):
-    """The recorder's side frame on request: (path or None, capture_ts or None, reason)."""
-
-    async def request_side_frame(self, tag: str) -> tuple[str | None, float | None, str]: ...
-
-
 class Clock(Protocol):
     def now(self) -> float: ...
     def wall(self) -> float: ...
@@ -172,4 +187,4 @@ class RealClock:
 
     async def sleep(self, seconds: float) -> None:
         if seconds > 0:
-            await asyncio.sleep(seconds)
+            await anyio.sleep(seconds)

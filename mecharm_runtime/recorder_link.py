@@ -1,6 +1,6 @@
 """The runtime's side of the recorder: typed events out, side frames in, never a failure.
 
-Observer principle (SPEC §2): nothing the recorder does may change what the
+Observer principle (docs/architecture.md): nothing the recorder does may change what the
 runtime does. Events go through ``RecorderSender.notify`` (fire-and-forget, never
 raises); a side frame that does not come back is just "no side image". A disabled
 link (``--no-recorder``, dry run) does nothing at all.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from recorder.events import Commanded, Gripper, Measured, Stage, TrialEnd, TrialStart
+from recorder.events import Arrival, Commanded, Gripper, Measured, Stage, TrialEnd, TrialStart
 from recorder.sender import RecorderSender
 
 __all__ = ["RecorderLink"]
@@ -41,19 +41,26 @@ class RecorderLink:
         if self.sender is not None:
             self._send(Stage(stage=stage))
 
-    def commanded(self, angles: Sequence[float], speed: int, ts_send: float, ts_arrival: float | None,
-                  attempt: int, arrived: bool, note: str) -> None:
+    def commanded(self, sent_angles: Sequence[float], speed: int, ts_send: float, attempt: int, note: str) -> None:
+        """At the send: the angles that went on the wire (the dataset's action)."""
         if self.sender is not None:
-            self._send(Commanded(angles=[float(a) for a in angles], speed=speed, ts_send=ts_send,
-                                 ts_arrival=ts_arrival, attempt=attempt, arrived=arrived, note=note[:500]))
+            self._send(Commanded(angles=[float(a) for a in sent_angles], speed=speed, ts_send=ts_send,
+                                 attempt=attempt, note=note[:500]))
+
+    def arrival(self, ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool, note: str) -> None:
+        """When the wait after a send ended."""
+        if self.sender is not None:
+            self._send(Arrival(ts_send=ts_send, ts_arrival=ts_arrival, attempt=attempt, arrived=arrived,
+                               note=note[:500]))
 
     def measured(self, angles: Sequence[float]) -> None:
         if self.sender is not None:
             self._send(Measured(angles=[float(a) for a in angles]))
 
-    def gripper(self, state: str, note: str) -> None:
+    def gripper(self, value: int, note: str) -> None:
+        """A gripper command with the value it drives the jaws to (0 closed .. 100 open)."""
         if self.sender is not None:
-            self._send(Gripper(state=state, note=note[:500]))
+            self._send(Gripper(state=int(value), note=note[:500]))
 
     async def side_frame(self, tag: str) -> tuple[str | None, float | None, str]:
         """(path, capture_ts, reason); ``(None, None, "recorder_disabled")`` when off."""

@@ -1,9 +1,10 @@
 """One trial end to end: run folder, stage machine, the single exit path, and the records.
 
-Whatever happens in the stages, a trial leaves the same things behind (SPEC §5, §8):
-the arm returned to a safe pose when it can and fresh mode off, the JSONL trace
-ending in ``event=result``, ``trial_end`` to the recorder, the ledger row (after
-the bounded wait for ``recording_meta.json``) and the run log.
+Whatever happens in the stages, a trial leaves the same things behind
+(docs/runtime.md, "Records"): the arm returned to a safe pose when it can and
+fresh mode off, the JSONL trace ending in ``event=result``, ``trial_end`` to the
+recorder, the ledger row (after the bounded wait for ``recording_meta.json``) and
+the run log, derived from the trace.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from mecharm_runtime.records.ledger import (
     ledger_path,
     wait_recording_meta,
 )
-from mecharm_runtime.records.runlog import RunLog
-from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.records.runlog import build_runlog, iso, write_runlog
+from mecharm_runtime.records.trace import TRACE_FORMAT, TraceWriter
 
 __all__ = ["DataRootError", "Rig", "TrialSummary", "exit_path", "next_run_stem", "run_trial"]
 
@@ -165,14 +166,13 @@ async def run_trial(
     started_wall = rig.clock.wall()
     t0 = rig.clock.now()
     trace.stage = "start"
-    trace.write("trial", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed, constants=s.constants())
+    trace.write("trial", format=TRACE_FORMAT, run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed,
+                constants=s.constants())
     trace.input("table_checksum", rig.table.checksum)
-    runlog = RunLog(stem, s.constants(), started_at=_iso(started_wall), dry_run=rig.dry_run,
-                    scene_seed=scene_seed, table_checksum=rig.table.checksum, trace=trace_path.name)
     mem_dir = root / "memories"
     ctx = TrialContext(
         settings=s, arm=TracedArm(rig.arm, trace), eyes=TracedEyes(rig.eyes, trace), recorder=rig.recorder,
-        clock=rig.clock, trace=trace, runlog=runlog, table=rig.table, arc_pick=rig.arc_pick,
+        clock=rig.clock, trace=trace, table=rig.table, arc_pick=rig.arc_pick,
         arc_place=rig.arc_place, corrections=CorrectionMemory(mem_dir / "correction_memory.json"),
         heights=HeightMemory(mem_dir / "height_memory.json"), run_dir=run_dir, on_stage=on_stage,
     )
@@ -180,11 +180,10 @@ async def run_trial(
     rig.eyes.start_trial(run_dir)
     rig.recorder.trial_start(stem)
     log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
-    exit_steps: list[dict[str, Any]] = []
     try:
         last, reason = await run_stages(ctx, force)
         if last is not Stage.DONE:
-            exit_steps = await exit_path(ctx, rig, reason)
+            await exit_path(ctx, rig, reason)
     except asyncio.CancelledError:
         reason = "cancelled"
         trace.result("stopped", reason)
@@ -215,7 +214,7 @@ async def run_trial(
         trace_path=trace_path, stage_times=dict(st.stage_times), scene_seed=scene_seed,
     )
     row = {
-        "run_stem": stem, "started_at": _iso(started_wall), "ended_at": _iso(rig.clock.wall()),
+        "run_stem": stem, "started_at": iso(started_wall), "ended_at": iso(rig.clock.wall()),
         "duration_s": round(duration, 3), "status": status, "reason": reason, "dry_run": rig.dry_run,
         "scene_seed": scene_seed, "pick_verdict": summary.pick_verdict, "pick_confidence": summary.pick_confidence,
         "place_verdict": summary.place_verdict, "place_confidence": summary.place_confidence,
@@ -233,18 +232,12 @@ async def run_trial(
     except (LedgerError, OSError) as exc:
         ledger_error = str(exc)
         log.error("ledger_append_failed", run_stem=stem, error=ledger_error, row=row)
-    runlog.set("exit", exit_steps)
-    runlog.set("recording", rec.__dict__)
-    runlog.set("stage_times", st.stage_times)
-    runlog.set("result", {"status": status, "reason": reason, "ended_at": row["ended_at"],
-                          "duration_s": round(duration, 3), "pick_verdict": summary.pick_verdict,
-                          "place_verdict": summary.place_verdict, "pick_attempts": st.pick_attempts,
-                          "ledger_error": ledger_error})
-    runlog.write(run_dir / f"{stem}.json")
+    runlog = build_runlog(trace.lines, trace_name=trace_path.name, after={
+        "recording": rec.__dict__, "ended_at": row["ended_at"], "duration_s": round(duration, 3),
+        "pick_verdict": summary.pick_verdict, "place_verdict": summary.place_verdict,
+        "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
+    })  # fmt: skip
+    write_runlog(run_dir / f"{stem}.json", runlog)
     log.info("trial_end", run_stem=stem, status=status, reason=reason or None, duration_s=round(duration, 2),
              pick=summary.pick_verdict, place=summary.place_verdict, recording=rec.status)
     return summary
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"

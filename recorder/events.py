@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from mecharm_common.fsutil import UnsafeNameError, validate_name
+from mecharm_common.gripper import GRIPPER_MAX, GRIPPER_MIN
 
 __all__ = [
     "DEFAULT_HOST",
@@ -46,6 +47,7 @@ __all__ = [
     "REASON_TIMEOUT",
     "RECORDING_STATUSES",
     "STATES_COLUMNS",
+    "Arrival",
     "Commanded",
     "Event",
     "EventError",
@@ -199,7 +201,9 @@ class Stage(_Event):
 
 
 class Commanded(_Event):
-    """One pose send (SPEC §5 step 5): what was sent, when, and whether it arrived."""
+    """One pose send, emitted the moment it went on the wire: ``angles`` are what the
+    daemon says it sent (the dataset's action), ``ts_send`` when the send began.
+    ``ts_arrival``/``arrived`` stay empty here; the ``arrival`` event carries them."""
 
     type: Literal["commanded"] = "commanded"
     angles: Angles
@@ -211,10 +215,23 @@ class Commanded(_Event):
     note: Note = ""
 
 
+class Arrival(_Event):
+    """The end of the wait after one send: arrived (at ``ts_arrival``) or not."""
+
+    type: Literal["arrival"] = "arrival"
+    ts_send: Finite
+    ts_arrival: Finite | None = None
+    attempt: Annotated[int, Field(ge=0, le=1000)] = 1
+    arrived: bool
+    note: Note = ""
+
+
 class Gripper(_Event):
+    """A gripper command, with the value it drives the jaws to (SDK units, 0 closed .. 100
+    open): the dataset's gripper action. ``note`` says which command it was."""
+
     type: Literal["gripper"] = "gripper"
-    #: e.g. "open" / "close", or the raw gripper value.
-    state: Annotated[str, Field(min_length=1, max_length=32)] | int
+    state: Annotated[int, Field(ge=GRIPPER_MIN, le=GRIPPER_MAX, strict=True)]
     note: Note = ""
 
 
@@ -238,11 +255,11 @@ class FrameRequest(_Event):
 
 
 Event = Annotated[
-    TrialStart | TrialEnd | Stage | Commanded | Gripper | Measured | FrameRequest,
+    TrialStart | TrialEnd | Stage | Commanded | Arrival | Gripper | Measured | FrameRequest,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: Final = (
-    "trial_start", "trial_end", "stage", "commanded", "gripper", "measured", "frame_request",
+    "trial_start", "trial_end", "stage", "commanded", "arrival", "gripper", "measured", "frame_request",
 )  # fmt: skip
 
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)

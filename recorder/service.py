@@ -41,6 +41,7 @@ from recorder.events import (
     REASON_OK_ORPHAN,
     REASON_ORPHAN_SAVE_FAILED,
     REASON_STALE_FRAME,
+    Arrival,
     Commanded,
     EventError,
     FrameReply,
@@ -117,6 +118,7 @@ class RecorderService:
             FrameRequest: self._frame_request,
             Stage: self._trial_event,
             Commanded: self._trial_event,
+            Arrival: self._trial_event,
             Gripper: self._trial_event,
             Measured: self._trial_event,
         }

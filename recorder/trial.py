@@ -20,6 +20,7 @@ from recorder.config import RecorderSettings
 from recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,
+    Arrival,
     Commanded,
     FrameRequest,
     Gripper,
@@ -65,6 +66,9 @@ def state_row(event: Any, stage: str, note: str = "") -> list[str]:
     if isinstance(event, Commanded):
         row.update(speed=event.speed, ts_send=event.ts_send, ts_arrival=event.ts_arrival,
                    attempt=event.attempt, arrived=event.arrived, note=event.note)
+    elif isinstance(event, Arrival):
+        row.update(ts_send=event.ts_send, ts_arrival=event.ts_arrival, attempt=event.attempt,
+                   arrived=event.arrived, note=event.note)
     elif isinstance(event, Gripper):
         row.update(gripper_state=event.state, note=event.note)
     elif isinstance(event, Stage):

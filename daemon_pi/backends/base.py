@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from daemon_pi.protocol import ErrorCode
+from daemon_pi.protocol import ErrorCode, wire_angles
 
 __all__ = [
     "ArmBackend",
@@ -153,8 +153,7 @@ class SdkBackend(ArmBackend):
 
     def send_angles(self, angles: Sequence[float], speed: int) -> list[float]:
         self._checked("send_angles", [float(a) for a in angles], int(speed))
-        # pymycobot encodes int(angle * 100): report what really went on the wire
-        return [int(float(a) * 100) / 100.0 for a in angles]
+        return wire_angles(angles)
 
     def set_gripper_state(self, state: int, speed: int) -> None:
         self._checked("set_gripper_state", int(state), int(speed))

@@ -1,20 +1,30 @@
-"""The per-trial run log (SPEC §8): one JSON file with everything a person needs to
-understand a trial afterwards — constants, stages, detections, lookups, moves with
-pre/post angles, gripper actions, captures, judgements, correction, tip
-measurements and the result with its reason. Written atomically, also on abort.
+"""The per-trial run log: one JSON file a person reads to understand a trial afterwards.
+
+It is *derived* from the trial's trace (records/trace.py), not written beside it:
+the stage machine writes each input, decision and fact once, into the trace, and
+``build_runlog`` arranges those lines into sections — constants, stages,
+detections, lookups, guards, moves with pre/post angles, gripper commands,
+captures, judgements, correction, tip measurements, servo steps, side frames, the
+exit path and the result with its reason. Only what happens after the trace is
+closed (the recording's meta, a failed ledger append) is passed in. Written
+atomically, also on abort. Sections are described in docs/runtime.md ("Records").
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mecharm_common.fsutil import atomic_write_json
+from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_runtime.records.trace import jsonable
 
-__all__ = ["RunLog"]
+__all__ = ["SECTIONS", "build_runlog", "write_runlog"]
 
-_SECTIONS = (
+#: The list sections of a run log, in file order.
+SECTIONS = (
     "stages",
     "detections",
     "lookups",
@@ -29,24 +39,92 @@ _SECTIONS = (
 )
 
 
-class RunLog:
-    """Accumulates the sections of one trial's run log."""
+def iso(ts: float) -> str:
+    """Local time with milliseconds, as the ledger writes it."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
 
-    def __init__(self, run_stem: str, constants: dict[str, Any], **header: Any) -> None:
-        self.data: dict[str, Any] = {"run_stem": run_stem, **jsonable(header), "constants": jsonable(constants)}
-        for name in _SECTIONS:
-            self.data[name] = []
-        self.data["correction"] = None
-        self.data["height"] = None
-        self.data["result"] = None
 
-    def add(self, section: str, entry: Any) -> None:
-        if section not in _SECTIONS:
-            raise KeyError(f"unknown run log section {section!r}")
-        self.data[section].append(jsonable(entry))
+def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run log of the trial whose trace ``lines`` are given (in order).
 
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = jsonable(value)
+    ``after`` holds what happened once the trace was closed (``recording``,
+    ``ledger_error``, ``ended_at``); it is merged into the sections of those names.
+    """
+    out: dict[str, Any] = {"run_stem": None}
+    for name in SECTIONS:
+        out[name] = []
+    out.update(correction=None, height=None, exit=[], stage_times={}, recording=None, result=None)
+    constants: dict[str, Any] = {}
+    scenes = tips = picks = 0
+    durations: dict[str, float] = {}
+    for e in lines:
+        ev, stage = e.get("event"), e.get("stage")
+        value: Any = e.get("value")
+        kind = e.get("kind")
+        if ev == "trial":
+            constants = dict(e.get("constants") or {})
+            out.update(run_stem=e.get("run_stem"), started_at=iso(float(e["ts"])), dry_run=e.get("dry_run"),
+                       scene_seed=e.get("scene_seed"), trace=trace_name, constants=constants)
+        elif ev == "input":
+            if kind == "table_checksum":
+                out["table_checksum"] = value
+            elif kind == "scene":
+                scenes += 1
+                out["detections"].append({"attempt": scenes, **value})
+                out["captures"] += [{"stage": stage, "file": c} for c in value.get("captures", [])]
+            elif kind == "tip":
+                tips += 1
+                out["tip_measurements"].append({"attempt": tips, **value})
+                if value.get("capture"):
+                    out["captures"].append({"stage": stage, "file": value["capture"]})
+            elif kind == "pick_verdict":
+                picks += 1
+                out["judgements"].append({"stage": stage, "what": "pick", "attempt": picks, **value})
+            elif kind == "place_verdict":
+                out["judgements"].append({"stage": stage, "what": "place", **value})
+            elif kind == "side_frame":
+                path, capture_ts, reason = value
+                out["side_frames"].append({"tag": f"{stage}_side", "path": path, "capture_ts": capture_ts,
+                                           "reason": reason})  # fmt: skip
+        elif ev == "decision":
+            if kind == "lookup":
+                phase = str(value.get("phase", ""))
+                lk = "j0_lookup" if phase.startswith("approach") else "fk_lookup"
+                out["lookups"].append({"stage": stage, "kind": lk, **value})
+            elif kind == "guard":
+                out["guards"].append({"stage": stage, **value})
+            elif kind == "gripper":
+                sent = GRIPPER_OPEN_VALUE if value.get("action") == "open" else \
+                    constants.get("gripper_close_value", GRIPPER_CLOSE_VALUE)
+                out["gripper"].append({"stage": stage, **value, "value": sent, "ts": e.get("ts")})
+            elif kind == "correction":
+                out["correction"] = value
+            elif kind == "place_band":
+                out["height"] = {"key": value.get("key"), "dee_y_mm": value.get("dee_y_mm"), "band": value.get("band")}
+            elif kind == "exit":
+                out["exit"] = value.get("steps", [value]) if isinstance(value, dict) else value
+        elif ev == "log":
+            section = e.get("section")
+            if section == "move":
+                out["moves"].append({"stage": stage, **value})
+            elif section == "servo":
+                out["servo"].append(value)
+            elif section == "stage_time":
+                durations[value["stage"]] = float(value["duration_s"])
+                out["stage_times"][value["stage"]] = out["stage_times"].get(value["stage"], 0.0) + value["duration_s"]
+        elif ev == "transition":
+            frm = e.get("frm")
+            out["stages"].append({"stage": frm, "outcome": e.get("outcome"), "reason": e.get("reason"),
+                                  "duration_s": durations.pop(str(frm), None), "ended_ts": e.get("ts")})  # fmt: skip
+        elif ev == "result":
+            out["result"] = {"status": e.get("status"), "reason": e.get("reason")}
+    after = dict(after or {})
+    if "recording" in after:
+        out["recording"] = after.pop("recording")
+    if out["result"] is not None:
+        out["result"].update(after)
+    return jsonable(out)  # type: ignore[no-any-return]
 
-    def write(self, path: Path) -> None:
-        atomic_write_json(path, self.data)
+
+def write_runlog(path: Path, runlog: dict[str, Any]) -> None:
+    atomic_write_json(path, runlog)

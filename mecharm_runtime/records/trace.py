@@ -1,12 +1,16 @@
-"""JSONL trace of one trial: every input the stage machine received and every decision it took.
+"""JSONL trace of one trial: the trial's one journal.
 
-Why: ``mecharm replay`` feeds the recorded inputs (angle readings, detections, tip
+Every input the stage machine received, every decision it took and every fact a
+person reading the trial afterwards needs (``log`` lines: full move records, servo
+steps, the recording) go here once; the run log is built from it at the end
+(records/runlog.py). Why a journal: ``mecharm replay`` feeds the recorded inputs (angle readings, detections, tip
 measurements, verdicts, the FK table checksum) back into the same stage machine with
 no arm and no camera and compares the decisions line by line. So inputs and
 decisions are written in the order they happen, each line flushed at once (a crash
 keeps everything up to the crash), and the last line is ``event=result`` with the
 status (``completed``/``stopped``) and the reason. Wall-clock fields live only in
-``ts`` so a comparison can ignore them.
+``ts`` and in ``log`` lines, which replay does not compare. The format is in
+docs/replay.md ("Trace format").
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["DECISION_EVENTS", "TraceWriter", "jsonable", "read_trace"]
+__all__ = ["DECISION_EVENTS", "TRACE_FORMAT", "TraceWriter", "jsonable", "read_trace"]
 
-#: Event kinds that replay compares (inputs are fed, not compared).
+#: Event kinds that replay compares (inputs are fed, ``log`` lines are for people).
 DECISION_EVENTS = ("decision", "transition", "result")
+#: 2: stage names that say what they do, ``sent`` inputs, ``log`` lines (1: the first format).
+TRACE_FORMAT = 2
 
 
 def jsonable(value: Any) -> Any:
@@ -77,6 +83,10 @@ class TraceWriter:
 
     def decision(self, kind: str, value: Any) -> None:
         self.write("decision", kind=kind, value=value)
+
+    def log(self, section: str, value: Any) -> None:
+        """A fact for the run log that is no decision (may hold wall times; replay skips it)."""
+        self.write("log", section=section, value=value)
 
     def result(self, status: str, reason: str) -> None:
         self.write("result", status=status, reason=reason)

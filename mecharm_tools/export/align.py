@@ -10,14 +10,16 @@ nominal fps). For every row:
   ``t_k`` when the two neighbours are at most ``max_interp_gap_s`` apart (the arm was
   being polled during a move), otherwise the latest reading held (no polling = the
   arm was at rest); before the first reading the first one is used;
-- ``observation.state`` gripper: the last gripper command whose settle time
-  (``gripper_settle_s``, SPEC §5) has passed, in SDK units;
-- ``action`` j0..j5: the last ``commanded`` target sent at or before ``t_k`` (its
-  ``ts_send``); before the first command the measured pose (hold position);
-- ``action`` gripper: the last gripper command at or before ``t_k``.
+- ``observation.state`` gripper: the value of the last gripper command whose
+  settle time (``gripper_settle_s``) has passed, in SDK units;
+- ``action`` j0..j5: the angles of the last ``commanded`` row at or before ``t_k``:
+  the row is written the moment the send went on the wire and holds the angles
+  the daemon says it sent; before the first command the measured pose (hold);
+- ``action`` gripper: the value of the last gripper command at or before ``t_k``.
 
 Before the first gripper event both gripper values take that first event's value
-(the trial opens the gripper first); with no gripper event at all, ``open``.
+(the trial opens the gripper first); with no gripper event at all, open (100).
+See docs/lerobot.md ("How rows are built").
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm_common.gripper import GRIPPER_OPEN_VALUE, GRIPPER_SETTLE_S
 from mecharm_tools.export.recording import Recording, RecordingError
 
 __all__ = ["AlignedEpisode", "align_recording", "nearest_frames"]
@@ -83,8 +86,7 @@ def align_recording(
     fps: int,
     *,
     max_interp_gap_s: float = 0.25,
-    gripper_settle_s: float = 2.0,
-    open_value: float = 100.0,
+    gripper_settle_s: float = GRIPPER_SETTLE_S,
     max_frame_offset_s: float = 0.5,
 ) -> AlignedEpisode:
     """Build the episode's rows; raise RecordingError when a row has no frame near it."""
@@ -112,7 +114,7 @@ def align_recording(
         grip_cmd, _ = _step(rec.gripper_ts, g, row_times)
         grip_obs, _ = _step(rec.gripper_ts + gripper_settle_s, g, row_times)
     else:
-        grip_cmd = grip_obs = np.full((n, 1), open_value)
+        grip_cmd = grip_obs = np.full((n, 1), float(GRIPPER_OPEN_VALUE))
     state = np.hstack([joints, grip_obs]).astype(np.float32)
     action = np.hstack([target, grip_cmd]).astype(np.float32)
     if not (

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
+from mecharm_common.gripper import GRIPPER_SETTLE_S
 
 __all__ = ["DEFAULT_TASK", "ExportSettings"]
 
@@ -30,12 +31,10 @@ class ExportSettings(RigSettings):
     #: linear interpolation between two measured rows at most this far apart; beyond
     #: that the arm was at rest (no move, no polling) and the earlier reading is held
     max_interp_gap_s: float = Field(0.25, gt=0, le=10)
-    #: the gripper command takes this long to complete (SPEC §5 GRIPPER_SLEEP); the
-    #: observed gripper state switches after it, the action at the command
-    gripper_settle_s: float = Field(2.0, ge=0, le=10)
-    #: gripper values in SDK units (0..100, larger = more open): "open" and "close"
-    gripper_open_value: float = Field(100.0, ge=0, le=100)
-    gripper_closed_value: float = Field(20.0, ge=0, le=100)
+    #: the jaws take this long to follow a gripper command (the runtime waits as long,
+    #: mecharm_common/gripper.py); the observed gripper switches after it, the action at
+    #: the command. The values themselves come from the recording (what was sent).
+    gripper_settle_s: float = Field(GRIPPER_SETTLE_S, ge=0, le=10)
     #: a row whose nearest recorded frame is farther than this refuses the trial
     max_frame_offset_s: float = Field(0.5, gt=0, le=5)
 

@@ -233,12 +233,7 @@ def _prepare(
     ready: list[_Prepared] = []
     for cand in cands:
         try:
-            rec = load_recording(
-                cand.recording_dir,
-                cand.run_stem,
-                open_value=settings.gripper_open_value,
-                closed_value=settings.gripper_closed_value,
-            )
+            rec = load_recording(cand.recording_dir, cand.run_stem)
             # "none" = the runtime gave up waiting for a meta that came later: the meta decides
             if (
                 cand.recording_status not in ("", "none")
@@ -256,7 +251,6 @@ def _prepare(
                 settings.fps,
                 max_interp_gap_s=settings.max_interp_gap_s,
                 gripper_settle_s=settings.gripper_settle_s,
-                open_value=settings.gripper_open_value,
                 max_frame_offset_s=settings.max_frame_offset_s,
             )
         except RecordingError as exc:
@@ -467,8 +461,8 @@ def _new_manifest(settings: ExportSettings, size: tuple[int, int]) -> dict[str, 
 
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
-    keys = ("fps", "task", "select", "max_interp_gap_s", "gripper_settle_s", "gripper_open_value",
-            "gripper_closed_value", "max_frame_offset_s", "preset", "crf", "gop")  # fmt: skip
+    keys = ("fps", "task", "select", "max_interp_gap_s", "gripper_settle_s",
+            "max_frame_offset_s", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys}
 
 

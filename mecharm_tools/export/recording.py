@@ -82,17 +82,18 @@ class Recording:
         return out
 
 
-def parse_gripper(value: str, open_value: float, closed_value: float) -> float:
-    """``open`` / ``close`` (or ``closed``) / a number 0..100 → gripper value in SDK units."""
-    v = value.strip().lower()
-    if v == "open":
-        return open_value
-    if v in ("close", "closed"):
-        return closed_value
+def parse_gripper(value: str) -> float:
+    """The gripper value that was sent (SDK units 0..100), as the recorder wrote it.
+
+    A word (``open``/``close``) is refused: recordings made before the gripper row
+    carried the value sent cannot say which number the arm got.
+    """
+    v = value.strip()
     try:
         num = float(v)
     except ValueError:
-        raise ValueError(f"gripper_state {value[:40]!r} is not open, close or a number") from None
+        raise ValueError(f"gripper_state {value[:40]!r} is not the gripper value sent (a number 0..100); "
+                         "recordings that wrote words here predate that contract: re-record them") from None
     if not (math.isfinite(num) and 0.0 <= num <= 100.0):
         raise ValueError(f"gripper_state {value[:40]!r} is outside 0..100")
     return num
@@ -177,9 +178,7 @@ def _video_info(path: Path) -> tuple[int, int, int]:
     return packets, width, height
 
 
-def _read_states(
-    path: Path, open_value: float, closed_value: float
-) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
+def _read_states(path: Path) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
     states_path = path / STATES_NAME
     try:
         fh = open(states_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
@@ -187,6 +186,7 @@ def _read_states(
         raise RecordingError(f"{STATES_NAME}: cannot read: {exc.strerror or exc}") from None
     rows: dict[str, list[tuple[float, ...]]] = {"measured": [], "commanded": [], "gripper": []}
     ignored: dict[str, int] = {}
+    last_ts = -math.inf
     with fh:
         reader = csv.reader(fh)
         header = next(reader, None)
@@ -203,15 +203,15 @@ def _read_states(
             etype = rec[col["event_type"]]
             try:
                 ts = _float(rec[col["ts"]], "ts")
+                if ts < last_ts:
+                    raise ValueError(f"ts {ts} goes back in time (previous row {last_ts}): rows must be in "
+                                     "time order")
+                last_ts = ts
                 if etype in ("measured", "commanded"):
                     angles = tuple(_float(rec[col[j]], f"{etype} {j}") for j in _JOINTS)
-                    if etype == "commanded" and rec[col["ts_send"]].strip():
-                        ts = _float(rec[col["ts_send"]], "ts_send")
                     rows[etype].append((ts, *angles))
                 elif etype == "gripper":
-                    rows["gripper"].append(
-                        (ts, parse_gripper(rec[col["gripper_state"]], open_value, closed_value))
-                    )
+                    rows["gripper"].append((ts, parse_gripper(rec[col["gripper_state"]])))
                 else:
                     ignored[etype] = ignored.get(etype, 0) + 1
             except ValueError as exc:
@@ -219,18 +219,15 @@ def _read_states(
     return rows, ignored
 
 
-def _sorted(
+def _columns(
     rows: list[tuple[float, ...]], width: int
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(times, values) of rows already in time order (``_read_states`` refuses any other)."""
     arr = np.asarray(rows, dtype=np.float64).reshape(-1, width + 1)
-    order = np.argsort(arr[:, 0], kind="stable")  # UDP may deliver slightly out of order
-    arr = arr[order]
     return arr[:, 0].copy(), arr[:, 1:].copy()
 
 
-def load_recording(
-    path: Path, run_stem: str, *, open_value: float = 100.0, closed_value: float = 20.0
-) -> Recording:
+def load_recording(path: Path, run_stem: str) -> Recording:
     """Read and cross-check the recording in ``path``; raise RecordingError naming the fault."""
     path = Path(path)
     if not path.is_dir():
@@ -247,14 +244,14 @@ def load_recording(
         raise RecordingError(f"{VIDEO_NAME} holds {packets} frames but {FRAME_LOG_NAME} lists {n}")
     if n < 2:
         raise RecordingError(f"only {n} frame(s) recorded; an episode needs at least 2")
-    rows, ignored = _read_states(path, open_value, closed_value)
+    rows, ignored = _read_states(path)
     if not rows["measured"]:
         raise RecordingError(
             f"{STATES_NAME} has no measured joint rows: observation.state cannot be built"
         )
-    m_ts, measured = _sorted(rows["measured"], 6)
-    c_ts, commanded = _sorted(rows["commanded"], 6)
-    g_ts, grip = _sorted(rows["gripper"], 1)
+    m_ts, measured = _columns(rows["measured"], 6)
+    c_ts, commanded = _columns(rows["commanded"], 6)
+    g_ts, grip = _columns(rows["gripper"], 1)
     return Recording(
         run_stem=run_stem,
         path=path,

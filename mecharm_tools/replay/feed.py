@@ -23,8 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from daemon_pi.protocol import wire_angles
 from mecharm_runtime import client as client_errors
-from mecharm_runtime.ports import Reading, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.ports import (
+    Reading,
+    SceneObservation,
+    Sent,
+    TipObservation,
+    VerdictObservation,
+)
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import TraceWriter
 from mecharm_tools.replay.tracefile import Recorded, RecordedInput
@@ -144,6 +151,12 @@ class ReplayFeed:
         return exc
 
     # ------------------------------------------------------------ API
+    def next_kind(self) -> str | None:
+        """The kind of the next recorded input of the current stage run (None when there is none)."""
+        self._drop_past()
+        head = self.queue[0] if self.queue else None
+        return head.kind if head is not None and head.instance == self.trace.instance else None
+
     async def take(self, kind: str) -> Any:
         """The next recorded input, which must be of ``kind`` and belong to the current stage run."""
         if self.divergence is not None:
@@ -181,9 +194,12 @@ class ReplayArm:
         r: Reading = await self.feed.take("angles")
         return r
 
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float:
-        t: float = await self.feed.take("send_t")
-        return t
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
+        if self.feed.next_kind() == "send_t":  # a first-format trace recorded the send time only
+            t: float = await self.feed.take("send_t")
+            return Sent(t, tuple(wire_angles(angles)))
+        sent: Sent = await self.feed.take("sent")
+        return sent
 
     async def set_gripper_state(self, state: int, speed: int) -> None:
         await self.feed.command()

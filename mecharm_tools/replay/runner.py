@@ -21,7 +21,6 @@ from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.machine import Stage, TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
-from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.trial import Rig, exit_path
 from mecharm_tools.replay.compare import DecisionDiff, decisions_of, diff_decisions
 from mecharm_tools.replay.feed import (
@@ -122,7 +121,7 @@ async def replay(
     corrections, heights = _memories(recorded)
     ctx = TrialContext(
         settings=settings, arm=arm, eyes=eyes, recorder=link, clock=clock, trace=trace,
-        runlog=RunLog("replay", {}), table=table, arc_pick=arc_pick, arc_place=arc_place,
+        table=table, arc_pick=arc_pick, arc_place=arc_place,
         corrections=corrections, heights=heights,
     )  # fmt: skip
     # arm liveness at the exit path is an outside fact: the recorded exit step says it

@@ -6,17 +6,30 @@ a JSON object with a known event; every input must have a known kind and a value
 its port type accepts; the trace must start with the ``trial`` line and end with
 the ``result`` line (a missing result means a truncated trace). Any violation is a
 ``TraceFormatError`` naming the file and the line.
+
+Traces of the first format (no ``format`` on the trial line: stage names
+``stage1``..``stage10``, ``send_t`` inputs) are read too: their stage names are
+mapped to today's (``machine.FORMER_NAMES``) as they are read, so they replay
+against today's code. See docs/replay.md ("Trace format").
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mecharm_runtime.ports import Reading, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.machine import FORMER_NAMES
+from mecharm_runtime.ports import (
+    Reading,
+    SceneObservation,
+    Sent,
+    TipObservation,
+    VerdictObservation,
+)
 
 __all__ = [
     "EVENTS",
@@ -28,10 +41,11 @@ __all__ = [
     "parse_trace",
     "read_lines",
     "read_recorded",
+    "upgrade_lines",
 ]
 
 #: Every event a trace may hold.
-EVENTS = ("trial", "input", "decision", "transition", "result")
+EVENTS = ("trial", "input", "decision", "log", "transition", "result")
 
 
 def _float(v: Any) -> float:
@@ -81,7 +95,8 @@ INPUT_KINDS: dict[str, Callable[[Any], Any]] = {
     "table_checksum": _checksum,
     "memories": _memories,
     "angles": _reading,
-    "send_t": _float,
+    "sent": Sent.from_dict,
+    "send_t": _float,  # first format: the send time only
     "scene": SceneObservation.from_dict,
     "tip": TipObservation.from_dict,
     "block_xz": _xz,
@@ -212,6 +227,9 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
             if not isinstance(e.get("kind"), str):
                 raise TraceFormatError(f"{where}: decision without a kind")
             instances[-1].decisions += 1
+        elif ev == "log":  # facts for the run log: not fed, not compared
+            if not isinstance(e.get("section"), str):
+                raise TraceFormatError(f"{where}: log line without a section")
         elif ev == "transition":
             for key in ("frm", "to", "outcome", "reason"):
                 if not isinstance(e.get(key), str):
@@ -235,7 +253,44 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
     return Recorded(path, lines, header, result, checksum, memories, inputs, instances)
 
 
+_FORMER = re.compile(r"\b(" + "|".join(sorted(map(re.escape, FORMER_NAMES), key=len, reverse=True)) + r")\b")
+
+
+#: settings renamed since the first format
+_FORMER_CONSTANTS = {"gripper_sleep_s": "gripper_settle_s"}
+
+
+def _renamed(text: str) -> str:
+    return _FORMER.sub(lambda m: FORMER_NAMES[m.group(1)], text)
+
+
+def upgrade_lines(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    """First-format traces (no ``format`` on the trial line) with today's stage names.
+
+    Stage names appear as the ``stage`` of every line, as ``frm``/``to`` of
+    transitions and in abort reasons ("stage4_pick: ..."); one setting was renamed
+    (``gripper_sleep_s``). Nothing else is touched, so decisions compare exactly as
+    recorded.
+    """
+    if not lines or lines[0][1].get("event") != "trial" or "format" in lines[0][1]:
+        return lines
+    out = []
+    for n, e in lines:
+        e = dict(e)
+        if e.get("event") == "trial" and isinstance(e.get("constants"), dict):
+            e["constants"] = {_FORMER_CONSTANTS.get(k, k): v for k, v in e["constants"].items()}
+        if isinstance(e.get("stage"), str):
+            e["stage"] = FORMER_NAMES.get(e["stage"], e["stage"])
+        for key in ("frm", "to"):
+            if isinstance(e.get(key), str):
+                e[key] = FORMER_NAMES.get(e[key], e[key])
+        if e.get("event") in ("transition", "result") and isinstance(e.get("reason"), str):
+            e["reason"] = _renamed(e["reason"])
+        out.append((n, e))
+    return out
+
+
 def read_recorded(path: Path) -> Recorded:
     """Read and check ``path``; raise TraceFormatError naming the line that is wrong."""
     path = Path(path)
-    return parse_trace(path, read_lines(path))
+    return parse_trace(path, upgrade_lines(read_lines(path)))

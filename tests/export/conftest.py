@@ -127,13 +127,13 @@ def write_recording(
         {"ts": wall[0] - 0.05, "event_type": "trial_start", "note": run_stem}
     ]
     pose = [0.0, 0.0, 0.0, 0.0, 0.0, -30.0]
-    rows.append({"ts": wall[0] + 0.1, "event_type": "gripper", "gripper_state": "open"})
-    trial.gripper.append((wall[0] + 0.1, "open"))
+    rows.append({"ts": wall[0] + 0.1, "event_type": "gripper", "gripper_state": 100})
+    trial.gripper.append((wall[0] + 0.1, 100.0))
     for k, (start, end, target) in enumerate(_moves(wall[0], float(wall[-1] - wall[0]))):
         rows.append({"ts": start, "event_type": "stage", "stage": f"stage{k + 3}"})
         rows.append({"ts": start + 0.001, "event_type": "commanded", "ts_send": start, "ts_arrival": end, "attempt": 1, "arrived": 1,
                      **{f"j{j}": target[j] for j in range(6)}, "speed": 20})  # fmt: skip
-        trial.commanded.append((start, target))
+        trial.commanded.append((start + 0.001, target))  # the row's ts: written at the send
         for t in np.arange(start + 0.02, end + 1e-9, 0.02):
             a = min(1.0, (t - start) / (end - start))
             angles = [pose[j] + a * (target[j] - pose[j]) for j in range(6)]
@@ -147,13 +147,13 @@ def write_recording(
             trial.measured.append((float(t), [round(x, 4) for x in angles]))
         pose = target
         if k == 0:
-            rows.append({"ts": end + 0.2, "event_type": "gripper", "gripper_state": "close"})
-            trial.gripper.append((end + 0.2, "close"))
+            rows.append({"ts": end + 0.2, "event_type": "gripper", "gripper_state": 20})
+            trial.gripper.append((end + 0.2, 20.0))
     rows.append({"ts": wall[-1] + 0.01, "event_type": "trial_end", "note": run_stem})
     with open(rec / "states.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(sorted(rows, key=lambda r: float(r["ts"])))  # type: ignore[arg-type]  # the recorder writes in time order
     if write_meta:
         meta = {
             "run_stem": run_stem, "started_ts": float(wall[0]), "ended_ts": float(wall[-1]),

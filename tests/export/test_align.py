@@ -98,9 +98,10 @@ def test_nearest_frame_is_nearest(gaps: list[float], t: float) -> None:
     assert abs(ts[got] - t) == pytest.approx(np.min(np.abs(ts - t)), abs=1e-12)
 
 
-def test_parse_gripper_vocabulary() -> None:
-    assert parse_gripper("open", 100, 20) == 100 and parse_gripper("close", 100, 20) == 20
-    assert parse_gripper("closed", 100, 20) == 20 and parse_gripper("35", 100, 20) == 35.0
-    for bad in ("half", "nan", "150"):
+def test_parse_gripper_takes_the_value_sent_only() -> None:
+    assert parse_gripper("100") == 100.0 and parse_gripper("20") == 20.0 and parse_gripper("35.5") == 35.5
+    for bad in ("half", "nan", "150", "-1"):
         with pytest.raises(ValueError, match="gripper_state"):
-            parse_gripper(bad, 100, 20)
+            parse_gripper(bad)
+    with pytest.raises(ValueError, match="re-record"):  # words were never the value sent
+        parse_gripper("close")

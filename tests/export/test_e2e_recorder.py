@@ -46,8 +46,8 @@ async def _record_trial(root: Path) -> list[tuple[float, list[float]]]:
             await asyncio.sleep(0.02)
         s.notify(TrialStart(run_stem=STEM))
         await asyncio.sleep(0.3)
-        s.notify(Stage(stage="stage1"))
-        s.notify(Gripper(state="open", note="stage1"))
+        s.notify(Stage(stage="open_gripper_home"))
+        s.notify(Gripper(state=100, note="open_gripper_home:open: initial open"))
         await asyncio.sleep(0.2)
         t_send = time.time()
         s.notify(
@@ -66,7 +66,7 @@ async def _record_trial(root: Path) -> list[tuple[float, list[float]]]:
             measured.append((ev.ts, angles))
             s.notify(ev)
             await asyncio.sleep(0.02)
-        s.notify(Gripper(state="close", note="stage5"))
+        s.notify(Gripper(state=20, note="grasp:close: grasp"))
         await asyncio.sleep(0.4)
         while svc.counters.events < s.sent and time.monotonic() < deadline + 5:  # all rows written
             await asyncio.sleep(0.02)

@@ -41,9 +41,8 @@ def _expected_state_action(trial: Any, t: float) -> tuple[list[float], list[floa
         joints = [a[j] + (t - ta) / (tb - ta) * (b[j] - a[j]) for j in range(6)]
     cmds = [c for c in trial.commanded if c[0] <= t]
     target = cmds[-1][1] if cmds else joints
-    value = {"open": 100.0, "close": 20.0}
-    g_cmd = [value[s] for ts, s in trial.gripper if ts <= t] or [value[trial.gripper[0][1]]]
-    g_obs = [value[s] for ts, s in trial.gripper if ts + 2.0 <= t] or [value[trial.gripper[0][1]]]
+    g_cmd = [v for ts, v in trial.gripper if ts <= t] or [trial.gripper[0][1]]
+    g_obs = [v for ts, v in trial.gripper if ts + 2.0 <= t] or [trial.gripper[0][1]]
     return [*joints, g_obs[-1]], [*target, g_cmd[-1]]
 
 
@@ -176,14 +175,14 @@ def test_no_measured_rows_and_bad_states_are_refused(
     )
     b = recs.write(data_root, recs.stem(2), seed=2, duration=2.5)
     lines = (b.path / "states.csv").read_text().splitlines()
-    lines = [line.replace(",open,", ",half,") for line in lines]
+    lines = [line.replace(",gripper,,,,,,,,,100,", ",gripper,,,,,,,,,half,") for line in lines]
     (b.path / "states.csv").write_text("\n".join(lines) + "\n")
     recs.ledger(data_root, a)
     recs.ledger(data_root, b)
     rep = export_lerobot(data_root, tmp_path / "ds", SETTINGS)
     reasons = {s.run_stem: s.reason for s in rep.refused}
     assert "no measured joint rows" in reasons[a.run_stem]
-    assert "gripper_state 'half' is not open, close or a number" in reasons[b.run_stem]
+    assert "gripper_state 'half' is not the gripper value sent" in reasons[b.run_stem]
     assert "states.csv line" in reasons[b.run_stem]
 
 

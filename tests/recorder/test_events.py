@@ -12,6 +12,7 @@ from recorder.events import (
     FRAME_LOG_COLUMNS,
     MAX_EVENT_BYTES,
     STATES_COLUMNS,
+    Arrival,
     Commanded,
     EventError,
     FrameReply,
@@ -30,14 +31,16 @@ from recorder.events import (
 GOOD = [
     TrialStart(run_stem="run_0001_20260101_120000"),
     TrialEnd(run_stem="run_0001_20260101_120000"),
-    Stage(stage="stage8_5"),
+    Stage(stage="servo_place"),
     Commanded(angles=[1, 2.5, -3, 4, 5, -30], speed=20, ts_send=1.0, ts_arrival=2.0, attempt=2,
               arrived=True, note="approach"),
     Commanded(angles=[0, 0, 0, 0, 0, 0], ts_arrival=None, arrived=False),
-    Gripper(state="close", note="grip"),
-    Gripper(state=20),
+    Arrival(ts_send=1.0, ts_arrival=2.0, attempt=1, arrived=True, note="approach"),
+    Arrival(ts_send=1.0, arrived=False),
+    Gripper(state=20, note="grasp:close: grasp"),
+    Gripper(state=100),
     Measured(angles=[0.1, 87.7, -38.3, 18.6, -45.1, -30.0]),
-    FrameRequest(tag="stage8_5_side", reply_port=40000),
+    FrameRequest(tag="servo_place_side", reply_port=40000),
 ]
 
 
@@ -95,6 +98,10 @@ def test_ts_defaults_to_now_and_extra_fields_are_ignored():
         (b'{"type":"stage","stage":"x","ts":"yesterday"}', "ts"),
         (b'{"type":"stage","stage":"x","ts":-5}', "ts"),
         (b'{"type":"stage","stage":"a\\nb"}', "stage"),
+        (b'{"type":"gripper","state":"close"}', "state"),  # the value sent, never a word
+        (b'{"type":"gripper","state":101}', "state"),
+        (b'{"type":"gripper","state":20.5}', "state"),
+        (b'{"type":"arrival","arrived":true}', "ts_send"),
         (b" " * (MAX_EVENT_BYTES + 1), "exceeds"),
     ],
 )

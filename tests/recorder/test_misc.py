@@ -10,7 +10,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from recorder.events import Commanded, Gripper, Stage, TrialStart
+from recorder.events import Arrival, Commanded, Gripper, Stage, TrialStart
 from recorder.status import RateLimitedLog
 from recorder.trial import state_row
 
@@ -58,7 +58,9 @@ def test_state_rows_follow_the_columns():
                               arrived=False, attempt=2, note="n,with comma"), "stage3")
     assert row == ["10.0", "commanded", "stage3", "1.0", "2.0", "3.0", "4.0", "5.0", "6.5", "20", "", "9.5", "",
                    "2", "0", "n,with comma"]
-    assert state_row(Gripper(ts=1.0, state="close"), "s")[10] == "close"
+    assert state_row(Gripper(ts=1.0, state=20), "s")[10] == "20"
+    arrival = state_row(Arrival(ts=3.0, ts_send=2.0, ts_arrival=2.5, attempt=1, arrived=True, note="n"), "s")
+    assert arrival[:2] == ["3.0", "arrival"] and arrival[11:15] == ["2.0", "2.5", "1", "1"]
     assert state_row(Stage(ts=1.0, stage="stage2"), "stage1")[2] == "stage2"
     assert state_row(TrialStart(ts=1.0, run_stem="r1"), "")[-1] == "r1"
 

@@ -63,7 +63,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
             t = time.time()
             s.notify(Commanded(angles=[i, 10, -20, 0, -45, -30], speed=20, ts_send=t,
                                ts_arrival=t + 0.5, attempt=1, arrived=True, note=f"move{i}"))
-        s.notify(Gripper(state="open", note="stage1"))
+        s.notify(Gripper(state=100, note="open_gripper_home:open: initial open"))
         for i in range(5):
             s.notify(Measured(angles=[i * 0.5, 10, -20, 0, -45, -30]))
         await settle(svc, 11, wait_for)

@@ -36,11 +36,11 @@ def test_place_band_change_names_stage8_and_the_band(replay_args: list[str], cap
     assert rc == 1, out
     assert f"{SUCCESS}: different" in out
     first = out.split("first difference ", 1)[1].splitlines()
-    assert "stage stage8_place, place_band" in first[0]
+    assert "stage descend_place, place_band" in first[0]
     assert first[1].strip() == "band:"
     assert "recorded [0.07, 0.1]" in first[2] and "replayed [0.075, 0.1]" in first[3]
     # the commanded place pose changed too: before and after are both shown
-    cmd = out.split("stage stage8_place, command", 1)[1]
+    cmd = out.split("stage descend_place, command", 1)[1]
     assert "angles:" in cmd.splitlines()[1]
     assert "recorded [" in cmd and "replayed [" in cmd
     assert "input divergence:" in out  # the recorded arrival readings no longer fit the new pose
@@ -60,10 +60,10 @@ def test_pick_lookup_code_change_is_caught(fk_data_dir: Path, monkeypatch: pytes
     assert not r.identical
     assert r.diff.first is not None
     x, y, fields = r.diff.changed[0]
-    assert (x.stage, x.label) == ("stage4_pick", "lookup") == (y.stage, y.label)
+    assert (x.stage, x.label) == ("descend_pick", "lookup") == (y.stage, y.label)
     paths = {f.path for f in fields}
     assert {"band", "angles", "selected_ee_y"} <= paths
-    commands = [(a, b) for a, b, _f in r.diff.changed if a.label == "command" and a.stage == "stage4_pick"]
+    commands = [(a, b) for a, b, _f in r.diff.changed if a.label == "command" and a.stage == "descend_pick"]
     assert commands and commands[0][0].event["value"]["angles"] != commands[0][1].event["value"]["angles"]
 
 
@@ -78,8 +78,8 @@ def test_dist_max_change_aborts_the_replay_at_stage4(replay_args: list[str], cap
     out = capsys.readouterr().out
     assert rc == 1
     head = out.split("first difference ", 1)[1].splitlines()
-    assert "stage stage4_pick, lookup" in head[0]
-    assert "transition stage4_pick -> abort" in out
+    assert "stage descend_pick, lookup" in head[0]
+    assert "transition descend_pick -> abort" in out
 
 
 def test_bad_override_is_a_flag_error(replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +113,7 @@ def test_other_table_is_refused_with_both_checksums(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     assert rc == 1
     assert out.startswith("note: FK table differs")
-    assert "stage stage4_pick, lookup" in out
+    assert "stage descend_pick, lookup" in out
 
 
 def test_missing_table_or_arc_cannot_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,8 +26,8 @@ def test_corpus_covers_the_branches() -> None:
         assert t.stat().st_size < 200_000, f"{t.name} is too big for the repo corpus"
     assert "completed" in results and "stopped" in results
     assert "pick_retry" in kinds and "exit" in kinds
-    assert ("stage6_lift", "pick_retry") in transitions
-    assert ("pick_retry", "stage2") in transitions
+    assert ("lift_and_judge", "retry_pick") in transitions
+    assert ("retry_pick", "detect") in transitions
     assert any(to == "abort" for _frm, to in transitions)
 
 

@@ -31,17 +31,17 @@ def _write(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
     return p
 
 
-def _cut_at_stage4_send(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _cut_at_descend_pick_send(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Everything up to the pre-send reading of the pick descend (the send itself never returned)."""
     i = next(n for n, e in enumerate(events) if e["event"] == "decision" and e["kind"] == "command"
-             and e["stage"] == "stage4_pick")
-    assert events[i + 1]["kind"] == "angles" and events[i + 2]["kind"] == "send_t"
+             and e["stage"] == "descend_pick")
+    assert events[i + 1]["kind"] == "angles" and events[i + 2]["kind"] == "sent"
     return events[: i + 2]
 
 
 def _tail(reason: str, exit_value: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"event": "transition", "stage": "stage4_pick", "frm": "stage4_pick", "to": "abort", "outcome": "fail",
+        {"event": "transition", "stage": "descend_pick", "frm": "descend_pick", "to": "abort", "outcome": "fail",
          "reason": reason, "ts": 0.0},
         {"event": "decision", "stage": "abort", "kind": "exit", "value": exit_value, "ts": 0.0},
         {"event": "result", "stage": "end", "status": "stopped", "reason": reason, "ts": 0.0},
@@ -56,8 +56,8 @@ def _replay(path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[st
 
 def test_daemon_lost_mid_send_replays_identical(tmp_path: Path, replay_args: list[str],
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    reason = "stage4_pick: daemon connection lost: connection reset by peer"
-    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+    reason = "descend_pick: daemon connection lost: connection reset by peer"
+    events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
         reason, {"step": "arm actions skipped", "why": "daemon connection lost"})
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 0, out
@@ -65,8 +65,8 @@ def test_daemon_lost_mid_send_replays_identical(tmp_path: Path, replay_args: lis
 
 
 def test_forced_stop_replays_identical(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    reason = "forced stop during stage4_pick (operator)"
-    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+    reason = "forced stop during descend_pick (operator)"
+    events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
         reason, {"forced": True, "steps": [{"step": "stop", "ok": True}, {"step": "fresh mode off", "ok": True}]})
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 0, out
@@ -76,8 +76,8 @@ def test_forced_stop_replays_identical(tmp_path: Path, replay_args: list[str], c
 def test_a_different_recorded_error_is_a_difference(tmp_path: Path, replay_args: list[str],
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """The failure is reproduced from the trace's own reason, so the exit step (arm alive or not) must fit it."""
-    reason = "stage4_pick: daemon timeout: no reply within 4.0 s"
-    events = _cut_at_stage4_send(_events(SUCCESS)) + _tail(
+    reason = "descend_pick: daemon timeout: no reply within 4.0 s"
+    events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
         reason, {"forced": False, "steps": [{"step": "home", "ok": True}]})
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 1
@@ -91,8 +91,8 @@ def test_missing_input_is_a_named_divergence(tmp_path: Path, replay_args: list[s
     del events[i]
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 1
-    assert "input divergence: stage8_5 asks for input 'block_xz'" in out
-    assert "first difference" in out and "stage stage8_5" in out
+    assert "input divergence: servo_place asks for input 'block_xz'" in out
+    assert "first difference" in out and "stage servo_place" in out
 
 
 def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str],
@@ -104,7 +104,7 @@ def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str
     events[i]["value"], events[j]["value"] = events[j]["value"], events[i]["value"]
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 1
-    assert "input divergence: stage2 asks for input 'scene', the trace has 'tip' next" in out
+    assert "input divergence: detect asks for input 'scene', the trace has 'tip' next" in out
 
 
 @pytest.mark.parametrize("exc", [
@@ -114,16 +114,16 @@ def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str
     type("EyesError", (RuntimeError,), {})("top camera gave no frames"),
 ])
 def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
-    reason = f"stage2: {_describe_error(exc)}"
+    reason = f"detect: {_describe_error(exc)}"
     again = recorded_error(reason)
     assert again is not None
-    assert f"stage2: {_describe_error(again)}" == reason
+    assert f"detect: {_describe_error(again)}" == reason
 
 
 @pytest.mark.parametrize("reason", [
-    "stage4_pick: fk lookup out_of_range: too far",
-    "stage1: home: arrival timeout after 8.00s: moved 0.1°",
-    "stage2: detection failed: red block not found",
+    "descend_pick: fk lookup out_of_range: too far",
+    "open_gripper_home: home: arrival timeout after 8.00s: moved 0.1°",
+    "detect: detection failed: red block not found",
     "no colon at all",
 ])
 def test_stage_failures_are_not_port_errors(reason: str) -> None:

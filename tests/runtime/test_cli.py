@@ -50,7 +50,7 @@ def test_first_ctrl_c_finishes_the_current_trial(tmp_path: Path, fk_data_dir: Pa
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             lines.append(line)
-            if "stage2" in line:  # trial 1 is running: first Ctrl-C
+            if "detect" in line:  # trial 1 is running: first Ctrl-C
                 proc.send_signal(signal.SIGINT)
                 break
         out, _ = proc.communicate(timeout=60)
@@ -59,7 +59,7 @@ def test_first_ctrl_c_finishes_the_current_trial(tmp_path: Path, fk_data_dir: Pa
         rig.daemon.stop()
     assert proc.returncode == 0, text
     assert "1 trial(s): 1 completed" in text and "stopped: signal" in text
-    assert "stage10" in text  # the trial ran to its end after the signal
+    assert "return_home" in text  # the trial ran to its end after the signal
     assert verify_ledger(ledger_path(root)).rows == 1
 
 

@@ -81,11 +81,20 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     states = list(csv.DictReader((d / "recording" / "states.csv").read_text().splitlines()))
     assert tuple(states[0].keys()) == STATES_COLUMNS
     commanded = [r for r in states if r["event_type"] == "commanded"]
-    sends = [e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "send_t"]
+    sends = [e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "sent"]
     assert len(commanded) == len(sends)  # exactly one commanded row per send
+    # what was sent is what is recorded: the daemon's reply, in the row written at the send
+    assert [[float(r[f"j{i}"]) for i in range(6)] for r in commanded] == [e["value"]["angles"] for e in sends]
+    assert all(abs(float(r["ts"]) - float(r["ts_send"])) < 0.05 for r in commanded)
+    ts = [float(r["ts"]) for r in states]
+    assert ts == sorted(ts), "states.csv rows are in time order"
+    grippers = [r for r in states if r["event_type"] == "gripper"]
+    assert [int(r["gripper_state"]) for r in grippers] == [100, 20, 100, 100]
+    arrivals = [r for r in states if r["event_type"] == "arrival"]
+    assert len(arrivals) == len(commanded) and all(r["arrived"] == "1" for r in arrivals)
     types = {r["event_type"] for r in states}
-    assert {"measured", "stage", "gripper", "commanded"} <= types, types
-    assert {r["stage"] for r in states if r["event_type"] == "stage"} >= {"stage1", "stage8_5", "stage10"}
+    assert {"measured", "stage", "gripper", "commanded", "arrival"} <= types, types
+    assert {r["stage"] for r in states if r["event_type"] == "stage"} >= {"open_gripper_home", "servo_place", "return_home"}
     side = json.loads((d / f"{with_rec.run_stem}.json").read_text())["side_frames"]
     assert side and side[0]["reason"] == "ok" and Path(side[0]["path"]).is_file()
 
@@ -118,7 +127,7 @@ def test_recorder_killed_mid_trial_trial_completes(sim_rig: SimRig, root: Path, 
     rec, udp = start_recorder(tmp_path / "logs", root, SIDE)
 
     def on_stage(stage: str, outcome: str, reason: str) -> None:
-        if stage == "stage4_pick":
+        if stage == "descend_pick":
             rec.kill()
 
     try:
@@ -134,12 +143,12 @@ def test_recorder_killed_mid_trial_trial_completes(sim_rig: SimRig, root: Path, 
 
 def test_daemon_killed_mid_move_aborts_with_reason(sim_rig: SimRig, root: Path, fk_data_dir: Path) -> None:
     def on_stage(stage: str, outcome: str, reason: str) -> None:
-        if stage == "stage5":  # the lift is next: SIGKILL the daemon under it
+        if stage == "grasp":  # the lift is next: SIGKILL the daemon under it
             asyncio.get_running_loop().call_later(0.05, sim_rig.daemon.kill)
 
     scene_next(sim_rig.control_url, 7)
     t = asyncio.run(_one_trial(_settings(root, fk_data_dir, sim_rig, None), 7, on_stage))
-    assert t.status == "stopped" and t.reason.startswith("stage6_lift: daemon connection lost"), t.reason
+    assert t.status == "stopped" and t.reason.startswith("lift_and_judge: daemon connection lost"), t.reason
     trace = list(read_trace(t.trace_path))
     assert trace[-1]["event"] == "result" and trace[-1]["status"] == "stopped" and trace[-1]["reason"] == t.reason
     row = next(csv.DictReader(ledger_path(root).read_text().splitlines()))

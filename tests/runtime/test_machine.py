@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from daemon_pi.protocol import wire_angles
 from mecharm_common.config import load_settings
 from mecharm_runtime.arm import DaemonArm, DryRunArm
 from mecharm_runtime.client import DaemonClient
@@ -41,12 +42,12 @@ def test_transition_table_is_complete_and_reachable() -> None:
     for st in STAGE_ORDER:
         assert (st, Outcome.OK) in TRANSITIONS
         assert (st, Outcome.FAIL) not in TRANSITIONS  # failures all take the one exit path
-    assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [(Stage.STAGE6, Outcome.RETRY)]
-    seen, st = [], Stage.STAGE1
+    assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [(Stage.LIFT_AND_JUDGE, Outcome.RETRY)]
+    seen, st = [], Stage.OPEN_GRIPPER_HOME
     while st is not Stage.DONE:
         seen.append(st)
         st = TRANSITIONS[(st, Outcome.OK)]
-    assert set(seen) | {Stage.PICK_RETRY} == set(STAGE_ORDER)
+    assert set(seen) | {Stage.RETRY_PICK} == set(STAGE_ORDER)
 
 
 async def _rig(d: SimDaemon, root: Path, fk: Path, eyes: Any, arc_pick: ArcPose | None = None,
@@ -85,7 +86,7 @@ async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_
     t = await run_trial(rig, on_stage=lambda *a: lines.append(a))
     await client.aclose()
     assert (t.status, t.reason, t.pick_verdict, t.place_verdict) == ("completed", "", "yes", "yes")
-    assert [ln[0] for ln in lines] == [s.value for s in STAGE_ORDER if s is not Stage.PICK_RETRY]
+    assert [ln[0] for ln in lines] == [s.value for s in STAGE_ORDER if s is not Stage.RETRY_PICK]
     # every send was guarded, none above j1 88°, and all were accepted by the arm
     assert sends and all(s["angles"][1] <= 88.0 and s["accepted"] for s in sends)
     assert sim_daemon.arm.get_fresh_mode() == 0
@@ -102,6 +103,15 @@ async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_
                     "tip_measurements", "correction", "result"):
         assert log[section], section
     assert all(m["pre"] and m["post"] for m in log["moves"])
+    # the run log is derived from the trace: each of its entries is a line written once there
+    assert len(log["guards"]) == sum(1 for e in tr if e["event"] == "decision" and e["kind"] == "guard")
+    assert len(log["moves"]) == t.moves == sum(1 for e in tr if e["event"] == "log" and e["section"] == "move")
+    assert [g["value"] for g in log["gripper"]] == [100, 20, 100, 100]  # open, close, release twice
+    assert [s["stage"] for s in log["stages"]] == [ln[0] for ln in lines]
+    assert all(s["duration_s"] is not None for s in log["stages"])
+    # what was sent is what the trace holds: the daemon's reply, truncated to the SDK's 0.01°
+    sent = [e["value"]["angles"] for e in tr if e["event"] == "input" and e["kind"] == "sent"]
+    assert sent == [wire_angles(s["angles"]) for s in sends]
     rows = _rows(tmp_path)
     assert rows[0]["status"] == "completed" and rows[0]["recording_status"] == "none"
     assert verify_ledger(ledger_path(tmp_path)).ok
@@ -116,7 +126,7 @@ async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
 ) -> None:
     sends = _sends(sim_daemon)
     sim_daemon.arm.set_fresh_mode(1)
-    sim_daemon.arm.send_angles([10, 10, 0, 0, 0, -30], 100)  # away from HOME so stage1 must move
+    sim_daemon.arm.send_angles([10, 10, 0, 0, 0, -30], 100)  # away from HOME so open_gripper_home must move
     assert sim_daemon.arm.wait_idle(5)
     sends.clear()
     sim_daemon.arm.faults.ignore_next_sends(1)
@@ -137,13 +147,13 @@ async def test_daemon_killed_mid_move_aborts_with_reason(sim_daemon: SimDaemon, 
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
 
     def on_stage(stage: str, outcome: str, reason: str) -> None:
-        if stage == "correction":  # stage3 is about to move: kill the daemon under it
+        if stage == "correct_aim":  # approach_pick is about to move: kill the daemon under it
             asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill")))
 
     t = await run_trial(rig, on_stage=on_stage)
     await client.aclose()
     assert t.status == "stopped"
-    assert t.reason.startswith("stage3_approach_pick: daemon connection lost"), t.reason
+    assert t.reason.startswith("approach_pick: daemon connection lost"), t.reason
     tr = _trace(t)
     assert tr[-1] == {**tr[-1], "event": "result", "status": "stopped", "reason": t.reason}
     assert any(e["event"] == "decision" and e["kind"] == "exit" and "daemon connection lost" in json.dumps(e)
@@ -177,8 +187,8 @@ async def test_pick_retry_then_success(sim_daemon: SimDaemon, tmp_path: Path, fk
     t = await run_trial(rig, on_stage=lambda s, o, r: stages.append(f"{s}:{o}"))
     await client.aclose()
     assert t.status == "completed" and t.pick_attempts == 2
-    assert "stage6_lift:retry" in stages and "pick_retry:ok" in stages
-    assert stages.count("stage2:ok") == 2
+    assert "lift_and_judge:retry" in stages and "retry_pick:ok" in stages
+    assert stages.count("detect:ok") == 2
 
 
 @pytest.mark.asyncio
@@ -201,7 +211,7 @@ async def test_pose_above_j1_limit_is_never_sent(sim_daemon: SimDaemon, tmp_path
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), arc_pick=bad)
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "stopped" and "j1 89.50 > 88" in t.reason and t.reason.startswith("stage3_approach_pick")
+    assert t.status == "stopped" and "j1 89.50 > 88" in t.reason and t.reason.startswith("approach_pick")
     assert all(x["angles"][1] <= 88.0 for x in sends)
     commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
     assert all(c[1] <= 88.0 for c in commands)
@@ -236,7 +246,7 @@ async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path
     sim_daemon.arm.add_listener(on_arm_event)
     t = await run_trial(rig, force=force)
     await client.aclose()
-    assert t.status == "stopped" and t.reason == "forced stop during stage3_approach_pick (operator)"
+    assert t.status == "stopped" and t.reason == "forced stop during approach_pick (operator)"
     exit_ev = next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
     assert exit_ev["forced"] and [(x["step"], x["ok"]) for x in exit_ev["steps"]] == [
         ("stop", True), ("fresh mode off", True)]
@@ -261,7 +271,7 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     assert t.status == "completed" and t.dry_run
     assert sends == []  # the real arm heard nothing
     commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
-    assert commands == [c["angles"] for c in arm.sent if c["cmd"] == "send_angles"]
+    assert [wire_angles(c) for c in commands] == [c["angles"] for c in arm.sent if c["cmd"] == "send_angles"]
     row = _rows(tmp_path)[0]
     assert row["dry_run"] == "1"
     assert not (tmp_path / "memories" / "correction_memory.json").exists()  # a dry run never teaches

@@ -1,14 +1,23 @@
-"""Send-and-wait-arrival (SPEC §5) against the real daemon and the time-scaled SimArm."""
+"""Send-and-wait-arrival (docs/runtime.md, "Motion") against the real daemon and the time-scaled SimArm."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from daemon_pi.protocol import wire_angles
 from mecharm_runtime.arm import DaemonArm
 from mecharm_runtime.client import ConnectionLost, DaemonClient
 from mecharm_runtime.guard import GuardViolation
-from mecharm_runtime.motion import MotionAbort, MotionPolicy, arrival_timeout, send_and_wait
-from mecharm_runtime.ports import Reading, RealClock
+from mecharm_runtime.motion import (
+    MotionAbort,
+    MotionPolicy,
+    SendRecord,
+    arrival_timeout,
+    send_and_wait,
+)
+from mecharm_runtime.ports import Reading, RealClock, Sent
 
 from .conftest import TIME_SCALE, SimDaemon
 
@@ -29,18 +38,38 @@ async def _arm(d: SimDaemon) -> tuple[DaemonClient, DaemonArm]:
     return c, DaemonArm(c, RealClock())
 
 
+class _Seen:
+    """A SendObserver that keeps what it was told, in order (and how many readings came first)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.readings = 0
+
+    def sent(self, sent: Sent, ts_send: float, attempt: int) -> None:
+        self.events.append(("sent", sent, ts_send, attempt, self.readings))
+
+    def settled(self, record: SendRecord) -> None:
+        self.events.append(("settled", record))
+
+    def reading(self, _r: Reading) -> None:
+        self.readings += 1
+
+
 @pytest.mark.asyncio
 async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
-    seen: list[tuple[float, float | None, int, bool]] = []
+    seen = _Seen()
     readings: list[Reading] = []
     res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY,
-                              observer=lambda *a: seen.append(a), on_reading=readings.append)
+                              observer=seen, on_reading=lambda r: (readings.append(r), seen.reading(r)))
     assert res.arrived and res.attempts == 1 and res.reason == "arrived"
     assert max(abs(a - b) for a, b in zip(res.post or (), TARGET, strict=True)) <= 2.0
-    assert len(seen) == 1
-    ts_send, ts_arrival, attempt, arrived = seen[0]
-    assert attempt == 1 and arrived and ts_arrival is not None and ts_arrival > ts_send
+    # told at the send, before any poll, with what went on the wire; then told of the arrival
+    assert [e[0] for e in seen.events] == ["sent", "settled"]
+    _, sent, ts_send, attempt, polls_before = seen.events[0]
+    assert sent.angles == tuple(wire_angles(TARGET)) and attempt == 1 and polls_before == 1
+    rec = seen.events[1][1]
+    assert rec.arrived and rec.ts_arrival is not None and rec.ts_arrival > ts_send == rec.ts_send
     # every reading (start + polls) went to the hook, and there were real polls
     assert len(readings) == 1 + res.sends[0].readings >= 3
     await c.aclose()
@@ -50,12 +79,13 @@ async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None
 async def test_ignored_send_is_resent_exactly_once(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.ignore_next_sends(1)
-    seen: list[tuple[float, float | None, int, bool]] = []
-    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY,
-                              observer=lambda *a: seen.append(a))
+    seen = _Seen()
+    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY, observer=seen)
     assert res.arrived and res.attempts == 2 and "re-send" in res.reason
-    assert [(s[2], s[3]) for s in seen] == [(1, False), (2, True)]
-    assert seen[0][1] is None
+    settled = [e[1] for e in seen.events if e[0] == "settled"]
+    assert [e[0] for e in seen.events] == ["sent", "settled", "sent", "settled"]
+    assert [(r.attempt, r.arrived) for r in settled] == [(1, False), (2, True)]
+    assert settled[0].ts_arrival is None
     await c.aclose()
 
 

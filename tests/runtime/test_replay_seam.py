@@ -17,9 +17,14 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.machine import TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
-from mecharm_runtime.ports import Reading, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.ports import (
+    Reading,
+    SceneObservation,
+    Sent,
+    TipObservation,
+    VerdictObservation,
+)
 from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.runlog import RunLog
 from mecharm_runtime.records.trace import DECISION_EVENTS, TraceWriter, read_trace
 from mecharm_runtime.trial import Rig, run_trial
 
@@ -44,8 +49,8 @@ class ReplayArm:
     async def read_angles(self) -> Reading:
         return Reading.from_dict(self.inputs.take("angles"))
 
-    async def send_angles(self, angles: Sequence[float], speed: int) -> float:
-        return float(self.inputs.take("send_t"))
+    async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
+        return Sent.from_dict(self.inputs.take("sent"))
 
     async def set_gripper_state(self, state: int, speed: int) -> None: ...
     async def set_gripper_value(self, value: int, speed: int) -> None: ...
@@ -131,7 +136,7 @@ async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_p
     heights.entries = dict(mem["height"])
     replay_trace = TraceWriter(None)
     ctx = TrialContext(settings=s, arm=ReplayArm(inputs), eyes=ReplayEyes(inputs), recorder=ReplayLink(inputs),
-                       clock=_NoSleep(), trace=replay_trace, runlog=RunLog("replay", {}), table=table,
+                       clock=_NoSleep(), trace=replay_trace, table=table,
                        arc_pick=arcs[0], arc_place=arcs[1], corrections=corrections, heights=heights)
     _last, reason = await run_stages(ctx)
     replay_trace.result("completed" if reason == "" else "stopped", reason)
