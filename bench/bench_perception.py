@@ -2,7 +2,7 @@
 
 Figures (each with its target and a baseline measured in the same run):
 - top-camera detection time per 1920x1080 frame (block and box from one capture,
-  i.e. ``detect_scene`` over one frame, the stage2 work per capture; target <= 30 ms); baseline: decoding the same frame
+  i.e. ``detect_scene`` over one frame, the detect work per capture; target <= 30 ms); baseline: decoding the same frame
   from JPEG, the unavoidable cost of receiving it;
 - mat homography (ArUco corners) per frame, same baseline;
 - simulated camera cost per frame (render + JPEG encode) for top and side;

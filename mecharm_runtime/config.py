@@ -97,7 +97,7 @@ class RuntimeSettings(RigSettings):
     place_band_depth_m: float = Field(0.030, gt=0)
     z_resid_warn_m: float = Field(0.05, gt=0)
 
-    # ---- place servo (stage8_5)
+    # ---- place servo (servo_place)
     servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
     servo_tol_mm: float = Field(8.0, gt=0)
     servo_step_clamp_deg: float = Field(5.0, gt=0)

@@ -140,7 +140,7 @@ class CameraEyes:
 
     async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
         if self.H is None or self.scene is None or self.scene.block is None:
-            return TipObservation(False, reason="no stage2 detection to measure against")
+            return TipObservation(False, reason="no detect detection to measure against")
         frames, path = await self.grab(self.judge_frames, tag)
         H, block = self.H, self.scene.block
         found = [m for m in (measure_tip(f, H, block, tip_height_m, self.config) for f in frames) if m is not None]
@@ -176,14 +176,14 @@ class CameraEyes:
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, tip_height_m, None)
         if ev is None:
-            return VerdictObservation("no", 0.0, "cannot judge: no stage2 detection", self.judge.name)
+            return VerdictObservation("no", 0.0, "cannot judge: no detect detection", self.judge.name)
         v = await self.judge.judge_pick(ev)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, None, side_frame)
         if ev is None:
-            return VerdictObservation("no", 0.0, "cannot judge: no stage2 detection", self.judge.name)
+            return VerdictObservation("no", 0.0, "cannot judge: no detect detection", self.judge.name)
         v = await self.judge.judge_place(ev)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
 

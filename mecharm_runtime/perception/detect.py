@@ -1,4 +1,4 @@
-"""Red block and white box on the mat from top-camera frames (SPEC §5 stage2, stage8_5).
+"""Red block and white box on the mat from top-camera frames (SPEC §5 detect, servo_place).
 
 Pure functions over BGR numpy frames; no camera I/O. Each object is measured
 on the plane where its visible top lies (block top face at 25 mm, box rim at
@@ -177,7 +177,7 @@ def locate_block(
     near_xz: tuple[float, float] | None = None,
     config: PerceptionConfig = DEFAULT_CONFIG,
 ) -> BlockDetection | None:
-    """The block wherever it is (in the gripper during the place servo, stage8_5).
+    """The block wherever it is (in the gripper during the place servo, servo_place).
 
     ``height_m`` is the height of its top face; default: standing on the mat.
     A grasped block keeps its offset to the tip, so while held its top is at

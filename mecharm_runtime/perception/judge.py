@@ -1,7 +1,7 @@
-"""Judges of the pick (stage6) and the place (stage9b): geometric (default), human, VLM seam.
+"""Judges of the pick (lift_and_judge) and the place (retreat_and_judge): geometric (default), human, VLM seam.
 
 A judge gets the evidence (top-camera frames taken for the judgement, the
-stage2 detection and the homography) and answers a ``Verdict`` with a
+detect detection and the homography) and answers a ``Verdict`` with a
 confidence and a reason in words. Every judge is async so a slow one (a
 person at the terminal, a remote model) never blocks the event loop.
 
@@ -58,7 +58,7 @@ class JudgeEvidence:
 
     frames: list[NDArray[np.uint8]]
     H: MatHomography
-    scene: SceneDetection  # stage2: where the block stood, where the box is
+    scene: SceneDetection  # detect: where the block stood, where the box is
     tip_height_m: float | None = None  # pick: ee_y of the lift pose, if known
     side_frame: NDArray[np.uint8] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -103,7 +103,7 @@ class GeometricJudge:
     def _pick(self, ev: JudgeEvidence) -> Verdict:
         origin = ev.scene.block
         if origin is None:
-            return Verdict("no", 0.0, "cannot judge the pick: no block was detected in stage2", self.name)
+            return Verdict("no", 0.0, "cannot judge the pick: no block was detected in detect", self.name)
         if not ev.frames:
             return Verdict("no", 0.0, "cannot judge the pick: no top-camera frames", self.name)
         tip_h = ev.tip_height_m if ev.tip_height_m is not None else self.default_lift_height_m

@@ -1,10 +1,10 @@
-"""Where the gripper tip really is, relative to the block, seen from the top camera (stage4_pick).
+"""Where the gripper tip really is, relative to the block, seen from the top camera (descend_pick).
 
 The tip carries a green ball marker (radius ``tip_marker_radius_m``, centred on
 the tool tip; on the real rig a green tab glued to the finger tips, visible
 from above). Its centroid is mapped through the plane at the tip's height
 (``tip_height_m`` = the ee_y of the chosen pick row) and compared with the
-block found in stage2: the offsets tip - block feed the correction memory
+block found in detect: the offsets tip - block feed the correction memory
 (SPEC §7: aim = block - offset).
 """
 

@@ -1,7 +1,7 @@
 """Ports that serve a trace's recorded inputs, in order, to the stage machine.
 
 Why in lockstep with the stages: the same inputs must reach the same stage run
-(stage2 after a pick retry is a second run of stage2). Each recorded input carries
+(detect after a pick retry is a second run of detect). Each recorded input carries
 the index of the stage run it was read in; the replay trace counts transitions and
 decisions as the machine writes them, so the feed knows where the machine is.
 
@@ -71,7 +71,7 @@ _TYPE_NAME = re.compile(r"^[A-Z][A-Za-z0-9_]*(Error|Exception|Violation|Lost|Tim
 
 
 def recorded_error(reason: str) -> Exception | None:
-    """The exception that made a stage fail with ``reason`` ("stage4_pick: daemon connection lost: ..."),
+    """The exception that made a stage fail with ``reason`` ("descend_pick: daemon connection lost: ..."),
     rebuilt so the machine words the same reason again; None when it was no port error."""
     _stage, sep, rest = reason.partition(": ")
     if not sep:

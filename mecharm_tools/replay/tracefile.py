@@ -121,7 +121,7 @@ class RecordedInput:
 
 @dataclass
 class RecordedInstance:
-    """One run of one stage in the recorded trial (stage2 twice after a pick retry = two)."""
+    """One run of one stage in the recorded trial (detect twice after a pick retry = two)."""
 
     stage: str | None
     decisions: int = 0
