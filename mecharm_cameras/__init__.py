@@ -1,6 +1,7 @@
 """Camera sources behind one interface (``CameraSource``); ``open_camera(spec)`` picks one.
 
 Usable outside the recorder: the runtime reads its top camera through it too.
+How old a frame may be is decided in one place: ``freshness`` (``is_fresh``, ``FrameBuffer``).
 """
 
 from __future__ import annotations
@@ -13,23 +14,41 @@ from mecharm_cameras.base import (
     Frame,
 )
 from mecharm_cameras.factory import make_camera, open_camera
+from mecharm_cameras.freshness import (
+    AgedFrame,
+    FrameBuffer,
+    FreezeWatch,
+    NoFrameError,
+    StaleFrameError,
+    frame_age_s,
+    frame_hash,
+    is_fresh,
+)
 from mecharm_cameras.mjpeg_http import MjpegHttpCamera
 from mecharm_cameras.names import CameraNameError, resolve_camera_name
 from mecharm_cameras.opencv_source import OpenCVCamera, VideoFileCamera
 from mecharm_cameras.synthetic import SyntheticCamera, SyntheticFaults, synthetic_faults
 
 __all__ = [
+    "AgedFrame",
     "CameraError",
     "CameraNameError",
     "CameraNotOpenError",
     "CameraOpenError",
     "CameraSource",
     "Frame",
+    "FrameBuffer",
+    "FreezeWatch",
     "MjpegHttpCamera",
+    "NoFrameError",
     "OpenCVCamera",
+    "StaleFrameError",
     "SyntheticCamera",
     "SyntheticFaults",
     "VideoFileCamera",
+    "frame_age_s",
+    "frame_hash",
+    "is_fresh",
     "make_camera",
     "open_camera",
     "resolve_camera_name",

@@ -10,7 +10,6 @@ both clocks: wall (``time.time()``, comparable with event ``ts``) and monotonic
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,6 @@ __all__ = [
     "CameraOpenError",
     "CameraSource",
     "Frame",
-    "failed_frame",
 ]
 
 
@@ -56,10 +54,6 @@ class Frame:
     def __iter__(self):  # type: ignore[no-untyped-def]
         """Unpack like OpenCV: ``ok, image, wall_ts, mono_ns = cam.read()``."""
         return iter((self.ok, self.image, self.wall_ts, self.mono_ns))
-
-
-def failed_frame() -> Frame:
-    return Frame(False, None, time.time(), time.monotonic_ns())
 
 
 class CameraSource(ABC):

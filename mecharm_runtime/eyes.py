@@ -1,7 +1,8 @@
 """The runtime's eyes behind ``EyesPort``: the top camera plus the perception and judge code.
 
 ``CameraEyes`` grabs frames from the top camera (any ``mecharm_cameras`` source,
-e.g. the simulated rig's MJPEG stream), runs ``mecharm_runtime.perception`` on them
+e.g. the simulated rig's MJPEG stream) — only frames fresh for the capture request,
+by the shared rule of docs/recorder.md#frame-freshness — runs ``mecharm_runtime.perception`` on them
 and saves one JPEG per capture group into the run folder. ``DryRunEyes`` looks at
 the real scene but models what depends on the arm having moved (tip, held block,
 verdicts) from the commanded pose, because in a dry run the arm never moves.
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from pathlib import Path
 
 import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_cameras import CameraSource
+from mecharm_cameras import CameraSource, is_fresh
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import DryRunArm
@@ -64,6 +66,7 @@ class CameraEyes:
         config: PerceptionConfig = DEFAULT_CONFIG,
         max_failed_reads: int = 30,
         flush_frames: int = 1,
+        max_age_s: float = 0.0,
     ) -> None:
         self.camera = camera
         self.judge: Judge = judge or GeometricJudge(config)
@@ -74,7 +77,10 @@ class CameraEyes:
         self.box_score_thresh = box_score_thresh
         self.config = config
         self.max_failed_reads = max_failed_reads
-        # the newest frame of a stream may predate the motion that just ended: skip it
+        # a frame captured before the request may predate the motion that just ended: only
+        # frames captured at most max_age_s before it count (docs/recorder.md#frame-freshness);
+        # a device may stamp a buffered frame when it hands it over, so the first is dropped too
+        self.max_age_s = max_age_s
         self.flush_frames = flush_frames
         self.run_dir: Path | None = None
         self.H: MatHomography | None = None
@@ -85,8 +91,10 @@ class CameraEyes:
 
     # ------------------------------------------------------------ frames
     def _grab_sync(self, n: int) -> list[NDArray[np.uint8]]:
+        """``n`` frames fresh for a request made now; EyesError when the feed fails or stays stale."""
+        asked_ns = time.monotonic_ns()
         frames: list[NDArray[np.uint8]] = []
-        failed = 0
+        failed = stale = 0
         skip = self.flush_frames
         while len(frames) < n:
             f = self.camera.read()
@@ -95,6 +103,13 @@ class CameraEyes:
                 if skip > 0:
                     skip -= 1
                     continue
+                if not is_fresh(f.mono_ns, self.max_age_s, asked_ns):
+                    stale += 1
+                    if stale >= self.max_failed_reads:
+                        raise EyesError(f"top camera {self.camera.spec}: {stale} frames captured before the "
+                                        f"request (max age {self.max_age_s:g} s)")
+                    continue
+                stale = 0
                 frames.append(f.image)
             else:
                 failed += 1

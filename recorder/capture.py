@@ -1,21 +1,22 @@
 """The camera thread: reads the side camera, keeps the newest frame, detects loss and freezes.
 
 ``read()`` may block for as long as the device likes; only this thread waits on
-it. Everyone else sees ``latest`` — an immutable ``CapturedFrame`` swapped in by
-reference — so a frame_request is answered from memory at once (service.py).
+it. Everyone else asks ``buffer`` (a ``mecharm_cameras.FrameBuffer`` of immutable
+``CapturedFrame``) with ``read_latest(max_age_s)``, so a frame_request is answered
+from memory at once (service.py); how old it may be is the shared rule of
+docs/recorder.md#frame-freshness.
 
 - Camera loss: ``camera_lost_after`` consecutive failed reads (or an exception)
-  → close the source, forget ``latest`` (a stale frame must never be served),
+  → close the source, ``buffer.lose`` (a stale frame must never be served),
   reopen after ``camera_retry_sec``, forever, until stopped.
-- Frozen feed: a CRC of every 8th row is compared with the previous frame's;
-  identical for ``frozen_after_sec`` → ``frozen`` (logged; frames carry the flag).
+- Frozen feed: ``FreezeWatch`` (a CRC of every 8th row) sees the same image for
+  ``frozen_after_sec`` → ``frozen`` (logged; frames carry the flag).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import zlib
 from collections import deque
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ import cv2
 import numpy as np
 
 from mecharm_cameras.base import CameraSource
+from mecharm_cameras.freshness import FrameBuffer, FreezeWatch, frame_hash
 from mecharm_common.logging import get_logger
 from recorder.status import RateLimitedLog
 from recorder.writer import CapturedFrame
@@ -45,11 +47,6 @@ def as_bgr(image: np.ndarray) -> np.ndarray:
     return image
 
 
-def frame_hash(image: np.ndarray) -> int:
-    """Cheap content hash (every 8th row): a live sensor never repeats it; a frozen feed does."""
-    return zlib.crc32(np.ascontiguousarray(image[::8]).data)
-
-
 class CameraWorker:
     """Runs the read loop in a daemon thread; hands frames to ``on_frame``."""
 
@@ -67,8 +64,8 @@ class CameraWorker:
         self._on_lost = on_lost
         self.lost_after = lost_after
         self.retry_sec = retry_sec
-        self.frozen_after_ns = int(frozen_after_sec * 1e9)
-        self.latest: CapturedFrame | None = None
+        self.buffer: FrameBuffer[CapturedFrame] = FrameBuffer()
+        self._freeze = FreezeWatch(frozen_after_sec)
         self.camera: CameraSource | None = None
         self.state = "starting"  # starting | open | lost | stopped
         self.frozen = False
@@ -92,6 +89,11 @@ class CameraWorker:
             cam.close()  # unblock a read stuck in the device (synthetic/MJPEG support this)
             self._thread.join(timeout / 2)
         self.state = "stopped"
+
+    @property
+    def latest(self) -> CapturedFrame | None:
+        """The newest frame, whatever its age (readers that serve it use ``buffer.read_latest``)."""
+        return self.buffer.newest
 
     def fps(self) -> float:
         """Rate over the last ~120 frames (0 when fewer than two)."""
@@ -120,7 +122,7 @@ class CameraWorker:
 
     def _lose(self, why: str) -> None:
         self.lost_count += 1
-        self.latest = None  # forget: a stale frame is never served
+        self.buffer.lose(why)  # forget: a stale frame is never served
         cam, self.camera = self.camera, None
         if cam is not None:
             with contextlib.suppress(Exception):
@@ -133,15 +135,14 @@ class CameraWorker:
 
     def _run(self) -> None:
         failures = 0
-        last_hash: int | None = None
-        same_since: int | None = None
         prev_mono: int | None = None
         while not self._stop.is_set():
             if self.camera is None:
                 if not self._open():
                     self._stop.wait(self.retry_sec)
                     continue
-                failures, last_hash, same_since, prev_mono = 0, None, None, None
+                failures, prev_mono = 0, None
+                self._freeze.reset()
             cam = self.camera
             assert cam is not None
             try:
@@ -164,28 +165,19 @@ class CameraWorker:
             try:
                 image = as_bgr(image)
                 mono = frame.mono_ns
-                h = frame_hash(image)
-                if h == last_hash:
-                    same_since = same_since if same_since is not None else prev_mono
-                    if (not self.frozen and same_since is not None
-                            and mono - same_since >= self.frozen_after_ns):
-                        self.frozen = True
-                        log.warning("camera_frozen",
-                                    identical_for_sec=round((mono - same_since) / 1e9, 2))
-                else:
-                    if self.frozen:
-                        log.info("camera_unfrozen",
-                                 frozen_for_sec=round((mono - (same_since or mono)) / 1e9, 2))
-                    self.frozen = False
-                    same_since = None
-                last_hash = h
+                change = self._freeze.update(image, mono)
+                self.frozen = self._freeze.frozen
+                if change == "frozen":
+                    log.warning("camera_frozen", identical_for_sec=round(self._freeze.frozen_for_s, 2))
+                elif change == "unfrozen":
+                    log.info("camera_unfrozen", frozen_for_sec=round(self._freeze.frozen_for_s, 2))
                 if prev_mono is not None:
                     self._intervals.append(mono - prev_mono)
                 prev_mono = mono
                 self.frames += 1
                 captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames,
                                          jpeg=frame.jpeg)
-                self.latest = captured
+                self.buffer.put(captured, frozen=captured.frozen)
                 self._on_frame(captured)
             except Exception as exc:  # a malformed image must not end the read loop
                 self.failed_reads += 1

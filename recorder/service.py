@@ -13,7 +13,8 @@ Only the camera thread waits on the device, only the writer thread waits on the
 encoder; the event loop does bounded work per datagram (parse, a CSV row, or
 one JPEG encode of the newest frame ~3-5 ms). A frame older than
 ``stale_frame_sec`` is refused as ``stale_frame``; after camera loss the newest
-frame is forgotten, so it is never served. Every datagram handler is wrapped: a
+frame is forgotten, so it is never served (the shared freshness rule,
+docs/recorder.md#frame-freshness). Every datagram handler is wrapped: a
 bad datagram is logged (rate-limited) and dropped, the loop keeps serving.
 """
 
@@ -29,6 +30,7 @@ from typing import Any
 
 from mecharm_cameras.base import CameraSource
 from mecharm_cameras.factory import make_camera
+from mecharm_cameras.freshness import NoFrameError, StaleFrameError
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
 from mecharm_common.logging import get_logger
 from recorder.capture import CameraWorker
@@ -288,15 +290,16 @@ class RecorderService:
 
     def serve_frame(self, tag: str) -> FrameReply:
         """Save the newest frame for ``tag`` and describe it; every failure is a reason."""
-        latest = self.camera.latest
         frozen = self.camera.frozen
-        if latest is None:
+        try:  # the shared freshness rule: docs/recorder.md#frame-freshness
+            aged = self.camera.buffer.read_latest(self.settings.stale_frame_sec)
+        except NoFrameError:
             return FrameReply(reason=REASON_NO_FRAME, camera_frozen=frozen, tag=tag)
-        age_ms = round((time.monotonic_ns() - latest.mono_ns) / 1e6, 3)
-        frozen = frozen or latest.frozen
-        if age_ms > self.settings.stale_frame_sec * 1000:
-            return FrameReply(reason=REASON_STALE_FRAME, capture_ts=latest.wall_ts,
-                              frame_age_ms=age_ms, camera_frozen=frozen, tag=tag)
+        except StaleFrameError as stale:
+            return FrameReply(reason=REASON_STALE_FRAME, capture_ts=stale.latest.frame.wall_ts,
+                              frame_age_ms=stale.latest.age_ms, camera_frozen=frozen or stale.latest.frozen,
+                              tag=tag)
+        latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
         trial = self.trial
         fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
         try:

@@ -1,0 +1,108 @@
+"""The runtime's eyes take only frames fresh for the capture request (docs/recorder.md#frame-freshness).
+
+The top camera is the simulator's real MJPEG server on loopback, streaming
+numbered frames, so a test can tell which frame the eyes used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from mecharm_cameras import CameraSource, Frame, MjpegHttpCamera, open_camera
+from mecharm_runtime.eyes import CameraEyes, EyesError
+from mecharm_sim.camserver import CameraFeed, CameraServer
+
+H, W = 48, 256
+
+
+def _numbered() -> Any:
+    n = iter(range(1 << 16))
+
+    def produce() -> bytes:
+        k, img = next(n), np.zeros((H, W, 3), np.uint8)
+        for bit in range(16):  # the frame number as 16 black/white squares (survives JPEG)
+            img[:, bit * 16 : bit * 16 + 16] = 255 if (k >> bit) & 1 else 0
+        return bytes(cv2.imencode(".jpg", img)[1])
+
+    return produce
+
+
+def _number(img: np.ndarray) -> int:
+    return sum(
+        1 << bit
+        for bit in range(16)
+        if img[H // 2 - 4 : H // 2 + 4, bit * 16 + 4 : bit * 16 + 12].mean() > 127
+    )
+
+
+@pytest.fixture
+def top_camera() -> Iterator[MjpegHttpCamera]:
+    server = CameraServer(
+        ("127.0.0.1", 0),
+        {"top": CameraFeed("top", _numbered(), fps=20)},
+        truth=dict,
+        next_scene=lambda _seed: {},
+    )
+    server.serve_in_thread()
+    cam = open_camera(f"http://127.0.0.1:{server.port}/top.mjpg")
+    assert isinstance(cam, MjpegHttpCamera)
+    try:
+        yield cam
+    finally:
+        cam.close()
+        server.close()
+
+
+def test_eyes_skip_a_streamed_frame_captured_before_the_request(
+    top_camera: MjpegHttpCamera,
+) -> None:
+    cam = top_camera
+    eyes = CameraEyes(cam, flush_frames=0)  # freshness alone, without the first-frame flush
+    assert cam.read().ok
+    seen = cam.parts_received
+    while cam.parts_received < seen + 2:  # newer frames arrive and wait in the reader, unread
+        threading.Event().wait(0.01)
+    latest = cam._latest  # peek at the reader's newest part without consuming it
+    assert latest is not None
+    waiting = _number(cv2.imdecode(np.frombuffer(latest[0], np.uint8), cv2.IMREAD_COLOR))
+    numbers = [_number(f) for f in eyes._grab_sync(2)]
+    assert numbers[0] > waiting and numbers[1] > numbers[0], (waiting, numbers)
+
+
+class _BufferedDevice(CameraSource):
+    """A device that keeps handing over one frame stamped long ago (a stuck driver buffer)."""
+
+    spec = "buffered-device"
+
+    def __init__(self, stamp_ns: int) -> None:
+        self.stamp_ns, self._open = stamp_ns, False
+
+    def open(self) -> None:
+        self._open = True
+
+    def read(self) -> Frame:
+        return Frame(True, np.zeros((8, 8, 3), np.uint8), 0.0, self.stamp_ns)
+
+    def close(self) -> None:
+        self._open = False
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+
+def test_eyes_give_up_on_a_feed_that_stays_stale_and_say_why() -> None:
+    eyes = CameraEyes(_BufferedDevice(stamp_ns=1), max_failed_reads=5)
+    with pytest.raises(EyesError, match=r"5 frames captured before the request \(max age 0 s\)"):
+        eyes._grab_sync(1)
+    obs = asyncio.run(eyes.observe_scene("s2"))
+    assert (
+        not obs.ok and "captured before the request" in obs.reason
+    )  # the stage gets a reason, no crash
