@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import anyio
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError
 
 __all__ = ["build_parser", "main"]
@@ -54,7 +56,7 @@ async def _amain(settings: RuntimeSettings) -> int:
         async def between(i: int) -> int | None:
             if i == 0:
                 return None
-            info = await asyncio.to_thread(scene_next, url)
+            info = await to_thread(scene_next, url)
             layout = info.get("layout")
             seed = layout.get("seed") if isinstance(layout, dict) else None
             return seed if isinstance(seed, int) else None
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_level)
     try:
-        return asyncio.run(_amain(settings))
+        return anyio.run(_amain, settings)
     except DataRootError as exc:
         print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
         return 3

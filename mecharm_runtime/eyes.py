@@ -11,7 +11,6 @@ verdicts) from the commanded pose, because in a dry run the arm never moves.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from mecharm_runtime.perception.results import SceneDetection
 from mecharm_runtime.perception.tip import measure_tip
 from mecharm_runtime.ports import EyesPort, SceneObservation, TipObservation, VerdictObservation
 from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.threads import to_thread
 
 __all__ = ["CameraEyes", "DryRunEyes", "EyesError", "TracedEyes"]
 
@@ -118,11 +118,11 @@ class CameraEyes:
         return frames
 
     async def grab(self, n: int, tag: str) -> tuple[list[NDArray[np.uint8]], str]:
-        frames = await asyncio.to_thread(self._grab_sync, n)
+        frames = await to_thread(self._grab_sync, n)
         path = ""
         if self.run_dir is not None:
             p = self.run_dir / f"{tag}.jpg"
-            ok = await asyncio.to_thread(cv2.imwrite, str(p), frames[0])
+            ok = await to_thread(cv2.imwrite, str(p), frames[0])
             path = p.name if ok else ""
         return frames, path
 
@@ -130,12 +130,12 @@ class CameraEyes:
     async def observe_scene(self, tag: str) -> SceneObservation:
         try:
             hframes, hpath = await self.grab(self.homography_frames, f"{tag}_mat")
-            H = await asyncio.to_thread(estimate_homography, hframes, self.config)
+            H = await to_thread(estimate_homography, hframes, self.config)
         except (EyesError, HomographyError) as exc:
             return SceneObservation(ok=False, reason=f"mat homography: {exc}")
         self.H = H
         dframes, dpath = await self.grab(self.detect_repeat, f"{tag}_detect")
-        scene = await asyncio.to_thread(
+        scene = await to_thread(
             detect_scene, dframes, H, self.box_fallback_xz, self.box_score_thresh, self.config
         )
         self.scene = scene
@@ -183,7 +183,7 @@ class CameraEyes:
         frames, path = await self.grab(self.judge_frames, tag)
         side: NDArray[np.uint8] | None = None
         if side_frame:
-            img = await asyncio.to_thread(cv2.imread, side_frame)
+            img = await to_thread(cv2.imread, side_frame)
             side = None if img is None else np.asarray(img, dtype=np.uint8)
         return JudgeEvidence(frames=frames, H=self.H, scene=self.scene, tip_height_m=tip_height_m,
                              side_frame=side, meta={"capture": path, "side_frame": side_frame})
@@ -203,7 +203,7 @@ class CameraEyes:
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.camera.close)
+        await to_thread(self.camera.close)
 
 
 class DryRunEyes:

@@ -9,7 +9,6 @@ aborts that trial; the service reconnects only *between* trials, and says so.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 import urllib.request
@@ -31,6 +30,7 @@ from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.perception import make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
 
@@ -44,13 +44,13 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
     """Everything a session needs; released in reverse order, also when set-up fails half-way."""
     s = settings
     clock = RealClock()
-    table_path = await asyncio.to_thread(ensure_table, s.fk_dir)
-    table = await asyncio.to_thread(load_table, table_path)
+    table_path = await to_thread(ensure_table, s.fk_dir)
+    table = await to_thread(load_table, table_path)
     # build the lookup index and the default bands' views now, not in the first trial's stages
-    await asyncio.to_thread(table.warm, [s.pick_band, s.place_band])
+    await to_thread(table.warm, [s.pick_band, s.place_band])
     arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
     try:
-        camera = await asyncio.to_thread(open_camera, s.top_camera)
+        camera = await to_thread(open_camera, s.top_camera)
     except CameraError as exc:
         raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
     client: DaemonClient | None = None
@@ -81,7 +81,7 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
             sender.close()
         if client is not None:
             await client.aclose()
-        await asyncio.to_thread(camera.close)
+        await to_thread(camera.close)
 
 
 def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[str, Any]:
@@ -165,7 +165,7 @@ async def run_service(
 
 async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:
     """Terminal confirmation between trials (EOF or 'n' = stop)."""
-    answer = await asyncio.to_thread(_input, prompt)
+    answer = await to_thread(_input, prompt)
     return answer is not None and answer.strip().lower() in ("", "y", "yes")
 
 

@@ -38,6 +38,7 @@ from mecharm_runtime.perception.detect import detect_block, detect_box, locate_b
 from mecharm_runtime.perception.homography import MatHomography
 from mecharm_runtime.perception.results import BlockDetection, BoxDetection, SceneDetection, Verdict
 from mecharm_runtime.perception.tip import find_tip_marker
+from mecharm_runtime.threads import to_thread
 
 __all__ = [
     "GeometricJudge",
@@ -94,10 +95,10 @@ class GeometricJudge:
         self.default_lift_height_m = default_lift_height_m
 
     async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
-        return await asyncio.to_thread(self._pick, evidence)
+        return await to_thread(self._pick, evidence)
 
     async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
-        return await asyncio.to_thread(self._place, evidence)
+        return await to_thread(self._place, evidence)
 
     # ---------------------------------------------------------------- pick
     def _pick(self, ev: JudgeEvidence) -> Verdict:
