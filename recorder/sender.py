@@ -31,7 +31,7 @@ from recorder.events import (
     parse_frame_reply,
 )
 
-__all__ = ["RecorderSender", "default_sender", "notify", "request_frame", "request_frame_async"]
+__all__ = ["RecorderSender"]
 
 _REPLY_MAX = 65_535
 FrameResult = tuple[str | None, float | None, str]
@@ -180,27 +180,3 @@ class RecorderSender:
         """Async twin of request_frame: ``(path, capture_ts, reason)``."""
         r = await self.request_frame_reply_async(tag, timeout)
         return r.path, r.capture_ts, r.reason
-
-
-_default: RecorderSender | None = None
-
-
-def default_sender() -> RecorderSender:
-    """The process-wide sender to 127.0.0.1:5556 (created on first use)."""
-    global _default
-    if _default is None:
-        _default = RecorderSender()
-    return _default
-
-
-def notify(event: Any) -> None:
-    """Fire-and-forget through the default sender."""
-    default_sender().notify(event)
-
-
-def request_frame(tag: str, timeout: float = 2.0) -> FrameResult:
-    return default_sender().request_frame(tag, timeout)
-
-
-async def request_frame_async(tag: str, timeout: float = 2.0) -> FrameResult:
-    return await default_sender().request_frame_async(tag, timeout)
