@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,9 +150,12 @@ async def wait_recording_meta(
     timeout_s: float = 2.0,
     poll_s: float = 0.1,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> RecordingInfo:
     """Wait for ``recording_meta.json`` at most ``timeout_s``, polling every ``poll_s``
-    and never sleeping past the deadline (SPEC §8). No (valid) meta → status ``none``."""
+    and never sleeping past the deadline (docs/runtime.md, "Records"): every motion is
+    done by then, so this is the one wait a trial may afford. No (valid) meta → status
+    ``none``. ``clock`` and ``sleep`` are injectable so tests can check the schedule."""
     meta_path = Path(recording_dir) / "recording_meta.json"
     t0 = clock()
     deadline = t0 + timeout_s
@@ -164,7 +167,7 @@ async def wait_recording_meta(
         now = clock()
         if now >= deadline:
             return RecordingInfo(status="none", waited_s=now - t0, note="no recording_meta.json within the wait")
-        await asyncio.sleep(min(poll_s, deadline - now))
+        await sleep(min(poll_s, deadline - now))
 
 
 def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
