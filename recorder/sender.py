@@ -1,9 +1,9 @@
 """Client side of the recorder protocol: fire-and-forget events and frame requests.
 
-``notify`` must never change what the runtime does (observer principle, SPEC §2):
+``notify`` must never change what the runtime does (the observer principle, docs/recorder.md):
 it serializes, hands one datagram to the kernel on a non-blocking socket and
 swallows every failure — recorder absent, socket buffer full, bad event. It
-costs a few microseconds. ``request_frame`` maps every failure to a SPEC §9
+costs a few microseconds. ``request_frame`` maps every failure to a reply
 reason and never raises; ``request_frame_async`` does the same without blocking
 an asyncio loop. Each request uses its own ephemeral reply socket, so a late
 reply to an earlier request can never be taken for the current one.

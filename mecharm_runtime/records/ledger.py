@@ -6,7 +6,7 @@ header is not the current column list is refused (``mecharm ledger migrate`` fir
 because appending under another header would silently misalign every cell.
 Migration archives the old file, verifies the archive, pads every old row with
 empty cells for the new columns and checks that each old row survived byte for byte
-(SPEC §8: rebuilding a ledger from zero once lost 393 trials).
+(docs/runtime.md: rebuilding a ledger from zero once lost 393 trials).
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def migrate_ledger(
     archive_dir: Path | None = None,
     now: Callable[[], float] = time.time,
 ) -> MigrationReport:
-    """Add the missing trailing columns by archive-and-pad (SPEC §8).
+    """Add the missing trailing columns by archive-and-pad (docs/runtime.md, "Records").
 
     1. the old header must be a prefix of ``columns`` and every record one line;
     2. the old file is copied to ``archive_dir`` and the copy's checksum verified;

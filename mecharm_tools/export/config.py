@@ -15,11 +15,11 @@ DEFAULT_TASK = "put the red block in the white box"
 
 
 class ExportSettings(RigSettings):
-    """How recordings become LeRobot episodes; defaults follow SPEC §9 and lerobot 0.4.4."""
+    """How recordings become LeRobot episodes; defaults follow docs/lerobot.md and lerobot 0.4.4."""
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_EXPORT_")
 
-    #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (SPEC §9)
+    #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (docs/recorder.md)
     fps: int = Field(10, ge=1, le=60)
     task: str = Field(DEFAULT_TASK, min_length=1, max_length=500)
     robot_type: str = Field("mecharm270", min_length=1, max_length=64)
@@ -30,7 +30,7 @@ class ExportSettings(RigSettings):
     #: linear interpolation between two measured rows at most this far apart; beyond
     #: that the arm was at rest (no move, no polling) and the earlier reading is held
     max_interp_gap_s: float = Field(0.25, gt=0, le=10)
-    #: the gripper command takes this long to complete (SPEC §5 GRIPPER_SLEEP); the
+    #: the gripper command takes this long to complete (gripper_sleep_s, docs/runtime.md); the
     #: observed gripper state switches after it, the action at the command
     gripper_settle_s: float = Field(2.0, ge=0, le=10)
     #: gripper values in SDK units (0..100, larger = more open): "open" and "close"

@@ -71,7 +71,7 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     finally:
         rec.stop()
     assert with_rec.status == "completed", with_rec.reason
-    # every file of SPEC §8
+    # every file a trial leaves (docs/runtime.md, "Records")
     d = with_rec.run_dir
     assert (d / f"{with_rec.run_stem}.json").is_file() and list(d.glob("*.jpg"))
     for name in ("episode.mp4", "frame_log.csv", "states.csv", "recording_meta.json"):

@@ -1,4 +1,4 @@
-"""Send-and-wait-arrival (SPEC §5) against the real daemon and the time-scaled SimArm."""
+"""Send-and-wait-arrival (docs/runtime.md, "Motion") against the real daemon and the time-scaled SimArm."""
 
 from __future__ import annotations
 
