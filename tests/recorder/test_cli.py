@@ -51,6 +51,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_trial_leaves_a_decodable_mp4(tmp_path):
     port = _free_udp_port()
     proc = _start(tmp_path, port)

@@ -25,6 +25,9 @@ from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 from recorder.events import STATES_COLUMNS
 
+#: whole trials against the simulated rig as processes: `make test` runs them, `make test-fast` not
+pytestmark = pytest.mark.slow
+
 SCALE = 20.0
 SIDE = "synthetic?fps=15&w=640&h=360"
 
