@@ -57,7 +57,7 @@ class InstrumentedBackend(SimBackend):
         super().close()
 
 
-async def _until(cond: Any, timeout: float = 5.0) -> None:
+async def _until(cond: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
