@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint venv clean
+.PHONY: run test test-fast bench lint venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -1,7 +1,7 @@
 """LeRobot export benchmark (issue 7).
 
 Export speed in multiples of real time on one realistic recording: 1280x720, ~26
-fps with irregular gaps (SPEC §9), written by the recorder's own VideoWriter with
+fps with irregular gaps (docs/recorder.md), written by the recorder's own VideoWriter with
 its default settings, 75 s long (20 s with --quick). Target: >= 20x real time.
 Baseline measured in the same run: only decoding the source video (work any
 exporter must do); the ratio export/decode shows what resampling, encoding the

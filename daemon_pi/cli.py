@@ -89,8 +89,9 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
     try:
         from mecharm_sim.workcell import start_workcell
     except ImportError as exc:
+        # the Pi profile ('.[pi]') has no OpenCV, so the workcell cannot import there
         raise StartupError(f"--scene given but the simulated workcell is not available "
-                           f"(mecharm_sim.workcell: {exc})") from exc
+                           f"(mecharm_sim.workcell: {exc}; install '.[sim]')") from exc
     seed = settings.seed if settings.seed is not None else settings.sim.seed
     workcell = start_workcell(arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port)
     log.info("workcell_started", scene=settings.scene, seed=seed, urls=dict(workcell.urls))

@@ -40,7 +40,6 @@ __all__ = [
     "ErrorCode",
     "ErrorInfo",
     "ErrorResponse",
-    "GetAnglesResult",
     "HelloArgs",
     "HelloResult",
     "NoArgs",
@@ -232,12 +231,6 @@ class HelloResult(BaseModel):
     commands: list[str]
     capabilities: dict[str, Any]
     authenticated: bool
-
-
-class GetAnglesResult(BaseModel):
-    """``get_angles`` result is a bare list of 6 floats; this model validates it client side."""
-
-    angles: list[float] = Field(min_length=6, max_length=6)
 
 
 # ---------------------------------------------------------------- helpers

@@ -56,7 +56,7 @@ class OpenCVCamera(CameraSource):
             cap.release()
             raise CameraOpenError(f"{self.spec}: OpenCV could not open the source")
         if isinstance(self.target, int):
-            # requests only; the reference side camera ignored the fps request (SPEC §9)
+            # requests only; the reference side camera ignored the fps request (docs/recorder.md)
             if self.width:
                 cap.set(cv2.CAP_PROP_FRAME_WIDTH, self.width)
             if self.height:

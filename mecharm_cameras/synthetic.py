@@ -5,7 +5,7 @@ counter and the capture timestamp (so a decoded video can be checked by eye)
 and a moving bar (so the encoder sees motion). ``SyntheticFaults`` lets a test
 make the camera stall, fail reads, disconnect (reads fail and open() is
 refused) or freeze (the same image keeps coming with ok=True, like a virtual
-phone camera whose app has quit, SPEC §9). Faults are also reachable by the
+phone camera whose app has quit, docs/recorder.md). Faults are also reachable by the
 source's ``id`` through ``synthetic_faults(id)`` and settable from the spec
 string (``synthetic?fps=30&freeze_after=2``) for a recorder in a subprocess.
 """

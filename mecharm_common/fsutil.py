@@ -81,7 +81,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def check_data_root(root: Path, require_mount: bool = False) -> str | None:
-    """Mount guard (SPEC §8). Return None when ``root`` is usable, else the reason.
+    """Mount guard (docs/runtime.md, "The data root and the mount guard"). Return None when ``root`` is usable, else the reason.
 
     Usable means: it exists and is a directory, it is a mount point when
     ``require_mount`` is set, and a probe file can be written and removed.

@@ -1,10 +1,10 @@
-"""Forward kinematics of the mechArm 270 Pi (URDF chain of SPEC §3), vectorized.
+"""Forward kinematics of the mechArm 270 Pi (official URDF chain), vectorized.
 
 The chain is the official ``mecharm_270_pi.urdf``: every joint rotates about its
 local z axis after a fixed origin transform (xyz metres, rpy radians). The tool
 tip lies ``TOOL_OFFSET_M`` beyond the flange along the flange's z axis. Results
-are expressed in the rig's Unity frame (SPEC §4): x = -y_urdf, y = z_urdf - 0.010,
-z = x_urdf. With a 100 mm tool the two calibration rows of SPEC §3 come out
+are expressed in the rig's Unity frame (docs/kinematics.md): x = -y_urdf, y = z_urdf - 0.010,
+z = x_urdf. With a 100 mm tool the rig's two calibration rows come out
 within 2.6 mm and 3.2 mm.
 
 The chain is evaluated element-wise on flat arrays (one array per matrix entry)

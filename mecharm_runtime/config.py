@@ -1,4 +1,4 @@
-"""Typed runtime settings: the reference rig's constants (SPEC §5) plus where things are.
+"""Typed runtime settings: the reference rig's constants (docs/runtime.md) plus where things are.
 
 Loaded with ``mecharm_common.config.load_settings(RuntimeSettings, "configs/runtime.yaml",
 overrides)``; environment variables use the ``MECHARM_RUNTIME_`` prefix. ``time_scale``
@@ -57,7 +57,7 @@ class RuntimeSettings(RigSettings):
     time_scale: float = Field(1.0, gt=0, le=1000)
     log_level: str = "info"
 
-    # ---- SPEC §5 constants
+    # ---- the reference rig's constants (docs/runtime.md)
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
     speed: int = Field(20, ge=1, le=100)
     tol_approach: float = Field(2.0, gt=0)
@@ -76,13 +76,13 @@ class RuntimeSettings(RigSettings):
     swept_j0: float = 85.0
     j1_max: float = Field(88.0, le=90.7)
 
-    # ---- arrival policy (SPEC §5 "sending a pose")
+    # ---- arrival policy (docs/runtime.md, "Motion")
     arrival_min_s: float = Field(8.0, gt=0)
     arrival_base_s: float = Field(2.0, ge=0)
     arrival_per_deg_s: float = Field(0.15, ge=0)
     ignored_move_deg: float = Field(1.0, gt=0)
     poll_interval_s: float = Field(0.0, ge=0)
-    # at rest before a camera measurement (SPEC §10): two readings rest_poll_s apart within rest_eps_deg
+    # at rest before a camera measurement (docs/runtime.md, "Motion"): two readings rest_poll_s apart within rest_eps_deg
     rest_eps_deg: float = Field(0.5, gt=0)
     rest_poll_s: float = Field(0.1, ge=0)
     rest_max_polls: int = Field(15, ge=2)
@@ -105,7 +105,7 @@ class RuntimeSettings(RigSettings):
     depth_steps: int = Field(3, ge=0)
     depth_tol_mm: float = Field(8.0, gt=0)
 
-    # ---- memories (SPEC §7)
+    # ---- memories (docs/runtime.md, "Memories")
     cell_mm: int = Field(20, ge=1)
     max_correction_mm: float = Field(20.0, ge=0)
     ema_alpha: float = Field(0.5, gt=0, le=1)

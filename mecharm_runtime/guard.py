@@ -1,4 +1,4 @@
-"""The pose guard: every pose passes it before it is sent (SPEC §5).
+"""The pose guard: every pose passes it before it is sent (docs/runtime.md, "Motion").
 
 Checks, in order: six finite numbers, the SDK joint limits, j1 <= 88° (the firmware
 silently ignores sends above ~90.7°, so 88° is the operational limit), and the

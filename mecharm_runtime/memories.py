@@ -1,4 +1,4 @@
-"""Learning memories (SPEC §7): per-cell pick correction and per-cell place height.
+"""Learning memories (docs/runtime.md, "Memories"): per-cell pick correction and per-cell place height.
 
 Both are small JSON files in the data root (``{root}/memories/``), written atomically.
 Why the strictness: a corrupt entry would aim the gripper somewhere arbitrary, so

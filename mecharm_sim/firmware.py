@@ -3,7 +3,7 @@
 Real pymycobot (``MechArm270(port=<pty>)``) talks to it unchanged, so the
 ``mycobot`` backend is tested end to end without hardware. Frames are
 ``FE FE LEN CMD DATA.. FA`` with ``LEN = len(DATA) + 2``, int16 big-endian,
-angles x100 (SPEC §3). pymycobot 4.x waits for a reply to *every* command
+angles x100 (docs/daemon.md, "The firmware emulator"). pymycobot 4.x waits for a reply to *every* command
 (``_res`` writes, then reads for up to 0.5 s, three tries, then returns -1),
 so the emulator acknowledges set commands with one data byte ``01`` and
 answers reads with their value.

@@ -1,4 +1,4 @@
-"""The recorder: an observer process that owns the side camera (SPEC §8, §9).
+"""The recorder: an observer process that owns the side camera (docs/recorder.md).
 
 It listens for the runtime's UDP events and writes one folder per trial:
 ``episode.mp4`` (H.264, fragmented MP4, capture-time PTS), ``frame_log.csv``,

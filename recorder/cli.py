@@ -1,4 +1,4 @@
-"""``mecharm-recorder``: the long-running side-camera recorder (SPEC §9)."""
+"""``mecharm-recorder``: the long-running side-camera recorder (docs/recorder.md)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ __all__ = ["RecorderSettings", "VideoSettings"]
 
 
 class VideoSettings(BaseModel):
-    """H.264 via PyAV into fragmented MP4 (SPEC §9; OpenCV's Linux wheels cannot encode H.264)."""
+    """H.264 via PyAV into fragmented MP4 (docs/recorder.md; OpenCV's Linux wheels cannot encode H.264)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -37,7 +37,7 @@ class VideoSettings(BaseModel):
 
 
 class RecorderSettings(RigSettings):
-    """Everything the recorder can be told; defaults match the reference rig (SPEC §9)."""
+    """Everything the recorder can be told; defaults match the reference rig (docs/recorder.md)."""
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_RECORDER_")
 

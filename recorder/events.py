@@ -1,4 +1,4 @@
-"""The recorder's wire contract (SPEC §9): UDP events, the frame reply, CSV columns, meta.
+"""The recorder's wire contract (docs/recorder.md): UDP events, the frame reply, CSV columns, meta.
 
 Defined once here, as typed models, and imported by the runtime (sender side) and
 the LeRobot exporter (reader side) so both ends agree on every name. Parsing is
@@ -73,7 +73,7 @@ MAX_EVENT_BYTES: Final = 16_384
 NOTE_MAX: Final = 512
 STAGE_MAX: Final = 64
 
-# --- frame_request reasons (SPEC §9) -------------------------------------------------
+# --- frame_request reasons (docs/recorder.md) ----------------------------------------
 REASON_OK: Final = "ok"
 REASON_OK_ORPHAN: Final = "ok_orphan"
 REASON_TIMEOUT: Final = "timeout"
@@ -104,7 +104,7 @@ def exception_reason(exc: BaseException | type[BaseException]) -> str:
 
 
 def is_known_reason(reason: object) -> bool:
-    """True for a reason of the SPEC §9 vocabulary (including ``exception:{Type}``)."""
+    """True for a reason of the recorder's vocabulary (including ``exception:{Type}``)."""
     if not isinstance(reason, str):
         return False
     if reason in REASONS:
@@ -113,12 +113,12 @@ def is_known_reason(reason: object) -> bool:
     return reason.startswith("exception:") and name.isidentifier() and len(name) <= 64
 
 
-# --- recording status (SPEC §9) ------------------------------------------------------
+# --- recording status (docs/recorder.md) ---------------------------------------------
 RecordingStatus = Literal["ok", "truncated", "camera_lost", "mount_lost"]
 #: Statuses found in a ledger; ``none`` is written by the runtime when no meta exists.
 RECORDING_STATUSES: Final = ("ok", "truncated", "camera_lost", "mount_lost", "none")
 
-# --- CSV columns (SPEC §9) -----------------------------------------------------------
+# --- CSV columns (docs/recorder.md) --------------------------------------------------
 STATES_COLUMNS: Final = (
     "ts", "event_type", "stage", "j0", "j1", "j2", "j3", "j4", "j5", "speed",
     "gripper_state", "ts_send", "ts_arrival", "attempt", "arrived", "note",
@@ -333,7 +333,7 @@ def parse_frame_reply(data: bytes) -> FrameReply:
 
 
 class RecordingMeta(BaseModel):
-    """``recording_meta.json`` (SPEC §9 fields first, then this recorder's additions).
+    """``recording_meta.json`` (the reference rig's fields first, then this recorder's additions).
 
     Written atomically (tmp + rename) when a trial closes; its absence means the
     recording ended abnormally. ``recording_path`` is relative to the data root.

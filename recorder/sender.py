@@ -1,9 +1,9 @@
 """Client side of the recorder protocol: fire-and-forget events and frame requests.
 
-``notify`` must never change what the runtime does (observer principle, SPEC §2):
+``notify`` must never change what the runtime does (the observer principle, docs/recorder.md):
 it serializes, hands one datagram to the kernel on a non-blocking socket and
 swallows every failure — recorder absent, socket buffer full, bad event. It
-costs a few microseconds. ``request_frame`` maps every failure to a SPEC §9
+costs a few microseconds. ``request_frame`` maps every failure to a reply
 reason and never raises; ``request_frame_async`` does the same without blocking
 an asyncio loop. Each request uses its own ephemeral reply socket, so a late
 reply to an earlier request can never be taken for the current one.
@@ -31,7 +31,7 @@ from recorder.events import (
     parse_frame_reply,
 )
 
-__all__ = ["RecorderSender", "default_sender", "notify", "request_frame", "request_frame_async"]
+__all__ = ["RecorderSender"]
 
 _REPLY_MAX = 65_535
 FrameResult = tuple[str | None, float | None, str]
@@ -180,27 +180,3 @@ class RecorderSender:
         """Async twin of request_frame: ``(path, capture_ts, reason)``."""
         r = await self.request_frame_reply_async(tag, timeout)
         return r.path, r.capture_ts, r.reason
-
-
-_default: RecorderSender | None = None
-
-
-def default_sender() -> RecorderSender:
-    """The process-wide sender to 127.0.0.1:5556 (created on first use)."""
-    global _default
-    if _default is None:
-        _default = RecorderSender()
-    return _default
-
-
-def notify(event: Any) -> None:
-    """Fire-and-forget through the default sender."""
-    default_sender().notify(event)
-
-
-def request_frame(tag: str, timeout: float = 2.0) -> FrameResult:
-    return default_sender().request_frame(tag, timeout)
-
-
-async def request_frame_async(tag: str, timeout: float = 2.0) -> FrameResult:
-    return await default_sender().request_frame_async(tag, timeout)

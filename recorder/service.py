@@ -66,7 +66,7 @@ __all__ = ["ORPHAN_SUBDIR", "REASON_RATE_LIMITED", "RecorderService"]
 log = get_logger("recorder")
 ORPHAN_SUBDIR = ("diag", "recorder_orphan_frames")
 _RCVBUF = 4 * 1024 * 1024
-#: the exception:{Type} form of SPEC §9 for a request refused by the rate limit
+#: the exception:{Type} reason (docs/recorder.md) for a request refused by the rate limit
 REASON_RATE_LIMITED = "exception:RateLimited"
 
 

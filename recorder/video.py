@@ -2,7 +2,7 @@
 
 Why fragmented MP4 (``frag_keyframe+empty_moov+default_base_moof``): a plain
 MP4 writes its index at close, so a killed recorder leaves an unplayable file
-(the reference rig's weakness, SPEC §9). Here every keyframe (about one per
+(the reference rig's weakness, docs/recorder.md). Here every keyframe (about one per
 second) closes a self-describing fragment that is flushed to disk, so a kill
 loses at most about one GOP. ``tune=zerolatency`` turns off B-frames and
 lookahead, so the encoder does not hold a second of frames back either.

@@ -93,3 +93,6 @@ def test_pi_profile_serves_get_angles_without_heavy_libraries(tmp_path: Path) ->
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()  # an unclosed pipe is a ResourceWarning, an error in this suite

@@ -1,4 +1,4 @@
-"""Pose lookups of the rig (SPEC §6): the FK table, fk_lookup, j0_lookup and the hole map.
+"""Pose lookups of the rig (docs/lookup.md): the FK table, fk_lookup, j0_lookup and the hole map.
 
 The runtime imports from here only; the modules behind it are: ``table`` (CSV,
 checksum, cache, archive), ``build`` (lattices, default table), ``index`` (the

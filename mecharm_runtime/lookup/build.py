@@ -1,6 +1,6 @@
 """The table builder: ±15° lattices around base poses plus a coarse global scan.
 
-Like the rig (SPEC §6): each base pose contributes 7 steps of 5° on j0..j4 — 16,807
+Like the rig (docs/lookup.md): each base pose contributes 7 steps of 5° on j0..j4 — 16,807
 rows (j5 stays at the base value: it turns the gripper about its own axis and
 does not move the tip). The default base poses serve the PICK and PLACE regions
 of the workcell (docs/lookup.md lists them and their coverage); the global scan
@@ -48,7 +48,7 @@ log = get_logger("mecharm.lookup.build")
 LATTICE_HALF_DEG = 15.0
 LATTICE_STEPS = 7
 
-#: Adopted approach poses of the rig (j1..j5), SPEC §5/§6 and issue 4.
+#: Adopted approach poses of the rig (j1..j5): docs/lookup.md, "j0_lookup and the adopted arcs".
 APPROACH_PICK_BASE: tuple[float, ...] = (87.74, -38.33, 3.6, -70.11, -30.0)
 APPROACH_PLACE_BASE: tuple[float, ...] = (57.39, 17.49, 0.08, -89.2, -29.44)
 

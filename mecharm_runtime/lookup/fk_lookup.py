@@ -1,4 +1,4 @@
-"""fk_lookup (SPEC §6): the table row nearest to a target in x-z under the safety filters.
+"""fk_lookup (docs/lookup.md): the table row nearest to a target in x-z under the safety filters.
 
 Semantics kept from the rig: keep rows in the half-open ee_y band that pass the
 joint limits and j1 <= 88°, and every optional band (j3, j5 within ``band_deg`` of
@@ -458,7 +458,7 @@ def fk_lookup(
     ee_y_floor: float | None = None,
     method: str = "indexed",
 ) -> FkLookupResult:
-    """Choose the table row for ``target_xz`` (SPEC §6); never raises for out_of_range.
+    """Choose the table row for ``target_xz`` (docs/lookup.md); never raises for out_of_range.
 
     Raises ValueError naming the argument for: an unknown phase or method, a
     target that is not two finite numbers, ee_y_min >= ee_y_max, a non-numeric

@@ -1,4 +1,4 @@
-"""Adopted approach poses (SPEC §6): a fixed base j1..j5 plus an arc (x, z) -> j0.
+"""Adopted approach poses (docs/lookup.md): a fixed base j1..j5 plus an arc (x, z) -> j0.
 
 On the rig the arc was 20 detected (x, z) positions with the j0 commanded for
 each; j0 for a new target is interpolated linearly by x between the two arc

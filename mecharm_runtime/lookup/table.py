@@ -1,7 +1,7 @@
 """The FK table: one CSV under a fixed name, its checksum, a binary cache, archives.
 
 Rows are ``ee_x, ee_y, ee_z, j0..j5`` (tool tip in the Unity frame in metres, then
-six joint angles in degrees), SPEC §6. The CSV is the truth; parsing a million
+six joint angles in degrees), docs/lookup.md. The CSV is the truth; parsing a million
 rows is slow, so a binary copy (plus the spatial index of ``fk_lookup``) is kept
 next to it in ``.{name}.{sha256[:16]}.npz`` and used only when its recorded
 checksum equals the CSV's. The CSV's checksum is recorded in ``{name}.sha256``
@@ -55,7 +55,7 @@ log = get_logger("mecharm.lookup.table")
 COLUMNS: tuple[str, ...] = ("ee_x", "ee_y", "ee_z", "j0", "j1", "j2", "j3", "j4", "j5")
 TABLE_NAME = "fk_table.csv"
 ARCHIVE_DIR = "archive"
-#: Firmware silently ignores send_angles above j1 ~ 90.7° (SPEC §3): never choose j1 > 88°.
+#: Firmware silently ignores send_angles above j1 ~ 90.7° (docs/daemon.md): never choose j1 > 88°.
 J1_SAFE_MAX = 88.0
 _CACHE_VERSION = 1
 
@@ -79,7 +79,7 @@ def file_checksum(path: Path) -> str:
 
 
 def safety_mask(joints: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """Rows inside the SDK joint limits and with j1 <= 88° (SPEC §3, §6)."""
+    """Rows inside the SDK joint limits and with j1 <= 88° (docs/lookup.md, the safety mask)."""
     lo = np.asarray(JOINT_MIN)
     hi = np.asarray(JOINT_MAX)
     ok = np.all((joints >= lo) & (joints <= hi), axis=1)

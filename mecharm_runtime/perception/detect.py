@@ -1,4 +1,4 @@
-"""Red block and white box on the mat from top-camera frames (SPEC §5 detect, servo_place).
+"""Red block and white box on the mat from top-camera frames (docs/perception.md: detect, servo_place).
 
 Pure functions over BGR numpy frames; no camera I/O. Each object is measured
 on the plane where its visible top lies (block top face at 25 mm, box rim at

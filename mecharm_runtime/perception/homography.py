@@ -1,4 +1,4 @@
-"""Top-camera pixels <-> mat coordinates, from the four ArUco corner markers (the detect stage).
+"""Top-camera pixels <-> mat coordinates, from the four ArUco corner markers (docs/perception.md, detect).
 
 The homography maps the mat plane (y = 0) to pixels. Objects stand above the
 mat (the block's top face at 25 mm, the box rim at 43 mm), so a point seen at

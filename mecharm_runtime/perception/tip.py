@@ -5,7 +5,7 @@ the tool tip; on the real rig a green tab glued to the finger tips, visible
 from above). Its centroid is mapped through the plane at the tip's height
 (``tip_height_m`` = the ee_y of the chosen pick row) and compared with the
 block found in detect: the offsets tip - block feed the correction memory
-(SPEC §7: aim = block - offset).
+(docs/runtime.md, "Memories": aim = block - offset).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ header is not the current column list is refused (``mecharm ledger migrate`` fir
 because appending under another header would silently misalign every cell.
 Migration archives the old file, verifies the archive, pads every old row with
 empty cells for the new columns and checks that each old row survived byte for byte
-(SPEC §8: rebuilding a ledger from zero once lost 393 trials).
+(docs/runtime.md: rebuilding a ledger from zero once lost 393 trials).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,9 +150,12 @@ async def wait_recording_meta(
     timeout_s: float = 2.0,
     poll_s: float = 0.1,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> RecordingInfo:
     """Wait for ``recording_meta.json`` at most ``timeout_s``, polling every ``poll_s``
-    and never sleeping past the deadline (SPEC §8). No (valid) meta → status ``none``."""
+    and never sleeping past the deadline (docs/runtime.md, "Records"): every motion is
+    done by then, so this is the one wait a trial may afford. No (valid) meta → status
+    ``none``. ``clock`` and ``sleep`` are injectable so tests can check the schedule."""
     meta_path = Path(recording_dir) / "recording_meta.json"
     t0 = clock()
     deadline = t0 + timeout_s
@@ -164,7 +167,7 @@ async def wait_recording_meta(
         now = clock()
         if now >= deadline:
             return RecordingInfo(status="none", waited_s=now - t0, note="no recording_meta.json within the wait")
-        await asyncio.sleep(min(poll_s, deadline - now))
+        await sleep(min(poll_s, deadline - now))
 
 
 def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
@@ -299,7 +302,7 @@ def migrate_ledger(
     archive_dir: Path | None = None,
     now: Callable[[], float] = time.time,
 ) -> MigrationReport:
-    """Add the missing trailing columns by archive-and-pad (SPEC §8).
+    """Add the missing trailing columns by archive-and-pad (docs/runtime.md, "Records").
 
     1. the old header must be a prefix of ``columns`` and every record one line;
     2. the old file is copied to ``archive_dir`` and the copy's checksum verified;

@@ -16,11 +16,11 @@ DEFAULT_TASK = "put the red block in the white box"
 
 
 class ExportSettings(RigSettings):
-    """How recordings become LeRobot episodes; defaults follow SPEC §9 and lerobot 0.4.4."""
+    """How recordings become LeRobot episodes; defaults follow docs/lerobot.md and lerobot 0.4.4."""
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_EXPORT_")
 
-    #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (SPEC §9)
+    #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (docs/recorder.md)
     fps: int = Field(10, ge=1, le=60)
     task: str = Field(DEFAULT_TASK, min_length=1, max_length=500)
     robot_type: str = Field("mecharm270", min_length=1, max_length=64)

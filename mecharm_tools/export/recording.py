@@ -1,4 +1,4 @@
-"""Read one trial's recording (SPEC §9) and refuse it, with the reason, when it is not whole.
+"""Read one trial's recording (docs/recorder.md) and refuse it, with the reason, when it is not whole.
 
 A recording is exported only when its four files agree: ``recording_meta.json``
 exists (no meta = the recorder ended abnormally), ``frame_log.csv`` has one row per

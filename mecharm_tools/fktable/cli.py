@@ -39,7 +39,7 @@ from mecharm_tools.fktable.holes import (
 
 __all__ = ["PHASE_BANDS", "register"]
 
-#: Default ee_y band per phase (SPEC §5): descend to pick, place with the block.
+#: Default ee_y band per phase (docs/stages.md, docs/lookup.md): descend to pick, place with the block.
 PHASE_BANDS: dict[str, tuple[float, float]] = {
     "pick": (0.010, 0.040),
     "place_withblock": (0.070, 0.100),

@@ -1,4 +1,4 @@
-"""Hole map, seeds, clusters and fill (SPEC §6): where the place lookup fails, and why.
+"""Hole map, seeds, clusters and fill (docs/lookup.md): where the place lookup fails, and why.
 
 Per cell of the PLACE grid: the approach pose from j0_lookup, then the stage-8
 place lookup (band [0.070, 0.100), every joint within 15° of the approach,

@@ -225,7 +225,6 @@ async def test_token_file_enables_auth(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> None:
-    pytest.importorskip("mecharm_sim.workcell")
     d = Daemon(["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path)
     try:
         started = [e for e in d.events if e["event"] == "workcell_started"]

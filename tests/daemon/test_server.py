@@ -57,7 +57,7 @@ class InstrumentedBackend(SimBackend):
         super().close()
 
 
-async def _until(cond: Any, timeout: float = 5.0) -> None:
+async def _until(cond: Any, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
@@ -134,9 +134,7 @@ async def test_busy_second_client_first_unaffected(server: ArmServer) -> None:
     a = await LineClient.connect(server.port)
     await a.ok("hello")
     b = await LineClient.connect(server.port)
-    t0 = time.monotonic()
-    msg = await b.recv(timeout=2)
-    assert time.monotonic() - t0 < 1.0  # immediate, not hanging
+    msg = await b.recv(timeout=30)  # answered while `a` still holds the daemon: not left hanging
     assert msg["ok"] is False and msg["id"] is None and msg["error"]["code"] == "busy"
     assert "one client at a time" in msg["error"]["message"]
     assert await b.at_eof()
@@ -366,12 +364,13 @@ async def test_shutdown_finishes_the_command_in_flight() -> None:
 async def test_shutdown_with_an_idle_client_is_quick() -> None:
     arm = SimArm(SimArmConfig(**FAST))
     backend = InstrumentedBackend(arm)
-    async with run_server(backend, "127.0.0.1", 0) as srv:
+    # a grace period no test could sit out: stop() must not wait for it, nothing is in flight
+    async with run_server(backend, "127.0.0.1", 0, shutdown_grace_s=3600) as srv:
         c = await LineClient.connect(srv.port)
         assert len(await c.ok("get_angles")) == 6
-        t0 = time.monotonic()
-        await srv.stop("test")
-        assert time.monotonic() - t0 < 3.0  # not the 5 s grace period: nothing was in flight
+        with capture_logs() as logs:
+            await srv.stop("test")
+        assert "daemon_shutdown_grace_expired" not in [e["event"] for e in logs]
         assert await c.at_eof()
         assert backend.closed
         await c.close()

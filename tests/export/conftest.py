@@ -1,4 +1,4 @@
-"""Recordings in the recorder's exact on-disk format (SPEC §9), built for the export tests.
+"""Recordings in the recorder's exact on-disk format (docs/recorder.md), built for the export tests.
 
 The video is written by the recorder's own ``VideoWriter`` (fragmented H.264 MP4,
 PTS = capture times), the CSVs with the column lists of ``recorder.events``, and
@@ -54,7 +54,7 @@ def read_stamp(rgb: np.ndarray) -> int:
 
 
 def capture_times(duration: float, seed: int, gaps: int = 4) -> np.ndarray:
-    """Irregular capture times ~26 fps (SPEC §9): jittered 36 ms steps and some ~92 ms gaps."""
+    """Irregular capture times ~26 fps (like the reference side camera, docs/recorder.md): jittered 36 ms steps and some ~92 ms gaps."""
     rng = np.random.default_rng(seed)
     dts = np.clip(rng.normal(0.0375, 0.004, size=int(duration * 40) + 10), 0.025, 0.05)
     for i in rng.choice(np.arange(5, len(dts) - 5), size=gaps, replace=False):

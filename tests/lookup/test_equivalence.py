@@ -65,6 +65,7 @@ def assert_same(table: FkTable, q: dict[str, Any]) -> bool:
     return bool(ref["ok"])
 
 
+@pytest.mark.slow
 def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
     table = dyadic_table(3000, seed=1)
     rng = np.random.default_rng(2)
@@ -73,7 +74,10 @@ def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
     assert 0.2 < np.mean(oks) < 0.9
 
 
-@pytest.mark.parametrize(("view_after", "n", "block_max"), [(1, 10_000, None), (1, 3_000, 0), (0, 3_000, None)])
+@pytest.mark.parametrize(
+    ("view_after", "n", "block_max"),
+    [pytest.param(1, 10_000, None, marks=pytest.mark.slow), (1, 3_000, 0), (0, 3_000, None)],
+)
 def test_random_queries_through_each_search_path(view_after: int, n: int, block_max: int | None,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Pin the path: every band through its BandView (1), or all through the whole-table grid (0);

@@ -1,4 +1,4 @@
-"""fk_lookup semantics, case by case (SPEC §6)."""
+"""fk_lookup semantics, case by case (docs/lookup.md)."""
 
 from __future__ import annotations
 

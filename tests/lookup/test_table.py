@@ -133,7 +133,7 @@ def test_rows_match_the_kinematic_model() -> None:
 
     rows = rows_from_angles(np.array([[-31.93, 87.74, -38.33, 18.6, -45.11, -30.0]]))
     assert np.allclose(rows[0, :3], fk_tip(rows[0, 3:]), atol=1e-6)
-    # SPEC §3 calibration row within 5 mm
+    # the rig's calibration row (docs/kinematics.md) within 5 mm
     assert np.linalg.norm(rows[0, :3] - [0.203019, 0.038917, 0.259061]) < 0.005
 
 

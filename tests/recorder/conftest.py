@@ -52,7 +52,7 @@ async def run_recorder(settings: RecorderSettings, camera: Any = None) -> AsyncI
         await svc.stop()
 
 
-async def wait_for(pred: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+async def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = pred()

@@ -74,11 +74,9 @@ def test_synthetic_faults_stall_fail_freeze_disconnect():
 def test_close_unblocks_a_stalled_read():
     cam = SyntheticCamera(fps=30, width=64, height=48)
     cam.open()
-    cam.faults.stall(30)
+    cam.faults.stall(3600)  # only close() can end this read before the suite's timeout
     threading.Timer(0.2, cam.close).start()
-    t0 = time.monotonic()
     assert not cam.read().ok
-    assert time.monotonic() - t0 < 5
 
 
 def test_synthetic_spec_options_and_shared_faults_by_id():
@@ -133,15 +131,32 @@ def test_mjpeg_quoted_boundary_and_dashes(mjpeg_server):
         assert cam.read().ok
 
 
+def _until(cond, what: str) -> None:
+    """Poll for a count to be reached; the count, not the wall time, is what the test is about."""
+    for _ in range(3000):  # ~30 s: only a broken stream gets there
+        if cond():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never reached: {what}")
+
+
+def _read_ok(cam):
+    """The next good frame: a loaded machine may make one read wait past read_timeout."""
+    for _ in range(20):
+        f = cam.read()
+        if f.ok:
+            return f
+    raise AssertionError(f"no frame in 20 reads: {cam.failure}")
+
+
 def test_mjpeg_read_returns_newest_frame_not_a_backlog(mjpeg_server):
     srv = mjpeg_server(fps=100)
     with open_camera(srv.url) as cam:
-        cam.read()
-        time.sleep(0.3)  # ~30 frames arrive meanwhile
-        assert srv.sent >= 10
+        _read_ok(cam)
+        _until(lambda: cam.parts_received >= 12, "12 parts received")  # 10+ arrive unread
         f = cam.read()
         assert f.ok
-        assert srv.frame_number(f.image) >= 10  # a backlog reader would hand out frame 1 here
+        assert srv.frame_number(f.image) >= 11  # a backlog reader would hand out frame 1 or 2 here
 
 
 def test_mjpeg_bad_jpeg_is_a_failed_read_not_a_crash(mjpeg_server):
@@ -156,13 +171,19 @@ def test_mjpeg_stall_is_a_failed_read(mjpeg_server):
     cam = MjpegHttpCamera(srv.url, read_timeout=0.3)
     cam.open()
     try:
-        assert cam.read().ok
+        _read_ok(cam)
         srv.paused.set()
-        t0 = time.monotonic()
-        assert not cam.read().ok
-        assert time.monotonic() - t0 >= 0.25
+        # a frame already on its way may still be read; then the stream is silent
+        for _ in range(5):
+            t0 = time.monotonic()
+            if not cam.read().ok:
+                break
+        else:
+            raise AssertionError("reads kept succeeding on a paused stream")
+        assert time.monotonic() - t0 >= 0.25  # it waited for read_timeout (a lower bound)
+        assert cam.is_open and cam.failure is None  # a stall is not a disconnect
         srv.paused.clear()
-        assert cam.read().ok
+        _read_ok(cam)
     finally:
         cam.close()
 

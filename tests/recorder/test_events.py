@@ -1,4 +1,4 @@
-"""The event contract: every SPEC §9 event parses; hostile datagrams raise EventError only."""
+"""The event contract: every event of docs/recorder.md parses; hostile datagrams raise EventError only."""
 
 from __future__ import annotations
 

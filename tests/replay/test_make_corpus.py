@@ -12,6 +12,7 @@ from mecharm_tools.cli import main
 from mecharm_tools.replay.make_corpus import record
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_fresh_recordings_replay_identical(tmp_path: Path, fk_data_dir: Path, replay_args: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:

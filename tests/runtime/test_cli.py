@@ -33,6 +33,7 @@ def test_missing_data_root_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "ssd_not_mounted").exists()
 
 
+@pytest.mark.slow
 def test_first_ctrl_c_finishes_the_current_trial(tmp_path: Path, fk_data_dir: Path) -> None:
     rig = start_sim_daemon(tmp_path / "logs", seed=7, time_scale=20)
     root = tmp_path / "root"

@@ -25,6 +25,9 @@ from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 from recorder.events import STATES_COLUMNS
 
+#: whole trials against the simulated rig as processes: `make test` runs them, `make test-fast` not
+pytestmark = pytest.mark.slow
+
 SCALE = 20.0
 SIDE = "synthetic?fps=15&w=640&h=360"
 
@@ -71,7 +74,7 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     finally:
         rec.stop()
     assert with_rec.status == "completed", with_rec.reason
-    # every file of SPEC §8
+    # every file a trial leaves (docs/runtime.md, "Records")
     d = with_rec.run_dir
     assert (d / f"{with_rec.run_stem}.json").is_file() and list(d.glob("*.jpg"))
     for name in ("episode.mp4", "frame_log.csv", "states.csv", "recording_meta.json"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -159,30 +159,58 @@ def test_cli_verify_and_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert mecharm_main(["ledger", "verify", str(tmp_path / "missing.csv")]) == 1
 
 
+class _FakeTime:
+    """A clock that moves only when the wait sleeps, so the poll schedule is exact."""
+
+    def __init__(self, on_sleep: Callable[[float], None] = lambda now: None) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+        self._on_sleep = on_sleep
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, dt: float) -> None:
+        self.sleeps.append(dt)
+        self.now += dt
+        self._on_sleep(self.now)
+
+
 @pytest.mark.asyncio
 async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
     rec = tmp_path / "runs" / "run_pick_place" / "run_0001_x" / "recording"
     rec.mkdir(parents=True)
 
-    async def write_later() -> None:
-        await asyncio.sleep(0.25)
-        (rec / "recording_meta.json").write_text(json.dumps({"status": "ok", "effective_fps": 27.2, "frames_written": 99}))
+    def write_at_250_ms(now: float) -> None:
+        if now >= 100.25 and not (rec / "recording_meta.json").exists():
+            meta = {"status": "ok", "effective_fps": 27.2, "frames_written": 99}
+            (rec / "recording_meta.json").write_text(json.dumps(meta))
 
-    task = asyncio.create_task(write_later())
-    info = await wait_recording_meta(rec, tmp_path, timeout_s=2.0, poll_s=0.1)
-    await task
+    t = _FakeTime(write_at_250_ms)
+    info = await wait_recording_meta(rec, tmp_path, timeout_s=2.0, poll_s=0.1, clock=t.clock, sleep=t.sleep)
     assert (info.status, info.fps, info.frames) == ("ok", 27.2, 99)
     assert info.path == "runs/run_pick_place/run_0001_x/recording"
-    assert 0.2 <= info.waited_s < 1.0
+    # found by the first poll after it appeared (at 0.3 s), not at the deadline
+    assert t.sleeps == pytest.approx([0.1, 0.1, 0.1])
+    assert info.waited_s == pytest.approx(0.3)
 
 
 @pytest.mark.asyncio
 async def test_recording_wait_is_bounded_and_never_oversleeps(tmp_path: Path) -> None:
-    t0 = time.monotonic()
-    info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.35, poll_s=0.1)
-    elapsed = time.monotonic() - t0
+    t = _FakeTime()
+    info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.35, poll_s=0.1,
+                                     clock=t.clock, sleep=t.sleep)  # fmt: skip
     assert info.status == "none" and info.path == ""
-    assert 0.35 <= elapsed < 0.35 + 0.09  # last sleep is cut at the deadline, not a whole poll
+    # three whole polls, then the last sleep is cut at the deadline, not a whole poll
+    assert t.sleeps == pytest.approx([0.1, 0.1, 0.1, 0.05])
+    assert info.waited_s == pytest.approx(0.35)
+
+
+@pytest.mark.asyncio
+async def test_recording_wait_really_sleeps_by_default(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.2, poll_s=0.1)
+    assert info.status == "none" and time.monotonic() - t0 >= 0.2  # a lower bound only
 
 
 @pytest.mark.asyncio

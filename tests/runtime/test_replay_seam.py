@@ -108,6 +108,7 @@ def _strip(e: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in e.items() if k not in ("seq", "ts")}
 
 
+@pytest.mark.slow
 @pytest.mark.asyncio
 async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
     s = load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "fk_data_dir": fk_data_dir,

@@ -19,7 +19,7 @@ class Rig:
 
     arm: SimArm
     wc: Workcell
-    # Two poses of the real rig's FK table (SPEC §3): a pick descend and a place pose.
+    # Two poses of the real rig's FK table (docs/kinematics.md): a pick descend and a place pose.
     PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)
     PLACE = (37.059, 66.65, 2.83, -1.4, -78.04, -29.53)
     HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)

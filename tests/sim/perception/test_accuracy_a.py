@@ -5,6 +5,9 @@ median error <= 2 mm and max <= 5 mm for both the block and the box."""
 
 from __future__ import annotations
 
+import pytest
 
+
+@pytest.mark.slow  # the 200-scene accuracy sweep; test_detect.py covers detection fast
 def test_random_scenes_0_to_99(accuracy) -> None:
     print(accuracy(range(0, 100)))

@@ -8,6 +8,7 @@ import math
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import cv2
 import numpy as np
@@ -49,6 +50,27 @@ def _read_parts(port: int, path: str, n: int) -> tuple[http.client.HTTPResponse,
     return resp, parts
 
 
+def _good_frames(cam: Any, n: int) -> list[Any]:
+    """``n`` good frames in order. Rendering 1080p on a loaded machine can outlast one
+    read's timeout; a timed-out read returns no frame (never a wrong one), so retry it."""
+    frames = []
+    for _ in range(n + 20):
+        f = cam.read()
+        if f.ok:
+            frames.append(f)
+            if len(frames) == n:
+                return frames
+    raise AssertionError(f"{len(frames)} of {n} frames in {n + 20} reads: {cam.failure}")
+
+
+def _poll(cond: Any, what: str) -> None:
+    for _ in range(600):  # ~30 s: only a broken feed gets there
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never reached: {what}")
+
+
 def test_mjpeg_stream_format(served: Workcell) -> None:
     resp, parts = _read_parts(_port(served), "/side.mjpg", 3)
     assert resp.status == 200
@@ -62,10 +84,9 @@ def test_mjpeg_stream_format(served: Workcell) -> None:
 def test_top_camera_through_the_recorders_camera_source(served: Workcell) -> None:
     cam = open_camera(served.urls["top"])
     try:
-        frames = [cam.read() for _ in range(3)]
+        frames = _good_frames(cam, 3)
     finally:
         cam.close()
-    assert all(f.ok for f in frames)
     assert frames[0].image.shape == (1080, 1920, 3)
     assert frames[2].wall_ts > frames[0].wall_ts
 
@@ -75,13 +96,8 @@ def test_rendering_is_lazy(served: Workcell) -> None:
     time.sleep(0.3)
     assert feeds["top"].frames_rendered == 0 and feeds["side"].frames_rendered == 0
     _read_parts(_port(served), "/top.mjpg", 2)
-    deadline = time.monotonic() + 5
-    while feeds["top"].clients and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert feeds["top"].clients == 0
-    while feeds["top"]._thread is not None and time.monotonic() < deadline:
-        time.sleep(0.05)  # the producer notices nobody watches and stops
-    assert feeds["top"]._thread is None
+    _poll(lambda: feeds["top"].clients == 0, "the client is gone")
+    _poll(lambda: feeds["top"]._thread is None, "the producer stops")  # nobody watches
     n = feeds["top"].frames_rendered
     assert n >= 2
     time.sleep(0.4)
@@ -191,7 +207,7 @@ def test_perception_through_the_stream_matches_truth(served: Workcell) -> None:
 
     cam = open_camera(served.urls["top"])
     try:
-        frames = [cam.read().image for _ in range(4)]
+        frames = [f.image for f in _good_frames(cam, 4)]
     finally:
         cam.close()
     H = estimate_homography(frames[:2])
