@@ -119,6 +119,7 @@ def replay_one(path: Path, res: _Resources, overrides: dict[str, Any]) -> tuple[
         return EXIT_MALFORMED, f"{path}: {exc}", None
     try:
         table_path, table = res.table()
+        table = table.with_j1_max(settings.j1_max)  # the limit this trial ran with (docs/lookup.md)
         consts = recorded.constants
         arc_pick = res.arc(res.settings.arc_pick, consts.get("approach_pick_arc"), "arc_pick")
         arc_place = res.arc(res.settings.arc_place, consts.get("approach_place_arc"), "arc_place")
