@@ -11,7 +11,7 @@ from typing import get_args
 
 import pytest
 
-from mecharm_common.layout import LEDGER, DataRoot, RecordingFiles
+from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
 from mecharm_runtime.records import ledger
 from mecharm_runtime.records.ledger import (
     LEDGER_COLUMNS,
@@ -137,7 +137,7 @@ def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
     path.write_bytes(old.replace(b"said", b"sa\nid", 1))
     with pytest.raises(LedgerError, match=r"spans lines|cells"):
         migrate_ledger(path)
-    assert not (tmp_path / "ledger_archive").exists() or not any((tmp_path / "ledger_archive").iterdir())
+    assert not (tmp_path / LEDGER_ARCHIVE).exists() or not any((tmp_path / LEDGER_ARCHIVE).iterdir())
 
 
 def test_verify_reports_each_problem(tmp_path: Path) -> None:
