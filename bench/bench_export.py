@@ -25,6 +25,7 @@ import av
 import numpy as np
 
 from mecharm_common.config import load_settings
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.records.ledger import append_row, ledger_path
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import export_lerobot
@@ -59,7 +60,7 @@ def _frames(n: int, rng: np.random.Generator) -> Any:
 
 
 def _make_recording(root: Path, duration: float) -> float:
-    rec = root / "runs" / "run_pick_place" / STEM / "recording"
+    rec = DataRoot(root).recording(STEM).dir
     rec.mkdir(parents=True)
     rng = np.random.default_rng(7)
     dts = np.clip(rng.normal(0.0375, 0.004, int(duration * 40) + 10), 0.025, 0.05)
@@ -67,18 +68,18 @@ def _make_recording(root: Path, duration: float) -> float:
     rel = np.concatenate([[0.0], np.cumsum(dts)])
     rel = rel[rel <= duration]
     wall = 1_764_500_000.0 + rel
-    writer = VideoWriter(rec / "episode.mp4", VideoSettings())
+    writer = VideoWriter(rec / VIDEO, VideoSettings())
     for i, img in enumerate(_frames(len(rel), rng)):
         writer.write(img, 10**12 + round(rel[i] * 1e9))
     writer.close()
-    with open(rec / "frame_log.csv", "w", newline="") as fh:
+    with open(rec / FRAME_LOG, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(FRAME_LOG_COLUMNS)
         w.writerows(
             [i, f"{t:.6f}", 10**12 + round(r * 1e9)]
             for i, (t, r) in enumerate(zip(wall, rel, strict=True))
         )
-    with open(rec / "states.csv", "w", newline="") as fh:
+    with open(rec / STATES, "w", newline="") as fh:
         dw = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
         dw.writeheader()
         for k, t0 in enumerate(np.arange(wall[0] + 1, wall[-1] - 3, 8.0)):
@@ -109,7 +110,7 @@ def _make_recording(root: Path, duration: float) -> float:
             "frames_captured": len(wall), "frames_written": len(wall), "effective_fps": len(wall) / (wall[-1] - wall[0]),
             "container_fps": 30.0, "width": W, "height": H, "codec": "h264", "status": "ok",
             "recording_path": rec.relative_to(root).as_posix()}  # fmt: skip
-    (rec / "recording_meta.json").write_text(json.dumps(meta))
+    (rec / META).write_text(json.dumps(meta))
     append_row(ledger_path(root), {"run_stem": STEM, "status": "completed", "dry_run": 0, "pick_verdict": "yes",
                                    "place_verdict": "yes", "recording_path": meta["recording_path"], "recording_status": "ok"})  # fmt: skip
     return float(wall[-1] - wall[0])
@@ -133,7 +134,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         t0 = time.perf_counter()
         seconds = _make_recording(root, duration)
         make_s = time.perf_counter() - t0
-        video = root / "runs/run_pick_place" / STEM / "recording/episode.mp4"
+        video = DataRoot(root).recording(STEM).video
         decode_s = min(_decode_only(video) for _ in range(2))
         src_mb = video.stat().st_size / 1e6
         best = float("inf")

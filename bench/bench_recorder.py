@@ -29,6 +29,7 @@ import cv2
 import numpy as np
 
 from mecharm_cameras import SyntheticCamera
+from mecharm_common.layout import VIDEO, DataRoot
 from recorder.config import VideoSettings
 from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart
 from recorder.sender import RecorderSender
@@ -59,7 +60,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _meta(root: Path, stem: str, timeout: float = 15.0) -> RecordingMeta:
-    path = root / "runs" / "run_pick_place" / stem / "recording" / "recording_meta.json"
+    path = DataRoot(root).recording(stem).meta
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:
@@ -194,7 +195,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             out["frames_target_0_dropped_met"] = meta.frames_dropped == 0
             out["effective_fps"] = meta.effective_fps
             out["mp4_mb_per_60s"] = round(
-                (root / meta.recording_path / "episode.mp4").stat().st_size / 1e6 * 60 / meta.elapsed_sec, 2)
+                (root / meta.recording_path / VIDEO).stat().st_size / 1e6 * 60 / meta.elapsed_sec, 2)
             out["cpu_share_recording"] = round(rec_cpu, 3)
             out["cpu_share_idle_baseline"] = round(idle_cpu, 3)
             out["cpu_ratio_recording_vs_idle"] = round(rec_cpu / idle_cpu, 2) if idle_cpu > 0 else None

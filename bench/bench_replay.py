@@ -22,6 +22,7 @@ from typing import Any
 
 import mecharm_common.kinematics
 import mecharm_runtime.lookup.build
+from mecharm_common.layout import TRACE_SUFFIX
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.records.trace import DECISION_EVENTS
@@ -55,8 +56,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     arcs = load_arc(REPO / "configs/poses/approach_pick.json"), load_arc(REPO / "configs/poses/approach_place.json")
     out: dict[str, Any] = {"reps": reps}
     ratios, per_trace = [], []
-    for path in sorted(CORPUS.glob("*.trace.jsonl")):
-        name = path.name.removesuffix(".trace.jsonl")
+    for path in sorted(CORPUS.glob(f"*{TRACE_SUFFIX}")):
+        name = path.name.removesuffix(TRACE_SUFFIX)
 
         def parse(p: Path = path) -> None:
             with open(p, encoding="utf-8") as fh:

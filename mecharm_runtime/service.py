@@ -45,7 +45,8 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
     s = settings
     clock = RealClock()
     table_path = await to_thread(ensure_table, s.fk_dir)
-    table = await to_thread(load_table, table_path)
+    # the lookups keep to the guard's j1 limit, so they never choose a pose it would refuse
+    table = await to_thread(load_table, table_path, j1_max=s.j1_max)
     # build the lookup index and the default bands' views now, not in the first trial's stages
     await to_thread(table.warm, [s.pick_band, s.place_band])
     arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)

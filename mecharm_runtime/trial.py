@@ -10,14 +10,13 @@ the run log, derived from the trace.
 from __future__ import annotations
 
 import asyncio
-import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mecharm_common.fsutil import check_data_root
+from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
 from mecharm_runtime.config import RuntimeSettings
@@ -32,7 +31,6 @@ from mecharm_runtime.records.ledger import (
     LedgerError,
     RecordingInfo,
     append_row,
-    ledger_path,
     wait_recording_meta,
 )
 from mecharm_runtime.records.runlog import build_runlog, iso, write_runlog
@@ -42,8 +40,6 @@ __all__ = ["DataRootError", "Rig", "TrialSummary", "exit_path", "next_run_stem",
 
 log = get_logger("mecharm_runtime.trial")
 
-RUNS_DIR = ("runs", "run_pick_place")
-_STEM_RE = re.compile(r"^run_(\d{4,})_\d{8}_\d{6}$")
 
 
 class DataRootError(RuntimeError):
@@ -93,16 +89,8 @@ class TrialSummary:
 
 
 def next_run_stem(data_root: Path, now: float | None = None) -> str:
-    """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest existing run."""
-    base = Path(data_root).joinpath(*RUNS_DIR)
-    n = 0
-    if base.is_dir():
-        for p in base.iterdir():
-            m = _STEM_RE.match(p.name)
-            if m:
-                n = max(n, int(m.group(1)))
-    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(time.time() if now is None else now))
-    return f"run_{n + 1:04d}_{stamp}"
+    """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest existing run (docs/data-root.md)."""
+    return DataRoot(data_root).next_run_stem(now)
 
 
 async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, Any]]:
@@ -158,10 +146,11 @@ async def run_trial(
     problem = check_data_root(root, require_mount=s.require_mount)
     if problem is not None:
         raise DataRootError(problem)
-    stem = next_run_stem(root)
-    run_dir = root.joinpath(*RUNS_DIR, stem)
+    layout = DataRoot(root)
+    stem = layout.next_run_stem()
+    run_dir = layout.run_dir(stem)
     run_dir.mkdir(parents=True, exist_ok=False)
-    trace_path = run_dir / f"{stem}.trace.jsonl"
+    trace_path = layout.trace(stem)
     trace = TraceWriter(trace_path)
     started_wall = rig.clock.wall()
     t0 = rig.clock.now()
@@ -169,12 +158,11 @@ async def run_trial(
     trace.write("trial", format=TRACE_FORMAT, run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed,
                 constants=s.constants())
     trace.input("table_checksum", rig.table.checksum)
-    mem_dir = root / "memories"
     ctx = TrialContext(
         settings=s, arm=TracedArm(rig.arm, trace), eyes=TracedEyes(rig.eyes, trace), recorder=rig.recorder,
         clock=rig.clock, trace=trace, table=rig.table, arc_pick=rig.arc_pick,
-        arc_place=rig.arc_place, corrections=CorrectionMemory(mem_dir / "correction_memory.json"),
-        heights=HeightMemory(mem_dir / "height_memory.json"), run_dir=run_dir, on_stage=on_stage,
+        arc_place=rig.arc_place, corrections=CorrectionMemory(layout.correction_memory),
+        heights=HeightMemory(layout.height_memory), run_dir=run_dir, on_stage=on_stage,
     )
     trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)
@@ -198,7 +186,7 @@ async def run_trial(
     rig.recorder.trial_end(stem)
     duration = rig.clock.now() - t0
     if rig.recorder.enabled:
-        rec = await wait_recording_meta(run_dir / "recording", root, timeout_s=s.recording_wait_s,
+        rec = await wait_recording_meta(layout.recording(stem).dir, root, timeout_s=s.recording_wait_s,
                                         poll_s=s.recording_poll_s)
     else:
         rec = RecordingInfo(status="none", note="recorder disabled")
@@ -228,7 +216,7 @@ async def run_trial(
     }  # fmt: skip
     ledger_error = None
     try:
-        append_row(ledger_path(root), row)
+        append_row(layout.ledger, row)
     except (LedgerError, OSError) as exc:
         ledger_error = str(exc)
         log.error("ledger_append_failed", run_stem=stem, error=ledger_error, row=row)
@@ -237,7 +225,7 @@ async def run_trial(
         "pick_verdict": summary.pick_verdict, "place_verdict": summary.place_verdict,
         "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
     })  # fmt: skip
-    write_runlog(run_dir / f"{stem}.json", runlog)
+    write_runlog(layout.runlog(stem), runlog)
     log.info("trial_end", run_stem=stem, status=status, reason=reason or None, duration_s=round(duration, 2),
              pick=summary.pick_verdict, place=summary.place_verdict, recording=rec.status)
     return summary

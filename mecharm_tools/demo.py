@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mecharm_common.config import load_settings
+from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.ledger import ledger_path
 from mecharm_runtime.service import ServiceReport, run_service, scene_next
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
 
@@ -94,8 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_table(report))
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
     print(f"\n{ok}/{len(report.trials)} trials placed the block in the box; demo took {time.monotonic() - t0:.0f}s")
-    print(f"run folders: {root / 'runs' / 'run_pick_place'}")
-    print(f"ledger:      {ledger_path(root)}")
+    print(f"run folders: {DataRoot(root).run_folders}")
+    print(f"ledger:      {DataRoot(root).ledger}")
     print(f"logs:        {logs}")
     # a trial that ends `stopped` is a result the table shows, not a broken demo
     return 0 if report.trials else 1

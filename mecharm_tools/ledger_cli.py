@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE
 from mecharm_runtime.records.ledger import (
     LEDGER_COLUMNS,
     LedgerError,
@@ -46,9 +47,9 @@ def _migrate(args: argparse.Namespace) -> int:
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="ledger_cmd", required=True)
     v = sub.add_parser("verify", help="check header, cells, vocabularies and run stems of a ledger")
-    v.add_argument("ledger", help="path to pick_place_ledger.csv")
+    v.add_argument("ledger", help=f"path to {LEDGER}")
     v.set_defaults(func=_verify)
     m = sub.add_parser("migrate", help="add missing columns (archive, pad old rows, check)")
-    m.add_argument("ledger", help="path to pick_place_ledger.csv")
-    m.add_argument("--archive-dir", help="where the old generation goes (default: ledger_archive/ beside it)")
+    m.add_argument("ledger", help=f"path to {LEDGER}")
+    m.add_argument("--archive-dir", help=f"where the old generation goes (default: {LEDGER_ARCHIVE}/ beside it)")
     m.set_defaults(func=_migrate)

@@ -64,6 +64,7 @@ __all__ = [
     "is_known_reason",
     "parse_event",
     "parse_frame_reply",
+    "parse_recording_meta",
 ]
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -372,3 +373,16 @@ class RecordingMeta(BaseModel):
     frame_requests: int = 0
     first_capture_ts: float | None = None
     last_capture_ts: float | None = None
+
+
+def parse_recording_meta(data: bytes | str) -> RecordingMeta:
+    """Parse a recording's meta file; raise EventError naming what is wrong (the runtime
+    records it as status ``none`` with that note, the exporter refuses the trial)."""
+    try:
+        return RecordingMeta.model_validate_json(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors(include_url=False)[:5]:
+            loc = ".".join(str(p) for p in err["loc"])
+            parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+        raise EventError("not a valid recording meta: " + "; ".join(parts)) from None

@@ -32,6 +32,7 @@ from mecharm_cameras.base import CameraSource
 from mecharm_cameras.factory import make_camera
 from mecharm_cameras.freshness import NoFrameError, StaleFrameError
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
+from mecharm_common.layout import ORPHAN_FRAMES
 from mecharm_common.logging import get_logger
 from recorder.capture import CameraWorker
 from recorder.config import RecorderSettings
@@ -61,10 +62,9 @@ from recorder.status import RateLimitedLog, StatusCounters
 from recorder.trial import TrialRecording
 from recorder.writer import CapturedFrame, FrameWriter
 
-__all__ = ["ORPHAN_SUBDIR", "REASON_RATE_LIMITED", "RecorderService"]
+__all__ = ["REASON_RATE_LIMITED", "RecorderService"]
 
 log = get_logger("recorder")
-ORPHAN_SUBDIR = ("diag", "recorder_orphan_frames")
 _RCVBUF = 4 * 1024 * 1024
 #: the exception:{Type} reason (docs/recorder.md) for a request refused by the rate limit
 REASON_RATE_LIMITED = "exception:RateLimited"
@@ -308,7 +308,7 @@ class RecorderService:
             if trial is not None:
                 folder = trial.extracted
             else:
-                folder = safe_join(self.root, *ORPHAN_SUBDIR)
+                folder = safe_join(self.root, *ORPHAN_FRAMES)
                 folder.mkdir(parents=True, exist_ok=True)
             path = save_jpeg(latest.image, folder, tag, latest.wall_ts, self.settings.jpeg_quality,
                              jpeg=latest.jpeg)

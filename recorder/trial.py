@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from mecharm_common.fsutil import atomic_write_json, safe_join, validate_name
+from mecharm_common.fsutil import atomic_write_json, safe_join
+from mecharm_common.layout import DataRoot, RecordingFiles
 from recorder.config import RecorderSettings
 from recorder.events import (
     FRAME_LOG_COLUMNS,
@@ -32,9 +33,8 @@ from recorder.events import (
 )
 from recorder.video import VideoWriter
 
-__all__ = ["RUNS_SUBDIR", "TrialExistsError", "TrialRecording", "recording_dir", "state_row"]
+__all__ = ["TrialExistsError", "TrialRecording", "recording_dir", "state_row"]
 
-RUNS_SUBDIR = ("runs", "run_pick_place")
 #: severity order for the final status: the worst thing that happened wins
 _SEVERITY = {"ok": 0, "truncated": 1, "camera_lost": 2, "mount_lost": 3}
 
@@ -44,8 +44,9 @@ class TrialExistsError(FileExistsError):
 
 
 def recording_dir(root: Path, run_stem: str) -> Path:
-    """``{root}/runs/run_pick_place/{run_stem}/recording`` (names validated, stays in root)."""
-    return safe_join(root, *RUNS_SUBDIR, validate_name(run_stem, "run_stem"), "recording")
+    """The trial's recording folder (docs/data-root.md); names validated, stays in root
+    even through symlinks."""
+    return safe_join(root, *DataRoot.recording_rel(run_stem).parts)
 
 
 def _num(v: Any) -> str:
@@ -89,8 +90,9 @@ class TrialRecording:
         self.settings = settings
         self.camera_spec = camera_spec
         self.dir = recording_dir(self.root, run_stem)
-        self.extracted = self.dir / "extracted"
-        self.rel_path = "/".join((*RUNS_SUBDIR, run_stem, "recording"))
+        self.files = RecordingFiles(self.dir)
+        self.extracted = self.files.snapshots
+        self.rel_path = str(DataRoot.recording_rel(run_stem))
         self.started_ts = time.time()
         self.start_mono_ns = time.monotonic_ns()
         self.ended_ts: float | None = None
@@ -112,7 +114,7 @@ class TrialRecording:
         #: monotonic deadline for the backlog once the trial is closing (None while open)
         self.close_deadline: float | None = None
         self.frames_dropped_at_close = 0
-        self.video = VideoWriter(self.dir / "episode.mp4", settings.video)
+        self.video = VideoWriter(self.files.video, settings.video)
         self._states_fh: IO[str] | None = None
         self._states: Any = None
         self._flog_fh: IO[str] | None = None
@@ -124,14 +126,14 @@ class TrialRecording:
     def create(cls, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str) -> TrialRecording:
         """Make the folder and open both CSVs (headers written). Raises OSError, TrialExistsError."""
         trial = cls(root, run_stem, settings, camera_spec)
-        if (trial.dir / "episode.mp4").exists() or (trial.dir / "recording_meta.json").exists():
+        if trial.files.video.exists() or trial.files.meta.exists():
             raise TrialExistsError(f"a recording for {run_stem} already exists in {trial.rel_path}")
         trial.extracted.mkdir(parents=True, exist_ok=True)
         try:
-            trial._states_fh = open(trial.dir / "states.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the trial)
+            trial._states_fh = open(trial.files.states, "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the trial)
             trial._states = csv.writer(trial._states_fh)
             trial._states.writerow(STATES_COLUMNS)
-            trial._flog_fh = open(trial.dir / "frame_log.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115
+            trial._flog_fh = open(trial.files.frame_log, "w", newline="", encoding="utf-8")  # noqa: SIM115
             trial._flog = csv.writer(trial._flog_fh)
             trial._flog.writerow(FRAME_LOG_COLUMNS)
             trial._states_fh.flush()
@@ -277,7 +279,7 @@ class TrialRecording:
     def write_meta(self) -> RecordingMeta:
         """Write recording_meta.json atomically (tmp + rename). Raises OSError."""
         meta = self.meta()
-        path = self.dir / "recording_meta.json"
+        path = self.files.meta
         atomic_write_json(path, meta.model_dump(mode="json"))
         path.chmod(0o644)  # mkstemp made it 0600; the exporter may run as another user
         return meta

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_common.kinematics import TOOL_OFFSET_M, fk_tip
+from mecharm_common.layout import FkTableFiles
 from mecharm_common.logging import get_logger
 from mecharm_runtime.lookup.table import (
     FkTable,
@@ -155,7 +156,7 @@ def ensure_table(data_dir: Path) -> Path:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     # two processes starting on one data root: the second waits and finds the table
-    with open(path.parent / ".fk_table.lock", "w") as lock:
+    with open(FkTableFiles(path).lock, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.is_file():
             rows = default_rows()

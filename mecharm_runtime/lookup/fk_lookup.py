@@ -1,7 +1,7 @@
 """fk_lookup (docs/lookup.md): the table row nearest to a target in x-z under the safety filters.
 
 Semantics kept from the rig: keep rows in the half-open ee_y band that pass the
-joint limits and j1 <= 88°, and every optional band (j3, j5 within ``band_deg`` of
+joint limits and j1 <= the table's ``j1_max`` (88° unless configured lower), and every optional band (j3, j5 within ``band_deg`` of
 a reference; every joint within ``joint_tol`` of ``ref_joints``); choose the row
 nearest in x-z (ties: lowest row number); ``out_of_range`` when no row is left
 (naming the filter that emptied the set, with the count after each filter), when
@@ -188,16 +188,16 @@ def _validate(
     )
 
 
-def joint_violations(angles: Sequence[float]) -> tuple[str, ...]:
-    """Human-readable list of SDK-limit and j1 <= 88° violations of one pose."""
+def joint_violations(angles: Sequence[float], j1_max: float = J1_SAFE_MAX) -> tuple[str, ...]:
+    """Human-readable list of SDK-limit and j1 <= ``j1_max`` violations of one pose."""
     out = []
     for i, a in enumerate(angles):
         if a < JOINT_MIN[i]:
             out.append(f"j{i} {a:.2f} < {JOINT_MIN[i]:.0f} (SDK limit)")
         elif a > JOINT_MAX[i]:
             out.append(f"j{i} {a:.2f} > {JOINT_MAX[i]:.0f} (SDK limit)")
-    if angles[1] > J1_SAFE_MAX:
-        out.append(f"j1 {angles[1]:.2f} > {J1_SAFE_MAX:.0f} (firmware ignores the send above ~90.7)")
+    if angles[1] > j1_max:
+        out.append(f"j1 {angles[1]:.2f} > {j1_max:g} (firmware ignores the send above ~90.7)")
     return tuple(out)
 
 
@@ -431,10 +431,10 @@ def _window(idx: Any, table: FkTable, q: _Query, steps: list[tuple[str, Any]], h
     return None
 
 
-def _describe_counts(q: _Query, counts: dict[str, int]) -> str:
+def _describe_counts(table: FkTable, q: _Query, counts: dict[str, int]) -> str:
     label = {
         "band": f"ee_y band [{q.y_lo:.3f}, {q.y_hi:.3f})",
-        "safety": "joint limits + j1<=88",
+        "safety": f"joint limits + j1<={table.j1_max:g}",
         "j3": f"j3 within {q.band_deg:g} of {q.j3_ref}",
         "j5": f"j5 within {q.band_deg:g} of {q.j5_ref}",
         "ref_joints": f"all joints within {q.tol} of ref_joints",
@@ -480,7 +480,7 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     if best is None:
         assert counts is not None
         emptied = next(k for k, v in counts.items() if v == 0)
-        why = f"out_of_range: no candidate left after the {emptied} filter ({_describe_counts(q, counts)})"
+        why = f"out_of_range: no candidate left after the {emptied} filter ({_describe_counts(table, q, counts)})"
         return _result(table, q, method, ok=False, pose_id=None, angles=None, selected_index=None,
                        selected_ee_y=None, resid_x=None, resid_z=None, distance=None, nearest_index=None,
                        nearest_xyz=None, nearest_angles=None, joint_limit_ok=False, violations=(),
@@ -490,7 +490,7 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     dx = x - q.tx  # Python floats: the same IEEE operations as the array code
     dz = z - q.tz
     dist = math.sqrt(dx * dx + dz * dz)
-    violations = joint_violations(angles)
+    violations = joint_violations(angles, table.j1_max)
     max_dj = None if q.ref is None else max(abs(a - r) for a, r in zip(angles, q.ref, strict=True))
     code: str | None = None
     reason: str | None = None
@@ -504,7 +504,7 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
     if not ok:
         if counts is None:
             counts = _counts(table, q)
-        reason = f"{reason} ({_describe_counts(q, counts)})"
+        reason = f"{reason} ({_describe_counts(table, q, counts)})"
     return _result(table, q, method, ok=ok, pose_id=f"fk_row_{best}" if ok else None,
                    angles=angles if ok else None, selected_index=best if ok else None,
                    selected_ee_y=y if ok else None, resid_x=dx, resid_z=dz, distance=dist,

@@ -9,17 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.lookup.table import default_table_path
+from mecharm_runtime.lookup.table import J1_SAFE_MAX, default_table_path
 
 __all__ = ["FkToolSettings"]
 
 
 class FkToolSettings(RigSettings):
-    """Paths of the FK tools; ``table`` overrides ``{data_dir}/fk/fk_table.csv``."""
+    """Paths of the FK tools; ``table`` overrides the data dir's table (docs/data-root.md).
+
+    ``j1_max`` is the runtime's limit (``MECHARM_FK_J1_MAX``): set it alike so that
+    ``fk lookup`` and the hole map see the rows a trial may choose."""
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_FK_")
 
@@ -28,6 +32,7 @@ class FkToolSettings(RigSettings):
     pick_arc: Path = DEFAULT_PICK_ARC
     place_arc: Path = DEFAULT_PLACE_ARC
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    j1_max: float = Field(J1_SAFE_MAX, le=90.7)
 
     @property
     def table_path(self) -> Path:

@@ -3,12 +3,16 @@
 Rows are ``ee_x, ee_y, ee_z, j0..j5`` (tool tip in the Unity frame in metres, then
 six joint angles in degrees), docs/lookup.md. The CSV is the truth; parsing a million
 rows is slow, so a binary copy (plus the spatial index of ``fk_lookup``) is kept
-next to it in ``.{name}.{sha256[:16]}.npz`` and used only when its recorded
-checksum equals the CSV's. The CSV's checksum is recorded in ``{name}.sha256``
+next to it (``FkTableFiles.cache``) and used only when its recorded checksum
+equals the CSV's. The CSV's checksum is recorded beside it (``FkTableFiles.record``)
 together with its size and mtime; when the CSV's size or mtime differ from that
 record the file is hashed again (``verify=True`` always hashes), so a changed CSV
 never meets a stale cache. A replaced table is archived under ``archive/``, never
-overwritten, and never copied to a version-suffixed sibling.
+overwritten, and never copied to a version-suffixed sibling. File names: docs/data-root.md.
+
+Which rows are safe depends on the j1 limit the table was loaded with (the runtime's
+``j1_max``, the guard's limit), so the lookup never chooses a pose the guard would
+refuse; the limit is not part of the checksum, which is the CSV's alone.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from numpy.typing import NDArray
 
 from mecharm_common.fsutil import atomic_write_json
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm_common.layout import FK_ARCHIVE, FK_TABLE, DataRoot, FkTableFiles
 from mecharm_common.logging import get_logger
 
 __all__ = [
@@ -53,9 +58,9 @@ __all__ = [
 log = get_logger("mecharm.lookup.table")
 
 COLUMNS: tuple[str, ...] = ("ee_x", "ee_y", "ee_z", "j0", "j1", "j2", "j3", "j4", "j5")
-TABLE_NAME = "fk_table.csv"
-ARCHIVE_DIR = "archive"
-#: Firmware silently ignores send_angles above j1 ~ 90.7° (docs/daemon.md): never choose j1 > 88°.
+TABLE_NAME = FK_TABLE
+ARCHIVE_DIR = FK_ARCHIVE
+#: Default j1 limit: the firmware silently ignores send_angles above j1 ~ 90.7° (docs/lookup.md).
 J1_SAFE_MAX = 88.0
 _CACHE_VERSION = 1
 
@@ -65,8 +70,8 @@ class TableError(ValueError):
 
 
 def default_table_path(data_dir: Path) -> Path:
-    """``{data_dir}/fk/fk_table.csv`` — the one fixed name of the table."""
-    return Path(data_dir) / "fk" / TABLE_NAME
+    """The one fixed name of the table in a data directory (docs/data-root.md)."""
+    return DataRoot(data_dir).fk_table
 
 
 def file_checksum(path: Path) -> str:
@@ -78,13 +83,20 @@ def file_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
-def safety_mask(joints: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """Rows inside the SDK joint limits and with j1 <= 88° (docs/lookup.md, the safety mask)."""
+def safety_mask(joints: NDArray[np.float64], j1_max: float = J1_SAFE_MAX) -> NDArray[np.bool_]:
+    """Rows inside the SDK joint limits and with j1 <= ``j1_max``."""
     lo = np.asarray(JOINT_MIN)
     hi = np.asarray(JOINT_MAX)
     ok = np.all((joints >= lo) & (joints <= hi), axis=1)
-    ok &= joints[:, 1] <= J1_SAFE_MAX
+    ok &= joints[:, 1] <= j1_max
     return ok
+
+
+def _j1_limit(j1_max: float) -> float:
+    j1 = float(j1_max)
+    if not np.isfinite(j1):
+        raise TableError(f"j1_max must be a finite number of degrees, got {j1_max!r}")
+    return j1
 
 
 @dataclass(eq=False)
@@ -92,12 +104,15 @@ class FkTable:
     """A loaded table: columns as contiguous float64 arrays, plus its checksum.
 
     ``xyz[i]`` and ``joints[i]`` are row ``i`` of the CSV (0-based, header excluded).
+    ``j1_max`` is fixed for the table's life: the safety mask and everything built on it
+    (index band views, ee_y-ordered columns) are cached per table.
     """
 
     xyz: NDArray[np.float64]  # (n, 3)
     joints: NDArray[np.float64]  # (n, 6)
     checksum: str
     path: Path | None = None
+    j1_max: float = J1_SAFE_MAX
     _index: Any = field(default=None, repr=False)
     _cols: dict[str, NDArray[Any]] = field(default_factory=dict, repr=False)
 
@@ -110,7 +125,7 @@ class FkTable:
         arr = self._cols.get(name)
         if arr is None:
             if name == "safe":
-                arr = safety_mask(self.joints)
+                arr = safety_mask(self.joints, self.j1_max)
             elif name == "xz":
                 arr = np.ascontiguousarray(self.xyz[:, [0, 2]])
             elif name in COLUMNS[:3]:
@@ -147,11 +162,26 @@ class FkTable:
             view.by_j0()
         return self
 
+    def with_j1_max(self, j1_max: float) -> FkTable:
+        """This table under another j1 limit: the same rows, checksum and spatial index
+        arrays, with its own safety mask and band views. ``self`` when the limit is equal."""
+        j1 = _j1_limit(j1_max)
+        if j1 == self.j1_max:
+            return self
+        other = FkTable(xyz=self.xyz, joints=self.joints, checksum=self.checksum, path=self.path, j1_max=j1)
+        other._cols.update((k, v) for k, v in self._cols.items() if k != "safe")
+        if self._index is not None:
+            from mecharm_runtime.lookup.index import FkIndex
+
+            other._index = FkIndex.from_arrays(other, self._index.arrays())
+        return other
+
     def row(self, i: int) -> tuple[float, ...]:
         return tuple(float(v) for v in (*self.xyz[i], *self.joints[i]))
 
     @classmethod
-    def from_rows(cls, rows: NDArray[np.float64], checksum: str = "", path: Path | None = None) -> FkTable:
+    def from_rows(cls, rows: NDArray[np.float64], checksum: str = "", path: Path | None = None,
+                  j1_max: float = J1_SAFE_MAX) -> FkTable:
         """Wrap an (n, 9) array (in memory, e.g. tests); ``checksum`` defaults to a hash of the data."""
         rows = np.asarray(rows, dtype=np.float64)
         if rows.ndim != 2 or rows.shape[1] != 9:
@@ -166,6 +196,7 @@ class FkTable:
             joints=np.ascontiguousarray(rows[:, 3:]),
             checksum=checksum,
             path=path,
+            j1_max=_j1_limit(j1_max),
         )
 
 
@@ -227,7 +258,7 @@ def write_table(path: Path, rows: NDArray[np.float64]) -> str:
 
 
 def _record_path(path: Path) -> Path:
-    return path.with_name(path.stem + ".sha256")
+    return FkTableFiles(path).record
 
 
 def _write_record(path: Path, checksum: str, n_rows: int | None) -> None:
@@ -248,7 +279,7 @@ def _read_record(path: Path) -> dict[str, Any] | None:
 
 
 def cache_path(path: Path, checksum: str) -> Path:
-    return Path(path).with_name(f".{Path(path).name}.{checksum[:16]}.npz")
+    return FkTableFiles(Path(path)).cache(checksum)
 
 
 def _checksum_of(path: Path, verify: bool) -> str:
@@ -269,35 +300,39 @@ def _checksum_of(path: Path, verify: bool) -> str:
     return checksum
 
 
-def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True) -> FkTable:
+def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True,
+               j1_max: float = J1_SAFE_MAX) -> FkTable:
     """Load the table at ``path`` through its checksum-keyed binary cache.
 
     The cache is rebuilt (from the CSV) when missing, unreadable or recorded for
     another checksum; ``verify`` re-hashes the CSV even if its size and mtime match
-    the checksum record. Raises TableError for a missing or malformed CSV.
+    the checksum record. ``j1_max`` is the limit the lookups keep to (pass the
+    runtime's configured one); it changes neither the checksum nor the cache.
+    Raises TableError for a missing or malformed CSV or a non-finite ``j1_max``.
     """
     path = Path(path)
+    j1_max = _j1_limit(j1_max)
     if not path.is_file():
         raise TableError(f"FK table {path}: no such file")
     t0 = time.perf_counter()
     checksum = _checksum_of(path, verify)
     cpath = cache_path(path, checksum)
     if use_cache and cpath.is_file():
-        table = _load_cache(cpath, checksum, path)
+        table = _load_cache(cpath, checksum, path, j1_max)
         if table is not None:
             log.debug("fk_table_loaded", path=str(path), source="cache", n_rows=table.n_rows,
                       ms=round((time.perf_counter() - t0) * 1000, 1))
             return table
     rows = read_csv_rows(path)
-    table = FkTable.from_rows(rows, checksum=checksum, path=path)
+    table = FkTable.from_rows(rows, checksum=checksum, path=path, j1_max=j1_max)
     if use_cache:
-        _save_cache(cpath, table)
+        _save_cache(path, table)
     log.info("fk_table_loaded", path=str(path), source="csv", n_rows=table.n_rows, checksum=checksum,
              ms=round((time.perf_counter() - t0) * 1000, 1))
     return table
 
 
-def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
+def _load_cache(cpath: Path, checksum: str, path: Path, j1_max: float) -> FkTable | None:
     from mecharm_runtime.lookup.index import CELL_M, FkIndex
 
     try:
@@ -307,7 +342,7 @@ def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
                     or meta.get("cell") != CELL_M):
                 log.warning("fk_table_cache_mismatch", cache=str(cpath), recorded=meta.get("sha256"))
                 return None
-            table = FkTable(xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path)
+            table = FkTable(xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path, j1_max=j1_max)
             table._index = FkIndex.from_arrays(table, {k[4:]: z[k] for k in z.files if k.startswith("idx_")})
     except (OSError, ValueError, KeyError) as exc:
         log.warning("fk_table_cache_unreadable", cache=str(cpath), error=str(exc))
@@ -317,10 +352,12 @@ def _load_cache(cpath: Path, checksum: str, path: Path) -> FkTable | None:
 
 def save_cache(path: Path, table: FkTable) -> None:
     """Write the binary cache of ``table`` (whose rows are exactly the CSV at ``path``)."""
-    _save_cache(cache_path(path, table.checksum), table)
+    _save_cache(Path(path), table)
 
 
-def _save_cache(cpath: Path, table: FkTable) -> None:
+def _save_cache(path: Path, table: FkTable) -> None:
+    files = FkTableFiles(path)
+    cpath = files.cache(table.checksum)
     from mecharm_runtime.lookup.index import CELL_M
 
     meta = json.dumps({"sha256": table.checksum, "version": _CACHE_VERSION, "n_rows": table.n_rows,
@@ -337,7 +374,7 @@ def _save_cache(cpath: Path, table: FkTable) -> None:
         log.warning("fk_table_cache_not_written", cache=str(cpath), error=str(exc))
     finally:
         tmp.unlink(missing_ok=True)
-    for old in cpath.parent.glob(f".{table.path.name if table.path else ''}.*.npz"):
+    for old in cpath.parent.glob(files.cache_glob):
         if old != cpath:
             old.unlink(missing_ok=True)
 
@@ -353,7 +390,7 @@ def archive_table(path: Path) -> Path | None:
         return None
     checksum = _checksum_of(path, verify=True)
     stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(path.stat().st_mtime))
-    dest_dir = path.parent / ARCHIVE_DIR
+    dest_dir = FkTableFiles(path).archive_dir
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / f"{path.stem}.{stamp}.{checksum[:12]}{path.suffix}"
     if dest.exists():
@@ -366,8 +403,8 @@ def archive_table(path: Path) -> Path | None:
             raise TableError(f"archived copy {dest} does not match checksum {checksum}")
     rec = _record_path(path)
     if rec.is_file():
-        rec.replace(dest_dir / (dest.stem + ".sha256"))
-    for old in path.parent.glob(f".{path.name}.*.npz"):
+        rec.replace(FkTableFiles(dest).record)
+    for old in path.parent.glob(FkTableFiles(path).cache_glob):
         old.unlink(missing_ok=True)
     log.info("fk_table_archived", path=str(path), archive=str(dest), checksum=checksum)
     return dest

@@ -1,4 +1,4 @@
-"""The trial ledger: ``{root}/runs/pick_place_ledger.csv``, one row per trial, append-only.
+"""The trial ledger (``DataRoot.ledger``, docs/data-root.md): one row per trial, append-only.
 
 The column list is a contract with the LeRobot exporter (docs/architecture.md).
 Existing rows are never rewritten: a row is appended and fsynced; a file whose
@@ -11,11 +11,9 @@ empty cells for the new columns and checks that each old row survived byte for b
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import hashlib
 import io
-import json
 import os
 import re
 import shutil
@@ -25,7 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from mecharm_common.fsutil import atomic_write_bytes
+from mecharm_common.layout import (
+    LEDGER,
+    LEDGER_ARCHIVE,
+    META,
+    RUN_STEM_FORMAT,
+    RUN_STEM_RE,
+    DataRoot,
+)
+from recorder.events import RECORDING_STATUSES, EventError, parse_recording_meta
 
 __all__ = [
     "LEDGER_COLUMNS",
@@ -43,17 +52,15 @@ __all__ = [
     "wait_recording_meta",
 ]
 
-LEDGER_NAME = "pick_place_ledger.csv"
+LEDGER_NAME = LEDGER
 LEDGER_COLUMNS: tuple[str, ...] = (
     "run_stem", "started_at", "ended_at", "duration_s", "status", "reason", "dry_run", "scene_seed",
     "pick_verdict", "pick_confidence", "place_verdict", "place_confidence", "pick_attempts",
     "block_x", "block_z", "box_x", "box_z",
     "recording_path", "recording_fps", "recording_frames", "recording_status",
 )  # fmt: skip
-RECORDING_STATUSES = ("ok", "truncated", "camera_lost", "mount_lost", "none")
 STATUSES = ("completed", "stopped")
 VERDICTS = ("yes", "no", "")
-_STEM_RE = re.compile(r"^run_\d{4,}_\d{8}_\d{6}$")
 _NUMERIC = ("duration_s", "pick_confidence", "place_confidence", "block_x", "block_z", "box_x", "box_z", "recording_fps")
 _INTEGER = ("pick_attempts", "recording_frames", "scene_seed")
 
@@ -63,7 +70,7 @@ class LedgerError(ValueError):
 
 
 def ledger_path(data_root: Path) -> Path:
-    return Path(data_root) / "runs" / LEDGER_NAME
+    return DataRoot(data_root).ledger
 
 
 def _cell(value: Any) -> str:
@@ -150,13 +157,13 @@ async def wait_recording_meta(
     timeout_s: float = 2.0,
     poll_s: float = 0.1,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
 ) -> RecordingInfo:
-    """Wait for ``recording_meta.json`` at most ``timeout_s``, polling every ``poll_s``
-    and never sleeping past the deadline (docs/runtime.md, "Records"): every motion is
-    done by then, so this is the one wait a trial may afford. No (valid) meta → status
-    ``none``. ``clock`` and ``sleep`` are injectable so tests can check the schedule."""
-    meta_path = Path(recording_dir) / "recording_meta.json"
+    """Wait for the recording's meta file at most ``timeout_s``, polling every ``poll_s``
+    and never sleeping past the deadline (docs/runtime.md). No meta, or one that is not a
+    valid ``RecordingMeta``, gives status ``none`` with a note saying what was wrong.
+    ``clock`` and ``sleep`` are injectable so tests can check the poll schedule."""
+    meta_path = Path(recording_dir) / META
     t0 = clock()
     deadline = t0 + timeout_s
     while True:
@@ -166,34 +173,28 @@ async def wait_recording_meta(
             return info
         now = clock()
         if now >= deadline:
-            return RecordingInfo(status="none", waited_s=now - t0, note="no recording_meta.json within the wait")
+            return RecordingInfo(status="none", waited_s=now - t0, note=f"no {META} within the wait")
         await sleep(min(poll_s, deadline - now))
 
 
 def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
+    """The meta as ledger columns; None while it does not exist (the recorder writes it
+    atomically, so a file that exists is complete and a bad one is not retried)."""
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        data = meta_path.read_bytes()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        return RecordingInfo(status="none", note=f"unreadable recording_meta.json: {exc}")
-    if not isinstance(meta, dict):
-        return RecordingInfo(status="none", note="recording_meta.json is not an object")
-    status = meta.get("status")
-    if status not in RECORDING_STATUSES or status == "none":
-        return RecordingInfo(status="none", note=f"recording_meta.json has unknown status {status!r}")
+    except OSError as exc:
+        return RecordingInfo(status="none", note=f"unreadable {META}: {exc.strerror or exc}")
+    try:
+        meta = parse_recording_meta(data)
+    except EventError as exc:
+        return RecordingInfo(status="none", note=f"{META}: {exc}")
     try:
         rel = os.path.relpath(meta_path.parent, data_root)
     except ValueError:
         rel = str(meta_path.parent)
-    fps = meta.get("effective_fps")
-    frames = meta.get("frames_written")
-    return RecordingInfo(
-        status=str(status),
-        path=rel,
-        fps=float(fps) if isinstance(fps, int | float) and not isinstance(fps, bool) else None,
-        frames=int(frames) if isinstance(frames, int) and not isinstance(frames, bool) else None,
-    )
+    return RecordingInfo(status=meta.status, path=rel, fps=meta.effective_fps, frames=meta.frames_written)
 
 
 # ---------------------------------------------------------------- verify
@@ -250,8 +251,8 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
             continue
         row = dict(zip(header, rec, strict=True))
         stem = row["run_stem"]
-        if not _STEM_RE.fullmatch(stem):
-            rep.errors.append(f"line {lineno}: run_stem {stem!r} is not run_NNNN_YYYYmmdd_HHMMSS")
+        if not RUN_STEM_RE.fullmatch(stem):
+            rep.errors.append(f"line {lineno}: run_stem {stem!r} is not {RUN_STEM_FORMAT}")
         elif stem in seen:
             rep.errors.append(f"line {lineno}: run_stem {stem} repeats line {seen[stem]}")
         else:
@@ -346,7 +347,7 @@ def migrate_ledger(
     check = list(csv.reader(io.StringIO(new.decode("utf-8"), newline="")))
     if any(len(r) != len(columns) for r in check):
         raise LedgerError("migration check failed: a padded row has the wrong cell count")
-    archive_dir = Path(archive_dir) if archive_dir is not None else path.parent / "ledger_archive"
+    archive_dir = Path(archive_dir) if archive_dir is not None else path.parent / LEDGER_ARCHIVE
     archive_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(now()))
     archive = archive_dir / f"{path.stem}_{stamp}_{len(header)}cols{path.suffix}"

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.layout import LEDGER, RUNS_DIR
 from mecharm_common.logging import configure_logging
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, ExportReport, export_lerobot
@@ -99,7 +100,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     lr = sub.add_parser(
         "lerobot", help="export recorded trials as a LeRobot v3.0 dataset (incremental)"
     )
-    lr.add_argument("--root", required=True, help="data root holding runs/pick_place_ledger.csv")
+    lr.add_argument("--root", required=True, help=f"data root holding {RUNS_DIR}/{LEDGER}")
     lr.add_argument(
         "--out", required=True, help="dataset folder (created, or extended with new trials)"
     )

@@ -18,9 +18,15 @@ from pathlib import Path
 import av
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import ValidationError
 
-from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS, RecordingMeta
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO
+from recorder.events import (
+    FRAME_LOG_COLUMNS,
+    STATES_COLUMNS,
+    EventError,
+    RecordingMeta,
+    parse_recording_meta,
+)
 
 __all__ = [
     "FRAME_LOG_NAME",
@@ -33,10 +39,11 @@ __all__ = [
     "parse_gripper",
 ]
 
-VIDEO_NAME = "episode.mp4"
-FRAME_LOG_NAME = "frame_log.csv"
-STATES_NAME = "states.csv"
-META_NAME = "recording_meta.json"
+# the recording folder's file names (docs/data-root.md)
+VIDEO_NAME = VIDEO
+FRAME_LOG_NAME = FRAME_LOG
+STATES_NAME = STATES
+META_NAME = META
 _JOINTS = ("j0", "j1", "j2", "j3", "j4", "j5")
 
 
@@ -116,10 +123,11 @@ def _read_meta(path: Path, run_stem: str) -> RecordingMeta:
             f"{META_NAME} is missing: the recording ended abnormally (recorder killed or crashed)"
         )
     try:
-        meta = RecordingMeta.model_validate_json(meta_path.read_bytes())
-    except (OSError, ValidationError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise RecordingError(f"{META_NAME} is unreadable or invalid: {first}") from None
+        meta = parse_recording_meta(meta_path.read_bytes())
+    except OSError as exc:
+        raise RecordingError(f"{META_NAME} is unreadable: {exc.strerror or exc}") from None
+    except EventError as exc:
+        raise RecordingError(f"{META_NAME} is invalid: {exc}") from None
     if meta.run_stem != run_stem:
         raise RecordingError(f"{META_NAME} belongs to {meta.run_stem!r}, not {run_stem!r}")
     return meta

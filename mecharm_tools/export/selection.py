@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
+from mecharm_common.layout import DataRoot
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS, ledger_path
 
 __all__ = [
@@ -112,7 +113,7 @@ def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:
 
 
 def _recording_dir(root: Path, run_stem: str, rel: str) -> Path:
-    rel = rel.strip() or f"runs/run_pick_place/{run_stem}/recording"
+    rel = rel.strip() or str(DataRoot.recording_rel(run_stem))
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     return safe_join(root, *parts)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from mecharm_common.config import load_settings
 from mecharm_common.fsutil import atomic_write_json, atomic_write_text
+from mecharm_common.layout import FK_DIR, FK_TABLE
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup.build import build_table, default_rows, ensure_table
 from mecharm_runtime.lookup.fk_lookup import METHODS, PHASES, fk_lookup
@@ -60,7 +61,7 @@ def _table_path(args: argparse.Namespace) -> Path:
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file with data_dir, table, pick_arc, place_arc, log_level")
-    p.add_argument("--data-dir", help="data root; the table is {data-dir}/fk/fk_table.csv (default data)")
+    p.add_argument("--data-dir", help=f"data root; the table is {{data-dir}}/{FK_DIR}/{FK_TABLE} (default data)")
     p.add_argument("--table", help="table CSV path (overrides --data-dir)")
     p.add_argument("--log-level", help="structlog level (default warning)")
 
@@ -85,7 +86,7 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
     path = _table_path(args)
     if args.ensure:
         ensure_table(_settings(args).data_dir)
-    table = load_table(path)
+    table = load_table(path, j1_max=_settings(args).j1_max)
     band = PHASE_BANDS.get(args.phase, (None, None))
     y_lo = args.ee_y_min if args.ee_y_min is not None else band[0]
     y_hi = args.ee_y_max if args.ee_y_max is not None else band[1]
@@ -118,7 +119,7 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
 
 def _map(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     settings = _settings(args)
-    table = load_table(settings.table_path)
+    table = load_table(settings.table_path, j1_max=settings.j1_max)
     arc = load_arc(settings.place_arc)
     t0 = time.perf_counter()
     cells = hole_map(table, arc)
@@ -172,7 +173,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
         expect, clusters = table.checksum, cluster_seeds(table, cells)
     before = summarize(cells, clusters)
     merged = fill_table(path, clusters, expect_checksum=expect)
-    table2 = load_table(path)
+    table2 = load_table(path, j1_max=_settings(args).j1_max)
     cells2 = hole_map(table2, load_arc(_settings(args).place_arc))
     after = summarize(cells2, cluster_seeds(table2, cells2))
     sys.stdout.write(ascii_map(cells2))

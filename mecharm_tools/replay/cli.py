@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.layout import FK_DIR, FK_TABLE
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import TableError, ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import ArcPose
@@ -49,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None,
                         help=f"YAML settings (default {_DEFAULT_CONFIG} when it exists)")
     parser.add_argument("--data-dir", type=Path, default=None,
-                        help="FK data dir: table at DIR/fk/fk_table.csv, the default table is built when missing")
+                        help=f"FK data dir: table at DIR/{FK_DIR}/{FK_TABLE}, the default table is built when missing")
     parser.add_argument("--table", type=Path, default=None, help="FK table CSV to use instead of the data dir's")
     parser.add_argument("--arc-pick", type=Path, default=None, help="approach_pick arc file (default: recorded path)")
     parser.add_argument("--arc-place", type=Path, default=None, help="approach_place arc file (default: recorded path)")
@@ -119,6 +120,7 @@ def replay_one(path: Path, res: _Resources, overrides: dict[str, Any]) -> tuple[
         return EXIT_MALFORMED, f"{path}: {exc}", None
     try:
         table_path, table = res.table()
+        table = table.with_j1_max(settings.j1_max)  # the limit this trial ran with (docs/lookup.md)
         consts = recorded.constants
         arc_pick = res.arc(res.settings.arc_pick, consts.get("approach_pick_arc"), "arc_pick")
         arc_place = res.arc(res.settings.arc_place, consts.get("approach_place_arc"), "arc_place")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.config import load_settings
+from mecharm_common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.ports import VerdictObservation
@@ -98,7 +99,7 @@ def record(out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None,
                 })  # fmt: skip
                 print(f"{name}: scene seed {seed}", flush=True)
                 trace = asyncio.run(_one(settings, rig.control_url, seed, misses))
-                dest = out_dir / f"{name}.trace.jsonl"
+                dest = out_dir / f"{name}{TRACE_SUFFIX}"
                 shutil.copyfile(trace, dest)
                 written.append(dest)
         finally:
@@ -108,9 +109,9 @@ def record(out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None,
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mecharm_tools.replay.make_corpus", description=__doc__.splitlines()[0])
-    p.add_argument("out_dir", type=Path, help="where the .trace.jsonl files go (tests/replay/corpus)")
+    p.add_argument("out_dir", type=Path, help=f"where the {TRACE_SUFFIX} files go (tests/replay/corpus)")
     p.add_argument("--data-dir", type=Path, default=Path("data"),
-                   help="FK data dir: the table is {dir}/fk/fk_table.csv, built when missing (default data)")
+                   help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing (default data)")
     p.add_argument("--only", nargs="*", choices=list(SCENARIOS), help="record only these scenarios")
     p.add_argument("--time-scale", type=float, default=10.0, help="sim speed-up (never changes a decision)")
     args = p.parse_args(argv)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import structlog
 
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.records.ledger import append_row, ledger_path
 from recorder.config import VideoSettings
 from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
@@ -102,19 +103,19 @@ def write_recording(
     drop_log_rows: int = 0,
     frame_log_extra: bool = False,
 ) -> Trial:
-    rec = root / "runs" / "run_pick_place" / run_stem / "recording"
+    rec = DataRoot(root).recording(run_stem).dir
     rec.mkdir(parents=True)
     rel = ts_rel = np.asarray(capture_times(duration, seed))
     wall = T0 + seed * 1000 + rel
     writer = VideoWriter(
-        rec / "episode.mp4", VideoSettings(preset="ultrafast", crf=18, gop_sec=1.0)
+        rec / VIDEO, VideoSettings(preset="ultrafast", crf=18, gop_sec=1.0)
     )
     anchor = 1_000_000_000_000
     for i, t in enumerate(ts_rel):
         writer.write(stamp(i), anchor + round(t * 1e9))
     writer.close()
     trial = Trial(run_stem, rec, wall)
-    with open(rec / "frame_log.csv", "w", newline="") as fh:
+    with open(rec / FRAME_LOG, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(FRAME_LOG_COLUMNS)
         n_rows = len(wall) - drop_log_rows
@@ -150,7 +151,7 @@ def write_recording(
             rows.append({"ts": end + 0.2, "event_type": "gripper", "gripper_state": 20})
             trial.gripper.append((end + 0.2, 20.0))
     rows.append({"ts": wall[-1] + 0.01, "event_type": "trial_end", "note": run_stem})
-    with open(rec / "states.csv", "w", newline="") as fh:
+    with open(rec / STATES, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=STATES_COLUMNS, restval="")
         w.writeheader()
         w.writerows(sorted(rows, key=lambda r: float(r["ts"])))  # type: ignore[arg-type]  # the recorder writes in time order
@@ -161,7 +162,7 @@ def write_recording(
             "effective_fps": len(wall) / float(wall[-1] - wall[0]), "container_fps": 30.0, "width": W, "height": H,
             "codec": "h264", "status": status, "recording_path": rec.relative_to(root).as_posix(),
         }  # fmt: skip
-        (rec / "recording_meta.json").write_text(json.dumps(meta))
+        (rec / META).write_text(json.dumps(meta))
     return trial
 
 
@@ -181,7 +182,7 @@ def add_ledger_row(
             "run_stem": stem, "started_at": "2025-11-30T10:00:00", "ended_at": "2025-11-30T10:01:30", "duration_s": 90.0,
             "status": status, "reason": "" if status == "completed" else "guard", "dry_run": 0, "scene_seed": 1,
             "pick_verdict": pick, "pick_confidence": 0.82, "place_verdict": place, "place_confidence": 0.97,
-            "pick_attempts": 1, "recording_path": f"runs/run_pick_place/{stem}/recording", "recording_fps": 26.5,
+            "pick_attempts": 1, "recording_path": str(DataRoot.recording_rel(stem)), "recording_fps": 26.5,
             "recording_frames": 100, "recording_status": rec_status,
         },
     )  # fmt: skip

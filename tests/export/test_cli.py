@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mecharm_common.layout import META
 from mecharm_tools.cli import main
 
 
@@ -33,7 +34,7 @@ def test_cli_export_then_verify(
     assert main(args) == 0
     text = capsys.readouterr().out
     assert f"exported {recs.stem(1)} as episode 0" in text
-    assert f"REFUSED {recs.stem(2)}: recording_meta.json is missing" in text
+    assert f"REFUSED {recs.stem(2)}: {META} is missing" in text
     assert f"skipped {recs.stem(3)}: not selected: recording_status is none (want ok)" in text
     assert "exported 1 episode(s), kept 0, skipped 1, refused 1" in text
     assert main(["export", "verify", str(out), "--no-progress"]) == 0

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from mecharm_common.layout import FRAME_LOG, META, DataRoot
 from mecharm_runtime.records.ledger import append_row, ledger_path
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import export_lerobot
@@ -73,7 +74,7 @@ async def _record_trial(root: Path) -> list[tuple[float, list[float]]]:
         s.notify(TrialEnd(run_stem=STEM))
         s.close()
         deadline = time.monotonic() + 5
-        meta_path = root / "runs/run_pick_place" / STEM / "recording/recording_meta.json"
+        meta_path = DataRoot(root).recording(STEM).meta
         while not meta_path.exists() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await svc.wait_closed()
@@ -87,8 +88,8 @@ async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
     root = tmp_path / "data"
     root.mkdir()
     measured = await _record_trial(root)
-    rec = root / "runs/run_pick_place" / STEM / "recording"
-    meta = RecordingMeta.model_validate_json((rec / "recording_meta.json").read_bytes())
+    rec = DataRoot(root).recording(STEM).dir
+    meta = RecordingMeta.model_validate_json((rec / META).read_bytes())
     assert meta.status == "ok" and meta.frames_written > 30
     append_row(ledger_path(root), {
         "run_stem": STEM, "status": "completed", "dry_run": 0, "pick_verdict": "yes", "place_verdict": "yes",
@@ -99,7 +100,7 @@ async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
     rep = await asyncio.to_thread(export_lerobot, root, out, ExportSettings(progress=False))
     assert not rep.refused, rep.refused
     assert [e.run_stem for e in rep.exported] == [STEM]
-    with open(rec / "frame_log.csv", newline="") as fh:
+    with open(rec / FRAME_LOG, newline="") as fh:
         capture = np.array([float(r["capture_ts"]) for r in csv.DictReader(fh)])
     n = int(np.floor((capture[-1] - capture[0]) * 10 + 1e-9)) + 1
     assert rep.exported[0].length == n and rep.exported[0].source_frames == len(capture)

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO
 from mecharm_tools.export import lerobot as lerobot_mod
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, export_lerobot
@@ -128,9 +129,9 @@ def test_selection_skips_with_reasons(recs: Any, data_root: Path, tmp_path: Path
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"write_meta": False}, "recording_meta.json is missing: the recording ended abnormally"),
-        ({"drop_log_rows": 3}, "frames but recording_meta.json says frames_written"),
-        ({"frame_log_extra": True}, "frames but recording_meta.json says frames_written"),
+        ({"write_meta": False}, f"{META} is missing: the recording ended abnormally"),
+        ({"drop_log_rows": 3}, f"frames but {META} says frames_written"),
+        ({"frame_log_extra": True}, f"frames but {META} says frames_written"),
         ({"status": "truncated"}, "ledger says recording_status=ok but the meta says truncated"),
     ],
 )
@@ -153,15 +154,15 @@ def test_video_with_fewer_frames_than_log_is_refused(
 ) -> None:
     bad = recs.write(data_root, recs.stem(1), seed=1, duration=2.5)
     # the meta and the frame log agree, but the video lost frames (e.g. a killed writer)
-    log = (bad.path / "frame_log.csv").read_text().splitlines()
+    log = (bad.path / FRAME_LOG).read_text().splitlines()
     extra = [f"{len(log) - 1 + i},{bad.frame_ts[-1] + 0.04 * (i + 1):.6f},0" for i in range(5)]
-    (bad.path / "frame_log.csv").write_text("\n".join(log + extra) + "\n")
-    meta = json.loads((bad.path / "recording_meta.json").read_text())
+    (bad.path / FRAME_LOG).write_text("\n".join(log + extra) + "\n")
+    meta = json.loads((bad.path / META).read_text())
     meta["frames_written"] += 5
-    (bad.path / "recording_meta.json").write_text(json.dumps(meta))
+    (bad.path / META).write_text(json.dumps(meta))
     recs.ledger(data_root, bad)
     rep = export_lerobot(data_root, tmp_path / "ds", SETTINGS)
-    assert not rep.exported and "episode.mp4 holds" in rep.refused[0].reason
+    assert not rep.exported and f"{VIDEO} holds" in rep.refused[0].reason
     assert not (tmp_path / "ds").exists()  # nothing to export: nothing written
 
 
@@ -169,21 +170,21 @@ def test_no_measured_rows_and_bad_states_are_refused(
     recs: Any, data_root: Path, tmp_path: Path
 ) -> None:
     a = recs.write(data_root, recs.stem(1), seed=1, duration=2.5)
-    lines = (a.path / "states.csv").read_text().splitlines()
-    (a.path / "states.csv").write_text(
+    lines = (a.path / STATES).read_text().splitlines()
+    (a.path / STATES).write_text(
         "\n".join(line for line in lines if ",measured," not in line) + "\n"
     )
     b = recs.write(data_root, recs.stem(2), seed=2, duration=2.5)
-    lines = (b.path / "states.csv").read_text().splitlines()
+    lines = (b.path / STATES).read_text().splitlines()
     lines = [line.replace(",gripper,,,,,,,,,100,", ",gripper,,,,,,,,,half,") for line in lines]
-    (b.path / "states.csv").write_text("\n".join(lines) + "\n")
+    (b.path / STATES).write_text("\n".join(lines) + "\n")
     recs.ledger(data_root, a)
     recs.ledger(data_root, b)
     rep = export_lerobot(data_root, tmp_path / "ds", SETTINGS)
     reasons = {s.run_stem: s.reason for s in rep.refused}
     assert "no measured joint rows" in reasons[a.run_stem]
     assert "gripper_state 'half' is not the gripper value sent" in reasons[b.run_stem]
-    assert "states.csv line" in reasons[b.run_stem]
+    assert f"{STATES} line" in reasons[b.run_stem]
 
 
 def test_incremental_append_and_idempotent(recs: Any, data_root: Path, tmp_path: Path) -> None:

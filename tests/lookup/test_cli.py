@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mecharm_common.layout import FK_TABLE
 from mecharm_runtime.lookup import build_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
 from mecharm_runtime.lookup.table import COLUMNS
@@ -18,7 +19,7 @@ from .conftest import place_rows
 
 @pytest.fixture
 def table_path(tmp_path: Path) -> Path:
-    path = tmp_path / "fk" / "fk_table.csv"
+    path = tmp_path / "fk" / FK_TABLE
     build_table(path, place_rows(j0s=(40.0,), steps=7))
     return path
 
@@ -73,7 +74,7 @@ def test_build_from_csv_imports_under_the_fixed_name(tmp_path: Path, capsys: pyt
     rc, out, _ = run(["build", "--data-dir", str(tmp_path / "data"), "--from-csv", str(rig)], capsys)
     doc = json.loads(out)
     assert rc == 0 and doc["n_rows"] == len(rows)
-    table = load_table(tmp_path / "data" / "fk" / "fk_table.csv")
+    table = load_table(tmp_path / "data" / "fk" / FK_TABLE)
     assert np.array_equal(table.joints, rows[:, 3:]) and table.checksum == doc["sha256"]
     # a second import archives the first generation
     rc, _, _ = run(["build", "--data-dir", str(tmp_path / "data"), "--from-csv", str(rig)], capsys)
@@ -85,7 +86,7 @@ def test_build_rejects_a_bad_csv(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_text("a,b\n1,2\n")
     rc, _, err = run(["build", "--data-dir", str(tmp_path), "--from-csv", str(bad)], capsys)
     assert rc == 2 and "columns must be" in err
-    assert not (tmp_path / "fk" / "fk_table.csv").exists()
+    assert not (tmp_path / "fk" / FK_TABLE).exists()
 
 
 def test_adopt_arc_writes_the_pose_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

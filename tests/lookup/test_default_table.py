@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mecharm_common.layout import FK_TABLE
 from mecharm_runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
 from mecharm_runtime.lookup.table import read_csv_rows
@@ -63,7 +64,7 @@ def test_place_region(default_table: FkTable) -> None:
 
 
 def test_default_table(default_table_path: Path, default_table: FkTable) -> None:
-    assert default_table_path.name == "fk_table.csv" and default_table_path.parent.name == "fk"
+    assert default_table_path.name == FK_TABLE and default_table_path.parent.name == "fk"
     assert 850_000 <= default_table.n_rows <= 1_100_000
     # the cache ensure_table made from memory is exactly what the CSV parses to
     rows = read_csv_rows(default_table_path)

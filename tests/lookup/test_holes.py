@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mecharm_common.layout import FK_TABLE
 from mecharm_runtime.lookup import FkTable, build_table, j0_lookup, load_arc, load_table
 from mecharm_runtime.lookup.build import rows_from_angles
 from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
@@ -93,7 +94,7 @@ def test_clusters_complete_linkage_chebyshev(arc) -> None:
 
 
 def test_fill_adds_lattices_archives_and_closes_holes(tmp_path: Path, arc) -> None:
-    path = tmp_path / "fk" / "fk_table.csv"
+    path = tmp_path / "fk" / FK_TABLE
     rows = place_rows(j0s=(40.0,), steps=7)
     # a seed near (-0.25, 0.13): a pose inside the ±15 box of that cell's approach, planted alone
     ap = j0_lookup(arc, (-0.25, 0.13)).angles

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mecharm_common.layout import FK_TABLE, FkTableFiles
 from mecharm_runtime.lookup import (
     FkTable,
     TableError,
@@ -30,7 +31,7 @@ def small_rows() -> np.ndarray:
 
 def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
     rows = small_rows()
-    path = tmp_path / "fk" / "fk_table.csv"
+    path = tmp_path / "fk" / FK_TABLE
     checksum = build_table(path, rows)
     assert checksum == file_checksum(path)
     assert path.read_text().splitlines()[0] == "ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5"
@@ -41,7 +42,7 @@ def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
 
 
 def test_cache_is_used_and_keyed_by_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "fk_table.csv"
+    path = tmp_path / FK_TABLE
     build_table(path, small_rows())
     first = load_table(path)
     assert cache_path(path, first.checksum).is_file()
@@ -57,7 +58,7 @@ def test_cache_is_used_and_keyed_by_checksum(tmp_path: Path, monkeypatch: pytest
 
 
 def test_changed_csv_is_never_served_from_a_stale_cache(tmp_path: Path) -> None:
-    path = tmp_path / "fk_table.csv"
+    path = tmp_path / FK_TABLE
     rows = small_rows()
     build_table(path, rows)
     old = load_table(path)
@@ -76,7 +77,7 @@ def test_changed_csv_is_never_served_from_a_stale_cache(tmp_path: Path) -> None:
 
 
 def test_verify_catches_an_edit_that_kept_size_and_mtime(tmp_path: Path) -> None:
-    path = tmp_path / "fk_table.csv"
+    path = tmp_path / FK_TABLE
     build_table(path, small_rows())
     old = load_table(path)
     st = path.stat()
@@ -94,7 +95,7 @@ def test_verify_catches_an_edit_that_kept_size_and_mtime(tmp_path: Path) -> None
 
 
 def test_corrupt_cache_falls_back_to_the_csv(tmp_path: Path) -> None:
-    path = tmp_path / "fk_table.csv"
+    path = tmp_path / FK_TABLE
     build_table(path, small_rows())
     t = load_table(path)
     cache_path(path, t.checksum).write_bytes(b"not a zip file")
@@ -103,20 +104,20 @@ def test_corrupt_cache_falls_back_to_the_csv(tmp_path: Path) -> None:
 
 
 def test_existing_table_is_archived_not_overwritten(tmp_path: Path) -> None:
-    path = tmp_path / "fk_table.csv"
+    path = tmp_path / FK_TABLE
     c1 = build_table(path, small_rows())
     c2 = build_table(path, place_rows(j0s=(40.0,), steps=3))
     assert c1 != c2
     archived = list((tmp_path / "archive").glob("fk_table.*.csv"))
     assert len(archived) == 1 and file_checksum(archived[0]) == c1 and c1[:12] in archived[0].name
-    assert sorted(p.name for p in tmp_path.glob("fk_table*")) == ["fk_table.csv", "fk_table.sha256"]
+    assert sorted(p.name for p in tmp_path.glob("fk_table*")) == [FK_TABLE, FkTableFiles(path).record.name]
     assert file_checksum(path) == c2
 
 
 def test_builder_is_deterministic(tmp_path: Path) -> None:
     bases = DEFAULT_BASES[:2]
-    a = build_table(tmp_path / "a" / "fk_table.csv", default_rows(bases, with_global=False))
-    b = build_table(tmp_path / "b" / "fk_table.csv", default_rows(bases, with_global=False))
+    a = build_table(tmp_path / "a" / FK_TABLE, default_rows(bases, with_global=False))
+    b = build_table(tmp_path / "b" / FK_TABLE, default_rows(bases, with_global=False))
     assert a == b
     assert len(lattice(bases[0])) == 16_807
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 import pytest
 
+from mecharm_common.layout import FRAME_LOG, META, VIDEO, DataRoot
 from recorder.events import RecordingMeta, TrialStart
 from recorder.sender import RecorderSender
 
@@ -68,15 +69,15 @@ def test_sigkill_mid_trial_leaves_a_decodable_mp4(tmp_path):
         proc.wait(10)
     finally:
         _stop(proc)
-    d = tmp_path / "data" / "runs" / "run_pick_place" / STEM / "recording"
-    assert not (d / "recording_meta.json").exists()  # no meta = ended abnormally
-    with open(d / "frame_log.csv", newline="") as fh:
+    d = DataRoot(tmp_path / "data").recording(STEM).dir
+    assert not (d / META).exists()  # no meta = ended abnormally
+    with open(d / FRAME_LOG, newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert rows, "frame_log.csv must hold the rows flushed before the kill"
+    assert rows, f"{FRAME_LOG} must hold the rows flushed before the kill"
     anchor = float(rows[0]["capture_ts"])
     assert newest - float(rows[-1]["capture_ts"]) <= 1.5  # CSV flushed at least every second
     decoded = []
-    with av.open(str(d / "episode.mp4")) as c:
+    with av.open(str(d / VIDEO)) as c:
         try:
             for frame in c.decode(video=0):
                 decoded.append(float(frame.pts * frame.time_base))
@@ -102,8 +103,8 @@ def test_sigterm_closes_the_trial_truncated(tmp_path):
         assert proc.wait(20) == 0
     finally:
         _stop(proc)
-    d = tmp_path / "data" / "runs" / "run_pick_place" / STEM / "recording"
-    meta = RecordingMeta.model_validate_json((d / "recording_meta.json").read_text())
+    d = DataRoot(tmp_path / "data").recording(STEM).dir
+    meta = RecordingMeta.model_validate_json((d / META).read_text())
     assert meta.status == "truncated" and meta.status_reason == "shutdown"
     assert meta.frames_written == meta.frames_captured > 10
     log = (tmp_path / "recorder.log").read_text()

@@ -10,6 +10,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from mecharm_common.layout import DataRoot
 from recorder.events import Arrival, Commanded, Gripper, Stage, TrialStart
 from recorder.status import RateLimitedLog
 from recorder.trial import state_row
@@ -133,7 +134,7 @@ async def test_odd_frames_never_end_the_camera_loop(settings_factory, run_record
         s.notify(TrialEnd(run_stem="odd_run"))
         await wait_for(lambda: svc.trial is None, what="closed")
         await svc.wait_closed()
-    meta = (data_root / "runs" / "run_pick_place" / "odd_run" / "recording" / "recording_meta.json")
+    meta = DataRoot(data_root).recording("odd_run").meta
     assert '"frames_written"' in meta.read_text()
 
 

@@ -16,6 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mecharm_cameras import SyntheticCamera
+from mecharm_common.layout import FRAME_LOG, META, SNAPSHOTS, STATES, VIDEO, DataRoot
 from recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,
@@ -34,7 +35,7 @@ STEM2 = "run_0002_20260101_120100"
 
 
 def rec_dir(root: Path, stem: str) -> Path:
-    return root / "runs" / "run_pick_place" / stem / "recording"
+    return DataRoot(root).recording(stem).dir
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -44,7 +45,7 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def load_meta(root: Path, stem: str) -> RecordingMeta:
-    return RecordingMeta.model_validate_json((rec_dir(root, stem) / "recording_meta.json").read_text())
+    return RecordingMeta.model_validate_json((rec_dir(root, stem) / META).read_text())
 
 
 async def settle(svc, n_events: int, wait_for) -> None:
@@ -73,13 +74,13 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
         await settle(svc, 13, wait_for)
         await svc.wait_closed()
     d = rec_dir(data_root, STEM)
-    assert {p.name for p in d.iterdir()} == {"episode.mp4", "frame_log.csv", "states.csv",
-                                              "recording_meta.json", "extracted"}
+    assert {p.name for p in d.iterdir()} == {VIDEO, FRAME_LOG, STATES,
+                                              META, SNAPSHOTS}
     # frame_request in a trial: ok, jpg in extracted/
-    assert reason == "ok" and Path(path).parent == d / "extracted"
+    assert reason == "ok" and Path(path).parent == d / SNAPSHOTS
     assert cv2.imread(path).shape == (240, 320, 3)
     # states.csv: exact columns, one row per event
-    cols, rows = read_csv(d / "states.csv")
+    cols, rows = read_csv(d / STATES)
     assert tuple(cols) == STATES_COLUMNS
     kinds = [r["event_type"] for r in rows]
     assert kinds.count("commanded") == 3 and kinds.count("measured") == 5 and kinds.count("gripper") == 1
@@ -91,7 +92,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     meas = [r for r in rows if r["event_type"] == "measured"]
     assert meas[4]["j0"] == "2.0" and meas[0]["j5"] == "-30.0"
     # frame_log: exact columns, increasing stamps, consistent with meta and the mp4
-    cols, frames = read_csv(d / "frame_log.csv")
+    cols, frames = read_csv(d / FRAME_LOG)
     assert tuple(cols) == FRAME_LOG_COLUMNS
     idx = [int(f["frame_idx"]) for f in frames]
     wall = np.array([float(f["capture_ts"]) for f in frames])
@@ -113,7 +114,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     assert meta.states_rows == len(rows) and meta.frame_requests == 1
     # wall = anchor_wall + (mono - anchor_mono): the two clocks agree within a few ms
     assert np.abs(wall - (meta.anchor_wall_ts + (mono - meta.anchor_mono_ns) / 1e9)).max() < 0.005
-    with av.open(str(d / "episode.mp4")) as c:
+    with av.open(str(d / VIDEO)) as c:
         pts_ms = [float(f.pts * f.time_base) * 1000 for f in c.decode(video=0)]
     assert len(pts_ms) == len(frames)
     assert np.allclose(pts_ms, (mono - mono[0]) / 1e6, atol=0.05)
@@ -130,7 +131,7 @@ async def test_frame_request_outside_trial_goes_to_orphans(settings_factory, run
         await wait_for(lambda: svc.camera.latest is not None, what="first frame")
         path, ts, reason = await s.request_frame_async("between_trials")
     assert reason == "ok_orphan"
-    assert Path(path).parent == data_root / "diag" / "recorder_orphan_frames"
+    assert Path(path).parent == DataRoot(data_root).orphan_frames
     assert Path(path).name.startswith("between_trials_") and abs(ts - time.time()) < 10
     assert not (data_root / "runs").exists()
 
@@ -183,7 +184,7 @@ async def test_camera_loss_and_recovery(settings_factory, run_recorder, wait_for
     assert reason == "ok"
     meta = load_meta(data_root, STEM)
     assert meta.status == "camera_lost" and meta.camera_lost_count == 1 and "consecutive" in meta.status_reason
-    _, frames = read_csv(rec_dir(data_root, STEM) / "frame_log.csv")
+    _, frames = read_csv(rec_dir(data_root, STEM) / FRAME_LOG)
     mono = np.array([int(f["capture_mono_ns"]) for f in frames])
     assert np.diff(mono).max() > 0.4e9  # the gap, with frames on both sides of it
     assert meta.frames_written == len(frames)
@@ -303,8 +304,8 @@ async def test_csvs_are_flushed_within_a_second(settings_factory, run_recorder, 
         d = rec_dir(data_root, STEM)
 
         def on_disk() -> bool:  # four short rows never fill a write buffer: only the timed flush shows them
-            states = read_csv(d / "states.csv")[1] if (d / "states.csv").exists() else []
-            frames = read_csv(d / "frame_log.csv")[1] if (d / "frame_log.csv").exists() else []
+            states = read_csv(d / STATES)[1] if (d / STATES).exists() else []
+            frames = read_csv(d / FRAME_LOG)[1] if (d / FRAME_LOG).exists() else []
             return [r["event_type"] for r in states].count("measured") == 4 and len(frames) >= 15
 
         await wait_for(on_disk, timeout=30, what="rows flushed while the trial is open")
@@ -406,7 +407,7 @@ async def test_fuzz_hostile_datagrams_then_a_clean_trial(settings_factory, run_r
     for p in data_root.rglob("*"):
         assert root in p.resolve().parents
         assert ".." not in p.name and "\x00" not in p.name and len(p.name) < 200
-    assert {p.name for p in (data_root / "runs" / "run_pick_place").iterdir()} == {STEM}
+    assert {p.name for p in DataRoot(data_root).run_folders.iterdir()} == {STEM}
 
 
 @pytest.mark.asyncio
@@ -425,7 +426,7 @@ async def test_frame_request_flood_is_rate_limited_and_endless_trials_are_closed
         assert 5 <= reasons.count("ok_orphan") <= 5 + 5 * span + 1
         assert "exception:RateLimited" in reasons
         assert reasons.count("exception:RateLimited") == 20 - reasons.count("ok_orphan")
-        written = list((data_root / "diag" / "recorder_orphan_frames").iterdir())
+        written = list(DataRoot(data_root).orphan_frames.iterdir())
         assert len(written) == reasons.count("ok_orphan")
         s.notify(TrialStart(run_stem=STEM))  # and the runtime dies: no trial_end ever comes
         await wait_for(lambda: svc.counters.trials_started == 1 and svc.trial is None, timeout=5,

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from mecharm_common.config import load_settings
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
@@ -77,11 +78,11 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     # every file a trial leaves (docs/runtime.md, "Records")
     d = with_rec.run_dir
     assert (d / f"{with_rec.run_stem}.json").is_file() and list(d.glob("*.jpg"))
-    for name in ("episode.mp4", "frame_log.csv", "states.csv", "recording_meta.json"):
+    for name in (VIDEO, FRAME_LOG, STATES, META):
         assert (d / "recording" / name).is_file(), name
     assert with_rec.recording.status == "ok"
-    assert with_rec.recording.path == f"runs/run_pick_place/{with_rec.run_stem}/recording"
-    states = list(csv.DictReader((d / "recording" / "states.csv").read_text().splitlines()))
+    assert with_rec.recording.path == str(DataRoot.recording_rel(with_rec.run_stem))
+    states = list(csv.DictReader((d / "recording" / STATES).read_text().splitlines()))
     assert tuple(states[0].keys()) == STATES_COLUMNS
     commanded = [r for r in states if r["event_type"] == "commanded"]
     sends = [e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "sent"]
@@ -90,7 +91,7 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     assert [[float(r[f"j{i}"]) for i in range(6)] for r in commanded] == [e["value"]["angles"] for e in sends]
     assert all(abs(float(r["ts"]) - float(r["ts_send"])) < 0.05 for r in commanded)
     ts = [float(r["ts"]) for r in states]
-    assert ts == sorted(ts), "states.csv rows are in time order"
+    assert ts == sorted(ts), "state rows are in time order"
     grippers = [r for r in states if r["event_type"] == "gripper"]
     assert [int(r["gripper_state"]) for r in grippers] == [100, 20, 100, 100]
     arrivals = [r for r in states if r["event_type"] == "arrival"]

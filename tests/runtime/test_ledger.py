@@ -7,9 +7,12 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
+from mecharm_runtime.records import ledger
 from mecharm_runtime.records.ledger import (
     LEDGER_COLUMNS,
     LedgerError,
@@ -19,6 +22,8 @@ from mecharm_runtime.records.ledger import (
     wait_recording_meta,
 )
 from mecharm_tools.cli import main as mecharm_main
+from recorder import events
+from recorder.events import RecordingMeta
 
 
 def _row(i: int, **kw: object) -> dict[str, object]:
@@ -40,7 +45,7 @@ def _row(i: int, **kw: object) -> dict[str, object]:
         "block_z": 0.26,
         "box_x": -0.2,
         "box_z": 0.18,
-        "recording_path": f"runs/run_pick_place/run_{i:04d}/recording",
+        "recording_path": str(DataRoot.recording_rel(f"run_{i:04d}")),
         "recording_fps": 27.2,
         "recording_frames": 2443,
         "recording_status": "ok",
@@ -50,7 +55,7 @@ def _row(i: int, **kw: object) -> dict[str, object]:
 
 
 def test_append_creates_header_and_never_rewrites(tmp_path: Path) -> None:
-    path = tmp_path / "runs" / "pick_place_ledger.csv"
+    path = DataRoot(tmp_path).ledger
     append_row(path, _row(1))
     first = path.read_bytes()
     append_row(path, _row(2, status="stopped", reason="daemon connection lost:\nreset", recording_status="none"))
@@ -102,7 +107,7 @@ def _old_ledger(path: Path, n: int) -> bytes:
 
 
 def test_migrate_pads_old_rows_byte_identical(tmp_path: Path) -> None:
-    path = tmp_path / "runs" / "pick_place_ledger.csv"
+    path = DataRoot(tmp_path).ledger
     path.parent.mkdir()
     old = _old_ledger(path, 393)
     rep = migrate_ledger(path, now=lambda: 1_700_000_000.0)
@@ -132,7 +137,7 @@ def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
     path.write_bytes(old.replace(b"said", b"sa\nid", 1))
     with pytest.raises(LedgerError, match=r"spans lines|cells"):
         migrate_ledger(path)
-    assert not (tmp_path / "ledger_archive").exists() or not any((tmp_path / "ledger_archive").iterdir())
+    assert not (tmp_path / LEDGER_ARCHIVE).exists() or not any((tmp_path / LEDGER_ARCHIVE).iterdir())
 
 
 def test_verify_reports_each_problem(tmp_path: Path) -> None:
@@ -149,7 +154,7 @@ def test_verify_reports_each_problem(tmp_path: Path) -> None:
 
 
 def test_cli_verify_and_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "pick_place_ledger.csv"
+    path = tmp_path / LEDGER
     _old_ledger(path, 5)
     assert mecharm_main(["ledger", "verify", str(path)]) == 1
     assert "migrate" in capsys.readouterr().err
@@ -174,22 +179,31 @@ class _FakeTime:
         self.sleeps.append(dt)
         self.now += dt
         self._on_sleep(self.now)
+def _meta(stem: str = "run_0001_20260101_120000", **kw: object) -> dict[str, object]:
+    """A complete meta file as the recorder writes it."""
+    meta = RecordingMeta(
+        run_stem=stem, started_ts=100.0, ended_ts=103.6, elapsed_sec=3.6, frames_captured=99, frames_written=99,
+        effective_fps=27.2, container_fps=30.0, width=640, height=480, codec="h264", status="ok",
+        recording_path=str(DataRoot.recording_rel(stem)),
+    ).model_dump(mode="json")
+    meta.update(kw)
+    return meta
 
 
 @pytest.mark.asyncio
 async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
-    rec = tmp_path / "runs" / "run_pick_place" / "run_0001_x" / "recording"
-    rec.mkdir(parents=True)
+    stem = "run_0001_20260101_120000"
+    rec = DataRoot(tmp_path).recording(stem)
+    rec.dir.mkdir(parents=True)
 
     def write_at_250_ms(now: float) -> None:
-        if now >= 100.25 and not (rec / "recording_meta.json").exists():
-            meta = {"status": "ok", "effective_fps": 27.2, "frames_written": 99}
-            (rec / "recording_meta.json").write_text(json.dumps(meta))
+        if now >= 100.25 and not rec.meta.exists():
+            rec.meta.write_text(json.dumps(_meta(stem, status="truncated")))
 
     t = _FakeTime(write_at_250_ms)
-    info = await wait_recording_meta(rec, tmp_path, timeout_s=2.0, poll_s=0.1, clock=t.clock, sleep=t.sleep)
-    assert (info.status, info.fps, info.frames) == ("ok", 27.2, 99)
-    assert info.path == "runs/run_pick_place/run_0001_x/recording"
+    info = await wait_recording_meta(rec.dir, tmp_path, timeout_s=2.0, poll_s=0.1, clock=t.clock, sleep=t.sleep)
+    assert (info.status, info.fps, info.frames, info.note) == ("truncated", 27.2, 99, "")
+    assert info.path == str(DataRoot.recording_rel(stem))
     # found by the first poll after it appeared (at 0.3 s), not at the deadline
     assert t.sleeps == pytest.approx([0.1, 0.1, 0.1])
     assert info.waited_s == pytest.approx(0.3)
@@ -214,10 +228,41 @@ async def test_recording_wait_really_sleeps_by_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_recording_wait_bad_meta_is_status_none(tmp_path: Path) -> None:
-    (tmp_path / "recording_meta.json").write_text("{not json")
-    info = await wait_recording_meta(tmp_path, tmp_path, timeout_s=0.2)
-    assert info.status == "none" and "unreadable" in info.note
-    (tmp_path / "recording_meta.json").write_text(json.dumps({"status": "exploded"}))
-    info = await wait_recording_meta(tmp_path, tmp_path, timeout_s=0.2)
-    assert info.status == "none" and "unknown status" in info.note
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{not json", "not a valid recording meta"),
+        ("[1, 2]", "not a valid recording meta"),
+        (json.dumps(_meta(status="exploded")), "status"),
+        (json.dumps(_meta(status="none")), "status"),  # none is the runtime's word, never the recorder's
+        (json.dumps({k: v for k, v in _meta().items() if k != "frames_written"}), "frames_written"),
+        (json.dumps(_meta(effective_fps="fast")), "effective_fps"),
+    ],
+    ids=["not-json", "not-object", "unknown-status", "status-none", "missing-field", "bad-number"],
+)
+async def test_recording_wait_bad_meta_is_status_none_with_the_reason(tmp_path: Path, content: str, says: str) -> None:
+    rec = RecordingFiles(tmp_path)
+    rec.meta.write_text(content)
+    reads: list[float] = []
+
+    def clock() -> float:  # counts the clock reads: a second poll would read it again
+        reads.append(float(len(reads)))
+        return reads[-1]
+
+    info = await wait_recording_meta(rec.dir, tmp_path, timeout_s=5.0, clock=clock)
+    assert info.status == "none" and info.path == "" and info.fps is None
+    assert rec.meta.name in info.note and says in info.note, info.note
+    assert len(reads) == 2  # a bad file is final: not polled again until the deadline
+
+
+def test_recording_statuses_are_the_recorders() -> None:
+    assert ledger.RECORDING_STATUSES is events.RECORDING_STATUSES
+    assert set(events.RECORDING_STATUSES) == {*get_args(events.RecordingStatus), "none"}
+
+
+def test_verify_flags_a_recording_status_outside_the_recorders(tmp_path: Path) -> None:
+    path = DataRoot(tmp_path).ledger
+    append_row(path, _row(1, recording_status="ok"))
+    append_row(path, _row(2, recording_status="exploded"))
+    rep = verify_ledger(path)
+    assert [e for e in rep.errors if "recording_status" in e] and all("line 2" not in e for e in rep.errors)

@@ -12,6 +12,7 @@ import pytest
 
 from daemon_pi.protocol import wire_angles
 from mecharm_common.config import load_settings
+from mecharm_common.layout import CORRECTION_MEMORY, DataRoot
 from mecharm_runtime.arm import DaemonArm, DryRunArm
 from mecharm_runtime.client import DaemonClient
 from mecharm_runtime.config import RuntimeSettings
@@ -116,7 +117,7 @@ async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_
     assert rows[0]["status"] == "completed" and rows[0]["recording_status"] == "none"
     assert verify_ledger(ledger_path(tmp_path)).ok
     # the successful pick taught the correction memory
-    mem = json.loads((tmp_path / "memories" / "correction_memory.json").read_text())
+    mem = json.loads(DataRoot(tmp_path).correction_memory.read_text())
     assert "pick_x200_z260" in mem["entries"]
 
 
@@ -198,8 +199,8 @@ async def test_pick_judged_no_three_times_aborts(sim_daemon: SimDaemon, tmp_path
     t = await run_trial(rig)
     await client.aclose()
     assert t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
-    assert not (tmp_path / "memories" / "correction_memory.json").exists() or "pick_x200_z260" not in (
-        tmp_path / "memories" / "correction_memory.json").read_text()
+    assert not DataRoot(tmp_path).correction_memory.exists() or "pick_x200_z260" not in (
+        DataRoot(tmp_path).correction_memory).read_text()
 
 
 @pytest.mark.asyncio
@@ -274,7 +275,7 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     assert [wire_angles(c) for c in commands] == [c["angles"] for c in arm.sent if c["cmd"] == "send_angles"]
     row = _rows(tmp_path)[0]
     assert row["dry_run"] == "1"
-    assert not (tmp_path / "memories" / "correction_memory.json").exists()  # a dry run never teaches
+    assert not DataRoot(tmp_path).correction_memory.exists()  # a dry run never teaches
 
 
 @pytest.mark.asyncio
@@ -293,7 +294,7 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
 async def test_correction_applied_clamped_and_corrupt_entry_never_used(tmp_path: Path, fk_data_dir: Path) -> None:
     mem = tmp_path / "memories"
     mem.mkdir()
-    (mem / "correction_memory.json").write_text(json.dumps({"entries": {
+    (mem / CORRECTION_MEMORY).write_text(json.dumps({"entries": {
         "pick_x200_z260": {"dx_mm": 50.0, "dz_mm": -4.0, "n": 3},
         "pick_x200_z280": {"dx_mm": "oops", "dz_mm": 1.0, "n": 1},
     }}))

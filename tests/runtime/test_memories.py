@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from mecharm_common.layout import DataRoot
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
 
 
@@ -20,7 +21,7 @@ def test_cell_key_matches_reference_format() -> None:
 
 
 def test_correction_ema_from_successful_pick(tmp_path: Path) -> None:
-    path = tmp_path / "memories" / "correction_memory.json"
+    path = DataRoot(tmp_path).correction_memory
     mem = CorrectionMemory(path)
     c1 = mem.update("pick_x200_z260", 0.0, 0.0, tip_dx_mm=6.0, tip_dz_mm=-4.0, alpha=0.5)
     assert (c1.dx_mm, c1.dz_mm, c1.n) == (6.0, -4.0, 1)

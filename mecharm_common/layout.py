@@ -1,0 +1,220 @@
+"""The data root's layout: every folder and file name the processes share, spelled once.
+
+The runtime, the recorder and the offline tools meet only through files under one
+data root, so a name spelled twice is a contract that can drift. Every process
+builds its paths from here; ``tests/common/test_data_root.py`` fails when one of
+these names appears as a string anywhere else. The layout is described in
+docs/data-root.md.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from mecharm_common.fsutil import validate_name
+
+__all__ = [
+    "CORRECTION_MEMORY",
+    "FK_ARCHIVE",
+    "FK_DIR",
+    "FK_TABLE",
+    "FRAME_LOG",
+    "HEIGHT_MEMORY",
+    "LEDGER",
+    "LEDGER_ARCHIVE",
+    "MEMORIES",
+    "META",
+    "ORPHAN_FRAMES",
+    "RECORDING",
+    "RUNLOG_SUFFIX",
+    "RUNS_DIR",
+    "RUN_FOLDERS",
+    "RUN_STEM_FORMAT",
+    "RUN_STEM_RE",
+    "SNAPSHOTS",
+    "STATES",
+    "TRACE_SUFFIX",
+    "VIDEO",
+    "DataRoot",
+    "FkTableFiles",
+    "RecordingFiles",
+    "format_run_stem",
+    "run_number",
+]
+
+# --- names (one spelling each) ------------------------------------------------------------
+RUNS_DIR = "runs"
+RUN_FOLDERS = "run_pick_place"
+LEDGER = "pick_place_ledger.csv"
+LEDGER_ARCHIVE = "ledger_archive"
+RECORDING = "recording"
+VIDEO = "episode.mp4"
+FRAME_LOG = "frame_log.csv"
+STATES = "states.csv"
+META = "recording_meta.json"
+SNAPSHOTS = "extracted"
+MEMORIES = "memories"
+CORRECTION_MEMORY = "correction_memory.json"
+HEIGHT_MEMORY = "height_memory.json"
+FK_DIR = "fk"
+FK_TABLE = "fk_table.csv"
+FK_ARCHIVE = "archive"
+ORPHAN_FRAMES = ("diag", "recorder_orphan_frames")
+TRACE_SUFFIX = ".trace.jsonl"
+RUNLOG_SUFFIX = ".json"
+
+#: ``run_NNNN_YYYYmmdd_HHMMSS``; NNNN counts up from 0001 and may grow past four digits.
+RUN_STEM_RE = re.compile(r"^run_(\d{4,})_\d{8}_\d{6}$")
+RUN_STEM_FORMAT = "run_NNNN_YYYYmmdd_HHMMSS"
+
+
+def format_run_stem(number: int, now: float | None = None) -> str:
+    """The stem of run ``number`` started at ``now`` (local time, default the current time)."""
+    stamp = time.strftime("%Y%m%d_%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"run_{number:04d}_{stamp}"
+
+
+def run_number(name: str) -> int | None:
+    """The run number of a stem, or None when ``name`` is not a run stem."""
+    m = RUN_STEM_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True)
+class RecordingFiles:
+    """One trial's recording folder (written by the recorder, read by runtime and exporter)."""
+
+    dir: Path
+
+    @property
+    def video(self) -> Path:
+        return self.dir / VIDEO
+
+    @property
+    def frame_log(self) -> Path:
+        return self.dir / FRAME_LOG
+
+    @property
+    def states(self) -> Path:
+        return self.dir / STATES
+
+    @property
+    def meta(self) -> Path:
+        """Written last, atomically: its absence means the recording ended abnormally."""
+        return self.dir / META
+
+    @property
+    def snapshots(self) -> Path:
+        """Side-camera frames saved on ``frame_request`` during the trial."""
+        return self.dir / SNAPSHOTS
+
+
+@dataclass(frozen=True)
+class FkTableFiles:
+    """The FK table CSV and what lives next to it (it may sit outside a data root)."""
+
+    csv: Path
+
+    @property
+    def record(self) -> Path:
+        """The CSV's checksum, size and mtime (``{stem}.sha256``)."""
+        return self.csv.with_name(self.csv.stem + ".sha256")
+
+    def cache(self, checksum: str) -> Path:
+        """The binary copy for one checksum: ``.{name}.{sha256[:16]}.npz``."""
+        return self.csv.with_name(f".{self.csv.name}.{checksum[:16]}.npz")
+
+    @property
+    def cache_glob(self) -> str:
+        """Matches every binary copy of this table (for removing stale ones)."""
+        return f".{self.csv.name}.*.npz"
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.csv.parent / FK_ARCHIVE
+
+    @property
+    def lock(self) -> Path:
+        """Held while the default table is built (two processes starting on one root)."""
+        return self.csv.with_name(f".{self.csv.stem}.lock")
+
+
+@dataclass(frozen=True)
+class DataRoot:
+    """Paths under one data root. Run stems are checked with ``validate_name`` (they may
+    come from the network), so a path built here never leaves the root."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    # --- runs --------------------------------------------------------------------------
+    @property
+    def runs(self) -> Path:
+        return self.root / RUNS_DIR
+
+    @property
+    def run_folders(self) -> Path:
+        """Holds one folder per trial, named by its run stem."""
+        return self.runs / RUN_FOLDERS
+
+    @property
+    def ledger(self) -> Path:
+        return self.runs / LEDGER
+
+    @property
+    def ledger_archive(self) -> Path:
+        """Where ``mecharm ledger migrate`` keeps the ledger it replaced."""
+        return self.runs / LEDGER_ARCHIVE
+
+    def run_dir(self, run_stem: str) -> Path:
+        return self.run_folders / validate_name(run_stem, "run_stem")
+
+    def trace(self, run_stem: str) -> Path:
+        return self.run_dir(run_stem) / f"{run_stem}{TRACE_SUFFIX}"
+
+    def runlog(self, run_stem: str) -> Path:
+        return self.run_dir(run_stem) / f"{run_stem}{RUNLOG_SUFFIX}"
+
+    @staticmethod
+    def recording_rel(run_stem: str) -> PurePosixPath:
+        """The recording folder relative to the root (as written in the meta and the ledger)."""
+        return PurePosixPath(RUNS_DIR, RUN_FOLDERS, validate_name(run_stem, "run_stem"), RECORDING)
+
+    def recording(self, run_stem: str) -> RecordingFiles:
+        return RecordingFiles(self.root.joinpath(*self.recording_rel(run_stem).parts))
+
+    def next_run_stem(self, now: float | None = None) -> str:
+        """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest existing run folder."""
+        n = 0
+        if self.run_folders.is_dir():
+            for p in self.run_folders.iterdir():
+                n = max(n, run_number(p.name) or 0)
+        return format_run_stem(n + 1, now)
+
+    # --- memories, FK table, diagnostics ------------------------------------------------
+    @property
+    def memories(self) -> Path:
+        return self.root / MEMORIES
+
+    @property
+    def correction_memory(self) -> Path:
+        return self.memories / CORRECTION_MEMORY
+
+    @property
+    def height_memory(self) -> Path:
+        return self.memories / HEIGHT_MEMORY
+
+    @property
+    def fk_table(self) -> Path:
+        """The default FK table of a data directory (the runtime's ``fk_data_dir``)."""
+        return self.root / FK_DIR / FK_TABLE
+
+    @property
+    def orphan_frames(self) -> Path:
+        """Side-camera frames requested while no trial was open."""
+        return self.root.joinpath(*ORPHAN_FRAMES)
