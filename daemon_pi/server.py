@@ -45,6 +45,7 @@ from daemon_pi.protocol import (
     validate_args,
 )
 from daemon_pi.stats import DaemonStats
+from mecharm_common.hosted import start_hosted
 from mecharm_common.logging import get_logger
 
 __all__ = ["ArmServer", "run_server"]
@@ -82,17 +83,6 @@ async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     with anyio.move_on_after(_CLOSE_S, shield=True), suppress(Exception):
         await writer.wait_closed()
-
-
-class _StartedFuture(anyio.abc.TaskStatus[None]):
-    """Lets ``start()`` await ``run()``'s ``task_status.started()`` from outside a task group."""
-
-    def __init__(self, fut: asyncio.Future[None]) -> None:
-        self.fut = fut
-
-    def started(self, value: None = None) -> None:
-        if not self.fut.done():
-            self.fut.set_result(None)
 
 
 class ArmServer:
@@ -199,15 +189,10 @@ class ArmServer:
     async def start(self) -> None:
         """Open the backend, then listen, serving from a background task until ``stop()``.
 
-        Raises BackendError / OSError (port in use). The task is a plain asyncio task
-        on purpose: it hosts ``run()``'s task group for callers that have none.
+        Raises BackendError / OSError (port in use). For callers without a task group:
+        ``run()`` is hosted in a background task (``mecharm_common.hosted``).
         """
-        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._host = asyncio.create_task(self.run(task_status=_StartedFuture(started)), name="arm-server")
-        await asyncio.wait({started, self._host}, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            host, self._host = self._host, None
-            host.result()  # raises what run() raised (the backend or the port)
+        self._host = await start_hosted(self.run, "arm-server")
 
     async def stop(self, reason: str = "requested") -> None:
         """Stop accepting, let the command in flight finish, close the client and the backend."""
