@@ -168,6 +168,7 @@ class RecorderService:
             self._stopped.set()
             raise
         send, receive = anyio.create_memory_object_stream[Datagram](s.event_buffer)
+        drained = anyio.Event()
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(self, send), sock=sock)
         self._transport = transport
@@ -178,7 +179,7 @@ class RecorderService:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                tg.start_soon(self._dispatch, receive, name="dispatcher")
+                tg.start_soon(self._dispatch, receive, drained, name="dispatcher")
                 tg.start_soon(self._housekeeping, name="housekeeping")
                 if s.status_interval_sec > 0:
                     tg.start_soon(self._status_loop, name="status")
@@ -190,6 +191,8 @@ class RecorderService:
                 # the dispatcher handles what is already buffered, then sees the end of the stream
                 transport.close()
                 send.close()
+                with anyio.move_on_after(1.0):
+                    await drained.wait()
                 await self._shut_down()
                 tg.cancel_scope.cancel()  # housekeeping, status, the dispatcher if still busy
         finally:
@@ -241,8 +244,14 @@ class RecorderService:
             await stop.wait()
             await self.stop()
 
-    async def _dispatch(self, events: MemoryObjectReceiveStream[Datagram]) -> None:
+    async def _dispatch(self, events: MemoryObjectReceiveStream[Datagram], drained: anyio.Event) -> None:
         """Handle datagrams in arrival order until the receiver closes the stream."""
+        try:
+            await self._dispatch_all(events)
+        finally:
+            drained.set()
+
+    async def _dispatch_all(self, events: MemoryObjectReceiveStream[Datagram]) -> None:
         with events:
             while True:
                 try:
