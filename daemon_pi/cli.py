@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from daemon_pi.backends.base import ArmBackend, BackendError
 from daemon_pi.config import DaemonSettings, is_loopback, read_token
 from daemon_pi.server import ArmServer
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.logging import configure_logging, get_logger
-from mecharm_common.shutdown import capture_signals
+from mecharm_common.shutdown import ShutdownSignals, capture_signals
 
 __all__ = ["build_parser", "main", "serve", "settings_from_args"]
 
@@ -118,26 +119,43 @@ async def serve(settings: DaemonSettings) -> int:
         # handlers first: a SIGTERM right after "daemon_listening" must still stop us gracefully
         with capture_signals() as sigs:
             workcell = _start_workcell(settings, arm, host)  # fails before the port is opened
-            try:
-                await server.start()
-            except BackendError as exc:
-                raise StartupError(f"backend {backend.name} failed to open: {exc.message}") from exc
-            except OSError as exc:
-                raise StartupError(f"cannot listen on {host}:{settings.port}: {exc.strerror or exc}") from exc
-            await sigs.stop.wait()
-            reason = f"signal {sigs.received[0]}"
-            stopping = asyncio.ensure_future(server.stop(reason))
-            forced = asyncio.ensure_future(sigs.force.wait())
-            await asyncio.wait({stopping, forced}, return_when=asyncio.FIRST_COMPLETED)
-            forced.cancel()
-            if not stopping.done():
-                log.warning("daemon_forced_exit", reason=f"second signal {sigs.received[-1]} during shutdown")
-                stopping.cancel()
-                return 1
+            return await _serve_until_signal(server, sigs, host, settings.port)
     finally:
         if workcell is not None:
             workcell.close()
             log.info("workcell_closed")
+
+
+async def _serve_until_signal(server: ArmServer, sigs: ShutdownSignals, host: str, port: int) -> int:
+    """The server runs in this task group until the first signal; a second one cancels it."""
+    forced = False
+    async with anyio.create_task_group() as tg:
+        try:
+            await tg.start(server.run)
+        except BackendError as exc:
+            failed: StartupError | None = StartupError(
+                f"backend {server.backend.name} failed to open: {exc.message}")
+        except OSError as exc:
+            failed = StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        else:
+            failed = None
+        if failed is None:
+            await sigs.stop.wait()
+
+            async def force_on_second_signal() -> None:
+                nonlocal forced
+                await sigs.force.wait()
+                forced = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(force_on_second_signal)
+            await server.stop(f"signal {sigs.received[0]}")
+            tg.cancel_scope.cancel()  # the watcher
+    if failed is not None:
+        raise failed
+    if forced:
+        log.warning("daemon_forced_exit", reason=f"second signal {sigs.received[-1]} during shutdown")
+        return 1
     return 0
 
 
@@ -152,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info("daemon_config", config_file=str(config) if config else None, backend=settings.backend,
              host=settings.listen_host(), port=settings.port)
     try:
-        return asyncio.run(serve(settings))
+        return anyio.run(serve, settings)
     except (StartupError, ConfigError) as exc:
         log.error("daemon_start_failed", reason=str(exc))
         return 1

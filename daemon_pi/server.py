@@ -6,9 +6,10 @@ period → cancel the rest → close the backend). A second client gets one
 ``busy`` error line and is closed at once; the first is not disturbed.
 
 Each line is answered by exactly one response line, in order. Blocking
-backend calls run on a single dedicated worker thread, so the event loop keeps
+backend calls run in a worker thread (one at a time), so the event loop keeps
 answering (busy replies, shutdown) while the arm works, and no two calls ever
-overlap on the serial line.
+overlap on the serial line. Who owns which task, and every deadline:
+[docs/concurrency.md](../docs/concurrency.md).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import asyncio
 import hmac
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import anyio.abc
 from pydantic import BaseModel
 
 from daemon_pi.backends.base import ArmBackend, BackendError
@@ -43,6 +45,7 @@ from daemon_pi.protocol import (
     validate_args,
 )
 from daemon_pi.stats import DaemonStats
+from mecharm_common.hosted import start_hosted
 from mecharm_common.logging import get_logger
 
 __all__ = ["ArmServer", "run_server"]
@@ -50,6 +53,8 @@ __all__ = ["ArmServer", "run_server"]
 log = get_logger("daemon_pi.server")
 
 _TOO_LONG = object()
+#: how long a closing socket may take to flush (busy replies, the last answer)
+_CLOSE_S = 1.0
 
 
 @dataclass
@@ -57,11 +62,27 @@ class _Conn:
     peer: str
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    task: asyncio.Task[Any]
     opened: float = field(default_factory=time.monotonic)
     authed: bool = False
     auth_failures: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    #: this connection's own tasks; stop() cancels it once the grace period is over
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    #: True while waiting for the next line (nothing in flight)
+    reading: bool = False
+    #: set by the handler when it next goes idle or ends; created by stop() only
+    idle_waiter: anyio.Event | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    def went_idle(self) -> None:
+        if self.idle_waiter is not None:
+            self.idle_waiter.set()
+
+
+async def _close(writer: asyncio.StreamWriter) -> None:
+    """Close and wait (bounded, shielded: also on the way out of a cancelled connection)."""
+    writer.close()
+    with anyio.move_on_after(_CLOSE_S, shield=True), suppress(Exception):
+        await writer.wait_closed()
 
 
 class ArmServer:
@@ -69,6 +90,10 @@ class ArmServer:
 
     ``token``: shared secret; when set, the first request must be ``hello`` with it
     and every other command is refused until then.
+
+    Two ways to run it: ``await task_group.start(server.run)`` (structured; the
+    caller's task group owns the server), or ``await start()`` … ``await stop()``
+    for callers without a task group (``run_server``, tests).
     """
 
     def __init__(
@@ -95,12 +120,16 @@ class ArmServer:
         self.max_auth_failures = max_auth_failures
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arm")
-        self._arm_lock = asyncio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+        # one arm call at a time: the lock orders them, the limiter caps the threads at one
+        self._arm_lock = anyio.Lock()
+        self._arm_limiter = anyio.CapacityLimiter(1)
         self._active: _Conn | None = None
         self._closing = False
-        self._stopped = asyncio.Event()
-        self._handlers: set[asyncio.Task[Any]] = set()
+        self._stop_reason = "requested"
+        self._stop_requested = anyio.Event()
+        self._stopped = anyio.Event()
+        self._host: asyncio.Task[None] | None = None
         self._commands: dict[str, Callable[[_Conn, Any], Any]] = {
             name: getattr(self, f"_cmd_{name}") for name in COMMANDS
         }
@@ -122,71 +151,105 @@ class ArmServer:
         """Peer address of the control client, if one is connected."""
         return self._active.peer if self._active else None
 
-    async def start(self) -> None:
-        """Open the backend, then listen. Raises BackendError / OSError (port in use)."""
-        loop = asyncio.get_running_loop()
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Open the backend, listen, report started, serve until ``stop()``, then shut down.
+
+        Raises BackendError / OSError (port in use) before ``started``; the backend
+        is closed again when listening fails. Every connection task belongs to this
+        call's task group, so nothing outlives it.
+        """
+        await anyio.to_thread.run_sync(self.backend.open, limiter=self._arm_limiter)
         try:
-            await loop.run_in_executor(self._executor, self.backend.open)
-        except BaseException:
-            self._executor.shutdown(wait=False)
-            raise
-        try:
+            # asyncio's server on purpose: it resolves and binds as it always did, and each
+            # connection's StreamReader frames lines cheaply (its limit is the line limit)
             self._server = await asyncio.start_server(
-                self._on_connect, self.host, self.requested_port, limit=MAX_LINE_BYTES
+                self._hand_off, self.host, self.requested_port, limit=MAX_LINE_BYTES, start_serving=False
             )
         except OSError:
-            await loop.run_in_executor(self._executor, self.backend.close)
-            self._executor.shutdown(wait=False)
+            await self._close_backend()
             raise
-        log.info("daemon_listening", host=self.host, port=self.port, backend=self.backend.name,
-                 auth=self.token is not None)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await self._server.start_serving()  # from here _hand_off adds each connection to tg
+                log.info("daemon_listening", host=self.host, port=self.port, backend=self.backend.name,
+                         auth=self.token is not None)
+                task_status.started()
+                await self._stop_requested.wait()
+                await self._shut_down()
+            await self._close_backend()
+            log.info("daemon_stopped", reason=self._stop_reason, **self.stats.snapshot()["counters"])
+        finally:
+            self._tg = None
+            self._closing = True
+            if self._server is not None:
+                self._server.close()
+            self._stopped.set()
+
+    async def start(self) -> None:
+        """Open the backend, then listen, serving from a background task until ``stop()``.
+
+        Raises BackendError / OSError (port in use). For callers without a task group:
+        ``run()`` is hosted in a background task (``mecharm_common.hosted``).
+        """
+        self._host = await start_hosted(self.run, "arm-server")
 
     async def stop(self, reason: str = "requested") -> None:
         """Stop accepting, let the command in flight finish, close the client and the backend."""
-        if self._closing:
-            await self._stopped.wait()
-            return
-        self._closing = True
-        log.info("daemon_stopping", reason=reason, client=self.client)
-        if self._server is not None:
-            self._server.close()
-        conn = self._active
-        if conn is not None and not conn.task.done():
-            idle = asyncio.ensure_future(conn.idle.wait())
-            done, _ = await asyncio.wait({idle, conn.task}, timeout=self.shutdown_grace_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            idle.cancel()
-            if not done:
-                log.warning("daemon_shutdown_grace_expired", grace_s=self.shutdown_grace_s,
-                            reason="command in flight did not finish; cancelling its connection")
-        if conn is not None:
-            conn.reader.feed_eof()  # the handler's read ends; it closes the connection itself
-        if self._handlers:
-            _, pending = await asyncio.wait(set(self._handlers), timeout=1.0)
-            for task in pending:  # still in a backend call after the grace period
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
-        if self._server is not None:
-            with suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
-        loop = asyncio.get_running_loop()
-        async with self._arm_lock:
-            try:
-                await loop.run_in_executor(self._executor, self.backend.close)
-            except Exception as exc:  # closing must not hide the shutdown
-                log.warning("backend_close_failed", error=repr(exc))
-        self._executor.shutdown(wait=True)
-        log.info("daemon_stopped", reason=reason, **self.stats.snapshot()["counters"])
-        self._stopped.set()
+        if not self._closing:
+            self._closing = True
+            self._stop_reason = reason
+            log.info("daemon_stopping", reason=reason, client=self.client)
+            if self._server is not None:
+                self._server.close()  # stop accepting at once
+            self._stop_requested.set()
+        if self._host is None and self._tg is None and not self._stopped.is_set():
+            self._stopped.set()  # never started
+        await self._stopped.wait()
+        host, self._host = self._host, None
+        if host is not None:
+            await host  # re-raises a failure of run()
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    async def _shut_down(self) -> None:
+        """In run()'s task: grace for the command in flight, then EOF, then cancel."""
+        conn = self._active
+        if conn is not None and not conn.done.is_set() and not conn.reading:
+            conn.idle_waiter = anyio.Event()
+            with anyio.move_on_after(self.shutdown_grace_s) as grace:
+                await conn.idle_waiter.wait()
+            if grace.cancelled_caught:
+                log.warning("daemon_shutdown_grace_expired", grace_s=self.shutdown_grace_s,
+                            reason="command in flight did not finish; cancelling its connection")
+        if conn is not None:
+            conn.reader.feed_eof()  # the handler's read ends; it closes the connection itself
+            with anyio.move_on_after(_CLOSE_S):
+                await conn.done.wait()
+            # still in a backend call: cancel it. A thread call cannot be interrupted, so the
+            # cancellation lands when the call returns: the arm is never used by two calls
+            conn.scope.cancel()
+        if self._server is not None:
+            with anyio.move_on_after(_CLOSE_S):
+                await self._server.wait_closed()
+
+    async def _close_backend(self) -> None:
+        async with self._arm_lock:
+            try:
+                await anyio.to_thread.run_sync(self.backend.close, limiter=self._arm_limiter)
+            except Exception as exc:  # closing must not hide the shutdown
+                log.warning("backend_close_failed", error=repr(exc))
+
     # ------------------------------------------------------------ connections
+    def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's accept callback: the connection becomes a task of run()'s task group."""
+        if self._tg is None:  # run() has ended; the listener is closing
+            writer.close()
+            return
+        self._tg.start_soon(self._on_connect, reader, writer)
+
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
         peer = "{}:{}".format(*tuple(writer.get_extra_info("peername") or ("?", "?"))[:2])
         self.stats.count("connections")
         if self._closing or self._active is not None:
@@ -198,40 +261,37 @@ class ArmServer:
             log.warning("client_rejected", peer=peer, code=code.value, reason=msg)
             await self._send_and_close(writer, error_response(None, code, msg))
             return
-        conn = _Conn(peer, reader, writer, task)
+        conn = _Conn(peer, reader, writer)
         self._active = conn
-        self._handlers.add(task)
         log.info("client_connected", peer=peer)
         reason = "client closed the connection"
         try:
-            reason = await self._serve(conn)
-        except asyncio.CancelledError:
-            # only stop() cancels handlers; returning (not re-raising) keeps 3.11's
-            # StreamReaderProtocol from logging the cancelled task as an error
-            reason = "daemon shutdown (cancelled after the grace period)"
-            if not self._closing:
-                raise
+            with conn.scope:
+                reason = await self._serve(conn)
+            if conn.scope.cancelled_caught:
+                reason = "daemon shutdown (cancelled after the grace period)"
         except (ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc!r}"
+        except Exception as exc:  # a bug here must not take the server's task group down
+            reason = f"internal error {type(exc).__name__}: {exc}"
+            log.exception("connection_failed", peer=peer)
         finally:
-            self._handlers.discard(task)
             if self._active is conn:
                 self._active = None
             log.info("client_disconnected", peer=peer, reason=reason)
-            writer.close()
-            with suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+            await _close(writer)
+            conn.done.set()
+            conn.went_idle()
 
     async def _send_and_close(self, writer: asyncio.StreamWriter, msg: BaseModel) -> None:
         try:
             writer.write(encode(msg))
-            await asyncio.wait_for(writer.drain(), timeout=1.0)
-        except (ConnectionError, OSError, TimeoutError):
+            with anyio.move_on_after(_CLOSE_S):
+                await writer.drain()
+        except (ConnectionError, OSError):
             pass
         finally:
-            writer.close()
-            with suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), timeout=1.0)
+            await _close(writer)
 
     async def _read_line(self, reader: asyncio.StreamReader) -> bytes | object | None:
         """One line (with or without its newline), ``_TOO_LONG`` (discarded), or None at EOF."""
@@ -252,7 +312,8 @@ class ArmServer:
             except asyncio.LimitOverrunError as exc:
                 consumed = exc.consumed
 
-    def _read_timeout(self, conn: _Conn) -> tuple[float | None, str]:
+    def _read_deadline(self, conn: _Conn) -> tuple[float | None, str]:
+        """Seconds the next line may take (None = no limit) and why the client is dropped after it."""
         if self.token is not None and not conn.authed:
             left = self.auth_timeout_s - (time.monotonic() - conn.opened)
             return max(0.0, left), f"no valid hello with token within {self.auth_timeout_s} s"
@@ -260,20 +321,29 @@ class ArmServer:
             return self.idle_timeout_s, f"idle for {self.idle_timeout_s} s"
         return None, ""
 
+    async def _next_line(self, conn: _Conn) -> tuple[bytes | object | None, str]:
+        """The next line, or (None, why) when the auth/idle deadline passed first."""
+        timeout, why = self._read_deadline(conn)
+        conn.reading = True
+        conn.went_idle()
+        try:
+            if timeout is None:  # the hot path: no cancel scope to enter and leave
+                return await self._read_line(conn.reader), ""
+            with anyio.move_on_after(timeout):
+                return await self._read_line(conn.reader), ""
+            return None, why
+        finally:
+            conn.reading = False
+
     async def _serve(self, conn: _Conn) -> str:
         while not self._closing:
-            timeout, why = self._read_timeout(conn)
-            conn.idle.set()
-            try:
-                line = await asyncio.wait_for(self._read_line(conn.reader), timeout)
-            except TimeoutError:
+            line, timed_out = await self._next_line(conn)
+            if timed_out:
                 code = ErrorCode.UNAUTHORIZED if self.token is not None and not conn.authed else ErrorCode.IDLE_TIMEOUT
-                conn.writer.write(encode(error_response(None, code, f"closing the connection: {why}")))
+                conn.writer.write(encode(error_response(None, code, f"closing the connection: {timed_out}")))
                 with suppress(ConnectionError, OSError):
                     await conn.writer.drain()
-                return why
-            finally:
-                conn.idle.clear()
+                return timed_out
             if line is None:
                 return "daemon shutdown" if self._closing else "client closed the connection"
             if line is _TOO_LONG:
@@ -323,14 +393,16 @@ class ArmServer:
         return encode(resp)
 
     async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run one backend call, serialized; blocking calls go to the arm thread."""
+        """Run one backend call, serialized; blocking calls go to a worker thread."""
         if not self.backend.blocks(fn.__name__) and not self._arm_lock.locked():
             # runs to completion on the loop thread without yielding: nothing can overlap it,
             # so taking and releasing the free lock would only cost time
             return fn(*args)
         async with self._arm_lock:
             if self.backend.blocks(fn.__name__):
-                return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+                # not abandoned on cancel: a cancelled connection waits for its call to
+                # return, so the lock is never released while the arm is still busy
+                return await anyio.to_thread.run_sync(fn, *args, limiter=self._arm_limiter)
             return fn(*args)
 
     # ------------------------------------------------------------ commands

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import anyio
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.logging import configure_logging, get_logger
@@ -41,22 +42,30 @@ async def _run(settings: RecorderSettings) -> int:
     # sooner (default 5 ms) so a frame_request is not kept waiting behind them
     sys.setswitchinterval(0.001)
     service = RecorderService(settings)
+    forced = False
     with capture_signals() as sigs:
-        try:
-            await service.start()
-        except OSError as exc:
-            log.error("recorder_start_failed", reason=f"cannot bind UDP {settings.host}:"
-                      f"{settings.udp_port}: {exc.strerror or exc}")
-            return 2
-        await sigs.stop.wait()
-        log.info("shutdown_requested", signals=sigs.received)
-        stopping = asyncio.create_task(service.stop("shutdown"))
-        force = asyncio.create_task(sigs.force.wait())
-        await asyncio.wait({stopping, force}, return_when=asyncio.FIRST_COMPLETED)
-        if not stopping.done():
-            log.error("shutdown_forced", reason="second signal")
-            return 1
-        force.cancel()
+        async with anyio.create_task_group() as tg:
+            try:
+                await tg.start(service.run)
+            except OSError as exc:
+                log.error("recorder_start_failed", reason=f"cannot bind UDP {settings.host}:"
+                          f"{settings.udp_port}: {exc.strerror or exc}")
+                return 2
+            await sigs.stop.wait()
+            log.info("shutdown_requested", signals=sigs.received)
+
+            async def force_on_second_signal() -> None:
+                nonlocal forced
+                await sigs.force.wait()
+                forced = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(force_on_second_signal)
+            await service.stop("shutdown")
+            tg.cancel_scope.cancel()  # the watcher
+    if forced:
+        log.error("shutdown_forced", reason="second signal")
+        return 1
     return 0
 
 
@@ -69,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mecharm-recorder: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, json=settings.log_json)
-    return asyncio.run(_run(settings))
+    return anyio.run(_run, settings)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,10 @@ class RecorderSettings(RigSettings):
     host: str = "127.0.0.1"
     udp_port: int = Field(default=5556, ge=1, le=65535)
 
+    #: datagrams buffered between the UDP receiver and the dispatcher; when full, new
+    #: ones are dropped and counted (the sender is never slowed: docs/concurrency.md)
+    event_buffer: int = Field(default=4096, ge=16, le=1_000_000)
+
     stale_frame_sec: float = Field(default=0.5, gt=0)
     camera_lost_after: int = Field(default=30, ge=1, description="consecutive failed reads")
     camera_retry_sec: float = Field(default=2.0, gt=0)

@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
+
 from recorder.events import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -153,24 +155,19 @@ class RecorderSender:
                 sock.setblocking(False)
                 port = sock.getsockname()[1]
                 req = FrameRequest(tag=tag, reply_port=port)
-                deadline = loop.time() + timeout
-                await loop.sock_sendto(sock, req.model_dump_json().encode(), self._addr)
-                while True:
-                    left = deadline - loop.time()
-                    if left <= 0:
-                        return FrameReply(reason=REASON_TIMEOUT, tag=tag)
-                    try:
-                        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a
-                        # cancellation that races with the reply
-                        async with asyncio.timeout(left):
+                # one deadline for the whole exchange; a cancel scope, unlike 3.11's wait_for,
+                # never swallows an outer cancellation that races with the reply
+                with anyio.move_on_after(timeout):
+                    await loop.sock_sendto(sock, req.model_dump_json().encode(), self._addr)
+                    while True:
+                        try:
                             data, addr = await loop.sock_recvfrom(sock, _REPLY_MAX)
-                    except TimeoutError:
-                        return FrameReply(reason=REASON_TIMEOUT, tag=tag)
-                    except ConnectionRefusedError:
-                        continue
-                    reply = self._accept(data, addr, tag)
-                    if reply is not None:
-                        return reply
+                        except ConnectionRefusedError:  # ICMP port unreachable: nobody listens (yet)
+                            continue
+                        reply = self._accept(data, addr, tag)
+                        if reply is not None:
+                            return reply
+                return FrameReply(reason=REASON_TIMEOUT, tag=tag)
         except EventError:
             return FrameReply(reason=REASON_MALFORMED_REPLY, tag=tag)
         except Exception as exc:

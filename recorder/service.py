@@ -7,31 +7,38 @@ camera blocks in ``read()``)::
           │                                     ▲
           └─ offer(frame) ─▶ frame-writer thread │  reads it, never waits on the camera
                              (H.264 + frame_log) │
-    asyncio loop (main thread) ── UDP 5556 ──────┘ events → states.csv; frame_request → jpg + reply
+    UDP 5556 ─ receiver ─▶ bounded event stream ─▶ dispatcher task ─┘ events → states.csv;
+      (never blocks: full → dropped, counted)                         frame_request → jpg + reply
 
 Only the camera thread waits on the device, only the writer thread waits on the
-encoder; the event loop does bounded work per datagram (parse, a CSV row, or
+encoder; the dispatcher does bounded work per datagram (parse, a CSV row, or
 one JPEG encode of the newest frame ~3-5 ms). A frame older than
 ``stale_frame_sec`` is refused as ``stale_frame``; after camera loss the newest
 frame is forgotten, so it is never served (the shared freshness rule,
 docs/recorder.md#frame-freshness). Every datagram handler is wrapped: a
-bad datagram is logged (rate-limited) and dropped, the loop keeps serving.
+bad datagram is logged (rate-limited) and dropped, the service keeps serving.
+Tasks, owners and deadlines: [docs/concurrency.md](../docs/concurrency.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mecharm_cameras.base import CameraSource
 from mecharm_cameras.factory import make_camera
 from mecharm_cameras.freshness import NoFrameError, StaleFrameError
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
+from mecharm_common.hosted import start_hosted
 from mecharm_common.layout import ORPHAN_FRAMES
 from mecharm_common.logging import get_logger
 from recorder.capture import CameraWorker
@@ -70,15 +77,30 @@ _RCVBUF = 4 * 1024 * 1024
 REASON_RATE_LIMITED = "exception:RateLimited"
 
 
-class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, service: RecorderService) -> None:
+Datagram = tuple[bytes, Any]
+
+
+class _Receiver(asyncio.DatagramProtocol):
+    """Hands each datagram to the dispatcher's stream; never blocks, never waits.
+
+    A plain asyncio protocol on purpose: it is the cheapest way to take a datagram
+    off the socket. When the stream's buffer is full the datagram is dropped and
+    counted (``dropped_events``): the recorder is an observer and its backlog must
+    neither grow without bound nor be pushed back onto the sender.
+    """
+
+    def __init__(self, service: RecorderService, events: MemoryObjectSendStream[Datagram]) -> None:
         self.service = service
+        self.events = events
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         try:
-            self.service.handle_datagram(data, addr)
-        except Exception as exc:  # the loop never dies of bad input
-            log.exception("event_handler_failed", error=f"{type(exc).__name__}: {exc}")
+            self.events.send_nowait((data, addr))
+        except anyio.WouldBlock:
+            self.service.counters.dropped_events += 1
+            self.service._overflow(buffered=self.service.settings.event_buffer)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # shutting down: no longer reading
 
     def error_received(self, exc: Exception) -> None:
         log.debug("udp_error", error=str(exc))
@@ -108,12 +130,18 @@ class RecorderService:
             on_lost=self._camera_lost,
         )
         self._reject = RateLimitedLog(log, "event_rejected")
+        self._overflow = RateLimitedLog(log, "event_dropped", per_sec=1)
         self._fr_tokens = settings.max_frame_requests_per_sec
         self._fr_refill = time.monotonic()
-        self._closing: set[asyncio.Task[None]] = set()
-        self._tasks: list[asyncio.Task[None]] = []
+        #: one event per trial whose media and meta are still being finished
+        self._closing: set[anyio.Event] = set()
         self._transport: asyncio.DatagramTransport | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._host: asyncio.Task[None] | None = None
+        self._stop_requested: anyio.Event | None = None
+        self._stopped: anyio.Event | None = None
+        self._stop_reason = "shutdown"
+        self._stop_timeout = 10.0
         self._handlers: dict[type, Callable[[Any], None]] = {
             TrialStart: self._trial_start,
             TrialEnd: self._trial_end,
@@ -126,56 +154,124 @@ class RecorderService:
         }
 
     # --- life cycle -----------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Bind the UDP port (raises OSError if taken), start the camera and writer threads."""
-        self._loop = asyncio.get_running_loop()
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Bind the UDP port (raises OSError if taken), start the threads, serve until ``stop()``.
+
+        The dispatcher, housekeeping, status line and trial finishers are tasks of
+        this call's task group; the camera and writer threads are joined before it returns.
+        """
         s = self.settings
+        self._stop_requested = self._stop_requested or anyio.Event()
+        self._stopped = self._stopped or anyio.Event()
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
             sock.bind((s.host, s.udp_port))
         except OSError:
             sock.close()
+            self._stopped.set()
             raise
-        transport, _ = await self._loop.create_datagram_endpoint(lambda: _Protocol(self), sock=sock)
+        send, receive = anyio.create_memory_object_stream[Datagram](s.event_buffer)
+        drained = anyio.Event()
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(self, send), sock=sock)
         self._transport = transport
         self.port = sock.getsockname()[1]
         self._check_mount(initial=True)
         self.writer.start()
         self.camera.start()
-        self._tasks = [asyncio.create_task(self._housekeeping(), name="housekeeping")]
-        if s.status_interval_sec > 0:
-            self._tasks.append(asyncio.create_task(self._status_loop(), name="status"))
-        log.info("recorder_started", port=self.port, data_root=str(self.root),
-                 camera=self.camera_spec, mount_ok=self.mount_ok)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._dispatch, receive, drained, name="dispatcher")
+                tg.start_soon(self._housekeeping, name="housekeeping")
+                if s.status_interval_sec > 0:
+                    tg.start_soon(self._status_loop, name="status")
+                log.info("recorder_started", port=self.port, data_root=str(self.root),
+                         camera=self.camera_spec, mount_ok=self.mount_ok)
+                task_status.started()
+                await self._stop_requested.wait()
+                # stop reading first: a trial_start now could open a trial nobody would close;
+                # the dispatcher handles what is already buffered, then sees the end of the stream
+                transport.close()
+                send.close()
+                with anyio.move_on_after(1.0):
+                    await drained.wait()
+                await self._shut_down()
+                tg.cancel_scope.cancel()  # housekeeping, status, the dispatcher if still busy
+        finally:
+            self._tg = None
+            transport.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.camera.stop)
+                await anyio.to_thread.run_sync(self.writer.stop)
+            log.info("recorder_stopped", reason=self._stop_reason, **self.status())
+            self._stopped.set()
 
-    async def stop(self, reason: str = "shutdown", timeout: float = 10.0) -> None:
-        """Close an open trial as truncated, finish pending files, stop the threads."""
+    async def _shut_down(self) -> None:
+        """Close an open trial as truncated and give closing trials ``timeout`` to finish."""
+        reason, timeout = self._stop_reason, self._stop_timeout
         if self.trial is not None:
             log.warning("trial_truncated", run_stem=self.trial.run_stem, reason=reason)
             self._close_trial("truncated", reason)
-        if self._closing:
-            _, pending = await asyncio.wait(set(self._closing), timeout=timeout)
-            if pending:
-                log.error("shutdown_incomplete",
-                          reason=f"{len(pending)} trial(s) still closing after {timeout:g} s")
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.to_thread(self.camera.stop)
-        await asyncio.to_thread(self.writer.stop)
-        if self._transport is not None:
-            self._transport.close()
-        log.info("recorder_stopped", reason=reason, **self.status())
+        if self._closing and not await self.wait_closed(timeout):
+            log.error("shutdown_incomplete",
+                      reason=f"{len(self._closing)} trial(s) still closing after {timeout:g} s")
 
-    async def serve(self, stop: asyncio.Event) -> None:
-        await self.start()
-        try:
+    async def start(self) -> None:
+        """Bind the UDP port (raises OSError if taken), start the camera and writer threads.
+
+        For callers without a task group: ``run()`` is hosted in a background task
+        (``mecharm_common.hosted``); ``stop()`` ends it.
+        """
+        self._host = await start_hosted(self.run, "recorder")
+
+    async def stop(self, reason: str = "shutdown", timeout: float = 10.0) -> None:
+        """Close an open trial as truncated, finish pending files, stop the threads."""
+        if self._stop_requested is None:
+            self._stop_requested = anyio.Event()
+            self._stopped = anyio.Event()
+        assert self._stopped is not None
+        if not self._stop_requested.is_set():
+            self._stop_reason, self._stop_timeout = reason, timeout
+            self._stop_requested.set()
+        if self._host is None and self._tg is None and not self._stopped.is_set():
+            self._stopped.set()  # never started
+        await self._stopped.wait()
+        host, self._host = self._host, None
+        if host is not None:
+            await host  # re-raises a failure of run()
+
+    async def serve(self, stop: anyio.Event | asyncio.Event) -> None:
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.run)
             await stop.wait()
-        finally:
             await self.stop()
+
+    async def _dispatch(self, events: MemoryObjectReceiveStream[Datagram], drained: anyio.Event) -> None:
+        """Handle datagrams in arrival order until the receiver closes the stream."""
+        try:
+            await self._dispatch_all(events)
+        finally:
+            drained.set()
+
+    async def _dispatch_all(self, events: MemoryObjectReceiveStream[Datagram]) -> None:
+        with events:
+            while True:
+                try:
+                    # drain without a checkpoint per datagram; wait only when the buffer is empty
+                    data, addr = events.receive_nowait()
+                except anyio.WouldBlock:
+                    try:
+                        data, addr = await events.receive()
+                    except anyio.EndOfStream:
+                        return
+                except anyio.EndOfStream:
+                    return
+                try:
+                    self.handle_datagram(data, addr)
+                except Exception as exc:  # the service never dies of bad input
+                    log.exception("event_handler_failed", error=f"{type(exc).__name__}: {exc}")
 
     # --- camera side (called from the camera thread) --------------------------------------------
     def _on_frame(self, frame: CapturedFrame) -> None:
@@ -340,34 +436,43 @@ class RecorderService:
         except OSError as exc:
             log.error("states_close_failed", run_stem=trial.run_stem, error=str(exc))
         fut = self.writer.end(trial)
-        assert self._loop is not None
-        task = self._loop.create_task(self._finish(trial, asyncio.wrap_future(fut)))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        done = anyio.Event()
+        self._closing.add(done)
+        assert self._tg is not None, "trials are only closed while the service runs"
+        self._tg.start_soon(self._finish, trial, fut, done, name=f"finish {trial.run_stem}")
 
-    async def _finish(self, trial: TrialRecording, media_done: asyncio.Future[None]) -> None:
-        await media_done
-        why = check_data_root(self.root, self.settings.require_mount)
-        if why is not None:
-            trial.mark("mount_lost", why)
-        self.counters.trials_closed += 1
+    async def _finish(self, trial: TrialRecording, media: Future[None], done: anyio.Event) -> None:
         try:
-            meta = trial.write_meta()
-        except OSError as exc:
-            log.error("meta_write_failed", run_stem=trial.run_stem, status=trial.status,
-                      error=f"{exc.strerror or exc}")
-            return
-        log.info("trial_closed", run_stem=trial.run_stem, status=meta.status,
-                 reason=meta.status_reason, frames_captured=meta.frames_captured,
-                 frames_written=meta.frames_written, frames_dropped=meta.frames_dropped,
-                 dropped_at_close=trial.frames_dropped_at_close,
-                 effective_fps=meta.effective_fps, elapsed_sec=meta.elapsed_sec,
-                 camera_frozen=meta.camera_frozen)
+            # the writer thread resolves a concurrent future; wrap_future awaits it without
+            # parking a worker thread (plain asyncio on purpose, see docs/concurrency.md)
+            await asyncio.wrap_future(media)
+            why = check_data_root(self.root, self.settings.require_mount)
+            if why is not None:
+                trial.mark("mount_lost", why)
+            self.counters.trials_closed += 1
+            try:
+                meta = trial.write_meta()
+            except OSError as exc:
+                log.error("meta_write_failed", run_stem=trial.run_stem, status=trial.status,
+                          error=f"{exc.strerror or exc}")
+                return
+            log.info("trial_closed", run_stem=trial.run_stem, status=meta.status,
+                     reason=meta.status_reason, frames_captured=meta.frames_captured,
+                     frames_written=meta.frames_written, frames_dropped=meta.frames_dropped,
+                     dropped_at_close=trial.frames_dropped_at_close,
+                     effective_fps=meta.effective_fps, elapsed_sec=meta.elapsed_sec,
+                     camera_frozen=meta.camera_frozen)
+        finally:
+            self._closing.discard(done)
+            done.set()
 
-    async def wait_closed(self, timeout: float = 10.0) -> None:
-        """Wait until every closing trial has written its meta (tests, shutdown)."""
-        if self._closing:
-            await asyncio.wait(set(self._closing), timeout=timeout)
+    async def wait_closed(self, timeout: float = 10.0) -> bool:
+        """Wait until every closing trial has written its meta (tests, shutdown); False on timeout."""
+        with anyio.move_on_after(timeout):
+            while self._closing:
+                await next(iter(self._closing)).wait()
+            return True
+        return False
 
     # --- housekeeping ---------------------------------------------------------------------------
     def _check_mount(self, initial: bool = False) -> str | None:
@@ -386,7 +491,7 @@ class RecorderService:
         tick = min(s.csv_flush_sec, s.mount_check_sec) / 2
         last_mount = time.monotonic()
         while True:
-            await asyncio.sleep(tick)
+            await anyio.sleep(tick)
             trial = self.trial
             if trial is not None:
                 try:
@@ -419,6 +524,7 @@ class RecorderService:
             "camera_lost_count": cam.lost_count,
             "events": c.events,
             "rejected": c.rejected,
+            "dropped_events": c.dropped_events,
             "frame_requests": c.frame_requests,
             "last_event_age_s": c.last_event_age(),
             "mount_ok": self.mount_ok,
@@ -426,5 +532,5 @@ class RecorderService:
 
     async def _status_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.status_interval_sec)
+            await anyio.sleep(self.settings.status_interval_sec)
             log.info("recorder_status", **self.status())

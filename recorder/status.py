@@ -15,6 +15,8 @@ class StatusCounters:
 
     events: int = 0
     rejected: int = 0
+    #: datagrams dropped because the dispatcher's buffer was full (see RecorderSettings.event_buffer)
+    dropped_events: int = 0
     ignored_no_trial: int = 0
     frame_requests: int = 0
     trials_started: int = 0

@@ -4,7 +4,8 @@ A backend wraps one SDK-like arm object (pymycobot ``MechArm270`` or ``SimArm``)
 and turns its return conventions into values or typed errors: ``-1``/``[]``/
 ``None`` from the SDK become ``ArmNoReplyError`` (never a made-up value), a
 serial exception becomes ``ArmSerialError``. Methods block; the server calls
-them from one worker thread, one at a time.
+them one at a time, in a worker thread unless ``blocks`` says a call cannot
+block ([concurrency.md](../../docs/concurrency.md)).
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class ArmBackend(ABC):
         return {}
 
     def blocks(self, call: str) -> bool:
-        """Whether method ``call`` may sleep or do I/O. The server runs blocking calls on its
-        arm thread and the others inline (cheaper); either way one at a time."""
+        """Whether method ``call`` may sleep or do I/O. The server runs blocking calls in a
+        worker thread (``anyio.to_thread``) and the others inline on the event loop, which
+        is far cheaper than a thread hop; either way one at a time."""
         return True
 
     @abstractmethod
