@@ -16,10 +16,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> int:
-    names = sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules(bench.__path__) if m.name.startswith("bench_"))
+    names = sorted(
+        m.name[len("bench_") :]
+        for m in pkgutil.iter_modules(bench.__path__)
+        if m.name.startswith("bench_")
+    )
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("names", nargs="*", choices=[*names, []], help="benchmarks to run (default all)")
-    parser.add_argument("--quick", action="store_true", help="shorter runs (smoke check, figures noisier)")
+    parser.add_argument(
+        "names", nargs="*", choices=[*names, []], help="benchmarks to run (default all)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="shorter runs (smoke check, figures noisier)"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     failed = 0

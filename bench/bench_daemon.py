@@ -54,9 +54,22 @@ def _env() -> dict[str, str]:
 
 def _spawn_daemon(args: list[str]) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon_pi.cli", "--config", os.devnull, "--host", "127.0.0.1", "--port", "0",
-         *args],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "daemon_pi.cli",
+            "--config",
+            os.devnull,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            *args,
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 30
@@ -184,8 +197,19 @@ def _bench_sim(quick: bool) -> dict[str, Any]:
 
 def _spawn_fake_arm(read_reply: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mecharm_sim.firmware", "--read-reply", str(read_reply), "--log-level", "warning"],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mecharm_sim.firmware",
+            "--read-reply",
+            str(read_reply),
+            "--log-level",
+            "warning",
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
@@ -251,7 +275,10 @@ def _bench_serial(quick: bool) -> dict[str, Any]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     # the figures depend on what else runs on the machine: record it next to them
-    out: dict[str, Any] = {"loadavg_1min_at_start": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
+    out: dict[str, Any] = {
+        "loadavg_1min_at_start": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
     out.update(_bench_sim(quick))
     out.update(_bench_serial(quick))
     out["loadavg_1min_at_end"] = round(os.getloadavg()[0], 2)

@@ -29,15 +29,23 @@ __all__ = ["run"]
 
 def _pct(ts: list[float]) -> dict[str, float]:
     a = np.asarray(ts) * 1000
-    return {"p50_ms": round(float(np.percentile(a, 50)), 4), "p99_ms": round(float(np.percentile(a, 99)), 4)}
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 4),
+        "p99_ms": round(float(np.percentile(a, 99)), 4),
+    }
 
 
 def _matrix_fk_tip(angles: np.ndarray) -> np.ndarray:
     """The previous fk_tip: a stack of 4x4 products per joint (the baseline)."""
+
     def rpy(r: float, p: float, y: float) -> np.ndarray:
         cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
-        return (np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]]) @ np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
-                @ np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]]))
+        return (
+            np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
+            @ np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+            @ np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
+        )
+
     origins = []
     for xyz, r in JOINT_ORIGINS:
         t = np.eye(4)
@@ -56,20 +64,39 @@ def _matrix_fk_tip(angles: np.ndarray) -> np.ndarray:
     return urdf_to_unity(t[:, :3, 3] + t[:, :3, 2] * TOOL_OFFSET_M)
 
 
-def _queries(table: FkTable, n: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _queries(
+    table: FkTable, n: int, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rng = np.random.default_rng(seed)
     arc = load_arc(DEFAULT_PLACE_ARC)
     pick, place = [], []
     for _ in range(n):
-        pick.append({"phase": "pick", "target_xz": (float(rng.uniform(0.14, 0.24)), float(rng.uniform(0.20, 0.28))),
-                     "ee_y_min": 0.010, "ee_y_max": 0.040})
+        pick.append(
+            {
+                "phase": "pick",
+                "target_xz": (float(rng.uniform(0.14, 0.24)), float(rng.uniform(0.20, 0.28))),
+                "ee_y_min": 0.010,
+                "ee_y_max": 0.040,
+            }
+        )
         t = (float(rng.uniform(-0.24, -0.14)), float(rng.uniform(0.14, 0.24)))
-        place.append({"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.070, "ee_y_max": 0.100,
-                      "ref_joints": j0_lookup(arc, t).angles, "joint_tol": 15.0, "ee_y_floor": 0.070})
+        place.append(
+            {
+                "phase": "place_withblock",
+                "target_xz": t,
+                "ee_y_min": 0.070,
+                "ee_y_max": 0.100,
+                "ref_joints": j0_lookup(arc, t).angles,
+                "joint_tol": 15.0,
+                "ee_y_floor": 0.070,
+            }
+        )
     return pick, place
 
 
-def _time_lookups(table: FkTable, qs: list[dict[str, Any]], method: str) -> tuple[list[float], list[Any]]:
+def _time_lookups(
+    table: FkTable, qs: list[dict[str, Any]], method: str
+) -> tuple[list[float], list[Any]]:
     ts, res = [], []
     for q in qs:
         t0 = time.perf_counter()
@@ -82,7 +109,10 @@ def _time_lookups(table: FkTable, qs: list[dict[str, Any]], method: str) -> tupl
 def _coverage(table: FkTable) -> dict[str, Any]:
     pick_arc, place_arc = load_arc(DEFAULT_PICK_ARC), load_arc(DEFAULT_PLACE_ARC)
     out: dict[str, Any] = {}
-    for name, (x0, x1, z0, z1) in {"pick": (0.14, 0.24, 0.20, 0.28), "place": (-0.24, -0.14, 0.14, 0.24)}.items():
+    for name, (x0, x1, z0, z1) in {
+        "pick": (0.14, 0.24, 0.20, 0.28),
+        "place": (-0.24, -0.14, 0.14, 0.24),
+    }.items():
         d = []
         for x in np.arange(x0, x1 + 1e-9, 0.005):
             for z in np.arange(z0, z1 + 1e-9, 0.005):
@@ -92,14 +122,25 @@ def _coverage(table: FkTable) -> dict[str, Any]:
                     r = fk_lookup(table, "pick", t, 0.010, 0.040)
                 else:
                     ap = j0_lookup(place_arc, t)
-                    r = fk_lookup(table, "place_withblock", t, 0.070, 0.100, ref_joints=ap.angles,
-                                  joint_tol=15.0, ee_y_floor=0.070)
+                    r = fk_lookup(
+                        table,
+                        "place_withblock",
+                        t,
+                        0.070,
+                        0.100,
+                        ref_joints=ap.angles,
+                        joint_tol=15.0,
+                        ee_y_floor=0.070,
+                    )
                 d.append(r.distance if r.ok else np.inf)
         a = np.asarray(d)
-        out[f"coverage_{name}"] = {"cells": a.size, "le_5mm": round(float(np.mean(a <= 0.005)), 3),
-                                   "le_10mm": round(float(np.mean(a <= 0.010)), 3),
-                                   "ok": round(float(np.mean(np.isfinite(a))), 3),
-                                   "max_ok_mm": round(float(a[np.isfinite(a)].max() * 1000), 1)}
+        out[f"coverage_{name}"] = {
+            "cells": a.size,
+            "le_5mm": round(float(np.mean(a <= 0.005)), 3),
+            "le_10mm": round(float(np.mean(a <= 0.010)), 3),
+            "ok": round(float(np.mean(np.isfinite(a))), 3),
+            "max_ok_mm": round(float(a[np.isfinite(a)].max() * 1000), 1),
+        }
     return out
 
 
@@ -135,8 +176,11 @@ def run(quick: bool = False) -> dict[str, Any]:
             if ri[:n_brute] != rb:
                 raise AssertionError(f"{name}: indexed and brute disagree")
             ok_t = [t for t, r in zip(ti, ri, strict=True) if not isinstance(r, tuple)]
-            out[f"fk_lookup_{name}_indexed"] = {**_pct(ti), "ok_only": _pct(ok_t) if ok_t else None,
-                                                "ok_fraction": round(len(ok_t) / len(ti), 3)}
+            out[f"fk_lookup_{name}_indexed"] = {
+                **_pct(ti),
+                "ok_only": _pct(ok_t) if ok_t else None,
+                "ok_fraction": round(len(ok_t) / len(ti), 3),
+            }
             out[f"fk_lookup_{name}_brute"] = _pct(tb)
             out[f"fk_lookup_{name}_speedup_p50"] = round(float(np.median(tb) / np.median(ti)), 1)
 

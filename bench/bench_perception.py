@@ -60,7 +60,9 @@ def _perception(n: int) -> dict[str, Any]:
 
     decode = _median_ms(lambda: cv2.imdecode(pick(jpegs), cv2.IMREAD_COLOR), 3 * n)
     detect = _median_ms(lambda: detect_scene([pick(frames)], H), 3 * n)
-    separate = _median_ms(lambda: (lambda f: (detect_block(f, H), detect_box(f, H)))(pick(frames)), 3 * n)
+    separate = _median_ms(
+        lambda: (lambda f: (detect_block(f, H), detect_box(f, H)))(pick(frames)), 3 * n
+    )
     homog = _median_ms(lambda: estimate_homography([pick(frames)]), n)
     return {
         "detect_ms_per_frame_1080p": round(detect, 2),
@@ -81,8 +83,12 @@ def _camera_cost(n: int) -> dict[str, Any]:
         r = Renderer(cam, 2)
         frame = r.render(snap, HOME, 100.0)  # builds the static layer and noise once
         enc = _median_ms(lambda f=frame: cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 80]), n)
-        both = _median_ms(lambda r=r: cv2.imencode(".jpg", r.render(snap, HOME, 100.0),
-                                                   [cv2.IMWRITE_JPEG_QUALITY, 80]), n)
+        both = _median_ms(
+            lambda r=r: cv2.imencode(
+                ".jpg", r.render(snap, HOME, 100.0), [cv2.IMWRITE_JPEG_QUALITY, 80]
+            ),
+            n,
+        )
         out[f"{cam.name}_render_plus_jpeg_ms"] = round(both, 2)
         out[f"{cam.name}_baseline_jpeg_only_ms"] = round(enc, 2)
         out[f"{cam.name}_render_plus_jpeg_vs_jpeg_ratio"] = round(both / enc, 2)
@@ -122,8 +128,11 @@ def _stream(seconds: float) -> dict[str, Any]:
         t.join()
     cpu = (time.process_time() - cpu0) / max(1e-9, time.monotonic() - w0)
     wc.close()
-    out: dict[str, Any] = {"stream_seconds": seconds, "stream_errors": errors,
-                           "stream_cpu_share_of_one_core": round(cpu, 2)}
+    out: dict[str, Any] = {
+        "stream_seconds": seconds,
+        "stream_errors": errors,
+        "stream_cpu_share_of_one_core": round(cpu, 2),
+    }
     for name, req in (("top", cfg.top_fps), ("side", cfg.side_fps)):
         if name in counts:
             fps = counts[name] / spans[name]
@@ -134,8 +143,11 @@ def _stream(seconds: float) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"mode": "quick" if quick else "full", "cpus": os.cpu_count(),
-                           "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
+    out: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+    }
     out.update(_perception(8 if quick else 30))
     out.update(_camera_cost(10 if quick else 40))
     out.update(_stream(3.0 if quick else 10.0))

@@ -119,8 +119,12 @@ def _notify_cost(n: int) -> dict[str, float]:
 def run(quick: bool = False) -> dict[str, Any]:
     record_s = 10.0 if quick else 60.0
     idle_s = 2.0 if quick else 5.0
-    out: dict[str, Any] = {"mode": "quick" if quick else "full", "record_s": record_s,
-                           "cpus": os.cpu_count(), "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
+    out: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "record_s": record_s,
+        "cpus": os.cpu_count(),
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+    }
 
     # --- in-process figures -------------------------------------------------------------------
     enc_fps = _encoder_throughput(120 if quick else 600)
@@ -146,9 +150,23 @@ def run(quick: bool = False) -> dict[str, Any]:
         port = _free_port()
         with open(Path(tmp) / "recorder.log", "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "recorder", "--data-root", str(root), "--udp-port", str(port),
-                 "--camera", f"synthetic?fps={FPS}", "--status-interval", "0", "--log-level", "info"],
-                stdout=subprocess.DEVNULL, stderr=log,
+                [
+                    sys.executable,
+                    "-m",
+                    "recorder",
+                    "--data-root",
+                    str(root),
+                    "--udp-port",
+                    str(port),
+                    "--camera",
+                    f"synthetic?fps={FPS}",
+                    "--status-interval",
+                    "0",
+                    "--log-level",
+                    "info",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
             )
         try:
             s = RecorderSender(port=port)
@@ -195,10 +213,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             out["frames_target_0_dropped_met"] = meta.frames_dropped == 0
             out["effective_fps"] = meta.effective_fps
             out["mp4_mb_per_60s"] = round(
-                (root / meta.recording_path / VIDEO).stat().st_size / 1e6 * 60 / meta.elapsed_sec, 2)
+                (root / meta.recording_path / VIDEO).stat().st_size / 1e6 * 60 / meta.elapsed_sec, 2
+            )
             out["cpu_share_recording"] = round(rec_cpu, 3)
             out["cpu_share_idle_baseline"] = round(idle_cpu, 3)
-            out["cpu_ratio_recording_vs_idle"] = round(rec_cpu / idle_cpu, 2) if idle_cpu > 0 else None
+            out["cpu_ratio_recording_vs_idle"] = (
+                round(rec_cpu / idle_cpu, 2) if idle_cpu > 0 else None
+            )
             out["frame_request_n"] = len(latencies)
             out["frame_request_reasons"] = reasons
             out["frame_request_ms_p50"] = round(_pct(latencies, 50), 2)
@@ -237,7 +258,9 @@ def run(quick: bool = False) -> dict[str, Any]:
                 out[f"ingest_{key}_sent_per_s"] = round(rate)
                 out[f"ingest_{key}_lost"] = n - got
             out["ingest_ratio_vs_target_5000"] = round(out["ingest_paced_sent_per_s"] / 5000, 2)
-            out["ingest_target_met"] = out["ingest_paced_lost"] == 0 and out["ingest_paced_sent_per_s"] >= 4900
+            out["ingest_target_met"] = (
+                out["ingest_paced_lost"] == 0 and out["ingest_paced_sent_per_s"] >= 4900
+            )
             s.close()
         finally:
             if proc.poll() is None:

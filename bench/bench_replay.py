@@ -53,7 +53,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     configure_logging("error")
     reps = 3 if quick else 15
     table = load_table(ensure_table(_table_dir()))
-    arcs = load_arc(REPO / "configs/poses/approach_pick.json"), load_arc(REPO / "configs/poses/approach_place.json")
+    arcs = (
+        load_arc(REPO / "configs/poses/approach_pick.json"),
+        load_arc(REPO / "configs/poses/approach_place.json"),
+    )
     out: dict[str, Any] = {"reps": reps}
     ratios, per_trace = [], []
     for path in sorted(CORPUS.glob(f"*{TRACE_SUFFIX}")):
@@ -76,9 +79,11 @@ def run(quick: bool = False) -> dict[str, Any]:
         span = float(rec.result.get("ts", 0.0)) - float(rec.header.get("ts", 0.0))
         real_s = span * float(rec.constants.get("time_scale", 1.0))
         n_dec = sum(1 for _n, e in rec.lines if e["event"] in DECISION_EVENTS)
-        out[name] = (f"replay {replay_ms:.1f} ms vs parse {parse_ms:.2f} ms (x{replay_ms / parse_ms:.1f}); "
-                     f"{len(rec.lines)} lines, {n_dec} decisions; real-rig trial ~{real_s:.0f} s -> "
-                     f"x{real_s / (replay_ms / 1000.0):.0f} faster")
+        out[name] = (
+            f"replay {replay_ms:.1f} ms vs parse {parse_ms:.2f} ms (x{replay_ms / parse_ms:.1f}); "
+            f"{len(rec.lines)} lines, {n_dec} decisions; real-rig trial ~{real_s:.0f} s -> "
+            f"x{real_s / (replay_ms / 1000.0):.0f} faster"
+        )
         ratios.append(replay_ms / parse_ms)
         per_trace.append(replay_ms)
     out["replay_ms_per_trace_median"] = round(statistics.median(per_trace), 2)

@@ -51,7 +51,9 @@ class TimedLink(RecorderLink):
 n_calls: list[int] = []
 
 
-async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int], timed: bool) -> list[tuple[TrialSummary, float]]:
+async def _trials(
+    settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int], timed: bool
+) -> list[tuple[TrialSummary, float]]:
     out: list[tuple[TrialSummary, float]] = []
     async with open_rig(settings) as (rig, _client):
         for seed in seeds:
@@ -67,10 +69,18 @@ async def _trials(settings: RuntimeSettings, rig_urls: SimRig, seeds: list[int],
 
 
 def _settings(root: Path, rig: SimRig, udp: int | None, scale: float = SCALE) -> RuntimeSettings:
-    return load_settings(RuntimeSettings, overrides={
-        "data_root": root, "daemon_port": rig.daemon_port, "top_camera": rig.top_url, "recorder_port": udp,
-        "recorder_enabled": udp is not None, "time_scale": scale, "log_level": "warning",
-    })
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "daemon_port": rig.daemon_port,
+            "top_camera": rig.top_url,
+            "recorder_port": udp,
+            "recorder_enabled": udp is not None,
+            "time_scale": scale,
+            "log_level": "warning",
+        },
+    )
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -92,10 +102,18 @@ def run(quick: bool = False) -> dict[str, Any]:
             for i in range(n_obs):
                 runs = [(True, with_rec), (False, without)]
                 for enabled, sink in runs if i % 2 == 0 else runs[::-1]:
-                    rig = start_sim_daemon(Path(tmp) / f"logs_{i}_{enabled}", seed=500 + i, time_scale=OBS_SCALE)
+                    rig = start_sim_daemon(
+                        Path(tmp) / f"logs_{i}_{enabled}", seed=500 + i, time_scale=OBS_SCALE
+                    )
                     try:
-                        sink += asyncio.run(_trials(_settings(root, rig, udp if enabled else None, OBS_SCALE), rig,
-                                                    [500 + i], timed=enabled))
+                        sink += asyncio.run(
+                            _trials(
+                                _settings(root, rig, udp if enabled else None, OBS_SCALE),
+                                rig,
+                                [500 + i],
+                                timed=enabled,
+                            )
+                        )
                     finally:
                         rig.daemon.stop()
         finally:
@@ -115,7 +133,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     for t, _ in rate:
         for k, v in t.stage_times.items():
             stages.setdefault(k, []).append(v)
-    failures = [f"seed {t.scene_seed}: {t.reason or ('place ' + t.place_verdict)}" for t, _ in rate if t not in ok]
+    failures = [
+        f"seed {t.scene_seed}: {t.reason or ('place ' + t.place_verdict)}"
+        for t, _ in rate
+        if t not in ok
+    ]
     return {
         "time_scale": SCALE,
         "observer_time_scale": OBS_SCALE,
@@ -127,7 +149,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "trial_s_pairs": [(round(a, 2), round(b, 2)) for a, b in zip(w, wo, strict=True)],
         # a pair whose camera noise led to a different decision path (an extra servo step) moves
         # the mean by several %; the median pair is the robust figure
-        "median_pair_diff_pct": round(100 * (statistics.median(a / b for a, b in zip(w, wo, strict=True)) - 1), 2),
+        "median_pair_diff_pct": round(
+            100 * (statistics.median(a / b for a, b in zip(w, wo, strict=True)) - 1), 2
+        ),
         "observer_calls_share_of_trial_pct": round(100 * statistics.mean(obs_share), 4),
         "observer_calls_per_trial": round(statistics.mean(c for c in calls), 1),
         "observer_call_us_mean": round(1e6 * sum(sp for _, sp in with_rec) / max(1, sum(calls)), 2),

@@ -32,20 +32,43 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mecharm-daemon",
         description="Serve the mechArm 270 over TCP (newline-delimited JSON, one control client at a time).",
     )
-    p.add_argument("--config", type=Path, help=f"YAML settings file (default {DEFAULT_CONFIG} when present)")
+    p.add_argument(
+        "--config", type=Path, help=f"YAML settings file (default {DEFAULT_CONFIG} when present)"
+    )
     p.add_argument("--backend", choices=["sim", "mycobot"], help="arm backend (default sim)")
     p.add_argument("--host", help="listen address (default 127.0.0.1 for sim, 0.0.0.0 for mycobot)")
     p.add_argument("--port", type=int, help="TCP port (default 5555)")
-    p.add_argument("--serial-port", dest="serial_port", help="mycobot: serial device (default /dev/ttyAMA0)")
+    p.add_argument(
+        "--serial-port", dest="serial_port", help="mycobot: serial device (default /dev/ttyAMA0)"
+    )
     p.add_argument("--baud", type=int, help="mycobot: baud rate (default 1000000)")
-    p.add_argument("--token-file", dest="token_file", type=Path, help="shared-secret file; enables authentication")
+    p.add_argument(
+        "--token-file",
+        dest="token_file",
+        type=Path,
+        help="shared-secret file; enables authentication",
+    )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     sim = p.add_argument_group("sim backend")
-    sim.add_argument("--time-scale", dest="time_scale", type=float, help="sim speed-up (1.0 = real time)")
-    sim.add_argument("--read-latency", dest="read_latency", type=float, help="sim get_angles cost in s (default 0.020)")
-    sim.add_argument("--scene", help="start the simulated workcell with this scene: 'random' or a scene file")
+    sim.add_argument(
+        "--time-scale", dest="time_scale", type=float, help="sim speed-up (1.0 = real time)"
+    )
+    sim.add_argument(
+        "--read-latency",
+        dest="read_latency",
+        type=float,
+        help="sim get_angles cost in s (default 0.020)",
+    )
+    sim.add_argument(
+        "--scene", help="start the simulated workcell with this scene: 'random' or a scene file"
+    )
     sim.add_argument("--seed", type=int, help="seed of the sim arm and the scene")
-    sim.add_argument("--camera-port", dest="camera_port", type=int, help="workcell camera server port (default 8080)")
+    sim.add_argument(
+        "--camera-port",
+        dest="camera_port",
+        type=int,
+        help="workcell camera server port (default 8080)",
+    )
     return p
 
 
@@ -63,8 +86,18 @@ def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path |
         sim["seed"] = args.seed
     overrides: dict[str, Any] = {
         k: getattr(args, k)
-        for k in ("backend", "host", "port", "serial_port", "baud", "token_file", "log_level", "scene", "seed",
-                  "camera_port")
+        for k in (
+            "backend",
+            "host",
+            "port",
+            "serial_port",
+            "baud",
+            "token_file",
+            "log_level",
+            "scene",
+            "seed",
+            "camera_port",
+        )
     }
     overrides["sim"] = sim or None
     return load_settings(DaemonSettings, config, overrides), config
@@ -86,15 +119,21 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
     if settings.scene is None:
         return None
     if settings.backend != "sim":
-        raise StartupError("--scene needs --backend sim (the workcell simulates cameras around the sim arm)")
+        raise StartupError(
+            "--scene needs --backend sim (the workcell simulates cameras around the sim arm)"
+        )
     try:
         from mecharm_sim.workcell import start_workcell
     except ImportError as exc:
         # the Pi profile ('.[pi]') has no OpenCV, so the workcell cannot import there
-        raise StartupError(f"--scene given but the simulated workcell is not available "
-                           f"(mecharm_sim.workcell: {exc}; install '.[sim]')") from exc
+        raise StartupError(
+            f"--scene given but the simulated workcell is not available "
+            f"(mecharm_sim.workcell: {exc}; install '.[sim]')"
+        ) from exc
     seed = settings.seed if settings.seed is not None else settings.sim.seed
-    workcell = start_workcell(arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port)
+    workcell = start_workcell(
+        arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port
+    )
     log.info("workcell_started", scene=settings.scene, seed=seed, urls=dict(workcell.urls))
     return workcell
 
@@ -106,14 +145,27 @@ async def serve(settings: DaemonSettings) -> int:
     if settings.token_file is not None:
         token, too_open = read_token(settings.token_file)
         if too_open:
-            log.warning("token_file_readable_by_others", path=str(settings.token_file),
-                        hint=f"chmod 600 {settings.token_file}")
+            log.warning(
+                "token_file_readable_by_others",
+                path=str(settings.token_file),
+                hint=f"chmod 600 {settings.token_file}",
+            )
     elif not is_loopback(host):
-        log.warning("no_authentication", host=host,
-                    reason="listening beyond loopback without --token-file: anyone on the network can move the arm")
+        log.warning(
+            "no_authentication",
+            host=host,
+            reason="listening beyond loopback without --token-file: anyone on the network can move the arm",
+        )
     backend, arm = _make_backend(settings)
-    server = ArmServer(backend, host, settings.port, token, auth_timeout_s=settings.auth_timeout_s,
-                       idle_timeout_s=settings.idle_timeout_s, shutdown_grace_s=settings.shutdown_grace_s)
+    server = ArmServer(
+        backend,
+        host,
+        settings.port,
+        token,
+        auth_timeout_s=settings.auth_timeout_s,
+        idle_timeout_s=settings.idle_timeout_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+    )
     workcell = None
     try:
         # handlers first: a SIGTERM right after "daemon_listening" must still stop us gracefully
@@ -126,7 +178,9 @@ async def serve(settings: DaemonSettings) -> int:
             log.info("workcell_closed")
 
 
-async def _serve_until_signal(server: ArmServer, sigs: ShutdownSignals, host: str, port: int) -> int:
+async def _serve_until_signal(
+    server: ArmServer, sigs: ShutdownSignals, host: str, port: int
+) -> int:
     """The server runs in this task group until the first signal; a second one cancels it."""
     forced = False
     async with anyio.create_task_group() as tg:
@@ -134,7 +188,8 @@ async def _serve_until_signal(server: ArmServer, sigs: ShutdownSignals, host: st
             await tg.start(server.run)
         except BackendError as exc:
             failed: StartupError | None = StartupError(
-                f"backend {server.backend.name} failed to open: {exc.message}")
+                f"backend {server.backend.name} failed to open: {exc.message}"
+            )
         except OSError as exc:
             failed = StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         else:
@@ -154,7 +209,9 @@ async def _serve_until_signal(server: ArmServer, sigs: ShutdownSignals, host: st
     if failed is not None:
         raise failed
     if forced:
-        log.warning("daemon_forced_exit", reason=f"second signal {sigs.received[-1]} during shutdown")
+        log.warning(
+            "daemon_forced_exit", reason=f"second signal {sigs.received[-1]} during shutdown"
+        )
         return 1
     return 0
 
@@ -167,8 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mecharm-daemon: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    log.info("daemon_config", config_file=str(config) if config else None, backend=settings.backend,
-             host=settings.listen_host(), port=settings.port)
+    log.info(
+        "daemon_config",
+        config_file=str(config) if config else None,
+        backend=settings.backend,
+        host=settings.listen_host(),
+        port=settings.port,
+    )
     try:
         return anyio.run(serve, settings)
     except (StartupError, ConfigError) as exc:

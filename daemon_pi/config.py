@@ -24,17 +24,29 @@ class DaemonSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_DAEMON_")
 
     backend: Literal["sim", "mycobot"] = "sim"
-    host: str | None = Field(default=None, description="listen address; default 127.0.0.1 for sim, 0.0.0.0 for mycobot")
+    host: str | None = Field(
+        default=None, description="listen address; default 127.0.0.1 for sim, 0.0.0.0 for mycobot"
+    )
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     serial_port: str = Field(default="/dev/ttyAMA0", min_length=1)
     baud: int = Field(default=1_000_000, gt=0)
-    token_file: Path | None = Field(default=None, description="shared secret for LAN use; hello must carry it")
-    auth_timeout_s: float = Field(default=5.0, gt=0, description="unauthenticated clients are dropped after this")
-    idle_timeout_s: float = Field(default=0.0, ge=0, description="drop a silent client after this (0 = never)")
-    shutdown_grace_s: float = Field(default=5.0, ge=0, description="how long the command in flight may finish")
+    token_file: Path | None = Field(
+        default=None, description="shared secret for LAN use; hello must carry it"
+    )
+    auth_timeout_s: float = Field(
+        default=5.0, gt=0, description="unauthenticated clients are dropped after this"
+    )
+    idle_timeout_s: float = Field(
+        default=0.0, ge=0, description="drop a silent client after this (0 = never)"
+    )
+    shutdown_grace_s: float = Field(
+        default=5.0, ge=0, description="how long the command in flight may finish"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     sim: SimArmConfig = Field(default_factory=SimArmConfig)
-    scene: str | None = Field(default=None, description="sim workcell scene: 'random' or a scene file")
+    scene: str | None = Field(
+        default=None, description="sim workcell scene: 'random' or a scene file"
+    )
     seed: int | None = Field(default=None, description="seed of the sim arm and the scene")
     camera_port: int = Field(default=8080, ge=0, le=65535)
 
@@ -67,5 +79,7 @@ def read_token(path: Path) -> tuple[str, bool]:
     if not token:
         raise ConfigError(f"token_file {path}: is empty")
     if len(token) > 4096 or any(c.isspace() for c in token):
-        raise ConfigError(f"token_file {path}: token must be one line without spaces, at most 4096 characters")
+        raise ConfigError(
+            f"token_file {path}: token must be one line without spaces, at most 4096 characters"
+        )
     return token, bool(st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))

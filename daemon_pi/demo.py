@@ -37,7 +37,9 @@ class _Client:
         return resp.result
 
 
-async def _wait_arrival(c: _Client, target: list[float], tol: float, timeout: float) -> tuple[bool, list[float]]:
+async def _wait_arrival(
+    c: _Client, target: list[float], tol: float, timeout: float
+) -> tuple[bool, list[float]]:
     deadline = time.monotonic() + timeout
     angles: list[float] = []
     while time.monotonic() < deadline:
@@ -54,8 +56,10 @@ async def run_demo(time_scale: float = 5.0) -> int:
         print(f"sim daemon on 127.0.0.1:{server.port} (time scale {time_scale}x)")
         c = _Client(*await asyncio.open_connection("127.0.0.1", server.port))
         hello = await c.call("hello", client="demo")
-        print(f"hello: protocol {hello['protocol_version']}, backend {hello['backend']}, "
-              f"{len(hello['commands'])} commands")
+        print(
+            f"hello: protocol {hello['protocol_version']}, backend {hello['backend']}, "
+            f"{len(hello['commands'])} commands"
+        )
         print(f"get_angles: {await c.call('get_angles')}")
         await c.call("set_fresh_mode", mode=1)
         print(f"set_fresh_mode 1 -> get_fresh_mode {await c.call('get_fresh_mode')}")
@@ -64,13 +68,21 @@ async def run_demo(time_scale: float = 5.0) -> int:
             await c.call("send_angles", angles=pose, speed=20)
             ok, angles = await _wait_arrival(c, pose, 2.0, 30.0 / time_scale + 2)
             dt = (time.monotonic() - t0) * time_scale
-            err = max(abs(a - b) for a, b in zip(angles, pose, strict=True)) if angles else float("nan")
-            print(f"send_angles {pose} speed 20: arrived={ok} in ~{dt:.1f} s arm time, max error {err:.2f} deg")
+            err = (
+                max(abs(a - b) for a, b in zip(angles, pose, strict=True))
+                if angles
+                else float("nan")
+            )
+            print(
+                f"send_angles {pose} speed 20: arrived={ok} in ~{dt:.1f} s arm time, max error {err:.2f} deg"
+            )
         bad = [0.0, 95.0, 0.0, 0.0, 0.0, -30.0]
         await c.call("send_angles", angles=bad, speed=20)
         await asyncio.sleep(1.0 / time_scale + 0.05)
-        print(f"send_angles with j1=95 (firmware ignores it silently): is_moving={await c.call('is_moving')}, "
-              f"angles {await c.call('get_angles')}")
+        print(
+            f"send_angles with j1=95 (firmware ignores it silently): is_moving={await c.call('is_moving')}, "
+            f"angles {await c.call('get_angles')}"
+        )
         await c.call("set_gripper_value", value=20, speed=100)
         await asyncio.sleep(2.0 / time_scale)
         print(f"gripper close (value 20): get_gripper_value {await c.call('get_gripper_value')}")
@@ -84,15 +96,25 @@ async def run_demo(time_scale: float = 5.0) -> int:
         w2.close()
         await c.call("set_fresh_mode", mode=0)
         stats = await c.call("stats")
-        print("stats:", json.dumps({"counters": stats["counters"], "errors": stats["errors"],
-                                    "get_angles": stats["latency"].get("get_angles")}))
+        print(
+            "stats:",
+            json.dumps(
+                {
+                    "counters": stats["counters"],
+                    "errors": stats["errors"],
+                    "get_angles": stats["latency"].get("get_angles"),
+                }
+            ),
+        )
         c.writer.close()
     print("daemon stopped")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m daemon_pi.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m daemon_pi.demo", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--time-scale", type=float, default=5.0, help="sim speed-up (default 5)")
     args = p.parse_args(argv)
     configure_logging("warning")

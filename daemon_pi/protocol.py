@@ -68,7 +68,6 @@ DEFAULT_PORT = 5555
 MAX_LINE_BYTES = 64 * 1024
 
 
-
 def wire_angles(angles: Sequence[float]) -> list[float]:
     """The angles pymycobot really puts on the wire for ``angles``: it encodes
     ``int(angle * 100)``, so each is truncated toward zero to 0.01°. The daemon
@@ -177,7 +176,9 @@ class SendAnglesArgs(_Args):
     def _within_limits(cls, v: list[float]) -> list[float]:
         for i, a in enumerate(v):
             if not math.isfinite(a):
-                raise PydanticCustomError("angle_out_of_range", "angles[{i}] is not finite", {"i": i})
+                raise PydanticCustomError(
+                    "angle_out_of_range", "angles[{i}] is not finite", {"i": i}
+                )
             if not JOINT_MIN[i] <= a <= JOINT_MAX[i]:
                 raise PydanticCustomError(
                     "angle_out_of_range",
@@ -259,24 +260,32 @@ def ok_response(request_id: int, result: Any) -> OkResponse:
 
 
 def error_response(request_id: int | None, code: ErrorCode | str, message: str) -> ErrorResponse:
-    return ErrorResponse(id=request_id, error=ErrorInfo(code=ErrorCode(code).value, message=message))
+    return ErrorResponse(
+        id=request_id, error=ErrorInfo(code=ErrorCode(code).value, message=message)
+    )
 
 
 def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
     if isinstance(line, bytes | bytearray):
         if len(line) > MAX_LINE_BYTES:
-            raise ProtocolError(ErrorCode.LINE_TOO_LONG, f"{what} is {len(line)} bytes (max {MAX_LINE_BYTES})")
+            raise ProtocolError(
+                ErrorCode.LINE_TOO_LONG, f"{what} is {len(line)} bytes (max {MAX_LINE_BYTES})"
+            )
         try:
             line = line.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
+            raise ProtocolError(
+                ErrorCode.BAD_JSON, f"{what} is not UTF-8: {exc.reason} at byte {exc.start}"
+            ) from None
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not valid JSON: {msg}") from None
     if not isinstance(obj, dict):
-        raise ProtocolError(ErrorCode.BAD_JSON, f"{what} must be a JSON object, got {type(obj).__name__}")
+        raise ProtocolError(
+            ErrorCode.BAD_JSON, f"{what} must be a JSON object, got {type(obj).__name__}"
+        )
     return obj
 
 
@@ -293,7 +302,9 @@ def decode_request(line: bytes | str) -> Request:
     raw_id = obj.get("id")
     rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
     try:
-        return Request.__pydantic_validator__.validate_python(obj)  # model_validate() minus its wrapper
+        return Request.__pydantic_validator__.validate_python(
+            obj
+        )  # model_validate() minus its wrapper
     except ValidationError as exc:
         loc, typ, msg = _first_error(exc)
         what = "unknown field" if typ == "extra_forbidden" else msg
@@ -308,7 +319,9 @@ def validate_args(cmd: str, args: dict[str, Any], request_id: int | None = None)
     model = ARGS_MODELS.get(cmd)
     if model is None:
         raise ProtocolError(ErrorCode.UNKNOWN_COMMAND, f"unknown command {cmd[:64]!r}", request_id)
-    if model is NoArgs and not args:  # the common case (get_angles, is_moving, ...): nothing to check
+    if (
+        model is NoArgs and not args
+    ):  # the common case (get_angles, is_moving, ...): nothing to check
         return _NO_ARGS
     try:
         return model.model_validate(args)
@@ -324,7 +337,10 @@ def validate_args(cmd: str, args: dict[str, Any], request_id: int | None = None)
         elif field == "speed":
             code, text = ErrorCode.BAD_SPEED, f"{cmd}: speed must be an int in 1..100 ({msg})"
         elif field == "value" and cmd == "set_gripper_value":
-            code, text = ErrorCode.BAD_GRIPPER_VALUE, f"{cmd}: value must be an int in 0..100 ({msg})"
+            code, text = (
+                ErrorCode.BAD_GRIPPER_VALUE,
+                f"{cmd}: value must be an int in 0..100 ({msg})",
+            )
         else:
             code, text = ErrorCode.BAD_ARGS, f"{cmd}: argument {loc!r}: {msg}"
         raise ProtocolError(code, text, request_id) from None

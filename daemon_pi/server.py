@@ -151,7 +151,9 @@ class ArmServer:
         """Peer address of the control client, if one is connected."""
         return self._active.peer if self._active else None
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Open the backend, listen, report started, serve until ``stop()``, then shut down.
 
         Raises BackendError / OSError (port in use) before ``started``; the backend
@@ -163,7 +165,11 @@ class ArmServer:
             # asyncio's server on purpose: it resolves and binds as it always did, and each
             # connection's StreamReader frames lines cheaply (its limit is the line limit)
             self._server = await asyncio.start_server(
-                self._hand_off, self.host, self.requested_port, limit=MAX_LINE_BYTES, start_serving=False
+                self._hand_off,
+                self.host,
+                self.requested_port,
+                limit=MAX_LINE_BYTES,
+                start_serving=False,
             )
         except OSError:
             await self._close_backend()
@@ -172,13 +178,20 @@ class ArmServer:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 await self._server.start_serving()  # from here _hand_off adds each connection to tg
-                log.info("daemon_listening", host=self.host, port=self.port, backend=self.backend.name,
-                         auth=self.token is not None)
+                log.info(
+                    "daemon_listening",
+                    host=self.host,
+                    port=self.port,
+                    backend=self.backend.name,
+                    auth=self.token is not None,
+                )
                 task_status.started()
                 await self._stop_requested.wait()
                 await self._shut_down()
             await self._close_backend()
-            log.info("daemon_stopped", reason=self._stop_reason, **self.stats.snapshot()["counters"])
+            log.info(
+                "daemon_stopped", reason=self._stop_reason, **self.stats.snapshot()["counters"]
+            )
         finally:
             self._tg = None
             self._closing = True
@@ -221,8 +234,11 @@ class ArmServer:
             with anyio.move_on_after(self.shutdown_grace_s) as grace:
                 await conn.idle_waiter.wait()
             if grace.cancelled_caught:
-                log.warning("daemon_shutdown_grace_expired", grace_s=self.shutdown_grace_s,
-                            reason="command in flight did not finish; cancelling its connection")
+                log.warning(
+                    "daemon_shutdown_grace_expired",
+                    grace_s=self.shutdown_grace_s,
+                    reason="command in flight did not finish; cancelling its connection",
+                )
         if conn is not None:
             conn.reader.feed_eof()  # the handler's read ends; it closes the connection itself
             with anyio.move_on_after(_CLOSE_S):
@@ -254,10 +270,15 @@ class ArmServer:
         self.stats.count("connections")
         if self._closing or self._active is not None:
             code = ErrorCode.SHUTTING_DOWN if self._closing else ErrorCode.BUSY
-            msg = ("daemon is shutting down" if self._closing else
-                   f"another control client ({self._active.peer if self._active else '?'}) is connected; "
-                   "the daemon serves one client at a time")
-            self.stats.count("busy_rejections" if code is ErrorCode.BUSY else "rejected_shutting_down")
+            msg = (
+                "daemon is shutting down"
+                if self._closing
+                else f"another control client ({self._active.peer if self._active else '?'}) is connected; "
+                "the daemon serves one client at a time"
+            )
+            self.stats.count(
+                "busy_rejections" if code is ErrorCode.BUSY else "rejected_shutting_down"
+            )
             log.warning("client_rejected", peer=peer, code=code.value, reason=msg)
             await self._send_and_close(writer, error_response(None, code, msg))
             return
@@ -339,8 +360,14 @@ class ArmServer:
         while not self._closing:
             line, timed_out = await self._next_line(conn)
             if timed_out:
-                code = ErrorCode.UNAUTHORIZED if self.token is not None and not conn.authed else ErrorCode.IDLE_TIMEOUT
-                conn.writer.write(encode(error_response(None, code, f"closing the connection: {timed_out}")))
+                code = (
+                    ErrorCode.UNAUTHORIZED
+                    if self.token is not None and not conn.authed
+                    else ErrorCode.IDLE_TIMEOUT
+                )
+                conn.writer.write(
+                    encode(error_response(None, code, f"closing the connection: {timed_out}"))
+                )
                 with suppress(ConnectionError, OSError):
                     await conn.writer.drain()
                 return timed_out
@@ -348,8 +375,13 @@ class ArmServer:
                 return "daemon shutdown" if self._closing else "client closed the connection"
             if line is _TOO_LONG:
                 self.stats.record("<invalid>", 0.0, ErrorCode.LINE_TOO_LONG.value)
-                out = encode(error_response(
-                    None, ErrorCode.LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes discarded"))
+                out = encode(
+                    error_response(
+                        None,
+                        ErrorCode.LINE_TOO_LONG,
+                        f"line longer than {MAX_LINE_BYTES} bytes discarded",
+                    )
+                )
                 log.warning("request_rejected", peer=conn.peer, code="line_too_long")
             else:
                 assert isinstance(line, bytes)
@@ -371,20 +403,40 @@ class ArmServer:
             rid = req.id
             cmd_label = req.cmd if req.cmd in ARGS_MODELS else "<unknown>"
             if self.token is not None and not conn.authed and req.cmd != "hello":
-                raise ProtocolError(ErrorCode.UNAUTHORIZED,
-                                    f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}", rid)
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}",
+                    rid,
+                )
             args = validate_args(req.cmd, req.args, rid)
             result = await self._commands[req.cmd](conn, args)
             out = encode_ok(req.id, result)  # no response model on the hot path: same bytes
         except ProtocolError as exc:
-            resp = error_response(exc.request_id if exc.request_id is not None else rid, exc.code, exc.message)
-            log.warning("request_rejected", peer=conn.peer, id=resp.id, cmd=cmd_label, code=exc.code.value,
-                        reason=exc.message)
+            resp = error_response(
+                exc.request_id if exc.request_id is not None else rid, exc.code, exc.message
+            )
+            log.warning(
+                "request_rejected",
+                peer=conn.peer,
+                id=resp.id,
+                cmd=cmd_label,
+                code=exc.code.value,
+                reason=exc.message,
+            )
         except BackendError as exc:
             resp = error_response(rid, exc.code, exc.message)
-            log.warning("arm_error", peer=conn.peer, id=rid, cmd=cmd_label, code=exc.code.value, reason=exc.message)
+            log.warning(
+                "arm_error",
+                peer=conn.peer,
+                id=rid,
+                cmd=cmd_label,
+                code=exc.code.value,
+                reason=exc.message,
+            )
         except Exception as exc:
-            resp = error_response(rid, ErrorCode.INTERNAL, f"{cmd_label}: internal error {type(exc).__name__}: {exc}")
+            resp = error_response(
+                rid, ErrorCode.INTERNAL, f"{cmd_label}: internal error {type(exc).__name__}: {exc}"
+            )
             log.exception("internal_error", peer=conn.peer, id=rid, cmd=cmd_label)
         else:
             self.stats.record(cmd_label, time.perf_counter() - t0, None)
@@ -413,8 +465,10 @@ class ArmServer:
                 conn.auth_failures += 1
                 self.stats.count("auth_failures")
                 what = "missing" if args.token is None else "wrong"
-                raise ProtocolError(ErrorCode.UNAUTHORIZED, f"hello: {what} token "
-                                    f"({conn.auth_failures}/{self.max_auth_failures} attempts)")
+                raise ProtocolError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"hello: {what} token ({conn.auth_failures}/{self.max_auth_failures} attempts)",
+                )
             conn.authed = True
             log.info("client_authenticated", peer=conn.peer, client=args.client)
         caps = {
@@ -477,7 +531,11 @@ class ArmServer:
 
 @asynccontextmanager
 async def run_server(
-    backend: ArmBackend, host: str = "127.0.0.1", port: int = 0, token: str | None = None, **kwargs: Any
+    backend: ArmBackend,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    **kwargs: Any,
 ) -> AsyncIterator[ArmServer]:
     """Start an ArmServer (port 0 = a free port, read ``server.port``) and stop it on exit."""
     server = ArmServer(backend, host, port, token, **kwargs)

@@ -45,14 +45,17 @@ def parse_synthetic(spec: str) -> SyntheticCamera:
     kwargs: dict[str, object] = {}
     for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
         if key not in _SYNTH_KEYS:
-            raise ValueError(f"camera spec {spec!r}: unknown synthetic option {key!r} "
-                             f"(known: {', '.join(sorted(_SYNTH_KEYS))})")
+            raise ValueError(
+                f"camera spec {spec!r}: unknown synthetic option {key!r} "
+                f"(known: {', '.join(sorted(_SYNTH_KEYS))})"
+            )
         name, conv = _SYNTH_KEYS[key]
         try:
             kwargs[name] = conv(value)
         except ValueError:
-            raise ValueError(f"camera spec {spec!r}: option {key}={value!r} is not a valid "
-                             f"{conv.__name__}") from None
+            raise ValueError(
+                f"camera spec {spec!r}: option {key}={value!r} is not a valid {conv.__name__}"
+            ) from None
     return SyntheticCamera(**kwargs)  # type: ignore[arg-type]
 
 

@@ -59,7 +59,9 @@ class MjpegHttpCamera(CameraSource):
         # phone IP-camera apps often want basic auth: http://user:pass@host:port/video
         self._auth = ""
         if parts.username is not None:
-            token = base64.b64encode(f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode())
+            token = base64.b64encode(
+                f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            )
             self._auth = f"Authorization: Basic {token.decode()}\r\n"
             self.spec = url.replace(f"{parts.password}@", "***@") if parts.password else url
         self.connect_timeout = connect_timeout

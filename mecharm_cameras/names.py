@@ -61,7 +61,10 @@ def _mac_cameras() -> list[tuple[int, str]]:
     try:
         out = subprocess.run(
             ["system_profiler", "SPCameraDataType", "-json"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
         items = json.loads(out).get("SPCameraDataType", [])
     except (OSError, subprocess.SubprocessError, ValueError):

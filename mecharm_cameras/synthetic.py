@@ -147,11 +147,25 @@ class SyntheticCamera(CameraSource):
         bar = int((n * 8) % max(1, w - 40))
         cv2.rectangle(img, (bar, h - 90), (bar + 40, h - 20), (40, 200, 240), -1)
         scale = h / 240.0
-        cv2.putText(img, f"frame {n:06d}", (int(w * 0.05), int(h * 0.3)),
-                    cv2.FONT_HERSHEY_SIMPLEX, scale, (255, 255, 255), max(1, int(scale * 2)))
+        cv2.putText(
+            img,
+            f"frame {n:06d}",
+            (int(w * 0.05), int(h * 0.3)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            scale,
+            (255, 255, 255),
+            max(1, int(scale * 2)),
+        )
         stamp = time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall * 1000) % 1000:03d}"
-        cv2.putText(img, stamp, (int(w * 0.05), int(h * 0.55)),
-                    cv2.FONT_HERSHEY_SIMPLEX, scale * 0.7, (255, 255, 255), max(1, int(scale)))
+        cv2.putText(
+            img,
+            stamp,
+            (int(w * 0.05), int(h * 0.55)),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            scale * 0.7,
+            (255, 255, 255),
+            max(1, int(scale)),
+        )
         return img
 
     def read(self) -> Frame:

@@ -21,7 +21,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 __all__ = ["ConfigError", "RigSettings", "load_settings", "read_yaml"]
 
-_YAML_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("_yaml_data", default=None)
+_YAML_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "_yaml_data", default=None
+)
 
 
 class ConfigError(ValueError):
@@ -42,7 +44,9 @@ class _YamlSource(PydanticBaseSettingsSource):
 class RigSettings(BaseSettings):
     """Base of every process's settings; subclasses set ``env_prefix``."""
 
-    model_config = SettingsConfigDict(extra="forbid", env_nested_delimiter="__", validate_default=True)
+    model_config = SettingsConfigDict(
+        extra="forbid", env_nested_delimiter="__", validate_default=True
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -73,7 +77,9 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: top level must be a mapping, got {type(data).__name__}")
+        raise ConfigError(
+            f"config file {path}: top level must be a mapping, got {type(data).__name__}"
+        )
     return data
 
 

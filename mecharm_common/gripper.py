@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["GRIPPER_CLOSE_VALUE", "GRIPPER_MAX", "GRIPPER_MIN", "GRIPPER_OPEN_VALUE", "GRIPPER_SETTLE_S"]
+__all__ = [
+    "GRIPPER_CLOSE_VALUE",
+    "GRIPPER_MAX",
+    "GRIPPER_MIN",
+    "GRIPPER_OPEN_VALUE",
+    "GRIPPER_SETTLE_S",
+]
 
 GRIPPER_MIN: Final = 0
 GRIPPER_MAX: Final = 100

@@ -29,7 +29,9 @@ class _StartedFuture(anyio.abc.TaskStatus[None]):
             self.fut.set_result(None)
 
 
-async def start_hosted(run: Callable[..., Coroutine[Any, Any, None]], name: str) -> asyncio.Task[None]:
+async def start_hosted(
+    run: Callable[..., Coroutine[Any, Any, None]], name: str
+) -> asyncio.Task[None]:
     """Start ``run(task_status=...)`` in a background task; return it once ``run`` has started.
 
     Raises what ``run`` raised before reporting started (a port in use, a backend

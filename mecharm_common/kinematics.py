@@ -103,7 +103,9 @@ def _chain(q: NDArray[np.float64], frames: bool) -> list[list[Any]]:
         if i == 5 and not frames:
             break  # the tip only needs the flange z axis, which q5 does not change
         ci, si = c[i], s[i]
-        rot = [[a[k][0] * ci + a[k][1] * si, a[k][1] * ci - a[k][0] * si, a[k][2]] for k in range(3)]
+        rot = [
+            [a[k][0] * ci + a[k][1] * si, a[k][1] * ci - a[k][0] * si, a[k][2]] for k in range(3)
+        ]
     z_axis = [a[k][2] for k in range(3)]
     out.append(z_axis)  # placeholder replaced by the caller with pos + tool * z
     out.append(list(pos))

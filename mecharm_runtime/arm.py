@@ -27,8 +27,10 @@ def _sent_angles(reply: Any, requested: Sequence[float]) -> tuple[float, ...]:
     A reply without them (a daemon older than this contract) is an error, not a
     guess: the dataset must record what the arm was sent (docs/protocol.md)."""
     angles = reply.get("angles") if isinstance(reply, dict) else None
-    if not isinstance(angles, list) or len(angles) != 6 or not all(
-        isinstance(a, int | float) and not isinstance(a, bool) for a in angles
+    if (
+        not isinstance(angles, list)
+        or len(angles) != 6
+        or not all(isinstance(a, int | float) and not isinstance(a, bool) for a in angles)
     ):
         raise DaemonError(f"send_angles reply {reply!r} does not say which angles were sent "
                           f"(requested {list(requested)}); update the daemon")  # fmt: skip

@@ -23,25 +23,52 @@ log = get_logger("mecharm_runtime.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mecharm-runtime", description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--config", type=Path, help=f"YAML settings (default {DEFAULT_CONFIG} when present)")
+    p = argparse.ArgumentParser(
+        prog="mecharm-runtime", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    p.add_argument(
+        "--config", type=Path, help=f"YAML settings (default {DEFAULT_CONFIG} when present)"
+    )
     p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
-    p.add_argument("--confirm", action="store_const", const=True, help="ask before each further trial")
-    p.add_argument("--dry-run", dest="dry_run", action="store_const", const=True,
-                   help="run detection, lookups, guards and decisions without moving the arm")
-    p.add_argument("--data-root", dest="data_root", type=Path, help="data root (must exist; SSD on the rig)")
+    p.add_argument(
+        "--confirm", action="store_const", const=True, help="ask before each further trial"
+    )
+    p.add_argument(
+        "--dry-run",
+        dest="dry_run",
+        action="store_const",
+        const=True,
+        help="run detection, lookups, guards and decisions without moving the arm",
+    )
+    p.add_argument(
+        "--data-root", dest="data_root", type=Path, help="data root (must exist; SSD on the rig)"
+    )
     p.add_argument("--daemon-host", dest="daemon_host")
     p.add_argument("--daemon-port", dest="daemon_port", type=int)
     p.add_argument("--token-file", dest="daemon_token_file", type=Path)
     p.add_argument("--recorder-port", dest="recorder_port", type=int)
-    p.add_argument("--no-recorder", dest="recorder_enabled", action="store_const", const=False,
-                   help="send no recorder events (recording_status none)")
-    p.add_argument("--top-camera", dest="top_camera", help="top camera source (index, name, URL, file)")
-    p.add_argument("--sim-control", dest="sim_control_url",
-                   help="simulated rig: camera-server URL; a fresh scene is requested between trials")
+    p.add_argument(
+        "--no-recorder",
+        dest="recorder_enabled",
+        action="store_const",
+        const=False,
+        help="send no recorder events (recording_status none)",
+    )
+    p.add_argument(
+        "--top-camera", dest="top_camera", help="top camera source (index, name, URL, file)"
+    )
+    p.add_argument(
+        "--sim-control",
+        dest="sim_control_url",
+        help="simulated rig: camera-server URL; a fresh scene is requested between trials",
+    )
     p.add_argument("--judge", choices=["geometric", "human"])
-    p.add_argument("--time-scale", dest="time_scale", type=float,
-                   help="divide sleeps and arrival timeouts (simulator run faster; 1.0 on the rig)")
+    p.add_argument(
+        "--time-scale",
+        dest="time_scale",
+        type=float,
+        help="divide sleeps and arrival timeouts (simulator run faster; 1.0 on the rig)",
+    )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -62,12 +89,18 @@ async def _amain(settings: RuntimeSettings) -> int:
             return seed if isinstance(seed, int) else None
 
     with capture_signals() as sigs:
-        report = await run_service(settings, signals=sigs, confirm=ask_yes if settings.confirm else None,
-                                   between_trials=between)
+        report = await run_service(
+            settings,
+            signals=sigs,
+            confirm=ask_yes if settings.confirm else None,
+            between_trials=between,
+        )
     done = sum(t.status == "completed" for t in report.trials)
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
-    print(f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
-          + (f"; stopped: {report.stopped_by}" if report.stopped_by else ""))
+    print(
+        f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
+        + (f"; stopped: {report.stopped_by}" if report.stopped_by else "")
+    )
     return 0
 
 

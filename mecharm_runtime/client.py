@@ -146,9 +146,13 @@ class DaemonClient:
                 self.connect_timeout,
             )
         except TimeoutError:
-            raise DaemonTimeout(f"connect to {self.host}:{self.port} timed out after {self.connect_timeout}s") from None
+            raise DaemonTimeout(
+                f"connect to {self.host}:{self.port} timed out after {self.connect_timeout}s"
+            ) from None
         except OSError as exc:
-            raise ConnectionLost(f"cannot connect to daemon {self.host}:{self.port}: {exc.strerror or exc}") from None
+            raise ConnectionLost(
+                f"cannot connect to daemon {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
         self._broken = None
         self._stale = []
         args: dict[str, Any] = {"client": self.client_name}
@@ -177,7 +181,9 @@ class DaemonClient:
 
     # ------------------------------------------------------------ requests
 
-    async def request(self, cmd: str, args: dict[str, Any] | None = None, *, timeout: float | None = None) -> Any:
+    async def request(
+        self, cmd: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Any:
         """Send one request and return its ``result``.
 
         Raises ClientClosed, ConnectionLost, DaemonTimeout, DaemonBusy, ArmRefused,
@@ -224,7 +230,9 @@ class DaemonClient:
                 resp = decode_response(raw)
             except TimeoutError:
                 await self._break(f"no reply to cancelled request {stale} within {limit:.2f}s")
-                raise DaemonTimeout(f"no reply to cancelled request {stale} within {limit:.2f}s") from None
+                raise DaemonTimeout(
+                    f"no reply to cancelled request {stale} within {limit:.2f}s"
+                ) from None
             except ProtocolError as exc:
                 await self._break(f"garbled reply to cancelled request {stale}: {exc}")
                 raise ConnectionLost(self._broken or "") from None
@@ -280,14 +288,18 @@ class DaemonClient:
     async def get_angles(self) -> list[float]:
         """Current joint angles (6 floats). Raises ArmNoReply when the arm gave none."""
         result = await self.request("get_angles")
-        if not isinstance(result, list) or len(result) != 6 or not all(
-            isinstance(a, int | float) and not isinstance(a, bool) for a in result
+        if (
+            not isinstance(result, list)
+            or len(result) != 6
+            or not all(isinstance(a, int | float) and not isinstance(a, bool) for a in result)
         ):
             raise ArmNoReply("bad_reading", f"get_angles returned {result!r}, not 6 numbers")
         return [float(a) for a in result]
 
     async def send_angles(self, angles: Sequence[float], speed: int) -> Any:
-        return await self.request("send_angles", {"angles": [float(a) for a in angles], "speed": int(speed)})
+        return await self.request(
+            "send_angles", {"angles": [float(a) for a in angles], "speed": int(speed)}
+        )
 
     async def set_gripper_state(self, state: int, speed: int) -> Any:
         return await self.request("set_gripper_state", {"state": int(state), "speed": int(speed)})

@@ -44,7 +44,9 @@ class RuntimeSettings(RigSettings):
     recording_poll_s: float = Field(0.1, gt=0)
     top_camera: str = "http://127.0.0.1:8081/top.mjpg"
     sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
-    fk_data_dir: Path | None = None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root
+    fk_data_dir: Path | None = (
+        None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root
+    )
     approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
     approach_place_arc: Path = Path("configs/poses/approach_place.json")
     judge: Literal["geometric", "human"] = "geometric"

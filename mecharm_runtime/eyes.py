@@ -106,15 +106,19 @@ class CameraEyes:
                 if not is_fresh(f.mono_ns, self.max_age_s, asked_ns):
                     stale += 1
                     if stale >= self.max_failed_reads:
-                        raise EyesError(f"top camera {self.camera.spec}: {stale} frames captured before the "
-                                        f"request (max age {self.max_age_s:g} s)")
+                        raise EyesError(
+                            f"top camera {self.camera.spec}: {stale} frames captured before the "
+                            f"request (max age {self.max_age_s:g} s)"
+                        )
                     continue
                 stale = 0
                 frames.append(f.image)
             else:
                 failed += 1
                 if failed >= self.max_failed_reads:
-                    raise EyesError(f"top camera {self.camera.spec}: {failed} consecutive failed reads")
+                    raise EyesError(
+                        f"top camera {self.camera.spec}: {failed} consecutive failed reads"
+                    )
         return frames
 
     async def grab(self, n: int, tag: str) -> tuple[list[NDArray[np.uint8]], str]:
@@ -141,7 +145,11 @@ class CameraEyes:
         self.scene = scene
         block = scene.block
         box = scene.box
-        reason = "" if block is not None else f"red block not found in a majority of {len(dframes)} captures"
+        reason = (
+            ""
+            if block is not None
+            else f"red block not found in a majority of {len(dframes)} captures"
+        )
         return SceneObservation(
             ok=block is not None,
             reason=reason,
@@ -153,31 +161,45 @@ class CameraEyes:
             captures=[p for p in (hpath, dpath) if p],
         )
 
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
         if self.H is None or self.scene is None or self.scene.block is None:
             return TipObservation(False, reason="no detect detection to measure against")
         frames, path = await self.grab(self.judge_frames, tag)
         H, block = self.H, self.scene.block
-        found = [m for m in (measure_tip(f, H, block, tip_height_m, self.config) for f in frames) if m is not None]
+        found = [
+            m
+            for m in (measure_tip(f, H, block, tip_height_m, self.config) for f in frames)
+            if m is not None
+        ]
         if not found:
             return TipObservation(False, reason="tip marker not visible", capture=path)
         dx = float(np.median([m.dx_mm for m in found]))
         dz = float(np.median([m.dz_mm for m in found]))
         return TipObservation(True, dx, dz, math.hypot(dx, dz), capture=path)
 
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         if self.H is None:
             return None
         frames, _ = await self.grab(2, tag)
         # the held block keeps its offset to the tip: its top face was at block_size on
         # the mat when grasped and has risen by lift_m since (docs/perception.md)
         top = self.config.block_size_m + lift_m
-        found = [b for b in (locate_block(f, self.H, top, near_xz, self.config) for f in frames) if b is not None]
+        found = [
+            b
+            for b in (locate_block(f, self.H, top, near_xz, self.config) for f in frames)
+            if b is not None
+        ]
         if not found:
             return None
         return float(np.median([b.x for b in found])), float(np.median([b.z for b in found]))
 
-    async def _evidence(self, tag: str, tip_height_m: float | None, side_frame: str | None) -> JudgeEvidence | None:
+    async def _evidence(
+        self, tag: str, tip_height_m: float | None, side_frame: str | None
+    ) -> JudgeEvidence | None:
         if self.H is None or self.scene is None:
             return None
         frames, path = await self.grab(self.judge_frames, tag)
@@ -185,20 +207,30 @@ class CameraEyes:
         if side_frame:
             img = await to_thread(cv2.imread, side_frame)
             side = None if img is None else np.asarray(img, dtype=np.uint8)
-        return JudgeEvidence(frames=frames, H=self.H, scene=self.scene, tip_height_m=tip_height_m,
-                             side_frame=side, meta={"capture": path, "side_frame": side_frame})
+        return JudgeEvidence(
+            frames=frames,
+            H=self.H,
+            scene=self.scene,
+            tip_height_m=tip_height_m,
+            side_frame=side,
+            meta={"capture": path, "side_frame": side_frame},
+        )
 
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, tip_height_m, None)
         if ev is None:
-            return VerdictObservation("no", 0.0, "cannot judge: no detect detection", self.judge.name)
+            return VerdictObservation(
+                "no", 0.0, "cannot judge: no detect detection", self.judge.name
+            )
         v = await self.judge.judge_pick(ev)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, None, side_frame)
         if ev is None:
-            return VerdictObservation("no", 0.0, "cannot judge: no detect detection", self.judge.name)
+            return VerdictObservation(
+                "no", 0.0, "cannot judge: no detect detection", self.judge.name
+            )
         v = await self.judge.judge_place(ev)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
 
@@ -210,7 +242,9 @@ class DryRunEyes:
     """The real scene (when a camera is given) with the arm-dependent observations modelled
     from the virtual arm's commanded pose: the tip is where FK puts it, the block is held."""
 
-    def __init__(self, arm: DryRunArm, eyes: CameraEyes | None, scene: SceneObservation | None = None) -> None:
+    def __init__(
+        self, arm: DryRunArm, eyes: CameraEyes | None, scene: SceneObservation | None = None
+    ) -> None:
         self.arm, self.eyes, self.fixed_scene = arm, eyes, scene
         self.block_xz: tuple[float, float] | None = None
 
@@ -232,12 +266,16 @@ class DryRunEyes:
         self.block_xz = obs.block_xz
         return obs
 
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
         x, _y, z = self._tip()
         dx, dz = (x - block_xz[0]) * 1000.0, (z - block_xz[1]) * 1000.0
         return TipObservation(True, dx, dz, math.hypot(dx, dz), reason="dry run: modelled from FK")
 
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         x, _y, z = self._tip()
         return x, z
 
@@ -264,10 +302,14 @@ class TracedEyes:
     async def observe_scene(self, tag: str) -> SceneObservation:
         return self.trace.input("scene", await self.inner.observe_scene(tag))  # type: ignore[no-any-return]
 
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
         return self.trace.input("tip", await self.inner.measure_tip(block_xz, tip_height_m, tag))  # type: ignore[no-any-return]
 
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         return self.trace.input("block_xz", await self.inner.locate_block(lift_m, near_xz, tag))  # type: ignore[no-any-return]
 
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
@@ -278,7 +320,3 @@ class TracedEyes:
 
     async def close(self) -> None:
         await self.inner.close()
-
-
-
-

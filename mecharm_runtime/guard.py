@@ -50,7 +50,9 @@ def check_pose(
         if not math.isfinite(v):
             return GuardVerdict(False, f"j{i} is not finite", a)
         if not JOINT_MIN[i] <= v <= JOINT_MAX[i]:
-            return GuardVerdict(False, f"j{i} = {v:.2f} outside the SDK limits [{JOINT_MIN[i]}, {JOINT_MAX[i]}]", a)
+            return GuardVerdict(
+                False, f"j{i} = {v:.2f} outside the SDK limits [{JOINT_MIN[i]}, {JOINT_MAX[i]}]", a
+            )
     if a[1] > j1_max:
         return GuardVerdict(False, f"j1 = {a[1]:.2f} above the safety limit {j1_max}", a)
     return GuardVerdict(True, "ok", a)

@@ -211,36 +211,66 @@ class TrialContext:
     async def at_rest(self, note: str) -> None:
         """Wait until the arm has stopped settling before the camera measures (traced, not fatal)."""
         s = self.settings
-        res = await wait_at_rest(self.arm, self.clock, eps_deg=s.rest_eps_deg, poll_s=s.scaled(s.rest_poll_s),
-                                 max_polls=s.rest_max_polls, on_reading=self._measured)
+        res = await wait_at_rest(
+            self.arm,
+            self.clock,
+            eps_deg=s.rest_eps_deg,
+            poll_s=s.scaled(s.rest_poll_s),
+            max_polls=s.rest_max_polls,
+            on_reading=self._measured,
+        )
         self.trace.decision("at_rest", {"note": note, **res.to_dict()})
         if not res.at_rest:
-            log.warning("not_at_rest", stage=self.stage.value, note=note, last_delta_deg=res.last_delta_deg)
+            log.warning(
+                "not_at_rest", stage=self.stage.value, note=note, last_delta_deg=res.last_delta_deg
+            )
 
     def _measured(self, r: Reading) -> None:
         if r.angles is not None:
             self.recorder.measured(r.angles)
 
     async def move(
-        self, target: Sequence[float], tol: float, note: str, *, lookup_ok: bool | None = None, lookup_reason: str = ""
+        self,
+        target: Sequence[float],
+        tol: float,
+        note: str,
+        *,
+        lookup_ok: bool | None = None,
+        lookup_reason: str = "",
     ) -> MoveResult:
         """Guard, then send-and-wait. Raises StageFailed when the guard refuses or it does not arrive."""
         s = self.settings
-        verdict = check_pose(target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason)
+        verdict = check_pose(
+            target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason
+        )
         self.trace.decision("guard", {"note": note, **verdict.to_dict()})
         if not verdict.ok:
             raise StageFailed(f"{self.stage}: guard refused {note}: {verdict.reason}")
         tgt = verdict.angles
         self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
-        observer = _RecorderObserver(self.recorder, s.speed, f"{self.stage}:{note}") if self.recorder.enabled else None
+        observer = (
+            _RecorderObserver(self.recorder, s.speed, f"{self.stage}:{note}")
+            if self.recorder.enabled
+            else None
+        )
         try:
-            res = await send_and_wait(self.arm, self.clock, tgt, tol=tol, speed=s.speed, policy=self.policy,
-                                      observer=observer, on_reading=self._measured if observer else None)
+            res = await send_and_wait(
+                self.arm,
+                self.clock,
+                tgt,
+                tol=tol,
+                speed=s.speed,
+                policy=self.policy,
+                observer=observer,
+                on_reading=self._measured if observer else None,
+            )
         except MotionAbort as exc:
             raise StageFailed(f"{self.stage}: {exc}") from None
         self.state.moves += 1
-        self.trace.decision("arrival", {"note": note, "arrived": res.arrived, "attempts": res.attempts,
-                                        "reason": res.reason})
+        self.trace.decision(
+            "arrival",
+            {"note": note, "arrived": res.arrived, "attempts": res.attempts, "reason": res.reason},
+        )
         self.trace.log("move", {"note": note, **res.to_dict()})
         if not res.arrived:
             raise StageFailed(f"{self.stage}: {note}: {res.reason}")
@@ -272,7 +302,9 @@ class _RecorderObserver:
         self.recorder.commanded(sent.angles, self.speed, ts_send, attempt, self.note)
 
     def settled(self, record: SendRecord) -> None:
-        self.recorder.arrival(record.ts_send, record.ts_arrival, record.attempt, record.arrived, self.note)
+        self.recorder.arrival(
+            record.ts_send, record.ts_arrival, record.attempt, record.arrived, self.note
+        )
 
 
 # ==================================================================== stage bodies
@@ -313,8 +345,13 @@ async def correct_aim(ctx: TrialContext) -> Outcome:
         dx, dz = max(-lim, min(lim, entry.dx_mm)), max(-lim, min(lim, entry.dz_mm))
     aim = (bx - dx / 1000.0, bz - dz / 1000.0)
     ctx.state.aim_xz, ctx.state.correction_key, ctx.state.correction_used_mm = aim, key, (dx, dz)
-    info = {"key": key, "entry": None if entry is None else entry.__dict__, "applied_mm": [dx, dz],
-            "block_xz": [bx, bz], "aim_xz": list(aim)}
+    info = {
+        "key": key,
+        "entry": None if entry is None else entry.__dict__,
+        "applied_mm": [dx, dz],
+        "block_xz": [bx, bz],
+        "aim_xz": list(aim),
+    }
     ctx.trace.decision("correction", info)
     return Outcome.OK
 
@@ -337,14 +374,24 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
-    res = fk_lookup(ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m)
+    res = fk_lookup(
+        ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m
+    )
     ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
-    await ctx.move(res.angles, s.tol_pick_place, "pick descend", lookup_ok=res.ok, lookup_reason=res.reason or "")
+    await ctx.move(
+        res.angles,
+        s.tol_pick_place,
+        "pick descend",
+        lookup_ok=res.ok,
+        lookup_reason=res.reason or "",
+    )
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
     await ctx.at_rest("tip measurement")
-    tip = await ctx.eyes.measure_tip(st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "descend_pick_tip")
+    tip = await ctx.eyes.measure_tip(
+        st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "descend_pick_tip"
+    )
     st.tip = tip
     return Outcome.OK
 
@@ -379,12 +426,18 @@ def _learn_correction(ctx: TrialContext) -> None:
     st, s = ctx.state, ctx.settings
     tip = st.tip
     if tip is None or not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
-        ctx.trace.decision("correction_update", {"key": st.correction_key, "updated": False,
-                                                 "why": "tip not measured"})
+        ctx.trace.decision(
+            "correction_update",
+            {"key": st.correction_key, "updated": False, "why": "tip not measured"},
+        )
         return
-    new = ctx.corrections.update(st.correction_key, *st.correction_used_mm, tip.dx_mm, tip.dz_mm, s.ema_alpha)
-    ctx.trace.decision("correction_update", {"key": new.key, "updated": True, "dx_mm": new.dx_mm,
-                                             "dz_mm": new.dz_mm, "n": new.n})
+    new = ctx.corrections.update(
+        st.correction_key, *st.correction_used_mm, tip.dx_mm, tip.dz_mm, s.ema_alpha
+    )
+    ctx.trace.decision(
+        "correction_update",
+        {"key": new.key, "updated": True, "dx_mm": new.dx_mm, "dz_mm": new.dz_mm, "n": new.n},
+    )
 
 
 async def retry_pick(ctx: TrialContext) -> Outcome:
@@ -405,7 +458,9 @@ async def approach_place(ctx: TrialContext) -> Outcome:
         raise StageFailed(f"{ctx.stage}: j0 lookup out_of_range: {res.reason}")
     if abs(res.resid_z) > s.z_resid_warn_m:
         log.warning("place_z_residual_large", resid_z=res.resid_z, limit=s.z_resid_warn_m)
-        ctx.trace.decision("z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m})
+        ctx.trace.decision(
+            "z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m}
+        )
     await ctx.move(res.angles, s.tol_pick_place, "approach_place", lookup_ok=True)
     st.place_approach = tuple(res.angles)
     return Outcome.OK
@@ -427,8 +482,17 @@ async def descend_place(ctx: TrialContext) -> Outcome:
     st.place_key = cell_key("place", *st.scene.box_xz, s.cell_mm)
     lo, hi, dee = _place_band(ctx)
     ctx.trace.decision("place_band", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
-    res = fk_lookup(ctx.table, "place_withblock", st.scene.box_xz, lo, hi, dist_max=s.dist_max_m,
-                    ref_joints=st.place_approach, joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
+    res = fk_lookup(
+        ctx.table,
+        "place_withblock",
+        st.scene.box_xz,
+        lo,
+        hi,
+        dist_max=s.dist_max_m,
+        ref_joints=st.place_approach,
+        joint_tol=s.place_joint_tol,
+        ee_y_floor=s.place_floor_m,
+    )
     ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
@@ -458,21 +522,31 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     converged = False
     for it in range(1, s.servo_max_iter + 1):
         await ctx.at_rest(f"servo {it}")
-        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"servo_place_servo{it}")
+        pos = await ctx.eyes.locate_block(
+            height - st.pick_ee_y, (box_x, box_z), f"servo_place_servo{it}"
+        )
         if pos is None:
             servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
             break
         diff_mm = (pos[0] - box_x) * 1000.0
         if abs(diff_mm) <= s.servo_tol_mm:
             converged = True
-            servo.append({"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "action": "converged"})
+            servo.append(
+                {"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "action": "converged"}
+            )
             break
         # −0.151°/mm of the rig, signed by this frame's d(x)/d(j0): the step moves the block toward the box
         step = -_dx_dj0_sign(pose) * s.servo_gain_deg_per_mm * diff_mm
         step = max(-s.servo_step_clamp_deg, min(s.servo_step_clamp_deg, step))
         cand = (pose[0] + step, *pose[1:])
         verdict = check_pose(cand, j1_max=s.j1_max)
-        entry = {"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "step_deg": step, "j0": cand[0]}
+        entry = {
+            "iter": it,
+            "block_xz": list(pos),
+            "diff_mm": diff_mm,
+            "step_deg": step,
+            "j0": cand[0],
+        }
         ctx.trace.decision("servo_step", entry)
         if not verdict.ok:
             servo.append({**entry, "action": f"guard stop: {verdict.reason}"})
@@ -485,7 +559,9 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     lo, hi, _dee = _place_band(ctx)
     for k in range(1, s.depth_steps + 1):
         await ctx.at_rest(f"depth step {k}")
-        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"servo_place_depth{k}")
+        pos = await ctx.eyes.locate_block(
+            height - st.pick_ee_y, (box_x, box_z), f"servo_place_depth{k}"
+        )
         if pos is None:
             servo.append({"depth_step": k, "action": "stop: block not visible"})
             break
@@ -495,12 +571,25 @@ async def servo_place(ctx: TrialContext) -> Outcome:
             break
         tip = fk_tip(pose)
         aim = (float(tip[0]), float(tip[2]) - dz_mm / 1000.0)
-        res = fk_lookup(ctx.table, "place_withblock", aim, lo, hi, dist_max=s.dist_max_m, ref_joints=pose,
-                        joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m)
+        res = fk_lookup(
+            ctx.table,
+            "place_withblock",
+            aim,
+            lo,
+            hi,
+            dist_max=s.dist_max_m,
+            ref_joints=pose,
+            joint_tol=s.place_joint_tol,
+            ee_y_floor=s.place_floor_m,
+        )
         ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
-        verdict = check_pose(res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or "")
+        verdict = check_pose(
+            res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or ""
+        )
         if not verdict.ok:
-            servo.append({"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {verdict.reason}"})
+            servo.append(
+                {"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {verdict.reason}"}
+            )
             ctx.trace.decision("depth_stop", {"step": k, "reason": verdict.reason})
             break
         await ctx.move(verdict.angles, s.tol_pick_place, f"depth step {k}", lookup_ok=True)
@@ -512,7 +601,9 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         ctx.trace.log("servo", e)
     # the side judgement's frame, from the recorder (any failure = no side image); the request
     # runs inside this stage's cancel scope, so leaving the stage cancels it
-    path, _cap_ts, _reason = ctx.trace.input("side_frame", await ctx.recorder.side_frame("servo_place_side"))
+    path, _cap_ts, _reason = ctx.trace.input(
+        "side_frame", await ctx.recorder.side_frame("servo_place_side")
+    )
     st.side_frame = path
     return Outcome.OK
 
@@ -535,7 +626,9 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     v = await ctx.eyes.judge_place(st.side_frame, "retreat_judge")
     st.place_verdict = v
     dee = ctx.heights.update(st.place_key, v.verdict == "yes", s.height_step_mm, s.height_max_mm)
-    ctx.trace.decision("height_update", {"key": st.place_key, "placed_ok": v.verdict == "yes", "dee_y_mm": dee})
+    ctx.trace.decision(
+        "height_update", {"key": st.place_key, "placed_ok": v.verdict == "yes", "dee_y_mm": dee}
+    )
     return Outcome.OK
 
 
@@ -566,7 +659,9 @@ class ForcedStop(Exception):
     """The operator asked to stop at once (second Ctrl-C)."""
 
 
-async def _run_body(ctx: TrialContext, stage: Stage, force: asyncio.Event | anyio.Event | None) -> tuple[Outcome, str]:
+async def _run_body(
+    ctx: TrialContext, stage: Stage, force: asyncio.Event | anyio.Event | None
+) -> tuple[Outcome, str]:
     """Run one stage body in its own task group; a set ``force`` cancels it at once.
 
     The body runs in this task (so its errors come out as themselves, not wrapped in
@@ -600,7 +695,9 @@ async def _run_body(ctx: TrialContext, stage: Stage, force: asyncio.Event | anyi
     return outcome, reason
 
 
-async def run_stages(ctx: TrialContext, force: asyncio.Event | anyio.Event | None = None) -> tuple[Stage, str]:
+async def run_stages(
+    ctx: TrialContext, force: asyncio.Event | anyio.Event | None = None
+) -> tuple[Stage, str]:
     """Run from the first stage until DONE or ABORT; return (last stage reached, abort reason or "")."""
     stage = Stage.OPEN_GRIPPER_HOME
     while stage not in (Stage.DONE, Stage.ABORT):
@@ -613,9 +710,17 @@ async def run_stages(ctx: TrialContext, force: asyncio.Event | anyio.Event | Non
         ctx.state.stage_times[stage.value] = ctx.state.stage_times.get(stage.value, 0.0) + elapsed
         nxt = next_stage(stage, outcome)
         ctx.trace.log("stage_time", {"stage": stage.value, "duration_s": round(elapsed, 4)})
-        ctx.trace.write("transition", frm=stage.value, to=nxt.value, outcome=outcome.value, reason=reason)
-        log.info("stage_done", stage=stage.value, outcome=outcome.value, next=nxt.value, reason=reason or None,
-                 duration_s=round(elapsed, 3))
+        ctx.trace.write(
+            "transition", frm=stage.value, to=nxt.value, outcome=outcome.value, reason=reason
+        )
+        log.info(
+            "stage_done",
+            stage=stage.value,
+            outcome=outcome.value,
+            next=nxt.value,
+            reason=reason or None,
+            duration_s=round(elapsed, 3),
+        )
         if ctx.on_stage is not None:
             ctx.on_stage(stage.value, outcome.value, reason)
         if nxt is Stage.ABORT:

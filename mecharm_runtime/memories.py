@@ -62,16 +62,29 @@ class _JsonMemory:
             if not isinstance(entries, dict):
                 raise TypeError("entries is not an object")
         except (ValueError, KeyError, TypeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d_%H%M%S')}")
+            aside = self.path.with_name(
+                f"{self.path.name}.corrupt-{time.strftime('%Y%m%d_%H%M%S')}"
+            )
             self.path.replace(aside)
-            log.error("memory_file_corrupt", memory=self.kind, path=str(self.path), moved_to=str(aside), error=str(exc))
+            log.error(
+                "memory_file_corrupt",
+                memory=self.kind,
+                path=str(self.path),
+                moved_to=str(aside),
+                error=str(exc),
+            )
             return
         for key, entry in entries.items():
             if self._valid(entry):
                 self.entries[key] = dict(entry)
             else:
                 self.skipped.append(key)
-                log.warning("memory_entry_corrupt_skipped", memory=self.kind, key=key, entry=repr(entry)[:200])
+                log.warning(
+                    "memory_entry_corrupt_skipped",
+                    memory=self.kind,
+                    key=key,
+                    entry=repr(entry)[:200],
+                )
 
     def save(self) -> None:
         """Write all valid entries (corrupt ones are dropped from the file, they were never used)."""
@@ -104,9 +117,21 @@ class CorrectionMemory(_JsonMemory):
 
     def get(self, key: str) -> Correction | None:
         e = self.entries.get(key)
-        return None if e is None else Correction(key, float(e["dx_mm"]), float(e["dz_mm"]), int(e["n"]))
+        return (
+            None
+            if e is None
+            else Correction(key, float(e["dx_mm"]), float(e["dz_mm"]), int(e["n"]))
+        )
 
-    def update(self, key: str, used_dx_mm: float, used_dz_mm: float, tip_dx_mm: float, tip_dz_mm: float, alpha: float) -> Correction:
+    def update(
+        self,
+        key: str,
+        used_dx_mm: float,
+        used_dz_mm: float,
+        tip_dx_mm: float,
+        tip_dz_mm: float,
+        alpha: float,
+    ) -> Correction:
         """Learn from one successful pick.
 
         The tip landed at block + (tip_dx, tip_dz) although we aimed at block − used,

@@ -34,6 +34,7 @@ __all__ = [
     "wait_at_rest",
 ]
 
+
 class SendObserver(Protocol):
     """Told of each send as it happens (the recorder's ``commanded`` and ``arrival`` rows)."""
 
@@ -58,7 +59,9 @@ class MotionPolicy:
 
 def arrival_timeout(max_delta_deg: float, policy: MotionPolicy) -> float:
     """The arrival timeout in real-rig seconds (86.16° → 14.9 s, 14.05° → 8.0 s)."""
-    return max(policy.arrival_min_s, policy.arrival_base_s + policy.arrival_per_deg_s * max_delta_deg)
+    return max(
+        policy.arrival_min_s, policy.arrival_base_s + policy.arrival_per_deg_s * max_delta_deg
+    )
 
 
 @dataclass
@@ -162,7 +165,9 @@ async def send_and_wait(
             observer.settled(rec)
         if rec.arrived:
             result.post, result.arrived = last, True
-            result.reason = "arrived" if attempt == 1 else "arrived after one re-send (first send ignored)"
+            result.reason = (
+                "arrived" if attempt == 1 else "arrived after one re-send (first send ignored)"
+            )
             return result
         if last is None:
             raise MotionAbort(f"no angles readable while waiting for arrival (attempt {attempt})")
@@ -171,9 +176,7 @@ async def send_and_wait(
         held = [i for i in range(6) if abs(tgt[i] - ref[i]) <= tol and abs(last[i] - ref[i]) > tol]
         if held:
             j = held[0]
-            result.reason = (
-                f"arrival timeout after {timeout:.2f}s: held axis j{j} moved {abs(last[j] - ref[j]):.2f}° (no retry)"
-            )
+            result.reason = f"arrival timeout after {timeout:.2f}s: held axis j{j} moved {abs(last[j] - ref[j]):.2f}° (no retry)"
             return result
         if moved >= policy.ignored_move_deg:
             result.reason = (
@@ -182,7 +185,9 @@ async def send_and_wait(
             )
             return result
         if attempt == 2:
-            result.reason = f"arrival timeout after {timeout:.2f}s: re-send ignored too (moved {moved:.2f}°)"
+            result.reason = (
+                f"arrival timeout after {timeout:.2f}s: re-send ignored too (moved {moved:.2f}°)"
+            )
             return result
         # the send was ignored: wait, re-read, re-send once
         await clock.sleep(policy.send_wait_s / policy.time_scale)
@@ -199,7 +204,11 @@ class RestResult:
     last_delta_deg: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at_rest": self.at_rest, "readings": self.readings, "last_delta_deg": self.last_delta_deg}
+        return {
+            "at_rest": self.at_rest,
+            "readings": self.readings,
+            "last_delta_deg": self.last_delta_deg,
+        }
 
 
 async def wait_at_rest(

@@ -41,13 +41,21 @@ class Reading:
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"angles": list(self.angles) if self.angles is not None else None, "t": self.t, "error": self.error}
+        return {
+            "angles": list(self.angles) if self.angles is not None else None,
+            "t": self.t,
+            "error": self.error,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reading:
         """Rebuild a reading from its trace form (replay)."""
         a = d.get("angles")
-        return cls(tuple(float(x) for x in a) if a is not None else None, float(d["t"]), str(d.get("error", "")))
+        return cls(
+            tuple(float(x) for x in a) if a is not None else None,
+            float(d["t"]),
+            str(d.get("error", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -115,9 +123,16 @@ class SceneObservation:
         def xz(v: Any) -> tuple[float, float] | None:
             return None if v is None else (float(v[0]), float(v[1]))
 
-        return cls(bool(d["ok"]), str(d.get("reason", "")), xz(d.get("block_xz")), xz(d.get("box_xz")),
-                   d.get("box_score"), str(d.get("box_method", "")), list(d.get("repeats", [])),
-                   list(d.get("captures", [])))
+        return cls(
+            bool(d["ok"]),
+            str(d.get("reason", "")),
+            xz(d.get("block_xz")),
+            xz(d.get("box_xz")),
+            d.get("box_score"),
+            str(d.get("box_method", "")),
+            list(d.get("repeats", [])),
+            list(d.get("captures", [])),
+        )
 
 
 @dataclass(frozen=True)
@@ -137,8 +152,14 @@ class TipObservation:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TipObservation:
-        return cls(bool(d["ok"]), float(d.get("dx_mm", 0.0)), float(d.get("dz_mm", 0.0)),
-                   float(d.get("dist_mm", 0.0)), str(d.get("reason", "")), str(d.get("capture", "")))
+        return cls(
+            bool(d["ok"]),
+            float(d.get("dx_mm", 0.0)),
+            float(d.get("dz_mm", 0.0)),
+            float(d.get("dist_mm", 0.0)),
+            str(d.get("reason", "")),
+            str(d.get("capture", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +170,12 @@ class VerdictObservation:
     judge: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "confidence": self.confidence, "reason": self.reason, "judge": self.judge}
+        return {
+            "verdict": self.verdict,
+            "confidence": self.confidence,
+            "reason": self.reason,
+            "judge": self.judge,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerdictObservation:
@@ -161,10 +187,15 @@ class EyesPort(Protocol):
 
     def start_trial(self, run_dir: Path | None) -> None: ...
     async def observe_scene(self, tag: str) -> SceneObservation: ...
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation: ...
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation: ...
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         """The held block's (x, z); ``lift_m`` = how far the tip is above where it grasped."""
         ...
+
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation: ...
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation: ...
     async def close(self) -> None: ...

@@ -41,17 +41,35 @@ class RecorderLink:
         if self.sender is not None:
             self._send(Stage(stage=stage))
 
-    def commanded(self, sent_angles: Sequence[float], speed: int, ts_send: float, attempt: int, note: str) -> None:
+    def commanded(
+        self, sent_angles: Sequence[float], speed: int, ts_send: float, attempt: int, note: str
+    ) -> None:
         """At the send: the angles that went on the wire (the dataset's action)."""
         if self.sender is not None:
-            self._send(Commanded(angles=[float(a) for a in sent_angles], speed=speed, ts_send=ts_send,
-                                 attempt=attempt, note=note[:500]))
+            self._send(
+                Commanded(
+                    angles=[float(a) for a in sent_angles],
+                    speed=speed,
+                    ts_send=ts_send,
+                    attempt=attempt,
+                    note=note[:500],
+                )
+            )
 
-    def arrival(self, ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool, note: str) -> None:
+    def arrival(
+        self, ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool, note: str
+    ) -> None:
         """When the wait after a send ended."""
         if self.sender is not None:
-            self._send(Arrival(ts_send=ts_send, ts_arrival=ts_arrival, attempt=attempt, arrived=arrived,
-                               note=note[:500]))
+            self._send(
+                Arrival(
+                    ts_send=ts_send,
+                    ts_arrival=ts_arrival,
+                    attempt=attempt,
+                    arrived=arrived,
+                    note=note[:500],
+                )
+            )
 
     def measured(self, angles: Sequence[float]) -> None:
         if self.sender is not None:

@@ -57,25 +57,54 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
     client: DaemonClient | None = None
     sender: RecorderSender | None = None
     try:
-        judge = make_judge(s.judge, timeout=s.human_judge_timeout_s) if s.judge == "human" else make_judge(s.judge)
-        cam_eyes = CameraEyes(camera, judge, homography_frames=s.homography_frames, detect_repeat=s.detect_repeat,
-                              box_fallback_xz=s.box_xz_fallback, box_score_thresh=s.box_score_thresh)
+        judge = (
+            make_judge(s.judge, timeout=s.human_judge_timeout_s)
+            if s.judge == "human"
+            else make_judge(s.judge)
+        )
+        cam_eyes = CameraEyes(
+            camera,
+            judge,
+            homography_frames=s.homography_frames,
+            detect_repeat=s.detect_repeat,
+            box_fallback_xz=s.box_xz_fallback,
+            box_score_thresh=s.box_score_thresh,
+        )
         if s.dry_run:
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
             eyes: Any = DryRunEyes(arm, cam_eyes)
             alive: Callable[[], bool] = lambda: True  # noqa: E731
         else:
-            token = s.daemon_token_file.read_text(encoding="utf-8").strip() if s.daemon_token_file else None
-            client = DaemonClient(s.daemon_host, s.daemon_port, token=token, request_timeout=s.request_timeout_s,
-                                  connect_timeout=s.connect_timeout_s)
+            token = (
+                s.daemon_token_file.read_text(encoding="utf-8").strip()
+                if s.daemon_token_file
+                else None
+            )
+            client = DaemonClient(
+                s.daemon_host,
+                s.daemon_port,
+                token=token,
+                request_timeout=s.request_timeout_s,
+                connect_timeout=s.connect_timeout_s,
+            )
             await client.connect()
             arm, eyes = DaemonArm(client, clock, s.j1_max), cam_eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
             sender = RecorderSender(s.recorder_host, s.recorder_port)
-        rig = Rig(s, arm, eyes, RecorderLink(sender, s.frame_timeout_s), clock, table, arc_pick, arc_place,
-                  arm_alive=alive, dry_run=s.dry_run)
+        rig = Rig(
+            s,
+            arm,
+            eyes,
+            RecorderLink(sender, s.frame_timeout_s),
+            clock,
+            table,
+            arc_pick,
+            arc_place,
+            arm_alive=alive,
+            dry_run=s.dry_run,
+        )
         yield rig, client
     finally:
         if sender is not None:
@@ -102,7 +131,9 @@ def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[
 
 def summary_line(t: TrialSummary) -> str:
     rec = t.recording
-    rec_txt = f"rec {rec.status}" + (f" {rec.frames} frames {rec.fps:.1f} fps" if rec.frames and rec.fps else "")
+    rec_txt = f"rec {rec.status}" + (
+        f" {rec.frames} frames {rec.fps:.1f} fps" if rec.frames and rec.fps else ""
+    )
     verdicts = f"pick {t.pick_verdict or '-'} place {t.place_verdict or '-'}"
     why = f" ({t.reason})" if t.reason else ""
     return f"{t.run_stem}: {t.status}{why}; {verdicts}; {t.duration_s:.1f}s; {t.moves} moves; {rec_txt}"
@@ -146,14 +177,20 @@ async def run_service(
             seed = await between_trials(i) if between_trials is not None else None
             if client is not None and not client.is_connected:
                 log.warning("daemon_reconnect", reason="connection lost in the previous trial")
-                print("reconnecting to the daemon (lost in the previous trial)", file=out, flush=True)
+                print(
+                    "reconnecting to the daemon (lost in the previous trial)", file=out, flush=True
+                )
                 try:
                     await client.connect()
                 except DaemonError as exc:
                     print(f"daemon unavailable: {exc}; stopping", file=out, flush=True)
                     report.stopped_by = f"daemon unavailable: {exc}"
                     break
-            print(f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":", file=out, flush=True)
+            print(
+                f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
+                file=out,
+                flush=True,
+            )
             summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
             report.trials.append(summary)
             print(summary_line(summary), file=out, flush=True)

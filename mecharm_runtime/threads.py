@@ -21,4 +21,6 @@ T = TypeVar("T")
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` in a worker thread; cancelling the caller abandons the thread."""
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), abandon_on_cancel=True)
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args, **kwargs), abandon_on_cancel=True
+    )

@@ -41,7 +41,6 @@ __all__ = ["DataRootError", "Rig", "TrialSummary", "exit_path", "next_run_stem",
 log = get_logger("mecharm_runtime.trial")
 
 
-
 class DataRootError(RuntimeError):
     """The data root failed the mount guard: nothing is written (never a local fallback)."""
 
@@ -122,12 +121,16 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         # up first (never drag a low pose sideways), then HOME
         up = st.place_approach if st.place_pose is not None else st.pick_approach
         if up is not None and (st.pick_pose is not None or st.place_pose is not None):
-            ok = await attempt("retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat"))
+            ok = await attempt(
+                "retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat")
+            )
         else:
             ok = True
         if ok:
             await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
-    if (st.fresh_mode_on or forced) and await attempt("fresh mode off", lambda: ctx.arm.set_fresh_mode(0)):
+    if (st.fresh_mode_on or forced) and await attempt(
+        "fresh mode off", lambda: ctx.arm.set_fresh_mode(0)
+    ):
         st.fresh_mode_on = False
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
     return steps
@@ -155,14 +158,29 @@ async def run_trial(
     started_wall = rig.clock.wall()
     t0 = rig.clock.now()
     trace.stage = "start"
-    trace.write("trial", format=TRACE_FORMAT, run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed,
-                constants=s.constants())
+    trace.write(
+        "trial",
+        format=TRACE_FORMAT,
+        run_stem=stem,
+        dry_run=rig.dry_run,
+        scene_seed=scene_seed,
+        constants=s.constants(),
+    )
     trace.input("table_checksum", rig.table.checksum)
     ctx = TrialContext(
-        settings=s, arm=TracedArm(rig.arm, trace), eyes=TracedEyes(rig.eyes, trace), recorder=rig.recorder,
-        clock=rig.clock, trace=trace, table=rig.table, arc_pick=rig.arc_pick,
-        arc_place=rig.arc_place, corrections=CorrectionMemory(layout.correction_memory),
-        heights=HeightMemory(layout.height_memory), run_dir=run_dir, on_stage=on_stage,
+        settings=s,
+        arm=TracedArm(rig.arm, trace),
+        eyes=TracedEyes(rig.eyes, trace),
+        recorder=rig.recorder,
+        clock=rig.clock,
+        trace=trace,
+        table=rig.table,
+        arc_pick=rig.arc_pick,
+        arc_place=rig.arc_place,
+        corrections=CorrectionMemory(layout.correction_memory),
+        heights=HeightMemory(layout.height_memory),
+        run_dir=run_dir,
+        on_stage=on_stage,
     )
     trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)
@@ -186,20 +204,33 @@ async def run_trial(
     rig.recorder.trial_end(stem)
     duration = rig.clock.now() - t0
     if rig.recorder.enabled:
-        rec = await wait_recording_meta(layout.recording(stem).dir, root, timeout_s=s.recording_wait_s,
-                                        poll_s=s.recording_poll_s)
+        rec = await wait_recording_meta(
+            layout.recording(stem).dir,
+            root,
+            timeout_s=s.recording_wait_s,
+            poll_s=s.recording_poll_s,
+        )
     else:
         rec = RecordingInfo(status="none", note="recorder disabled")
     st = ctx.state
     scene = st.scene
     summary = TrialSummary(
-        run_stem=stem, status=status, reason=reason, dry_run=rig.dry_run, duration_s=duration,
+        run_stem=stem,
+        status=status,
+        reason=reason,
+        dry_run=rig.dry_run,
+        duration_s=duration,
         pick_verdict=st.pick_verdict.verdict if st.pick_verdict else "",
         pick_confidence=st.pick_verdict.confidence if st.pick_verdict else None,
         place_verdict=st.place_verdict.verdict if st.place_verdict else "",
         place_confidence=st.place_verdict.confidence if st.place_verdict else None,
-        pick_attempts=st.pick_attempts, moves=st.moves, recording=rec, run_dir=run_dir,
-        trace_path=trace_path, stage_times=dict(st.stage_times), scene_seed=scene_seed,
+        pick_attempts=st.pick_attempts,
+        moves=st.moves,
+        recording=rec,
+        run_dir=run_dir,
+        trace_path=trace_path,
+        stage_times=dict(st.stage_times),
+        scene_seed=scene_seed,
     )
     row = {
         "run_stem": stem, "started_at": iso(started_wall), "ended_at": iso(rig.clock.wall()),
@@ -226,6 +257,14 @@ async def run_trial(
         "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
     })  # fmt: skip
     write_runlog(layout.runlog(stem), runlog)
-    log.info("trial_end", run_stem=stem, status=status, reason=reason or None, duration_s=round(duration, 2),
-             pick=summary.pick_verdict, place=summary.place_verdict, recording=rec.status)
+    log.info(
+        "trial_end",
+        run_stem=stem,
+        status=status,
+        reason=reason or None,
+        duration_s=round(duration, 2),
+        pick=summary.pick_verdict,
+        place=summary.place_verdict,
+        recording=rec.status,
+    )
     return summary

@@ -70,21 +70,46 @@ class SimArmConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    time_scale: float = Field(default=1.0, gt=0, le=1000, description="1.0 = real time; tests use 10-50")
-    read_latency_s: float = Field(default=0.020, ge=0, le=5, description="cost of one get_* call (real: ~20 ms)")
-    write_latency_s: float = Field(default=0.005, ge=0, le=5, description="cost of one set/send call")
-    no_reply_s: float = Field(default=1.5, ge=0, le=10, description="how long a failed read takes before -1 (SDK: 3 x 0.5 s)")
-    noise_deg: float = Field(default=0.08, ge=0, le=5, description="std dev of read noise per joint")
+    time_scale: float = Field(
+        default=1.0, gt=0, le=1000, description="1.0 = real time; tests use 10-50"
+    )
+    read_latency_s: float = Field(
+        default=0.020, ge=0, le=5, description="cost of one get_* call (real: ~20 ms)"
+    )
+    write_latency_s: float = Field(
+        default=0.005, ge=0, le=5, description="cost of one set/send call"
+    )
+    no_reply_s: float = Field(
+        default=1.5,
+        ge=0,
+        le=10,
+        description="how long a failed read takes before -1 (SDK: 3 x 0.5 s)",
+    )
+    noise_deg: float = Field(
+        default=0.08, ge=0, le=5, description="std dev of read noise per joint"
+    )
     settle_error_deg: tuple[float, float, float, float, float, float] = Field(
         default=(0.8, 1.8, 1.6, 1.0, 1.0, 0.8),
         description="max |post-move error| per joint for a move of >= settle_full_move_deg",
     )
-    hold_error_deg: float = Field(default=0.15, ge=0, le=5, description="max error of a joint that did not move")
-    settle_full_move_deg: float = Field(default=20.0, gt=0, description="move size at which the full settle error applies")
-    deg_per_s_per_speed: float = Field(default=0.8, gt=0, description="joint rate = this x speed (deg/s)")
-    start_delay_s: float = Field(default=0.05, ge=0, le=5, description="firmware reaction time before a move starts")
-    gripper_full_travel_s: float = Field(default=0.6, gt=0, description="0->100 travel time at speed 50")
-    reject_j1_above: float = Field(default=90.7, description="sends with j1 above this are silently ignored")
+    hold_error_deg: float = Field(
+        default=0.15, ge=0, le=5, description="max error of a joint that did not move"
+    )
+    settle_full_move_deg: float = Field(
+        default=20.0, gt=0, description="move size at which the full settle error applies"
+    )
+    deg_per_s_per_speed: float = Field(
+        default=0.8, gt=0, description="joint rate = this x speed (deg/s)"
+    )
+    start_delay_s: float = Field(
+        default=0.05, ge=0, le=5, description="firmware reaction time before a move starts"
+    )
+    gripper_full_travel_s: float = Field(
+        default=0.6, gt=0, description="0->100 travel time at speed 50"
+    )
+    reject_j1_above: float = Field(
+        default=90.7, description="sends with j1 above this are silently ignored"
+    )
     initial_angles: tuple[float, float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     initial_gripper: float = Field(default=100.0, ge=0, le=100)
     initial_fresh_mode: int = Field(default=0, ge=0, le=1)
@@ -207,7 +232,9 @@ class SimArmFaults:
 class SimArm:
     """Thread-safe simulated arm with pymycobot's blocking API and return conventions."""
 
-    def __init__(self, config: SimArmConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: SimArmConfig | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config or SimArmConfig()
         self.faults = SimArmFaults()
         self._clock = clock
@@ -309,7 +336,7 @@ class SimArm:
             self._normals = self._noise_rng.standard_normal(6 * _NOISE_BLOCK).tolist()
             i = 0
         self._normals_at = i + 6
-        return self._normals[i:i + 6]
+        return self._normals[i : i + 6]
 
     def _read_failure(self) -> str | None:
         kind = self.faults._take_read_failure()
@@ -329,8 +356,13 @@ class SimArm:
             self.counters["reads"] += 1
             pose = self._pose(self.sim_time())
             sigma = self.config.noise_deg
-            if sigma > 0:  # noise is 0.0 + sigma * z exactly as numpy's normal(0.0, sigma) computes it
-                return [round(a + (0.0 + sigma * z), 2) for a, z in zip(pose, self._next_normals(), strict=True)]
+            if (
+                sigma > 0
+            ):  # noise is 0.0 + sigma * z exactly as numpy's normal(0.0, sigma) computes it
+                return [
+                    round(a + (0.0 + sigma * z), 2)
+                    for a, z in zip(pose, self._next_normals(), strict=True)
+                ]
         return [round(a + n, 2) for a, n in zip(pose, _ZEROS, strict=True)]
 
     def get_gripper_value(self) -> int:

@@ -61,7 +61,9 @@ class CameraFeed:
                 raise RuntimeError(f"camera {self.name} is closed")
             self._clients += 1
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=f"cam-{self.name}", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._run, name=f"cam-{self.name}", daemon=True
+                )
                 self._thread.start()
 
     def detach(self) -> None:
@@ -100,7 +102,9 @@ class CameraFeed:
                 jpeg = self.produce()
             except Exception as exc:  # keep serving; a broken frame is logged and skipped
                 self.render_errors += 1
-                log.error("camera_render_failed", camera=self.name, error=f"{type(exc).__name__}: {exc}")
+                log.error(
+                    "camera_render_failed", camera=self.name, error=f"{type(exc).__name__}: {exc}"
+                )
                 jpeg = b""
             if jpeg:
                 with self._cond:
@@ -129,7 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
     server: CameraServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # route http.server's access log to structlog
+    def log_message(
+        self, format: str, *args: Any
+    ) -> None:  # route http.server's access log to structlog
         log.debug("camserver_http", client=self.client_address[0], msg=format % args)
 
     def _json(self, status: int, obj: Any) -> None:
@@ -141,7 +147,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _error(self, status: int, message: str) -> None:
-        log.warning("camserver_bad_request", path=self.path[:200], status=int(status), error=message)
+        log.warning(
+            "camserver_bad_request", path=self.path[:200], status=int(status), error=message
+        )
         self.close_connection = True  # an unread body must not be taken for the next request
         self._json(status, {"error": message})
 
@@ -160,8 +168,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/scene/truth":
             self._json(HTTPStatus.OK, self.server.truth())
         else:
-            self._error(HTTPStatus.NOT_FOUND, f"no such resource {path[:100]!r}; cameras: "
-                        f"{sorted('/' + n + '.mjpg' for n in feeds)}")
+            self._error(
+                HTTPStatus.NOT_FOUND,
+                f"no such resource {path[:100]!r}; cameras: "
+                f"{sorted('/' + n + '.mjpg' for n in feeds)}",
+            )
 
     def do_POST(self) -> None:
         path, _, query = self.path.partition("?")
@@ -180,13 +191,19 @@ class _Handler(BaseHTTPRequestHandler):
         seed: Any = None
         params = urllib.parse.parse_qs(query, keep_blank_values=True)
         if set(params) - {"seed"} or len(params.get("seed", [])) > 1:
-            self._error(HTTPStatus.BAD_REQUEST, f"unknown or repeated query parameters {sorted(params)} (only seed=N)")
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"unknown or repeated query parameters {sorted(params)} (only seed=N)",
+            )
             return
         if "seed" in params:
             try:
                 seed = int(params["seed"][0])
             except ValueError:
-                self._error(HTTPStatus.BAD_REQUEST, f"seed must be an integer, got {params['seed'][0][:30]!r}")
+                self._error(
+                    HTTPStatus.BAD_REQUEST,
+                    f"seed must be an integer, got {params['seed'][0][:30]!r}",
+                )
                 return
         if raw.strip():
             try:
@@ -195,11 +212,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {exc}")
                 return
             if not isinstance(body, dict) or set(body) - {"seed"}:
-                self._error(HTTPStatus.BAD_REQUEST, 'body must be a JSON object {"seed": int} (seed optional)')
+                self._error(
+                    HTTPStatus.BAD_REQUEST,
+                    'body must be a JSON object {"seed": int} (seed optional)',
+                )
                 return
             seed = body.get("seed", seed)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31):
-            self._error(HTTPStatus.BAD_REQUEST, f"seed must be an integer in 0..2^31-1, got {seed!r}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31
+        ):
+            self._error(
+                HTTPStatus.BAD_REQUEST, f"seed must be an integer in 0..2^31-1, got {seed!r}"
+            )
             return
         self._json(HTTPStatus.OK, self.server.next_scene(seed))
 
@@ -218,8 +242,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if got is None:
                     continue
                 seq, jpeg, ts = got
-                head = (f"--{_BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n"
-                        f"X-Timestamp: {ts:.6f}\r\n\r\n").encode()
+                head = (
+                    f"--{_BOUNDARY}\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n"
+                    f"X-Timestamp: {ts:.6f}\r\n\r\n"
+                ).encode()
                 self.wfile.write(head + jpeg + b"\r\n")
                 self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, TimeoutError):
@@ -235,8 +261,11 @@ class CameraServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, address: tuple[str, int], feeds: dict[str, CameraFeed],
-        truth: Callable[[], dict[str, Any]], next_scene: Callable[[int | None], dict[str, Any]],
+        self,
+        address: tuple[str, int],
+        feeds: dict[str, CameraFeed],
+        truth: Callable[[], dict[str, Any]],
+        next_scene: Callable[[int | None], dict[str, Any]],
     ) -> None:
         super().__init__(address, _Handler)
         self.feeds = feeds
@@ -250,8 +279,9 @@ class CameraServer(ThreadingHTTPServer):
         return int(self.server_address[1])
 
     def serve_in_thread(self) -> None:
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="camserver", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.2}, name="camserver", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

@@ -61,7 +61,15 @@ SET_GRIPPER_STATE = 0x66
 SET_GRIPPER_VALUE = 0x67
 IS_GRIPPER_MOVING = 0x69
 
-_READS = {IS_POWER_ON, GET_FRESH_MODE, GET_ANGLES, IS_IN_POSITION, IS_MOVING, GET_GRIPPER_VALUE, IS_GRIPPER_MOVING}
+_READS = {
+    IS_POWER_ON,
+    GET_FRESH_MODE,
+    GET_ANGLES,
+    IS_IN_POSITION,
+    IS_MOVING,
+    GET_GRIPPER_VALUE,
+    IS_GRIPPER_MOVING,
+}
 
 
 def build_frame(cmd: int, data: bytes = b"") -> bytes:
@@ -107,8 +115,10 @@ class FirmwareEmulator:
         write_reply_s: float = 0.003,
     ) -> None:
         # the firmware's own timing replaces the SimArm's call latencies
-        self.arm = arm if arm is not None else SimArm(
-            SimArmConfig(read_latency_s=0.0, write_latency_s=0.0, no_reply_s=0.0)
+        self.arm = (
+            arm
+            if arm is not None
+            else SimArm(SimArmConfig(read_latency_s=0.0, write_latency_s=0.0, no_reply_s=0.0))
         )
         self.read_reply_s = read_reply_s
         self.write_reply_s = write_reply_s
@@ -223,7 +233,9 @@ class FirmwareEmulator:
         if payload is None:
             self.counters["silent"] += 1
             return
-        delay = (self.read_reply_s if cmd in _READS else self.write_reply_s) - (time.monotonic() - started)
+        delay = (self.read_reply_s if cmd in _READS else self.write_reply_s) - (
+            time.monotonic() - started
+        )
         if delay > 0:
             time.sleep(delay)
         try:
@@ -281,20 +293,31 @@ class FirmwareEmulator:
 def main(argv: list[str] | None = None) -> int:
     """``mecharm-fake-arm``: run the emulator, print the pty path, serve until Ctrl-C."""
     parser = argparse.ArgumentParser(prog="mecharm-fake-arm", description=__doc__.splitlines()[0])
-    parser.add_argument("--time-scale", type=float, default=1.0, help="sim speed-up (default 1.0 = real time)")
+    parser.add_argument(
+        "--time-scale", type=float, default=1.0, help="sim speed-up (default 1.0 = real time)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="sim random seed")
     parser.add_argument("--read-reply", type=float, default=0.0175, help="reply delay for reads, s")
-    parser.add_argument("--write-reply", type=float, default=0.003, help="reply delay for writes, s")
+    parser.add_argument(
+        "--write-reply", type=float, default=0.003, help="reply delay for writes, s"
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     try:
-        cfg = SimArmConfig(time_scale=args.time_scale, seed=args.seed, read_latency_s=0.0,
-                           write_latency_s=0.0, no_reply_s=0.0)
+        cfg = SimArmConfig(
+            time_scale=args.time_scale,
+            seed=args.seed,
+            read_latency_s=0.0,
+            write_latency_s=0.0,
+            no_reply_s=0.0,
+        )
     except ValueError as exc:
         print(f"mecharm-fake-arm: invalid option: {exc}", file=sys.stderr)
         return 2
-    emu = FirmwareEmulator(SimArm(cfg), read_reply_s=args.read_reply, write_reply_s=args.write_reply)
+    emu = FirmwareEmulator(
+        SimArm(cfg), read_reply_s=args.read_reply, write_reply_s=args.write_reply
+    )
     stop = threading.Event()
     reason: list[str] = []
 
@@ -311,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         emu.close()
         for s, h in old.items():
             signal.signal(s, h)
-        log.info("firmware_emulator_stopped", reason=f"signal {reason[0]}" if reason else "exit", **emu.counters)
+        log.info(
+            "firmware_emulator_stopped",
+            reason=f"signal {reason[0]}" if reason else "exit",
+            **emu.counters,
+        )
     return 0
 
 

@@ -99,7 +99,9 @@ def classify_drop(cx: float, cz: float, yaw_deg: float, box: tuple[float, float,
     return "rim" if overlaps_outer else "mat"
 
 
-def _wall_contact(xz: NDArray[np.float64], box: tuple[float, float, float], r: float) -> NDArray[np.bool_]:
+def _wall_contact(
+    xz: NDArray[np.float64], box: tuple[float, float, float], r: float
+) -> NDArray[np.bool_]:
     cheb = np.max(np.abs(_box_local(xz, box)), axis=1)
     return (cheb >= BOX_INNER_M / 2 - r) & (cheb <= BOX_OUTER_M / 2 + r)
 
@@ -153,16 +155,28 @@ class Physics:
         bx, by, bz = sc.block_xyz
         dxz = math.hypot(tip[0] - bx, tip[2] - bz)
         dy = float(tip[1] - (by - BLOCK_SIZE_M / 2))
-        info = {"tip": [round(float(v), 4) for v in tip], "dxz_mm": round(dxz * 1000, 1),
-                "tip_above_block_bottom_mm": round(dy * 1000, 1), "jaws": round(jaws, 1)}
+        info = {
+            "tip": [round(float(v), 4) for v in tip],
+            "dxz_mm": round(dxz * 1000, 1),
+            "tip_above_block_bottom_mm": round(dy * 1000, 1),
+            "jaws": round(jaws, 1),
+        }
         if jaws < GRIP_CONTACT:
             self._event("miss", reason="jaws were not open wider than the block", **info)
         elif dxz > GRASP_XZ_TOL_M:
-            self._event("miss", reason=f"tip {dxz * 1000:.1f} mm from the block centre (tolerance "
-                        f"{GRASP_XZ_TOL_M * 1000:.0f} mm)", **info)
+            self._event(
+                "miss",
+                reason=f"tip {dxz * 1000:.1f} mm from the block centre (tolerance "
+                f"{GRASP_XZ_TOL_M * 1000:.0f} mm)",
+                **info,
+            )
         elif not GRASP_Y_RANGE_M[0] <= dy <= GRASP_Y_RANGE_M[1]:
-            self._event("miss", reason=f"tip {dy * 1000:.1f} mm above the block's bottom (needs "
-                        f"{GRASP_Y_RANGE_M[0] * 1000:.0f}..{GRASP_Y_RANGE_M[1] * 1000:.0f} mm)", **info)
+            self._event(
+                "miss",
+                reason=f"tip {dy * 1000:.1f} mm above the block's bottom (needs "
+                f"{GRASP_Y_RANGE_M[0] * 1000:.0f}..{GRASP_Y_RANGE_M[1] * 1000:.0f} mm)",
+                **info,
+            )
         else:
             sc.grasped = True
             sc.resting_on = "gripper"
@@ -182,8 +196,12 @@ class Physics:
         sc.place_outcome = where
         sc.bump()
         self.arm.block_gripper_at(None)
-        self._event("release", landed=where, block=[round(bx, 4), round(bz, 4)],
-                    drop_mm=round((by - BLOCK_SIZE_M / 2 - bottom) * 1000, 1))
+        self._event(
+            "release",
+            landed=where,
+            block=[round(bx, 4), round(bz, 4)],
+            drop_mm=round((by - BLOCK_SIZE_M / 2 - bottom) * 1000, 1),
+        )
 
     # ---------------------------------------------------------------- stepping
     def step(self) -> None:
@@ -227,13 +245,19 @@ class Physics:
                     fully_in = np.all(np.max(np.abs(local), axis=1) <= BOX_INNER_M / 2)
                     hit[k] = bool(over_outer and not fully_in)
             kinds["box_wall_with_block"] = hit
-        for k in range(len(tips)):  # in time order, so leaving and re-entering within one step counts
+        for k in range(
+            len(tips)
+        ):  # in time order, so leaving and re-entering within one step counts
             for kind, hits in kinds.items():
                 if not hits[k]:
                     self._contact.discard(kind)
                 elif kind not in self._contact:
                     self._contact.add(kind)
-                    ev = {"kind": kind, "ts": self.clock(), "tip": [round(float(v), 4) for v in tips[k]],
-                          "angles": [round(float(a), 2) for a in qs[k]]}
+                    ev = {
+                        "kind": kind,
+                        "ts": self.clock(),
+                        "tip": [round(float(v), 4) for v in tips[k]],
+                        "angles": [round(float(a), 2) for a in qs[k]],
+                    }
                     sc.collisions.append(ev)
                     log.warning("workcell_collision", **ev)

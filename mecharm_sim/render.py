@@ -33,7 +33,14 @@ from mecharm_sim.scene import (
     SceneState,
 )
 
-__all__ = ["SIDE_CAMERA", "TIP_MARKER_RADIUS_M", "TOP_CAMERA", "Camera", "Renderer", "SceneSnapshot"]
+__all__ = [
+    "SIDE_CAMERA",
+    "TIP_MARKER_RADIUS_M",
+    "TOP_CAMERA",
+    "Camera",
+    "Renderer",
+    "SceneSnapshot",
+]
 
 TIP_MARKER_RADIUS_M = 0.007
 JAW_MAX_MM = 55.0  # jaw opening at gripper value 100
@@ -57,8 +64,12 @@ class Camera:
     """Pinhole camera (square pixels, principal point at the image centre) in the Unity frame."""
 
     def __init__(
-        self, name: str, pos: tuple[float, float, float], look_at: tuple[float, float, float],
-        size: tuple[int, int], fov_h_deg: float,
+        self,
+        name: str,
+        pos: tuple[float, float, float],
+        look_at: tuple[float, float, float],
+        size: tuple[int, int],
+        fov_h_deg: float,
     ) -> None:
         self.name = name
         self.pos = np.asarray(pos, dtype=np.float64)
@@ -112,9 +123,16 @@ class SceneSnapshot:
         with scene.lock:
             lt = scene.layout.lighting
             return cls(
-                version=scene.version, block_xyz=tuple(scene.block_xyz), block_yaw_deg=scene.block_yaw_deg,  # type: ignore[arg-type]
-                box=scene.box, grasped=scene.grasped, resting_on=scene.resting_on, gain=lt.gain,
-                gradient=lt.gradient, noise_sigma=lt.noise_sigma, flicker=lt.flicker,
+                version=scene.version,
+                block_xyz=tuple(scene.block_xyz),
+                block_yaw_deg=scene.block_yaw_deg,  # type: ignore[arg-type]
+                box=scene.box,
+                grasped=scene.grasped,
+                resting_on=scene.resting_on,
+                gain=lt.gain,
+                gradient=lt.gradient,
+                noise_sigma=lt.noise_sigma,
+                flicker=lt.flicker,
             )
 
 
@@ -134,7 +152,9 @@ def _shade(normal: NDArray[np.float64], ambient: float = 0.35) -> float:
     return ambient + (1.0 - ambient) * max(0.0, float(normal @ _LIGHT))
 
 
-Face = tuple[NDArray[np.float64], NDArray[np.float64], tuple[int, int, int], float]  # pts, normal, bgr, factor
+Face = tuple[
+    NDArray[np.float64], NDArray[np.float64], tuple[int, int, int], float
+]  # pts, normal, bgr, factor
 
 
 def _cube_faces(centre: tuple[float, float, float], yaw_deg: float, size: float) -> list[Face]:
@@ -193,7 +213,9 @@ class Renderer:
     def _visible(self, pts: NDArray[np.float64], normal: NDArray[np.float64]) -> bool:
         return float(normal @ (self.cam.pos - pts.mean(axis=0))) > 0
 
-    def _poly(self, img: NDArray[np.uint8], pts: NDArray[np.float64], bgr: tuple[float, ...]) -> None:
+    def _poly(
+        self, img: NDArray[np.uint8], pts: NDArray[np.float64], bgr: tuple[float, ...]
+    ) -> None:
         uv, depth = self.cam.project(pts)
         if np.any(depth <= 0.02):
             return
@@ -206,8 +228,14 @@ class Renderer:
             s = _shade(n) * factor * gain
             self._poly(img, pts, tuple(min(255.0, c * s) for c in bgr))
 
-    def _line(self, img: NDArray[np.uint8], p: NDArray[np.float64], q: NDArray[np.float64],
-              width_m: float, bgr: tuple[float, ...]) -> None:
+    def _line(
+        self,
+        img: NDArray[np.uint8],
+        p: NDArray[np.float64],
+        q: NDArray[np.float64],
+        width_m: float,
+        bgr: tuple[float, ...],
+    ) -> None:
         uv, depth = self.cam.project(np.array([p, q]))
         if np.any(depth <= 0.02):
             return
@@ -222,13 +250,22 @@ class Renderer:
         img[:] = WALL_BGR if self.cam.name == "side" else TABLE_BGR
         table = np.array([[-0.9, 0, -0.25], [0.9, 0, -0.25], [0.9, 0, 0.8], [-0.9, 0, 0.8]])
         self._clipped_quad(img, table, TABLE_BGR)
-        mat = np.array([[MAT_X[0], 0, MAT_Z[0]], [MAT_X[1], 0, MAT_Z[0]], [MAT_X[1], 0, MAT_Z[1]], [MAT_X[0], 0, MAT_Z[1]]])
+        mat = np.array(
+            [
+                [MAT_X[0], 0, MAT_Z[0]],
+                [MAT_X[1], 0, MAT_Z[0]],
+                [MAT_X[1], 0, MAT_Z[1]],
+                [MAT_X[0], 0, MAT_Z[1]],
+            ]
+        )
         self._poly(img, mat, MAT_BGR)
         for mid, corners in MARKERS.items():
             self._marker(img, mid, corners)
         return img
 
-    def _clipped_quad(self, img: NDArray[np.uint8], quad: NDArray[np.float64], bgr: tuple[int, ...]) -> None:
+    def _clipped_quad(
+        self, img: NDArray[np.uint8], quad: NDArray[np.float64], bgr: tuple[int, ...]
+    ) -> None:
         """A large ground quad, cut to the part in front of the camera (the side camera sees the horizon)."""
         pc = quad @ self.cam.R.T + self.cam.t
         near = 0.05
@@ -245,7 +282,9 @@ class Renderer:
         uv = self.cam.f * pts[:, :2] / pts[:, 2:3] + self.cam.c
         cv2.fillPoly(img, [np.round(uv * _SCALE).astype(np.int32)], bgr, cv2.LINE_AA, _SHIFT)
 
-    def _marker(self, img: NDArray[np.uint8], mid: int, corners: tuple[tuple[float, float], ...]) -> None:
+    def _marker(
+        self, img: NDArray[np.uint8], mid: int, corners: tuple[tuple[float, float], ...]
+    ) -> None:
         c = np.array(corners)
         centre = c.mean(axis=0)
         paper = centre + (c - centre) * 1.4
@@ -259,11 +298,15 @@ class Renderer:
         if x0 < 0 or y0 < 0 or x1 > w or y1 > h:
             return
         side = 240
-        tag = cv2.aruco.generateImageMarker(cv2.aruco.getPredefinedDictionary(cv2.aruco.DICT_4X4_50), mid, side)
+        tag = cv2.aruco.generateImageMarker(
+            cv2.aruco.getPredefinedDictionary(cv2.aruco.DICT_4X4_50), mid, side
+        )
         src = np.array([[0, 0], [side, 0], [side, side], [0, side]], np.float32) - 0.5
         M = cv2.getPerspectiveTransform(src, (uv - [x0, y0]).astype(np.float32))
         roi = img[y0:y1, x0:x1]
-        warped = cv2.warpPerspective(cv2.cvtColor(tag, cv2.COLOR_GRAY2BGR), M, (x1 - x0, y1 - y0), flags=cv2.INTER_AREA)
+        warped = cv2.warpPerspective(
+            cv2.cvtColor(tag, cv2.COLOR_GRAY2BGR), M, (x1 - x0, y1 - y0), flags=cv2.INTER_AREA
+        )
         mask = cv2.warpPerspective(np.full((side, side), 255, np.uint8), M, (x1 - x0, y1 - y0))
         roi[mask > 127] = np.maximum(warped[mask > 127], 25)
 
@@ -275,16 +318,24 @@ class Renderer:
             self._bg = self._background()
         img = self._bg.copy()
         self._objects(img, s, include_block=not s.grasped, gain=1.0)
-        gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (s.gain * 128.0)
+        gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (
+            s.gain * 128.0
+        )
         g8 = np.clip(gmap, 0, 255).astype(np.uint8)
-        lit: NDArray[np.uint8] = np.asarray(cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0), np.uint8)
+        lit: NDArray[np.uint8] = np.asarray(
+            cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0), np.uint8
+        )
         self._static, self._static_key = lit, key
         return lit
 
-    def _objects(self, img: NDArray[np.uint8], s: SceneSnapshot, include_block: bool, gain: float) -> None:
+    def _objects(
+        self, img: NDArray[np.uint8], s: SceneSnapshot, include_block: bool, gain: float
+    ) -> None:
         inside, outer, rim = _box_faces(*s.box)
         block = _cube_faces(s.block_xyz, s.block_yaw_deg, BLOCK_SIZE_M) if include_block else []
-        box_d = float(np.linalg.norm(np.array([s.box[0], BOX_HEIGHT_M / 2, s.box[1]]) - self.cam.pos))
+        box_d = float(
+            np.linalg.norm(np.array([s.box[0], BOX_HEIGHT_M / 2, s.box[1]]) - self.cam.pos)
+        )
         blk_d = float(np.linalg.norm(np.array(s.block_xyz) - self.cam.pos))
         if not block:
             groups = [inside, outer, rim]
@@ -298,8 +349,14 @@ class Renderer:
             self._faces(img, g, gain)
 
     # -------------------------------------------------------- dynamic layer
-    def _arm(self, img: NDArray[np.uint8], angles: tuple[float, ...], gripper: float, s: SceneSnapshot,
-             held_block_xyz: tuple[float, float, float] | None) -> None:
+    def _arm(
+        self,
+        img: NDArray[np.uint8],
+        angles: tuple[float, ...],
+        gripper: float,
+        s: SceneSnapshot,
+        held_block_xyz: tuple[float, float, float] | None,
+    ) -> None:
         pts = fk_frames(angles)
         g = s.gain
         items: list[tuple[float, Any]] = []
@@ -318,15 +375,27 @@ class Renderer:
             perp = np.cross(axis, [1.0, 0.0, 0.0])
         perp /= np.linalg.norm(perp)
         palm = tip - axis * 0.035
-        items.append((float(np.linalg.norm((flange + palm) / 2 - self.cam.pos)), ("line", flange, palm, 0.026, dark)))
+        items.append(
+            (
+                float(np.linalg.norm((flange + palm) / 2 - self.cam.pos)),
+                ("line", flange, palm, 0.026, dark),
+            )
+        )
         half = JAW_MAX_MM * max(0.0, min(100.0, gripper)) / 100.0 / 2000.0 + 0.003
         for sgn in (-1.0, 1.0):
             a, b = palm + sgn * perp * half, tip + sgn * perp * half
-            items.append((float(np.linalg.norm((a + b) / 2 - self.cam.pos)), ("line", a, b, 0.007, dark)))
+            items.append(
+                (float(np.linalg.norm((a + b) / 2 - self.cam.pos)), ("line", a, b, 0.007, dark))
+            )
         bar = ("line", palm - perp * (half + 0.004), palm + perp * (half + 0.004), 0.010, dark)
         items.append((float(np.linalg.norm(palm - self.cam.pos)), bar))
         if held_block_xyz is not None:
-            items.append((float(np.linalg.norm(np.array(held_block_xyz) - self.cam.pos)), ("block", held_block_xyz)))
+            items.append(
+                (
+                    float(np.linalg.norm(np.array(held_block_xyz) - self.cam.pos)),
+                    ("block", held_block_xyz),
+                )
+            )
         items.sort(key=lambda it: -it[0])
         for _, item in items:
             if item[0] == "line":
@@ -337,11 +406,22 @@ class Renderer:
         if depth[0] > 0.02:
             r = max(2, round(TIP_MARKER_RADIUS_M * self.cam.f / float(depth[0]) * _SCALE))
             c = np.round(uv[0] * _SCALE).astype(int)
-            cv2.circle(img, (int(c[0]), int(c[1])), r, tuple(min(255.0, c_ * g) for c_ in MARKER_BGR), -1, cv2.LINE_AA, _SHIFT)
+            cv2.circle(
+                img,
+                (int(c[0]), int(c[1])),
+                r,
+                tuple(min(255.0, c_ * g) for c_ in MARKER_BGR),
+                -1,
+                cv2.LINE_AA,
+                _SHIFT,
+            )
 
     def _sensor(self, img: NDArray[np.uint8], s: SceneSnapshot) -> NDArray[np.uint8]:
         if s.flicker > 0:
-            img = np.asarray(cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker)), np.uint8)
+            img = np.asarray(
+                cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker)),
+                np.uint8,
+            )
         if s.noise_sigma > 0:
             if self._noise is None or self._noise_key != s.noise_sigma:
                 # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their
@@ -362,7 +442,9 @@ class Renderer:
         return img
 
     # -------------------------------------------------------- public
-    def render(self, snapshot: SceneSnapshot, angles: tuple[float, ...], gripper: float) -> NDArray[np.uint8]:
+    def render(
+        self, snapshot: SceneSnapshot, angles: tuple[float, ...], gripper: float
+    ) -> NDArray[np.uint8]:
         """One BGR frame of the scene with the arm at ``angles`` (degrees), gripper 0..100 (a held
         block is drawn where the snapshot says, in depth order with the gripper)."""
         img = self._static_layer(snapshot).copy()

@@ -67,7 +67,9 @@ SCENES_DIR = Path(__file__).resolve().parent / "scenes"
 _VERSIONS = itertools.count(1)
 
 
-def _marker_corners(cx: float, cz: float, s: float = MARKER_SIDE_M) -> tuple[tuple[float, float], ...]:
+def _marker_corners(
+    cx: float, cz: float, s: float = MARKER_SIDE_M
+) -> tuple[tuple[float, float], ...]:
     h = s / 2
     return ((cx + h, cz + h), (cx - h, cz + h), (cx - h, cz - h), (cx + h, cz - h))
 
@@ -97,9 +99,13 @@ class Lighting(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     gain: float = Field(default=1.0, ge=0.8, le=1.2)
-    gradient: tuple[float, float] = Field(default=(0.0, 0.0), description="gain change across x / z of the image")
+    gradient: tuple[float, float] = Field(
+        default=(0.0, 0.0), description="gain change across x / z of the image"
+    )
     noise_sigma: float = Field(default=3.0, ge=0, le=15)
-    flicker: float = Field(default=0.02, ge=0, le=0.1, description="per-frame random gain change (fraction)")
+    flicker: float = Field(
+        default=0.02, ge=0, le=0.1, description="per-frame random gain change (fraction)"
+    )
 
 
 class SceneLayout(BaseModel):
@@ -114,15 +120,23 @@ class SceneLayout(BaseModel):
 
     @model_validator(mode="after")
     def _on_mat(self) -> SceneLayout:
-        for name, p, half in (("block", self.block, BLOCK_SIZE_M / 2), ("box", self.box, BOX_OUTER_M / 2)):
-            if not (MAT_X[0] + half <= p.x <= MAT_X[1] - half and MAT_Z[0] + half <= p.z <= MAT_Z[1] - half):
+        for name, p, half in (
+            ("block", self.block, BLOCK_SIZE_M / 2),
+            ("box", self.box, BOX_OUTER_M / 2),
+        ):
+            if not (
+                MAT_X[0] + half <= p.x <= MAT_X[1] - half
+                and MAT_Z[0] + half <= p.z <= MAT_Z[1] - half
+            ):
                 raise ValueError(f"{name} at ({p.x}, {p.z}) is not on the mat x {MAT_X}, z {MAT_Z}")
         # the block must stand clear of the box whatever their yaws (half diagonals + 5 mm)
         clear = (BOX_OUTER_M + BLOCK_SIZE_M) / 2 * 2**0.5 + 0.005
         gap = ((self.block.x - self.box.x) ** 2 + (self.block.z - self.box.z) ** 2) ** 0.5
         if gap < clear:
-            raise ValueError(f"block and box centres are {gap * 1000:.0f} mm apart; they overlap "
-                             f"(need >= {clear * 1000:.0f} mm)")
+            raise ValueError(
+                f"block and box centres are {gap * 1000:.0f} mm apart; they overlap "
+                f"(need >= {clear * 1000:.0f} mm)"
+            )
         return self
 
 
@@ -145,7 +159,8 @@ def random_layout(seed: int) -> SceneLayout:
         block=Pose(x=block_x, z=block_z, yaw_deg=rng.uniform(0, 90)),
         box=Pose(x=box_x, z=box_z, yaw_deg=rng.uniform(0, 90)),
         lighting=Lighting(
-            gain=rng.uniform(0.9, 1.08), gradient=(rng.uniform(-0.06, 0.06), rng.uniform(-0.06, 0.06)),
+            gain=rng.uniform(0.9, 1.08),
+            gradient=(rng.uniform(-0.06, 0.06), rng.uniform(-0.06, 0.06)),
         ),
         seed=seed,
         source="random",
@@ -161,7 +176,9 @@ def load_layout(scene: str, seed: int = 0) -> SceneLayout:
         path = SCENES_DIR / f"{scene}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in SCENES_DIR.glob("*.yaml"))
-        raise SceneError(f"scene {scene!r}: no such file {path} (use 'random', one of {known}, or a path)")
+        raise SceneError(
+            f"scene {scene!r}: no such file {path} (use 'random', one of {known}, or a path)"
+        )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -171,7 +188,9 @@ def load_layout(scene: str, seed: int = 0) -> SceneLayout:
     try:
         return SceneLayout(**{**data, "source": str(path)})
     except ValidationError as exc:
-        parts = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()]
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+        ]
         raise SceneError(f"scene file {path}: " + "; ".join(parts)) from None
 
 
@@ -208,10 +227,21 @@ class SceneState:
         with self.lock:
             return {
                 "layout": self.layout.model_dump(),
-                "block": {"x": self.block_xyz[0], "y": self.block_xyz[1], "z": self.block_xyz[2],
-                          "yaw_deg": self.block_yaw_deg, "resting_on": self.resting_on},
-                "box": {"x": self.box[0], "z": self.box[1], "yaw_deg": self.box[2],
-                        "inner_m": BOX_INNER_M, "outer_m": BOX_OUTER_M, "height_m": BOX_HEIGHT_M},
+                "block": {
+                    "x": self.block_xyz[0],
+                    "y": self.block_xyz[1],
+                    "z": self.block_xyz[2],
+                    "yaw_deg": self.block_yaw_deg,
+                    "resting_on": self.resting_on,
+                },
+                "box": {
+                    "x": self.box[0],
+                    "z": self.box[1],
+                    "yaw_deg": self.box[2],
+                    "inner_m": BOX_INNER_M,
+                    "outer_m": BOX_OUTER_M,
+                    "height_m": BOX_HEIGHT_M,
+                },
                 "grasped": self.grasped,
                 "tip": None if self.tip_xyz is None else list(self.tip_xyz),
                 "gripper": self.gripper,

@@ -38,14 +38,21 @@ class WorkcellConfig(BaseModel):
     side_size: tuple[int, int] = (1280, 720)
     jpeg_quality: int = Field(default=80, ge=10, le=100)
     physics_hz: float = Field(default=100.0, gt=0, le=1000)
-    noise_sigma: float | None = Field(default=None, ge=0, le=15, description="override the scene's sensor noise")
+    noise_sigma: float | None = Field(
+        default=None, ge=0, le=15, description="override the scene's sensor noise"
+    )
 
 
 class Workcell:
     """Scene, physics and cameras around one SimArm."""
 
-    def __init__(self, sim_arm: ArmState, scene: str = "random", seed: int = 0,
-                 config: WorkcellConfig | None = None) -> None:
+    def __init__(
+        self,
+        sim_arm: ArmState,
+        scene: str = "random",
+        seed: int = 0,
+        config: WorkcellConfig | None = None,
+    ) -> None:
         self.config = config or WorkcellConfig()
         self.arm = sim_arm
         self.scene_spec = scene
@@ -53,9 +60,14 @@ class Workcell:
         self._trial = 0
         self.scene = SceneState(self._layout(load_layout(scene, seed)))
         self.physics = Physics(self.scene, sim_arm)
-        cams = {"top": TOP_CAMERA.resized(self.config.top_size), "side": SIDE_CAMERA.resized(self.config.side_size)}
+        cams = {
+            "top": TOP_CAMERA.resized(self.config.top_size),
+            "side": SIDE_CAMERA.resized(self.config.side_size),
+        }
         self.cameras = cams
-        self._renderers = {name: Renderer(cam, seed=seed * 7 + i) for i, (name, cam) in enumerate(cams.items())}
+        self._renderers = {
+            name: Renderer(cam, seed=seed * 7 + i) for i, (name, cam) in enumerate(cams.items())
+        }
         self._render_locks = {name: threading.Lock() for name in cams}
         self._server: CameraServer | None = None
         self._physics_thread: threading.Thread | None = None
@@ -65,14 +77,21 @@ class Workcell:
 
     def _layout(self, layout: SceneLayout) -> SceneLayout:
         if self.config.noise_sigma is not None:
-            layout = layout.model_copy(update={"lighting": layout.lighting.model_copy(
-                update={"noise_sigma": self.config.noise_sigma})})
+            layout = layout.model_copy(
+                update={
+                    "lighting": layout.lighting.model_copy(
+                        update={"noise_sigma": self.config.noise_sigma}
+                    )
+                }
+            )
         return layout
 
     def _short_truth(self) -> dict[str, Any]:
         t = self.scene.truth()
-        return {"block": [round(t["block"]["x"], 4), round(t["block"]["z"], 4)],
-                "box": [round(t["box"]["x"], 4), round(t["box"]["z"], 4)]}
+        return {
+            "block": [round(t["block"]["x"], 4), round(t["block"]["z"], 4)],
+            "box": [round(t["box"]["x"], 4), round(t["box"]["z"], 4)],
+        }
 
     # ---------------------------------------------------------------- in-process API
     def step(self) -> None:
@@ -91,7 +110,9 @@ class Workcell:
             return self._renderers[camera].render(snap, angles, grip)
 
     def jpeg(self, camera: str) -> bytes:
-        ok, buf = cv2.imencode(".jpg", self.render(camera), [cv2.IMWRITE_JPEG_QUALITY, self.config.jpeg_quality])
+        ok, buf = cv2.imencode(
+            ".jpg", self.render(camera), [cv2.IMWRITE_JPEG_QUALITY, self.config.jpeg_quality]
+        )
         if not ok:
             raise RuntimeError(f"JPEG encoding of camera {camera} failed")
         return buf.tobytes()
@@ -101,7 +122,9 @@ class Workcell:
         self.physics.step()
         return self.scene.truth()
 
-    def next_scene(self, seed: int | None = None, layout: SceneLayout | None = None) -> dict[str, Any]:
+    def next_scene(
+        self, seed: int | None = None, layout: SceneLayout | None = None
+    ) -> dict[str, Any]:
         """Lay out the next trial (what the operator does by hand). ``seed=None``: the next seed
         of this workcell's sequence (random scenes) or the same scene file again."""
         self._trial += 1
@@ -143,7 +166,12 @@ class Workcell:
         self.start_physics()
         actual = self._server.port
         self.urls = {name: f"http://{host}:{actual}/{name}.mjpg" for name in feeds}
-        log.info("workcell_serving", urls=self.urls, top_fps=self.config.top_fps, side_fps=self.config.side_fps)
+        log.info(
+            "workcell_serving",
+            urls=self.urls,
+            top_fps=self.config.top_fps,
+            side_fps=self.config.side_fps,
+        )
         return self.urls
 
     @property
@@ -169,7 +197,11 @@ class Workcell:
 
 
 def start_workcell(
-    sim_arm: ArmState, scene: str, seed: int, host: str = "127.0.0.1", camera_port: int = 8080,
+    sim_arm: ArmState,
+    scene: str,
+    seed: int,
+    host: str = "127.0.0.1",
+    camera_port: int = 8080,
     config: WorkcellConfig | None = None,
 ) -> Workcell:
     """Build the workcell around ``sim_arm`` and serve its cameras on ``host:camera_port``

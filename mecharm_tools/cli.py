@@ -16,7 +16,10 @@ __all__ = ["main"]
 
 #: command -> (module with ``register(subparsers)``, one-line help)
 TOOL_GROUPS: dict[str, tuple[str, str]] = {
-    "fk": ("mecharm_tools.fktable.cli", "FK table: build, import, lookup, adopt-arc, holes, clusters, fill"),
+    "fk": (
+        "mecharm_tools.fktable.cli",
+        "FK table: build, import, lookup, adopt-arc, holes, clusters, fill",
+    ),
     "ledger": ("mecharm_tools.ledger_cli", "trial ledger: verify, migrate"),
     "export": ("mecharm_tools.export.cli", "datasets: lerobot export, verify"),
     "replay": ("mecharm_tools.replay.cli", "re-run a dry-run trace and compare every decision"),
@@ -25,7 +28,9 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
 
 def build_parser(group: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mecharm", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="group", required=True, metavar="{" + ",".join(TOOL_GROUPS) + "}")
+    sub = parser.add_subparsers(
+        dest="group", required=True, metavar="{" + ",".join(TOOL_GROUPS) + "}"
+    )
     for name, (module, help_text) in TOOL_GROUPS.items():
         gp = sub.add_parser(name, help=help_text)
         if name == group:

@@ -52,21 +52,39 @@ async def _run(settings: RuntimeSettings, control_url: str, seed: int) -> Servic
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mecharm_tools.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m mecharm_tools.demo", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--seed", type=int, default=7, help="scene seed of the first trial (then +1 per trial)")
-    p.add_argument("--time-scale", type=float, default=5.0, help="sim arm speed-up (sleeps/timeouts scaled alike)")
+    p.add_argument(
+        "--seed", type=int, default=7, help="scene seed of the first trial (then +1 per trial)"
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=5.0,
+        help="sim arm speed-up (sleeps/timeouts scaled alike)",
+    )
     p.add_argument("--data-root", type=Path, default=Path("data/demo"))
-    p.add_argument("--no-recorder", action="store_true", help="run without the recorder (recording_status none)")
+    p.add_argument(
+        "--no-recorder",
+        action="store_true",
+        help="run without the recorder (recording_status none)",
+    )
     args = p.parse_args(argv)
     configure_logging("warning")
     root = args.data_root.resolve()
-    root.mkdir(parents=True, exist_ok=True)  # the demo owns its data root (the runtime never creates one)
+    root.mkdir(
+        parents=True, exist_ok=True
+    )  # the demo owns its data root (the runtime never creates one)
     logs = root / "logs"
     children: list[Child] = []
     t0 = time.monotonic()
     try:
-        print(f"starting the simulated rig (seed {args.seed}, time scale {args.time_scale}x) ...", flush=True)
+        print(
+            f"starting the simulated rig (seed {args.seed}, time scale {args.time_scale}x) ...",
+            flush=True,
+        )
         rig = start_sim_daemon(logs, seed=args.seed, time_scale=args.time_scale)
         children.append(rig.daemon)
         udp = None
@@ -74,12 +92,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("starting the recorder (side camera) ...", flush=True)
             rec, udp = start_recorder(logs, root, rig.side_url)
             children.append(rec)
-        settings = load_settings(RuntimeSettings, Path("configs/runtime.yaml"), {
-            "data_root": root, "daemon_port": rig.daemon_port, "top_camera": rig.top_url,
-            "recorder_port": udp, "recorder_enabled": not args.no_recorder, "time_scale": args.time_scale,
-            "trials": args.trials, "sim_control_url": rig.control_url,
-        })
-        print(f"running {args.trials} trials (the FK table is built on the first run, ~10 s) ...", flush=True)
+        settings = load_settings(
+            RuntimeSettings,
+            Path("configs/runtime.yaml"),
+            {
+                "data_root": root,
+                "daemon_port": rig.daemon_port,
+                "top_camera": rig.top_url,
+                "recorder_port": udp,
+                "recorder_enabled": not args.no_recorder,
+                "time_scale": args.time_scale,
+                "trials": args.trials,
+                "sim_control_url": rig.control_url,
+            },
+        )
+        print(
+            f"running {args.trials} trials (the FK table is built on the first run, ~10 s) ...",
+            flush=True,
+        )
         report = asyncio.run(_run(settings, rig.control_url, args.seed))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -93,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(summary_table(report))
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
-    print(f"\n{ok}/{len(report.trials)} trials placed the block in the box; demo took {time.monotonic() - t0:.0f}s")
+    print(
+        f"\n{ok}/{len(report.trials)} trials placed the block in the box; demo took {time.monotonic() - t0:.0f}s"
+    )
     print(f"run folders: {DataRoot(root).run_folders}")
     print(f"ledger:      {DataRoot(root).ledger}")
     print(f"logs:        {logs}")

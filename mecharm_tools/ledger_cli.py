@@ -30,7 +30,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _migrate(args: argparse.Namespace) -> int:
     try:
-        rep = migrate_ledger(Path(args.ledger), archive_dir=Path(args.archive_dir) if args.archive_dir else None)
+        rep = migrate_ledger(
+            Path(args.ledger), archive_dir=Path(args.archive_dir) if args.archive_dir else None
+        )
     except LedgerError as exc:
         print(f"migrate failed: {exc}", file=sys.stderr)
         return 1
@@ -51,5 +53,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     v.set_defaults(func=_verify)
     m = sub.add_parser("migrate", help="add missing columns (archive, pad old rows, check)")
     m.add_argument("ledger", help=f"path to {LEDGER}")
-    m.add_argument("--archive-dir", help=f"where the old generation goes (default: {LEDGER_ARCHIVE}/ beside it)")
+    m.add_argument(
+        "--archive-dir",
+        help=f"where the old generation goes (default: {LEDGER_ARCHIVE}/ beside it)",
+    )
     m.set_defaults(func=_migrate)

@@ -74,8 +74,13 @@ def _spawn(name: str, args: list[str], log_dir: Path) -> Child:
     log_path = log_dir / f"{name}.log"
     fh = open(log_path, "ab")  # noqa: SIM115 - owned by the Child
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     return Child(name, proc, log_path, fh)
 
 
@@ -83,7 +88,9 @@ def _wait(check: object, child: Child, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
-            raise RuntimeError(f"{child.name} exited (code {child.proc.returncode}) before {what}:\n{child.tail()}")
+            raise RuntimeError(
+                f"{child.name} exited (code {child.proc.returncode}) before {what}:\n{child.tail()}"
+            )
         try:
             if check():  # type: ignore[operator]
                 return
@@ -113,14 +120,39 @@ class SimRig:
         return f"http://127.0.0.1:{self.camera_port}"
 
 
-def start_sim_daemon(log_dir: Path, *, seed: int = 7, time_scale: float = 5.0, scene: str = "random",
-                     timeout: float = 60.0) -> SimRig:
+def start_sim_daemon(
+    log_dir: Path,
+    *,
+    seed: int = 7,
+    time_scale: float = 5.0,
+    scene: str = "random",
+    timeout: float = 60.0,
+) -> SimRig:
     """``mecharm-daemon --backend sim --scene random`` on free ports; returns once both the arm
     port and the cameras answer."""
     port, cam = free_port(), free_port()
-    child = _spawn("daemon", ["-m", "daemon_pi.cli", "--backend", "sim", "--scene", scene, "--seed", str(seed),
-                              "--time-scale", str(time_scale), "--port", str(port), "--camera-port", str(cam),
-                              "--log-level", "warning"], log_dir)
+    child = _spawn(
+        "daemon",
+        [
+            "-m",
+            "daemon_pi.cli",
+            "--backend",
+            "sim",
+            "--scene",
+            scene,
+            "--seed",
+            str(seed),
+            "--time-scale",
+            str(time_scale),
+            "--port",
+            str(port),
+            "--camera-port",
+            str(cam),
+            "--log-level",
+            "warning",
+        ],
+        log_dir,
+    )
 
     def tcp_up() -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
@@ -135,12 +167,27 @@ def start_sim_daemon(log_dir: Path, *, seed: int = 7, time_scale: float = 5.0, s
     return SimRig(child, port, cam)
 
 
-def start_recorder(log_dir: Path, data_root: Path, camera: str, udp_port: int | None = None,
-                   timeout: float = 30.0) -> tuple[Child, int]:
+def start_recorder(
+    log_dir: Path, data_root: Path, camera: str, udp_port: int | None = None, timeout: float = 30.0
+) -> tuple[Child, int]:
     """``mecharm-recorder`` on a free UDP port; returns once it answers a frame request."""
     udp = udp_port or free_port(socket.SOCK_DGRAM)
-    child = _spawn("recorder", ["-m", "recorder.cli", "--data-root", str(data_root), "--camera", camera,
-                                "--udp-port", str(udp), "--log-level", "warning"], log_dir)
+    child = _spawn(
+        "recorder",
+        [
+            "-m",
+            "recorder.cli",
+            "--data-root",
+            str(data_root),
+            "--camera",
+            camera,
+            "--udp-port",
+            str(udp),
+            "--log-level",
+            "warning",
+        ],
+        log_dir,
+    )
     sender = RecorderSender("127.0.0.1", udp)
 
     def answers() -> bool:

@@ -108,8 +108,11 @@ class CameraWorker:
                 cam.open()
         except Exception as exc:
             if self.state != "lost":
-                log.warning("camera_open_failed", error=f"{type(exc).__name__}: {exc}",
-                            retry_sec=self.retry_sec)
+                log.warning(
+                    "camera_open_failed",
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_sec=self.retry_sec,
+                )
             self.state = "lost"
             return False
         self.camera = cam
@@ -168,15 +171,18 @@ class CameraWorker:
                 change = self._freeze.update(image, mono)
                 self.frozen = self._freeze.frozen
                 if change == "frozen":
-                    log.warning("camera_frozen", identical_for_sec=round(self._freeze.frozen_for_s, 2))
+                    log.warning(
+                        "camera_frozen", identical_for_sec=round(self._freeze.frozen_for_s, 2)
+                    )
                 elif change == "unfrozen":
                     log.info("camera_unfrozen", frozen_for_sec=round(self._freeze.frozen_for_s, 2))
                 if prev_mono is not None:
                     self._intervals.append(mono - prev_mono)
                 prev_mono = mono
                 self.frames += 1
-                captured = CapturedFrame(image, frame.wall_ts, mono, self.frozen, self.frames,
-                                         jpeg=frame.jpeg)
+                captured = CapturedFrame(
+                    image, frame.wall_ts, mono, self.frozen, self.frames, jpeg=frame.jpeg
+                )
                 self.buffer.put(captured, frozen=captured.frozen)
                 self._on_frame(captured)
             except Exception as exc:  # a malformed image must not end the read loop
@@ -187,5 +193,3 @@ class CameraWorker:
         if cam is not None:
             with contextlib.suppress(Exception):
                 cam.close()
-
-

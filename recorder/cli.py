@@ -25,13 +25,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", type=Path, help="YAML settings file (e.g. configs/recorder.yaml)")
     p.add_argument("--data-root", type=Path, help="data root (default ./data; must exist)")
-    p.add_argument("--camera", help="camera source: synthetic[?fps=..], 0, name:Iriun, "
-                                     "http://.../side.mjpg, rtsp://..., or a video file")
+    p.add_argument(
+        "--camera",
+        help="camera source: synthetic[?fps=..], 0, name:Iriun, "
+        "http://.../side.mjpg, rtsp://..., or a video file",
+    )
     p.add_argument("--udp-port", type=int, help="UDP port for events (default 5556)")
-    p.add_argument("--require-mount", action="store_true", default=None,
-                   help="refuse to record unless the data root is a mount point")
-    p.add_argument("--status-interval", type=float, dest="status_interval_sec",
-                   help="seconds between status log lines (0 = off)")
+    p.add_argument(
+        "--require-mount",
+        action="store_true",
+        default=None,
+        help="refuse to record unless the data root is a mount point",
+    )
+    p.add_argument(
+        "--status-interval",
+        type=float,
+        dest="status_interval_sec",
+        help="seconds between status log lines (0 = off)",
+    )
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -48,8 +59,11 @@ async def _run(settings: RecorderSettings) -> int:
             try:
                 await tg.start(service.run)
             except OSError as exc:
-                log.error("recorder_start_failed", reason=f"cannot bind UDP {settings.host}:"
-                          f"{settings.udp_port}: {exc.strerror or exc}")
+                log.error(
+                    "recorder_start_failed",
+                    reason=f"cannot bind UDP {settings.host}:"
+                    f"{settings.udp_port}: {exc.strerror or exc}",
+                )
                 return 2
             await sigs.stop.wait()
             log.info("shutdown_requested", signals=sigs.received)

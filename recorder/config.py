@@ -20,9 +20,9 @@ class VideoSettings(BaseModel):
 
     codec: str = "libx264"
     pix_fmt: Literal["yuv420p"] = "yuv420p"
-    preset: Literal[
-        "ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"
-    ] = "superfast"
+    preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"] = (
+        "superfast"
+    )
     crf: int = Field(default=23, ge=0, le=51)
     #: zerolatency: no B-frames, no lookahead, so a killed recorder loses at most ~1 GOP
     tune: Literal["zerolatency", "none"] = "zerolatency"

@@ -162,7 +162,9 @@ class RecorderSender:
                     while True:
                         try:
                             data, addr = await loop.sock_recvfrom(sock, _REPLY_MAX)
-                        except ConnectionRefusedError:  # ICMP port unreachable: nobody listens (yet)
+                        except (
+                            ConnectionRefusedError
+                        ):  # ICMP port unreachable: nobody listens (yet)
                             continue
                         reply = self._accept(data, addr, tag)
                         if reply is not None:

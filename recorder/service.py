@@ -122,11 +122,18 @@ class RecorderService:
         self.mount_ok: bool | None = None
         self.port: int | None = None
         factory = camera_factory or (lambda: make_camera(settings.camera))
-        self.writer = FrameWriter(settings.max_pending_frames, settings.csv_flush_sec,
-                                  on_media_error=self._media_error, nice=settings.video.encoder_nice)
+        self.writer = FrameWriter(
+            settings.max_pending_frames,
+            settings.csv_flush_sec,
+            on_media_error=self._media_error,
+            nice=settings.video.encoder_nice,
+        )
         self.camera = CameraWorker(
-            factory, self._on_frame, lost_after=settings.camera_lost_after,
-            retry_sec=settings.camera_retry_sec, frozen_after_sec=settings.frozen_after_sec,
+            factory,
+            self._on_frame,
+            lost_after=settings.camera_lost_after,
+            retry_sec=settings.camera_retry_sec,
+            frozen_after_sec=settings.frozen_after_sec,
             on_lost=self._camera_lost,
         )
         self._reject = RateLimitedLog(log, "event_rejected")
@@ -154,7 +161,9 @@ class RecorderService:
         }
 
     # --- life cycle -----------------------------------------------------------------------------
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Bind the UDP port (raises OSError if taken), start the threads, serve until ``stop()``.
 
         The dispatcher, housekeeping, status line and trial finishers are tasks of
@@ -187,8 +196,13 @@ class RecorderService:
                 tg.start_soon(self._housekeeping, name="housekeeping")
                 if s.status_interval_sec > 0:
                     tg.start_soon(self._status_loop, name="status")
-                log.info("recorder_started", port=self.port, data_root=str(self.root),
-                         camera=self.camera_spec, mount_ok=self.mount_ok)
+                log.info(
+                    "recorder_started",
+                    port=self.port,
+                    data_root=str(self.root),
+                    camera=self.camera_spec,
+                    mount_ok=self.mount_ok,
+                )
                 task_status.started()
                 await self._stop_requested.wait()
                 # stop reading first: a trial_start now could open a trial nobody would close;
@@ -215,8 +229,10 @@ class RecorderService:
             log.warning("trial_truncated", run_stem=self.trial.run_stem, reason=reason)
             self._close_trial("truncated", reason)
         if self._closing and not await self.wait_closed(timeout):
-            log.error("shutdown_incomplete",
-                      reason=f"{len(self._closing)} trial(s) still closing after {timeout:g} s")
+            log.error(
+                "shutdown_incomplete",
+                reason=f"{len(self._closing)} trial(s) still closing after {timeout:g} s",
+            )
 
     async def start(self) -> None:
         """Bind the UDP port (raises OSError if taken), start the camera and writer threads.
@@ -248,7 +264,9 @@ class RecorderService:
             await stop.wait()
             await self.stop()
 
-    async def _dispatch(self, events: MemoryObjectReceiveStream[Datagram], drained: anyio.Event) -> None:
+    async def _dispatch(
+        self, events: MemoryObjectReceiveStream[Datagram], drained: anyio.Event
+    ) -> None:
         """Handle datagrams in arrival order until the receiver closes the stream."""
         try:
             await self._dispatch_all(events)
@@ -307,7 +325,9 @@ class RecorderService:
     def _trial_start(self, ev: TrialStart) -> None:
         if self.trial is not None:
             prev = self.trial.run_stem
-            log.warning("trial_truncated", run_stem=prev, reason=f"second trial_start ({ev.run_stem})")
+            log.warning(
+                "trial_truncated", run_stem=prev, reason=f"second trial_start ({ev.run_stem})"
+            )
             self._close_trial("truncated", f"second trial_start ({ev.run_stem})")
         why = self._check_mount()
         if why is not None:
@@ -316,7 +336,9 @@ class RecorderService:
         try:
             trial = TrialRecording.create(self.root, ev.run_stem, self.settings, self.camera_spec)
         except (OSError, UnsafeNameError) as exc:
-            log.error("trial_start_refused", run_stem=ev.run_stem, reason=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "trial_start_refused", run_stem=ev.run_stem, reason=f"{type(exc).__name__}: {exc}"
+            )
             return
         trial.add_event(ev)
         if self.camera.state == "lost":
@@ -349,7 +371,9 @@ class RecorderService:
         try:
             trial.add_event(ev, note)
         except (OSError, ValueError) as exc:
-            log.error("states_write_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "states_write_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}"
+            )
 
     # --- frame requests -------------------------------------------------------------------------
     def _take_frame_token(self) -> bool:
@@ -368,21 +392,31 @@ class RecorderService:
         if self._take_frame_token():
             reply = self.serve_frame(ev.tag)
         else:
-            reply = FrameReply(reason=REASON_RATE_LIMITED, camera_frozen=self.camera.frozen, tag=ev.tag)
+            reply = FrameReply(
+                reason=REASON_RATE_LIMITED, camera_frozen=self.camera.frozen, tag=ev.tag
+            )
         self.counters.frame_requests += 1
         self.counters.reply(reply.reason)
         if self._transport is not None:
             try:
-                self._transport.sendto(reply.model_dump_json().encode(), ("127.0.0.1", ev.reply_port))
+                self._transport.sendto(
+                    reply.model_dump_json().encode(), ("127.0.0.1", ev.reply_port)
+                )
             except OSError as exc:
                 log.warning("frame_reply_failed", tag=ev.tag, error=str(exc))
         trial = self.trial
         if trial is not None:
             trial.frame_requests += 1
             self._write_row(trial, ev, note=f"{ev.tag} {reply.reason}")
-        log.info("frame_request", tag=ev.tag, reason=reply.reason, frame_age_ms=reply.frame_age_ms,
-                 camera_frozen=reply.camera_frozen, path=reply.path,
-                 took_ms=round((time.perf_counter() - t0) * 1e3, 2))
+        log.info(
+            "frame_request",
+            tag=ev.tag,
+            reason=reply.reason,
+            frame_age_ms=reply.frame_age_ms,
+            camera_frozen=reply.camera_frozen,
+            path=reply.path,
+            took_ms=round((time.perf_counter() - t0) * 1e3, 2),
+        )
 
     def serve_frame(self, tag: str) -> FrameReply:
         """Save the newest frame for ``tag`` and describe it; every failure is a reason."""
@@ -392,9 +426,13 @@ class RecorderService:
         except NoFrameError:
             return FrameReply(reason=REASON_NO_FRAME, camera_frozen=frozen, tag=tag)
         except StaleFrameError as stale:
-            return FrameReply(reason=REASON_STALE_FRAME, capture_ts=stale.latest.frame.wall_ts,
-                              frame_age_ms=stale.latest.age_ms, camera_frozen=frozen or stale.latest.frozen,
-                              tag=tag)
+            return FrameReply(
+                reason=REASON_STALE_FRAME,
+                capture_ts=stale.latest.frame.wall_ts,
+                frame_age_ms=stale.latest.age_ms,
+                camera_frozen=frozen or stale.latest.frozen,
+                tag=tag,
+            )
         latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
         trial = self.trial
         fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
@@ -406,8 +444,14 @@ class RecorderService:
             else:
                 folder = safe_join(self.root, *ORPHAN_FRAMES)
                 folder.mkdir(parents=True, exist_ok=True)
-            path = save_jpeg(latest.image, folder, tag, latest.wall_ts, self.settings.jpeg_quality,
-                             jpeg=latest.jpeg)
+            path = save_jpeg(
+                latest.image,
+                folder,
+                tag,
+                latest.wall_ts,
+                self.settings.jpeg_quality,
+                jpeg=latest.jpeg,
+            )
         except SnapshotEncodeError:
             return FrameReply(reason=fail, camera_frozen=frozen, tag=tag)
         except OSError as exc:
@@ -418,8 +462,12 @@ class RecorderService:
             log.exception("frame_save_failed", tag=tag)
             return FrameReply(reason=exception_reason(exc), camera_frozen=frozen, tag=tag)
         return FrameReply(
-            path=str(path), capture_ts=latest.wall_ts, frame_age_ms=age_ms,
-            reason=REASON_OK if trial else REASON_OK_ORPHAN, camera_frozen=frozen, tag=tag,
+            path=str(path),
+            capture_ts=latest.wall_ts,
+            frame_age_ms=age_ms,
+            reason=REASON_OK if trial else REASON_OK_ORPHAN,
+            camera_frozen=frozen,
+            tag=tag,
         )
 
     # --- closing a trial ------------------------------------------------------------------------
@@ -453,15 +501,26 @@ class RecorderService:
             try:
                 meta = trial.write_meta()
             except OSError as exc:
-                log.error("meta_write_failed", run_stem=trial.run_stem, status=trial.status,
-                          error=f"{exc.strerror or exc}")
+                log.error(
+                    "meta_write_failed",
+                    run_stem=trial.run_stem,
+                    status=trial.status,
+                    error=f"{exc.strerror or exc}",
+                )
                 return
-            log.info("trial_closed", run_stem=trial.run_stem, status=meta.status,
-                     reason=meta.status_reason, frames_captured=meta.frames_captured,
-                     frames_written=meta.frames_written, frames_dropped=meta.frames_dropped,
-                     dropped_at_close=trial.frames_dropped_at_close,
-                     effective_fps=meta.effective_fps, elapsed_sec=meta.elapsed_sec,
-                     camera_frozen=meta.camera_frozen)
+            log.info(
+                "trial_closed",
+                run_stem=trial.run_stem,
+                status=meta.status,
+                reason=meta.status_reason,
+                frames_captured=meta.frames_captured,
+                frames_written=meta.frames_written,
+                frames_dropped=meta.frames_dropped,
+                dropped_at_close=trial.frames_dropped_at_close,
+                effective_fps=meta.effective_fps,
+                elapsed_sec=meta.elapsed_sec,
+                camera_frozen=meta.camera_frozen,
+            )
         finally:
             self._closing.discard(done)
             done.set()

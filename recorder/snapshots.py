@@ -26,8 +26,14 @@ def snapshot_name(tag: str, capture_ts: float, n: int = 0) -> str:
     return f"{validate_name(tag, 'tag')}_{stamp}_{ms:03d}{suffix}.jpg"
 
 
-def save_jpeg(image: np.ndarray, folder: Path, tag: str, capture_ts: float, quality: int = 90,
-              jpeg: bytes | None = None) -> Path:
+def save_jpeg(
+    image: np.ndarray,
+    folder: Path,
+    tag: str,
+    capture_ts: float,
+    quality: int = 90,
+    jpeg: bytes | None = None,
+) -> Path:
     """Write the image as a new file in ``folder``; never overwrites.
 
     ``jpeg``: the source's own JPEG of this frame (MJPEG cameras), written as is —

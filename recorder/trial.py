@@ -65,11 +65,22 @@ def state_row(event: Any, stage: str, note: str = "") -> list[str]:
     if isinstance(event, Commanded | Measured):
         row.update({f"j{i}": a for i, a in enumerate(event.angles)})
     if isinstance(event, Commanded):
-        row.update(speed=event.speed, ts_send=event.ts_send, ts_arrival=event.ts_arrival,
-                   attempt=event.attempt, arrived=event.arrived, note=event.note)
+        row.update(
+            speed=event.speed,
+            ts_send=event.ts_send,
+            ts_arrival=event.ts_arrival,
+            attempt=event.attempt,
+            arrived=event.arrived,
+            note=event.note,
+        )
     elif isinstance(event, Arrival):
-        row.update(ts_send=event.ts_send, ts_arrival=event.ts_arrival, attempt=event.attempt,
-                   arrived=event.arrived, note=event.note)
+        row.update(
+            ts_send=event.ts_send,
+            ts_arrival=event.ts_arrival,
+            attempt=event.attempt,
+            arrived=event.arrived,
+            note=event.note,
+        )
     elif isinstance(event, Gripper):
         row.update(gripper_state=event.state, note=event.note)
     elif isinstance(event, Stage):
@@ -84,7 +95,9 @@ def state_row(event: Any, stage: str, note: str = "") -> list[str]:
 class TrialRecording:
     """Files and counters of one trial. Create with ``TrialRecording.create``."""
 
-    def __init__(self, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str) -> None:
+    def __init__(
+        self, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str
+    ) -> None:
         self.root = Path(root)
         self.run_stem = run_stem
         self.settings = settings
@@ -123,7 +136,9 @@ class TrialRecording:
         self._flog_flushed = time.monotonic()
 
     @classmethod
-    def create(cls, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str) -> TrialRecording:
+    def create(
+        cls, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str
+    ) -> TrialRecording:
         """Make the folder and open both CSVs (headers written). Raises OSError, TrialExistsError."""
         trial = cls(root, run_stem, settings, camera_spec)
         if trial.files.video.exists() or trial.files.meta.exists():

@@ -50,7 +50,12 @@ class VideoWriter:
     def _open(self, width: int, height: int) -> None:
         s = self.settings
         # the muxer writes straight to the file: no Python-side buffering to lose on a kill
-        container = av.open(str(self.path), mode="w", format="mp4", options={"movflags": MOVFLAGS, "flush_packets": "1"})
+        container = av.open(
+            str(self.path),
+            mode="w",
+            format="mp4",
+            options={"movflags": MOVFLAGS, "flush_packets": "1"},
+        )
         try:
             rate = Fraction(s.container_fps).limit_denominator(1001)
             stream = cast(av.video.stream.VideoStream, container.add_stream(s.codec, rate=rate))
@@ -119,4 +124,8 @@ class VideoWriter:
 
     @property
     def codec_name(self) -> str:
-        return "h264" if self.settings.codec in ("libx264", "h264", "libopenh264") else self.settings.codec
+        return (
+            "h264"
+            if self.settings.codec in ("libx264", "h264", "libopenh264")
+            else self.settings.codec
+        )

@@ -38,8 +38,13 @@ class CapturedFrame:
 class FrameWriter:
     """Owns episode.mp4 and frame_log.csv of the trial between its start and end."""
 
-    def __init__(self, max_pending: int = 45, flush_sec: float = 1.0,
-                 on_media_error: Any = None, nice: int = 0) -> None:
+    def __init__(
+        self,
+        max_pending: int = 45,
+        flush_sec: float = 1.0,
+        on_media_error: Any = None,
+        nice: int = 0,
+    ) -> None:
         self.nice = nice
         self.max_pending = max_pending
         self.flush_sec = flush_sec
@@ -143,8 +148,9 @@ class FrameWriter:
         try:
             trial.close_media()
         except Exception as exc:
-            log.error("video_close_failed", run_stem=trial.run_stem,
-                      error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "video_close_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}"
+            )
             self._media_error(trial, exc)
         fut.set_result(None)
 
@@ -155,8 +161,11 @@ class FrameWriter:
         except Exception as exc:
             if not trial.media_failed:
                 trial.media_failed = True
-                log.error("media_write_failed", run_stem=trial.run_stem,
-                          error=f"{type(exc).__name__}: {exc}")
+                log.error(
+                    "media_write_failed",
+                    run_stem=trial.run_stem,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 self._media_error(trial, exc)
             return None
 

@@ -28,8 +28,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # the observer never imports the daemon or the runtime
     "recorder": ("mecharm_common", "mecharm_cameras", "recorder"),
     # the runtime speaks the daemon's and the recorder's wire contracts, nothing else of theirs
-    "mecharm_runtime": ("mecharm_common", "mecharm_cameras", "mecharm_runtime", "daemon_pi.protocol",
-                        "recorder.events", "recorder.sender"),
+    "mecharm_runtime": (
+        "mecharm_common",
+        "mecharm_cameras",
+        "mecharm_runtime",
+        "daemon_pi.protocol",
+        "recorder.events",
+        "recorder.sender",
+    ),
     "mecharm_tools": OURS,
 }
 
@@ -79,8 +85,12 @@ def test_package_imports_only_what_it_may(package: str) -> None:
 
 
 def test_every_package_has_a_rule() -> None:
-    on_disk = {p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")}
-    assert on_disk == set(ALLOWED), "a new package needs its import rule here and in docs/architecture.md"
+    on_disk = {
+        p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")
+    }
+    assert on_disk == set(ALLOWED), (
+        "a new package needs its import rule here and in docs/architecture.md"
+    )
 
 
 def _pi_closure() -> set[Path]:
@@ -89,12 +99,17 @@ def _pi_closure() -> set[Path]:
     todo = [m for m in PI_MODULES]
     while todo:
         name = todo.pop()
-        candidates = [ROOT / (name.replace(".", "/") + ".py"), ROOT / name.replace(".", "/") / "__init__.py"]
+        candidates = [
+            ROOT / (name.replace(".", "/") + ".py"),
+            ROOT / name.replace(".", "/") / "__init__.py",
+        ]
         for c in candidates:
             if c.exists() and c not in seen:
                 seen.add(c)
                 tree = ast.parse(c.read_text(encoding="utf-8"))
-                for node in tree.body:  # module level only: a function-level import is lazy by design
+                for (
+                    node
+                ) in tree.body:  # module level only: a function-level import is lazy by design
                     if isinstance(node, ast.Import):
                         todo.extend(a.name for a in node.names if _ours(a.name))
                     elif isinstance(node, ast.ImportFrom) and node.module and _ours(node.module):

@@ -38,7 +38,9 @@ def _citing() -> dict[str, list[str]]:
     for path in _project_files():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if CITATION.search(line):
-                found.setdefault(path.relative_to(ROOT).as_posix(), []).append(f"{n}: {line.strip()}")
+                found.setdefault(path.relative_to(ROOT).as_posix(), []).append(
+                    f"{n}: {line.strip()}"
+                )
     return found
 
 

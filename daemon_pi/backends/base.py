@@ -57,6 +57,7 @@ class ArmBackend(ABC):
 
     #: short name reported by ``hello``
     name: str = "abstract"
+
     def capabilities(self) -> dict[str, Any]:
         return {}
 
@@ -108,7 +109,11 @@ class ArmBackend(ABC):
 
 
 def _is_no_reply(value: Any) -> bool:
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value == -1) or value == []
+    return (
+        value is None
+        or (isinstance(value, int) and not isinstance(value, bool) and value == -1)
+        or value == []
+    )
 
 
 class SdkBackend(ArmBackend):

@@ -34,7 +34,9 @@ class MyCobotBackend(SdkBackend):
         try:
             self._arm = MechArm270(self.port, self.baudrate)
         except (serial.SerialException, OSError, ValueError) as exc:
-            raise ArmSerialError(f"cannot open serial port {self.port} at {self.baudrate} baud: {exc}") from exc
+            raise ArmSerialError(
+                f"cannot open serial port {self.port} at {self.baudrate} baud: {exc}"
+            ) from exc
 
     # pymycobot 4.0.7 rejects the gripper calls without an explicit gripper type
     # (its MechArm270 check falls through to a generic one that refuses None), so

@@ -26,14 +26,20 @@ class SimBackend(SdkBackend):
 
     def capabilities(self) -> dict[str, Any]:
         c = self.arm.config
-        return {"simulated": True, "time_scale": c.time_scale, "read_latency_s": c.read_latency_s,
-                "reject_j1_above": c.reject_j1_above}
+        return {
+            "simulated": True,
+            "time_scale": c.time_scale,
+            "read_latency_s": c.read_latency_s,
+            "reject_j1_above": c.reject_j1_above,
+        }
 
     def blocks(self, call: str) -> bool:
         """Calls sleep only for their configured latency (or a pending no-reply fault)."""
         c = self.arm.config
         if call in _READS:
-            return c.read_latency_s > 0 or (c.no_reply_s > 0 and self.arm.faults.pending_read_failures > 0)
+            return c.read_latency_s > 0 or (
+                c.no_reply_s > 0 and self.arm.faults.pending_read_failures > 0
+            )
         if call in ("open", "close"):
             return False
         return c.write_latency_s > 0

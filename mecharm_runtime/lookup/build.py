@@ -57,8 +57,11 @@ APPROACH_PLACE_BASE: tuple[float, ...] = (57.39, 17.49, 0.08, -89.2, -29.44)
 # (solved once with the kinematic model, gripper roll j3 = 0), turned to bearings
 # -28 / -38 / -48 degrees, each also shifted by +2.5 degrees on j0..j4 so the two
 # lattices interleave.
-_PICK_ARMS = ((52.97, 22.57, 0.0, -53.56, -30.0), (68.18, -5.55, 0.0, -45.72, -30.0),
-              (80.0, -50.37, 0.0, -3.48, -30.0))
+_PICK_ARMS = (
+    (52.97, 22.57, 0.0, -53.56, -30.0),
+    (68.18, -5.55, 0.0, -45.72, -30.0),
+    (80.0, -50.37, 0.0, -3.48, -30.0),
+)
 _PICK_J0 = (-28.0, -38.0, -48.0)
 # Place bases: the approach_place pose itself turned to j0 = 20..80 every 10 degrees
 # (its ±15 degree lattice is exactly the joint_tol box of stage 8), plus the same
@@ -86,13 +89,18 @@ DEFAULT_BASES: tuple[tuple[float, ...], ...] = _default_bases()
 
 #: Coarse global scan: (start, stop, step) per joint j0..j4; j5 fixed at -30.
 GLOBAL_SCAN: tuple[tuple[float, float, float], ...] = (
-    (-160.0, 160.0, 20.0), (-75.0, 120.0, 15.0), (-175.0, 65.0, 20.0), (-150.0, 150.0, 50.0),
+    (-160.0, 160.0, 20.0),
+    (-75.0, 120.0, 15.0),
+    (-175.0, 65.0, 20.0),
+    (-150.0, 150.0, 50.0),
     (-115.0, 115.0, 23.0),
 )
 GLOBAL_J5 = -30.0
 
 
-def lattice(base: Sequence[float], half_deg: float = LATTICE_HALF_DEG, steps: int = LATTICE_STEPS) -> NDArray[np.float64]:
+def lattice(
+    base: Sequence[float], half_deg: float = LATTICE_HALF_DEG, steps: int = LATTICE_STEPS
+) -> NDArray[np.float64]:
     """Angles (steps**5, 6): base ± half_deg in ``steps`` steps on j0..j4, j5 fixed."""
     b = np.asarray(base, dtype=np.float64)
     if b.shape != (6,):
@@ -122,14 +130,18 @@ def global_scan() -> NDArray[np.float64]:
     return q
 
 
-def rows_from_angles(angles: NDArray[np.float64], tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
+def rows_from_angles(
+    angles: NDArray[np.float64], tool_m: float = TOOL_OFFSET_M
+) -> NDArray[np.float64]:
     """Table rows (n, 9) for joint angles: tip by FK, quantized to 1 µm and 0.001°."""
     q = np.round(np.asarray(angles, dtype=np.float64) * 1000.0) / 1000.0
     tip = np.round(fk_tip(q, tool_m) * 1e6) / 1e6
     return np.concatenate([tip, q], axis=1)
 
 
-def default_rows(bases: Sequence[Sequence[float]] = DEFAULT_BASES, with_global: bool = True) -> NDArray[np.float64]:
+def default_rows(
+    bases: Sequence[Sequence[float]] = DEFAULT_BASES, with_global: bool = True
+) -> NDArray[np.float64]:
     parts = [lattice(b) for b in bases]
     if with_global:
         parts.append(global_scan())
@@ -141,8 +153,13 @@ def build_table(path: Path, rows: NDArray[np.float64]) -> str:
     path = Path(path)
     archived = archive_table(path)
     checksum = write_table(path, rows)
-    log.info("fk_table_built", path=str(path), n_rows=int(rows.shape[0]), checksum=checksum,
-             archived=str(archived) if archived else None)
+    log.info(
+        "fk_table_built",
+        path=str(path),
+        n_rows=int(rows.shape[0]),
+        checksum=checksum,
+        archived=str(archived) if archived else None,
+    )
     return checksum
 
 

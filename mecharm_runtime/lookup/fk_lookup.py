@@ -35,7 +35,13 @@ from mecharm_runtime.lookup.table import J1_SAFE_MAX, FkTable
 
 __all__ = ["METHODS", "PHASES", "WINDOWS_M", "FkLookupResult", "fk_lookup", "joint_violations"]
 
-PHASES: tuple[str, ...] = ("approach_pick", "pick", "approach_place", "place_withblock", "place_noblock")
+PHASES: tuple[str, ...] = (
+    "approach_pick",
+    "pick",
+    "approach_place",
+    "place_withblock",
+    "place_noblock",
+)
 METHODS: tuple[str, ...] = ("indexed", "brute")
 #: Half-widths of the search windows tried (below dist_max) before the dist_max window.
 WINDOWS_M: tuple[float, ...] = (0.003, 0.006, 0.012)
@@ -108,7 +114,9 @@ class FkLookupResult:
         missing = names - d.keys()
         if missing:
             raise ValueError(f"fk lookup record lacks {sorted(missing)}")
-        kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names}
+        kw: dict[str, Any] = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items() if k in names
+        }
         if kw["counts"] is not None:
             kw["counts"] = dict(kw["counts"])
         return cls(**kw)
@@ -149,8 +157,11 @@ def _number(name: str, value: object, *, positive: bool = False) -> float:
 
 
 def _numbers(name: str, value: object, n: int) -> tuple[float, ...]:
-    if (isinstance(value, (tuple, list)) and len(value) == n  # fast path of the common case
-            and all(type(v) is float and math.isfinite(v) for v in value)):
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == n  # fast path of the common case
+        and all(type(v) is float and math.isfinite(v) for v in value)
+    ):
         return tuple(value)
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
         raise ValueError(f"{name} must be a sequence of {n} numbers, got {value!r}")
@@ -161,8 +172,16 @@ def _numbers(name: str, value: object, n: int) -> tuple[float, ...]:
 
 
 def _validate(
-    phase: object, target_xz: object, ee_y_min: object, ee_y_max: object, dist_max: object,
-    j3_ref: object, j5_ref: object, band_deg: object, ref_joints: object, joint_tol: object,
+    phase: object,
+    target_xz: object,
+    ee_y_min: object,
+    ee_y_max: object,
+    dist_max: object,
+    j3_ref: object,
+    j5_ref: object,
+    band_deg: object,
+    ref_joints: object,
+    joint_tol: object,
     ee_y_floor: object,
 ) -> _Query:
     if phase not in PHASES:
@@ -174,15 +193,23 @@ def _validate(
         raise ValueError(f"ee_y_min must be < ee_y_max, got [{lo}, {hi})")
     ref = None if ref_joints is None else _numbers("ref_joints", ref_joints, 6)
     if ref is not None and joint_tol is None:
-        raise ValueError("joint_tol is required with ref_joints (the rig dropped the filter silently)")
+        raise ValueError(
+            "joint_tol is required with ref_joints (the rig dropped the filter silently)"
+        )
     if ref is None and joint_tol is not None:
         raise ValueError("joint_tol given without ref_joints")
     return _Query(
-        str(phase), tx, tz, lo, hi, _number("dist_max", dist_max, positive=True),
+        str(phase),
+        tx,
+        tz,
+        lo,
+        hi,
+        _number("dist_max", dist_max, positive=True),
         None if j3_ref is None else _number("j3_ref", j3_ref),
         None if j5_ref is None else _number("j5_ref", j5_ref),
         _number("band_deg", band_deg, positive=True),
-        ref, None if joint_tol is None else _number("joint_tol", joint_tol, positive=True),
+        ref,
+        None if joint_tol is None else _number("joint_tol", joint_tol, positive=True),
         None if ee_y_floor is None else _number("ee_y_floor", ee_y_floor),
         None if ref is None else np.array(ref)[:, None],
     )
@@ -202,6 +229,7 @@ def joint_violations(angles: Sequence[float], j1_max: float = J1_SAFE_MAX) -> tu
 
 
 # --- filters: the same element-wise expressions on the whole table or on a subset ---
+
 
 def _filter_steps(table: FkTable, q: _Query) -> list[tuple[str, Any]]:
     """(name, test(rows) -> bool mask) for safety, j3, j5, ref_joints, in that order."""
@@ -254,6 +282,7 @@ def _band_scan(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
     idx = table.index
     sl = idx.band_slice(q.y_lo, q.y_hi)
     counts = {"band": sl.stop - sl.start}
+
     def cols(name: str) -> NDArray[Any]:
         return idx.ycol(table, name)[sl]
 
@@ -310,7 +339,7 @@ def _view_mask(q: _Query, w: NDArray[np.float64]) -> NDArray[np.bool_] | None:
         # cost) and joint by joint for large k (numpy broadcasts a (6, 1) column and
         # reduces over the short axis several times slower than it streams one row).
         if w.shape[1] <= _BLOCK_MAX:
-            mr = (np.abs(w[j0:j0 + 6] - q.ref_col) <= q.tol).all(axis=0)
+            mr = (np.abs(w[j0 : j0 + 6] - q.ref_col) <= q.tol).all(axis=0)
             m = mr if m is None else m & mr
         else:
             for i in range(6):
@@ -397,7 +426,9 @@ def _passing(steps: list[tuple[str, Any]], rows: NDArray[np.int64]) -> NDArray[n
     return m
 
 
-def _window(idx: Any, table: FkTable, q: _Query, steps: list[tuple[str, Any]], half: float) -> int | None:
+def _window(
+    idx: Any, table: FkTable, q: _Query, steps: list[tuple[str, Any]], half: float
+) -> int | None:
     """The nearest candidate if one lies within ``half`` (minus a rounding slack), else None.
 
     Every band row outside the window is farther than that, so the answer is exact.
@@ -469,22 +500,52 @@ def fk_lookup(
         raise ValueError(f"table must be an FkTable, got {type(table).__name__}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    q = _validate(phase, target_xz, ee_y_min, ee_y_max, dist_max, j3_ref, j5_ref, band_deg,
-                  ref_joints, joint_tol, ee_y_floor)
+    q = _validate(
+        phase,
+        target_xz,
+        ee_y_min,
+        ee_y_max,
+        dist_max,
+        j3_ref,
+        j5_ref,
+        band_deg,
+        ref_joints,
+        joint_tol,
+        ee_y_floor,
+    )
     best, counts = _brute(table, q) if method == "brute" else _indexed(table, q)
     return _finish(table, q, best, counts, method)
 
 
-def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] | None,
-            method: str) -> FkLookupResult:
+def _finish(
+    table: FkTable, q: _Query, best: int | None, counts: dict[str, int] | None, method: str
+) -> FkLookupResult:
     if best is None:
         assert counts is not None
         emptied = next(k for k, v in counts.items() if v == 0)
         why = f"out_of_range: no candidate left after the {emptied} filter ({_describe_counts(table, q, counts)})"
-        return _result(table, q, method, ok=False, pose_id=None, angles=None, selected_index=None,
-                       selected_ee_y=None, resid_x=None, resid_z=None, distance=None, nearest_index=None,
-                       nearest_xyz=None, nearest_angles=None, joint_limit_ok=False, violations=(),
-                       max_dj=None, reason=why, reason_code="no_candidates", counts=counts)
+        return _result(
+            table,
+            q,
+            method,
+            ok=False,
+            pose_id=None,
+            angles=None,
+            selected_index=None,
+            selected_ee_y=None,
+            resid_x=None,
+            resid_z=None,
+            distance=None,
+            nearest_index=None,
+            nearest_xyz=None,
+            nearest_angles=None,
+            joint_limit_ok=False,
+            violations=(),
+            max_dj=None,
+            reason=why,
+            reason_code="no_candidates",
+            counts=counts,
+        )
     x, y, z = table.xyz[best].tolist()
     angles = tuple(table.joints[best].tolist())
     dx = x - q.tx  # Python floats: the same IEEE operations as the array code
@@ -505,17 +566,44 @@ def _finish(table: FkTable, q: _Query, best: int | None, counts: dict[str, int] 
         if counts is None:
             counts = _counts(table, q)
         reason = f"{reason} ({_describe_counts(table, q, counts)})"
-    return _result(table, q, method, ok=ok, pose_id=f"fk_row_{best}" if ok else None,
-                   angles=angles if ok else None, selected_index=best if ok else None,
-                   selected_ee_y=y if ok else None, resid_x=dx, resid_z=dz, distance=dist,
-                   nearest_index=best, nearest_xyz=(x, y, z), nearest_angles=angles,
-                   joint_limit_ok=not violations, violations=violations, max_dj=max_dj, reason=reason,
-                   reason_code=code, counts=None if ok else counts)
+    return _result(
+        table,
+        q,
+        method,
+        ok=ok,
+        pose_id=f"fk_row_{best}" if ok else None,
+        angles=angles if ok else None,
+        selected_index=best if ok else None,
+        selected_ee_y=y if ok else None,
+        resid_x=dx,
+        resid_z=dz,
+        distance=dist,
+        nearest_index=best,
+        nearest_xyz=(x, y, z),
+        nearest_angles=angles,
+        joint_limit_ok=not violations,
+        violations=violations,
+        max_dj=max_dj,
+        reason=reason,
+        reason_code=code,
+        counts=None if ok else counts,
+    )
 
 
 def _result(table: FkTable, q: _Query, method: str, **outcome: Any) -> FkLookupResult:
     """The result: the query as used plus ``outcome`` (the other 17 fields)."""
-    outcome.update(phase=q.phase, method=method, target_xz=(q.tx, q.tz), band=(q.y_lo, q.y_hi),
-                   dist_max=q.dist_max, j3_ref=q.j3_ref, j5_ref=q.j5_ref, band_deg=q.band_deg,
-                   ref_joints=q.ref, joint_tol=q.tol, ee_y_floor=q.floor, table_checksum=table.checksum)
+    outcome.update(
+        phase=q.phase,
+        method=method,
+        target_xz=(q.tx, q.tz),
+        band=(q.y_lo, q.y_hi),
+        dist_max=q.dist_max,
+        j3_ref=q.j3_ref,
+        j5_ref=q.j5_ref,
+        band_deg=q.band_deg,
+        ref_joints=q.ref,
+        joint_tol=q.tol,
+        ee_y_floor=q.floor,
+        table_checksum=table.checksum,
+    )
     return FkLookupResult._of(outcome)

@@ -79,12 +79,15 @@ class BandView:
             return None
         ix_lo, ix_hi, iz_lo, iz_hi = cells
         starts, nz, h = self.starts, idx.nz, iz_hi - iz_lo + 1
-        runs = [(starts[c], starts[c + h]) for c in range(ix_lo * nz + iz_lo, ix_hi * nz + iz_lo + 1, nz)]
+        runs = [
+            (starts[c], starts[c + h])
+            for c in range(ix_lo * nz + iz_lo, ix_hi * nz + iz_lo + 1, nz)
+        ]
         runs = [r for r in runs if r[0] < r[1]]
         if not runs:
             return None
         if len(runs) == 1:
-            return self.data[:, runs[0][0]:runs[0][1]]
+            return self.data[:, runs[0][0] : runs[0][1]]
         return np.concatenate([self.data[:, a:b] for a, b in runs], axis=1)
 
 
@@ -122,14 +125,30 @@ class FkIndex:
 
     def arrays(self) -> dict[str, NDArray[Any]]:
         grid = np.array([self.x0, self.z0, self.nx, self.nz, self.cell])
-        return {"grid": grid, "order": self.order, "keys": self.keys, "ys": self.ys,
-                "by_y": self.by_y, "y_sorted": self.y_sorted}
+        return {
+            "grid": grid,
+            "order": self.order,
+            "keys": self.keys,
+            "ys": self.ys,
+            "by_y": self.by_y,
+            "y_sorted": self.y_sorted,
+        }
 
     @classmethod
     def from_arrays(cls, table: FkTable, a: dict[str, NDArray[Any]]) -> FkIndex:
         g = a["grid"]
-        idx = cls(float(g[0]), float(g[1]), int(g[2]), int(g[3]), float(g[4]), a["order"], a["keys"],
-                  a["ys"], a["by_y"], a["y_sorted"])
+        idx = cls(
+            float(g[0]),
+            float(g[1]),
+            int(g[2]),
+            int(g[3]),
+            float(g[4]),
+            a["order"],
+            a["keys"],
+            a["ys"],
+            a["by_y"],
+            a["y_sorted"],
+        )
         if idx.order.shape[0] != table.n_rows:
             raise ValueError("index size does not match the table")
         return idx
@@ -149,7 +168,9 @@ class FkIndex:
             return None
         return ix_lo, ix_hi, iz_lo, iz_hi
 
-    def band_view(self, table: FkTable, y_lo: float, y_hi: float, *, build: bool | None = None) -> BandView | None:
+    def band_view(
+        self, table: FkTable, y_lo: float, y_hi: float, *, build: bool | None = None
+    ) -> BandView | None:
         """The ``BandView`` of [y_lo, y_hi), or None while the band has been asked for once only.
 
         ``build`` True builds it now, False never; None (lookups) builds on request
@@ -185,18 +206,25 @@ class FkIndex:
         data = np.empty((9, rows.size))
         data[BandView.X] = table.col("ee_x")[rows]
         data[BandView.Z] = table.col("ee_z")[rows]
-        data[BandView.J0:BandView.J0 + 6] = table.joints[rows].T
+        data[BandView.J0 : BandView.J0 + 6] = table.joints[rows].T
         data[BandView.ROW] = rows
         starts = np.zeros(self.nx * self.nz + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.keys[pos] >> _SHIFT, minlength=self.nx * self.nz), out=starts[1:])
-        return BandView(n_band=self.band_count(y_lo, y_hi), data=data, starts=array("q", starts.tobytes()))
+        np.cumsum(
+            np.bincount(self.keys[pos] >> _SHIFT, minlength=self.nx * self.nz), out=starts[1:]
+        )
+        return BandView(
+            n_band=self.band_count(y_lo, y_hi), data=data, starts=array("q", starts.tobytes())
+        )
 
     def _ranks(self, y_lo: float, y_hi: float) -> tuple[int, int]:
         """Rank bounds of a band (rows with ee_y in [y_lo, y_hi) have rank in [lo, hi))."""
         cache = self.__dict__.setdefault("_rank_cache", {})
         r = cache.get((y_lo, y_hi))
         if r is None:
-            r = (int(np.searchsorted(self.ys, y_lo, "left")), int(np.searchsorted(self.ys, y_hi, "left")))
+            r = (
+                int(np.searchsorted(self.ys, y_lo, "left")),
+                int(np.searchsorted(self.ys, y_hi, "left")),
+            )
             if len(cache) > 256:
                 cache.clear()
             cache[(y_lo, y_hi)] = r
@@ -207,8 +235,10 @@ class FkIndex:
         cache = self.__dict__.setdefault("_templates", {})
         t = cache.get((nix, niz))
         if t is None:
-            t = ((np.arange(nix, dtype=np.int64)[:, None] * self.nz
-                  + np.arange(niz, dtype=np.int64)[None, :]).ravel() << 32)
+            t = (
+                np.arange(nix, dtype=np.int64)[:, None] * self.nz
+                + np.arange(niz, dtype=np.int64)[None, :]
+            ).ravel() << 32
             cache[(nix, niz)] = t
         return t
 
@@ -233,9 +263,14 @@ class FkIndex:
         return slice(a, b)
 
     def band_count(self, y_lo: float, y_hi: float) -> int:
-        return int(np.searchsorted(self.y_sorted, y_hi, "left") - np.searchsorted(self.y_sorted, y_lo, "left"))
+        return int(
+            np.searchsorted(self.y_sorted, y_hi, "left")
+            - np.searchsorted(self.y_sorted, y_lo, "left")
+        )
 
-    def window_rows(self, tx: float, tz: float, half: float, y_lo: float, y_hi: float) -> NDArray[np.int64]:
+    def window_rows(
+        self, tx: float, tz: float, half: float, y_lo: float, y_hi: float
+    ) -> NDArray[np.int64]:
         """Rows in the band whose cell meets the square |x-tx| <= half, |z-tz| <= half.
 
         Every row of the band outside the result has |dx| > half - 1e-12 or
@@ -248,7 +283,9 @@ class FkIndex:
         ix_lo, ix_hi, iz_lo, iz_hi = cells
         tmpl = self._template(ix_hi - ix_lo + 1, iz_hi - iz_lo + 1)
         lo_keys = tmpl + (((ix_lo * self.nz + iz_lo) << 32) | r_lo)
-        bounds = np.searchsorted(self.keys, np.concatenate((lo_keys, lo_keys + (r_hi - r_lo))), "left")
+        bounds = np.searchsorted(
+            self.keys, np.concatenate((lo_keys, lo_keys + (r_hi - r_lo))), "left"
+        )
         k = lo_keys.size
         lo = bounds[:k]
         n = bounds[k:] - lo

@@ -168,7 +168,9 @@ class FkTable:
         j1 = _j1_limit(j1_max)
         if j1 == self.j1_max:
             return self
-        other = FkTable(xyz=self.xyz, joints=self.joints, checksum=self.checksum, path=self.path, j1_max=j1)
+        other = FkTable(
+            xyz=self.xyz, joints=self.joints, checksum=self.checksum, path=self.path, j1_max=j1
+        )
         other._cols.update((k, v) for k, v in self._cols.items() if k != "safe")
         if self._index is not None:
             from mecharm_runtime.lookup.index import FkIndex
@@ -180,8 +182,13 @@ class FkTable:
         return tuple(float(v) for v in (*self.xyz[i], *self.joints[i]))
 
     @classmethod
-    def from_rows(cls, rows: NDArray[np.float64], checksum: str = "", path: Path | None = None,
-                  j1_max: float = J1_SAFE_MAX) -> FkTable:
+    def from_rows(
+        cls,
+        rows: NDArray[np.float64],
+        checksum: str = "",
+        path: Path | None = None,
+        j1_max: float = J1_SAFE_MAX,
+    ) -> FkTable:
         """Wrap an (n, 9) array (in memory, e.g. tests); ``checksum`` defaults to a hash of the data."""
         rows = np.asarray(rows, dtype=np.float64)
         if rows.ndim != 2 or rows.shape[1] != 9:
@@ -218,13 +225,17 @@ def read_csv_rows(path: Path) -> NDArray[np.float64]:
         raise TableError(f"FK table {path}: not a valid table CSV: {exc}") from None
     names = [n.strip() for n in tbl.column_names]
     if names != list(COLUMNS):
-        raise TableError(f"FK table {path}: columns must be {','.join(COLUMNS)}, got {','.join(names)}")
+        raise TableError(
+            f"FK table {path}: columns must be {','.join(COLUMNS)}, got {','.join(names)}"
+        )
     if tbl.num_rows == 0:
         raise TableError(f"FK table {path}: no rows")
     rows = np.empty((tbl.num_rows, 9))
     for i, col in enumerate(tbl.columns):
         if col.null_count:
-            raise TableError(f"FK table {path}: column {COLUMNS[i]} has {col.null_count} empty cells")
+            raise TableError(
+                f"FK table {path}: column {COLUMNS[i]} has {col.null_count} empty cells"
+            )
         rows[:, i] = col.to_numpy()
     if not np.all(np.isfinite(rows)):
         r, c = np.argwhere(~np.isfinite(rows))[0]
@@ -245,8 +256,11 @@ def write_table(path: Path, rows: NDArray[np.float64]) -> str:
     try:
         with open(tmp, "wb") as fh:
             fh.write((",".join(COLUMNS) + "\n").encode("ascii"))
-            pacsv.write_csv(tbl, fh, write_options=pacsv.WriteOptions(include_header=False,
-                                                                       quoting_style="none"))
+            pacsv.write_csv(
+                tbl,
+                fh,
+                write_options=pacsv.WriteOptions(include_header=False, quoting_style="none"),
+            )
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -263,7 +277,13 @@ def _record_path(path: Path) -> Path:
 
 def _write_record(path: Path, checksum: str, n_rows: int | None) -> None:
     st = path.stat()
-    rec = {"file": path.name, "sha256": checksum, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "n_rows": n_rows}
+    rec = {
+        "file": path.name,
+        "sha256": checksum,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "n_rows": n_rows,
+    }
     try:
         atomic_write_json(_record_path(path), rec)
     except OSError as exc:  # read-only location: still usable, only slower next time
@@ -300,8 +320,9 @@ def _checksum_of(path: Path, verify: bool) -> str:
     return checksum
 
 
-def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True,
-               j1_max: float = J1_SAFE_MAX) -> FkTable:
+def load_table(
+    path: Path | str, *, verify: bool = False, use_cache: bool = True, j1_max: float = J1_SAFE_MAX
+) -> FkTable:
     """Load the table at ``path`` through its checksum-keyed binary cache.
 
     The cache is rebuilt (from the CSV) when missing, unreadable or recorded for
@@ -320,15 +341,26 @@ def load_table(path: Path | str, *, verify: bool = False, use_cache: bool = True
     if use_cache and cpath.is_file():
         table = _load_cache(cpath, checksum, path, j1_max)
         if table is not None:
-            log.debug("fk_table_loaded", path=str(path), source="cache", n_rows=table.n_rows,
-                      ms=round((time.perf_counter() - t0) * 1000, 1))
+            log.debug(
+                "fk_table_loaded",
+                path=str(path),
+                source="cache",
+                n_rows=table.n_rows,
+                ms=round((time.perf_counter() - t0) * 1000, 1),
+            )
             return table
     rows = read_csv_rows(path)
     table = FkTable.from_rows(rows, checksum=checksum, path=path, j1_max=j1_max)
     if use_cache:
         _save_cache(path, table)
-    log.info("fk_table_loaded", path=str(path), source="csv", n_rows=table.n_rows, checksum=checksum,
-             ms=round((time.perf_counter() - t0) * 1000, 1))
+    log.info(
+        "fk_table_loaded",
+        path=str(path),
+        source="csv",
+        n_rows=table.n_rows,
+        checksum=checksum,
+        ms=round((time.perf_counter() - t0) * 1000, 1),
+    )
     return table
 
 
@@ -338,12 +370,21 @@ def _load_cache(cpath: Path, checksum: str, path: Path, j1_max: float) -> FkTabl
     try:
         with np.load(cpath, allow_pickle=False) as z:
             meta = json.loads(bytes(z["meta"]).decode("utf-8"))
-            if (meta.get("sha256") != checksum or meta.get("version") != _CACHE_VERSION
-                    or meta.get("cell") != CELL_M):
-                log.warning("fk_table_cache_mismatch", cache=str(cpath), recorded=meta.get("sha256"))
+            if (
+                meta.get("sha256") != checksum
+                or meta.get("version") != _CACHE_VERSION
+                or meta.get("cell") != CELL_M
+            ):
+                log.warning(
+                    "fk_table_cache_mismatch", cache=str(cpath), recorded=meta.get("sha256")
+                )
                 return None
-            table = FkTable(xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path, j1_max=j1_max)
-            table._index = FkIndex.from_arrays(table, {k[4:]: z[k] for k in z.files if k.startswith("idx_")})
+            table = FkTable(
+                xyz=z["xyz"], joints=z["joints"], checksum=checksum, path=path, j1_max=j1_max
+            )
+            table._index = FkIndex.from_arrays(
+                table, {k[4:]: z[k] for k in z.files if k.startswith("idx_")}
+            )
     except (OSError, ValueError, KeyError) as exc:
         log.warning("fk_table_cache_unreadable", cache=str(cpath), error=str(exc))
         return None
@@ -360,10 +401,19 @@ def _save_cache(path: Path, table: FkTable) -> None:
     cpath = files.cache(table.checksum)
     from mecharm_runtime.lookup.index import CELL_M
 
-    meta = json.dumps({"sha256": table.checksum, "version": _CACHE_VERSION, "n_rows": table.n_rows,
-                       "cell": CELL_M})
-    arrays: dict[str, Any] = {"meta": np.frombuffer(meta.encode("utf-8"), dtype=np.uint8),
-                              "xyz": table.xyz, "joints": table.joints}
+    meta = json.dumps(
+        {
+            "sha256": table.checksum,
+            "version": _CACHE_VERSION,
+            "n_rows": table.n_rows,
+            "cell": CELL_M,
+        }
+    )
+    arrays: dict[str, Any] = {
+        "meta": np.frombuffer(meta.encode("utf-8"), dtype=np.uint8),
+        "xyz": table.xyz,
+        "joints": table.joints,
+    }
     arrays.update({f"idx_{k}": v for k, v in table.index.arrays().items()})
     tmp = cpath.with_name(cpath.name + f".{os.getpid()}.tmp")
     try:

@@ -24,7 +24,9 @@ class MarkerSpec(BaseModel):
 
     name: str
     id: int = Field(ge=0, lt=50)
-    corners_xz: tuple[tuple[float, float], tuple[float, float], tuple[float, float], tuple[float, float]]
+    corners_xz: tuple[
+        tuple[float, float], tuple[float, float], tuple[float, float], tuple[float, float]
+    ]
 
     @property
     def center_xz(self) -> tuple[float, float]:
@@ -63,23 +65,36 @@ class PerceptionConfig(BaseModel):
     mat_x: tuple[float, float] = (-0.36, 0.36)
     mat_z: tuple[float, float] = (0.04, 0.42)
     min_marker_fraction: float = Field(
-        default=0.5, gt=0, le=1, description="a marker must be seen in at least this share of the frames"
+        default=0.5,
+        gt=0,
+        le=1,
+        description="a marker must be seen in at least this share of the frames",
     )
     focal_px: float | None = Field(
-        default=None, gt=0, description="top-camera focal length; None = self-calibrated from the mat homography"
+        default=None,
+        gt=0,
+        description="top-camera focal length; None = self-calibrated from the mat homography",
     )
     block_size_m: float = Field(default=0.025, gt=0)
     box_inner_m: float = Field(default=0.070, gt=0, description="inner side of the (square) box")
     box_wall_m: float = Field(default=0.004, gt=0)
     box_height_m: float = Field(default=0.043, gt=0)
     box_floor_m: float = Field(default=0.003, ge=0)
-    box_search_x: tuple[float, float] = Field(default=(-0.31, -0.07), description="template-matching window, x")
-    box_search_z: tuple[float, float] = Field(default=(0.07, 0.31), description="template-matching window, z")
-    tip_marker_radius_m: float = Field(default=0.007, gt=0, description="green ball at the gripper tip")
+    box_search_x: tuple[float, float] = Field(
+        default=(-0.31, -0.07), description="template-matching window, x"
+    )
+    box_search_z: tuple[float, float] = Field(
+        default=(0.07, 0.31), description="template-matching window, z"
+    )
+    tip_marker_radius_m: float = Field(
+        default=0.007, gt=0, description="green ball at the gripper tip"
+    )
     red_s_min: int = Field(default=110, ge=0, le=255, description="block: minimum HSV saturation")
     red_v_min: int = Field(default=50, ge=0, le=255, description="block: minimum HSV value")
     white_s_max: int = Field(default=60, ge=0, le=255, description="box: maximum HSV saturation")
-    white_v_min: int = Field(default=185, ge=0, le=255, description="box: minimum HSV value (lower it in dim light)")
+    white_v_min: int = Field(
+        default=185, ge=0, le=255, description="box: minimum HSV value (lower it in dim light)"
+    )
 
     @field_validator("markers")
     @classmethod

@@ -71,8 +71,13 @@ class _View:
     """One frame prepared once for every detector: HSV of the mat's bounding box (or the
     whole frame), the mat mask, and the crop offset (contours come back in frame pixels)."""
 
-    def __init__(self, frame: NDArray[np.uint8], H: MatHomography, config: PerceptionConfig,
-                 on_mat: bool = True) -> None:
+    def __init__(
+        self,
+        frame: NDArray[np.uint8],
+        H: MatHomography,
+        config: PerceptionConfig,
+        on_mat: bool = True,
+    ) -> None:
         _check_frame(frame)
         self.config = config
         self.mask: NDArray[Any] | None = None
@@ -89,8 +94,12 @@ class _View:
 
     def red(self) -> NDArray[Any]:
         s, v = self.config.red_s_min, self.config.red_v_min
-        return self._masked(cv2.bitwise_or(cv2.inRange(self.hsv, (0, s, v), (10, 255, 255)),
-                                           cv2.inRange(self.hsv, (170, s, v), (180, 255, 255))))
+        return self._masked(
+            cv2.bitwise_or(
+                cv2.inRange(self.hsv, (0, s, v), (10, 255, 255)),
+                cv2.inRange(self.hsv, (170, s, v), (180, 255, 255)),
+            )
+        )
 
     def white(self) -> NDArray[Any]:
         c = self.config
@@ -103,7 +112,11 @@ def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[
 
 # ---------------------------------------------------------------- block
 def _block_from(
-    view: _View, H: MatHomography, config: PerceptionConfig, height: float, near_xz: tuple[float, float] | None,
+    view: _View,
+    H: MatHomography,
+    config: PerceptionConfig,
+    height: float,
+    near_xz: tuple[float, float] | None,
 ) -> BlockDetection | None:
     red = view.red()
     hsv = view.hsv
@@ -158,8 +171,13 @@ def _block_from(
     face_xz = (_poly_xz(face, H, height) * 1000.0).astype(np.float32)
     (_, _), (_, _), ang = cv2.minAreaRect(face_xz)
     return BlockDetection(
-        x=bx, z=bz, yaw_deg=float(ang % 90.0), u=float(u), v=float(v),
-        area_mm2=float(cv2.contourArea(face_xz)), height_m=height,
+        x=bx,
+        z=bz,
+        yaw_deg=float(ang % 90.0),
+        u=float(u),
+        v=float(v),
+        area_mm2=float(cv2.contourArea(face_xz)),
+        height_m=height,
     )
 
 
@@ -215,11 +233,20 @@ def _box_contour(
         if best is None or score > best.score:
             m = cv2.moments(c)
             best = BoxDetection(
-                x=cx / 1000.0, z=cz / 1000.0, yaw_deg=float(ang % 90.0), score=float(score),
-                method="contour", u=m["m10"] / m["m00"], v=m["m01"] / m["m00"], size_mm=(float(w), float(h)),
+                x=cx / 1000.0,
+                z=cz / 1000.0,
+                yaw_deg=float(ang % 90.0),
+                score=float(score),
+                method="contour",
+                u=m["m10"] / m["m00"],
+                v=m["m01"] / m["m00"],
+                size_mm=(float(w), float(h)),
             )
     if best is None:
-        return None, f"no white contour of the box's size ({outer:.0f} mm square) among {n_big} white blobs"
+        return (
+            None,
+            f"no white contour of the box's size ({outer:.0f} mm square) among {n_big} white blobs",
+        )
     return best, ""
 
 
@@ -230,7 +257,9 @@ def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int)
     c = (size - 1) / 2.0
     for side, val in ((outer_px, 1.0), (inner_px, 0.0)):
         box = cv2.boxPoints(((c, c), (side, side), angle_deg))
-        cv2.fillConvexPoly(t, np.round(box * 16).astype(np.int32), val, lineType=cv2.LINE_AA, shift=4)
+        cv2.fillConvexPoly(
+            t, np.round(box * 16).astype(np.int32), val, lineType=cv2.LINE_AA, shift=4
+        )
     return t
 
 
@@ -260,7 +289,13 @@ def _box_template(
             if np.isfinite(score) and score > best[0]:
                 ci = loc[0] + (t.shape[1] - 1) / 2.0
                 cj = loc[1] + (t.shape[0] - 1) / 2.0
-                best = (float(score), x0 + ci * res, z1 - cj * res, float(-a % 90.0), s)  # image rows run along -z
+                best = (
+                    float(score),
+                    x0 + ci * res,
+                    z1 - cj * res,
+                    float(-a % 90.0),
+                    s,
+                )  # image rows run along -z
     return best
 
 
@@ -280,7 +315,10 @@ def detect_box(
 
 
 def _box_from(
-    view: _View, H: MatHomography, fallback_xz: tuple[float, float], score_thresh: float,
+    view: _View,
+    H: MatHomography,
+    fallback_xz: tuple[float, float],
+    score_thresh: float,
     config: PerceptionConfig,
 ) -> BoxDetection:
     white = view.white()
@@ -291,12 +329,23 @@ def _box_from(
     u, v = H.xz_to_pixel(x, z, config.box_height_m)
     if score >= score_thresh:
         return BoxDetection(
-            x=x, z=z, yaw_deg=yaw, score=score, method="template", u=u, v=v,
-            size_mm=(config.box_outer_m * 1000 * scale,) * 2, reason=why,
+            x=x,
+            z=z,
+            yaw_deg=yaw,
+            score=score,
+            method="template",
+            u=u,
+            v=v,
+            size_mm=(config.box_outer_m * 1000 * scale,) * 2,
+            reason=why,
         )
     return BoxDetection(
-        x=float(fallback_xz[0]), z=float(fallback_xz[1]), yaw_deg=0.0, score=max(0.0, score),
-        method="fallback", reason=f"{why}; best template score {score:.3f} < {score_thresh}",
+        x=float(fallback_xz[0]),
+        z=float(fallback_xz[1]),
+        yaw_deg=0.0,
+        score=max(0.0, score),
+        method="fallback",
+        reason=f"{why}; best template score {score:.3f} < {score_thresh}",
     )
 
 
@@ -322,7 +371,13 @@ def combine_detections(
         mx, mz = float(np.median(xs)), float(np.median(zs))
         ref = min(found, key=lambda b: math.hypot(b.x - mx, b.z - mz))
         block = BlockDetection(
-            x=mx, z=mz, yaw_deg=ref.yaw_deg, u=ref.u, v=ref.v, area_mm2=ref.area_mm2, height_m=ref.height_m
+            x=mx,
+            z=mz,
+            yaw_deg=ref.yaw_deg,
+            u=ref.u,
+            v=ref.v,
+            area_mm2=ref.area_mm2,
+            height_m=ref.height_m,
         )
         bspread = _spread(xs, zs, mx, mz)
     rank = min(_METHOD_RANK[b.method] for b in boxes)
@@ -332,12 +387,23 @@ def combine_detections(
     mx, mz = float(np.median(xs)), float(np.median(zs))
     bref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
     box = BoxDetection(
-        x=mx, z=mz, yaw_deg=bref.yaw_deg, score=float(np.median([b.score for b in same])), method=bref.method,
-        u=bref.u, v=bref.v, size_mm=bref.size_mm, reason=bref.reason,
+        x=mx,
+        z=mz,
+        yaw_deg=bref.yaw_deg,
+        score=float(np.median([b.score for b in same])),
+        method=bref.method,
+        u=bref.u,
+        v=bref.v,
+        size_mm=bref.size_mm,
+        reason=bref.reason,
     )
     return SceneDetection(
-        block=block, box=box, block_samples=list(blocks), box_samples=list(boxes),
-        block_spread_mm=bspread, box_spread_mm=_spread(xs, zs, mx, mz),
+        block=block,
+        box=box,
+        block_samples=list(blocks),
+        box_samples=list(boxes),
+        block_spread_mm=bspread,
+        box_spread_mm=_spread(xs, zs, mx, mz),
     )
 
 

@@ -43,7 +43,12 @@ class HomographyError(RuntimeError):
 
 
 def _check_frame(frame: Any, what: str = "frame") -> NDArray[np.uint8]:
-    if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+    if (
+        not isinstance(frame, np.ndarray)
+        or frame.dtype != np.uint8
+        or frame.ndim != 3
+        or frame.shape[2] != 3
+    ):
         desc = f"{type(frame).__name__} {getattr(frame, 'shape', '')} {getattr(frame, 'dtype', '')}"
         raise ValueError(f"{what} must be a BGR uint8 image of shape (h, w, 3), got {desc.strip()}")
     return frame
@@ -78,7 +83,9 @@ class MatHomography:
         self.H = np.asarray(self.H, dtype=np.float64)
         self.H_inv = np.linalg.inv(self.H)
         w, h = self.image_size
-        self.K = np.array([[self.focal_px, 0.0, (w - 1) / 2.0], [0.0, self.focal_px, (h - 1) / 2.0], [0, 0, 1.0]])
+        self.K = np.array(
+            [[self.focal_px, 0.0, (w - 1) / 2.0], [0.0, self.focal_px, (h - 1) / 2.0], [0, 0, 1.0]]
+        )
         self.K_inv = np.linalg.inv(self.K)
         self.camera_center = -self.R.T @ self.t
 
@@ -98,7 +105,9 @@ class MatHomography:
 
     def xzs_to_pixels(self, xz: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
         pts = np.asarray(xz, dtype=np.float64).reshape(-1, 1, 2)
-        return np.asarray(cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64).reshape(-1, 2)
+        return np.asarray(
+            cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64
+        ).reshape(-1, 2)
 
     def pixel_to_xz(self, u: float, v: float, height: float = 0.0) -> tuple[float, float]:
         x, z = self.pixels_to_xz(np.array([[u, v]]), height)[0]
@@ -143,7 +152,11 @@ class MatHomography:
 
     @classmethod
     def from_homography(
-        cls, H: NDArray[np.float64], image_size: tuple[int, int], focal_px: float | None = None, **kw: Any
+        cls,
+        H: NDArray[np.float64],
+        image_size: tuple[int, int],
+        focal_px: float | None = None,
+        **kw: Any,
     ) -> MatHomography:
         """Recover the camera pose from ``H``; self-calibrate the focal length when not given."""
         H = np.asarray(H, dtype=np.float64) / H[2, 2]
@@ -162,7 +175,9 @@ class MatHomography:
         u, _, vt = np.linalg.svd(np.column_stack([r_x, r_y, r_z]))
         R = u @ vt
         if np.linalg.det(R) < 0:
-            raise HomographyError("the mat appears mirrored in the image (marker layout does not match the mat)")
+            raise HomographyError(
+                "the mat appears mirrored in the image (marker layout does not match the mat)"
+            )
         return cls(H=H, image_size=(int(w), int(h)), focal_px=float(focal_px), R=R, t=t, **kw)
 
 
@@ -204,7 +219,9 @@ def estimate_homography(
         if size is None:
             size = fsize
         elif fsize != size:
-            raise HomographyError(f"frame {i} is {fsize[0]}x{fsize[1]}, frame 0 is {size[0]}x{size[1]}")
+            raise HomographyError(
+                f"frame {i} is {fsize[0]}x{fsize[1]}, frame 0 is {size[0]}x{size[1]}"
+            )
         for mid, c in detect_markers(frame).items():
             sums[mid] = sums.get(mid, 0) + c
             counts[mid] = counts.get(mid, 0) + 1
@@ -214,7 +231,9 @@ def estimate_homography(
     seen = {m.name: counts.get(m.id, 0) for m in config.markers}
     missing = [m for m in config.markers if counts.get(m.id, 0) < need]
     if missing:
-        names = ", ".join(f"{m.name} (id {m.id}, seen in {counts.get(m.id, 0)}/{n} frames)" for m in missing)
+        names = ", ".join(
+            f"{m.name} (id {m.id}, seen in {counts.get(m.id, 0)}/{n} frames)" for m in missing
+        )
         raise HomographyError(f"mat corner marker(s) missing: {names}", [m.name for m in missing])
     mat_pts = np.array([c for m in config.markers for c in m.corners_xz], dtype=np.float64)
     img_pts = np.concatenate([sums[m.id] / counts[m.id] for m in config.markers])
@@ -224,5 +243,10 @@ def estimate_homography(
     proj = cv2.perspectiveTransform(mat_pts.reshape(-1, 1, 2), H).reshape(-1, 2)
     err = float(np.sqrt(np.mean(np.sum((proj - img_pts) ** 2, axis=1))))
     return MatHomography.from_homography(
-        np.asarray(H, dtype=np.float64), size, config.focal_px, n_frames=n, reproj_error_px=err, markers_seen=seen
+        np.asarray(H, dtype=np.float64),
+        size,
+        config.focal_px,
+        n_frames=n,
+        reproj_error_px=err,
+        markers_seen=seen,
     )

@@ -86,7 +86,10 @@ class GeometricJudge:
     name = "geometric"
 
     def __init__(
-        self, config: PerceptionConfig = DEFAULT_CONFIG, left_mm: float = 15.0, held_mm: float = 30.0,
+        self,
+        config: PerceptionConfig = DEFAULT_CONFIG,
+        left_mm: float = 15.0,
+        held_mm: float = 30.0,
         default_lift_height_m: float = 0.06,
     ) -> None:
         self.config = config
@@ -104,7 +107,9 @@ class GeometricJudge:
     def _pick(self, ev: JudgeEvidence) -> Verdict:
         origin = ev.scene.block
         if origin is None:
-            return Verdict("no", 0.0, "cannot judge the pick: no block was detected in detect", self.name)
+            return Verdict(
+                "no", 0.0, "cannot judge the pick: no block was detected in detect", self.name
+            )
         if not ev.frames:
             return Verdict("no", 0.0, "cannot judge the pick: no top-camera frames", self.name)
         tip_h = ev.tip_height_m if ev.tip_height_m is not None else self.default_lift_height_m
@@ -112,7 +117,10 @@ class GeometricJudge:
         per: list[dict[str, Any]] = []
         for f in ev.frames:
             still = detect_block(f, ev.H, self.config)
-            at_origin = still is not None and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
+            at_origin = (
+                still is not None
+                and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
+            )
             tip = find_tip_marker(f, ev.H, tip_h, self.config)
             held_mm = None
             if tip is not None:
@@ -124,19 +132,32 @@ class GeometricJudge:
                     held_mm = math.hypot(held.x - tx, held.z - tz) * 1000.0
             with_gripper = held_mm is not None and held_mm <= self.held_mm
             votes.append(not at_origin and with_gripper)
-            per.append({"at_origin": at_origin, "tip_seen": tip is not None,
-                        "held_dist_mm": None if held_mm is None else round(held_mm, 2)})
+            per.append(
+                {
+                    "at_origin": at_origin,
+                    "tip_seen": tip is not None,
+                    "held_dist_mm": None if held_mm is None else round(held_mm, 2),
+                }
+            )
         ok, agree = _majority(votes)
         n = len(votes)
         if ok:
-            reason = (f"block left its mat position ({origin.x:+.3f}, {origin.z:+.3f}) and is held at the "
-                      f"gripper tip in {sum(votes)}/{n} frames")
+            reason = (
+                f"block left its mat position ({origin.x:+.3f}, {origin.z:+.3f}) and is held at the "
+                f"gripper tip in {sum(votes)}/{n} frames"
+            )
         else:
             stayed = sum(p["at_origin"] for p in per)
-            n_held = sum(p["held_dist_mm"] is not None and p["held_dist_mm"] <= self.held_mm for p in per)
-            reason = (f"pick failed: block still at its mat position in {stayed}/{n} frames, "
-                      f"held at the tip in {n_held}/{n} frames")
-        return Verdict("yes" if ok else "no", round(0.95 * agree, 4), reason, self.name, {"frames": per})
+            n_held = sum(
+                p["held_dist_mm"] is not None and p["held_dist_mm"] <= self.held_mm for p in per
+            )
+            reason = (
+                f"pick failed: block still at its mat position in {stayed}/{n} frames, "
+                f"held at the tip in {n_held}/{n} frames"
+            )
+        return Verdict(
+            "yes" if ok else "no", round(0.95 * agree, 4), reason, self.name, {"frames": per}
+        )
 
     # ---------------------------------------------------------------- place
     def _place(self, ev: JudgeEvidence) -> Verdict:
@@ -160,8 +181,14 @@ class GeometricJudge:
             margin = _inside_margin_mm(block, box, cfg)
             votes.append(margin >= 0.0)
             margins.append(margin)
-            per.append({"block_seen": True, "block_xz": [round(block.x, 4), round(block.z, 4)],
-                        "margin_mm": round(margin, 2), "box_method": box.method})
+            per.append(
+                {
+                    "block_seen": True,
+                    "block_xz": [round(block.x, 4), round(block.z, 4)],
+                    "margin_mm": round(margin, 2),
+                    "box_method": box.method,
+                }
+            )
         ok, agree = _majority(votes)
         n = len(votes)
         m = float(np.median(margins)) if margins else None
@@ -169,16 +196,22 @@ class GeometricJudge:
         if box.method == "fallback":
             conf *= 0.5
         if ok:
-            reason = (f"block lies inside the box's inner footprint (median margin {m:.1f} mm) "
-                      f"in {sum(votes)}/{n} frames")
+            reason = (
+                f"block lies inside the box's inner footprint (median margin {m:.1f} mm) "
+                f"in {sum(votes)}/{n} frames"
+            )
         elif m is None:
             reason = f"place failed: no block visible near the box in {n}/{n} frames"
         else:
-            reason = (f"place failed: block not inside the box's inner footprint (median margin {m:.1f} mm; "
-                      f"inside in {sum(votes)}/{n} frames)")
+            reason = (
+                f"place failed: block not inside the box's inner footprint (median margin {m:.1f} mm; "
+                f"inside in {sum(votes)}/{n} frames)"
+            )
         if box.method == "fallback":
             reason += "; box position is the configured fallback (low confidence)"
-        return Verdict("yes" if ok else "no", round(min(1.0, conf), 4), reason, self.name, {"frames": per})
+        return Verdict(
+            "yes" if ok else "no", round(min(1.0, conf), 4), reason, self.name, {"frames": per}
+        )
 
 
 def _inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionConfig) -> float:
@@ -186,8 +219,12 @@ def _inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionC
     h = cfg.block_size_m / 2.0
     a = math.radians(block.yaw_deg)
     ca, sa = math.cos(a), math.sin(a)
-    corners = np.array([[block.x + ca * dx - sa * dz, block.z + sa * dx + ca * dz]
-                        for dx, dz in ((h, h), (-h, h), (-h, -h), (h, -h))])
+    corners = np.array(
+        [
+            [block.x + ca * dx - sa * dz, block.z + sa * dx + ca * dz]
+            for dx, dz in ((h, h), (-h, h), (-h, -h), (h, -h))
+        ]
+    )
     b = math.radians(box.yaw_deg)
     cb, sb = math.cos(b), math.sin(b)
     rel = corners - np.array([box.x, box.z])
@@ -202,7 +239,10 @@ class HumanJudge:
     name = "human"
 
     def __init__(
-        self, timeout: float = 30.0, fallback: Judge | None = None, in_fd: int | None = None,
+        self,
+        timeout: float = 30.0,
+        fallback: Judge | None = None,
+        in_fd: int | None = None,
         out: TextIO | None = None,
     ) -> None:
         if timeout <= 0:
@@ -213,10 +253,14 @@ class HumanJudge:
         self.out = out or sys.stdout
 
     async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
-        return await self._ask("Is the block held by the gripper (pick succeeded)?", evidence, "judge_pick")
+        return await self._ask(
+            "Is the block held by the gripper (pick succeeded)?", evidence, "judge_pick"
+        )
 
     async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
-        return await self._ask("Is the block inside the box (place succeeded)?", evidence, "judge_place")
+        return await self._ask(
+            "Is the block inside the box (place succeeded)?", evidence, "judge_place"
+        )
 
     async def _ask(self, question: str, evidence: JudgeEvidence, which: str) -> Verdict:
         loop = asyncio.get_running_loop()
@@ -266,8 +310,13 @@ class HumanJudge:
     async def _no_answer(self, why: str, evidence: JudgeEvidence, which: str) -> Verdict:
         if self.fallback is not None:
             v = await getattr(self.fallback, which)(evidence)
-            return Verdict(v.verdict, v.confidence, f"human judge: {why}; {v.judge}: {v.reason}",
-                           f"{self.name}->{v.judge}", v.details)
+            return Verdict(
+                v.verdict,
+                v.confidence,
+                f"human judge: {why}; {v.judge}: {v.reason}",
+                f"{self.name}->{v.judge}",
+                v.details,
+            )
         return Verdict("no", 0.0, f"human judge: {why}", self.name)
 
 
@@ -347,5 +396,7 @@ def make_judge(kind: str, **kwargs: Any) -> Judge:
     except KeyError:
         raise ValueError(f"unknown judge {kind!r}; choose one of {sorted(_FACTORIES)}") from None
     if kind == "vlm" and "client" not in kwargs:
-        raise ValueError("the vlm judge needs client= (an object with async ask(images, prompt) -> str)")
+        raise ValueError(
+            "the vlm judge needs client= (an object with async ask(images, prompt) -> str)"
+        )
     return factory(**kwargs)

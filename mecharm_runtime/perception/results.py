@@ -79,7 +79,9 @@ class SceneDetection:
             "box": self.box.to_dict(),
             "repeats": self.repeats,
             "block_found": sum(b is not None for b in self.block_samples),
-            "block_spread_mm": None if self.block_spread_mm is None else _r(self.block_spread_mm, 3),
+            "block_spread_mm": None
+            if self.block_spread_mm is None
+            else _r(self.block_spread_mm, 3),
             "box_spread_mm": None if self.box_spread_mm is None else _r(self.box_spread_mm, 3),
             "block_samples": [None if b is None else b.to_dict() for b in self.block_samples],
             "box_samples": [b.to_dict() for b in self.box_samples],

@@ -24,7 +24,10 @@ __all__ = ["find_tip_marker", "measure_tip"]
 
 
 def find_tip_marker(
-    frame: NDArray[np.uint8], H: MatHomography, tip_height_m: float, config: PerceptionConfig = DEFAULT_CONFIG
+    frame: NDArray[np.uint8],
+    H: MatHomography,
+    tip_height_m: float,
+    config: PerceptionConfig = DEFAULT_CONFIG,
 ) -> tuple[float, float, float, float] | None:
     """(u, v, x, z) of the green tip marker, or None when no plausible green blob is seen."""
     hsv = cv2.cvtColor(_check_frame(frame), cv2.COLOR_BGR2HSV)
@@ -57,6 +60,14 @@ def measure_tip(
     u, v, x, z = found
     dx, dz = (x - block.x) * 1000.0, (z - block.z) * 1000.0
     return TipMeasurement(
-        tip_x=x, tip_z=z, block_x=block.x, block_z=block.z, dx_mm=dx, dz_mm=dz,
-        dist_mm=math.hypot(dx, dz), u=u, v=v, tip_height_m=tip_height_m,
+        tip_x=x,
+        tip_z=z,
+        block_x=block.x,
+        block_z=block.z,
+        dx_mm=dx,
+        dz_mm=dz,
+        dist_mm=math.hypot(dx, dz),
+        u=u,
+        v=v,
+        tip_height_m=tip_height_m,
     )

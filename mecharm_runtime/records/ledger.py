@@ -61,7 +61,16 @@ LEDGER_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 STATUSES = ("completed", "stopped")
 VERDICTS = ("yes", "no", "")
-_NUMERIC = ("duration_s", "pick_confidence", "place_confidence", "block_x", "block_z", "box_x", "box_z", "recording_fps")
+_NUMERIC = (
+    "duration_s",
+    "pick_confidence",
+    "place_confidence",
+    "block_x",
+    "block_z",
+    "box_x",
+    "box_z",
+    "recording_fps",
+)
 _INTEGER = ("pick_attempts", "recording_frames", "scene_seed")
 
 
@@ -173,7 +182,9 @@ async def wait_recording_meta(
             return info
         now = clock()
         if now >= deadline:
-            return RecordingInfo(status="none", waited_s=now - t0, note=f"no {META} within the wait")
+            return RecordingInfo(
+                status="none", waited_s=now - t0, note=f"no {META} within the wait"
+            )
         await sleep(min(poll_s, deadline - now))
 
 
@@ -194,7 +205,9 @@ def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
         rel = os.path.relpath(meta_path.parent, data_root)
     except ValueError:
         rel = str(meta_path.parent)
-    return RecordingInfo(status=meta.status, path=rel, fps=meta.effective_fps, frames=meta.frames_written)
+    return RecordingInfo(
+        status=meta.status, path=rel, fps=meta.effective_fps, frames=meta.frames_written
+    )
 
 
 # ---------------------------------------------------------------- verify
@@ -236,7 +249,9 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
     if header != list(columns):
         if list(columns[: len(header)]) == header:
             rep.needs_migration = True
-            rep.errors.append(f"old header with {len(header)} columns: run `mecharm ledger migrate`")
+            rep.errors.append(
+                f"old header with {len(header)} columns: run `mecharm ledger migrate`"
+            )
         else:
             rep.errors.append(f"header is not the ledger column list: {header}")
             return rep
@@ -266,7 +281,9 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
                 rep.errors.append(f"line {lineno}: {key} {row[key]!r} not yes/no/empty")
         # empty = a row migrated from before the column existed (padded, never rewritten)
         if row.get("recording_status", "") not in (*RECORDING_STATUSES, ""):
-            rep.errors.append(f"line {lineno}: recording_status {row['recording_status']!r} not in {RECORDING_STATUSES}")
+            rep.errors.append(
+                f"line {lineno}: recording_status {row['recording_status']!r} not in {RECORDING_STATUSES}"
+            )
         if row.get("dry_run", "") not in ("0", "1"):
             rep.errors.append(f"line {lineno}: dry_run {row.get('dry_run')!r} not 0/1")
         for key in _NUMERIC:
@@ -330,11 +347,13 @@ def migrate_ledger(
     lines = raw.split(b"\n")[:-1]
     records = list(csv.reader(io.StringIO(raw.decode("utf-8"), newline="")))
     if len(records) != len(lines):
-        raise LedgerError(f"{path}: {len(records)} records on {len(lines)} lines (a record spans lines)")
+        raise LedgerError(
+            f"{path}: {len(records)} records on {len(lines)} lines (a record spans lines)"
+        )
     for n, rec in enumerate(records[1:], 2):
         if len(rec) != len(header):
             raise LedgerError(f"{path} line {n}: {len(rec)} cells, header has {len(header)}")
-    added = columns[len(header):]
+    added = columns[len(header) :]
     pad = b"," * len(added)
     new = _encode_row(columns) + b"".join(line + pad + b"\n" for line in lines[1:])
     # check: every old row survives byte for byte, followed only by the padding
@@ -342,7 +361,7 @@ def migrate_ledger(
     if len(new_lines) != len(lines):
         raise LedgerError("migration check failed: row count changed")
     for old, got in zip(lines[1:], new_lines[1:], strict=True):
-        if got[: len(old)] != old or got[len(old):] != pad:
+        if got[: len(old)] != old or got[len(old) :] != pad:
             raise LedgerError("migration check failed: an old row changed")
     check = list(csv.reader(io.StringIO(new.decode("utf-8"), newline="")))
     if any(len(r) != len(columns) for r in check):

@@ -44,7 +44,9 @@ def iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
 
 
-def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_runlog(
+    lines: Iterable[dict[str, Any]], *, trace_name: str, after: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The run log of the trial whose trace ``lines`` are given (in order).
 
     ``after`` holds what happened once the trace was closed (``recording``,
@@ -63,8 +65,14 @@ def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dic
         kind = e.get("kind")
         if ev == "trial":
             constants = dict(e.get("constants") or {})
-            out.update(run_stem=e.get("run_stem"), started_at=iso(float(e["ts"])), dry_run=e.get("dry_run"),
-                       scene_seed=e.get("scene_seed"), trace=trace_name, constants=constants)
+            out.update(
+                run_stem=e.get("run_stem"),
+                started_at=iso(float(e["ts"])),
+                dry_run=e.get("dry_run"),
+                scene_seed=e.get("scene_seed"),
+                trace=trace_name,
+                constants=constants,
+            )
         elif ev == "input":
             if kind == "table_checksum":
                 out["table_checksum"] = value
@@ -79,7 +87,9 @@ def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dic
                     out["captures"].append({"stage": stage, "file": value["capture"]})
             elif kind == "pick_verdict":
                 picks += 1
-                out["judgements"].append({"stage": stage, "what": "pick", "attempt": picks, **value})
+                out["judgements"].append(
+                    {"stage": stage, "what": "pick", "attempt": picks, **value}
+                )
             elif kind == "place_verdict":
                 out["judgements"].append({"stage": stage, "what": "place", **value})
             elif kind == "side_frame":
@@ -94,13 +104,20 @@ def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dic
             elif kind == "guard":
                 out["guards"].append({"stage": stage, **value})
             elif kind == "gripper":
-                sent = GRIPPER_OPEN_VALUE if value.get("action") == "open" else \
-                    constants.get("gripper_close_value", GRIPPER_CLOSE_VALUE)
+                sent = (
+                    GRIPPER_OPEN_VALUE
+                    if value.get("action") == "open"
+                    else constants.get("gripper_close_value", GRIPPER_CLOSE_VALUE)
+                )
                 out["gripper"].append({"stage": stage, **value, "value": sent, "ts": e.get("ts")})
             elif kind == "correction":
                 out["correction"] = value
             elif kind == "place_band":
-                out["height"] = {"key": value.get("key"), "dee_y_mm": value.get("dee_y_mm"), "band": value.get("band")}
+                out["height"] = {
+                    "key": value.get("key"),
+                    "dee_y_mm": value.get("dee_y_mm"),
+                    "band": value.get("band"),
+                }
             elif kind == "exit":
                 out["exit"] = value.get("steps", [value]) if isinstance(value, dict) else value
         elif ev == "log":
@@ -111,7 +128,9 @@ def build_runlog(lines: Iterable[dict[str, Any]], *, trace_name: str, after: dic
                 out["servo"].append(value)
             elif section == "stage_time":
                 durations[value["stage"]] = float(value["duration_s"])
-                out["stage_times"][value["stage"]] = out["stage_times"].get(value["stage"], 0.0) + value["duration_s"]
+                out["stage_times"][value["stage"]] = (
+                    out["stage_times"].get(value["stage"], 0.0) + value["duration_s"]
+                )
         elif ev == "transition":
             frm = e.get("frm")
             out["stages"].append({"stage": frm, "outcome": e.get("outcome"), "reason": e.get("reason"),

@@ -69,7 +69,13 @@ class TraceWriter:
         if self.closed:
             raise ValueError(f"trace {self.path} is closed; cannot write {event}")
         self.seq += 1
-        line = {"seq": self.seq, "event": event, "stage": self.stage, **jsonable(fields), "ts": time.time()}
+        line = {
+            "seq": self.seq,
+            "event": event,
+            "stage": self.stage,
+            **jsonable(fields),
+            "ts": time.time(),
+        }
         self.lines.append(line)
         if self._fh is not None:
             self._fh.write(json.dumps(line, allow_nan=False) + "\n")

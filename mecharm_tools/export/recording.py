@@ -99,8 +99,10 @@ def parse_gripper(value: str) -> float:
     try:
         num = float(v)
     except ValueError:
-        raise ValueError(f"gripper_state {value[:40]!r} is not the gripper value sent (a number 0..100); "
-                         "recordings that wrote words here predate that contract: re-record them") from None
+        raise ValueError(
+            f"gripper_state {value[:40]!r} is not the gripper value sent (a number 0..100); "
+            "recordings that wrote words here predate that contract: re-record them"
+        ) from None
     if not (math.isfinite(num) and 0.0 <= num <= 100.0):
         raise ValueError(f"gripper_state {value[:40]!r} is outside 0..100")
     return num
@@ -212,8 +214,10 @@ def _read_states(path: Path) -> tuple[dict[str, list[tuple[float, ...]]], dict[s
             try:
                 ts = _float(rec[col["ts"]], "ts")
                 if ts < last_ts:
-                    raise ValueError(f"ts {ts} goes back in time (previous row {last_ts}): rows must be in "
-                                     "time order")
+                    raise ValueError(
+                        f"ts {ts} goes back in time (previous row {last_ts}): rows must be in "
+                        "time order"
+                    )
                 last_ts = ts
                 if etype in ("measured", "commanded"):
                     angles = tuple(_float(rec[col[j]], f"{etype} {j}") for j in _JOINTS)

@@ -50,8 +50,12 @@ PHASE_BANDS: dict[str, tuple[float, float]] = {
 
 def _settings(args: argparse.Namespace) -> FkToolSettings:
     """Flags over environment (MECHARM_FK_*) over --config over defaults."""
-    overrides = {"data_dir": getattr(args, "data_dir", None), "table": getattr(args, "table", None),
-                 "log_level": getattr(args, "log_level", None), "place_arc": getattr(args, "arc", None)}
+    overrides = {
+        "data_dir": getattr(args, "data_dir", None),
+        "table": getattr(args, "table", None),
+        "log_level": getattr(args, "log_level", None),
+        "place_arc": getattr(args, "arc", None),
+    }
     return load_settings(FkToolSettings, getattr(args, "config", None), overrides)
 
 
@@ -60,8 +64,13 @@ def _table_path(args: argparse.Namespace) -> Path:
 
 
 def _add_table_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="YAML file with data_dir, table, pick_arc, place_arc, log_level")
-    p.add_argument("--data-dir", help=f"data root; the table is {{data-dir}}/{FK_DIR}/{FK_TABLE} (default data)")
+    p.add_argument(
+        "--config", help="YAML file with data_dir, table, pick_arc, place_arc, log_level"
+    )
+    p.add_argument(
+        "--data-dir",
+        help=f"data root; the table is {{data-dir}}/{FK_DIR}/{FK_TABLE} (default data)",
+    )
     p.add_argument("--table", help="table CSV path (overrides --data-dir)")
     p.add_argument("--log-level", help="structlog level (default warning)")
 
@@ -76,9 +85,15 @@ def _cmd_build(args: argparse.Namespace) -> int:
     rows = read_csv_rows(Path(args.from_csv)) if args.from_csv else default_rows()
     checksum = build_table(path, rows)
     table = load_table(path)  # primes the binary cache
-    _print({"table": str(path), "n_rows": table.n_rows, "sha256": checksum,
+    _print(
+        {
+            "table": str(path),
+            "n_rows": table.n_rows,
+            "sha256": checksum,
             "source": args.from_csv or "default lattices + global scan",
-            "seconds": round(time.perf_counter() - t0, 2)})
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     return 0
 
 
@@ -99,9 +114,21 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
         if not approach.ok:
             raise ValueError(f"--ref-arc: {approach.reason}")
         ref = list(approach.angles)
-    res = fk_lookup(table, args.phase, (args.x, args.z), y_lo, y_hi, dist_max=args.dist_max,
-                    j3_ref=args.j3_ref, j5_ref=args.j5_ref, band_deg=args.band_deg, ref_joints=ref,
-                    joint_tol=args.joint_tol, ee_y_floor=args.ee_y_floor, method=args.method)
+    res = fk_lookup(
+        table,
+        args.phase,
+        (args.x, args.z),
+        y_lo,
+        y_hi,
+        dist_max=args.dist_max,
+        j3_ref=args.j3_ref,
+        j5_ref=args.j5_ref,
+        band_deg=args.band_deg,
+        ref_joints=ref,
+        joint_tol=args.joint_tol,
+        ee_y_floor=args.ee_y_floor,
+        method=args.method,
+    )
     out = res.to_dict()
     if approach is not None:
         out["approach"] = approach.to_dict()
@@ -110,8 +137,14 @@ def _cmd_lookup(args: argparse.Namespace) -> int:
 
 
 def _cmd_adopt(args: argparse.Namespace) -> int:
-    arc = adopt_arc(args.name, args.phase, args.base, (args.x_range[0], args.x_range[1]), args.z,
-                    n_points=args.points)
+    arc = adopt_arc(
+        args.name,
+        args.phase,
+        args.base,
+        (args.x_range[0], args.x_range[1]),
+        args.z,
+        n_points=args.points,
+    )
     save_arc(Path(args.out), arc)
     _print({"written": args.out, **arc.to_dict()})
     return 0
@@ -141,10 +174,20 @@ def _cmd_holes(args: argparse.Namespace) -> int:
 
 def _clusters_doc(table: Any, cells: Any) -> dict[str, Any]:
     clusters = cluster_seeds(table, cells)
-    return {"table_sha256": table.checksum, **summarize(cells, clusters),
-            "clusters_detail": [{"label": c.label, "base": list(c.base), "n_seeds": len(c.members),
-                                 "diameter_deg": round(c.diameter, 3), "seed_rows": list(c.members)}
-                                for c in clusters]}
+    return {
+        "table_sha256": table.checksum,
+        **summarize(cells, clusters),
+        "clusters_detail": [
+            {
+                "label": c.label,
+                "base": list(c.base),
+                "n_seeds": len(c.members),
+                "diameter_deg": round(c.diameter, 3),
+                "seed_rows": list(c.members),
+            }
+            for c in clusters
+        ],
+    }
 
 
 def _cmd_clusters(args: argparse.Namespace) -> int:
@@ -165,8 +208,15 @@ def _cmd_fill(args: argparse.Namespace) -> int:
         doc = json.loads(Path(args.clusters).read_text(encoding="utf-8"))
         try:
             expect = str(doc["table_sha256"])
-            clusters = [Cluster(int(c["label"]), tuple(float(v) for v in c["base"]), tuple(c["seed_rows"]),
-                                float(c["diameter_deg"])) for c in doc["clusters_detail"]]
+            clusters = [
+                Cluster(
+                    int(c["label"]),
+                    tuple(float(v) for v in c["base"]),
+                    tuple(c["seed_rows"]),
+                    float(c["diameter_deg"]),
+                )
+                for c in doc["clusters_detail"]
+            ]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"--clusters {args.clusters}: not a clusters file ({exc})") from None
     else:
@@ -183,6 +233,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
 
 def _guard(func: Any) -> Any:
     """Turn input errors into exit code 2 with the message on stderr."""
+
     def run(args: argparse.Namespace) -> int:
         try:
             configure_logging(_settings(args).log_level)
@@ -190,6 +241,7 @@ def _guard(func: Any) -> Any:
         except (ValueError, TableError, OSError) as exc:
             sys.stderr.write(f"mecharm fk {args.fk_command}: error: {exc}\n")
             return 2
+
     return run
 
 
@@ -197,25 +249,37 @@ def register(parser: argparse.ArgumentParser) -> None:
     """Add the ``fk`` sub-commands to ``parser`` (the ``mecharm fk`` group)."""
     sub = parser.add_subparsers(dest="fk_command", required=True)
 
-    p = sub.add_parser("build", help="build the default table (or import the rig's CSV) under the fixed name")
+    p = sub.add_parser(
+        "build", help="build the default table (or import the rig's CSV) under the fixed name"
+    )
     _add_table_args(p)
-    p.add_argument("--from-csv", help="import this table CSV (ee_x,ee_y,ee_z,j0..j5) instead of building")
+    p.add_argument(
+        "--from-csv", help="import this table CSV (ee_x,ee_y,ee_z,j0..j5) instead of building"
+    )
     p.set_defaults(func=_guard(_cmd_build))
 
     p = sub.add_parser("lookup", help="fk_lookup for one target, printed as JSON")
     _add_table_args(p)
-    p.add_argument("--ensure", action="store_true", help="build the default table first if it is missing")
+    p.add_argument(
+        "--ensure", action="store_true", help="build the default table first if it is missing"
+    )
     p.add_argument("--phase", required=True, choices=PHASES)
     p.add_argument("--x", type=float, required=True, help="target x (m, Unity frame)")
     p.add_argument("--z", type=float, required=True, help="target z (m, Unity frame)")
-    p.add_argument("--ee-y-min", type=float, help="band lower bound (m, inclusive); default per phase")
-    p.add_argument("--ee-y-max", type=float, help="band upper bound (m, exclusive); default per phase")
+    p.add_argument(
+        "--ee-y-min", type=float, help="band lower bound (m, inclusive); default per phase"
+    )
+    p.add_argument(
+        "--ee-y-max", type=float, help="band upper bound (m, exclusive); default per phase"
+    )
     p.add_argument("--dist-max", type=float, default=0.030)
     p.add_argument("--j3-ref", type=float)
     p.add_argument("--j5-ref", type=float)
     p.add_argument("--band-deg", type=float, default=5.0)
     p.add_argument("--ref-joints", type=float, nargs=6, metavar="J")
-    p.add_argument("--ref-arc", help="use the approach pose from this arc file at the target as ref_joints")
+    p.add_argument(
+        "--ref-arc", help="use the approach pose from this arc file at the target as ref_joints"
+    )
     p.add_argument("--joint-tol", type=float)
     p.add_argument("--ee-y-floor", type=float)
     p.add_argument("--method", choices=METHODS, default="indexed")
@@ -235,7 +299,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     for name, func, help_text in (
         ("holes", _cmd_holes, "hole map of the PLACE grid (CSV + ASCII); read-only"),
         ("clusters", _cmd_clusters, "seed clusters of the hole map: the base poses to scan next"),
-        ("fill", _cmd_fill, "scan lattices around the cluster bases, merge into the table, map again"),
+        (
+            "fill",
+            _cmd_fill,
+            "scan lattices around the cluster bases, merge into the table, map again",
+        ),
     ):
         p = sub.add_parser(name, help=help_text)
         _add_table_args(p)

@@ -30,8 +30,16 @@ from mecharm_tools.replay.runner import ReplayResult, replay, replay_settings
 from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
 
 __all__ = [
-    "EXIT_CANNOT", "EXIT_DIFFERENT", "EXIT_IDENTICAL", "EXIT_MALFORMED", "CannotReplay", "parse_sets", "register",
-    "render_result", "replay_one", "run",
+    "EXIT_CANNOT",
+    "EXIT_DIFFERENT",
+    "EXIT_IDENTICAL",
+    "EXIT_MALFORMED",
+    "CannotReplay",
+    "parse_sets",
+    "register",
+    "render_result",
+    "replay_one",
+    "run",
 ]
 
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_MALFORMED, EXIT_CANNOT = 0, 1, 2, 3
@@ -45,21 +53,59 @@ class CannotReplay(RuntimeError):
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Re-run the decisions of recorded trial traces (no arm, no camera) and compare them."
-    parser.add_argument("traces", nargs="+", type=Path, metavar="TRACE.jsonl", help="trial trace(s) to replay")
-    parser.add_argument("--config", type=Path, default=None,
-                        help=f"YAML settings (default {_DEFAULT_CONFIG} when it exists)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help=f"FK data dir: table at DIR/{FK_DIR}/{FK_TABLE}, the default table is built when missing")
-    parser.add_argument("--table", type=Path, default=None, help="FK table CSV to use instead of the data dir's")
-    parser.add_argument("--arc-pick", type=Path, default=None, help="approach_pick arc file (default: recorded path)")
-    parser.add_argument("--arc-place", type=Path, default=None, help="approach_place arc file (default: recorded path)")
-    parser.add_argument("--allow-table-mismatch", action="store_true", default=None,
-                        help="replay even when the table checksum differs from the recorded one")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                        help="change one recorded runtime constant for this replay (YAML value), e.g. dist_max_m=0.02")
-    parser.add_argument("--max-shown", type=int, default=None,
-                        help="differing decisions to print after the first (default 10)")
+    parser.description = (
+        "Re-run the decisions of recorded trial traces (no arm, no camera) and compare them."
+    )
+    parser.add_argument(
+        "traces", nargs="+", type=Path, metavar="TRACE.jsonl", help="trial trace(s) to replay"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help=f"YAML settings (default {_DEFAULT_CONFIG} when it exists)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"FK data dir: table at DIR/{FK_DIR}/{FK_TABLE}, the default table is built when missing",
+    )
+    parser.add_argument(
+        "--table", type=Path, default=None, help="FK table CSV to use instead of the data dir's"
+    )
+    parser.add_argument(
+        "--arc-pick",
+        type=Path,
+        default=None,
+        help="approach_pick arc file (default: recorded path)",
+    )
+    parser.add_argument(
+        "--arc-place",
+        type=Path,
+        default=None,
+        help="approach_place arc file (default: recorded path)",
+    )
+    parser.add_argument(
+        "--allow-table-mismatch",
+        action="store_true",
+        default=None,
+        help="replay even when the table checksum differs from the recorded one",
+    )
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one recorded runtime constant for this replay (YAML value), e.g. dist_max_m=0.02",
+    )
+    parser.add_argument(
+        "--max-shown",
+        type=int,
+        default=None,
+        help="differing decisions to print after the first (default 10)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -99,16 +145,22 @@ class _Resources:
     def arc(self, flag: Path | None, recorded: Any, name: str) -> ArcPose:
         path = Path(flag) if flag is not None else Path(str(recorded)) if recorded else None
         if path is None:
-            raise CannotReplay(f"the trace records no {name} arc path; pass --{name.replace('_', '-')}")
+            raise CannotReplay(
+                f"the trace records no {name} arc path; pass --{name.replace('_', '-')}"
+            )
         if path not in self._arcs:
             try:
                 self._arcs[path] = load_arc(path)
             except ValueError as exc:
-                raise CannotReplay(f"{exc} (pass --{name.replace('_', '-')} to use another file)") from None
+                raise CannotReplay(
+                    f"{exc} (pass --{name.replace('_', '-')} to use another file)"
+                ) from None
         return self._arcs[path]
 
 
-def replay_one(path: Path, res: _Resources, overrides: dict[str, Any]) -> tuple[int, str, ReplayResult | None]:
+def replay_one(
+    path: Path, res: _Resources, overrides: dict[str, Any]
+) -> tuple[int, str, ReplayResult | None]:
     """(exit code, text to print, result) for one trace."""
     try:
         recorded = read_recorded(path)
@@ -127,31 +179,58 @@ def replay_one(path: Path, res: _Resources, overrides: dict[str, Any]) -> tuple[
     except CannotReplay as exc:
         return EXIT_CANNOT, f"{path}: cannot replay: {exc}", None
     if table.checksum != recorded.table_checksum:
-        msg = (f"FK table differs: the trace was recorded with table {recorded.table_checksum[:16]}..., "
-               f"{table_path} has {table.checksum[:16]}...")
+        msg = (
+            f"FK table differs: the trace was recorded with table {recorded.table_checksum[:16]}..., "
+            f"{table_path} has {table.checksum[:16]}..."
+        )
         if not res.settings.allow_table_mismatch:
-            return EXIT_CANNOT, (f"{path}: cannot replay: {msg}; every lookup depends on the table — pass --table or "
-                                 "--data-dir with the table the trial used, or --allow-table-mismatch to compare "
-                                 "anyway"), None
+            return (
+                EXIT_CANNOT,
+                (
+                    f"{path}: cannot replay: {msg}; every lookup depends on the table — pass --table or "
+                    "--data-dir with the table the trial used, or --allow-table-mismatch to compare "
+                    "anyway"
+                ),
+                None,
+            )
         notes = [f"{msg} (replayed anyway: --allow-table-mismatch)", *notes]
     try:
-        result = asyncio.run(asyncio.wait_for(replay(recorded, settings, table, arc_pick, arc_place, notes),
-                                              REPLAY_TIMEOUT_S))
+        result = asyncio.run(
+            asyncio.wait_for(
+                replay(recorded, settings, table, arc_pick, arc_place, notes), REPLAY_TIMEOUT_S
+            )
+        )
     except TimeoutError:
-        return EXIT_DIFFERENT, (f"{path}: different: the replay did not finish within {REPLAY_TIMEOUT_S:.0f} s "
-                                "(the code now waits for something the trace never delivered)"), None
-    except Exception as exc:  # the code under replay crashed outside a stage (e.g. in the exit path)
-        return EXIT_DIFFERENT, f"{path}: different: the replay raised {type(exc).__name__}: {exc}", None
+        return (
+            EXIT_DIFFERENT,
+            (
+                f"{path}: different: the replay did not finish within {REPLAY_TIMEOUT_S:.0f} s "
+                "(the code now waits for something the trace never delivered)"
+            ),
+            None,
+        )
+    except (
+        Exception
+    ) as exc:  # the code under replay crashed outside a stage (e.g. in the exit path)
+        return (
+            EXIT_DIFFERENT,
+            f"{path}: different: the replay raised {type(exc).__name__}: {exc}",
+            None,
+        )
     text = render_result(path, result, res.settings.max_shown, n_inputs=len(recorded.inputs))
     return (EXIT_IDENTICAL if result.identical else EXIT_DIFFERENT), text, result
 
 
-def render_result(path: Path, r: ReplayResult, max_shown: int = 10, n_inputs: int | None = None) -> str:
+def render_result(
+    path: Path, r: ReplayResult, max_shown: int = 10, n_inputs: int | None = None
+) -> str:
     lines = [f"note: {n}" for n in r.notes]
     if r.identical:
         extra = f", {n_inputs} inputs" if n_inputs is not None else ""
-        lines.append(f"{path}: identical ({r.diff.total_recorded} decisions{extra}; {r.status}"
-                     f"{': ' + r.reason if r.reason else ''})")
+        lines.append(
+            f"{path}: identical ({r.diff.total_recorded} decisions{extra}; {r.status}"
+            f"{': ' + r.reason if r.reason else ''})"
+        )
         return "\n".join(lines)
     lines.append(f"{path}: different")
     if not r.diff.identical:
@@ -160,17 +239,25 @@ def render_result(path: Path, r: ReplayResult, max_shown: int = 10, n_inputs: in
         lines.append(f"input divergence: {r.divergence}")
     if r.skipped_inputs:
         first = r.skipped_inputs[0]
-        lines.append(f"{len(r.skipped_inputs)} recorded input(s) were never asked for, first: {first.kind} in "
-                     f"{first.stage} (line {first.line})")
+        lines.append(
+            f"{len(r.skipped_inputs)} recorded input(s) were never asked for, first: {first.kind} in "
+            f"{first.stage} (line {first.line})"
+        )
     if r.unused_inputs:
         first = r.unused_inputs[0]
-        lines.append(f"{len(r.unused_inputs)} recorded input(s) left over at the end, first: {first.kind} in "
-                     f"{first.stage} (line {first.line})")
+        lines.append(
+            f"{len(r.unused_inputs)} recorded input(s) left over at the end, first: {first.kind} in "
+            f"{first.stage} (line {first.line})"
+        )
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
-    config = args.config if args.config is not None else (_DEFAULT_CONFIG if _DEFAULT_CONFIG.is_file() else None)
+    config = (
+        args.config
+        if args.config is not None
+        else (_DEFAULT_CONFIG if _DEFAULT_CONFIG.is_file() else None)
+    )
     try:
         settings = load_settings(ReplaySettings, config, {
             "data_dir": args.data_dir, "table": args.table, "arc_pick": args.arc_pick, "arc_place": args.arc_place,
@@ -186,7 +273,11 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     for path in args.traces:
         code, text, _result = replay_one(path, res, overrides)
-        print(text, file=sys.stdout if code in (EXIT_IDENTICAL, EXIT_DIFFERENT) else sys.stderr, flush=True)
+        print(
+            text,
+            file=sys.stdout if code in (EXIT_IDENTICAL, EXIT_DIFFERENT) else sys.stderr,
+            flush=True,
+        )
         worst = max(worst, code)
     if len(args.traces) > 1:
         print(f"{len(args.traces)} traces replayed in {time.perf_counter() - t0:.2f} s", flush=True)

@@ -17,7 +17,15 @@ from typing import Any
 
 from mecharm_runtime.records.trace import DECISION_EVENTS
 
-__all__ = ["Decision", "DecisionDiff", "FieldChange", "decisions_of", "diff_decisions", "field_changes", "render_diff"]
+__all__ = [
+    "Decision",
+    "DecisionDiff",
+    "FieldChange",
+    "decisions_of",
+    "diff_decisions",
+    "field_changes",
+    "render_diff",
+]
 
 _IGNORED = ("seq", "ts")
 
@@ -103,7 +111,12 @@ def field_changes(a: Any, b: Any, path: str = "") -> Iterator[FieldChange]:
             else:
                 yield from field_changes(a[k], b[k], sub)
         return
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and not (_is_leaf(a) and _is_leaf(b)):
+    if (
+        isinstance(a, list)
+        and isinstance(b, list)
+        and len(a) == len(b)
+        and not (_is_leaf(a) and _is_leaf(b))
+    ):
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             yield from field_changes(x, y, f"{path}[{i}]")
         return
@@ -125,15 +138,30 @@ def diff_decisions(recorded: list[Decision], replayed: list[Decision]) -> Decisi
         out.blocks.append((tag, a, b))
         for x, y in zip(a, b, strict=False):
             same = (x.stage, x.label) == (y.stage, y.label)
-            out.changed.append((x, y, list(field_changes(_body(x), _body(y)) if same else
-                                           field_changes(x.event, y.event))))
-        out.only_recorded.extend(a[len(b):])
-        out.only_replayed.extend(b[len(a):])
+            out.changed.append(
+                (
+                    x,
+                    y,
+                    list(
+                        field_changes(_body(x), _body(y))
+                        if same
+                        else field_changes(x.event, y.event)
+                    ),
+                )
+            )
+        out.only_recorded.extend(a[len(b) :])
+        out.only_replayed.extend(b[len(a) :])
     return out
 
 
 def _fmt(v: Any, limit: int = 0) -> str:
-    text = v if isinstance(v, str) and v == "<absent>" else repr(v) if isinstance(v, float) else json.dumps(v)
+    text = (
+        v
+        if isinstance(v, str) and v == "<absent>"
+        else repr(v)
+        if isinstance(v, float)
+        else json.dumps(v)
+    )
     return text if not limit or len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -156,18 +184,25 @@ def _entries(diff: DecisionDiff, max_fields: int) -> Iterator[list[str]]:
                 out = [f"at {_where(x)}: stage {x.stage}, {x.label}"]
                 changes = list(field_changes(_body(x), _body(y)))
                 for c in changes[:max_fields]:
-                    out += [f"    {c.path}:", f"        recorded {_fmt(c.recorded)}",
-                            f"        replayed {_fmt(c.replayed)}"]
+                    out += [
+                        f"    {c.path}:",
+                        f"        recorded {_fmt(c.recorded)}",
+                        f"        replayed {_fmt(c.replayed)}",
+                    ]
                 if len(changes) > max_fields:
                     out.append(f"    ... {len(changes) - max_fields} more field(s)")
             else:
-                out = [f"at {_where(x)}:",
-                       f"    recorded stage {x.stage}, {x.label}: {_fmt(_body(x), 160)}",
-                       f"    replayed stage {y.stage}, {y.label}: {_fmt(_body(y), 160)}"]
+                out = [
+                    f"at {_where(x)}:",
+                    f"    recorded stage {x.stage}, {x.label}: {_fmt(_body(x), 160)}",
+                    f"    replayed stage {y.stage}, {y.label}: {_fmt(_body(y), 160)}",
+                ]
             yield out
-        for x in a[len(b):]:
-            yield [f"at {_where(x)}: only in the trace: stage {x.stage}, {x.label}: {_fmt(_body(x), 160)}"]
-        for y in b[len(a):]:
+        for x in a[len(b) :]:
+            yield [
+                f"at {_where(x)}: only in the trace: stage {x.stage}, {x.label}: {_fmt(_body(x), 160)}"
+            ]
+        for y in b[len(a) :]:
             yield [f"only in the replay: stage {y.stage}, {y.label}: {_fmt(_body(y), 160)}"]
 
 
@@ -175,8 +210,10 @@ def render_diff(diff: DecisionDiff, max_shown: int = 10, max_fields: int = 12) -
     """A readable report that starts at the first differing decision (then at most ``max_shown`` more)."""
     if diff.identical:
         return "identical"
-    lines = [f"DIFFERENT: {diff.n_different} decision(s) differ "
-             f"(recorded {diff.total_recorded}, replayed {diff.total_replayed})"]
+    lines = [
+        f"DIFFERENT: {diff.n_different} decision(s) differ "
+        f"(recorded {diff.total_recorded}, replayed {diff.total_replayed})"
+    ]
     for n, entry in enumerate(_entries(diff, max_fields)):
         if n > max_shown:
             lines.append(f"... {diff.n_different - n} more differing decision(s)")

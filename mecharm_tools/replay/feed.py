@@ -36,7 +36,15 @@ from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import TraceWriter
 from mecharm_tools.replay.tracefile import Recorded, RecordedInput
 
-__all__ = ["ReplayArm", "ReplayDivergence", "ReplayEyes", "ReplayFeed", "ReplayLink", "ReplayTrace", "recorded_error"]
+__all__ = [
+    "ReplayArm",
+    "ReplayDivergence",
+    "ReplayEyes",
+    "ReplayFeed",
+    "ReplayLink",
+    "ReplayTrace",
+    "recorded_error",
+]
 
 
 class ReplayDivergence(RuntimeError):
@@ -67,7 +75,9 @@ _LABELS: dict[str, type[Exception]] = {
     "daemon timeout": client_errors.DaemonTimeout,
     "daemon busy": client_errors.DaemonBusy,
 }
-_TYPE_NAME = re.compile(r"^[A-Z][A-Za-z0-9_]*(Error|Exception|Violation|Lost|Timeout|Busy|Refused|NoReply)$")
+_TYPE_NAME = re.compile(
+    r"^[A-Z][A-Za-z0-9_]*(Error|Exception|Violation|Lost|Timeout|Busy|Refused|NoReply)$"
+)
 
 
 def recorded_error(reason: str) -> Exception | None:
@@ -90,7 +100,9 @@ def recorded_error(reason: str) -> Exception | None:
 
 def _coded(label: str, msg: str) -> Exception:
     """ArmRefused/ArmNoReply word themselves "code: message"; rebuild one whose text is ``msg`` as recorded."""
-    cls = client_errors.ArmRefused if label == "arm refused the command" else client_errors.ArmNoReply
+    cls = (
+        client_errors.ArmRefused if label == "arm refused the command" else client_errors.ArmNoReply
+    )
     code, _sep, message = msg.partition(": ")
     err = cls(code, message)
     err.args = (msg,)
@@ -106,7 +118,9 @@ class ReplayFeed:
         self.force = force
         self.queue: deque[RecordedInput] = deque(recorded.inputs)
         self.divergence: ReplayDivergence | None = None
-        self.skipped: list[RecordedInput] = []  # inputs the replay moved past without asking for them
+        self.skipped: list[
+            RecordedInput
+        ] = []  # inputs the replay moved past without asking for them
         self.served = 0
 
     # ------------------------------------------------------------ helpers
@@ -165,16 +179,23 @@ class ReplayFeed:
         head = self.queue[0] if self.queue else None
         if head is not None and head.instance == self.trace.instance:
             if head.kind != kind:
-                raise self._diverge(f"{self._stage()} asks for input {kind!r}, the trace has {head.kind!r} next "
-                                    f"(line {head.line})")
+                raise self._diverge(
+                    f"{self._stage()} asks for input {kind!r}, the trace has {head.kind!r} next "
+                    f"(line {head.line})"
+                )
             self.queue.popleft()
             self.served += 1
             return head.value
         await self._maybe_fail_here()
-        where = f"; next recorded input: {head.kind!r} in {head.stage} (line {head.line})" if head else \
-            "; the trace has no inputs left"
-        raise self._diverge(f"{self._stage()} asks for input {kind!r}, the recorded run of this stage had no more "
-                            f"inputs{where}")
+        where = (
+            f"; next recorded input: {head.kind!r} in {head.stage} (line {head.line})"
+            if head
+            else "; the trace has no inputs left"
+        )
+        raise self._diverge(
+            f"{self._stage()} asks for input {kind!r}, the recorded run of this stage had no more "
+            f"inputs{where}"
+        )
 
     async def command(self) -> None:
         """A port call without an input (gripper, fresh mode, stop): fails where the recorded one failed."""
@@ -227,11 +248,15 @@ class ReplayEyes:
         v: SceneObservation = await self.feed.take("scene")
         return v
 
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
         v: TipObservation = await self.feed.take("tip")
         return v
 
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         v: tuple[float, float] | None = await self.feed.take("block_xz")
         return v
 

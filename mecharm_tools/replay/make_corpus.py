@@ -75,12 +75,17 @@ async def _one(settings: RuntimeSettings, control_url: str, seed: int, misses: i
         if misses:
             rig.eyes = _ScriptedMiss(rig.eyes, misses)
         summary = await run_trial(rig, scene_seed=seed)
-    print(f"  {summary.run_stem}: {summary.status} {summary.reason} pick {summary.pick_verdict} "
-          f"place {summary.place_verdict} attempts {summary.pick_attempts}", flush=True)
+    print(
+        f"  {summary.run_stem}: {summary.status} {summary.reason} pick {summary.pick_verdict} "
+        f"place {summary.place_verdict} attempts {summary.pick_attempts}",
+        flush=True,
+    )
     return summary.trace_path
 
 
-def record(out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None, time_scale: float = 10.0) -> list[Path]:
+def record(
+    out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None, time_scale: float = 10.0
+) -> list[Path]:
     """Record the scenarios into ``out_dir``; returns the written trace files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -108,12 +113,22 @@ def record(out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mecharm_tools.replay.make_corpus", description=__doc__.splitlines()[0])
-    p.add_argument("out_dir", type=Path, help=f"where the {TRACE_SUFFIX} files go (tests/replay/corpus)")
-    p.add_argument("--data-dir", type=Path, default=Path("data"),
-                   help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing (default data)")
+    p = argparse.ArgumentParser(
+        prog="python -m mecharm_tools.replay.make_corpus", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "out_dir", type=Path, help=f"where the {TRACE_SUFFIX} files go (tests/replay/corpus)"
+    )
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("data"),
+        help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing (default data)",
+    )
     p.add_argument("--only", nargs="*", choices=list(SCENARIOS), help="record only these scenarios")
-    p.add_argument("--time-scale", type=float, default=10.0, help="sim speed-up (never changes a decision)")
+    p.add_argument(
+        "--time-scale", type=float, default=10.0, help="sim speed-up (never changes a decision)"
+    )
     args = p.parse_args(argv)
     configure_logging("warning")
     try:

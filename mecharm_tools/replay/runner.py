@@ -49,13 +49,18 @@ class _NoClock:
         return None
 
 
-_NOWHERE = Path("/nonexistent/mecharm-replay")  # never read, never written: run_stages does not save
+_NOWHERE = Path(
+    "/nonexistent/mecharm-replay"
+)  # never read, never written: run_stages does not save
 
 
 def _memories(recorded: Recorded) -> tuple[CorrectionMemory, HeightMemory]:
     """The memories as the trace recorded them (entries that do not validate are skipped, as on the rig)."""
     corr, height = CorrectionMemory(_NOWHERE / "c.json"), HeightMemory(_NOWHERE / "h.json")
-    for mem, entries in ((corr, recorded.memories["correction"]), (height, recorded.memories["height"])):
+    for mem, entries in (
+        (corr, recorded.memories["correction"]),
+        (height, recorded.memories["height"]),
+    ):
         for key, e in entries.items():
             if mem._valid(e):
                 mem.entries[key] = dict(e)
@@ -64,7 +69,9 @@ def _memories(recorded: Recorded) -> tuple[CorrectionMemory, HeightMemory]:
     return corr, height
 
 
-def replay_settings(recorded: Recorded, overrides: dict[str, Any] | None = None) -> tuple[RuntimeSettings, list[str]]:
+def replay_settings(
+    recorded: Recorded, overrides: dict[str, Any] | None = None
+) -> tuple[RuntimeSettings, list[str]]:
     """The recorded constants (plus ``overrides``) as settings, and notes on keys that no longer/newly exist.
 
     Raises ``mecharm_common.config.ConfigError`` naming a bad override or recorded value.
@@ -75,7 +82,11 @@ def replay_settings(recorded: Recorded, overrides: dict[str, Any] | None = None)
     gone = sorted(k for k in consts if k not in fields)
     if gone:
         notes.append(f"constants recorded but unknown to this code (ignored): {', '.join(gone)}")
-    new = sorted(k for k in fields - set(consts) if k not in ("daemon_token_file", "trials", "confirm", "log_level"))
+    new = sorted(
+        k
+        for k in fields - set(consts)
+        if k not in ("daemon_token_file", "trials", "confirm", "log_level")
+    )
     if new:
         notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")
     values = {k: v for k, v in consts.items() if k in fields}
@@ -83,7 +94,9 @@ def replay_settings(recorded: Recorded, overrides: dict[str, Any] | None = None)
     try:
         return load_settings(RuntimeSettings, None, values), notes
     except ConfigError as exc:
-        raise ConfigError(str(exc).replace("(environment or flags)", "(the trace's constants or --set)")) from None
+        raise ConfigError(
+            str(exc).replace("(environment or flags)", "(the trace's constants or --set)")
+        ) from None
 
 
 @dataclass
@@ -101,7 +114,12 @@ class ReplayResult:
 
     @property
     def identical(self) -> bool:
-        return self.diff.identical and self.divergence is None and not self.skipped_inputs and not self.unused_inputs
+        return (
+            self.diff.identical
+            and self.divergence is None
+            and not self.skipped_inputs
+            and not self.unused_inputs
+        )
 
 
 async def replay(
@@ -126,7 +144,9 @@ async def replay(
     )  # fmt: skip
     # arm liveness at the exit path is an outside fact: the recorded exit step says it
     alive = not any(
-        e.get("event") == "decision" and e.get("kind") == "exit" and isinstance(e.get("value"), dict)
+        e.get("event") == "decision"
+        and e.get("kind") == "exit"
+        and isinstance(e.get("value"), dict)
         and e["value"].get("step") == "arm actions skipped"
         for _n, e in recorded.lines
     )

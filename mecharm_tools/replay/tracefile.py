@@ -79,7 +79,11 @@ def _side_frame(v: Any) -> tuple[str | None, float | None, str]:
 
 
 def _memories(v: Any) -> dict[str, dict[str, Any]]:
-    if not isinstance(v, dict) or not isinstance(v.get("correction"), dict) or not isinstance(v.get("height"), dict):
+    if (
+        not isinstance(v, dict)
+        or not isinstance(v.get("correction"), dict)
+        or not isinstance(v.get("height"), dict)
+    ):
         raise ValueError("expected {correction: {...}, height: {...}}")
     return {"correction": dict(v["correction"]), "height": dict(v["height"])}
 
@@ -159,16 +163,22 @@ def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 if not raw.strip():
                     continue
                 if not raw.endswith("\n"):
-                    raise TraceFormatError(f"{path}:{n}: last line has no newline (truncated trace)")
+                    raise TraceFormatError(
+                        f"{path}:{n}: last line has no newline (truncated trace)"
+                    )
                 try:
                     obj = json.loads(raw)
                 except json.JSONDecodeError as exc:
-                    raise TraceFormatError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})") from None
+                    raise TraceFormatError(
+                        f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
                 if not isinstance(obj, dict):
                     raise TraceFormatError(f"{path}:{n}: not a JSON object")
                 out.append((n, obj))
         except UnicodeDecodeError as exc:
-            raise TraceFormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise TraceFormatError(
+                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from None
     return out
 
 
@@ -191,14 +201,18 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
         seq = e.get("seq")
         if isinstance(seq, int) and not isinstance(seq, bool):
             if seq != prev_seq + 1:
-                raise TraceFormatError(f"{where}: seq {seq} after {prev_seq} (lines missing or out of order)")
+                raise TraceFormatError(
+                    f"{where}: seq {seq} after {prev_seq} (lines missing or out of order)"
+                )
             prev_seq = seq
         else:
             raise TraceFormatError(f"{where}: missing or non-integer seq")
         if result is not None:
             raise TraceFormatError(f"{where}: {ev} after the result line")
         if header is None and ev != "trial":
-            raise TraceFormatError(f"{where}: first event is {ev!r}, a trial trace starts with 'trial'")
+            raise TraceFormatError(
+                f"{where}: first event is {ev!r}, a trial trace starts with 'trial'"
+            )
         if ev == "trial":
             if header is not None:
                 raise TraceFormatError(f"{where}: second 'trial' line")
@@ -209,7 +223,9 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
             kind = e.get("kind")
             parser = INPUT_KINDS.get(kind) if isinstance(kind, str) else None
             if parser is None or not isinstance(kind, str):
-                raise TraceFormatError(f"{where}: unknown input kind {kind!r} (known: {', '.join(INPUT_KINDS)})")
+                raise TraceFormatError(
+                    f"{where}: unknown input kind {kind!r} (known: {', '.join(INPUT_KINDS)})"
+                )
             if "value" not in e:
                 raise TraceFormatError(f"{where}: input {kind} without a value")
             try:
@@ -243,17 +259,25 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
             result = e
     last = lines[-1][0]
     if result is None:
-        raise TraceFormatError(f"{path}:{last}: no result line at the end (truncated trace: the trial did not finish "
-                               "writing it)")
+        raise TraceFormatError(
+            f"{path}:{last}: no result line at the end (truncated trace: the trial did not finish "
+            "writing it)"
+        )
     assert header is not None
     if checksum is None:
-        raise TraceFormatError(f"{path}: no table_checksum input (the trace cannot say which FK table it used)")
+        raise TraceFormatError(
+            f"{path}: no table_checksum input (the trace cannot say which FK table it used)"
+        )
     if memories is None:
-        raise TraceFormatError(f"{path}: no memories input (the trace cannot say what the memories held)")
+        raise TraceFormatError(
+            f"{path}: no memories input (the trace cannot say what the memories held)"
+        )
     return Recorded(path, lines, header, result, checksum, memories, inputs, instances)
 
 
-_FORMER = re.compile(r"\b(" + "|".join(sorted(map(re.escape, FORMER_NAMES), key=len, reverse=True)) + r")\b")
+_FORMER = re.compile(
+    r"\b(" + "|".join(sorted(map(re.escape, FORMER_NAMES), key=len, reverse=True)) + r")\b"
+)
 
 
 #: settings renamed since the first format

@@ -1,4 +1,3 @@
-
 import pytest
 from pydantic_settings import SettingsConfigDict
 
@@ -38,14 +37,18 @@ def test_bad_values_name_the_key(tmp_path):
         load_settings(DemoSettings, tmp_path / "missing.yaml")
 
 
-@pytest.mark.parametrize("bad", ["", "..", "../../etc", "/abs", "a/b", "a\x00b", "x" * 5000, 5, None, ".hidden"])
+@pytest.mark.parametrize(
+    "bad", ["", "..", "../../etc", "/abs", "a/b", "a\x00b", "x" * 5000, 5, None, ".hidden"]
+)
 def test_validate_name_rejects(bad):
     with pytest.raises(UnsafeNameError):
         validate_name(bad)
 
 
 def test_safe_join_stays_inside(tmp_path):
-    assert safe_join(tmp_path, "run_0001_20261130_120000", "x.jpg").parent.parent == tmp_path.resolve()
+    assert (
+        safe_join(tmp_path, "run_0001_20261130_120000", "x.jpg").parent.parent == tmp_path.resolve()
+    )
     with pytest.raises(UnsafeNameError):
         safe_join(tmp_path, "..", "etc")
 

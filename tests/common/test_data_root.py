@@ -39,7 +39,10 @@ FORBIDDEN = re.compile(
 def _docstrings(tree: ast.AST) -> set[int]:
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+        ):
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 out.add(id(first.value))
@@ -54,20 +57,29 @@ def offenders(path: Path) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             m = FORBIDDEN.search(node.value)
             if m:
-                out.append(f"{path.relative_to(ROOT)}:{node.lineno}: {m.group(0)!r} in {node.value[:60]!r}")
+                out.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno}: {m.group(0)!r} in {node.value[:60]!r}"
+                )
     return out
 
 
 def test_layout_names_are_spelled_only_in_layout_py() -> None:
     files = [p for pkg in SCANNED for p in sorted((ROOT / pkg).rglob("*.py"))]
     assert len(files) > 100
-    found = [o for p in files if p not in (HOME, Path(__file__).resolve()) and not any(d in p.parents for d in PENDING) for o in offenders(p)]
+    found = [
+        o
+        for p in files
+        if p not in (HOME, Path(__file__).resolve()) and not any(d in p.parents for d in PENDING)
+        for o in offenders(p)
+    ]
     assert not found, "use mecharm_common.layout instead of spelling the path:\n" + "\n".join(found)
 
 
 def test_the_grep_sees_a_spelled_name(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text('"""states.csv in a docstring is fine."""\nPATH = f"{root}/runs/run_pick_place/{stem}"\n')
+    bad.write_text(
+        '"""states.csv in a docstring is fine."""\nPATH = f"{root}/runs/run_pick_place/{stem}"\n'
+    )
     rel = Path(*bad.parts[1:])
     bad_in_root = ROOT / "tests" / "common" / ".tmp_grep_probe.py"
     try:
@@ -91,14 +103,23 @@ def test_the_layout_is_the_documented_one(tmp_path: Path) -> None:
     assert str(DataRoot.recording_rel(stem)) == f"runs/run_pick_place/{stem}/recording"
     assert rec.dir == tmp_path / DataRoot.recording_rel(stem)
     assert [p.name for p in (rec.video, rec.frame_log, rec.states, rec.meta, rec.snapshots)] == [
-        "episode.mp4", "frame_log.csv", "states.csv", "recording_meta.json", "extracted"]
+        "episode.mp4",
+        "frame_log.csv",
+        "states.csv",
+        "recording_meta.json",
+        "extracted",
+    ]
     assert d.correction_memory == tmp_path / "memories/correction_memory.json"
     assert d.height_memory == tmp_path / "memories/height_memory.json"
     assert d.fk_table == tmp_path / "fk/fk_table.csv"
     assert d.orphan_frames == tmp_path / "diag/recorder_orphan_frames"
     fk = FkTableFiles(d.fk_table)
     assert (fk.record.name, fk.cache("ab" * 32).name, fk.archive_dir, fk.lock.name) == (
-        "fk_table.sha256", f".fk_table.csv.{'ab' * 8}.npz", tmp_path / "fk/archive", ".fk_table.lock")
+        "fk_table.sha256",
+        f".fk_table.csv.{'ab' * 8}.npz",
+        tmp_path / "fk/archive",
+        ".fk_table.lock",
+    )
 
 
 def test_every_name_is_in_the_docs() -> None:

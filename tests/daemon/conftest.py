@@ -43,10 +43,14 @@ class LineClient:
         assert line.endswith(b"\n")
         return json.loads(line)  # type: ignore[no-any-return]
 
-    async def call(self, cmd: str, args: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    async def call(
+        self, cmd: str, args: dict[str, Any] | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
         rid = self._next
         self._next += 1
-        await self.send_raw(json.dumps({"id": rid, "cmd": cmd, "args": args or {}}).encode() + b"\n")
+        await self.send_raw(
+            json.dumps({"id": rid, "cmd": cmd, "args": args or {}}).encode() + b"\n"
+        )
         resp = await self.recv(timeout)
         assert resp["id"] == rid
         return resp
@@ -86,7 +90,11 @@ async def client(server: ArmServer) -> AsyncIterator[LineClient]:
 
 @pytest.fixture
 def emulator() -> Iterator[FirmwareEmulator]:
-    arm = SimArm(SimArmConfig(time_scale=50.0, seed=5, read_latency_s=0.0, write_latency_s=0.0, no_reply_s=0.0))
+    arm = SimArm(
+        SimArmConfig(
+            time_scale=50.0, seed=5, read_latency_s=0.0, write_latency_s=0.0, no_reply_s=0.0
+        )
+    )
     emu = FirmwareEmulator(arm, read_reply_s=0.002, write_reply_s=0.001)
     emu.start()
     yield emu

@@ -29,7 +29,9 @@ def settings(argv: list[str]) -> DaemonSettings:
     return settings_from_args(build_parser().parse_args(argv))[0]
 
 
-def test_precedence_defaults_yaml_env_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_defaults_yaml_env_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for k in list(os.environ):
         if k.startswith("MECHARM_DAEMON_"):
             monkeypatch.delenv(k)
@@ -42,11 +44,34 @@ def test_precedence_defaults_yaml_env_flags(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("MECHARM_DAEMON_SIM__TIME_SCALE", "8")
     s = settings(["--config", str(cfg)])
     assert (s.port, s.sim.time_scale, s.sim.noise_deg) == (6001, 8.0, 0.2)
-    s = settings(["--config", str(cfg), "--port", "6002", "--time-scale", "16", "--read-latency", "0",
-                  "--seed", "9", "--backend", "mycobot", "--serial-port", "/dev/ttyUSB0"])
-    assert (s.port, s.sim.time_scale, s.sim.read_latency_s, s.sim.noise_deg) == (6002, 16.0, 0.0, 0.2)
+    s = settings(
+        [
+            "--config",
+            str(cfg),
+            "--port",
+            "6002",
+            "--time-scale",
+            "16",
+            "--read-latency",
+            "0",
+            "--seed",
+            "9",
+            "--backend",
+            "mycobot",
+            "--serial-port",
+            "/dev/ttyUSB0",
+        ]
+    )
+    assert (s.port, s.sim.time_scale, s.sim.read_latency_s, s.sim.noise_deg) == (
+        6002,
+        16.0,
+        0.0,
+        0.2,
+    )
     assert s.seed == 9 and s.sim.seed == 9
-    assert s.backend == "mycobot" and s.serial_port == "/dev/ttyUSB0" and s.listen_host() == "0.0.0.0"
+    assert (
+        s.backend == "mycobot" and s.serial_port == "/dev/ttyUSB0" and s.listen_host() == "0.0.0.0"
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,8 +85,9 @@ def test_precedence_defaults_yaml_env_flags(tmp_path: Path, monkeypatch: pytest.
         ("- a list\n", [], "top level"),
     ],
 )
-def test_invalid_config_fails_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                             yaml_text: str, argv: list[str], key: str) -> None:
+def test_invalid_config_fails_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], yaml_text: str, argv: list[str], key: str
+) -> None:
     cfg = tmp_path / "d.yaml"
     cfg.write_text(yaml_text)
     assert cli.main(["--config", str(cfg), *argv]) == 2
@@ -88,7 +114,11 @@ def test_read_token(tmp_path: Path) -> None:
 
 def test_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
-    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("pi.local")
+    assert (
+        not is_loopback("0.0.0.0")
+        and not is_loopback("192.168.1.5")
+        and not is_loopback("pi.local")
+    )
 
 
 class _FakeWorkcell:
@@ -112,11 +142,15 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = types.ModuleType("mecharm_sim.workcell")
     mod.start_workcell = start_workcell  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
-    s = settings(["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"])
+    s = settings(
+        ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"]
+    )
     arm = SimArm(s.sim)
     wc = cli._start_workcell(s, arm, "127.0.0.1")
     assert wc is made[0]
-    assert calls == [{"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}]
+    assert calls == [
+        {"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}
+    ]
     assert cli._start_workcell(settings(["--config", os.devnull]), arm, "127.0.0.1") is None
     cli._start_workcell(settings(["--config", os.devnull, "--scene", "random"]), arm, "127.0.0.1")
     assert calls[-1]["seed"] == 0  # no --seed: the sim arm's seed
@@ -146,9 +180,23 @@ class Daemon:
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon_pi.cli", "--config", os.devnull, "--host", "127.0.0.1",
-             "--port", "0", *args],
-            cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "daemon_pi.cli",
+                "--config",
+                os.devnull,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                *args,
+            ],
+            cwd=cwd,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         self.events: list[dict[str, Any]] = []
         self.port = self._wait_for("daemon_listening")["port"]
@@ -159,7 +207,9 @@ class Daemon:
         while time.monotonic() < deadline:
             raw = self.proc.stderr.readline()
             if not raw:
-                raise AssertionError(f"daemon exited before {event}: rc={self.proc.poll()} {self.events}")
+                raise AssertionError(
+                    f"daemon exited before {event}: rc={self.proc.poll()} {self.events}"
+                )
             ev = json.loads(raw)
             self.events.append(ev)
             if ev["event"] == event:
@@ -191,8 +241,12 @@ async def test_sim_daemon_process_serves_and_stops_on_sigterm(tmp_path: Path) ->
 
 
 @pytest.mark.asyncio
-async def test_mycobot_daemon_process_through_the_emulator(tmp_path: Path, emulator: FirmwareEmulator) -> None:
-    d = Daemon(["--backend", "mycobot", "--serial-port", emulator.path, "--baud", "1000000"], tmp_path)
+async def test_mycobot_daemon_process_through_the_emulator(
+    tmp_path: Path, emulator: FirmwareEmulator
+) -> None:
+    d = Daemon(
+        ["--backend", "mycobot", "--serial-port", emulator.path, "--baud", "1000000"], tmp_path
+    )
     try:
         c = await LineClient.connect(d.port)
         assert (await c.ok("hello"))["backend"] == "mycobot"
@@ -225,7 +279,9 @@ async def test_token_file_enables_auth(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> None:
-    d = Daemon(["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path)
+    d = Daemon(
+        ["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path
+    )
     try:
         started = [e for e in d.events if e["event"] == "workcell_started"]
         if not started:
@@ -250,9 +306,26 @@ def test_listening_beyond_loopback_without_token_warns(tmp_path: Path) -> None:
 
 def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "daemon_pi.cli", "--config", os.devnull, "--backend", "mycobot",
-         "--serial-port", str(tmp_path / "ttyGONE"), "--host", "127.0.0.1", "--port", "0"],
-        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "daemon_pi.cli",
+            "--config",
+            os.devnull,
+            "--backend",
+            "mycobot",
+            "--serial-port",
+            str(tmp_path / "ttyGONE"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert p.returncode == 1
     events = [json.loads(x) for x in p.stderr.splitlines() if x.strip()]

@@ -96,12 +96,16 @@ def test_reply_timing_matches_the_firmware() -> None:
 
 
 @pytest.mark.asyncio
-async def test_every_command_through_the_daemon_on_the_mycobot_backend(emulator: FirmwareEmulator) -> None:
+async def test_every_command_through_the_daemon_on_the_mycobot_backend(
+    emulator: FirmwareEmulator,
+) -> None:
     arm = emulator.arm
     async with run_server(MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0) as srv:
         c = await LineClient.connect(srv.port)
         hello = await c.ok("hello")
-        assert hello["backend"] == "mycobot" and hello["capabilities"]["serial_port"] == emulator.path
+        assert (
+            hello["backend"] == "mycobot" and hello["capabilities"]["serial_port"] == emulator.path
+        )
         assert len(await c.ok("get_angles")) == 6
         assert await c.ok("set_fresh_mode", {"mode": 1}) is None
         assert await c.ok("get_fresh_mode") == 1
@@ -123,7 +127,9 @@ async def test_every_command_through_the_daemon_on_the_mycobot_backend(emulator:
         assert await c.ok("power_on") is None
         # the firmware's silent rejection reaches the daemon as a normal ack
         before = arm.true_angles()
-        assert (await c.ok("send_angles", {"angles": [0.0, 95.0, 0, 0, 0, 0], "speed": 50}))["speed"] == 50
+        assert (await c.ok("send_angles", {"angles": [0.0, 95.0, 0, 0, 0, 0], "speed": 50}))[
+            "speed"
+        ] == 50
         await asyncio.sleep(0.1)
         assert arm.true_angles() == before
         stats = await c.ok("stats")
@@ -170,8 +176,12 @@ async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> Non
 
 
 def test_mecharm_fake_arm_process() -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "mecharm_sim.firmware", "--time-scale", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecharm_sim.firmware", "--time-scale", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         path = proc.stdout.readline().strip()

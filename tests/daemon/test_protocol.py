@@ -99,13 +99,43 @@ def test_bad_request_keeps_the_id_when_it_is_valid() -> None:
         ("send_angles", {"angles": HOME[:5], "speed": 20}, ErrorCode.BAD_ARGS, "angles"),
         ("send_angles", {"angles": [*HOME, 0], "speed": 20}, ErrorCode.BAD_ARGS, "angles"),
         ("send_angles", {"angles": "0,0,0,0,0,0", "speed": 20}, ErrorCode.BAD_ARGS, "angles"),
-        ("send_angles", {"angles": [0, 0, "a", 0, 0, 0], "speed": 20}, ErrorCode.BAD_ARGS, "angles.2"),
-        ("send_angles", {"angles": [0, True, 0, 0, 0, 0], "speed": 20}, ErrorCode.BAD_ARGS, "angles.1"),
+        (
+            "send_angles",
+            {"angles": [0, 0, "a", 0, 0, 0], "speed": 20},
+            ErrorCode.BAD_ARGS,
+            "angles.2",
+        ),
+        (
+            "send_angles",
+            {"angles": [0, True, 0, 0, 0, 0], "speed": 20},
+            ErrorCode.BAD_ARGS,
+            "angles.1",
+        ),
         ("send_angles", {"angles": HOME, "speed": 20, "wait": True}, ErrorCode.BAD_ARGS, "wait"),
-        ("send_angles", {"angles": [0, 121, 0, 0, 0, 0], "speed": 20}, ErrorCode.ANGLE_OUT_OF_RANGE, "angles[1]"),
-        ("send_angles", {"angles": [-161, 0, 0, 0, 0, 0], "speed": 20}, ErrorCode.ANGLE_OUT_OF_RANGE, "angles[0]"),
-        ("send_angles", {"angles": [0, 0, 66, 0, 0, 0], "speed": 20}, ErrorCode.ANGLE_OUT_OF_RANGE, "angles[2]"),
-        ("send_angles", {"angles": [0, 0, 0, 0, 0, 180.01], "speed": 20}, ErrorCode.ANGLE_OUT_OF_RANGE, "angles[5]"),
+        (
+            "send_angles",
+            {"angles": [0, 121, 0, 0, 0, 0], "speed": 20},
+            ErrorCode.ANGLE_OUT_OF_RANGE,
+            "angles[1]",
+        ),
+        (
+            "send_angles",
+            {"angles": [-161, 0, 0, 0, 0, 0], "speed": 20},
+            ErrorCode.ANGLE_OUT_OF_RANGE,
+            "angles[0]",
+        ),
+        (
+            "send_angles",
+            {"angles": [0, 0, 66, 0, 0, 0], "speed": 20},
+            ErrorCode.ANGLE_OUT_OF_RANGE,
+            "angles[2]",
+        ),
+        (
+            "send_angles",
+            {"angles": [0, 0, 0, 0, 0, 180.01], "speed": 20},
+            ErrorCode.ANGLE_OUT_OF_RANGE,
+            "angles[5]",
+        ),
         ("send_angles", {"angles": HOME, "speed": 0}, ErrorCode.BAD_SPEED, "speed"),
         ("send_angles", {"angles": HOME, "speed": 101}, ErrorCode.BAD_SPEED, "speed"),
         ("send_angles", {"angles": HOME, "speed": 20.0}, ErrorCode.BAD_SPEED, "speed"),
@@ -138,21 +168,40 @@ def test_validate_args_accepts_limits_and_ints() -> None:
 
 
 def test_nan_angle_is_rejected() -> None:
-    req = decode_request(b'{"id": 1, "cmd": "send_angles", "args": {"angles": [NaN, 0, 0, 0, 0, 0], "speed": 5}}')
+    req = decode_request(
+        b'{"id": 1, "cmd": "send_angles", "args": {"angles": [NaN, 0, 0, 0, 0, 0], "speed": 5}}'
+    )
     with pytest.raises(ProtocolError) as ei:
         validate_args(req.cmd, req.args)
     assert ei.value.code is ErrorCode.ANGLE_OUT_OF_RANGE
 
 
 def test_every_command_has_an_args_model() -> None:
-    for cmd in ("hello", "get_angles", "send_angles", "set_gripper_state", "set_gripper_value",
-                "get_gripper_value", "set_fresh_mode", "get_fresh_mode", "is_moving", "power_on",
-                "release_all_servos", "stop", "stats"):
+    for cmd in (
+        "hello",
+        "get_angles",
+        "send_angles",
+        "set_gripper_state",
+        "set_gripper_value",
+        "get_gripper_value",
+        "set_fresh_mode",
+        "get_fresh_mode",
+        "is_moving",
+        "power_on",
+        "release_all_servos",
+        "stop",
+        "stats",
+    ):
         assert cmd in ARGS_MODELS
 
 
-@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-400, max_value=400),
-                min_size=6, max_size=6))
+@given(
+    st.lists(
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-400, max_value=400),
+        min_size=6,
+        max_size=6,
+    )
+)
 def test_angle_limits_property(angles: list[float]) -> None:
     inside = all(lo <= a <= hi for a, lo, hi in zip(angles, JOINT_MIN, JOINT_MAX, strict=True))
     try:
@@ -167,13 +216,27 @@ def test_angle_limits_property(angles: list[float]) -> None:
 def test_encode_rejects_nan_in_plain_dicts() -> None:
     with pytest.raises(ValueError):
         encode({"id": 1, "ok": True, "result": float("nan")})
-    assert json.loads(encode({"id": 1, "ok": True, "result": None})) == {"id": 1, "ok": True, "result": None}
+    assert json.loads(encode({"id": 1, "ok": True, "result": None})) == {
+        "id": 1,
+        "ok": True,
+        "result": None,
+    }
 
 
 @pytest.mark.parametrize(
     "result",
-    [None, [1.5, -0.0, 12.34, 1e-7, 123456.789, -30.0], float("nan"), float("-inf"), 10**30, True, "é\u2028\"",
-     {"a": (1, 2), "b": [None, {"c": float("inf")}]}, ErrorCode.BUSY, ()],
+    [
+        None,
+        [1.5, -0.0, 12.34, 1e-7, 123456.789, -30.0],
+        float("nan"),
+        float("-inf"),
+        10**30,
+        True,
+        'é\u2028"',
+        {"a": (1, 2), "b": [None, {"c": float("inf")}]},
+        ErrorCode.BUSY,
+        (),
+    ],
 )
 def test_encode_ok_is_the_ok_response_line_byte_for_byte(result: object) -> None:
     """The daemon's hot path skips the model; what goes on the wire must not change."""
@@ -182,8 +245,11 @@ def test_encode_ok_is_the_ok_response_line_byte_for_byte(result: object) -> None
 
 
 def test_encode_of_a_model_is_its_model_dump_json() -> None:
-    for msg in (Request(id=7, cmd="send_angles", args={"angles": HOME, "speed": 20}),
-                error_response(None, ErrorCode.BUSY, "someone élse"), ok_response(2, {"x": [1, 2.5]})):
+    for msg in (
+        Request(id=7, cmd="send_angles", args={"angles": HOME, "speed": 20}),
+        error_response(None, ErrorCode.BUSY, "someone élse"),
+        ok_response(2, {"x": [1, 2.5]}),
+    ):
         assert encode(msg) == msg.model_dump_json().encode() + b"\n"
 
 
@@ -191,4 +257,8 @@ def test_no_args_commands_still_reject_any_argument() -> None:
     assert isinstance(validate_args("get_angles", {}), NoArgs)
     with pytest.raises(ProtocolError) as ei:
         validate_args("get_angles", {"x": 1}, 3)
-    assert ei.value.code is ErrorCode.BAD_ARGS and "'x'" in ei.value.message and ei.value.request_id == 3
+    assert (
+        ei.value.code is ErrorCode.BAD_ARGS
+        and "'x'" in ei.value.message
+        and ei.value.request_id == 3
+    )

@@ -74,15 +74,22 @@ async def test_every_command_on_the_sim_backend(client: LineClient, sim_arm: Sim
     assert hello["joint_min"] == [-160, -75, -175, -155, -115, -180]
     assert hello["joint_max"] == [160, 120, 65, 155, 115, 180]
     assert "send_angles" in hello["commands"] and hello["authenticated"] is True
-    assert hello["capabilities"]["simulated"] is True and hello["capabilities"]["auth_required"] is False
+    assert (
+        hello["capabilities"]["simulated"] is True
+        and hello["capabilities"]["auth_required"] is False
+    )
 
     angles = await client.ok("get_angles")
-    assert isinstance(angles, list) and len(angles) == 6 and all(isinstance(a, float) for a in angles)
+    assert (
+        isinstance(angles, list) and len(angles) == 6 and all(isinstance(a, float) for a in angles)
+    )
 
     assert await client.ok("set_fresh_mode", {"mode": 1}) is None
     assert await client.ok("get_fresh_mode") == 1
     target = [10.0, 80.0, -5.0, 0.0, 0.0, -30.0]
-    sent = await client.ok("send_angles", {"angles": target, "speed": 5})  # 80° at speed 5: ~0.4 s real
+    sent = await client.ok(
+        "send_angles", {"angles": target, "speed": 5}
+    )  # 80° at speed 5: ~0.4 s real
     assert sent == {"angles": target, "speed": 5}
     assert await client.ok("is_moving") is True
     assert sim_arm.wait_idle(5)
@@ -121,7 +128,9 @@ async def test_send_result_reports_what_reached_the_wire(client: LineClient) -> 
 
 async def test_silent_rejection_above_j1_90_7(client: LineClient, sim_arm: SimArm) -> None:
     before = sim_arm.true_angles()
-    resp = await client.call("send_angles", {"angles": [0.0, 95.0, 0.0, 0.0, 0.0, 0.0], "speed": 50})
+    resp = await client.call(
+        "send_angles", {"angles": [0.0, 95.0, 0.0, 0.0, 0.0, 0.0], "speed": 50}
+    )
     assert resp["ok"] is True  # the daemon cannot know: the firmware acknowledges and ignores it
     await asyncio.sleep(0.05)
     assert await client.ok("is_moving") is False
@@ -174,21 +183,41 @@ BAD_LINES: list[tuple[bytes, str]] = [
     (line({"id": 5, "cmd": "send_angles", "args": {"angles": ["a"] * 6, "speed": 20}}), "bad_args"),
     (line({"id": 5, "cmd": "set_fresh_mode", "args": {"mode": 2}}), "bad_args"),
     (line({"id": 5, "cmd": "set_gripper_state", "args": {"state": 3, "speed": 20}}), "bad_args"),
-    (line({"id": 5, "cmd": "send_angles", "args": {"angles": [0, 130, 0, 0, 0, 0], "speed": 20}}),
-     "angle_out_of_range"),
-    (line({"id": 5, "cmd": "send_angles", "args": {"angles": [170, 0, 0, 0, 0, 0], "speed": 20}}),
-     "angle_out_of_range"),
-    (line({"id": 5, "cmd": "send_angles", "args": {"angles": [0, 0, 0, 0, -116, 0], "speed": 20}}),
-     "angle_out_of_range"),
+    (
+        line(
+            {"id": 5, "cmd": "send_angles", "args": {"angles": [0, 130, 0, 0, 0, 0], "speed": 20}}
+        ),
+        "angle_out_of_range",
+    ),
+    (
+        line(
+            {"id": 5, "cmd": "send_angles", "args": {"angles": [170, 0, 0, 0, 0, 0], "speed": 20}}
+        ),
+        "angle_out_of_range",
+    ),
+    (
+        line(
+            {"id": 5, "cmd": "send_angles", "args": {"angles": [0, 0, 0, 0, -116, 0], "speed": 20}}
+        ),
+        "angle_out_of_range",
+    ),
     (line({"id": 5, "cmd": "send_angles", "args": {"angles": HOME, "speed": 0}}), "bad_speed"),
     (line({"id": 5, "cmd": "send_angles", "args": {"angles": HOME, "speed": 250}}), "bad_speed"),
     (line({"id": 5, "cmd": "send_angles", "args": {"angles": HOME, "speed": 2.5}}), "bad_speed"),
-    (line({"id": 5, "cmd": "set_gripper_value", "args": {"value": 120, "speed": 20}}), "bad_gripper_value"),
-    (line({"id": 5, "cmd": "set_gripper_value", "args": {"value": "open", "speed": 20}}), "bad_gripper_value"),
+    (
+        line({"id": 5, "cmd": "set_gripper_value", "args": {"value": 120, "speed": 20}}),
+        "bad_gripper_value",
+    ),
+    (
+        line({"id": 5, "cmd": "set_gripper_value", "args": {"value": "open", "speed": 20}}),
+        "bad_gripper_value",
+    ),
 ]
 
 
-async def test_100_bad_requests_each_get_the_right_code(client: LineClient, server: ArmServer) -> None:
+async def test_100_bad_requests_each_get_the_right_code(
+    client: LineClient, server: ArmServer
+) -> None:
     for i in range(100):
         raw, code = BAD_LINES[i % len(BAD_LINES)]
         await client.send_raw(raw)
@@ -206,7 +235,9 @@ async def test_100_bad_requests_each_get_the_right_code(client: LineClient, serv
 
 
 async def test_over_long_line_is_answered_and_discarded(client: LineClient) -> None:
-    huge = b'{"id": 1, "cmd": "hello", "args": {"client": "' + b"x" * (MAX_LINE_BYTES * 3) + b'"}}\n'
+    huge = (
+        b'{"id": 1, "cmd": "hello", "args": {"client": "' + b"x" * (MAX_LINE_BYTES * 3) + b'"}}\n'
+    )
     await client.send_raw(huge + line({"id": 2, "cmd": "get_angles"}))
     first = await client.recv()
     assert first["error"]["code"] == "line_too_long" and first["id"] is None
@@ -219,8 +250,13 @@ async def test_pipelined_concurrent_requests_are_serialized() -> None:
     backend = InstrumentedBackend(arm, delay=0.001)
     async with run_server(backend, "127.0.0.1", 0) as srv:
         c = await LineClient.connect(srv.port)
-        cmds = [("get_angles", {}), ("is_moving", {}), ("get_gripper_value", {}),
-                ("send_angles", {"angles": [5.0, 0, 0, 0, 0, 0], "speed": 50}), ("get_fresh_mode", {})]
+        cmds = [
+            ("get_angles", {}),
+            ("is_moving", {}),
+            ("get_gripper_value", {}),
+            ("send_angles", {"angles": [5.0, 0, 0, 0, 0, 0], "speed": 50}),
+            ("get_fresh_mode", {}),
+        ]
 
         async def writer(k: int) -> None:
             for j in range(40):
@@ -235,7 +271,9 @@ async def test_pipelined_concurrent_requests_are_serialized() -> None:
         responses = [await c.recv() for _ in range(200)]
         await c.close()
     assert all(r["ok"] for r in responses)
-    assert sorted(r["id"] for r in responses) == sorted(k * 1000 + j for k in range(5) for j in range(40))
+    assert sorted(r["id"] for r in responses) == sorted(
+        k * 1000 + j for k in range(5) for j in range(40)
+    )
     # each writer's requests are answered in the order they were sent
     for k in range(5):
         mine = [r["id"] for r in responses if r["id"] // 1000 == k]
@@ -255,7 +293,11 @@ async def test_backend_failures_become_error_responses(client: LineClient, sim_a
     sim_arm.faults.fail_reads(1)
     assert (await client.call("get_gripper_value"))["error"]["code"] == "arm_no_reply"
     sim_arm.faults.disconnect()
-    for cmd, args in [("get_angles", {}), ("send_angles", {"angles": HOME, "speed": 20}), ("stop", {})]:
+    for cmd, args in [
+        ("get_angles", {}),
+        ("send_angles", {"angles": HOME, "speed": 20}),
+        ("stop", {}),
+    ]:
         resp = await client.call(cmd, args)
         assert resp["error"]["code"] == "serial_error", resp
     sim_arm.faults.reconnect()
@@ -332,7 +374,11 @@ async def test_idle_timeout() -> None:
         c = await LineClient.connect(srv.port)
         assert len(await c.ok("get_angles")) == 6
         msg = await c.recv(timeout=3)
-        assert msg["ok"] is False and msg["error"]["code"] == "idle_timeout" and "idle" in msg["error"]["message"]
+        assert (
+            msg["ok"] is False
+            and msg["error"]["code"] == "idle_timeout"
+            and "idle" in msg["error"]["message"]
+        )
         assert await c.at_eof()
         await c.close()
 
@@ -433,7 +479,20 @@ def _fuzz_lines(n: int, seed: int) -> list[bytes]:
         {"id": 3, "cmd": "set_gripper_value", "args": {"value": 50, "speed": 50}},
         {"id": 4, "cmd": "set_fresh_mode", "args": {"mode": 1}},
     ]
-    junk: list[Any] = [None, True, -1, 2**70, 1.5, "", "x" * 50, [], {}, [1, "a"], {"a": {"b": [None]}}, float("inf")]
+    junk: list[Any] = [
+        None,
+        True,
+        -1,
+        2**70,
+        1.5,
+        "",
+        "x" * 50,
+        [],
+        {},
+        [1, "a"],
+        {"a": {"b": [None]}},
+        float("inf"),
+    ]
     out = []
     for _ in range(n):
         kind = rng.random()
@@ -454,7 +513,9 @@ def _fuzz_lines(n: int, seed: int) -> list[bytes]:
     return out
 
 
-async def test_fuzzed_lines_each_get_one_answer_and_the_daemon_keeps_serving(client: LineClient) -> None:
+async def test_fuzzed_lines_each_get_one_answer_and_the_daemon_keeps_serving(
+    client: LineClient,
+) -> None:
     lines = _fuzz_lines(300, seed=1)
     await client.send_raw(b"".join(lines))
     codes = set()

@@ -166,7 +166,9 @@ def test_j1_above_90_7_is_silently_ignored() -> None:
     clock.advance(5)
     assert arm.is_moving() == 0
     assert maxdiff(arm.true_angles(), (0,) * 6) == 0
-    assert events == [("send", {"angles": [0.0, 90.8, 0.0, 0.0, 0.0, 0.0], "speed": 20, "accepted": False})]
+    assert events == [
+        ("send", {"angles": [0.0, 90.8, 0.0, 0.0, 0.0, 0.0], "speed": 20, "accepted": False})
+    ]
     arm.send_angles([0.0, 90.7, 0, 0, 0, 0], 100)
     assert events[-1][1]["accepted"] is True
     clock.advance(10)
@@ -390,7 +392,9 @@ def test_thread_safe_under_concurrent_callers() -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=sender)]
+    threads = [threading.Thread(target=reader) for _ in range(3)] + [
+        threading.Thread(target=sender)
+    ]
     for t in threads:
         t.start()
     for t in threads:

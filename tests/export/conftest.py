@@ -107,9 +107,7 @@ def write_recording(
     rec.mkdir(parents=True)
     rel = ts_rel = np.asarray(capture_times(duration, seed))
     wall = T0 + seed * 1000 + rel
-    writer = VideoWriter(
-        rec / VIDEO, VideoSettings(preset="ultrafast", crf=18, gop_sec=1.0)
-    )
+    writer = VideoWriter(rec / VIDEO, VideoSettings(preset="ultrafast", crf=18, gop_sec=1.0))
     anchor = 1_000_000_000_000
     for i, t in enumerate(ts_rel):
         writer.write(stamp(i), anchor + round(t * 1e9))

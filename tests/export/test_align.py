@@ -99,7 +99,11 @@ def test_nearest_frame_is_nearest(gaps: list[float], t: float) -> None:
 
 
 def test_parse_gripper_takes_the_value_sent_only() -> None:
-    assert parse_gripper("100") == 100.0 and parse_gripper("20") == 20.0 and parse_gripper("35.5") == 35.5
+    assert (
+        parse_gripper("100") == 100.0
+        and parse_gripper("20") == 20.0
+        and parse_gripper("35.5") == 35.5
+    )
     for bad in ("half", "nan", "150", "-1"):
         with pytest.raises(ValueError, match="gripper_state"):
             parse_gripper(bad)

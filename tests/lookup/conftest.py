@@ -50,7 +50,9 @@ def dyadic() -> FkTable:
 
 def place_rows(j0s: tuple[float, ...] = (30.0, 50.0), steps: int = 5) -> np.ndarray:
     """Lattices around the approach_place pose at a few j0 values (a small place table)."""
-    return rows_from_angles(np.concatenate([lattice((j0, *APPROACH_PLACE_BASE), steps=steps) for j0 in j0s]))
+    return rows_from_angles(
+        np.concatenate([lattice((j0, *APPROACH_PLACE_BASE), steps=steps) for j0 in j0s])
+    )
 
 
 @pytest.fixture(scope="session")

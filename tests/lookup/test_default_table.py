@@ -17,7 +17,11 @@ from .test_equivalence import assert_same
 
 
 def grid(x0: float, x1: float, z0: float, z1: float) -> list[tuple[float, float]]:
-    return [(float(x), float(z)) for x in np.arange(x0, x1 + 1e-9, 0.005) for z in np.arange(z0, z1 + 1e-9, 0.005)]
+    return [
+        (float(x), float(z))
+        for x in np.arange(x0, x1 + 1e-9, 0.005)
+        for z in np.arange(z0, z1 + 1e-9, 0.005)
+    ]
 
 
 def test_pick_region(default_table: FkTable) -> None:
@@ -45,8 +49,16 @@ def test_place_region(default_table: FkTable) -> None:
     for t in grid(-0.24, -0.14, 0.14, 0.24):
         ap = j0_lookup(arc, t)
         assert ap.ok
-        r = fk_lookup(default_table, "place_withblock", t, 0.070, 0.100, ref_joints=ap.angles, joint_tol=15.0,
-                      ee_y_floor=0.070)
+        r = fk_lookup(
+            default_table,
+            "place_withblock",
+            t,
+            0.070,
+            0.100,
+            ref_joints=ap.angles,
+            joint_tol=15.0,
+            ee_y_floor=0.070,
+        )
         if r.ok:
             assert r.max_dj <= 15.0 and r.selected_ee_y >= 0.070
         d.append(r.distance if r.ok else np.inf)
@@ -58,8 +70,16 @@ def test_place_region(default_table: FkTable) -> None:
     # the rig's box position and the middle of the region are served within a few mm
     for t in ((-0.20, 0.18), (-0.19, 0.19), (-0.17, 0.20)):
         ap = j0_lookup(arc, t)
-        r = fk_lookup(default_table, "place_withblock", t, 0.070, 0.100, ref_joints=ap.angles, joint_tol=15.0,
-                      ee_y_floor=0.070)
+        r = fk_lookup(
+            default_table,
+            "place_withblock",
+            t,
+            0.070,
+            0.100,
+            ref_joints=ap.angles,
+            joint_tol=15.0,
+            ee_y_floor=0.070,
+        )
         assert r.ok and r.distance < 0.005
 
 
@@ -68,7 +88,9 @@ def test_default_table(default_table_path: Path, default_table: FkTable) -> None
     assert 850_000 <= default_table.n_rows <= 1_100_000
     # the cache ensure_table made from memory is exactly what the CSV parses to
     rows = read_csv_rows(default_table_path)
-    assert np.array_equal(rows[:, :3], default_table.xyz) and np.array_equal(rows[:, 3:], default_table.joints)
+    assert np.array_equal(rows[:, :3], default_table.xyz) and np.array_equal(
+        rows[:, 3:], default_table.joints
+    )
     # ensure_table does not rebuild an existing table
     before = default_table_path.stat().st_mtime_ns
     assert ensure_table(default_table_path.parent.parent) == default_table_path
@@ -81,10 +103,25 @@ def test_default_table_sample(default_table: FkTable, seed: int) -> None:
     rng = np.random.default_rng(seed)
     arc = load_arc(DEFAULT_PLACE_ARC)
     for _ in range(15):
-        assert_same(default_table, {"phase": "pick", "target_xz": (float(rng.uniform(0.12, 0.26)),
-                                                                   float(rng.uniform(0.18, 0.30))),
-                                    "ee_y_min": 0.010, "ee_y_max": 0.040})
+        assert_same(
+            default_table,
+            {
+                "phase": "pick",
+                "target_xz": (float(rng.uniform(0.12, 0.26)), float(rng.uniform(0.18, 0.30))),
+                "ee_y_min": 0.010,
+                "ee_y_max": 0.040,
+            },
+        )
         t = (float(rng.uniform(-0.33, -0.05)), float(rng.uniform(0.10, 0.34)))
-        assert_same(default_table, {"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.07,
-                                    "ee_y_max": 0.1, "ref_joints": list(j0_lookup(arc, t).angles),
-                                    "joint_tol": 15.0, "ee_y_floor": 0.07})
+        assert_same(
+            default_table,
+            {
+                "phase": "place_withblock",
+                "target_xz": t,
+                "ee_y_min": 0.07,
+                "ee_y_max": 0.1,
+                "ref_joints": list(j0_lookup(arc, t).angles),
+                "joint_tol": 15.0,
+                "ee_y_floor": 0.07,
+            },
+        )

@@ -30,7 +30,9 @@ def random_query(rng: np.random.Generator, table: FkTable) -> dict[str, Any]:
         tx = float(table.col("ee_x")[i]) + int(rng.integers(-3, 4)) / 256
         tz = float(table.col("ee_z")[i]) + int(rng.integers(-3, 4)) / 256
     else:
-        tx = float(rng.uniform(ys.size and table.col("ee_x").min() - 0.05, table.col("ee_x").max() + 0.05))
+        tx = float(
+            rng.uniform(ys.size and table.col("ee_x").min() - 0.05, table.col("ee_x").max() + 0.05)
+        )
         tz = float(rng.uniform(table.col("ee_z").min() - 0.05, table.col("ee_z").max() + 0.05))
     a, b = sorted(float(v) for v in rng.choice(ys, 2))
     if rng.random() < 0.3:
@@ -39,7 +41,9 @@ def random_query(rng: np.random.Generator, table: FkTable) -> dict[str, Any]:
         b = a + 1 / 256
     q: dict[str, Any] = {
         "phase": str(rng.choice(["pick", "place_withblock", "place_noblock"])),
-        "target_xz": (tx, tz), "ee_y_min": a, "ee_y_max": b,
+        "target_xz": (tx, tz),
+        "ee_y_min": a,
+        "ee_y_max": b,
         "dist_max": float(rng.choice([0.002, 0.005, 0.01, 0.03, 0.1, 1.0])),
     }
     if rng.random() < 0.3:
@@ -78,12 +82,15 @@ def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
     ("view_after", "n", "block_max"),
     [pytest.param(1, 10_000, None, marks=pytest.mark.slow), (1, 3_000, 0), (0, 3_000, None)],
 )
-def test_random_queries_through_each_search_path(view_after: int, n: int, block_max: int | None,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_random_queries_through_each_search_path(
+    view_after: int, n: int, block_max: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pin the path: every band through its BandView (1), or all through the whole-table grid (0);
     ``block_max`` 0 runs the band-view ref_joints test joint by joint (the large-window form)."""
     if block_max is not None:
-        monkeypatch.setattr(importlib.import_module("mecharm_runtime.lookup.fk_lookup"), "_BLOCK_MAX", block_max)
+        monkeypatch.setattr(
+            importlib.import_module("mecharm_runtime.lookup.fk_lookup"), "_BLOCK_MAX", block_max
+        )
     table = dyadic_table(3000, seed=1)
     table.index.view_after = view_after
     rng = np.random.default_rng(20 + view_after + (10 if block_max is not None else 0))
@@ -105,7 +112,7 @@ def test_band_view_holds_the_safe_rows_of_the_band() -> None:
     assert np.array_equal(np.sort(rows), np.flatnonzero(in_band & table.col("safe")))
     assert np.array_equal(view.data[view.X], table.col("ee_x")[rows])
     assert np.array_equal(view.data[view.Z], table.col("ee_z")[rows])
-    assert np.array_equal(view.data[view.J0:view.J0 + 6].T, table.joints[rows])
+    assert np.array_equal(view.data[view.J0 : view.J0 + 6].T, table.joints[rows])
     # each cell's rows are the slice starts[c]:starts[c + 1]
     idx = table.index
     ix = ((view.data[view.X] - idx.x0) // idx.cell).astype(np.int64)
@@ -123,8 +130,12 @@ def test_band_view_holds_the_safe_rows_of_the_band() -> None:
 
 
 def test_random_queries_on_fk_lattice_rows() -> None:
-    rows = np.concatenate([place_rows(), rows_from_angles(lattice((-38.0, 68.18, -5.55, 0.0, -45.72, -30.0),
-                                                                  steps=5))])
+    rows = np.concatenate(
+        [
+            place_rows(),
+            rows_from_angles(lattice((-38.0, 68.18, -5.55, 0.0, -45.72, -30.0), steps=5)),
+        ]
+    )
     table = FkTable.from_rows(rows)
     rng = np.random.default_rng(3)
     for _ in range(1000):
@@ -138,6 +149,13 @@ def test_place_queries_with_the_approach_as_reference() -> None:
     for _ in range(300):
         t = (float(rng.uniform(-0.3, -0.1)), float(rng.uniform(0.1, 0.3)))
         ap = j0_lookup(arc, t)
-        q = {"phase": "place_withblock", "target_xz": t, "ee_y_min": 0.07, "ee_y_max": 0.1,
-             "ref_joints": list(ap.angles), "joint_tol": 15.0, "ee_y_floor": 0.07}
+        q = {
+            "phase": "place_withblock",
+            "target_xz": t,
+            "ee_y_min": 0.07,
+            "ee_y_max": 0.1,
+            "ref_joints": list(ap.angles),
+            "joint_tol": 15.0,
+            "ee_y_floor": 0.07,
+        }
         assert_same(table, q)

@@ -25,15 +25,17 @@ def row(x: float, y: float, z: float, joints: list[float] = SAFE) -> list[float]
 
 @pytest.fixture
 def small() -> FkTable:
-    return table_of([
-        row(0.20, 0.020, 0.25),                                   # 0 in band, safe
-        row(0.21, 0.020, 0.25),                                   # 1 in band, 10 mm away
-        row(0.20, 0.040, 0.25),                                   # 2 at ee_y_max: outside
-        row(0.20, 0.010, 0.26),                                   # 3 at ee_y_min: inside
-        row(0.195, 0.020, 0.25, [0, 88.5, 0, 0, -30, -30]),       # 4 nearest but j1 > 88
-        row(0.199, 0.020, 0.25, [0, 40, 70, 0, -30, -30]),        # 5 nearest but j2 beyond SDK
-        row(0.30, 0.015, 0.30, [0, 88.0, 0, 10, -30, -20]),       # 6 j1 exactly 88: allowed
-    ])
+    return table_of(
+        [
+            row(0.20, 0.020, 0.25),  # 0 in band, safe
+            row(0.21, 0.020, 0.25),  # 1 in band, 10 mm away
+            row(0.20, 0.040, 0.25),  # 2 at ee_y_max: outside
+            row(0.20, 0.010, 0.26),  # 3 at ee_y_min: inside
+            row(0.195, 0.020, 0.25, [0, 88.5, 0, 0, -30, -30]),  # 4 nearest but j1 > 88
+            row(0.199, 0.020, 0.25, [0, 40, 70, 0, -30, -30]),  # 5 nearest but j2 beyond SDK
+            row(0.30, 0.015, 0.30, [0, 88.0, 0, 10, -30, -20]),  # 6 j1 exactly 88: allowed
+        ]
+    )
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -77,12 +79,16 @@ def test_joint_violations_listed() -> None:
         ({"ee_y_min": 0.5, "ee_y_max": 0.6}, "band", {"band": 0, "safety": 0}),
         ({"j3_ref": 50.0}, "j3", {"band": 6, "safety": 4, "j3": 0}),
         ({"j3_ref": 0.0, "j5_ref": 10.0}, "j5", {"band": 6, "safety": 4, "j3": 3, "j5": 0}),
-        ({"ref_joints": [90, 40, 0, 0, -30, -30], "joint_tol": 15.0}, "ref_joints",
-         {"band": 6, "safety": 4, "ref_joints": 0}),
+        (
+            {"ref_joints": [90, 40, 0, 0, -30, -30], "joint_tol": 15.0},
+            "ref_joints",
+            {"band": 6, "safety": 4, "ref_joints": 0},
+        ),
     ],
 )
-def test_out_of_range_names_the_filter_that_emptied_the_set(small: FkTable, method: str, kwargs: dict,
-                                                            emptied: str, expected_counts: dict) -> None:
+def test_out_of_range_names_the_filter_that_emptied_the_set(
+    small: FkTable, method: str, kwargs: dict, emptied: str, expected_counts: dict
+) -> None:
     args = {"ee_y_min": 0.010, "ee_y_max": 0.040, **kwargs}
     lo, hi = args.pop("ee_y_min"), args.pop("ee_y_max")
     r = fk_lookup(small, "pick", (0.2, 0.25), lo, hi, method=method, **args)
@@ -114,37 +120,76 @@ def test_floor_applies_to_the_chosen_row(small: FkTable, method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_j3_j5_and_ref_bands_filter(method: str) -> None:
-    t = table_of([
-        row(0.200, 0.02, 0.25, [0, 40, 0, 20, -30, -30]),
-        row(0.205, 0.02, 0.25, [0, 40, 0, 0, -30, -30]),
-        row(0.206, 0.02, 0.25, [0, 40, 0, 0, -30, 0]),
-        row(0.207, 0.02, 0.25, [20, 40, 0, 0, -30, -30]),
-    ])
+    t = table_of(
+        [
+            row(0.200, 0.02, 0.25, [0, 40, 0, 20, -30, -30]),
+            row(0.205, 0.02, 0.25, [0, 40, 0, 0, -30, -30]),
+            row(0.206, 0.02, 0.25, [0, 40, 0, 0, -30, 0]),
+            row(0.207, 0.02, 0.25, [20, 40, 0, 0, -30, -30]),
+        ]
+    )
     assert fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, method=method).selected_index == 0
     assert fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, j3_ref=0.0, method=method).selected_index == 1
-    assert fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, j3_ref=3.0, band_deg=3.0, method=method).selected_index == 1
-    assert fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, j3_ref=3.0, band_deg=2.9, method=method).ok is False
+    assert (
+        fk_lookup(
+            t, "pick", (0.2, 0.25), 0, 0.05, j3_ref=3.0, band_deg=3.0, method=method
+        ).selected_index
+        == 1
+    )
+    assert (
+        fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, j3_ref=3.0, band_deg=2.9, method=method).ok
+        is False
+    )
     assert fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, j5_ref=0.0, method=method).selected_index == 2
-    r = fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, ref_joints=[20, 40, 0, 0, -30, -30], joint_tol=10,
-                  method=method)
+    r = fk_lookup(
+        t,
+        "pick",
+        (0.2, 0.25),
+        0,
+        0.05,
+        ref_joints=[20, 40, 0, 0, -30, -30],
+        joint_tol=10,
+        method=method,
+    )
     assert r.selected_index == 3 and r.max_dj == 0.0 and r.ref_joints == (20, 40, 0, 0, -30, -30)
-    r = fk_lookup(t, "pick", (0.2, 0.25), 0, 0.05, ref_joints=[10, 40, 0, 0, -30, -30], joint_tol=10,
-                  method=method)
+    r = fk_lookup(
+        t,
+        "pick",
+        (0.2, 0.25),
+        0,
+        0.05,
+        ref_joints=[10, 40, 0, 0, -30, -30],
+        joint_tol=10,
+        method=method,
+    )
     assert r.selected_index == 1 and r.max_dj == 10.0 and r.joint_tol == 10.0
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_ties_choose_the_lowest_row(method: str) -> None:
-    t = table_of([
-        row(0.375 + 1 / 64, 0.02, 0.25),  # dyadic values: the three below are exactly 0.125 away
-        row(0.25, 0.02, 0.375, [1, 40, 0, 0, -30, -30]),
-        row(0.25, 0.02, 0.125, [2, 40, 0, 0, -30, -30]),
-        row(0.25, 0.02, 0.375, [3, 40, 0, 0, -30, -30]),
-    ])
+    t = table_of(
+        [
+            row(
+                0.375 + 1 / 64, 0.02, 0.25
+            ),  # dyadic values: the three below are exactly 0.125 away
+            row(0.25, 0.02, 0.375, [1, 40, 0, 0, -30, -30]),
+            row(0.25, 0.02, 0.125, [2, 40, 0, 0, -30, -30]),
+            row(0.25, 0.02, 0.375, [3, 40, 0, 0, -30, -30]),
+        ]
+    )
     r = fk_lookup(t, "pick", (0.25, 0.25), 0, 0.05, dist_max=0.2, method=method)
     assert r.selected_index == 1
-    r = fk_lookup(t, "pick", (0.25, 0.25), 0, 0.05, dist_max=0.2, ref_joints=[3, 40, 0, 0, -30, -30],
-                  joint_tol=1.5, method=method)
+    r = fk_lookup(
+        t,
+        "pick",
+        (0.25, 0.25),
+        0,
+        0.05,
+        dist_max=0.2,
+        ref_joints=[3, 40, 0, 0, -30, -30],
+        joint_tol=1.5,
+        method=method,
+    )
     assert r.selected_index == 2  # row 1 (j0 = 1) is 2.0 away from the ref
 
 
@@ -188,8 +233,17 @@ def test_every_phase_is_accepted(small: FkTable) -> None:
 
 @pytest.mark.parametrize("target", [(0.1985, 0.25), (0.0, 0.0), (0.2, 0.26)])
 def test_to_dict_round_trips_through_json(small: FkTable, target: tuple[float, float]) -> None:
-    r = fk_lookup(small, "place_withblock", target, 0.010, 0.040, ref_joints=SAFE, joint_tol=15.0,
-                  j3_ref=0.0, ee_y_floor=0.015)
+    r = fk_lookup(
+        small,
+        "place_withblock",
+        target,
+        0.010,
+        0.040,
+        ref_joints=SAFE,
+        joint_tol=15.0,
+        j3_ref=0.0,
+        ee_y_floor=0.015,
+    )
     text = json.dumps(r.to_dict(), sort_keys=True)
     back = FkLookupResult.from_dict(json.loads(text))
     assert back == r

@@ -40,8 +40,14 @@ def test_grid_is_195_cells() -> None:
 def test_empty_region_is_all_holes_without_seeds(arc) -> None:
     t = FkTable.from_rows(rows_from_angles(np.array([[0, 0, 0, 0, 0, 0.0]])))
     cells = hole_map(t, arc)
-    assert summarize(cells) == {"cells": 195, "dense": 0, "marginal": 0, "holes": 195, "seeds": 0,
-                                "without_seed": 195}
+    assert summarize(cells) == {
+        "cells": 195,
+        "dense": 0,
+        "marginal": 0,
+        "holes": 195,
+        "seeds": 0,
+        "without_seed": 195,
+    }
 
 
 def test_known_dense_cells_and_seeds(arc) -> None:
@@ -71,7 +77,9 @@ def test_known_dense_cells_and_seeds(arc) -> None:
             assert max(abs(c.resid_x), abs(c.resid_z)) > 0.010
     text = ascii_map(cells)
     lines = text.splitlines()
-    assert len(lines) == 1 + 13 + 1 and all(len(line) == len("z 0.34 ") + 15 for line in lines[1:14])
+    assert len(lines) == 1 + 13 + 1 and all(
+        len(line) == len("z 0.34 ") + 15 for line in lines[1:14]
+    )
     assert "o" in text and "#" in text
     csv_text = cells_csv(cells)
     assert csv_text.count("\n") == 196 and "hole" in csv_text
@@ -79,12 +87,20 @@ def test_known_dense_cells_and_seeds(arc) -> None:
 
 def test_clusters_complete_linkage_chebyshev(arc) -> None:
     # seeds in two groups 40 degrees apart on j2, one group spanning 28 degrees on j4
-    angles = np.array([
-        [10, 50, 0, 0, -80, -30], [12, 52, 2, 0, -60, -30], [14, 55, 5, 0, -52, -30],
-        [20, 50, 40, 0, -80, -30], [22, 51, 41, 0, -79, -30],
-    ], dtype=float)
+    angles = np.array(
+        [
+            [10, 50, 0, 0, -80, -30],
+            [12, 52, 2, 0, -60, -30],
+            [14, 55, 5, 0, -52, -30],
+            [20, 50, 40, 0, -80, -30],
+            [22, 51, 41, 0, -79, -30],
+        ],
+        dtype=float,
+    )
     table = FkTable.from_rows(rows_from_angles(angles))
-    cells = [Cell(0, 0, "hole", None, None, None, None, None, i, tuple(angles[i]), 0.0) for i in range(5)]
+    cells = [
+        Cell(0, 0, "hole", None, None, None, None, None, i, tuple(angles[i]), 0.0) for i in range(5)
+    ]
     clusters = cluster_seeds(table, cells)
     assert [sorted(c.members) for c in clusters] == [[0, 1, 2], [3, 4]]
     assert clusters[0].diameter == pytest.approx(28.0) and clusters[0].base == tuple(angles[1])

@@ -17,7 +17,9 @@ BASE = (57.39, 17.49, 0.08, -89.2, -29.44)
 
 
 def arc3() -> ArcPose:
-    return ArcPose("t", "approach_place", BASE, ((-0.3, 0.20, 60.0), (-0.2, 0.18, 40.0), (-0.1, 0.19, 20.0)))
+    return ArcPose(
+        "t", "approach_place", BASE, ((-0.3, 0.20, 60.0), (-0.2, 0.18, 40.0), (-0.1, 0.19, 20.0))
+    )
 
 
 def test_interpolates_by_x_with_zero_x_residual() -> None:
@@ -71,11 +73,23 @@ def test_save_and_load(tmp_path: Path) -> None:
         ("not json", "not valid JSON"),
         ("[]", "top level"),
         ('{"name": "a", "phase": "approach_place", "points": []}', "base_j1_j5"),
-        ('{"name": "a", "phase": "nope", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":0},{"x":1,"z":0,"j0":0}]}', "phase"),
+        (
+            '{"name": "a", "phase": "nope", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":0},{"x":1,"z":0,"j0":0}]}',
+            "phase",
+        ),
         ('{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4], "points": []}', "5 values"),
-        ('{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0}]}', r"points\[0\]"),
-        ('{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":"a"}]}', "points"),
-        ('{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":0},{"x":0,"z":1,"j0":1}]}', "increasing"),
+        (
+            '{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0}]}',
+            r"points\[0\]",
+        ),
+        (
+            '{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":"a"}]}',
+            "points",
+        ),
+        (
+            '{"name": "a", "phase": "pick", "base_j1_j5": [1,2,3,4,5], "points": [{"x":0,"z":0,"j0":0},{"x":0,"z":1,"j0":1}]}',
+            "increasing",
+        ),
     ],
 )
 def test_bad_arc_files_name_the_problem(tmp_path: Path, doc: str, match: str) -> None:
@@ -91,14 +105,20 @@ def test_missing_arc_file(tmp_path: Path) -> None:
         load_arc(tmp_path / "none.json")
 
 
-@pytest.mark.parametrize(("path", "base"), [(DEFAULT_PICK_ARC, APPROACH_PICK_BASE),
-                                            (DEFAULT_PLACE_ARC, APPROACH_PLACE_BASE)])
-def test_shipped_arcs_aim_the_tip_at_the_target_bearing(path: Path, base: tuple[float, ...]) -> None:
+@pytest.mark.parametrize(
+    ("path", "base"),
+    [(DEFAULT_PICK_ARC, APPROACH_PICK_BASE), (DEFAULT_PLACE_ARC, APPROACH_PLACE_BASE)],
+)
+def test_shipped_arcs_aim_the_tip_at_the_target_bearing(
+    path: Path, base: tuple[float, ...]
+) -> None:
     arc = load_arc(path)
     assert arc.base == base and len(arc.points) == 20
     for x, z, j0 in arc.points:
         tip = fk_tip([j0, *arc.base])
-        assert bearing_deg(float(tip[0]), float(tip[2])) == pytest.approx(bearing_deg(x, z), abs=0.01)
+        assert bearing_deg(float(tip[0]), float(tip[2])) == pytest.approx(
+            bearing_deg(x, z), abs=0.01
+        )
 
 
 def test_shipped_arcs_cover_the_regions() -> None:

@@ -30,14 +30,28 @@ def _queries() -> list[dict[str, Any]]:
     qs: list[dict[str, Any]] = []
     for x in np.arange(0.14, 0.2401, 0.02):
         for z in np.arange(0.20, 0.2801, 0.02):
-            qs.append({"phase": "pick", "target_xz": (float(x), float(z)), "ee_y_min": PICK_BAND[0],
-                       "ee_y_max": PICK_BAND[1]})
+            qs.append(
+                {
+                    "phase": "pick",
+                    "target_xz": (float(x), float(z)),
+                    "ee_y_min": PICK_BAND[0],
+                    "ee_y_max": PICK_BAND[1],
+                }
+            )
     for x in np.arange(-0.24, -0.1399, 0.02):
         for z in np.arange(0.14, 0.2401, 0.02):
             t = (float(x), float(z))
-            qs.append({"phase": "place_withblock", "target_xz": t, "ee_y_min": PLACE_BAND[0],
-                       "ee_y_max": PLACE_BAND[1], "ref_joints": j0_lookup(arc, t).angles, "joint_tol": 15.0,
-                       "ee_y_floor": PLACE_BAND[0]})
+            qs.append(
+                {
+                    "phase": "place_withblock",
+                    "target_xz": t,
+                    "ee_y_min": PLACE_BAND[0],
+                    "ee_y_max": PLACE_BAND[1],
+                    "ref_joints": j0_lookup(arc, t).angles,
+                    "joint_tol": 15.0,
+                    "ee_y_floor": PLACE_BAND[0],
+                }
+            )
     return qs
 
 
@@ -47,12 +61,18 @@ def _reference(table: FkTable, q: dict[str, Any], j1_max: float) -> int | None:
     y = table.xyz[:, 1]
     j = table.joints
     m = (y >= q["ee_y_min"]) & (y < q["ee_y_max"])
-    m &= np.all((j >= np.asarray(JOINT_MIN)) & (j <= np.asarray(JOINT_MAX)), axis=1) & (j[:, 1] <= j1_max)
+    m &= np.all((j >= np.asarray(JOINT_MIN)) & (j <= np.asarray(JOINT_MAX)), axis=1) & (
+        j[:, 1] <= j1_max
+    )
     if "ref_joints" in q:
         m &= np.all(np.abs(j - np.asarray(q["ref_joints"])) <= q["joint_tol"], axis=1)
     if not m.any():
         return None
-    d2 = np.where(m, (table.xyz[:, 0] - q["target_xz"][0]) ** 2 + (table.xyz[:, 2] - q["target_xz"][1]) ** 2, np.inf)
+    d2 = np.where(
+        m,
+        (table.xyz[:, 0] - q["target_xz"][0]) ** 2 + (table.xyz[:, 2] - q["target_xz"][1]) ** 2,
+        np.inf,
+    )
     return int(np.argmin(d2))
 
 
@@ -75,7 +95,11 @@ def test_lowered_limit_no_lookup_returns_j1_above_it(low: FkTable, default_table
     changed = 0
     for q in _queries():
         default = fk_lookup(default_table, **q)
-        results = [fk_lookup(low, **q), fk_lookup(grid_only, **q), fk_lookup(low, method="brute", **q)]
+        results = [
+            fk_lookup(low, **q),
+            fk_lookup(grid_only, **q),
+            fk_lookup(low, method="brute", **q),
+        ]
         expect = _reference(low, q, LOW)
         for r in results:
             assert r.nearest_index == expect or not r.ok, q
@@ -92,11 +116,15 @@ def test_lowered_limit_is_named_in_reasons_and_violations(low: FkTable) -> None:
     assert not r.ok and f"j1<={LOW:g}" in (r.reason or "")
     from mecharm_runtime.lookup.fk_lookup import joint_violations
 
-    assert joint_violations([0.0, 70.0, 0.0, 0.0, 0.0, 0.0], LOW) == ("j1 70.00 > 60 (firmware ignores the send above ~90.7)",)
+    assert joint_violations([0.0, 70.0, 0.0, 0.0, 0.0, 0.0], LOW) == (
+        "j1 70.00 > 60 (firmware ignores the send above ~90.7)",
+    )
     assert joint_violations([0.0, 70.0, 0.0, 0.0, 0.0, 0.0]) == ()
 
 
-def test_default_limit_gives_the_answers_of_the_fixed_88(default_table: FkTable, default_table_path: Path) -> None:
+def test_default_limit_gives_the_answers_of_the_fixed_88(
+    default_table: FkTable, default_table_path: Path
+) -> None:
     assert default_table.j1_max == J1_SAFE_MAX == 88.0
     explicit = load_table(default_table_path, j1_max=88.0)
     indexed = _answers(default_table, "indexed")
@@ -106,7 +134,9 @@ def test_default_limit_gives_the_answers_of_the_fixed_88(default_table: FkTable,
     assert sum(ok for ok, *_ in indexed) > 30
 
 
-def test_limit_leaves_checksum_and_cache_alone(default_table_path: Path, default_table: FkTable) -> None:
+def test_limit_leaves_checksum_and_cache_alone(
+    default_table_path: Path, default_table: FkTable
+) -> None:
     caches = sorted(default_table_path.parent.glob(".*.npz"))
     low = load_table(default_table_path, j1_max=LOW)
     assert low.checksum == default_table.checksum == file_checksum(default_table_path)
@@ -120,7 +150,9 @@ def test_with_j1_max_matches_a_table_loaded_with_it(default_table: FkTable, low:
     assert default_table.with_j1_max(88.0) is default_table
     assert derived.j1_max == LOW and derived.checksum == default_table.checksum
     assert _answers(derived, "indexed") == _answers(low, "indexed")
-    assert _answers(default_table, "indexed") == _answers(default_table, "brute")  # the original is untouched
+    assert _answers(default_table, "indexed") == _answers(
+        default_table, "brute"
+    )  # the original is untouched
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])

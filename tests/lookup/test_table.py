@@ -41,7 +41,9 @@ def test_csv_round_trip_is_exact(tmp_path: Path) -> None:
     assert np.array_equal(table.xyz, rows[:, :3]) and np.array_equal(table.joints, rows[:, 3:])
 
 
-def test_cache_is_used_and_keyed_by_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_is_used_and_keyed_by_checksum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / FK_TABLE
     build_table(path, small_rows())
     first = load_table(path)
@@ -54,7 +56,9 @@ def test_cache_is_used_and_keyed_by_checksum(tmp_path: Path, monkeypatch: pytest
     second = load_table(path)
     assert second.checksum == first.checksum and np.array_equal(second.xyz, first.xyz)
     # the cached index answers like a fresh one
-    assert np.array_equal(second.index.order, FkTable.from_rows(np.c_[first.xyz, first.joints]).index.order)
+    assert np.array_equal(
+        second.index.order, FkTable.from_rows(np.c_[first.xyz, first.joints]).index.order
+    )
 
 
 def test_changed_csv_is_never_served_from_a_stale_cache(tmp_path: Path) -> None:
@@ -110,7 +114,10 @@ def test_existing_table_is_archived_not_overwritten(tmp_path: Path) -> None:
     assert c1 != c2
     archived = list((tmp_path / "archive").glob("fk_table.*.csv"))
     assert len(archived) == 1 and file_checksum(archived[0]) == c1 and c1[:12] in archived[0].name
-    assert sorted(p.name for p in tmp_path.glob("fk_table*")) == [FK_TABLE, FkTableFiles(path).record.name]
+    assert sorted(p.name for p in tmp_path.glob("fk_table*")) == [
+        FK_TABLE,
+        FkTableFiles(path).record.name,
+    ]
     assert file_checksum(path) == c2
 
 
@@ -148,7 +155,9 @@ def test_rows_match_the_kinematic_model() -> None:
         ("ee_x,ee_y,ee_z,j0,j1,j2,j3,j4,j5\n0,0,0,0,0,0,0,0,inf\n", "not finite"),
     ],
 )
-def test_malformed_csv_is_rejected_with_a_clear_error(tmp_path: Path, text: str, match: str) -> None:
+def test_malformed_csv_is_rejected_with_a_clear_error(
+    tmp_path: Path, text: str, match: str
+) -> None:
     path = tmp_path / "rig.csv"
     path.write_text(text)
     with pytest.raises(TableError, match=match):
@@ -178,7 +187,9 @@ def test_concurrent_ensure_builds_once(tmp_path: Path, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(build_mod, "default_rows", rows)
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(ensure_table(tmp_path))) for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(ensure_table(tmp_path))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -204,5 +215,9 @@ def test_warm_builds_the_band_views_asked_for() -> None:
     # the first lookup of that band already goes through the view (and gives the brute answer)
     tx, tz = float(table.col("ee_x")[0]), float(table.col("ee_z")[0])
     got = fk_lookup(table, "pick", (tx, tz), lo, hi)
-    assert got.ok and got.selected_index == fk_lookup(table, "pick", (tx, tz), lo, hi, method="brute").selected_index
+    assert (
+        got.ok
+        and got.selected_index
+        == fk_lookup(table, "pick", (tx, tz), lo, hi, method="brute").selected_index
+    )
     assert table.index.__dict__.get("_band_uses", {}).get((lo, hi)) is None

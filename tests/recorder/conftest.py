@@ -43,7 +43,9 @@ def make_settings(root: Path, **kw: Any) -> RecorderSettings:
 
 
 @contextlib.asynccontextmanager
-async def run_recorder(settings: RecorderSettings, camera: Any = None) -> AsyncIterator[RecorderService]:
+async def run_recorder(
+    settings: RecorderSettings, camera: Any = None
+) -> AsyncIterator[RecorderService]:
     svc = RecorderService(settings, camera_factory=(lambda: camera) if camera is not None else None)
     await svc.start()
     try:
@@ -73,10 +75,16 @@ def data_root(tmp_path: Path) -> Path:
 class MjpegServer:
     """A real MJPEG-over-HTTP server on loopback (like the simulated workcell's cameras)."""
 
-    def __init__(self, fps: float = 30.0, size: tuple[int, int] = (320, 240),
-                 with_length: bool = True, boundary: str = "frame",
-                 status: str = "200 OK", content_type: str | None = None,
-                 garbage_every: int = 0) -> None:
+    def __init__(
+        self,
+        fps: float = 30.0,
+        size: tuple[int, int] = (320, 240),
+        with_length: bool = True,
+        boundary: str = "frame",
+        status: str = "200 OK",
+        content_type: str | None = None,
+        garbage_every: int = 0,
+    ) -> None:
         self.fps = fps
         self.w, self.h = size
         self.with_length = with_length
@@ -108,7 +116,11 @@ class MjpegServer:
     @staticmethod
     def frame_number(img: np.ndarray) -> int:
         h = img.shape[0]
-        return sum(1 << bit for bit in range(16) if img[h - 12 : h - 4, bit * 16 + 4 : bit * 16 + 12].mean() > 127)
+        return sum(
+            1 << bit
+            for bit in range(16)
+            if img[h - 12 : h - 4, bit * 16 + 4 : bit * 16 + 12].mean() > 127
+        )
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -122,7 +134,9 @@ class MjpegServer:
     def _serve(self, conn: socket.socket) -> None:
         try:
             self.requests.append(conn.recv(4096))
-            conn.sendall(f"HTTP/1.0 {self.status}\r\nContent-Type: {self.content_type}\r\n\r\n".encode())
+            conn.sendall(
+                f"HTTP/1.0 {self.status}\r\nContent-Type: {self.content_type}\r\n\r\n".encode()
+            )
             if not self.status.startswith("200"):
                 return
             n = 0

@@ -88,8 +88,13 @@ def test_synthetic_spec_options_and_shared_faults_by_id():
     a, b = frozen.read(), frozen.read()
     frozen.close()
     assert np.array_equal(a.image, b.image)
-    for bad, msg in [("synthetic?bogus=1", "unknown synthetic option"), ("synthetic?fps=x", "fps"),
-                     ("synthetic?fps=0", "fps"), ("", "empty"), ("/no/such/file.mp4", "not a source")]:
+    for bad, msg in [
+        ("synthetic?bogus=1", "unknown synthetic option"),
+        ("synthetic?fps=x", "fps"),
+        ("synthetic?fps=0", "fps"),
+        ("", "empty"),
+        ("/no/such/file.mp4", "not a source"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             make_camera(bad)
 
@@ -125,8 +130,9 @@ def test_mjpeg_reads_frames_in_order_and_detects_disconnect(mjpeg_server, with_l
 
 
 def test_mjpeg_quoted_boundary_and_dashes(mjpeg_server):
-    srv = mjpeg_server(boundary="--myboundary",
-                       content_type='multipart/x-mixed-replace;boundary="--myboundary"')
+    srv = mjpeg_server(
+        boundary="--myboundary", content_type='multipart/x-mixed-replace;boundary="--myboundary"'
+    )
     with open_camera(srv.url) as cam:
         assert cam.read().ok
 
@@ -190,8 +196,11 @@ def test_mjpeg_stall_is_a_failed_read(mjpeg_server):
 
 @pytest.mark.parametrize(
     ("kw", "msg"),
-    [({"status": "404 Not Found"}, "404"), ({"content_type": "image/jpeg"}, "not multipart"),
-     ({"content_type": "multipart/x-mixed-replace"}, "boundary")],
+    [
+        ({"status": "404 Not Found"}, "404"),
+        ({"content_type": "image/jpeg"}, "not multipart"),
+        ({"content_type": "multipart/x-mixed-replace"}, "boundary"),
+    ],
 )
 def test_mjpeg_open_errors_name_the_cause(mjpeg_server, kw, msg):
     srv = mjpeg_server(**kw)
@@ -215,8 +224,10 @@ def test_mjpeg_garbage_server_fails_cleanly():
     def serve() -> None:
         conn, _ = srv.accept()
         conn.recv(1024)
-        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: multipart/x-mixed-replace; boundary=b\r\n\r\n"
-                     b"--b\r\nContent-Length: 99999999999\r\n\r\n")
+        conn.sendall(
+            b"HTTP/1.0 200 OK\r\nContent-Type: multipart/x-mixed-replace; boundary=b\r\n\r\n"
+            b"--b\r\nContent-Length: 99999999999\r\n\r\n"
+        )
         time.sleep(0.5)
         conn.close()
 
@@ -268,8 +279,15 @@ def _fake_v4l(tmp_path, devices):
 
 
 def test_resolve_camera_name_linux_sysfs(tmp_path):
-    sysfs, by_id = _fake_v4l(tmp_path, [(0, "Integrated Camera", 0), (1, "Integrated Camera", 1),
-                                        (2, "Iriun Webcam", 0), (3, "Iriun Webcam", 1)])
+    sysfs, by_id = _fake_v4l(
+        tmp_path,
+        [
+            (0, "Integrated Camera", 0),
+            (1, "Integrated Camera", 1),
+            (2, "Iriun Webcam", 0),
+            (3, "Iriun Webcam", 1),
+        ],
+    )
     assert resolve_camera_name("iriun", sysfs, by_id) == 2
     assert resolve_camera_name("Integrated", sysfs, by_id) == 0
     with pytest.raises(CameraNameError, match="no camera named 'Logitech'"):

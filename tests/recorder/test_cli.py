@@ -31,9 +31,23 @@ def _start(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
     (tmp_path / "data").mkdir(exist_ok=True)
     with open(tmp_path / "recorder.log", "wb") as log:  # the child keeps its own copy of the fd
         return subprocess.Popen(
-            [sys.executable, "-m", "recorder", "--data-root", "data", "--udp-port", str(port),
-             "--camera", CAMERA, "--status-interval", "0", *extra],
-            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "recorder",
+                "--data-root",
+                "data",
+                "--udp-port",
+                str(port),
+                "--camera",
+                CAMERA,
+                "--status-interval",
+                "0",
+                *extra,
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
 
 
@@ -113,12 +127,20 @@ def test_sigterm_closes_the_trial_truncated(tmp_path):
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--udp-port", "99999"], "udp_port"), (["--camera", " "], "camera"),
-     (["--log-level", "loud"], "invalid choice")],
+    [
+        (["--udp-port", "99999"], "udp_port"),
+        (["--camera", " "], "camera"),
+        (["--log-level", "loud"], "invalid choice"),
+    ],
 )
 def test_bad_flags_exit_2_naming_the_problem(tmp_path, args, message):
-    r = subprocess.run([sys.executable, "-m", "recorder", *args], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "recorder", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and message in r.stderr
 
 

@@ -14,7 +14,9 @@ STEM = "run_0001_20260101_120000"
 
 
 @pytest.mark.asyncio
-async def test_a_full_event_buffer_drops_new_datagrams_and_counts_them(settings_factory, run_recorder, wait_for):
+async def test_a_full_event_buffer_drops_new_datagrams_and_counts_them(
+    settings_factory, run_recorder, wait_for
+):
     async with run_recorder(settings_factory(event_buffer=16)) as svc:
         receiver = svc._transport.get_protocol()
         addr = ("127.0.0.1", 40000)
@@ -36,14 +38,21 @@ async def test_a_full_event_buffer_drops_new_datagrams_and_counts_them(settings_
 
 
 @pytest.mark.asyncio
-async def test_bursts_of_real_datagrams_are_all_handled(settings_factory, run_recorder, wait_for, data_root):
+async def test_bursts_of_real_datagrams_are_all_handled(
+    settings_factory, run_recorder, wait_for, data_root
+):
     async with run_recorder(settings_factory()) as svc:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             tx.sendto(TrialStart(run_stem=STEM).model_dump_json().encode(), ("127.0.0.1", svc.port))
             for burst in range(20):  # bursts of 100: within any kernel receive buffer
                 for i in range(100):
-                    tx.sendto(Measured(angles=[i, 0, 0, 0, 0, 0]).model_dump_json().encode(), ("127.0.0.1", svc.port))
-                await wait_for(lambda b=burst: svc.counters.events == 101 + 100 * b, what="a burst handled")
+                    tx.sendto(
+                        Measured(angles=[i, 0, 0, 0, 0, 0]).model_dump_json().encode(),
+                        ("127.0.0.1", svc.port),
+                    )
+                await wait_for(
+                    lambda b=burst: svc.counters.events == 101 + 100 * b, what="a burst handled"
+                )
         assert svc.counters.dropped_events == 0
         trial = svc.trial
         assert trial is not None and trial.states_rows == 2001

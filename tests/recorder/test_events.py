@@ -32,8 +32,15 @@ GOOD = [
     TrialStart(run_stem="run_0001_20260101_120000"),
     TrialEnd(run_stem="run_0001_20260101_120000"),
     Stage(stage="servo_place"),
-    Commanded(angles=[1, 2.5, -3, 4, 5, -30], speed=20, ts_send=1.0, ts_arrival=2.0, attempt=2,
-              arrived=True, note="approach"),
+    Commanded(
+        angles=[1, 2.5, -3, 4, 5, -30],
+        speed=20,
+        ts_send=1.0,
+        ts_arrival=2.0,
+        attempt=2,
+        arrived=True,
+        note="approach",
+    ),
     Commanded(angles=[0, 0, 0, 0, 0, 0], ts_arrival=None, arrived=False),
     Arrival(ts_send=1.0, ts_arrival=2.0, attempt=1, arrived=True, note="approach"),
     Arrival(ts_send=1.0, arrived=False),
@@ -52,11 +59,45 @@ def test_round_trip(event):
 
 
 def test_columns_are_the_contract():
-    assert tuple(
-        ["ts", "event_type", "stage", "j0", "j1", "j2", "j3", "j4", "j5", "speed", "gripper_state", "ts_send", "ts_arrival", "attempt", "arrived", "note"]
-    ) == STATES_COLUMNS
+    assert (
+        tuple(
+            [
+                "ts",
+                "event_type",
+                "stage",
+                "j0",
+                "j1",
+                "j2",
+                "j3",
+                "j4",
+                "j5",
+                "speed",
+                "gripper_state",
+                "ts_send",
+                "ts_arrival",
+                "attempt",
+                "arrived",
+                "note",
+            ]
+        )
+        == STATES_COLUMNS
+    )
     assert FRAME_LOG_COLUMNS[:2] == ("frame_idx", "capture_ts")
-    spec_fields = ["run_stem", "started_ts", "ended_ts", "elapsed_sec", "frames_captured", "frames_written", "effective_fps", "container_fps", "width", "height", "codec", "status", "recording_path"]
+    spec_fields = [
+        "run_stem",
+        "started_ts",
+        "ended_ts",
+        "elapsed_sec",
+        "frames_captured",
+        "frames_written",
+        "effective_fps",
+        "container_fps",
+        "width",
+        "height",
+        "codec",
+        "status",
+        "recording_path",
+    ]
     assert list(RecordingMeta.model_fields)[: len(spec_fields)] == spec_fields
 
 
@@ -111,17 +152,28 @@ def test_hostile_datagrams_are_rejected_with_a_clear_reason(data, message):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(
-    st.binary(max_size=300),
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
-        lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
-        max_leaves=20,
-    ).map(lambda v: json.dumps(v).encode()),
-    st.fixed_dictionaries({"type": st.sampled_from(["trial_start", "frame_request", "commanded", "stage"]),
-                           "run_stem": st.text(), "tag": st.text(), "reply_port": st.integers(),
-                           "angles": st.lists(st.floats(), max_size=8)}).map(lambda d: json.dumps(d).encode()),
-))
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+            lambda inner: (
+                st.lists(inner, max_size=6)
+                | st.dictionaries(st.text(max_size=12), inner, max_size=6)
+            ),
+            max_leaves=20,
+        ).map(lambda v: json.dumps(v).encode()),
+        st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(["trial_start", "frame_request", "commanded", "stage"]),
+                "run_stem": st.text(),
+                "tag": st.text(),
+                "reply_port": st.integers(),
+                "angles": st.lists(st.floats(), max_size=8),
+            }
+        ).map(lambda d: json.dumps(d).encode()),
+    )
+)
 def test_parse_event_only_ever_raises_event_error(data):
     try:
         ev = parse_event(data)
@@ -131,25 +183,44 @@ def test_parse_event_only_ever_raises_event_error(data):
     for name in ("run_stem", "tag"):
         value = getattr(ev, name, None)
         if value is not None:
-            assert "/" not in value and ".." not in value and "\x00" not in value and 0 < len(value) <= 128
+            assert (
+                "/" not in value
+                and ".." not in value
+                and "\x00" not in value
+                and 0 < len(value) <= 128
+            )
 
 
 def test_frame_reply_parsing():
     ok = FrameReply(path="/x.jpg", capture_ts=1.0, frame_age_ms=3.0, reason="ok", tag="t")
     assert parse_frame_reply(ok.model_dump_json().encode()) == ok and ok.ok
     assert parse_frame_reply(b'{"reason":"exception:OSError"}').reason == "exception:OSError"
-    for bad in (b"{", b'{"path":"x"}', b'{"reason":"bogus"}', b'{"reason":"ok","capture_ts":"now"}'):
+    for bad in (
+        b"{",
+        b'{"path":"x"}',
+        b'{"reason":"bogus"}',
+        b'{"reason":"ok","capture_ts":"now"}',
+    ):
         with pytest.raises(EventError, match="malformed"):
             parse_frame_reply(bad)
     assert is_known_reason("stale_frame") and is_known_reason("exception:ValueError")
-    assert not is_known_reason("exception:") and not is_known_reason("whatever") and not is_known_reason(3)
+    assert (
+        not is_known_reason("exception:")
+        and not is_known_reason("whatever")
+        and not is_known_reason(3)
+    )
 
 
 def test_construction_is_lax_for_senders_parsing_is_strict():
     import numpy as np
 
-    ev = Commanded(angles=list(np.array([1, 2, 3, 4, 5, 6.5])), speed=np.int64(20), attempt=np.int64(2),
-                   arrived=np.bool_(True), ts_send=np.float64(3.0))
+    ev = Commanded(
+        angles=list(np.array([1, 2, 3, 4, 5, 6.5])),
+        speed=np.int64(20),
+        attempt=np.int64(2),
+        arrived=np.bool_(True),
+        ts_send=np.float64(3.0),
+    )
     assert ev.speed == 20 and ev.arrived is True and ev.angles[5] == 6.5
     assert parse_event(ev.model_dump_json().encode()) == ev
     with pytest.raises(EventError, match="speed"):

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.asyncio
-async def test_service_records_from_http_mjpeg_and_reconnects(settings_factory, run_recorder, wait_for,
-                                                              mjpeg_server):
+async def test_service_records_from_http_mjpeg_and_reconnects(
+    settings_factory, run_recorder, wait_for, mjpeg_server
+):
     srv = mjpeg_server(fps=30)
     async with run_recorder(settings_factory(camera=srv.url)) as svc:
         await wait_for(lambda: svc.camera.latest is not None, what="first MJPEG frame")
@@ -37,8 +38,9 @@ async def test_service_records_from_http_mjpeg_and_reconnects(settings_factory, 
         srv.drop_clients()  # the workcell restarts its stream
         await wait_for(lambda: svc.camera.lost_count > lost_before, what="disconnect detected")
         assert svc.camera.latest is None or svc.camera.state == "open"
-        await wait_for(lambda: svc.camera.state == "open" and svc.camera.latest is not None,
-                       what="reconnected")
+        await wait_for(
+            lambda: svc.camera.state == "open" and svc.camera.latest is not None, what="reconnected"
+        )
         assert len(srv.requests) >= 2
 
 
@@ -55,12 +57,40 @@ def test_rate_limited_log_counts_what_it_suppresses():
 
 
 def test_state_rows_follow_the_columns():
-    row = state_row(Commanded(ts=10.0, angles=[1, 2, 3, 4, 5, 6.5], speed=20, ts_send=9.5,
-                              arrived=False, attempt=2, note="n,with comma"), "stage3")
-    assert row == ["10.0", "commanded", "stage3", "1.0", "2.0", "3.0", "4.0", "5.0", "6.5", "20", "", "9.5", "",
-                   "2", "0", "n,with comma"]
+    row = state_row(
+        Commanded(
+            ts=10.0,
+            angles=[1, 2, 3, 4, 5, 6.5],
+            speed=20,
+            ts_send=9.5,
+            arrived=False,
+            attempt=2,
+            note="n,with comma",
+        ),
+        "stage3",
+    )
+    assert row == [
+        "10.0",
+        "commanded",
+        "stage3",
+        "1.0",
+        "2.0",
+        "3.0",
+        "4.0",
+        "5.0",
+        "6.5",
+        "20",
+        "",
+        "9.5",
+        "",
+        "2",
+        "0",
+        "n,with comma",
+    ]
     assert state_row(Gripper(ts=1.0, state=20), "s")[10] == "20"
-    arrival = state_row(Arrival(ts=3.0, ts_send=2.0, ts_arrival=2.5, attempt=1, arrived=True, note="n"), "s")
+    arrival = state_row(
+        Arrival(ts=3.0, ts_send=2.0, ts_arrival=2.5, attempt=1, arrived=True, note="n"), "s"
+    )
     assert arrival[:2] == ["3.0", "arrival"] and arrival[11:15] == ["2.0", "2.5", "1", "1"]
     assert state_row(Stage(ts=1.0, stage="stage2"), "stage1")[2] == "stage2"
     assert state_row(TrialStart(ts=1.0, run_stem="r1"), "")[-1] == "r1"
@@ -71,10 +101,14 @@ def test_observer_principle_recorder_never_touches_the_arm():
     for path in (REPO / "recorder").rglob("*.py"):
         text = path.read_text()
         assert not any(f in text for f in forbidden), path
-    code = ("import sys, recorder.cli, recorder.service, recorder.sender, mecharm_cameras;"
-            "bad=[m for m in sys.modules if m.startswith(('daemon_pi','mecharm_runtime'))];"
-            "print(bad); sys.exit(1 if bad else 0)")
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys, recorder.cli, recorder.service, recorder.sender, mecharm_cameras;"
+        "bad=[m for m in sys.modules if m.startswith(('daemon_pi','mecharm_runtime'))];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -121,7 +155,9 @@ class _OddCamera:
 
 
 @pytest.mark.asyncio
-async def test_odd_frames_never_end_the_camera_loop(settings_factory, run_recorder, wait_for, data_root):
+async def test_odd_frames_never_end_the_camera_loop(
+    settings_factory, run_recorder, wait_for, data_root
+):
     from recorder.events import TrialEnd
     from recorder.sender import RecorderSender
 

@@ -69,10 +69,21 @@ def _reply_once(sock: socket.socket, build) -> threading.Thread:
 
 def test_request_frame_ok_and_ignores_replies_for_other_tags():
     with _listener() as sock:
+
         def build(req):
-            yield FrameReply(path="/other.jpg", reason="ok", tag="someone_else").model_dump_json().encode()
-            yield FrameReply(path="/x.jpg", capture_ts=12.5, frame_age_ms=4.0, reason="ok",
-                             tag=req["tag"]).model_dump_json().encode()
+            yield (
+                FrameReply(path="/other.jpg", reason="ok", tag="someone_else")
+                .model_dump_json()
+                .encode()
+            )
+            yield (
+                FrameReply(
+                    path="/x.jpg", capture_ts=12.5, frame_age_ms=4.0, reason="ok", tag=req["tag"]
+                )
+                .model_dump_json()
+                .encode()
+            )
+
         t = _reply_once(sock, build)
         result = RecorderSender(port=sock.getsockname()[1]).request_frame("side_a", timeout=2.0)
         t.join()
@@ -88,7 +99,11 @@ def test_request_frame_timeout_when_absent():
 def test_request_frame_malformed_reply():
     with _listener() as sock:
         t = _reply_once(sock, lambda req: [b'{"path": 5, "reason": "who knows"}'])
-        assert RecorderSender(port=sock.getsockname()[1]).request_frame("x") == (None, None, "malformed_reply")
+        assert RecorderSender(port=sock.getsockname()[1]).request_frame("x") == (
+            None,
+            None,
+            "malformed_reply",
+        )
         t.join()
 
 
@@ -116,9 +131,17 @@ async def test_request_frame_async_does_not_block_the_loop():
     assert ticks >= 2  # the loop kept running while we waited (a blocking wait gives 0)
 
     with _listener() as sock:
-        t = _reply_once(sock, lambda req: [FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan",
-                                                      tag=req["tag"]).model_dump_json().encode()])
-        result = await RecorderSender(port=sock.getsockname()[1]).request_frame_async("y", timeout=2.0)
+        t = _reply_once(
+            sock,
+            lambda req: [
+                FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan", tag=req["tag"])
+                .model_dump_json()
+                .encode()
+            ],
+        )
+        result = await RecorderSender(port=sock.getsockname()[1]).request_frame_async(
+            "y", timeout=2.0
+        )
         t.join()
     assert result == ("/p.jpg", 1.0, "ok_orphan")
 

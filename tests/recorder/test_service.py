@@ -62,8 +62,17 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
         s.notify(Stage(stage="stage1"))
         for i in range(3):
             t = time.time()
-            s.notify(Commanded(angles=[i, 10, -20, 0, -45, -30], speed=20, ts_send=t,
-                               ts_arrival=t + 0.5, attempt=1, arrived=True, note=f"move{i}"))
+            s.notify(
+                Commanded(
+                    angles=[i, 10, -20, 0, -45, -30],
+                    speed=20,
+                    ts_send=t,
+                    ts_arrival=t + 0.5,
+                    attempt=1,
+                    arrived=True,
+                    note=f"move{i}",
+                )
+            )
         s.notify(Gripper(state=100, note="open_gripper_home:open: initial open"))
         for i in range(5):
             s.notify(Measured(angles=[i * 0.5, 10, -20, 0, -45, -30]))
@@ -74,8 +83,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
         await settle(svc, 13, wait_for)
         await svc.wait_closed()
     d = rec_dir(data_root, STEM)
-    assert {p.name for p in d.iterdir()} == {VIDEO, FRAME_LOG, STATES,
-                                              META, SNAPSHOTS}
+    assert {p.name for p in d.iterdir()} == {VIDEO, FRAME_LOG, STATES, META, SNAPSHOTS}
     # frame_request in a trial: ok, jpg in extracted/
     assert reason == "ok" and Path(path).parent == d / SNAPSHOTS
     assert cv2.imread(path).shape == (240, 320, 3)
@@ -83,7 +91,11 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     cols, rows = read_csv(d / STATES)
     assert tuple(cols) == STATES_COLUMNS
     kinds = [r["event_type"] for r in rows]
-    assert kinds.count("commanded") == 3 and kinds.count("measured") == 5 and kinds.count("gripper") == 1
+    assert (
+        kinds.count("commanded") == 3
+        and kinds.count("measured") == 5
+        and kinds.count("gripper") == 1
+    )
     assert kinds[0] == "trial_start" and kinds[-1] == "trial_end" and "frame_request" in kinds
     cmd = [r for r in rows if r["event_type"] == "commanded"]
     assert [r["j0"] for r in cmd] == ["0.0", "1.0", "2.0"] and cmd[0]["speed"] == "20"
@@ -121,7 +133,9 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
 
 
 @pytest.mark.asyncio
-async def test_frame_request_outside_trial_goes_to_orphans(settings_factory, run_recorder, wait_for, data_root):
+async def test_frame_request_outside_trial_goes_to_orphans(
+    settings_factory, run_recorder, wait_for, data_root
+):
     synth = SyntheticCamera(fps=30, width=320, height=240)
     synth.faults.disconnect()
     async with run_recorder(settings_factory(), camera=synth) as svc:
@@ -143,7 +157,9 @@ async def test_stale_frame_answered_while_read_blocks(settings_factory, run_reco
         s = RecorderSender(port=svc.port)
         await wait_for(lambda: svc.camera.latest is not None, what="first frame")
         synth.faults.stall(3.0)  # the camera thread now sits in read() for 3 s
-        await wait_for(lambda: time.monotonic_ns() - svc.camera.latest.mono_ns > 0.1e9, what="stall")
+        await wait_for(
+            lambda: time.monotonic_ns() - svc.camera.latest.mono_ns > 0.1e9, what="stall"
+        )
         frames_before = svc.camera.frames
         young = await s.request_frame_reply_async("young")
         await asyncio.sleep(0.5)
@@ -174,8 +190,10 @@ async def test_camera_loss_and_recovery(settings_factory, run_recorder, wait_for
             assert await s.request_frame_async("during_loss") == (None, None, "no_frame_available")
             await asyncio.sleep(0.5)  # several reopen attempts with the cooldown
             synth.faults.reconnect()
-            await wait_for(lambda: svc.camera.state == "open" and svc.camera.latest is not None,
-                           what="recovery")
+            await wait_for(
+                lambda: svc.camera.state == "open" and svc.camera.latest is not None,
+                what="recovery",
+            )
             _, _, reason = await s.request_frame_async("after_recovery")
             await asyncio.sleep(0.4)
             s.notify(TrialEnd(run_stem=STEM))
@@ -183,7 +201,11 @@ async def test_camera_loss_and_recovery(settings_factory, run_recorder, wait_for
             await svc.wait_closed()
     assert reason == "ok"
     meta = load_meta(data_root, STEM)
-    assert meta.status == "camera_lost" and meta.camera_lost_count == 1 and "consecutive" in meta.status_reason
+    assert (
+        meta.status == "camera_lost"
+        and meta.camera_lost_count == 1
+        and "consecutive" in meta.status_reason
+    )
     _, frames = read_csv(rec_dir(data_root, STEM) / FRAME_LOG)
     mono = np.array([int(f["capture_mono_ns"]) for f in frames])
     assert np.diff(mono).max() > 0.4e9  # the gap, with frames on both sides of it
@@ -245,7 +267,9 @@ async def test_mount_loss_mid_trial(settings_factory, run_recorder, wait_for, da
             await svc.wait_closed()
     by_event = {e["event"]: e for e in logs}
     assert by_event["trial_aborted"]["run_stem"] == STEM
-    assert "meta_write_failed" in by_event and by_event["meta_write_failed"]["status"] == "mount_lost"
+    assert (
+        "meta_write_failed" in by_event and by_event["meta_write_failed"]["status"] == "mount_lost"
+    )
     assert "does not exist" in by_event["trial_start_refused"]["reason"]
     assert load_meta(data_root, STEM2).status == "ok"
     assert not rec_dir(data_root, STEM).exists()
@@ -277,11 +301,15 @@ async def test_double_trial_start_truncates_and_stray_trial_end_is_logged(
     assert second.status == "ok" and second.frames_written > 0
     events = [e["event"] for e in logs]
     assert "trial_end_without_trial" in events and "trial_end_mismatch" in events
-    assert any(e["event"] == "trial_start_refused" and "already exists" in e["reason"] for e in logs)
+    assert any(
+        e["event"] == "trial_start_refused" and "already exists" in e["reason"] for e in logs
+    )
 
 
 @pytest.mark.asyncio
-async def test_shutdown_closes_open_trial_truncated(settings_factory, run_recorder, wait_for, data_root):
+async def test_shutdown_closes_open_trial_truncated(
+    settings_factory, run_recorder, wait_for, data_root
+):
     async with run_recorder(settings_factory()) as svc:
         s = RecorderSender(port=svc.port)
         await wait_for(lambda: svc.camera.latest is not None, what="first frame")
@@ -289,11 +317,15 @@ async def test_shutdown_closes_open_trial_truncated(settings_factory, run_record
         await settle(svc, 1, wait_for)
         await asyncio.sleep(0.3)
     meta = load_meta(data_root, STEM)
-    assert meta.status == "truncated" and meta.status_reason == "shutdown" and meta.frames_written > 0
+    assert (
+        meta.status == "truncated" and meta.status_reason == "shutdown" and meta.frames_written > 0
+    )
 
 
 @pytest.mark.asyncio
-async def test_csvs_are_flushed_within_a_second(settings_factory, run_recorder, wait_for, data_root):
+async def test_csvs_are_flushed_within_a_second(
+    settings_factory, run_recorder, wait_for, data_root
+):
     async with run_recorder(settings_factory(csv_flush_sec=0.5)) as svc:
         s = RecorderSender(port=svc.port)
         await wait_for(lambda: svc.camera.latest is not None, what="first frame")
@@ -303,7 +335,9 @@ async def test_csvs_are_flushed_within_a_second(settings_factory, run_recorder, 
         await settle(svc, 5, wait_for)
         d = rec_dir(data_root, STEM)
 
-        def on_disk() -> bool:  # four short rows never fill a write buffer: only the timed flush shows them
+        def on_disk() -> (
+            bool
+        ):  # four short rows never fill a write buffer: only the timed flush shows them
             states = read_csv(d / STATES)[1] if (d / STATES).exists() else []
             frames = read_csv(d / FRAME_LOG)[1] if (d / FRAME_LOG).exists() else []
             return [r["event_type"] for r in states].count("measured") == 4 and len(frames) >= 15
@@ -322,7 +356,9 @@ async def test_events_outside_a_trial_are_ignored_and_status_is_reported(
             s.notify(Stage(stage="stage1"))
             s.notify(Commanded(angles=[0] * 6))
             await settle(svc, 2, wait_for)
-            await wait_for(lambda: any(e["event"] == "recorder_status" for e in logs), what="status line")
+            await wait_for(
+                lambda: any(e["event"] == "recorder_status" for e in logs), what="status line"
+            )
             status = svc.status()
     assert svc.counters.ignored_no_trial == 2 and not (data_root / "runs").exists()
     line = next(e for e in logs if e["event"] == "recorder_status")
@@ -331,8 +367,28 @@ async def test_events_outside_a_trial_are_ignored_and_status_is_reported(
 
 
 def _hostile_datagrams(rng: np.random.Generator, n: int, port: int, own_port: int) -> list[bytes]:
-    names = ["../../etc", "/etc/passwd", "", "a\x00b", "x" * 5000, "..", ".", "a/../../b",
-             "C:\\windows", "~root", "-rf", " ", "\n", "é", "\u202e", 7, None, [], {}, True]
+    names = [
+        "../../etc",
+        "/etc/passwd",
+        "",
+        "a\x00b",
+        "x" * 5000,
+        "..",
+        ".",
+        "a/../../b",
+        "C:\\windows",
+        "~root",
+        "-rf",
+        " ",
+        "\n",
+        "é",
+        "\u202e",
+        7,
+        None,
+        [],
+        {},
+        True,
+    ]
     # valid ports too: a reply to the recorder's own port must not start a loop
     ports = ["5000", -1, 0, 65536, 1.5, None, True, [], 10**30, port, own_port]
     out: list[bytes] = []
@@ -346,10 +402,14 @@ def _hostile_datagrams(rng: np.random.Generator, n: int, port: int, own_port: in
         elif k == 2:
             out.append(json.dumps({"type": "trial_start", "run_stem": name}).encode())
         elif k == 3:
-            out.append(json.dumps({"type": "frame_request", "tag": name, "reply_port": port}).encode())
+            out.append(
+                json.dumps({"type": "frame_request", "tag": name, "reply_port": port}).encode()
+            )
         elif k == 4:
             rp = ports[int(rng.integers(len(ports)))]
-            out.append(json.dumps({"type": "frame_request", "tag": "ok_tag", "reply_port": rp}).encode())
+            out.append(
+                json.dumps({"type": "frame_request", "tag": "ok_tag", "reply_port": rp}).encode()
+            )
         elif k == 5:
             out.append(b'{"type":"commanded","angles":' + json.dumps(name).encode() + b"}")
         elif k == 6:
@@ -364,8 +424,9 @@ def _hostile_datagrams(rng: np.random.Generator, n: int, port: int, own_port: in
 
 
 @pytest.mark.asyncio
-async def test_fuzz_hostile_datagrams_then_a_clean_trial(settings_factory, run_recorder, wait_for, tmp_path,
-                                                       data_root):
+async def test_fuzz_hostile_datagrams_then_a_clean_trial(
+    settings_factory, run_recorder, wait_for, tmp_path, data_root
+):
     before_tmp = sorted(p.name for p in tmp_path.iterdir())
     before_cwd = sorted(p.name for p in Path.cwd().iterdir())
     reply = RecorderSender()  # a socket for replies we never read
@@ -394,7 +455,9 @@ async def test_fuzz_hostile_datagrams_then_a_clean_trial(settings_factory, run_r
         _, _, reason = await s.request_frame_async("clean")
         await asyncio.sleep(0.4)
         s.notify(TrialEnd(run_stem=STEM))
-        await wait_for(lambda: svc.trial is None and svc.counters.trials_started == 1, what="trial_end")
+        await wait_for(
+            lambda: svc.trial is None and svc.counters.trials_started == 1, what="trial_end"
+        )
         await svc.wait_closed()
     reply_sock.close()
     assert reason == "ok"
@@ -419,7 +482,9 @@ async def test_frame_request_flood_is_rate_limited_and_endless_trials_are_closed
         s = RecorderSender(port=svc.port)
         await wait_for(lambda: svc.camera.latest is not None, what="first frame")
         t0 = time.monotonic()
-        replies = await asyncio.gather(*(s.request_frame_reply_async(f"flood{i}") for i in range(20)))
+        replies = await asyncio.gather(
+            *(s.request_frame_reply_async(f"flood{i}") for i in range(20))
+        )
         span = time.monotonic() - t0
         reasons = [r.reason for r in replies]
         # token bucket: a burst of 5, then 5 per second of the time the flood took
@@ -429,8 +494,11 @@ async def test_frame_request_flood_is_rate_limited_and_endless_trials_are_closed
         written = list(DataRoot(data_root).orphan_frames.iterdir())
         assert len(written) == reasons.count("ok_orphan")
         s.notify(TrialStart(run_stem=STEM))  # and the runtime dies: no trial_end ever comes
-        await wait_for(lambda: svc.counters.trials_started == 1 and svc.trial is None, timeout=5,
-                       what="trial closed by the limit")
+        await wait_for(
+            lambda: svc.counters.trials_started == 1 and svc.trial is None,
+            timeout=5,
+            what="trial closed by the limit",
+        )
         await svc.wait_closed()
     meta = load_meta(data_root, STEM)
     assert meta.status == "truncated" and "max_trial_sec" in meta.status_reason

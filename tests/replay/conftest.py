@@ -46,4 +46,11 @@ def fk_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def replay_args(fk_data_dir: Path) -> list[str]:
     """Flags every CLI test passes: the test table and the repo's arcs (cwd-independent)."""
-    return ["--data-dir", str(fk_data_dir), "--arc-pick", str(ARC_PICK), "--arc-place", str(ARC_PLACE)]
+    return [
+        "--data-dir",
+        str(fk_data_dir),
+        "--arc-pick",
+        str(ARC_PICK),
+        "--arc-place",
+        str(ARC_PLACE),
+    ]

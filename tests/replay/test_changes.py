@@ -30,7 +30,9 @@ def _replay(path: Path, fk_data_dir: Path, overrides: dict[str, Any] | None = No
     return asyncio.run(replay(rec, settings, table, load_arc(ARC_PICK), load_arc(ARC_PLACE), notes))
 
 
-def test_place_band_change_names_stage8_and_the_band(replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_place_band_change_names_stage8_and_the_band(
+    replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = main(["replay", str(SUCCESS), *replay_args, "--set", "place_band=[0.075, 0.100]"])
     out = capsys.readouterr().out
     assert rc == 1, out
@@ -46,7 +48,9 @@ def test_place_band_change_names_stage8_and_the_band(replay_args: list[str], cap
     assert "input divergence:" in out  # the recorded arrival readings no longer fit the new pose
 
 
-def test_pick_lookup_code_change_is_caught(fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pick_lookup_code_change_is_caught(
+    fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A code change (here: the pick lookup searching a band 5 mm higher) alters the pick pose."""
     original = machine.fk_lookup
 
@@ -63,8 +67,13 @@ def test_pick_lookup_code_change_is_caught(fk_data_dir: Path, monkeypatch: pytes
     assert (x.stage, x.label) == ("descend_pick", "lookup") == (y.stage, y.label)
     paths = {f.path for f in fields}
     assert {"band", "angles", "selected_ee_y"} <= paths
-    commands = [(a, b) for a, b, _f in r.diff.changed if a.label == "command" and a.stage == "descend_pick"]
-    assert commands and commands[0][0].event["value"]["angles"] != commands[0][1].event["value"]["angles"]
+    commands = [
+        (a, b) for a, b, _f in r.diff.changed if a.label == "command" and a.stage == "descend_pick"
+    ]
+    assert (
+        commands
+        and commands[0][0].event["value"]["angles"] != commands[0][1].event["value"]["angles"]
+    )
 
 
 def test_unchanged_code_in_process_is_identical(fk_data_dir: Path) -> None:
@@ -73,7 +82,9 @@ def test_unchanged_code_in_process_is_identical(fk_data_dir: Path) -> None:
     assert r.status == "completed" and not r.unused_inputs and not r.skipped_inputs
 
 
-def test_dist_max_change_aborts_the_replay_at_stage4(replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_dist_max_change_aborts_the_replay_at_stage4(
+    replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = main(["replay", str(SUCCESS), *replay_args, "--set", "dist_max_m=0.00005"])
     out = capsys.readouterr().out
     assert rc == 1
@@ -82,7 +93,9 @@ def test_dist_max_change_aborts_the_replay_at_stage4(replay_args: list[str], cap
     assert "transition descend_pick -> abort" in out
 
 
-def test_bad_override_is_a_flag_error(replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_override_is_a_flag_error(
+    replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["replay", str(SUCCESS), *replay_args, "--set", "dist_max_m=-1"]) == 2
     err = capsys.readouterr().err
     assert "dist_max_m" in err and "the trace's constants or --set" in err
@@ -100,7 +113,9 @@ def _small_table(path: Path) -> Path:
     return path
 
 
-def test_other_table_is_refused_with_both_checksums(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_other_table_is_refused_with_both_checksums(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     table = _small_table(tmp_path / "fk_table.csv")
     args = ["--table", str(table), "--arc-pick", str(ARC_PICK), "--arc-place", str(ARC_PLACE)]
     rc = main(["replay", str(SUCCESS), *args])
@@ -116,18 +131,44 @@ def test_other_table_is_refused_with_both_checksums(tmp_path: Path, capsys: pyte
     assert "stage descend_pick, lookup" in out
 
 
-def test_missing_table_or_arc_cannot_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["replay", str(SUCCESS), "--table", str(tmp_path / "nope.csv"), "--arc-pick", str(ARC_PICK),
-               "--arc-place", str(ARC_PLACE)])
+def test_missing_table_or_arc_cannot_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(
+        [
+            "replay",
+            str(SUCCESS),
+            "--table",
+            str(tmp_path / "nope.csv"),
+            "--arc-pick",
+            str(ARC_PICK),
+            "--arc-place",
+            str(ARC_PLACE),
+        ]
+    )
     assert rc == 3
     assert "FK table" in capsys.readouterr().err
-    rc = main(["replay", str(SUCCESS), "--table", str(tmp_path / "nope.csv"), "--arc-pick", str(tmp_path / "a.json"),
-               "--arc-place", str(ARC_PLACE)])
+    rc = main(
+        [
+            "replay",
+            str(SUCCESS),
+            "--table",
+            str(tmp_path / "nope.csv"),
+            "--arc-pick",
+            str(tmp_path / "a.json"),
+            "--arc-place",
+            str(ARC_PLACE),
+        ]
+    )
     assert rc == 3
 
 
-def test_replay_opens_no_socket_camera_or_file(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
-                                               tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_opens_no_socket_camera_or_file(
+    replay_args: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """No arm, no camera, no recorder: any network or camera use would raise here."""
     import socket
     import urllib.request

@@ -31,8 +31,12 @@ def test_corpus_covers_the_branches() -> None:
     assert any(to == "abort" for _frm, to in transitions)
 
 
-@pytest.mark.parametrize("trace", corpus_traces(), ids=lambda p: p.name.removesuffix(".trace.jsonl"))
-def test_corpus_trace_replays_identical(trace: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "trace", corpus_traces(), ids=lambda p: p.name.removesuffix(".trace.jsonl")
+)
+def test_corpus_trace_replays_identical(
+    trace: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = main(["replay", str(trace), *replay_args])
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err

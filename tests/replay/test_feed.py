@@ -33,59 +33,83 @@ def _write(tmp_path: Path, events: list[dict[str, Any]]) -> Path:
 
 def _cut_at_descend_pick_send(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Everything up to the pre-send reading of the pick descend (the send itself never returned)."""
-    i = next(n for n, e in enumerate(events) if e["event"] == "decision" and e["kind"] == "command"
-             and e["stage"] == "descend_pick")
+    i = next(
+        n
+        for n, e in enumerate(events)
+        if e["event"] == "decision" and e["kind"] == "command" and e["stage"] == "descend_pick"
+    )
     assert events[i + 1]["kind"] == "angles" and events[i + 2]["kind"] == "sent"
     return events[: i + 2]
 
 
 def _tail(reason: str, exit_value: dict[str, Any]) -> list[dict[str, Any]]:
     return [
-        {"event": "transition", "stage": "descend_pick", "frm": "descend_pick", "to": "abort", "outcome": "fail",
-         "reason": reason, "ts": 0.0},
+        {
+            "event": "transition",
+            "stage": "descend_pick",
+            "frm": "descend_pick",
+            "to": "abort",
+            "outcome": "fail",
+            "reason": reason,
+            "ts": 0.0,
+        },
         {"event": "decision", "stage": "abort", "kind": "exit", "value": exit_value, "ts": 0.0},
         {"event": "result", "stage": "end", "status": "stopped", "reason": reason, "ts": 0.0},
     ]
 
 
-def _replay(path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _replay(
+    path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
     rc = main(["replay", str(path), *replay_args])
     cap = capsys.readouterr()
     return rc, cap.out + cap.err
 
 
-def test_daemon_lost_mid_send_replays_identical(tmp_path: Path, replay_args: list[str],
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_daemon_lost_mid_send_replays_identical(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     reason = "descend_pick: daemon connection lost: connection reset by peer"
     events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
-        reason, {"step": "arm actions skipped", "why": "daemon connection lost"})
+        reason, {"step": "arm actions skipped", "why": "daemon connection lost"}
+    )
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 0, out
     assert "identical" in out and reason in out
 
 
-def test_forced_stop_replays_identical(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_forced_stop_replays_identical(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     reason = "forced stop during descend_pick (operator)"
     events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
-        reason, {"forced": True, "steps": [{"step": "stop", "ok": True}, {"step": "fresh mode off", "ok": True}]})
+        reason,
+        {
+            "forced": True,
+            "steps": [{"step": "stop", "ok": True}, {"step": "fresh mode off", "ok": True}],
+        },
+    )
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 0, out
     assert "identical" in out
 
 
-def test_a_different_recorded_error_is_a_difference(tmp_path: Path, replay_args: list[str],
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_different_recorded_error_is_a_difference(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """The failure is reproduced from the trace's own reason, so the exit step (arm alive or not) must fit it."""
     reason = "descend_pick: daemon timeout: no reply within 4.0 s"
     events = _cut_at_descend_pick_send(_events(SUCCESS)) + _tail(
-        reason, {"forced": False, "steps": [{"step": "home", "ok": True}]})
+        reason, {"forced": False, "steps": [{"step": "home", "ok": True}]}
+    )
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 1
     assert "stage abort, exit" in out
 
 
-def test_missing_input_is_a_named_divergence(tmp_path: Path, replay_args: list[str],
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_input_is_a_named_divergence(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     events = _events(SUCCESS)
     i = next(n for n, e in enumerate(events) if e["event"] == "input" and e["kind"] == "block_xz")
     del events[i]
@@ -95,11 +119,14 @@ def test_missing_input_is_a_named_divergence(tmp_path: Path, replay_args: list[s
     assert "first difference" in out and "stage servo_place" in out
 
 
-def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str],
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_reordered_inputs_are_a_divergence(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     events = _events(SUCCESS)
     i = next(n for n, e in enumerate(events) if e["event"] == "input" and e["kind"] == "scene")
-    j = next(n for n, e in enumerate(events) if n > i and e["event"] == "input" and e["kind"] == "tip")
+    j = next(
+        n for n, e in enumerate(events) if n > i and e["event"] == "input" and e["kind"] == "tip"
+    )
     events[i]["kind"], events[j]["kind"] = "tip", "scene"
     events[i]["value"], events[j]["value"] = events[j]["value"], events[i]["value"]
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
@@ -107,12 +134,15 @@ def test_reordered_inputs_are_a_divergence(tmp_path: Path, replay_args: list[str
     assert "input divergence: detect asks for input 'scene', the trace has 'tip' next" in out
 
 
-@pytest.mark.parametrize("exc", [
-    ConnectionLost("socket closed"),
-    ArmRefused("invalid_request", "angles out of range"),
-    ArmNoReply("arm_no_reply", "no reply after 3 tries"),
-    type("EyesError", (RuntimeError,), {})("top camera gave no frames"),
-])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConnectionLost("socket closed"),
+        ArmRefused("invalid_request", "angles out of range"),
+        ArmNoReply("arm_no_reply", "no reply after 3 tries"),
+        type("EyesError", (RuntimeError,), {})("top camera gave no frames"),
+    ],
+)
 def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
     reason = f"detect: {_describe_error(exc)}"
     again = recorded_error(reason)
@@ -120,18 +150,22 @@ def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
     assert f"detect: {_describe_error(again)}" == reason
 
 
-@pytest.mark.parametrize("reason", [
-    "descend_pick: fk lookup out_of_range: too far",
-    "open_gripper_home: home: arrival timeout after 8.00s: moved 0.1°",
-    "detect: detection failed: red block not found",
-    "no colon at all",
-])
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "descend_pick: fk lookup out_of_range: too far",
+        "open_gripper_home: home: arrival timeout after 8.00s: moved 0.1°",
+        "detect: detection failed: red block not found",
+        "no colon at all",
+    ],
+)
 def test_stage_failures_are_not_port_errors(reason: str) -> None:
     assert recorded_error(reason) is None
 
 
-def test_code_that_crashes_outside_a_stage_is_a_difference(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_code_that_crashes_outside_a_stage_is_a_difference(
+    replay_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import mecharm_tools.replay.runner as runner
 
     async def broken_exit(*_a: Any, **_k: Any) -> Any:
@@ -143,8 +177,9 @@ def test_code_that_crashes_outside_a_stage_is_a_difference(replay_args: list[str
     assert "different: the replay raised KeyError: 'steps'" in out
 
 
-def test_code_that_waits_forever_is_a_difference(replay_args: list[str], monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_code_that_waits_forever_is_a_difference(
+    replay_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import asyncio
 
     import mecharm_tools.replay.cli as cli

@@ -31,7 +31,9 @@ def test_every_former_name_maps_to_a_stage() -> None:
 @pytest.mark.parametrize("trace", LEGACY, ids=lambda p: p.name.removesuffix(".trace.jsonl"))
 def test_legacy_trace_reads_with_todays_names(trace: Path) -> None:
     rec = read_recorded(trace)
-    stages = {e.get("stage") for _n, e in rec.lines} | {e.get("frm") for _n, e in rec.lines if "frm" in e}
+    stages = {e.get("stage") for _n, e in rec.lines} | {
+        e.get("frm") for _n, e in rec.lines if "frm" in e
+    }
     assert stages - {None, "start", "end", "abort"} <= {s.value for s in STAGE_ORDER}
     assert "gripper_settle_s" in rec.constants and "gripper_sleep_s" not in rec.constants
     if rec.result["status"] == "stopped":
@@ -39,7 +41,9 @@ def test_legacy_trace_reads_with_todays_names(trace: Path) -> None:
 
 
 @pytest.mark.parametrize("trace", LEGACY, ids=lambda p: p.name.removesuffix(".trace.jsonl"))
-def test_legacy_trace_replays_identical(trace: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_legacy_trace_replays_identical(
+    trace: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = main(["replay", str(trace), *replay_args])
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err

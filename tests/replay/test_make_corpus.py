@@ -14,8 +14,9 @@ from mecharm_tools.replay.make_corpus import record
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_fresh_recordings_replay_identical(tmp_path: Path, fk_data_dir: Path, replay_args: list[str],
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_fresh_recordings_replay_identical(
+    tmp_path: Path, fk_data_dir: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     files = record(tmp_path / "corpus", fk_data_dir, ["abort_lookup", "dry_run"], time_scale=20.0)
     assert [f.name for f in files] == ["abort_lookup.trace.jsonl", "dry_run.trace.jsonl"]
     results = [json.loads(f.read_text().splitlines()[-1]) for f in files]

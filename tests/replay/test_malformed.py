@@ -45,7 +45,9 @@ def _run(path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str])
     return rc, cap.err + cap.out
 
 
-def test_not_json(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_json(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()
     lines[4] = '{"seq": 5, "event": "input", "kind": "angles", "value": {"angles": [1, 2\n'
     rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
@@ -53,22 +55,30 @@ def test_not_json(tmp_path: Path, replay_args: list[str], capsys: pytest.Capture
     assert "t.trace.jsonl:5: not JSON" in msg and "malformed trace" in msg
 
 
-def test_missing_result_line(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_result_line(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()[:-1]
     rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
     assert rc == 2
     assert f"t.trace.jsonl:{len(lines)}: no result line" in msg and "truncated" in msg
 
 
-def test_truncated_mid_line(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_truncated_mid_line(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()[:30]
-    lines[-1] = lines[-1][: len(lines[-1]) // 2]  # the crash cut the line: no newline, half an object
+    lines[-1] = lines[-1][
+        : len(lines[-1]) // 2
+    ]  # the crash cut the line: no newline, half an object
     rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
     assert rc == 2
     assert "t.trace.jsonl:30:" in msg
 
 
-def test_unknown_event_and_input_kind(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_event_and_input_kind(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()
     i = _first(lines, "decision")
     bad = list(lines)
@@ -82,7 +92,9 @@ def test_unknown_event_and_input_kind(tmp_path: Path, replay_args: list[str], ca
     assert rc == 2 and f":{j + 1}: unknown input kind 'lidar'" in msg
 
 
-def test_bad_input_value(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_value(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()
     j = _first(lines, "input", "angles")
     lines[j] = _edit(lines[j], value={"angles": [0, 0, 0], "t": 1.0})
@@ -95,19 +107,23 @@ def test_bad_input_value(tmp_path: Path, replay_args: list[str], capsys: pytest.
     assert rc == 2 and f":{j + 1}: input pick_verdict: bad value" in msg
 
 
-def test_lines_missing_or_reordered(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_lines_missing_or_reordered(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()
     del lines[10]
     rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
     assert rc == 2 and ":11: seq 12 after 10" in msg
 
 
-def test_not_a_trial_trace(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_not_a_trial_trace(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, msg = _run(_write(tmp_path, []), replay_args, capsys)
     assert rc == 2 and "empty file" in msg
     rc, msg = _run(_write(tmp_path, _lines()[1:]), replay_args, capsys)
     assert rc == 2 and ":1: seq 2 after 0" in msg
-    rc, msg = _run(_write(tmp_path, ['[1, 2, 3]\n']), replay_args, capsys)
+    rc, msg = _run(_write(tmp_path, ["[1, 2, 3]\n"]), replay_args, capsys)
     assert rc == 2 and ":1: not a JSON object" in msg
     rc, msg = _run(tmp_path / "absent.trace.jsonl", replay_args, capsys)
     assert rc == 2 and "cannot read" in msg
@@ -116,7 +132,9 @@ def test_not_a_trial_trace(tmp_path: Path, replay_args: list[str], capsys: pytes
     assert rc == 2 and "not UTF-8" in msg
 
 
-def test_event_after_result(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_event_after_result(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = _lines()
     last = json.loads(lines[-1])
     lines.append(json.dumps({**last, "seq": last["seq"] + 1}) + "\n")
@@ -124,7 +142,9 @@ def test_event_after_result(tmp_path: Path, replay_args: list[str], capsys: pyte
     assert rc == 2 and f":{len(lines)}: result after the result line" in msg
 
 
-def test_worst_exit_code_wins(tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_worst_exit_code_wins(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     broken = _write(tmp_path, _lines()[:-1])
     rc = main(["replay", str(SOURCE), str(broken), *replay_args])
     cap = capsys.readouterr()

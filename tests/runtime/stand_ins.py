@@ -19,8 +19,14 @@ from mecharm_sim.arm import SimArm
 
 
 class TrueStateEyes:
-    def __init__(self, arm: SimArm, block_xz: tuple[float, float], box_xz: tuple[float, float],
-                 fail_picks: int = 0, grasp_mm: float = 15.0) -> None:
+    def __init__(
+        self,
+        arm: SimArm,
+        block_xz: tuple[float, float],
+        box_xz: tuple[float, float],
+        fail_picks: int = 0,
+        grasp_mm: float = 15.0,
+    ) -> None:
         self.arm, self.block_xz, self.box_xz = arm, block_xz, box_xz
         self.fail_picks = fail_picks
         self.grasp_mm = grasp_mm
@@ -36,9 +42,13 @@ class TrueStateEyes:
 
     async def observe_scene(self, tag: str) -> SceneObservation:
         self.calls.append(tag)
-        return SceneObservation(True, block_xz=self.block_xz, box_xz=self.box_xz, box_score=0.9, box_method="contour")
+        return SceneObservation(
+            True, block_xz=self.block_xz, box_xz=self.box_xz, box_score=0.9, box_method="contour"
+        )
 
-    async def measure_tip(self, block_xz: tuple[float, float], tip_height_m: float, tag: str) -> TipObservation:
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
         # a camera frame taken after the arm came to rest (arrival is declared within tol, still settling)
         await asyncio.to_thread(self.arm.wait_idle, 5.0)
         x, _y, z = self._tip()
@@ -46,7 +56,9 @@ class TrueStateEyes:
         self.held = math.hypot(dx, dz) <= self.grasp_mm
         return TipObservation(True, dx, dz, math.hypot(dx, dz))
 
-    async def locate_block(self, lift_m: float, near_xz: tuple[float, float], tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
         x, _y, z = self._tip()
         return (x, z) if self.held else None
 
@@ -54,7 +66,9 @@ class TrueStateEyes:
         if self.fail_picks > 0:
             self.fail_picks -= 1
             return VerdictObservation("no", 0.9, "stand-in: scripted miss", "stand_in")
-        return VerdictObservation("yes" if self.held else "no", 0.9, "stand-in: true state", "stand_in")
+        return VerdictObservation(
+            "yes" if self.held else "no", 0.9, "stand-in: true state", "stand_in"
+        )
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return VerdictObservation("yes", 0.9, "stand-in", "stand_in")

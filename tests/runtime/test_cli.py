@@ -16,8 +16,13 @@ from mecharm_tools.simrig import start_sim_daemon
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mecharm_runtime.cli", *args], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "mecharm_runtime.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_bad_flag_value_names_the_key() -> None:
@@ -40,9 +45,23 @@ def test_first_ctrl_c_finishes_the_current_trial(tmp_path: Path, fk_data_dir: Pa
     root.mkdir()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mecharm_runtime.cli", "--dry-run", "--trials", "5", "--data-root", str(root),
-             "--top-camera", rig.top_url, "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "mecharm_runtime.cli",
+                "--dry-run",
+                "--trials",
+                "5",
+                "--data-root",
+                str(root),
+                "--top-camera",
+                rig.top_url,
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
         )
         assert proc.stdout is not None

@@ -34,10 +34,18 @@ SIDE = "synthetic?fps=15&w=640&h=360"
 
 
 def _settings(root: Path, fk: Path, rig: SimRig, udp: int | None) -> RuntimeSettings:
-    return load_settings(RuntimeSettings, overrides={
-        "data_root": root, "fk_data_dir": fk, "daemon_port": rig.daemon_port, "top_camera": rig.top_url,
-        "recorder_port": udp, "recorder_enabled": udp is not None, "time_scale": SCALE,
-    })
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "fk_data_dir": fk,
+            "daemon_port": rig.daemon_port,
+            "top_camera": rig.top_url,
+            "recorder_port": udp,
+            "recorder_enabled": udp is not None,
+            "time_scale": SCALE,
+        },
+    )
 
 
 async def _one_trial(settings: RuntimeSettings, seed: int, on_stage: Any = None) -> TrialSummary:
@@ -46,7 +54,9 @@ async def _one_trial(settings: RuntimeSettings, seed: int, on_stage: Any = None)
 
 
 def _decisions(t: TrialSummary) -> list[dict[str, Any]]:
-    return [e for e in read_trace(t.trace_path) if e["event"] in ("decision", "transition", "result")]
+    return [
+        e for e in read_trace(t.trace_path) if e["event"] in ("decision", "transition", "result")
+    ]
 
 
 @pytest.fixture
@@ -63,8 +73,9 @@ def root(tmp_path: Path) -> Path:
     return r
 
 
-def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: Path, fk_data_dir: Path,
-                                                         tmp_path: Path) -> None:
+def test_recorded_trial_then_same_scene_without_recorder(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path, tmp_path: Path
+) -> None:
     # the recorder's side camera is its synthetic source here: rendering the sim side view too
     # would put the 2-core test machine past the recorder's 2.0 s meta budget (its own tests
     # and `make run` use the rendered side view)
@@ -85,10 +96,14 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     states = list(csv.DictReader((d / "recording" / STATES).read_text().splitlines()))
     assert tuple(states[0].keys()) == STATES_COLUMNS
     commanded = [r for r in states if r["event_type"] == "commanded"]
-    sends = [e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "sent"]
+    sends = [
+        e for e in read_trace(with_rec.trace_path) if e["event"] == "input" and e["kind"] == "sent"
+    ]
     assert len(commanded) == len(sends)  # exactly one commanded row per send
     # what was sent is what is recorded: the daemon's reply, in the row written at the send
-    assert [[float(r[f"j{i}"]) for i in range(6)] for r in commanded] == [e["value"]["angles"] for e in sends]
+    assert [[float(r[f"j{i}"]) for i in range(6)] for r in commanded] == [
+        e["value"]["angles"] for e in sends
+    ]
     assert all(abs(float(r["ts"]) - float(r["ts_send"])) < 0.05 for r in commanded)
     ts = [float(r["ts"]) for r in states]
     assert ts == sorted(ts), "state rows are in time order"
@@ -98,7 +113,11 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     assert len(arrivals) == len(commanded) and all(r["arrived"] == "1" for r in arrivals)
     types = {r["event_type"] for r in states}
     assert {"measured", "stage", "gripper", "commanded", "arrival"} <= types, types
-    assert {r["stage"] for r in states if r["event_type"] == "stage"} >= {"open_gripper_home", "servo_place", "return_home"}
+    assert {r["stage"] for r in states if r["event_type"] == "stage"} >= {
+        "open_gripper_home",
+        "servo_place",
+        "return_home",
+    }
     side = json.loads((d / f"{with_rec.run_stem}.json").read_text())["side_frames"]
     assert side and side[0]["reason"] == "ok" and Path(side[0]["path"]).is_file()
 
@@ -112,7 +131,9 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
         rig2.daemon.stop()
     assert without.status == "completed" and without.recording.status == "none"
     a, b = _decisions(with_rec), _decisions(without)
-    assert [(e["event"], e.get("kind"), e.get("stage")) for e in a] == [(e["event"], e.get("kind"), e.get("stage")) for e in b]
+    assert [(e["event"], e.get("kind"), e.get("stage")) for e in a] == [
+        (e["event"], e.get("kind"), e.get("stage")) for e in b
+    ]
     cmd_a = [e["value"]["angles"] for e in a if e.get("kind") == "command"]
     cmd_b = [e["value"]["angles"] for e in b if e.get("kind") == "command"]
     assert len(cmd_a) == len(cmd_b)
@@ -126,8 +147,9 @@ def test_recorded_trial_then_same_scene_without_recorder(sim_rig: SimRig, root: 
     assert verify_ledger(ledger_path(root)).ok
 
 
-def test_recorder_killed_mid_trial_trial_completes(sim_rig: SimRig, root: Path, fk_data_dir: Path,
-                                                   tmp_path: Path) -> None:
+def test_recorder_killed_mid_trial_trial_completes(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path, tmp_path: Path
+) -> None:
     rec, udp = start_recorder(tmp_path / "logs", root, SIDE)
 
     def on_stage(stage: str, outcome: str, reason: str) -> None:
@@ -145,16 +167,24 @@ def test_recorder_killed_mid_trial_trial_completes(sim_rig: SimRig, root: Path, 
     assert side[0]["path"] is None and side[0]["reason"] == "timeout"
 
 
-def test_daemon_killed_mid_move_aborts_with_reason(sim_rig: SimRig, root: Path, fk_data_dir: Path) -> None:
+def test_daemon_killed_mid_move_aborts_with_reason(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path
+) -> None:
     def on_stage(stage: str, outcome: str, reason: str) -> None:
         if stage == "grasp":  # the lift is next: SIGKILL the daemon under it
             asyncio.get_running_loop().call_later(0.05, sim_rig.daemon.kill)
 
     scene_next(sim_rig.control_url, 7)
     t = asyncio.run(_one_trial(_settings(root, fk_data_dir, sim_rig, None), 7, on_stage))
-    assert t.status == "stopped" and t.reason.startswith("lift_and_judge: daemon connection lost"), t.reason
+    assert t.status == "stopped" and t.reason.startswith(
+        "lift_and_judge: daemon connection lost"
+    ), t.reason
     trace = list(read_trace(t.trace_path))
-    assert trace[-1]["event"] == "result" and trace[-1]["status"] == "stopped" and trace[-1]["reason"] == t.reason
+    assert (
+        trace[-1]["event"] == "result"
+        and trace[-1]["status"] == "stopped"
+        and trace[-1]["reason"] == t.reason
+    )
     row = next(csv.DictReader(ledger_path(root).read_text().splitlines()))
     assert row["status"] == "stopped" and row["reason"] == t.reason
 

@@ -15,6 +15,8 @@ def test_guard_cases() -> None:
     assert "not finite" in check_pose([0, 0, 0, float("nan"), 0, 0]).reason
     assert "5 values" in check_pose([0, 0, 0, 0, 0]).reason
     assert "not a list of numbers" in check_pose(["a", 0, 0, 0, 0, 0]).reason
-    v = check_pose([0, 0, 0, 0, 0, 0], lookup_ok=False, lookup_reason="nearest 41 mm > dist_max 30 mm")
+    v = check_pose(
+        [0, 0, 0, 0, 0, 0], lookup_ok=False, lookup_reason="nearest 41 mm > dist_max 30 mm"
+    )
     assert not v.ok and "out_of_range: nearest 41 mm" in v.reason
     assert not check_pose([0, 80, 0, 0, 0, 0], j1_max=75).ok

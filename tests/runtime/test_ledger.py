@@ -58,7 +58,10 @@ def test_append_creates_header_and_never_rewrites(tmp_path: Path) -> None:
     path = DataRoot(tmp_path).ledger
     append_row(path, _row(1))
     first = path.read_bytes()
-    append_row(path, _row(2, status="stopped", reason="daemon connection lost:\nreset", recording_status="none"))
+    append_row(
+        path,
+        _row(2, status="stopped", reason="daemon connection lost:\nreset", recording_status="none"),
+    )
     data = path.read_bytes()
     assert data.startswith(first)  # earlier bytes untouched
     rows = list(csv.DictReader(data.decode().splitlines()))
@@ -101,7 +104,7 @@ def _old_ledger(path: Path, n: int) -> bytes:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(cols)
         for i in range(n):
-            r = _row(i, reason="said \"no\", twice" if i == 3 else "")
+            r = _row(i, reason='said "no", twice' if i == 3 else "")
             w.writerow([r[c] if c != "dry_run" else "0" for c in cols])
     return path.read_bytes()
 
@@ -137,19 +140,32 @@ def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
     path.write_bytes(old.replace(b"said", b"sa\nid", 1))
     with pytest.raises(LedgerError, match=r"spans lines|cells"):
         migrate_ledger(path)
-    assert not (tmp_path / LEDGER_ARCHIVE).exists() or not any((tmp_path / LEDGER_ARCHIVE).iterdir())
+    assert not (tmp_path / LEDGER_ARCHIVE).exists() or not any(
+        (tmp_path / LEDGER_ARCHIVE).iterdir()
+    )
 
 
 def test_verify_reports_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "l.csv"
     append_row(path, _row(1))
     append_row(path, _row(1))  # duplicate stem
-    append_row(path, _row(2, status="weird", pick_verdict="maybe", recording_status="great", duration_s="abc"))
+    append_row(
+        path,
+        _row(2, status="weird", pick_verdict="maybe", recording_status="great", duration_s="abc"),
+    )
     append_row(path, _row(3, status="stopped", reason=""))
     append_row(path, _row(4, run_stem="run_x", pick_attempts="1.5"))
     errors = "\n".join(verify_ledger(path).errors)
-    for needle in ("repeats line", "status 'weird'", "pick_verdict 'maybe'", "recording_status 'great'",
-                   "duration_s 'abc'", "stopped without a reason", "run_stem 'run_x'", "pick_attempts '1.5'"):
+    for needle in (
+        "repeats line",
+        "status 'weird'",
+        "pick_verdict 'maybe'",
+        "recording_status 'great'",
+        "duration_s 'abc'",
+        "stopped without a reason",
+        "run_stem 'run_x'",
+        "pick_attempts '1.5'",
+    ):
         assert needle in errors
 
 
@@ -179,11 +195,23 @@ class _FakeTime:
         self.sleeps.append(dt)
         self.now += dt
         self._on_sleep(self.now)
+
+
 def _meta(stem: str = "run_0001_20260101_120000", **kw: object) -> dict[str, object]:
     """A complete meta file as the recorder writes it."""
     meta = RecordingMeta(
-        run_stem=stem, started_ts=100.0, ended_ts=103.6, elapsed_sec=3.6, frames_captured=99, frames_written=99,
-        effective_fps=27.2, container_fps=30.0, width=640, height=480, codec="h264", status="ok",
+        run_stem=stem,
+        started_ts=100.0,
+        ended_ts=103.6,
+        elapsed_sec=3.6,
+        frames_captured=99,
+        frames_written=99,
+        effective_fps=27.2,
+        container_fps=30.0,
+        width=640,
+        height=480,
+        codec="h264",
+        status="ok",
         recording_path=str(DataRoot.recording_rel(stem)),
     ).model_dump(mode="json")
     meta.update(kw)
@@ -201,7 +229,9 @@ async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
             rec.meta.write_text(json.dumps(_meta(stem, status="truncated")))
 
     t = _FakeTime(write_at_250_ms)
-    info = await wait_recording_meta(rec.dir, tmp_path, timeout_s=2.0, poll_s=0.1, clock=t.clock, sleep=t.sleep)
+    info = await wait_recording_meta(
+        rec.dir, tmp_path, timeout_s=2.0, poll_s=0.1, clock=t.clock, sleep=t.sleep
+    )
     assert (info.status, info.fps, info.frames, info.note) == ("truncated", 27.2, 99, "")
     assert info.path == str(DataRoot.recording_rel(stem))
     # found by the first poll after it appeared (at 0.3 s), not at the deadline
@@ -234,13 +264,18 @@ async def test_recording_wait_really_sleeps_by_default(tmp_path: Path) -> None:
         ("{not json", "not a valid recording meta"),
         ("[1, 2]", "not a valid recording meta"),
         (json.dumps(_meta(status="exploded")), "status"),
-        (json.dumps(_meta(status="none")), "status"),  # none is the runtime's word, never the recorder's
+        (
+            json.dumps(_meta(status="none")),
+            "status",
+        ),  # none is the runtime's word, never the recorder's
         (json.dumps({k: v for k, v in _meta().items() if k != "frames_written"}), "frames_written"),
         (json.dumps(_meta(effective_fps="fast")), "effective_fps"),
     ],
     ids=["not-json", "not-object", "unknown-status", "status-none", "missing-field", "bad-number"],
 )
-async def test_recording_wait_bad_meta_is_status_none_with_the_reason(tmp_path: Path, content: str, says: str) -> None:
+async def test_recording_wait_bad_meta_is_status_none_with_the_reason(
+    tmp_path: Path, content: str, says: str
+) -> None:
     rec = RecordingFiles(tmp_path)
     rec.meta.write_text(content)
     reads: list[float] = []
@@ -265,4 +300,6 @@ def test_verify_flags_a_recording_status_outside_the_recorders(tmp_path: Path) -
     append_row(path, _row(1, recording_status="ok"))
     append_row(path, _row(2, recording_status="exploded"))
     rep = verify_ledger(path)
-    assert [e for e in rep.errors if "recording_status" in e] and all("line 2" not in e for e in rep.errors)
+    assert [e for e in rep.errors if "recording_status" in e] and all(
+        "line 2" not in e for e in rep.errors
+    )

@@ -34,8 +34,16 @@ BOX = (-0.20, 0.18)
 
 
 def _settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
-    return load_settings(RuntimeSettings, overrides={"data_root": root, "fk_data_dir": fk, "time_scale": TIME_SCALE,
-                                                     "recorder_enabled": False, **kw})
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "fk_data_dir": fk,
+            "time_scale": TIME_SCALE,
+            "recorder_enabled": False,
+            **kw,
+        },
+    )
 
 
 def test_transition_table_is_complete_and_reachable() -> None:
@@ -43,7 +51,9 @@ def test_transition_table_is_complete_and_reachable() -> None:
     for st in STAGE_ORDER:
         assert (st, Outcome.OK) in TRANSITIONS
         assert (st, Outcome.FAIL) not in TRANSITIONS  # failures all take the one exit path
-    assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [(Stage.LIFT_AND_JUDGE, Outcome.RETRY)]
+    assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [
+        (Stage.LIFT_AND_JUDGE, Outcome.RETRY)
+    ]
     seen, st = [], Stage.OPEN_GRIPPER_HOME
     while st is not Stage.DONE:
         seen.append(st)
@@ -51,16 +61,25 @@ def test_transition_table_is_complete_and_reachable() -> None:
     assert set(seen) | {Stage.RETRY_PICK} == set(STAGE_ORDER)
 
 
-async def _rig(d: SimDaemon, root: Path, fk: Path, eyes: Any, arc_pick: ArcPose | None = None,
-               **kw: Any) -> tuple[Rig, DaemonClient]:
+async def _rig(
+    d: SimDaemon, root: Path, fk: Path, eyes: Any, arc_pick: ArcPose | None = None, **kw: Any
+) -> tuple[Rig, DaemonClient]:
     s = _settings(root, fk, **kw)
     client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
     await client.connect()
     clock = RealClock()
     table = load_table(ensure_table(fk))
-    rig = Rig(s, DaemonArm(client, clock), eyes, RecorderLink(None), clock, table,
-              arc_pick or load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc),
-              arm_alive=lambda: client.is_connected)
+    rig = Rig(
+        s,
+        DaemonArm(client, clock),
+        eyes,
+        RecorderLink(None),
+        clock,
+        table,
+        arc_pick or load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+        arm_alive=lambda: client.is_connected,
+    )
     return rig, client
 
 
@@ -79,7 +98,9 @@ def _trace(t: TrialSummary) -> list[dict[str, Any]]:
 
 
 @pytest.mark.asyncio
-async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_full_trial_completes_with_all_records(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     sends = _sends(sim_daemon)
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
@@ -94,19 +115,43 @@ async def test_full_trial_completes_with_all_records(sim_daemon: SimDaemon, tmp_
     tr = _trace(t)
     assert tr[-1]["event"] == "result" and tr[-1]["status"] == "completed"
     kinds = {(e["event"], e.get("kind")) for e in tr}
-    for k in (("input", "angles"), ("input", "scene"), ("input", "tip"), ("input", "pick_verdict"),
-              ("input", "table_checksum"), ("decision", "lookup"), ("decision", "guard"), ("decision", "command")):
+    for k in (
+        ("input", "angles"),
+        ("input", "scene"),
+        ("input", "tip"),
+        ("input", "pick_verdict"),
+        ("input", "table_checksum"),
+        ("decision", "lookup"),
+        ("decision", "guard"),
+        ("decision", "command"),
+    ):
         assert k in kinds
     commands = [e for e in tr if e["event"] == "decision" and e["kind"] == "command"]
     assert len(commands) == len(sends) == t.moves
     log = json.loads((t.run_dir / f"{t.run_stem}.json").read_text())
-    for section in ("constants", "stages", "detections", "lookups", "moves", "gripper", "judgements",
-                    "tip_measurements", "correction", "result"):
+    for section in (
+        "constants",
+        "stages",
+        "detections",
+        "lookups",
+        "moves",
+        "gripper",
+        "judgements",
+        "tip_measurements",
+        "correction",
+        "result",
+    ):
         assert log[section], section
     assert all(m["pre"] and m["post"] for m in log["moves"])
     # the run log is derived from the trace: each of its entries is a line written once there
-    assert len(log["guards"]) == sum(1 for e in tr if e["event"] == "decision" and e["kind"] == "guard")
-    assert len(log["moves"]) == t.moves == sum(1 for e in tr if e["event"] == "log" and e["section"] == "move")
+    assert len(log["guards"]) == sum(
+        1 for e in tr if e["event"] == "decision" and e["kind"] == "guard"
+    )
+    assert (
+        len(log["moves"])
+        == t.moves
+        == sum(1 for e in tr if e["event"] == "log" and e["section"] == "move")
+    )
     assert [g["value"] for g in log["gripper"]] == [100, 20, 100, 100]  # open, close, release twice
     assert [s["stage"] for s in log["stages"]] == [ln[0] for ln in lines]
     assert all(s["duration_s"] is not None for s in log["stages"])
@@ -127,29 +172,41 @@ async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
 ) -> None:
     sends = _sends(sim_daemon)
     sim_daemon.arm.set_fresh_mode(1)
-    sim_daemon.arm.send_angles([10, 10, 0, 0, 0, -30], 100)  # away from HOME so open_gripper_home must move
+    sim_daemon.arm.send_angles(
+        [10, 10, 0, 0, 0, -30], 100
+    )  # away from HOME so open_gripper_home must move
     assert sim_daemon.arm.wait_idle(5)
     sends.clear()
     sim_daemon.arm.faults.ignore_next_sends(1)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX))
+    rig, client = await _rig(
+        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
+    )
     t = await run_trial(rig)
     await client.aclose()
     assert t.status == "completed"
-    assert [s["accepted"] for s in sends[:2]] == [False, True] and sends[0]["angles"] == sends[1]["angles"]
+    assert [s["accepted"] for s in sends[:2]] == [False, True] and sends[0]["angles"] == sends[1][
+        "angles"
+    ]
     assert sum(not s["accepted"] for s in sends) == 1
     arrivals = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "arrival"]
-    assert arrivals[0]["value"]["attempts"] == 2 and all(a["value"]["attempts"] == 1 for a in arrivals[1:])
+    assert arrivals[0]["value"]["attempts"] == 2 and all(
+        a["value"]["attempts"] == 1 for a in arrivals[1:]
+    )
     assert len(sends) == t.moves + 1
 
 
 @pytest.mark.asyncio
-async def test_daemon_killed_mid_move_aborts_with_reason(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_daemon_killed_mid_move_aborts_with_reason(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
 
     def on_stage(stage: str, outcome: str, reason: str) -> None:
         if stage == "correct_aim":  # approach_pick is about to move: kill the daemon under it
-            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill")))
+            asyncio.get_running_loop().call_later(
+                0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill"))
+            )
 
     t = await run_trial(rig, on_stage=on_stage)
     await client.aclose()
@@ -157,11 +214,17 @@ async def test_daemon_killed_mid_move_aborts_with_reason(sim_daemon: SimDaemon, 
     assert t.reason.startswith("approach_pick: daemon connection lost"), t.reason
     tr = _trace(t)
     assert tr[-1] == {**tr[-1], "event": "result", "status": "stopped", "reason": t.reason}
-    assert any(e["event"] == "decision" and e["kind"] == "exit" and "daemon connection lost" in json.dumps(e)
-               for e in tr)
+    assert any(
+        e["event"] == "decision"
+        and e["kind"] == "exit"
+        and "daemon connection lost" in json.dumps(e)
+        for e in tr
+    )
     row = _rows(tmp_path)[0]
     assert (row["status"], row["reason"]) == ("stopped", t.reason)
-    assert json.loads((t.run_dir / f"{t.run_stem}.json").read_text())["result"]["status"] == "stopped"
+    assert (
+        json.loads((t.run_dir / f"{t.run_stem}.json").read_text())["result"]["status"] == "stopped"
+    )
 
 
 @pytest.mark.asyncio
@@ -181,7 +244,9 @@ async def test_lookup_failure_goes_through_exit_path_to_home(
 
 
 @pytest.mark.asyncio
-async def test_pick_retry_then_success(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_pick_retry_then_success(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
     stages: list[str] = []
@@ -193,39 +258,66 @@ async def test_pick_retry_then_success(sim_daemon: SimDaemon, tmp_path: Path, fk
 
 
 @pytest.mark.asyncio
-async def test_pick_judged_no_three_times_aborts(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_pick_judged_no_three_times_aborts(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
-    assert not DataRoot(tmp_path).correction_memory.exists() or "pick_x200_z260" not in (
-        DataRoot(tmp_path).correction_memory).read_text()
+    assert (
+        t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
+    )
+    assert (
+        not DataRoot(tmp_path).correction_memory.exists()
+        or "pick_x200_z260" not in (DataRoot(tmp_path).correction_memory).read_text()
+    )
 
 
 @pytest.mark.asyncio
-async def test_pose_above_j1_limit_is_never_sent(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_pose_above_j1_limit_is_never_sent(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     sends = _sends(sim_daemon)
     s = _settings(tmp_path, fk_data_dir)
     good = load_arc(s.approach_pick_arc)
-    bad = ArcPose(name="bad", phase=good.phase, base=(89.5, *good.base[1:]), points=good.points, source="test")
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), arc_pick=bad)
+    bad = ArcPose(
+        name="bad", phase=good.phase, base=(89.5, *good.base[1:]), points=good.points, source="test"
+    )
+    rig, client = await _rig(
+        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), arc_pick=bad
+    )
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "stopped" and "j1 89.50 > 88" in t.reason and t.reason.startswith("approach_pick")
+    assert (
+        t.status == "stopped"
+        and "j1 89.50 > 88" in t.reason
+        and t.reason.startswith("approach_pick")
+    )
     assert all(x["angles"][1] <= 88.0 for x in sends)
-    commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
+    commands = [
+        e["value"]["angles"]
+        for e in _trace(t)
+        if e["event"] == "decision" and e["kind"] == "command"
+    ]
     assert all(c[1] <= 88.0 for c in commands)
 
 
 @pytest.mark.asyncio
-async def test_guard_refuses_what_a_lookup_accepted(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_guard_refuses_what_a_lookup_accepted(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
     # a tighter operational limit than the lookup's own mask: the guard alone must stop it
     sends = _sends(sim_daemon)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), j1_max=80.0)
+    rig, client = await _rig(
+        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), j1_max=80.0
+    )
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "stopped" and "guard refused approach_pick: j1 = 87.74 above the safety limit 80" in t.reason
+    assert (
+        t.status == "stopped"
+        and "guard refused approach_pick: j1 = 87.74 above the safety limit 80" in t.reason
+    )
     assert all(x["angles"][1] <= 80.0 for x in sends)
     guards = [e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "guard"]
     refused = [g for g in guards if not g["ok"]]
@@ -234,8 +326,12 @@ async def test_guard_refuses_what_a_lookup_accepted(sim_daemon: SimDaemon, tmp_p
 
 
 @pytest.mark.asyncio
-async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX))
+async def test_forced_stop_stops_the_arm_at_once(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    rig, client = await _rig(
+        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
+    )
     force = asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -248,11 +344,17 @@ async def test_forced_stop_stops_the_arm_at_once(sim_daemon: SimDaemon, tmp_path
     t = await run_trial(rig, force=force)
     await client.aclose()
     assert t.status == "stopped" and t.reason == "forced stop during approach_pick (operator)"
-    exit_ev = next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
+    exit_ev = next(
+        e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit"
+    )
     assert exit_ev["forced"] and [(x["step"], x["ok"]) for x in exit_ev["steps"]] == [
-        ("stop", True), ("fresh mode off", True)]
+        ("stop", True),
+        ("fresh mode off", True),
+    ]
     assert not sim_daemon.arm.true_moving()
-    assert sim_daemon.arm.true_angles()[1] < 80.0  # stopped where it was, short of the approach pose
+    assert (
+        sim_daemon.arm.true_angles()[1] < 80.0
+    )  # stopped where it was, short of the approach pose
     assert sim_daemon.arm.get_fresh_mode() == 0
 
 
@@ -265,14 +367,28 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     clock = RealClock()
     arm = DryRunArm(clock, s.home)
     scene = SceneObservation(True, block_xz=BLOCK, box_xz=BOX, box_score=0.9, box_method="contour")
-    rig = Rig(s, arm, DryRunEyes(arm, None, scene), RecorderLink(None), clock,
-              load_table(ensure_table(fk_data_dir)), load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc),
-              dry_run=True)
+    rig = Rig(
+        s,
+        arm,
+        DryRunEyes(arm, None, scene),
+        RecorderLink(None),
+        clock,
+        load_table(ensure_table(fk_data_dir)),
+        load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+        dry_run=True,
+    )
     t = await run_trial(rig)
     assert t.status == "completed" and t.dry_run
     assert sends == []  # the real arm heard nothing
-    commands = [e["value"]["angles"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "command"]
-    assert [wire_angles(c) for c in commands] == [c["angles"] for c in arm.sent if c["cmd"] == "send_angles"]
+    commands = [
+        e["value"]["angles"]
+        for e in _trace(t)
+        if e["event"] == "decision" and e["kind"] == "command"
+    ]
+    assert [wire_angles(c) for c in commands] == [
+        c["angles"] for c in arm.sent if c["cmd"] == "send_angles"
+    ]
     row = _rows(tmp_path)[0]
     assert row["dry_run"] == "1"
     assert not DataRoot(tmp_path).correction_memory.exists()  # a dry run never teaches
@@ -283,21 +399,37 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
     s = _settings(tmp_path / "not_mounted", fk_data_dir, dry_run=True)
     clock = RealClock()
     arm = DryRunArm(clock, s.home)
-    rig = Rig(s, arm, DryRunEyes(arm, None, None), RecorderLink(None), clock,
-              load_table(ensure_table(fk_data_dir)), load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc))
+    rig = Rig(
+        s,
+        arm,
+        DryRunEyes(arm, None, None),
+        RecorderLink(None),
+        clock,
+        load_table(ensure_table(fk_data_dir)),
+        load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+    )
     with pytest.raises(DataRootError, match="does not exist"):
         await run_trial(rig)
     assert not (tmp_path / "not_mounted").exists()
 
 
 @pytest.mark.asyncio
-async def test_correction_applied_clamped_and_corrupt_entry_never_used(tmp_path: Path, fk_data_dir: Path) -> None:
+async def test_correction_applied_clamped_and_corrupt_entry_never_used(
+    tmp_path: Path, fk_data_dir: Path
+) -> None:
     mem = tmp_path / "memories"
     mem.mkdir()
-    (mem / CORRECTION_MEMORY).write_text(json.dumps({"entries": {
-        "pick_x200_z260": {"dx_mm": 50.0, "dz_mm": -4.0, "n": 3},
-        "pick_x200_z280": {"dx_mm": "oops", "dz_mm": 1.0, "n": 1},
-    }}))
+    (mem / CORRECTION_MEMORY).write_text(
+        json.dumps(
+            {
+                "entries": {
+                    "pick_x200_z260": {"dx_mm": 50.0, "dz_mm": -4.0, "n": 3},
+                    "pick_x200_z280": {"dx_mm": "oops", "dz_mm": 1.0, "n": 1},
+                }
+            }
+        )
+    )
     s = _settings(tmp_path, fk_data_dir, dry_run=True)
     clock = RealClock()
     table = load_table(ensure_table(fk_data_dir))
@@ -305,10 +437,24 @@ async def test_correction_applied_clamped_and_corrupt_entry_never_used(tmp_path:
 
     async def trial(block: tuple[float, float]) -> dict[str, Any]:
         arm = DryRunArm(clock, s.home)
-        scene = SceneObservation(True, block_xz=block, box_xz=BOX, box_score=0.9, box_method="contour")
-        t = await run_trial(Rig(s, arm, DryRunEyes(arm, None, scene), RecorderLink(None), clock, table, *arcs,
-                                dry_run=True))
-        return next(e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "correction")
+        scene = SceneObservation(
+            True, block_xz=block, box_xz=BOX, box_score=0.9, box_method="contour"
+        )
+        t = await run_trial(
+            Rig(
+                s,
+                arm,
+                DryRunEyes(arm, None, scene),
+                RecorderLink(None),
+                clock,
+                table,
+                *arcs,
+                dry_run=True,
+            )
+        )
+        return next(
+            e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "correction"
+        )
 
     c = await trial((0.201, 0.259))
     assert c["key"] == "pick_x200_z260" and c["applied_mm"] == [20.0, -4.0]  # clamped to ±20 mm

@@ -36,12 +36,18 @@ def test_correction_ema_from_successful_pick(tmp_path: Path) -> None:
 
 def test_corrupt_entry_skipped_and_logged(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
-    path.write_text(json.dumps({"entries": {
-        "pick_x200_z260": {"dx_mm": 3, "dz_mm": 1, "n": 2},
-        "pick_x220_z260": {"dx_mm": "NaN", "dz_mm": 1, "n": 2},
-        "pick_x240_z260": {"dx_mm": 1e999, "dz_mm": 1, "n": 2},
-        "pick_x260_z260": [1, 2],
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "entries": {
+                    "pick_x200_z260": {"dx_mm": 3, "dz_mm": 1, "n": 2},
+                    "pick_x220_z260": {"dx_mm": "NaN", "dz_mm": 1, "n": 2},
+                    "pick_x240_z260": {"dx_mm": 1e999, "dz_mm": 1, "n": 2},
+                    "pick_x260_z260": [1, 2],
+                }
+            }
+        )
+    )
     with capture_logs() as logs:
         mem = CorrectionMemory(path)
     assert mem.get("pick_x200_z260") is not None

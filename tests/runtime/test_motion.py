@@ -60,8 +60,16 @@ async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None
     c, arm = await _arm(sim_daemon)
     seen = _Seen()
     readings: list[Reading] = []
-    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY,
-                              observer=seen, on_reading=lambda r: (readings.append(r), seen.reading(r)))
+    res = await send_and_wait(
+        arm,
+        RealClock(),
+        TARGET,
+        tol=2.0,
+        speed=20,
+        policy=POLICY,
+        observer=seen,
+        on_reading=lambda r: (readings.append(r), seen.reading(r)),
+    )
     assert res.arrived and res.attempts == 1 and res.reason == "arrived"
     assert max(abs(a - b) for a, b in zip(res.post or (), TARGET, strict=True)) <= 2.0
     # told at the send, before any poll, with what went on the wire; then told of the arrival
@@ -80,7 +88,9 @@ async def test_ignored_send_is_resent_exactly_once(sim_daemon: SimDaemon) -> Non
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.ignore_next_sends(1)
     seen = _Seen()
-    res = await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY, observer=seen)
+    res = await send_and_wait(
+        arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY, observer=seen
+    )
     assert res.arrived and res.attempts == 2 and "re-send" in res.reason
     settled = [e[1] for e in seen.events if e[0] == "settled"]
     assert [e[0] for e in seen.events] == ["sent", "settled", "sent", "settled"]
@@ -123,7 +133,13 @@ async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
     sim_daemon.arm.faults.fail_reads(1)
     with pytest.raises(MotionAbort, match="no angles readable before the send"):
         await send_and_wait(arm, RealClock(), TARGET, tol=2.0, speed=20, policy=POLICY)
-    assert max(abs(a - b) for a, b in zip(sim_daemon.arm.true_angles(), (0, 0, 0, 0, 0, -30), strict=True)) < 1
+    assert (
+        max(
+            abs(a - b)
+            for a, b in zip(sim_daemon.arm.true_angles(), (0, 0, 0, 0, 0, -30), strict=True)
+        )
+        < 1
+    )
     await c.aclose()
 
 
@@ -131,7 +147,9 @@ async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
 async def test_j1_above_limit_never_reaches_the_daemon(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     with pytest.raises(GuardViolation, match=r"j1 = 89\.00 above the safety limit 88"):
-        await send_and_wait(arm, RealClock(), (0, 89.0, 0, 0, 0, -30), tol=2.0, speed=20, policy=POLICY)
+        await send_and_wait(
+            arm, RealClock(), (0, 89.0, 0, 0, 0, -30), tol=2.0, speed=20, policy=POLICY
+        )
     assert _count(sim_daemon.server.stats.snapshot(), "send_angles") == 0
     await c.aclose()
 
@@ -148,6 +166,8 @@ async def test_daemon_lost_mid_move_raises_connection_lost(sim_daemon: SimDaemon
 
     task = asyncio.create_task(kill_soon())
     with pytest.raises(ConnectionLost):
-        await send_and_wait(arm, RealClock(), (60, 40, -20, 0, 0, -30), tol=2.0, speed=5, policy=POLICY)
+        await send_and_wait(
+            arm, RealClock(), (60, 40, -20, 0, 0, -30), tol=2.0, speed=5, policy=POLICY
+        )
     await task
     await c.aclose()

@@ -70,7 +70,9 @@ class ReplayEyes:
     async def measure_tip(self, block_xz: Any, tip_height_m: float, tag: str) -> TipObservation:
         return TipObservation.from_dict(self.inputs.take("tip"))
 
-    async def locate_block(self, lift_m: float, near_xz: Any, tag: str) -> tuple[float, float] | None:
+    async def locate_block(
+        self, lift_m: float, near_xz: Any, tag: str
+    ) -> tuple[float, float] | None:
         v = self.inputs.take("block_xz")
         return None if v is None else (v[0], v[1])
 
@@ -110,9 +112,18 @@ def _strip(e: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.asyncio
-async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path) -> None:
-    s = load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "fk_data_dir": fk_data_dir,
-                                                  "time_scale": TIME_SCALE, "recorder_enabled": False})
+async def test_trace_replays_to_identical_decisions(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    s = load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": tmp_path,
+            "fk_data_dir": fk_data_dir,
+            "time_scale": TIME_SCALE,
+            "recorder_enabled": False,
+        },
+    )
     sim_daemon.arm.faults.ignore_next_sends(1)  # make the recorded run take the re-send branch too
     client = DaemonClient("127.0.0.1", sim_daemon.port)
     await client.connect()
@@ -121,8 +132,16 @@ async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_p
     clock = RealClock()
     table = load_table(ensure_table(fk_data_dir))
     arcs = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
-    rig = Rig(s, DaemonArm(client, clock), TrueStateEyes(sim_daemon.arm, (0.21, 0.25), (-0.19, 0.2), fail_picks=1),
-              RecorderLink(None), clock, table, *arcs, arm_alive=lambda: client.is_connected)
+    rig = Rig(
+        s,
+        DaemonArm(client, clock),
+        TrueStateEyes(sim_daemon.arm, (0.21, 0.25), (-0.19, 0.2), fail_picks=1),
+        RecorderLink(None),
+        clock,
+        table,
+        *arcs,
+        arm_alive=lambda: client.is_connected,
+    )
     t = await run_trial(rig)
     await client.aclose()
     assert t.status == "completed" and t.pick_attempts >= 2, t.reason
@@ -136,15 +155,27 @@ async def test_trace_replays_to_identical_decisions(sim_daemon: SimDaemon, tmp_p
     heights = HeightMemory(tmp_path / "replay" / "h.json")
     heights.entries = dict(mem["height"])
     replay_trace = TraceWriter(None)
-    ctx = TrialContext(settings=s, arm=ReplayArm(inputs), eyes=ReplayEyes(inputs), recorder=ReplayLink(inputs),
-                       clock=_NoSleep(), trace=replay_trace, table=table,
-                       arc_pick=arcs[0], arc_place=arcs[1], corrections=corrections, heights=heights)
+    ctx = TrialContext(
+        settings=s,
+        arm=ReplayArm(inputs),
+        eyes=ReplayEyes(inputs),
+        recorder=ReplayLink(inputs),
+        clock=_NoSleep(),
+        trace=replay_trace,
+        table=table,
+        arc_pick=arcs[0],
+        arc_place=arcs[1],
+        corrections=corrections,
+        heights=heights,
+    )
     _last, reason = await run_stages(ctx)
     replay_trace.result("completed" if reason == "" else "stopped", reason)
     assert not inputs.q  # every recorded input consumed, in order
 
     def decisions(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [_strip(e) for e in lines if e["event"] in DECISION_EVENTS and e.get("stage") != "end"]
+        return [
+            _strip(e) for e in lines if e["event"] in DECISION_EVENTS and e.get("stage") != "end"
+        ]
 
     got = [d for d in decisions(replay_trace.lines) if d["event"] != "result"]
     want = [d for d in decisions(recorded) if d["event"] != "result"]

@@ -41,17 +41,33 @@ class Rig:
         assert self.arm.wait_idle(timeout=10)
         self.wc.step()
 
-    def layout(self, block: tuple[float, float], box: tuple[float, float], block_yaw: float = 0.0,
-               box_yaw: float = 0.0) -> None:
-        self.wc.next_scene(layout=SceneLayout(
-            block=Pose(x=block[0], z=block[1], yaw_deg=block_yaw), box=Pose(x=box[0], z=box[1], yaw_deg=box_yaw)))
+    def layout(
+        self,
+        block: tuple[float, float],
+        box: tuple[float, float],
+        block_yaw: float = 0.0,
+        box_yaw: float = 0.0,
+    ) -> None:
+        self.wc.next_scene(
+            layout=SceneLayout(
+                block=Pose(x=block[0], z=block[1], yaw_deg=block_yaw),
+                box=Pose(x=box[0], z=box[1], yaw_deg=box_yaw),
+            )
+        )
 
 
 def exact_arm() -> SimArm:
-    return SimArm(SimArmConfig(
-        time_scale=50, settle_error_deg=(0, 0, 0, 0, 0, 0), hold_error_deg=0, noise_deg=0,
-        read_latency_s=0, write_latency_s=0, initial_angles=Rig.HOME,
-    ))
+    return SimArm(
+        SimArmConfig(
+            time_scale=50,
+            settle_error_deg=(0, 0, 0, 0, 0, 0),
+            hold_error_deg=0,
+            noise_deg=0,
+            read_latency_s=0,
+            write_latency_s=0,
+            initial_angles=Rig.HOME,
+        )
+    )
 
 
 @pytest.fixture

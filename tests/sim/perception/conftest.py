@@ -16,7 +16,9 @@ class TopView:
     _renderer = None
     _edits = 0  # negative versions: never equal to a real scene's (positive) version
 
-    def __init__(self, seed: int, angles: tuple[float, ...] = HOME, layout: SceneLayout | None = None) -> None:
+    def __init__(
+        self, seed: int, angles: tuple[float, ...] = HOME, layout: SceneLayout | None = None
+    ) -> None:
         from mecharm_sim.render import TOP_CAMERA, Renderer
         from mecharm_sim.scene import SceneState, random_layout
 
@@ -67,8 +69,10 @@ def _accuracy(seeds: range) -> str:
         ex.append(math.hypot(box.x - t["box"]["x"], box.z - t["box"]["z"]) * 1000)
         methods.append(box.method)
     eb_a, ex_a = np.array(eb), np.array(ex)
-    summary = (f"{len(eb)} scenes: block median {np.median(eb_a):.2f} max {eb_a.max():.2f} mm; "
-               f"box median {np.median(ex_a):.2f} max {ex_a.max():.2f} mm; methods {sorted(set(methods))}")
+    summary = (
+        f"{len(eb)} scenes: block median {np.median(eb_a):.2f} max {eb_a.max():.2f} mm; "
+        f"box median {np.median(ex_a):.2f} max {ex_a.max():.2f} mm; methods {sorted(set(methods))}"
+    )
     assert np.median(eb_a) <= 2.0, summary
     assert eb_a.max() <= 5.0, summary
     assert np.median(ex_a) <= 2.0, summary

@@ -81,7 +81,13 @@ def _occlude_box_corner(frame: np.ndarray, truth: dict) -> np.ndarray:
     q = np.array([bx, bz]) + side * 0.060
     uv, _ = TOP_CAMERA.project(np.array([[p[0], 0.043, p[1]], [q[0], 0.043, q[1]]]))
     out = frame.copy()
-    cv2.line(out, tuple(np.round(uv[0]).astype(int)), tuple(np.round(uv[1]).astype(int)), (40, 40, 40), 80)
+    cv2.line(
+        out,
+        tuple(np.round(uv[0]).astype(int)),
+        tuple(np.round(uv[1]).astype(int)),
+        (40, 40, 40),
+        80,
+    )
     return out
 
 
@@ -134,8 +140,11 @@ def test_locate_block_prefers_the_blob_nearest_the_hint(view) -> None:
     t = view.truth()
     f = view.frames(1)[0]
     # a second red block-sized patch elsewhere on the mat
-    uv, _ = TOP_CAMERA.project(np.array([[x, 0.0, z] for x, z in
-                                         [(-0.02, 0.30), (0.005, 0.30), (0.005, 0.325), (-0.02, 0.325)]]))
+    uv, _ = TOP_CAMERA.project(
+        np.array(
+            [[x, 0.0, z] for x, z in [(-0.02, 0.30), (0.005, 0.30), (0.005, 0.325), (-0.02, 0.325)]]
+        )
+    )
     cv2.fillConvexPoly(f, np.round(uv).astype(np.int32), (30, 30, 200))
     near = locate_block(f, view.H, near_xz=(t["block"]["x"], t["block"]["z"]))
     assert near is not None and _err_mm(near, t["block"]) < 1.5

@@ -38,7 +38,9 @@ def _stage2(rig, block: tuple[float, float] | None = None, box: tuple[float, flo
 
 
 def _evidence(rig, H, scene, tip_height: float | None = None) -> JudgeEvidence:
-    return JudgeEvidence(frames=[rig.wc.render("top") for _ in range(3)], H=H, scene=scene, tip_height_m=tip_height)
+    return JudgeEvidence(
+        frames=[rig.wc.render("top") for _ in range(3)], H=H, scene=scene, tip_height_m=tip_height
+    )
 
 
 def _run(coro):
@@ -84,7 +86,9 @@ def _place(rig, box_offset: tuple[float, float]):
     ("offset", "truth", "verdict"),
     [((0.008, -0.01), "box", "yes"), ((0.035, 0.0), "rim", "no"), ((0.0, 0.075), "mat", "no")],
 )
-def test_place_verdict_matches_where_the_block_landed(rig, offset, truth: str, verdict: str) -> None:
+def test_place_verdict_matches_where_the_block_landed(
+    rig, offset, truth: str, verdict: str
+) -> None:
     H, scene = _place(rig, offset)
     assert rig.wc.truth()["place_outcome"] == truth
     v = _run(GeometricJudge().judge_place(_evidence(rig, H, scene)))
@@ -117,7 +121,13 @@ def pipe():
             os.close(fd)
 
 
-def _human(pipe, text: bytes | None, timeout: float = 2.0, fallback: Judge | None = None, close: bool = False):
+def _human(
+    pipe,
+    text: bytes | None,
+    timeout: float = 2.0,
+    fallback: Judge | None = None,
+    close: bool = False,
+):
     r, w = pipe
     out = io.StringIO()
     judge = HumanJudge(timeout=timeout, fallback=fallback, in_fd=r, out=out)
@@ -199,8 +209,14 @@ def test_vlm_judge_parses_the_answer_and_sends_jpegs(rig) -> None:
 
 @pytest.mark.parametrize(
     "answer",
-    ["I think so", '{"verdict": "maybe", "confidence": 0.5}', '{"verdict": "yes", "confidence": 1.5}',
-     '{"verdict": "yes"}', '{"verdict": "yes", "confidence": "high"}', "{broken"],
+    [
+        "I think so",
+        '{"verdict": "maybe", "confidence": 0.5}',
+        '{"verdict": "yes", "confidence": 1.5}',
+        '{"verdict": "yes"}',
+        '{"verdict": "yes", "confidence": "high"}',
+        "{broken",
+    ],
 )
 def test_vlm_unparseable_answers_are_no_with_zero_confidence(answer: str) -> None:
     v = parse_vlm_answer(answer)
@@ -210,7 +226,9 @@ def test_vlm_unparseable_answers_are_no_with_zero_confidence(answer: str) -> Non
 
 def test_vlm_failure_is_recorded_not_raised(rig) -> None:
     H, scene = _stage2(rig)
-    v = _run(VlmJudge(FakeVlm(TimeoutError("model took too long"))).judge_place(_evidence(rig, H, scene)))
+    v = _run(
+        VlmJudge(FakeVlm(TimeoutError("model took too long"))).judge_place(_evidence(rig, H, scene))
+    )
     assert (v.verdict, v.confidence) == ("no", 0.0)
     assert "vlm call failed: TimeoutError: model took too long" in v.reason
 

@@ -30,7 +30,9 @@ def _port(wc: Workcell) -> int:
     return wc.server.port
 
 
-def _read_parts(port: int, path: str, n: int) -> tuple[http.client.HTTPResponse, list[tuple[dict[str, str], bytes]]]:
+def _read_parts(
+    port: int, path: str, n: int
+) -> tuple[http.client.HTTPResponse, list[tuple[dict[str, str], bytes]]]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", path)
     resp = conn.getresponse()
@@ -41,7 +43,7 @@ def _read_parts(port: int, path: str, n: int) -> tuple[http.client.HTTPResponse,
             line = resp.fp.readline()
         assert line.strip() == b"--frame", line
         headers = {}
-        while (h := resp.fp.readline().strip()):
+        while h := resp.fp.readline().strip():
             k, v = h.decode().split(":", 1)
             headers[k.strip().lower()] = v.strip()
         body = resp.fp.read(int(headers["content-length"]))
@@ -107,7 +109,9 @@ def test_rendering_is_lazy(served: Workcell) -> None:
 
 def _request(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+    conn.request(
+        method, path, body=body, headers={"Content-Type": "application/json"} if body else {}
+    )
     resp = conn.getresponse()
     data = json.loads(resp.read())
     conn.close()
@@ -174,11 +178,19 @@ def test_start_workcell_builds_urls_and_closes(arm_factory=None) -> None:
     from mecharm_sim.arm import SimArm, SimArmConfig
 
     arm = SimArm(SimArmConfig(time_scale=20))
-    wc = start_workcell(arm, "standard", seed=1, camera_port=0,
-                        config=WorkcellConfig(top_fps=5, side_fps=5, top_size=(640, 360), side_size=(320, 180)))
+    wc = start_workcell(
+        arm,
+        "standard",
+        seed=1,
+        camera_port=0,
+        config=WorkcellConfig(top_fps=5, side_fps=5, top_size=(640, 360), side_size=(320, 180)),
+    )
     try:
         port = _port(wc)
-        assert wc.urls == {"top": f"http://127.0.0.1:{port}/top.mjpg", "side": f"http://127.0.0.1:{port}/side.mjpg"}
+        assert wc.urls == {
+            "top": f"http://127.0.0.1:{port}/top.mjpg",
+            "side": f"http://127.0.0.1:{port}/side.mjpg",
+        }
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         conn.request("GET", "/top.jpg")
         r = conn.getresponse()
@@ -221,7 +233,15 @@ def test_perception_through_the_stream_matches_truth(served: Workcell) -> None:
 def test_fuzzed_scene_requests_never_break_the_server(served: Workcell) -> None:
     rng = np.random.default_rng(1)
     port = _port(served)
-    samples = [b"", b"{}", b"null", b'{"seed": 1.5}', b'{"seed": true}', b'{"seed": 99999999999}', b"\xff\xfe"]
+    samples = [
+        b"",
+        b"{}",
+        b"null",
+        b'{"seed": 1.5}',
+        b'{"seed": true}',
+        b'{"seed": 99999999999}',
+        b"\xff\xfe",
+    ]
     samples += [bytes(rng.integers(0, 256, int(rng.integers(1, 200))).tolist()) for _ in range(25)]
     for body in samples:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -11,7 +11,9 @@ from mecharm_sim.physics import GRASP_XZ_TOL_M, GRIP_CONTACT, classify_drop
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, BOX_HEIGHT_M, BOX_INNER_M, BOX_OUTER_M
 
 
-def _pick_layout(rig, dx: float = 0.0, dz: float = 0.0, box: tuple[float, float] | None = None) -> None:
+def _pick_layout(
+    rig, dx: float = 0.0, dz: float = 0.0, box: tuple[float, float] | None = None
+) -> None:
     tx, _, tz = rig.tip(rig.PICK)
     px, _, pz = rig.tip(rig.PLACE)
     rig.layout((tx + dx, tz + dz), box or (px, pz))
@@ -32,7 +34,11 @@ def test_grasp_when_tip_is_at_block_and_block_follows_tip(rig) -> None:
     after = rig.wc.truth()["block"]
     tip = rig.tip(rig.HOME)
     # the block keeps its offset to the tip
-    off = (before[0] - rig.tip(rig.PICK)[0], before[1] - rig.tip(rig.PICK)[1], before[2] - rig.tip(rig.PICK)[2])
+    off = (
+        before[0] - rig.tip(rig.PICK)[0],
+        before[1] - rig.tip(rig.PICK)[1],
+        before[2] - rig.tip(rig.PICK)[2],
+    )
     assert after["x"] == pytest.approx(tip[0] + off[0], abs=1e-6)
     assert after["y"] == pytest.approx(tip[1] + off[1], abs=1e-6)
     assert after["y"] > 0.15

@@ -47,8 +47,14 @@ def test_scene_files_load() -> None:
     ("text", "needle"),
     [
         ("block: {x: 0.2, z: 0.26}\n", "box: Field required"),
-        ("block: {x: 0.2, z: 0.26}\nbox: {x: -0.2, z: 0.18}\ncolour: red\n", "colour: Extra inputs"),
-        ("block: {x: 0.9, z: 0.26}\nbox: {x: -0.2, z: 0.18}\n", "block at (0.9, 0.26) is not on the mat"),
+        (
+            "block: {x: 0.2, z: 0.26}\nbox: {x: -0.2, z: 0.18}\ncolour: red\n",
+            "colour: Extra inputs",
+        ),
+        (
+            "block: {x: 0.9, z: 0.26}\nbox: {x: -0.2, z: 0.18}\n",
+            "block at (0.9, 0.26) is not on the mat",
+        ),
         ("block: {x: zero, z: 0.26}\nbox: {x: -0.2, z: 0.18}\n", "block.x"),
         ("block: {x: -0.2, z: 0.2}\nbox: {x: -0.2, z: 0.18}\n", "they overlap"),
         ("- 1\n- 2\n", "top level must be a mapping"),
