@@ -124,8 +124,8 @@ class SceneSnapshot:
             lt = scene.layout.lighting
             return cls(
                 version=scene.version,
-                block_xyz=tuple(scene.block_xyz),
-                block_yaw_deg=scene.block_yaw_deg,  # type: ignore[arg-type]
+                block_xyz=tuple(scene.block_xyz),  # type: ignore[arg-type]
+                block_yaw_deg=scene.block_yaw_deg,
                 box=scene.box,
                 grasped=scene.grasped,
                 resting_on=scene.resting_on,
