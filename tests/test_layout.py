@@ -10,6 +10,8 @@ offline tools.
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,53 @@ def test_pi_modules_never_import_what_the_pi_does_not_install() -> None:
             broken += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
                        if n.split(".")[0] in NOT_ON_PI]  # fmt: skip
     assert not broken, "the Pi profile does not install these:\n" + "\n".join(broken)
+
+
+#: distribution name -> import name, for the dependencies whose names differ
+_IMPORT_NAME = {"pyserial": "serial", "opencv-python-headless": "cv2", "pyyaml": "yaml",
+                "pydantic-settings": "pydantic_settings"}  # fmt: skip
+#: extra -> the packages (or modules) it installs libraries for
+_EXTRA_USERS = {
+    "pi": ("daemon_pi", "mecharm_sim/arm.py", "mecharm_sim/firmware.py"),
+    "sim": ("mecharm_sim",),
+    "recorder": ("recorder", "mecharm_cameras"),
+    "runtime": ("mecharm_runtime", "mecharm_cameras"),
+    "tools": ("mecharm_tools",),
+}
+
+
+def _requirements(specs: list[str]) -> list[str]:
+    """Distribution names of a requirement list, without the project's own extras."""
+    names = [re.split(r"[<>=!~\[; ]", s, maxsplit=1)[0].strip().lower() for s in specs]
+    return [n for n in names if n != "mecharm-rig"]
+
+
+def _top_imports(paths: list[Path]) -> set[str]:
+    return {name.split(".")[0] for p in paths for _line, name in _imports(p)}
+
+
+def test_every_dependency_is_imported_where_its_profile_installs_it() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    unused = []
+    for extra, users in _EXTRA_USERS.items():
+        paths = [
+            q
+            for u in users
+            for q in ((ROOT / u).rglob("*.py") if (ROOT / u).is_dir() else [ROOT / u])
+        ]
+        imported = _top_imports(paths)
+        unused += [
+            f"[{extra}] {d}"
+            for d in _requirements(extras[extra])
+            if _IMPORT_NAME.get(d, d) not in imported
+        ]
+    every = _top_imports([p for pkg in ALLOWED for p in _modules(pkg)])
+    unused += [
+        f"[base] {d}"
+        for d in _requirements(project["dependencies"])
+        if _IMPORT_NAME.get(d, d) not in every
+    ]
+    assert not unused, "declared but not imported by the code its profile is for:\n" + "\n".join(
+        unused
+    )
