@@ -655,10 +655,6 @@ BODIES: dict[Stage, Callable[[TrialContext], Awaitable[Outcome]]] = {
 # ==================================================================== driver
 
 
-class ForcedStop(Exception):
-    """The operator asked to stop at once (second Ctrl-C)."""
-
-
 async def _run_body(
     ctx: TrialContext, stage: Stage, force: asyncio.Event | anyio.Event | None
 ) -> tuple[Outcome, str]:
@@ -690,7 +686,7 @@ async def _run_body(
             outcome, reason = Outcome.FAIL, f"{stage.value}: {_describe_error(exc)}"
         finally:
             tg.cancel_scope.cancel()  # the watcher, and anything else the stage left running
-    if forced and not reason:
+    if forced:  # whatever the cancelled body raised on its way out, the operator stopped it
         outcome, reason = Outcome.FAIL, f"forced stop during {stage.value} (operator)"
     return outcome, reason
 
