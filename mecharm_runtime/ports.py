@@ -98,7 +98,7 @@ class ArmPort(Protocol):
 
 @dataclass(frozen=True)
 class SceneObservation:
-    """Stage2's result: block and box on the mat (Unity x, z metres) from the same captures."""
+    """The detect stage's result: block and box on the mat (Unity x, z metres) from the same captures."""
 
     ok: bool
     reason: str = ""

@@ -64,7 +64,7 @@ _PICK_ARMS = (
 )
 _PICK_J0 = (-28.0, -38.0, -48.0)
 # Place bases: the approach_place pose itself turned to j0 = 20..80 every 10 degrees
-# (its ±15 degree lattice is exactly the joint_tol box of stage 8), plus the same
+# (its ±15 degree lattice is exactly the joint_tol box of descend_place), plus the same
 # shifted by ±2.5 degrees on j1, j2, j4.
 _PLACE_J0 = (20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0)
 _SHIFT = 2.5
