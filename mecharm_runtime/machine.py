@@ -285,7 +285,7 @@ class TrialContext:
         else:
             await self.arm.set_gripper_value(s.gripper_close_value, s.gripper_speed)
             value = s.gripper_close_value
-        self.trace.decision("gripper", {"action": action, "note": note})
+        self.trace.decision("gripper", {"action": action, "note": note, "value": value})
         self.recorder.gripper(value, f"{self.stage}:{action}: {note}")
         await self.sleep(s.gripper_settle_s)
 

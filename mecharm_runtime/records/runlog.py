@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.fsutil import atomic_write_json
-from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_runtime.records.trace import jsonable
 
 __all__ = ["SECTIONS", "build_runlog", "write_runlog"]
@@ -103,13 +102,8 @@ def build_runlog(
                 out["lookups"].append({"stage": stage, "kind": lk, **value})
             elif kind == "guard":
                 out["guards"].append({"stage": stage, **value})
-            elif kind == "gripper":
-                sent = (
-                    GRIPPER_OPEN_VALUE
-                    if value.get("action") == "open"
-                    else constants.get("gripper_close_value", GRIPPER_CLOSE_VALUE)
-                )
-                out["gripper"].append({"stage": stage, **value, "value": sent, "ts": e.get("ts")})
+            elif kind == "gripper":  # {action, note, value}: the value is what the jaws were sent
+                out["gripper"].append({"stage": stage, **value, "ts": e.get("ts")})
             elif kind == "correction":
                 out["correction"] = value
             elif kind == "place_band":
@@ -140,8 +134,9 @@ def build_runlog(
     after = dict(after or {})
     if "recording" in after:
         out["recording"] = after.pop("recording")
-    if out["result"] is not None:
-        out["result"].update(after)
+    if out["result"] is None:  # a trace cut short (the trial was cancelled): say so, keep the rest
+        out["result"] = {"status": None, "reason": "the trace has no result line"}
+    out["result"].update(after)
     return jsonable(out)  # type: ignore[no-any-return]
 
 

@@ -10,12 +10,12 @@ found, or an arc file is missing). With several traces the worst code wins.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import yaml
 
 from mecharm_common.config import ConfigError, load_settings
@@ -195,11 +195,12 @@ def replay_one(
             )
         notes = [f"{msg} (replayed anyway: --allow-table-mismatch)", *notes]
     try:
-        result = asyncio.run(
-            asyncio.wait_for(
-                replay(recorded, settings, table, arc_pick, arc_place, notes), REPLAY_TIMEOUT_S
-            )
-        )
+
+        async def bounded() -> ReplayResult:
+            with anyio.fail_after(REPLAY_TIMEOUT_S):
+                return await replay(recorded, settings, table, arc_pick, arc_place, notes)
+
+        result = anyio.run(bounded)
     except TimeoutError:
         return (
             EXIT_DIFFERENT,

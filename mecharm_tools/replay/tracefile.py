@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_runtime.machine import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
@@ -275,8 +276,11 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
     return Recorded(path, lines, header, result, checksum, memories, inputs, instances)
 
 
+#: a former stage name where reasons carry one: "<stage>: ..." and "forced stop during <stage> "
 _FORMER = re.compile(
-    r"\b(" + "|".join(sorted(map(re.escape, FORMER_NAMES), key=len, reverse=True)) + r")\b"
+    r"(^|forced stop during )("
+    + "|".join(sorted(map(re.escape, FORMER_NAMES), key=len, reverse=True))
+    + r")(?=: | \()"
 )
 
 
@@ -285,15 +289,18 @@ _FORMER_CONSTANTS = {"gripper_sleep_s": "gripper_settle_s"}
 
 
 def _renamed(text: str) -> str:
-    return _FORMER.sub(lambda m: FORMER_NAMES[m.group(1)], text)
+    """Former stage names where a reason names its stage; other words (e.g. "correction") stay."""
+    return _FORMER.sub(lambda m: m.group(1) + FORMER_NAMES[m.group(2)], text)
 
 
 def upgrade_lines(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
     """First-format traces (no ``format`` on the trial line) with today's stage names.
 
     Stage names appear as the ``stage`` of every line, as ``frm``/``to`` of
-    transitions and in abort reasons ("stage4_pick: ..."); one setting was renamed
-    (``gripper_sleep_s``). Nothing else is touched, so decisions compare exactly as
+    transitions and in abort reasons ("stage4_pick: ...", "forced stop during
+    stage2 (operator)"); one setting was renamed (``gripper_sleep_s``); gripper
+    decisions gain the value the action sent (open 100, close the recorded
+    ``gripper_close_value``). Nothing else is touched, so decisions compare as
     recorded.
     """
     if not lines or lines[0][1].get("event") != "trial" or "format" in lines[0][1]:
@@ -310,6 +317,15 @@ def upgrade_lines(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, di
                 e[key] = FORMER_NAMES.get(e[key], e[key])
         if e.get("event") in ("transition", "result") and isinstance(e.get("reason"), str):
             e["reason"] = _renamed(e["reason"])
+        if (
+            e.get("event") == "decision"
+            and e.get("kind") == "gripper"
+            and isinstance(e.get("value"), dict)
+        ):
+            # format 1 traced the action only; its value followed from it (docs/runtime.md, "Gripper")
+            close = lines[0][1]["constants"].get("gripper_close_value", GRIPPER_CLOSE_VALUE)
+            sent = GRIPPER_OPEN_VALUE if e["value"].get("action") == "open" else close
+            e["value"] = {**e["value"], "value": sent}
         out.append((n, e))
     return out
 

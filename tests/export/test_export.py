@@ -166,6 +166,23 @@ def test_video_with_fewer_frames_than_log_is_refused(
     assert not (tmp_path / "ds").exists()  # nothing to export: nothing written
 
 
+def test_rows_out_of_time_order_are_refused_not_resorted(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """The action is what was sent, in the order it was sent: a states.csv whose joint rows go
+    back in time is refused (naming the line), never silently re-sorted into another action."""
+    a = recs.write(data_root, recs.stem(1), seed=1, duration=2.5)
+    lines = (a.path / STATES).read_text().splitlines()
+    i = next(k for k, line in enumerate(lines) if ",commanded," in line)
+    j = next(k for k in range(i + 1, len(lines)) if ",measured," in lines[k])
+    lines[i], lines[j] = lines[j], lines[i]  # a reading before the send that it followed
+    (a.path / STATES).write_text("\n".join(lines) + "\n")
+    recs.ledger(data_root, a)
+    rep = export_lerobot(data_root, tmp_path / "ds", SETTINGS)
+    (refused,) = rep.refused
+    assert "goes back in time" in refused.reason and f"{STATES} line {j + 1}" in refused.reason
+
+
 def test_no_measured_rows_and_bad_states_are_refused(
     recs: Any, data_root: Path, tmp_path: Path
 ) -> None:
