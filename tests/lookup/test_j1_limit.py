@@ -89,6 +89,7 @@ def low(default_table_path: Path) -> FkTable:
     return load_table(default_table_path, j1_max=LOW).warm([PICK_BAND, PLACE_BAND])
 
 
+@pytest.mark.slow  # a 20 mm grid through every search path
 def test_lowered_limit_no_lookup_returns_j1_above_it(low: FkTable, default_table: FkTable) -> None:
     grid_only = load_table(low.path, j1_max=LOW)  # type: ignore[arg-type]
     grid_only.index.view_after = 0  # pin the whole-table grid path (no band views)
@@ -122,6 +123,7 @@ def test_lowered_limit_is_named_in_reasons_and_violations(low: FkTable) -> None:
     assert joint_violations([0.0, 70.0, 0.0, 0.0, 0.0, 0.0]) == ()
 
 
+@pytest.mark.slow  # a 20 mm grid through every search path
 def test_default_limit_gives_the_answers_of_the_fixed_88(
     default_table: FkTable, default_table_path: Path
 ) -> None:

@@ -166,6 +166,7 @@ async def test_full_trial_completes_with_all_records(
     assert "pick_x200_z260" in mem["entries"]
 
 
+@pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
 @pytest.mark.asyncio
 async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -243,6 +244,7 @@ async def test_lookup_failure_goes_through_exit_path_to_home(
     assert [s["step"] for s in exit_ev["value"]["steps"]][-1] == "fresh mode off"
 
 
+@pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
 @pytest.mark.asyncio
 async def test_pick_retry_then_success(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -257,6 +259,7 @@ async def test_pick_retry_then_success(
     assert stages.count("detect:ok") == 2
 
 
+@pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
 @pytest.mark.asyncio
 async def test_pick_judged_no_three_times_aborts(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
