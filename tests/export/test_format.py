@@ -19,7 +19,15 @@ from mecharm_tools.export.lerobot import export_lerobot
 from mecharm_tools.export.stats import aggregate_stats, image_stats, vector_stats
 from mecharm_tools.export.verify import verify_dataset
 
-REF = Path("/work/shared/reference/lerobot-v3.0-example")
+#: shared/ sits beside the repository (a CI clone gets a copy there); /work/shared otherwise
+REF = next(
+    (
+        p / "reference" / "lerobot-v3.0-example"
+        for p in (Path(__file__).resolve().parents[3] / "shared", Path("/work/shared"))
+        if (p / "reference" / "lerobot-v3.0-example").is_dir()
+    ),
+    Path("/work/shared/reference/lerobot-v3.0-example"),
+)
 needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="lerobot reference dataset not available")
 
 
