@@ -64,16 +64,7 @@ def state_row(event: Any, stage: str, note: str = "") -> list[str]:
     row: dict[str, Any] = {"ts": event.ts, "event_type": event.type, "stage": stage, "note": note}
     if isinstance(event, Commanded | Measured):
         row.update({f"j{i}": a for i, a in enumerate(event.angles)})
-    if isinstance(event, Commanded):
-        row.update(
-            speed=event.speed,
-            ts_send=event.ts_send,
-            ts_arrival=event.ts_arrival,
-            attempt=event.attempt,
-            arrived=event.arrived,
-            note=event.note,
-        )
-    elif isinstance(event, Arrival):
+    if isinstance(event, Commanded | Arrival):
         row.update(
             ts_send=event.ts_send,
             ts_arrival=event.ts_arrival,
@@ -81,6 +72,8 @@ def state_row(event: Any, stage: str, note: str = "") -> list[str]:
             arrived=event.arrived,
             note=event.note,
         )
+        if isinstance(event, Commanded):
+            row["speed"] = event.speed
     elif isinstance(event, Gripper):
         row.update(gripper_state=event.state, note=event.note)
     elif isinstance(event, Stage):
