@@ -107,6 +107,25 @@ def test_bad_input_value(
     assert rc == 2 and f":{j + 1}: input pick_verdict: bad value" in msg
 
 
+def test_bad_sent_input_and_log_line(
+    tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = _lines()
+    j = _first(lines, "input", "sent")
+    lines[j] = _edit(lines[j], value={"t": 1.0, "angles": [0, 0, 0]})
+    rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
+    assert rc == 2 and f":{j + 1}: input sent: bad value: expected 6 sent angles" in msg
+    lines = _lines()
+    lines[j] = _edit(lines[j], value={"angles": [0, 0, 0, 0, 0, 0]})
+    rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
+    assert rc == 2 and f":{j + 1}: input sent: bad value" in msg
+    lines = _lines()
+    k = _first(lines, "log")
+    lines[k] = _edit(lines[k], section=None)
+    rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
+    assert rc == 2 and f":{k + 1}: log line without a section" in msg
+
+
 def test_lines_missing_or_reordered(
     tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

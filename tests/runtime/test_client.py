@@ -9,6 +9,7 @@ import pytest
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import run_server
+from mecharm_runtime.arm import DaemonArm
 from mecharm_runtime.client import (
     ArmNoReply,
     ArmRefused,
@@ -16,8 +17,10 @@ from mecharm_runtime.client import (
     ConnectionLost,
     DaemonBusy,
     DaemonClient,
+    DaemonError,
     DaemonTimeout,
 )
+from mecharm_runtime.ports import RealClock
 from mecharm_sim.arm import SimArm, SimArmConfig
 
 from .conftest import SimDaemon
@@ -136,3 +139,45 @@ async def test_cancelled_request_keeps_the_connection_usable() -> None:
         await c.stop()  # the forced-stop path: goes through after the stale reply is dropped
         assert await c.get_angles() == [1, 2, 3, 4, 5, 6]
         await c.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "result",
+    [
+        None,
+        {},
+        {"angles": [1, 2, 3]},
+        {"angles": [1, 2, 3, 4, 5, "6"]},
+        {"angles": [1, 2, 3, 4, 5, True]},
+    ],
+    ids=["null", "no-angles", "five-short", "a-string", "a-bool"],
+)
+async def test_send_reply_without_the_sent_angles_is_an_error_not_a_guess(result: object) -> None:
+    """The dataset records what the daemon says it sent: a reply that does not say it is refused
+    with a message naming the reply and the fix, and nothing is made up from the request."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            req = json.loads(line)
+            writer.write(
+                json.dumps({"id": req["id"], "ok": True, "result": result}).encode() + b"\n"
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        c = DaemonClient("127.0.0.1", port)
+        await c.connect()
+        arm = DaemonArm(c, RealClock())
+        with pytest.raises(
+            DaemonError, match=r"does not say which angles were sent.*update the daemon"
+        ):
+            await arm.send_angles([0.0, 10.0, 0.0, 0.0, 0.0, -30.0], 20)
+        assert c.is_connected  # a refused reply is a trial error, the connection stays usable
+        await c.aclose()
+    finally:
+        server.close()
+        await server.wait_closed()
