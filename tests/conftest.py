@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -31,3 +33,28 @@ def _fresh_structlog() -> Iterator[None]:
     events from ``structlog.testing.capture_logs``."""
     yield
     structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def fk_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default FK table, built once for all xdist workers (file lock) and reused.
+
+    The directory is keyed by the source of the code that builds the table, so a table
+    left by an older build in the shared temp dir is never mistaken for today's default.
+    """
+    import hashlib
+
+    import mecharm_common.kinematics
+    import mecharm_runtime.lookup.build
+    from mecharm_runtime.lookup import ensure_table, load_table
+
+    h = hashlib.sha256()
+    for mod in (mecharm_runtime.lookup.build, mecharm_common.kinematics):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    shared = tmp_path_factory.getbasetemp().parent / f"fk_{h.hexdigest()[:12]}"
+    shared.mkdir(exist_ok=True)
+    with open(shared / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        load_table(ensure_table(shared))  # builds the table and its cache once
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return shared
