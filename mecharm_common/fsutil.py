@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -13,11 +15,14 @@ from typing import Any
 
 __all__ = [
     "NAME_MAX",
+    "DataRootGuard",
+    "StorageFault",
     "UnsafeNameError",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
     "check_data_root",
+    "describe_os_error",
     "safe_join",
     "validate_name",
 ]
@@ -99,3 +104,97 @@ def check_data_root(root: Path, require_mount: bool = False) -> str | None:
     except OSError as exc:
         return f"data root {root} is not writable: {exc.strerror or exc}"
     return None
+
+
+class StorageFault(RuntimeError):
+    """The data root cannot take a write now (gone, another device, full, read-only)."""
+
+
+def describe_os_error(exc: BaseException, what: str = "") -> str:
+    """``No space left on device (ENOSPC) writing the trace``: the errno name an operator can search."""
+    if isinstance(exc, StorageFault):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        text = f"{exc.strerror or os.strerror(exc.errno)} ({name})"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return f"{text} {what}".strip() if what else text
+
+
+class DataRootGuard:
+    """One guard for every file a process creates under the data root (docs/reliability.md).
+
+    ``check_data_root`` says whether a root is usable; this object also remembers what
+    the root *was* when the session started (its device, whether it was a mount
+    point), because after ``umount -l`` the same path silently becomes a folder on
+    the local disk: same name, another device. ``problem()`` is a few ``stat`` calls,
+    cheap enough to run before every file is created and at every stage boundary;
+    ``problem(probe=True)`` also writes and removes a probe file (full or read-only
+    disks). A root that comes back as a *mount point* on a new device (the SSD
+    plugged in again) is adopted again by ``rebind()``; a bare folder never is.
+    """
+
+    def __init__(self, root: Path, require_mount: bool = False) -> None:
+        self.root = Path(root)
+        self.require_mount = require_mount
+        problem = check_data_root(self.root, require_mount)
+        if problem is not None:
+            raise StorageFault(problem)
+        st = os.stat(self.root)
+        self.device = st.st_dev
+        self.was_mount = os.path.ismount(self.root)
+
+    def problem(self, probe: bool = False) -> str | None:
+        """None when the root is still the one the session started with, else the reason."""
+        try:
+            st = os.stat(self.root)
+        except OSError as exc:
+            return f"data root {self.root} is gone: {describe_os_error(exc)}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"data root {self.root} is not a directory any more"
+        if st.st_dev != self.device:
+            what = "unmounted" if not os.path.ismount(self.root) else "mounted again"
+            return f"data root {self.root} is not the device it was at start ({what})"
+        if (self.require_mount or self.was_mount) and not os.path.ismount(self.root):
+            return f"data root {self.root} is not a mount point"
+        if probe:
+            return check_data_root(self.root, self.require_mount)
+        return None
+
+    def ensure(self, probe: bool = False) -> None:
+        """Raise StorageFault naming the reason unless the root is fit to write to."""
+        problem = self.problem(probe)
+        if problem is not None:
+            raise StorageFault(problem)
+
+    def rebind(self) -> bool:
+        """Adopt a root that came back as a mount point on a new device; True when usable now."""
+        if self.problem(probe=True) is None:
+            return True
+        if not (self.require_mount or self.was_mount) or not os.path.ismount(self.root):
+            return False  # a bare folder where the mount was: the local disk, never adopted
+        if check_data_root(self.root, self.require_mount) is not None:
+            return False
+        self.device = os.stat(self.root).st_dev
+        return True
+
+    def inside(self, path: Path) -> Path:
+        """``path`` resolved, refusing anything that leaves the root."""
+        root_r = self.root.resolve()
+        p = Path(path).resolve()
+        if p != root_r and root_r not in p.parents:
+            raise StorageFault(f"{p} is outside the data root {root_r}")
+        return p
+
+    def mkdir(self, path: Path, *, exist_ok: bool = True) -> Path:
+        """Create a folder under the root (parents too) after the guard check."""
+        self.ensure()
+        p = self.inside(path)
+        p.mkdir(parents=True, exist_ok=exist_ok)
+        return p
+
+    def write_atomic(self, path: Path, data: bytes) -> None:
+        """Guarded ``atomic_write_bytes``; the folder must already exist under the root."""
+        self.ensure()
+        atomic_write_bytes(self.inside(path), data)

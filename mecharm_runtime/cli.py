@@ -19,6 +19,9 @@ from mecharm_runtime.trial import DataRootError
 __all__ = ["build_parser", "main"]
 
 DEFAULT_CONFIG = Path("configs/runtime.yaml")
+#: exit codes (README, "The runtime"): 0 ok, 1 failure, 2 bad config, 3 data root refused at
+#: start, 4 the data root failed mid-session and did not come back (records pending or lost)
+EXIT_STORAGE = 4
 log = get_logger("mecharm_runtime.cli")
 
 
@@ -101,6 +104,8 @@ async def _amain(settings: RuntimeSettings) -> int:
         f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
         + (f"; stopped: {report.stopped_by}" if report.stopped_by else "")
     )
+    if report.storage_problem or report.records_lost:
+        return EXIT_STORAGE
     return 0
 
 

@@ -42,6 +42,8 @@ class RuntimeSettings(RigSettings):
     frame_timeout_s: float = Field(2.0, gt=0)
     recording_wait_s: float = Field(2.0, ge=0)
     recording_poll_s: float = Field(0.1, gt=0)
+    #: how long the next trial waits for an unwritable data root to come back (docs/reliability.md)
+    storage_wait_s: float = Field(600.0, ge=0)
     top_camera: str = "http://127.0.0.1:8081/top.mjpg"
     sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
     fk_data_dir: Path | None = (

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_cameras import CameraSource, is_fresh
+from mecharm_common.fsutil import DataRootGuard
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import DryRunArm
@@ -67,8 +68,11 @@ class CameraEyes:
         max_failed_reads: int = 30,
         flush_frames: int = 1,
         max_age_s: float = 0.0,
+        guard: DataRootGuard | None = None,
     ) -> None:
         self.camera = camera
+        # images are records too: written only while the data root is the session's own
+        self.guard = guard
         self.judge: Judge = judge or GeometricJudge(config)
         self.homography_frames = homography_frames
         self.detect_repeat = detect_repeat
@@ -124,9 +128,13 @@ class CameraEyes:
     async def grab(self, n: int, tag: str) -> tuple[list[NDArray[np.uint8]], str]:
         frames = await to_thread(self._grab_sync, n)
         path = ""
-        if self.run_dir is not None:
+        if self.run_dir is not None and (self.guard is None or self.guard.problem() is None):
             p = self.run_dir / f"{tag}.jpg"
-            ok = await to_thread(cv2.imwrite, str(p), frames[0])
+            try:
+                ok = await to_thread(cv2.imwrite, str(p), frames[0])
+            except cv2.error as exc:  # a full or read-only disk: the image is lost, not the trial
+                log.warning("image_not_written", path=str(p), error=str(exc).strip()[:200])
+                ok = False
             path = p.name if ok else ""
         return frames, path
 

@@ -187,6 +187,8 @@ class TrialContext:
     state: TrialState = field(default_factory=TrialState)
     stage: Stage = Stage.OPEN_GRIPPER_HOME
     on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
+    #: the data root's fault, if any (records/trace.py); read before each stage (docs/reliability.md)
+    storage_fault: Callable[[], str | None] = lambda: None
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -701,7 +703,14 @@ async def run_stages(
         ctx.trace.stage = stage.value
         ctx.recorder.stage(stage.value)
         t0 = time.monotonic()
-        outcome, reason = await _run_body(ctx, stage, force)
+        # a storage fault ends the trial at the next stage boundary through the exit path,
+        # but never while the block is in the gripper: the place goes on to the release
+        problem = None if ctx.state.holding else ctx.storage_fault()
+        if problem is not None:
+            outcome, reason = Outcome.FAIL, f"storage ({problem})"
+            log.error("storage_fault", stage=stage.value, reason=problem)
+        else:
+            outcome, reason = await _run_body(ctx, stage, force)
         elapsed = time.monotonic() - t0
         ctx.state.stage_times[stage.value] = ctx.state.stage_times.get(stage.value, 0.0) + elapsed
         nxt = next_stage(stage, outcome)

@@ -9,8 +9,10 @@ aborts that trial; the service reconnects only *between* trials, and says so.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
+import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
 from mecharm_cameras import CameraError, open_camera
-from mecharm_common.fsutil import check_data_root
+from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.arm import DaemonArm, DryRunArm
@@ -40,7 +44,9 @@ log = get_logger("mecharm_runtime.service")
 
 
 @asynccontextmanager
-async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, DaemonClient | None]]:
+async def open_rig(
+    settings: RuntimeSettings, guard: DataRootGuard | None = None
+) -> AsyncIterator[tuple[Rig, DaemonClient | None]]:
     """Everything a session needs; released in reverse order, also when set-up fails half-way."""
     s = settings
     clock = RealClock()
@@ -69,6 +75,7 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
             detect_repeat=s.detect_repeat,
             box_fallback_xz=s.box_xz_fallback,
             box_score_thresh=s.box_score_thresh,
+            guard=guard,
         )
         if s.dry_run:
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
@@ -104,6 +111,7 @@ async def open_rig(settings: RuntimeSettings) -> AsyncIterator[tuple[Rig, Daemon
             arc_place,
             arm_alive=alive,
             dry_run=s.dry_run,
+            guard=guard,
         )
         yield rig, client
     finally:
@@ -136,13 +144,62 @@ def summary_line(t: TrialSummary) -> str:
     )
     verdicts = f"pick {t.pick_verdict or '-'} place {t.place_verdict or '-'}"
     why = f" ({t.reason})" if t.reason else ""
-    return f"{t.run_stem}: {t.status}{why}; {verdicts}; {t.duration_s:.1f}s; {t.moves} moves; {rec_txt}"
+    pending = f"; NOT WRITTEN YET: {', '.join(t.records_pending)}" if t.records_pending else ""
+    return (
+        f"{t.run_stem}: {t.status}{why}; {verdicts}; {t.duration_s:.1f}s; {t.moves} moves; "
+        f"{rec_txt}{pending}"
+    )
 
 
 @dataclass
 class ServiceReport:
     trials: list[TrialSummary] = field(default_factory=list)
     stopped_by: str = ""
+    #: the data root failed and the session stopped for it (the CLI exits with its own code)
+    storage_problem: str = ""
+    #: records that never reached the data root (empty when none were lost)
+    records_lost: str = ""
+
+
+async def wait_for_storage(
+    rig: Rig, settings: RuntimeSettings, stop: asyncio.Event | anyio.Event, out: TextIO
+) -> str | None:
+    """Before a trial: the data root must take writes and the backlog must be written.
+
+    Returns None when the next trial may start, else why the session stops. Waits at
+    most ``storage_wait_s`` for the operator to free space or plug the SSD back in,
+    saying so once on the console (docs/reliability.md, "Storage faults").
+    """
+    guard, backlog = rig.guard, rig.backlog
+    if guard is None:
+        return None
+    deadline = time.monotonic() + settings.storage_wait_s
+    told = False
+    while True:
+        problem = None if guard.rebind() else guard.problem(probe=True) or "data root unusable"
+        if problem is None:
+            written = backlog.flush(guard)
+            if written:
+                print(f"data root ok: wrote {written} pending record(s)", file=out, flush=True)
+            if not backlog:
+                if told:
+                    log.info("storage_back")
+                return None
+            problem = f"{len(backlog)} record(s) still pending: {backlog.items[0].error}"
+        if not told:
+            log.error("storage_wait", reason=problem, wait_s=settings.storage_wait_s)
+            print(
+                f"data root unwritable: {problem}; next trial waits up to "
+                f"{settings.storage_wait_s:g} s for it (free space or reconnect the disk; "
+                "Ctrl-C stops)",
+                file=out,
+                flush=True,
+            )
+            told = True
+        left = deadline - time.monotonic()
+        if stop.is_set() or left <= 0:
+            return problem
+        await anyio.sleep(min(0.5, left))
 
 
 async def run_service(
@@ -158,47 +215,79 @@ async def run_service(
     out = out or sys.stdout
     sigs = signals or ShutdownSignals()
     report = ServiceReport()
-    problem = check_data_root(Path(settings.data_root), require_mount=settings.require_mount)
-    if problem is not None:  # before any set-up: never write anywhere else
-        raise DataRootError(problem)
+    try:  # before any set-up: never write anywhere else
+        guard = DataRootGuard(Path(settings.data_root), settings.require_mount)
+    except StorageFault as exc:
+        raise DataRootError(str(exc)) from None
 
     def status(stage: str, outcome: str, reason: str) -> None:
         print(f"  {stage:<22} {outcome}{'  ' + reason if reason else ''}", file=out, flush=True)
 
-    async with open_rig(settings) as (rig, client):
-        i = 0
-        while settings.trials is None or i < settings.trials:
-            if sigs.stop.is_set():
-                report.stopped_by = "signal"
-                break
-            if i > 0 and confirm is not None and not await confirm():
-                report.stopped_by = "operator declined"
-                break
-            seed = await between_trials(i) if between_trials is not None else None
-            if client is not None and not client.is_connected:
-                log.warning("daemon_reconnect", reason="connection lost in the previous trial")
-                print(
-                    "reconnecting to the daemon (lost in the previous trial)", file=out, flush=True
-                )
-                try:
-                    await client.connect()
-                except DaemonError as exc:
-                    print(f"daemon unavailable: {exc}; stopping", file=out, flush=True)
-                    report.stopped_by = f"daemon unavailable: {exc}"
-                    break
-            print(
-                f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
-                file=out,
-                flush=True,
-            )
-            summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
-            report.trials.append(summary)
-            print(summary_line(summary), file=out, flush=True)
-            i += 1
-            if sigs.force.is_set():
-                report.stopped_by = "forced stop"
-                break
+    async with open_rig(settings, guard) as (rig, client):
+        try:
+            await _trials(rig, client, settings, sigs, report, out, status, confirm, between_trials)
+        finally:
+            _account_backlog(rig, report, out)
     return report
+
+
+def _account_backlog(rig: Rig, report: ServiceReport, out: TextIO) -> None:
+    """At exit: one last try for the pending records; what is left is reported lost, with counts."""
+    if not rig.backlog or rig.guard is None:
+        return
+    if rig.guard.rebind():
+        rig.backlog.flush(rig.guard)
+    if rig.backlog:
+        report.records_lost = rig.backlog.describe()
+        log.error("records_lost", count=len(rig.backlog), detail=report.records_lost)
+        print(f"RECORDS LOST (data root unwritable): {report.records_lost}", file=out, flush=True)
+
+
+async def _trials(
+    rig: Rig,
+    client: DaemonClient | None,
+    settings: RuntimeSettings,
+    sigs: ShutdownSignals,
+    report: ServiceReport,
+    out: TextIO,
+    status: Callable[[str, str, str], None],
+    confirm: Callable[[], Awaitable[bool]] | None,
+    between_trials: Callable[[int], Awaitable[int | None]] | None,
+) -> None:
+    i = 0
+    while settings.trials is None or i < settings.trials:
+        if sigs.stop.is_set():
+            report.stopped_by = "signal"
+            break
+        problem = await wait_for_storage(rig, settings, sigs.stop, out)
+        if problem is not None:
+            report.stopped_by = report.storage_problem = f"storage: {problem}"
+            break
+        if i > 0 and confirm is not None and not await confirm():
+            report.stopped_by = "operator declined"
+            break
+        seed = await between_trials(i) if between_trials is not None else None
+        if client is not None and not client.is_connected:
+            log.warning("daemon_reconnect", reason="connection lost in the previous trial")
+            print("reconnecting to the daemon (lost in the previous trial)", file=out, flush=True)
+            try:
+                await client.connect()
+            except DaemonError as exc:
+                print(f"daemon unavailable: {exc}; stopping", file=out, flush=True)
+                report.stopped_by = f"daemon unavailable: {exc}"
+                break
+        print(
+            f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
+            file=out,
+            flush=True,
+        )
+        summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
+        report.trials.append(summary)
+        print(summary_line(summary), file=out, flush=True)
+        i += 1
+        if sigs.force.is_set():
+            report.stopped_by = "forced stop"
+            break
 
 
 async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.fsutil import check_data_root
+from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
@@ -27,6 +27,7 @@ from mecharm_runtime.machine import Stage, TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.backlog import Backlog
 from mecharm_runtime.records.ledger import (
     LedgerError,
     RecordingInfo,
@@ -59,6 +60,9 @@ class Rig:
     arc_place: ArcPose
     arm_alive: Callable[[], bool] = lambda: True
     dry_run: bool = False
+    #: the session's data-root guard and the records still waiting for it (docs/reliability.md)
+    guard: DataRootGuard | None = None
+    backlog: Backlog = field(default_factory=Backlog)
 
 
 @dataclass
@@ -79,6 +83,8 @@ class TrialSummary:
     trace_path: Path
     stage_times: dict[str, float] = field(default_factory=dict)
     scene_seed: int | None = None
+    #: records not on disk yet (the data root failed); the service retries them
+    records_pending: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -143,18 +149,27 @@ async def run_trial(
     scene_seed: int | None = None,
     on_stage: Callable[[str, str, str], None] | None = None,
 ) -> TrialSummary:
-    """Run one trial. Raises DataRootError (before anything is written) when the root is unusable."""
+    """Run one trial. Raises DataRootError (before the arm moves) when the root is unusable.
+
+    A storage fault later on never raises: the trial ends safely with reason
+    ``storage (...)`` and what could not be written waits in ``rig.backlog``.
+    """
     s = rig.settings
     root = Path(s.data_root)
-    problem = check_data_root(root, require_mount=s.require_mount)
-    if problem is not None:
-        raise DataRootError(problem)
+    try:
+        guard = rig.guard or DataRootGuard(root, s.require_mount)
+        guard.ensure(probe=True)
+    except StorageFault as exc:
+        raise DataRootError(str(exc)) from None
     layout = DataRoot(root)
     stem = layout.next_run_stem()
     run_dir = layout.run_dir(stem)
-    run_dir.mkdir(parents=True, exist_ok=False)
     trace_path = layout.trace(stem)
-    trace = TraceWriter(trace_path)
+    try:
+        guard.mkdir(run_dir, exist_ok=False)
+        trace = TraceWriter(trace_path, guard)
+    except (OSError, StorageFault) as exc:
+        raise DataRootError(describe_os_error(exc, f"creating {run_dir}")) from None
     started_wall = rig.clock.wall()
     t0 = rig.clock.now()
     trace.stage = "start"
@@ -181,6 +196,7 @@ async def run_trial(
         heights=HeightMemory(layout.height_memory),
         run_dir=run_dir,
         on_stage=on_stage,
+        storage_fault=trace.check_storage,
     )
     trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)
@@ -196,11 +212,18 @@ async def run_trial(
         rig.recorder.trial_end(stem)
         raise
     status = "completed" if last is Stage.DONE else "stopped"
+    backlog = rig.backlog
     if not rig.dry_run:  # a dry run never teaches the memories (its tip is modelled)
-        ctx.corrections.save()
-        ctx.heights.save()
+
+        def save_memories() -> None:
+            ctx.corrections.save()
+            ctx.heights.save()
+
+        backlog.attempt(guard, stem, "memories", save_memories)
     trace.stage = "end"
     trace.result(status, reason)
+    if trace.pending:
+        backlog.add(stem, "trace", trace.recover, trace.fault or "")
     rig.recorder.trial_end(stem)
     duration = rig.clock.now() - t0
     if rig.recorder.enabled:
@@ -247,16 +270,18 @@ async def run_trial(
     }  # fmt: skip
     ledger_error = None
     try:
-        append_row(layout.ledger, row)
-    except (LedgerError, OSError) as exc:
+        backlog.attempt(guard, stem, "ledger row", lambda: append_row(layout.ledger, row))
+    except LedgerError as exc:
         ledger_error = str(exc)
         log.error("ledger_append_failed", run_stem=stem, error=ledger_error, row=row)
     runlog = build_runlog(trace.lines, trace_name=trace_path.name, after={
         "recording": rec.__dict__, "ended_at": row["ended_at"], "duration_s": round(duration, 3),
         "pick_verdict": summary.pick_verdict, "place_verdict": summary.place_verdict,
         "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
+        "storage_fault": trace.fault,
     })  # fmt: skip
-    write_runlog(layout.runlog(stem), runlog)
+    backlog.attempt(guard, stem, "run log", lambda: write_runlog(layout.runlog(stem), runlog))
+    summary.records_pending = [i.what for i in backlog.items if i.run_stem == stem]
     log.info(
         "trial_end",
         run_stem=stem,
@@ -266,5 +291,6 @@ async def run_trial(
         pick=summary.pick_verdict,
         place=summary.place_verdict,
         recording=rec.status,
+        records_pending=summary.records_pending or None,
     )
     return summary

@@ -15,14 +15,21 @@ docs/replay.md ("Trace format").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from mecharm_common.fsutil import DataRootGuard, describe_os_error
+from mecharm_common.logging import get_logger
 
 __all__ = ["DECISION_EVENTS", "TRACE_FORMAT", "TraceWriter", "jsonable", "read_trace"]
+
+log = get_logger("mecharm_runtime.records.trace")
 
 #: Event kinds that replay compares (inputs are fed, ``log`` lines are for people).
 DECISION_EVENTS = ("decision", "transition", "result")
@@ -55,14 +62,33 @@ def jsonable(value: Any) -> Any:
 
 
 class TraceWriter:
-    """Append-only JSONL writer; ``path=None`` keeps the lines in memory only."""
+    """Append-only JSONL writer; ``path=None`` keeps the lines in memory only.
 
-    def __init__(self, path: Path | None) -> None:
+    The trial's motion never depends on a write succeeding (docs/reliability.md): a
+    write that fails (disk full, I/O error, the root unmounted under it) cuts the file
+    back to its last whole line, sets ``fault`` to the reason and keeps every line in
+    memory; the stage machine reads ``fault`` at the next stage boundary and ends
+    the trial safely, and ``recover()`` appends the missing lines once the data root
+    is back. Lines go out with ``os.write`` on an unbuffered descriptor, so no
+    library buffer can hold half a line.
+    """
+
+    def __init__(self, path: Path | None, guard: DataRootGuard | None = None) -> None:
         self.path = path
+        self.guard = guard
         self.seq = 0
         self.stage: str | None = None
         self.lines: list[dict[str, Any]] = []
-        self._fh: IO[str] | None = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115
+        self.fault: str | None = None
+        self.written = 0  # lines[:written] are on disk
+        self._size = 0  # bytes on disk: everything up to the last whole line
+        self._fd: int | None = None
+        if path is not None:
+            if guard is not None:
+                guard.ensure()
+                guard.inside(path)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._size = os.fstat(self._fd).st_size
         self.closed = False
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -77,10 +103,73 @@ class TraceWriter:
             "ts": time.time(),
         }
         self.lines.append(line)
-        if self._fh is not None:
-            self._fh.write(json.dumps(line, allow_nan=False) + "\n")
-            self._fh.flush()
+        self._persist()
         return line
+
+    def _persist(self) -> None:
+        if self._fd is None or self.fault is not None:
+            return
+        data = "".join(json.dumps(ln, allow_nan=False) + "\n" for ln in self.lines[self.written :])
+        try:
+            _write_all(self._fd, data.encode("utf-8"))
+        except OSError as exc:
+            self._fail(describe_os_error(exc, "writing the trace"))
+            return
+        self._size += len(data.encode("utf-8"))
+        self.written = len(self.lines)
+
+    def _fail(self, reason: str) -> None:
+        """Stop writing: cut any half line off the end and keep the rest in memory."""
+        self.fault = reason
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._size)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def check_storage(self) -> str | None:
+        """The storage fault, if any: a failed write, or the guard finding the root changed."""
+        if self.fault is None and self.guard is not None and self._fd is not None:
+            problem = self.guard.problem()
+            if problem is not None:
+                self._fail(problem)
+        return self.fault
+
+    @property
+    def pending(self) -> int:
+        """Lines only in memory (written after a storage fault)."""
+        return len(self.lines) - self.written if self.path is not None else 0
+
+    def recover(self) -> int:
+        """Append the lines the file is missing once the root is back; returns how many.
+
+        The file on disk may hold fewer lines than ``written`` (a remounted SSD keeps
+        what reached it before the pull) or not exist at all (a fresh disk): the lines
+        whose ``seq`` is above the last whole line on disk are appended. Raises
+        OSError/StorageFault when the root still cannot take them.
+        """
+        if self.path is None or self.pending == 0:
+            return 0
+        if self.guard is not None:
+            self.guard.ensure(probe=True)
+            self.guard.inside(self.path)
+            self.guard.mkdir(self.path.parent)
+        have = 0
+        if self.path.exists():
+            for line in read_trace(self.path):
+                have = max(have, int(line.get("seq", 0)))
+            _cut_partial_tail(self.path)
+        missing = [ln for ln in self.lines if int(ln["seq"]) > have]
+        data = "".join(json.dumps(ln, allow_nan=False) + "\n" for ln in missing).encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.written = len(self.lines)
+        return len(missing)
 
     def input(self, kind: str, value: Any) -> Any:
         """Record an input from outside (reading, detection, verdict ...); returns it unchanged."""
@@ -100,13 +189,38 @@ class TraceWriter:
 
     def close(self) -> None:
         self.closed = True
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                self.fault = self.fault or describe_os_error(exc, "syncing the trace")
+            finally:
+                os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _cut_partial_tail(path: Path) -> None:
+    """Remove a last line without its newline (a write cut short), so appends start clean."""
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data and not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
 
 
 def read_trace(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the lines of a trace file; raise ValueError naming the line that is not JSON."""
+    """Yield the lines of a trace file; raise ValueError naming a line that is not JSON.
+
+    A last line cut short (no newline and not JSON: the process died or the disk
+    filled mid-write) is not an error: the whole lines before it are yielded and a
+    ``trace_truncated_tail`` warning says how many bytes were dropped.
+    """
     with open(path, encoding="utf-8") as fh:
         for n, raw in enumerate(fh, 1):
             if not raw.strip():
@@ -114,6 +228,11 @@ def read_trace(path: Path) -> Iterator[dict[str, Any]]:
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
+                if not raw.endswith("\n"):
+                    log.warning(
+                        "trace_truncated_tail", path=str(path), line=n, dropped_bytes=len(raw)
+                    )
+                    return
                 raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
             if not isinstance(obj, dict) or "event" not in obj:
                 raise ValueError(f"{path}:{n}: not a trace event object")

@@ -165,6 +165,21 @@ class ReplayFeed:
         return exc
 
     # ------------------------------------------------------------ API
+    def storage_fault(self) -> str | None:
+        """The recorded storage fault that ended this stage run before its body ran, if any.
+
+        On the rig the machine reads the data root's state before each stage
+        (docs/reliability.md); the trace keeps only the resulting transition, so it
+        is given back here where that transition is the whole recorded stage run.
+        """
+        end = self._at_recorded_end()
+        reason = str(end.get("reason", "")) if end is not None else ""
+        if reason.startswith("storage (") and reason.endswith(")"):
+            inst = self.recorded.instances[self.trace.instance]
+            if inst.decisions == 0:
+                return reason[len("storage (") : -1]
+        return None
+
     def next_kind(self) -> str | None:
         """The kind of the next recorded input of the current stage run (None when there is none)."""
         self._drop_past()
