@@ -10,12 +10,16 @@ recordings are still refused when read).
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
 from mecharm_common.layout import DataRoot
+from mecharm_common.logging import get_logger
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS, ledger_path
+
+log = get_logger("mecharm_tools.export.selection")
 
 __all__ = [
     "PRESETS",
@@ -97,18 +101,27 @@ def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:
     except OSError as exc:
         raise LedgerReadError(f"cannot read the ledger {path}: {exc.strerror or exc}") from None
     with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise LedgerReadError(f"ledger {path} is empty")
-        missing = [c for c in _REQUIRED if c not in header]
-        if missing:
-            raise LedgerReadError(f"ledger {path} lacks the columns {missing}")
-        rows = []
-        for lineno, rec in enumerate(reader, 2):
-            if not rec:
-                continue
-            rows.append((lineno, dict(zip(header, rec, strict=False))))
+        try:
+            text = fh.read()
+        except UnicodeDecodeError as exc:
+            raise LedgerReadError(f"ledger {path} is not UTF-8 (byte {exc.start})") from None
+    if text and not text.endswith("\n"):
+        # a crash or a full disk cut the last append short: that row is not a trial's record
+        cut = text[text.rfind("\n") + 1 :]
+        log.warning("ledger_truncated_tail", path=str(path), dropped=cut[:80])
+        text = text[: len(text) - len(cut)]
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None:
+        raise LedgerReadError(f"ledger {path} is empty")
+    missing = [c for c in _REQUIRED if c not in header]
+    if missing:
+        raise LedgerReadError(f"ledger {path} lacks the columns {missing}")
+    rows = []
+    for lineno, rec in enumerate(reader, 2):
+        if not rec:
+            continue
+        rows.append((lineno, dict(zip(header, rec, strict=False))))
     return rows
 
 

@@ -133,3 +133,18 @@ def test_describe_os_error_names_the_errno() -> None:
         "Input/output error (EIO) writing x"
     )
     assert describe_os_error(StorageFault("gone")) == "gone"
+
+
+def test_export_reads_a_ledger_whose_last_append_was_cut_short(tmp_path: Path) -> None:
+    from mecharm_common.layout import DataRoot
+    from mecharm_runtime.records.ledger import append_row
+    from mecharm_tools.export.selection import read_ledger
+
+    ledger = DataRoot(tmp_path).ledger
+    append_row(ledger, {"run_stem": "run_0001_20260101_000000", "status": "completed"})
+    with open(ledger, "a") as fh:
+        fh.write("run_0002_20260101_000100,2026-01-01T00:01")  # the disk filled mid-row
+    with capture_logs() as logs:
+        rows = read_ledger(tmp_path)
+    assert [r["run_stem"] for _n, r in rows] == ["run_0001_20260101_000000"]
+    assert [e["event"] for e in logs] == ["ledger_truncated_tail"]
