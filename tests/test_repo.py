@@ -70,3 +70,28 @@ def test_nothing_cites_a_document_outside_the_repository() -> None:
 def test_pending_list_is_kept_short() -> None:
     fixed = sorted(_PENDING - set(_citing()))
     assert not fixed, f"no longer cite it, remove from _PENDING: {fixed}"
+
+
+def test_readme_names_every_config_key() -> None:
+    """README.md is the operator's reference: a settings field it does not name is a key
+    nobody can find. Nested models (the recorder's ``video``) are named as a group."""
+    from daemon_pi.config import DaemonSettings
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.lookup.settings import FkToolSettings
+    from mecharm_tools.export.config import ExportSettings
+    from mecharm_tools.replay.config import ReplaySettings
+    from recorder.config import RecorderSettings
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = {
+        cls.__name__: [k for k in cls.model_fields if not re.search(rf"\b{k}\b", readme)]
+        for cls in (
+            DaemonSettings,
+            RecorderSettings,
+            RuntimeSettings,
+            FkToolSettings,
+            ExportSettings,
+            ReplaySettings,
+        )
+    }
+    assert not any(missing.values()), f"README.md does not name these config keys: {missing}"
