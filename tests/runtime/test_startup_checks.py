@@ -5,6 +5,7 @@ the run before any trial and before the daemon is even contacted (docs/runtime.m
 from __future__ import annotations
 
 import csv
+import json
 import os
 import socket
 import subprocess
@@ -15,12 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from mecharm_common.layout import DataRoot
 from mecharm_runtime import service
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.lookup import build_table, load_table
+from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
+from mecharm_runtime.lookup.table import file_checksum
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS, LedgerError, RecordingInfo, append_row
 from mecharm_runtime.trial import TrialSummary
+from mecharm_tools.cli import main as mecharm_main
 
 
 def _row(i: int) -> dict[str, Any]:
@@ -32,7 +38,9 @@ def _row(i: int) -> dict[str, Any]:
     }
 
 
-def _runtime(root: Path, daemon_port: int) -> subprocess.CompletedProcess[str]:
+def _runtime(
+    root: Path, daemon_port: int, fk_dir: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable,
@@ -49,7 +57,7 @@ def _runtime(root: Path, daemon_port: int) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "MECHARM_RUNTIME_FK_DATA_DIR": str(root / "no_fk_needed")},
+        env={**os.environ, "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_dir or root / "no_fk_needed")},
     )
 
 
@@ -117,6 +125,39 @@ def test_duplicate_run_stems_stop_the_run_naming_them(
     assert "mecharm ledger verify" in r.stderr
     assert not layout.run_folders.exists()
     assert _nobody_connected(daemon_listener)
+
+
+def test_a_changed_fk_table_is_refused_until_adopted(
+    tmp_path: Path, daemon_listener: socket.socket, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fk_dir = tmp_path / "fkdata"
+    path = DataRoot(fk_dir).fk_table
+    rows = rows_from_angles(lattice((40.0, *APPROACH_PLACE_BASE), steps=3))
+    recorded = build_table(path, rows)
+    rows[0, 8] += 1.0  # j5 of row 0: a hand edit
+    path.write_text(
+        path.read_text().replace(_first_row(path), ",".join(repr(float(v)) for v in rows[0]), 1)
+    )
+    actual = file_checksum(path)
+    root = tmp_path / "root"
+    root.mkdir()
+    r = _runtime(root, daemon_listener.getsockname()[1], fk_dir)
+    assert r.returncode == 5 and "Traceback" not in r.stderr, r.stderr
+    assert "FK table refused" in r.stderr and recorded in r.stderr and actual in r.stderr
+    assert f"mecharm fk adopt --table {path}" in r.stderr
+    assert _nobody_connected(daemon_listener)
+    capsys.readouterr()
+    saved = structlog.get_config()  # the tool configures logging onto the captured stderr
+    try:
+        assert mecharm_main(["fk", "adopt", "--table", str(path)]) == 0
+    finally:
+        structlog.configure(**saved)
+    assert json.loads(capsys.readouterr().out)["sha256"] == actual
+    assert load_table(path).checksum == actual  # what the runtime loads next
+
+
+def _first_row(path: Path) -> str:
+    return path.read_text().splitlines()[1]
 
 
 @pytest.mark.asyncio
