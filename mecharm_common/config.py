@@ -4,12 +4,17 @@ Each process declares a ``pydantic_settings.BaseSettings`` subclass of
 ``RigSettings`` with its own ``env_prefix`` (``MECHARM_DAEMON_``,
 ``MECHARM_RECORDER_``, ``MECHARM_RUNTIME_``) and loads it with
 ``load_settings``. Unknown keys in the YAML file and invalid values fail at
-start-up with a ``ConfigError`` whose message names the key and the source.
+start-up with a ``ConfigError`` whose message names the key and the source; so
+does every other mistake in the file (missing, a directory, unreadable, not UTF-8,
+not YAML, a key given twice, not a mapping, nested too deeply): every process
+prints the message and exits 2, never with a traceback (docs/architecture.md,
+"Configuration").
 """
 
 from __future__ import annotations
 
 import contextvars
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,9 +22,19 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
-__all__ = ["ConfigError", "RigSettings", "load_settings", "read_yaml"]
+__all__ = ["MAX_CONFIG_BYTES", "ConfigError", "RigSettings", "load_settings", "read_yaml"]
+
+#: A settings file is a few KB; anything this large is the wrong file.
+MAX_CONFIG_BYTES = 1 << 20
+_MAX_DEPTH = 20
+_MAX_VALUES = 100_000
 
 _YAML_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "_yaml_data", default=None
@@ -64,22 +79,113 @@ class RigSettings(BaseSettings):
 S = TypeVar("S", bound=RigSettings)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML keeps the last
+    silently, so an edited copy of a key would win without anyone noticing)."""
+
+
+def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: flattened below
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+            seen[key] = line
+        except TypeError:  # an unhashable key: construct_mapping names it
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice (lines {first} and {line}): keep one",
+                key_node.start_mark,
+            )  # fmt: skip
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _mapping_no_duplicates,  # type: ignore[arg-type]
+)
+
+
+def _too_big(node: yaml.Node) -> str | None:
+    """Why a composed YAML document is no settings file: nested too deeply, or more values
+    than any settings file has once aliases are expanded (``&a [*b, *b, ...]`` chains grow
+    exponentially). Iterative with early exits, so a hostile file costs little."""
+    stack, count = [(node, 1)], 0
+    while stack:
+        n, d = stack.pop()
+        count += 1
+        if d > _MAX_DEPTH:
+            return f"nested more than {_MAX_DEPTH} levels deep"
+        if count > _MAX_VALUES:
+            return f"more than {_MAX_VALUES} values (aliases expanding?)"
+        if isinstance(n, yaml.MappingNode):
+            stack.extend((v, d + 1) for pair in n.value for v in pair)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend((v, d + 1) for v in n.value)
+    return None
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML mapping; raise ``ConfigError`` naming the file when it is not one."""
+    """Read a YAML mapping; raise ``ConfigError`` naming the file, what is wrong with it
+    and what to do, for every way a file can be wrong (never another exception)."""
+    path = Path(path)
+    fix = "fix it or pass another file with --config"
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        st = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: does not exist; {fix}") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ConfigError(f"config file {path}: is {what}, not a YAML file; {fix}")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"config file {path}: {st.st_size} bytes, more than a settings file has "
+            f"({MAX_CONFIG_BYTES} max): is it the right file? {fix}"
+        )
     try:
-        data = yaml.safe_load(text)
+        raw = path.read_bytes()[: MAX_CONFIG_BYTES + 1]
+    except OSError as exc:
+        raise ConfigError(
+            f"config file {path}: cannot read: {exc.strerror or exc}; check its permissions"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}, line {line}); save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), "
+            "or pass another file with --config"
+        ) from None
+    try:
+        node = yaml.compose(text, Loader=_StrictLoader)
+        why = _too_big(node) if node is not None else None
+        if why is not None:
+            raise ConfigError(f"config file {path}: {why}, which no settings file is; {fix}")
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no Python tags
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML: {exc}") from exc
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config file {path}: not valid YAML{at}: {problem}; {fix}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: nested too deeply to read; {fix}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(
-            f"config file {path}: top level must be a mapping, got {type(data).__name__}"
+            f"config file {path}: top level must be a mapping of setting: value, got "
+            f"{type(data).__name__}; {fix}"
         )
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"config file {path}: keys must be setting names, got {bad[0]!r}; {fix}")
     return data
 
 
@@ -88,8 +194,13 @@ def _describe(exc: ValidationError, source: str) -> str:
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<root>"
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        parts.append(f"{key}: {msg} (got {err.get('input')!r})")
-    return f"invalid configuration ({source}): " + "; ".join(parts)
+        got = repr(err.get("input"))
+        parts.append(f"{key}: {msg} (got {got if len(got) <= 80 else got[:77] + '...'})")
+    return (
+        f"invalid configuration ({source}): "
+        + "; ".join(parts)
+        + " (fix or remove it where it is set)"
+    )
 
 
 def load_settings(
@@ -110,5 +221,11 @@ def load_settings(
         return model(**cli)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+    except SettingsError as exc:  # an environment value that is not valid JSON for its key
+        prefix = model.model_config.get("env_prefix", "")
+        raise ConfigError(
+            f"invalid configuration ({source}): {exc}; list and tuple values in {prefix}* "
+            'variables are JSON, e.g. "[0, 0, 0, 0, 0, -30]"'
+        ) from None
     finally:
         _YAML_DATA.reset(token)

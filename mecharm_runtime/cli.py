@@ -1,4 +1,8 @@
-"""`mecharm-runtime` — run pick-and-place trials one after another on the rig (or the simulator)."""
+"""`mecharm-runtime` — run pick-and-place trials one after another on the rig (or the simulator).
+
+Exit codes (docs/runtime.md, "Start-up checks"): 0 done, 1 failure during the run,
+2 invalid configuration, 3 data root refused, 4 ledger refused, 5 FK table refused.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.records.ledger import LedgerError
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError
 
 __all__ = ["build_parser", "main"]
 
 DEFAULT_CONFIG = Path("configs/runtime.yaml")
-#: exit codes (README, "The runtime"): 0 ok, 1 failure, 2 bad config, 3 data root refused at
-#: start, 4 the data root failed mid-session and did not come back (records pending or lost)
-EXIT_STORAGE = 4
+#: exit codes (README, "Runtime: running trials"; docs/runtime.md, "Start-up checks")
+EXIT_FAILED, EXIT_CONFIG, EXIT_DATA_ROOT, EXIT_LEDGER, EXIT_TABLE = 1, 2, 3, 4, 5
+#: the data root failed mid-session and did not come back (records pending or lost)
+EXIT_STORAGE = 6
 log = get_logger("mecharm_runtime.cli")
 
 
@@ -117,17 +123,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(RuntimeSettings, cfg, overrides)
     except ConfigError as exc:
         print(f"mecharm-runtime: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     configure_logging(settings.log_level)
+    from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
+
     try:
         return anyio.run(_amain, settings)
     except DataRootError as exc:
         print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
-        return 3
+        return EXIT_DATA_ROOT
+    except LedgerError as exc:
+        log.error("ledger_refused", error=str(exc))
+        print(f"mecharm-runtime: ledger refused: {exc}", file=sys.stderr)
+        return EXIT_LEDGER
+    except TableError as exc:
+        log.error("fk_table_refused", error=str(exc))
+        print(f"mecharm-runtime: FK table refused: {exc}", file=sys.stderr)
+        return EXIT_TABLE
     except Exception as exc:
         log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
         print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
+from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 
 __all__ = ["RuntimeSettings"]
 
@@ -111,10 +112,11 @@ class RuntimeSettings(RigSettings):
 
     # ---- memories (docs/runtime.md, "Memories")
     cell_mm: int = Field(20, ge=1)
-    max_correction_mm: float = Field(20.0, ge=0)
+    # at most the memories' plausibility bounds, or learned entries would be rejected at load
+    max_correction_mm: float = Field(20.0, ge=0, le=CORRECTION_LIMIT_MM)
     ema_alpha: float = Field(0.5, gt=0, le=1)
     height_step_mm: float = Field(5.0, ge=0)
-    height_max_mm: float = Field(30.0, ge=0)
+    height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
 
     @field_validator("pick_band", "place_band")
     @classmethod

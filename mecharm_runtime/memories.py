@@ -5,6 +5,11 @@ Why the strictness: a corrupt entry would aim the gripper somewhere arbitrary, s
 an entry that does not validate is skipped with a log line and never applied; a file
 that is not JSON at all is moved aside (never silently overwritten) and the memory
 starts empty. Corrections are updated only when the final pick verdict is yes.
+
+Plausibility bounds (docs/runtime.md, "Memories"): a number can be well formed and
+still impossible (a correction of 1e308 mm was clamped to 20 mm and every pick of
+the trial missed). An entry outside the bounds is rejected at load with an error
+line naming the entry, the value and the bound, and never applied.
 """
 
 from __future__ import annotations
@@ -19,9 +24,28 @@ from typing import Any
 from mecharm_common.fsutil import atomic_write_json
 from mecharm_common.logging import get_logger
 
-__all__ = ["CorrectionMemory", "HeightMemory", "cell_key"]
+__all__ = [
+    "CORRECTION_LIMIT_MM",
+    "HEIGHT_LIMIT_MM",
+    "N_LIMIT",
+    "CorrectionMemory",
+    "HeightMemory",
+    "cell_key",
+]
 
 log = get_logger("mecharm_runtime.memories")
+
+#: Largest |dx_mm|, |dz_mm| of a correction entry: twice the applied clamp
+#: (``max_correction_mm``, 20 mm) and over three times the grasp tolerance (12 mm);
+#: the EMA of tip offsets of successful picks stays far inside it.
+CORRECTION_LIMIT_MM = 40.0
+#: Range of a height entry's dee_y_mm: the update starts at 0 and only raises it, by
+#: ``height_step_mm`` up to ``height_max_mm`` (30 mm); 50 mm lifts the place target
+#: from 100 mm to 150 mm above the mat. Below 0 would lower the block into the box.
+HEIGHT_LIMIT_MM = (0.0, 50.0)
+#: Largest n (learning count) of an entry: 100,000 trials in one 20 mm cell is
+#: 100 days of trials without a pause at the rig's ~90 s per trial.
+N_LIMIT = 100_000
 
 
 def cell_key(phase: str, x_m: float, z_m: float, cell_mm: int = 20) -> str:
@@ -51,6 +75,10 @@ class _JsonMemory:
     def _valid(self, entry: Any) -> bool:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def _implausible(self, entry: dict[str, Any]) -> tuple[str, Any, str] | None:
+        """(field, value, allowed range) of the first value outside its bound, or None."""
+        return None
+
     def _load(self) -> None:
         try:
             text = self.path.read_text(encoding="utf-8")
@@ -75,16 +103,33 @@ class _JsonMemory:
             )
             return
         for key, entry in entries.items():
-            if self._valid(entry):
-                self.entries[key] = dict(entry)
-            else:
+            if not self._valid(entry):
                 self.skipped.append(key)
-                log.warning(
+                log.error(
                     "memory_entry_corrupt_skipped",
                     memory=self.kind,
                     key=key,
                     entry=repr(entry)[:200],
+                    path=str(self.path),
+                    action=f"not applied; fix or delete entry {key!r} in {self.path}",
                 )
+                continue
+            bad = self._implausible(entry)
+            if bad is not None:
+                name, value, allowed = bad
+                self.skipped.append(key)
+                log.error(
+                    "memory_entry_implausible",
+                    memory=self.kind,
+                    key=key,
+                    field=name,
+                    value=repr(value)[:60],
+                    allowed=allowed,
+                    path=str(self.path),
+                    action=f"not applied; fix or delete entry {key!r} in {self.path}",
+                )
+                continue
+            self.entries[key] = dict(entry)
 
     def save(self) -> None:
         """Write all valid entries (corrupt ones are dropped from the file, they were never used)."""
@@ -115,6 +160,15 @@ class CorrectionMemory(_JsonMemory):
             and entry["n"] >= 1
         )
 
+    def _implausible(self, entry: dict[str, Any]) -> tuple[str, Any, str] | None:
+        lim = CORRECTION_LIMIT_MM
+        for name in ("dx_mm", "dz_mm"):
+            if not -lim <= entry[name] <= lim:
+                return name, entry[name], f"-{lim:g}..{lim:g} mm"
+        if entry["n"] > N_LIMIT:
+            return "n", entry["n"], f"1..{N_LIMIT}"
+        return None
+
     def get(self, key: str) -> Correction | None:
         e = self.entries.get(key)
         return (
@@ -142,14 +196,18 @@ class CorrectionMemory(_JsonMemory):
         obs_dx, obs_dz = used_dx_mm + tip_dx_mm, used_dz_mm + tip_dz_mm
         old = self.get(key)
         if old is None:
-            new = Correction(key, obs_dx, obs_dz, 1)
+            dx, dz, n = obs_dx, obs_dz, 1
         else:
-            new = Correction(
-                key,
-                (1 - alpha) * old.dx_mm + alpha * obs_dx,
-                (1 - alpha) * old.dz_mm + alpha * obs_dz,
-                old.n + 1,
-            )
+            dx = (1 - alpha) * old.dx_mm + alpha * obs_dx
+            dz = (1 - alpha) * old.dz_mm + alpha * obs_dz
+            n = min(old.n + 1, N_LIMIT)
+        lim = CORRECTION_LIMIT_MM
+        if not (-lim <= dx <= lim and -lim <= dz <= lim):
+            # a tip offset this large is a mis-measurement, not a bias: store it bounded,
+            # so the file never holds what the next load would reject
+            log.warning("correction_update_bounded", key=key, dx_mm=dx, dz_mm=dz, limit_mm=lim)
+            dx, dz = max(-lim, min(lim, dx)), max(-lim, min(lim, dz))
+        new = Correction(key, dx, dz, n)
         self.entries[key] = {"dx_mm": new.dx_mm, "dz_mm": new.dz_mm, "n": new.n}
         return new
 
@@ -167,6 +225,14 @@ class HeightMemory(_JsonMemory):
             and not isinstance(entry.get("n"), bool)
         )
 
+    def _implausible(self, entry: dict[str, Any]) -> tuple[str, Any, str] | None:
+        lo, hi = HEIGHT_LIMIT_MM
+        if not lo <= entry["dee_y_mm"] <= hi:
+            return "dee_y_mm", entry["dee_y_mm"], f"{lo:g}..{hi:g} mm"
+        if not 0 <= entry["n"] <= N_LIMIT:
+            return "n", entry["n"], f"0..{N_LIMIT}"
+        return None
+
     def get(self, key: str) -> float | None:
         e = self.entries.get(key)
         return None if e is None else float(e["dee_y_mm"])
@@ -177,6 +243,6 @@ class HeightMemory(_JsonMemory):
         old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
         dee = float(old["dee_y_mm"])
         if not placed_ok:
-            dee = min(max_mm, dee + step_mm)
-        self.entries[key] = {"dee_y_mm": dee, "n": int(old["n"]) + 1}
+            dee = min(max_mm, HEIGHT_LIMIT_MM[1], dee + step_mm)
+        self.entries[key] = {"dee_y_mm": dee, "n": min(int(old["n"]) + 1, N_LIMIT)}
         return dee

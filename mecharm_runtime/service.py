@@ -34,6 +34,7 @@ from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.perception import make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
@@ -219,6 +220,9 @@ async def run_service(
         guard = DataRootGuard(Path(settings.data_root), settings.require_mount)
     except StorageFault as exc:
         raise DataRootError(str(exc)) from None
+    # a ledger the trials could not append to stops the run before the arm moves
+    # (docs/runtime.md, "Start-up checks"); so does a trial whose row did not reach it
+    check_ledger_ready(ledger_path(Path(settings.data_root)))
 
     def status(stage: str, outcome: str, reason: str) -> None:
         print(f"  {stage:<22} {outcome}{'  ' + reason if reason else ''}", file=out, flush=True)
@@ -284,6 +288,8 @@ async def _trials(
         summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
         report.trials.append(summary)
         print(summary_line(summary), file=out, flush=True)
+        if "ledger row" not in summary.records_pending:  # a pending row waits for the root
+            check_ledger_row(ledger_path(Path(settings.data_root)), summary.run_stem)
         i += 1
         if sigs.force.is_set():
             report.stopped_by = "forced stop"

@@ -18,7 +18,12 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from mecharm_common.logging import get_logger
-from mecharm_sim.camserver import CameraFeed, CameraServer
+from mecharm_sim.camserver import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    CameraFeed,
+    CameraServer,
+)
 from mecharm_sim.physics import ArmState, Physics
 from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneLayout, SceneState, load_layout
@@ -41,6 +46,9 @@ class WorkcellConfig(BaseModel):
     noise_sigma: float | None = Field(
         default=None, ge=0, le=15, description="override the scene's sensor noise"
     )
+    # camera server limits (docs/workcell.md, "Limits")
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=1024)
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0, le=300)
 
 
 class Workcell:
@@ -161,7 +169,14 @@ class Workcell:
             "top": CameraFeed("top", lambda: self.jpeg("top"), self.config.top_fps),
             "side": CameraFeed("side", lambda: self.jpeg("side"), self.config.side_fps),
         }
-        self._server = CameraServer((host, port), feeds, self.truth, lambda s: self.next_scene(s))
+        self._server = CameraServer(
+            (host, port),
+            feeds,
+            self.truth,
+            lambda s: self.next_scene(s),
+            max_connections=self.config.max_connections,
+            idle_timeout_s=self.config.idle_timeout_s,
+        )
         self._server.serve_in_thread()
         self.start_physics()
         actual = self._server.port

@@ -18,7 +18,7 @@ __all__ = ["main"]
 TOOL_GROUPS: dict[str, tuple[str, str]] = {
     "fk": (
         "mecharm_tools.fktable.cli",
-        "FK table: build, import, lookup, adopt-arc, holes, clusters, fill",
+        "FK table: build, import, adopt, lookup, adopt-arc, holes, clusters, fill",
     ),
     "ledger": ("mecharm_tools.ledger_cli", "trial ledger: verify, migrate"),
     "export": ("mecharm_tools.export.cli", "datasets: lerobot export, verify"),

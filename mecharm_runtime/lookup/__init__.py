@@ -10,16 +10,25 @@ from __future__ import annotations
 from mecharm_runtime.lookup.build import build_table, default_rows, ensure_table
 from mecharm_runtime.lookup.fk_lookup import PHASES, FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, J0LookupResult, adopt_arc, j0_lookup, load_arc
-from mecharm_runtime.lookup.table import FkTable, TableError, default_table_path, load_table
+from mecharm_runtime.lookup.table import (
+    ChecksumMismatch,
+    FkTable,
+    TableError,
+    adopt_table,
+    default_table_path,
+    load_table,
+)
 
 __all__ = [
     "PHASES",
     "ArcPose",
+    "ChecksumMismatch",
     "FkLookupResult",
     "FkTable",
     "J0LookupResult",
     "TableError",
     "adopt_arc",
+    "adopt_table",
     "build_table",
     "default_rows",
     "default_table_path",

@@ -33,17 +33,21 @@ import pyarrow.csv as pacsv
 from numpy.typing import NDArray
 
 from mecharm_common.fsutil import atomic_write_json
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN, fk_tip
 from mecharm_common.layout import FK_ARCHIVE, FK_TABLE, DataRoot, FkTableFiles
 from mecharm_common.logging import get_logger
 
 __all__ = [
+    "ADOPT_MAX_FK_ERROR_MM",
     "ARCHIVE_DIR",
     "COLUMNS",
     "J1_SAFE_MAX",
     "TABLE_NAME",
+    "AdoptReport",
+    "ChecksumMismatch",
     "FkTable",
     "TableError",
+    "adopt_table",
     "archive_table",
     "cache_path",
     "default_table_path",
@@ -63,10 +67,28 @@ ARCHIVE_DIR = FK_ARCHIVE
 #: Default j1 limit: the firmware silently ignores send_angles above j1 ~ 90.7° (docs/lookup.md).
 J1_SAFE_MAX = 88.0
 _CACHE_VERSION = 1
+#: Largest distance (mm) between a row's tip and the kinematic model's tip for its joints
+#: that adopting accepts: the rig's own table is within ~3 mm of the model (docs/kinematics.md),
+#: a hand-edited coordinate or a shifted column is not.
+ADOPT_MAX_FK_ERROR_MM = 10.0
 
 
 class TableError(ValueError):
     """An FK table file is missing, malformed or inconsistent with its checksum."""
+
+
+class ChecksumMismatch(TableError):
+    """The CSV is not the table its checksum record describes (changed after build/import)."""
+
+    def __init__(self, path: Path, recorded: str, actual: str) -> None:
+        self.path, self.recorded, self.actual = path, recorded, actual
+        super().__init__(
+            f"FK table {path}: checksum {actual} does not match the recorded {recorded} "
+            f"({_record_path(path)}): the CSV was changed after it was built or imported, "
+            "so its lookups are not the ones tested. If the change is intended, check and adopt "
+            f"it: `mecharm fk adopt --table {path}`; otherwise restore it (`mecharm fk build` "
+            f"rebuilds the default, earlier tables are in {FkTableFiles(path).archive_dir})"
+        )
 
 
 def default_table_path(data_dir: Path) -> Path:
@@ -302,21 +324,31 @@ def cache_path(path: Path, checksum: str) -> Path:
     return FkTableFiles(Path(path)).cache(checksum)
 
 
-def _checksum_of(path: Path, verify: bool) -> str:
+def _checksum_of(path: Path, verify: bool, *, strict: bool = True) -> str:
+    """The CSV's sha256: the record's when size and mtime match it (unless ``verify``),
+    else hashed. A hash that differs from the recorded one raises ChecksumMismatch
+    (``strict``) and leaves the record as it is; ``strict=False`` (archiving) returns it.
+    A table without a record (copied in by hand) is recorded as it is."""
     st = path.stat()
     rec = _read_record(path)
+    recorded = rec.get("sha256") if rec is not None else None
     if (
         not verify
         and rec is not None
         and rec.get("size") == st.st_size
         and rec.get("mtime_ns") == st.st_mtime_ns
-        and isinstance(rec.get("sha256"), str)
+        and isinstance(recorded, str)
     ):
-        return str(rec["sha256"])
+        return str(recorded)
     checksum = file_checksum(path)
-    if rec is not None and rec.get("sha256") not in (None, checksum):
-        log.warning("fk_table_changed", path=str(path), recorded=rec.get("sha256"), actual=checksum)
-    _write_record(path, checksum, n_rows=None)
+    if isinstance(recorded, str) and recorded != checksum:
+        if not strict:
+            return checksum
+        log.error("fk_table_checksum_mismatch", path=str(path), recorded=recorded, actual=checksum)
+        raise ChecksumMismatch(path, recorded, checksum)
+    if rec is None:
+        log.warning("fk_table_record_missing", path=str(path), recorded_now=checksum)
+    _write_record(path, checksum, n_rows=None if rec is None else rec.get("n_rows"))
     return checksum
 
 
@@ -329,7 +361,8 @@ def load_table(
     another checksum; ``verify`` re-hashes the CSV even if its size and mtime match
     the checksum record. ``j1_max`` is the limit the lookups keep to (pass the
     runtime's configured one); it changes neither the checksum nor the cache.
-    Raises TableError for a missing or malformed CSV or a non-finite ``j1_max``.
+    Raises TableError for a missing or malformed CSV or a non-finite ``j1_max``, and
+    ChecksumMismatch for a CSV that differs from its checksum record (``adopt_table``).
     """
     path = Path(path)
     j1_max = _j1_limit(j1_max)
@@ -438,7 +471,7 @@ def archive_table(path: Path) -> Path | None:
     path = Path(path)
     if not path.is_file():
         return None
-    checksum = _checksum_of(path, verify=True)
+    checksum = _checksum_of(path, verify=True, strict=False)  # an edited table is archived too
     stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(path.stat().st_mtime))
     dest_dir = FkTableFiles(path).archive_dir
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -458,3 +491,71 @@ def archive_table(path: Path) -> Path | None:
         old.unlink(missing_ok=True)
     log.info("fk_table_archived", path=str(path), archive=str(dest), checksum=checksum)
     return dest
+
+
+@dataclass(frozen=True)
+class AdoptReport:
+    path: Path
+    previous: str | None  # the checksum recorded before, None without a record
+    checksum: str
+    n_rows: int
+    max_fk_error_mm: float  # largest row tip vs model tip distance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": str(self.path),
+            "previous_sha256": self.previous,
+            "sha256": self.checksum,
+            "n_rows": self.n_rows,
+            "max_fk_error_mm": round(self.max_fk_error_mm, 3),
+            "adopted": self.previous != self.checksum,
+        }
+
+
+def adopt_table(path: Path | str, *, max_fk_error_mm: float = ADOPT_MAX_FK_ERROR_MM) -> AdoptReport:
+    """Record the CSV at ``path`` as the table after a validation pass (docs/lookup.md,
+    "Adopting a changed table"): the format check of ``read_csv_rows`` (columns, numbers,
+    finite, at least one row) and every row's tip within ``max_fk_error_mm`` of the
+    kinematic model's tip for its joints. Then the new checksum is recorded and caches of
+    other checksums are removed. Raises TableError naming what failed; the record is
+    then left as it was (the table stays refused)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TableError(f"FK table {path}: no such file")
+    if not (np.isfinite(max_fk_error_mm) and max_fk_error_mm > 0):
+        raise TableError(f"max_fk_error_mm must be a positive number, got {max_fk_error_mm!r}")
+    rec = _read_record(path)
+    previous = rec.get("sha256") if rec is not None else None
+    checksum = file_checksum(path)
+    rows = read_csv_rows(path)
+    err_mm = np.linalg.norm(fk_tip(rows[:, 3:]) - rows[:, :3], axis=1) * 1000.0
+    bad = np.flatnonzero(~(err_mm <= max_fk_error_mm))
+    if bad.size:
+        shown = ", ".join(f"row {int(i)} ({err_mm[i]:.1f} mm)" for i in bad[:5])
+        raise TableError(
+            f"FK table {path}: {bad.size} row(s) put the tip farther than {max_fk_error_mm:g} mm "
+            f"from where the kinematic model puts it for their joints: {shown}"
+            f"{' ...' if bad.size > 5 else ''}. Not adopted: a row's position and joints "
+            "disagree (an edited value or a shifted column); fix or restore the table"
+        )
+    if file_checksum(path) != checksum:
+        raise TableError(f"FK table {path}: changed while it was being checked; run adopt again")
+    st = path.stat()
+    try:
+        atomic_write_json(_record_path(path), {"file": path.name, "sha256": checksum,
+                          "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                          "n_rows": int(rows.shape[0])})  # fmt: skip
+    except OSError as exc:
+        raise TableError(
+            f"FK table {path}: cannot write its checksum record {_record_path(path)}: "
+            f"{exc.strerror or exc}; make the directory writable and adopt again"
+        ) from None
+    files = FkTableFiles(path)
+    keep = files.cache(checksum)
+    for old in path.parent.glob(files.cache_glob):
+        if old != keep:
+            old.unlink(missing_ok=True)
+    report = AdoptReport(path, previous if isinstance(previous, str) else None, checksum,
+                         int(rows.shape[0]), float(err_mm.max()))  # fmt: skip
+    log.warning("fk_table_adopted", **report.to_dict())
+    return report

@@ -45,9 +45,13 @@ __all__ = [
     "RecordingInfo",
     "VerifyReport",
     "append_row",
+    "check_ledger_ready",
+    "check_ledger_row",
+    "header_problem",
     "ledger_path",
     "migrate_ledger",
     "read_header",
+    "run_stems",
     "verify_ledger",
     "wait_recording_meta",
 ]
@@ -111,23 +115,162 @@ def read_header(path: Path) -> list[str] | None:
     return next(csv.reader([first]))
 
 
+def header_problem(
+    path: Path, header: Sequence[str], columns: Sequence[str] = LEDGER_COLUMNS
+) -> str | None:
+    """What is wrong with a ledger ``header`` and what to do about it; None when it is ``columns``.
+
+    An older generation (a prefix of ``columns``) is migrated; any other header cannot
+    be padded, so the file has to be moved aside (docs/runtime.md, "Start-up checks").
+    """
+    header, columns = list(header), list(columns)
+    if header == columns:
+        return None
+    if columns[: len(header)] == header:
+        missing = columns[len(header) :]
+        return (
+            f"{path} has an older {len(header)}-column header (missing {', '.join(missing)}); "
+            f"run `mecharm ledger migrate {path}` (it archives the file and pads the old rows), "
+            "then start again"
+        )
+    missing = [c for c in columns if c not in header]
+    extra = [c for c in header if c not in columns]
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    parts = []
+    if missing:
+        parts.append(f"missing {', '.join(missing)}")
+    if extra:
+        parts.append(f"extra {', '.join(repr(c) for c in extra)}")
+    if repeated:
+        parts.append(f"repeated {', '.join(repeated)}")
+    if not parts:
+        i = next(i for i, (a, b) in enumerate(zip(header, columns, strict=True)) if a != b)
+        parts.append(
+            f"same columns in another order (column {i + 1} is {header[i]!r}, expected {columns[i]!r})"
+        )
+    aside = path.parent / LEDGER_ARCHIVE / f"{path.stem}_unknown_header{path.suffix}"
+    return (
+        f"{path} header differs from the ledger columns: {'; '.join(parts)}. "
+        "It is not an older ledger generation, so `mecharm ledger migrate` cannot pad it, "
+        "and appending under it would misalign every cell. Move it aside "
+        f"(e.g. `mkdir -p {aside.parent} && mv {path} {aside}`); the next trial starts a new "
+        f"ledger. The expected header is: {','.join(columns)}"
+    )
+
+
+def _read_records(path: Path) -> list[list[str]] | None:
+    """The ledger's CSV records (header first); None when the file does not exist.
+    Raises LedgerError when it cannot be read or is not UTF-8."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise LedgerError(
+            f"{path} is a directory, not a ledger file; move it aside so a ledger can be written there"
+        ) from None
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot read the ledger {path}: {exc.strerror or exc}; fix its permissions"
+        ) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise LedgerError(
+            f"{path} is not UTF-8 (byte {exc.start}, line {line}): it was edited or damaged; "
+            "move it aside and check it with `mecharm ledger verify`"
+        ) from None
+    return list(csv.reader(io.StringIO(text, newline="")))
+
+
+def run_stems(records: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """Line numbers (1 = header) of each run stem in a ledger's records."""
+    seen: dict[str, list[int]] = {}
+    for lineno, rec in enumerate(records[1:], 2):
+        if rec and rec[0]:
+            seen.setdefault(rec[0], []).append(lineno)
+    return seen
+
+
+def _duplicates_problem(path: Path, stems: Mapping[str, list[int]]) -> str | None:
+    dups = {s: lines for s, lines in stems.items() if len(lines) > 1}
+    if not dups:
+        return None
+    shown = "; ".join(
+        f"{s} (lines {', '.join(map(str, lines))})" for s, lines in list(dups.items())[:5]
+    )
+    more = f" and {len(dups) - 5} more" if len(dups) > 5 else ""
+    return (
+        f"{path} holds {len(dups)} run stem(s) more than once: {shown}{more}. "
+        "A run stem names one trial, so the exporter could not tell those rows apart. "
+        f"List every problem with `mecharm ledger verify {path}`, keep one row per run "
+        "(the run folder's run log says which is right), then start again"
+    )
+
+
+def check_ledger_ready(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> None:
+    """Refuse, before any trial, a ledger that the trials could not append to.
+
+    A missing or empty file is fine (the first row creates it). Raises LedgerError
+    naming the problem and the command that fixes it: a header that differs from
+    ``columns`` (older generation: ``mecharm ledger migrate``; anything else: move it
+    aside), run stems present more than once (``mecharm ledger verify`` lists them),
+    a file that cannot be read or is not UTF-8 (docs/runtime.md, "Start-up checks").
+    """
+    path = Path(path)
+    records = _read_records(path)
+    if not records or not any(c.strip() for c in records[0]):
+        return
+    problem = header_problem(path, records[0], columns) or _duplicates_problem(
+        path, run_stems(records)
+    )
+    if problem is not None:
+        raise LedgerError(problem)
+
+
+def check_ledger_row(path: Path, run_stem: str) -> None:
+    """Raise LedgerError when the trial ``run_stem`` has no row in the ledger: its append
+    failed (the run log's ``ledger_error`` says why), and the service stops rather than
+    run more trials that would be missing from the ledger too."""
+    path = Path(path)
+    try:
+        records = _read_records(path)
+    except LedgerError as exc:
+        raise LedgerError(f"the row of trial {run_stem} could not be checked: {exc}") from None
+    if records is None or run_stem not in run_stems(records):
+        raise LedgerError(
+            f"the row of trial {run_stem} is not in {path} (the append failed; the trial's "
+            "run log says why under ledger_error; its run folder keeps the trace). Stopping "
+            f"before the next trial: fix the ledger (`mecharm ledger verify {path}` lists "
+            "its problems), then start again"
+        )
+
+
 def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDGER_COLUMNS) -> None:
     """Append one trial's row (creating the file with its header when absent).
 
-    Raises LedgerError when ``row`` has keys outside ``columns`` or the file's header
-    is not ``columns`` (run ``mecharm ledger migrate``).
+    Raises LedgerError when ``row`` has keys outside ``columns``, the file's header
+    is not ``columns`` (run ``mecharm ledger migrate``) or the row's run stem is
+    already in the file (one row per trial).
     """
     unknown = set(row) - set(columns)
     if unknown:
         raise LedgerError(f"ledger row has unknown columns {sorted(unknown)}")
     path = Path(path)
-    header = read_header(path)
-    if header is not None and header != list(columns):
-        if list(columns[: len(header)]) == header:
+    records = _read_records(path)
+    header = records[0] if records and any(c.strip() for c in records[0]) else None
+    if header is not None:
+        problem = header_problem(path, header, columns)
+        if problem is not None:
+            raise LedgerError(problem)
+        stem = _cell(row.get(columns[0]))
+        lines = run_stems(records or []).get(stem)
+        if lines:
             raise LedgerError(
-                f"{path} has the old {len(header)}-column header; run `mecharm ledger migrate {path}` first"
+                f"run stem {stem} is already in {path} (line {lines[0]}); "
+                "not appending a second row for the same trial"
             )
-        raise LedgerError(f"{path} header does not match the ledger columns: {header}")
     data = _encode_row([_cell(row.get(c)) for c in columns])
     if header is None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""``mecharm fk ...``: build/import the table, look up poses, adopt arcs, hole map, clusters, fill.
+"""``mecharm fk ...``: build/import the table, adopt a changed one, look up poses, adopt arcs,
+hole map, clusters, fill.
 
 Exit codes: 0 done (lookup: ok), 1 lookup out_of_range, 2 invalid input (the
 message names what was wrong).
@@ -28,7 +29,13 @@ from mecharm_runtime.lookup.j0 import (
     save_arc,
 )
 from mecharm_runtime.lookup.settings import FkToolSettings
-from mecharm_runtime.lookup.table import TableError, load_table, read_csv_rows
+from mecharm_runtime.lookup.table import (
+    ADOPT_MAX_FK_ERROR_MM,
+    TableError,
+    adopt_table,
+    load_table,
+    read_csv_rows,
+)
 from mecharm_tools.fktable.holes import (
     ascii_map,
     cells_csv,
@@ -94,6 +101,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
             "seconds": round(time.perf_counter() - t0, 2),
         }
     )
+    return 0
+
+
+def _cmd_adopt_table(args: argparse.Namespace) -> int:
+    """Validate the table as it is now and record its checksum (docs/lookup.md,
+    "Adopting a changed table"); then load it once, which rebuilds the binary cache."""
+    settings = _settings(args)
+    report = adopt_table(settings.table_path, max_fk_error_mm=args.max_fk_error_mm)
+    load_table(settings.table_path, j1_max=settings.j1_max)
+    _print(report.to_dict())
     return 0
 
 
@@ -257,6 +274,20 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--from-csv", help="import this table CSV (ee_x,ee_y,ee_z,j0..j5) instead of building"
     )
     p.set_defaults(func=_guard(_cmd_build))
+
+    p = sub.add_parser(
+        "adopt",
+        help="accept a table changed after build/import: validate it, record its new checksum",
+    )
+    _add_table_args(p)
+    p.add_argument(
+        "--max-fk-error-mm",
+        type=float,
+        default=ADOPT_MAX_FK_ERROR_MM,
+        help="largest row tip vs kinematic-model tip distance accepted "
+        f"(default {ADOPT_MAX_FK_ERROR_MM:g} mm)",
+    )
+    p.set_defaults(func=_guard(_cmd_adopt_table))
 
     p = sub.add_parser("lookup", help="fk_lookup for one target, printed as JSON")
     _add_table_args(p)

@@ -33,7 +33,7 @@ def test_bad_values_name_the_key(tmp_path):
     cfg.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_settings(DemoSettings, cfg)
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_settings(DemoSettings, tmp_path / "missing.yaml")
 
 

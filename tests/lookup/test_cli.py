@@ -226,3 +226,29 @@ def test_settings_from_environment_and_yaml(
     cfg.write_text("tabel: x\n")
     rc, _, err = run([*args, "--config", str(cfg)], capsys)
     assert rc == 2 and "tabel" in err and "unknown key" in err
+
+
+def test_adopt_a_changed_table(
+    table_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recorded = load_table(table_path).checksum
+    lines = table_path.read_text().splitlines()
+    fields = lines[1].split(",")
+    fields[8] = "-31.25"  # j5: does not move the tip, so the edit passes the FK check
+    lines[1] = ",".join(fields)
+    table_path.write_text("\n".join(lines) + "\n")
+    args = ["--table", str(table_path), "--phase", "pick", "--x", "0.2", "--z", "0.26"]
+    rc, _, err = run(["lookup", *args], capsys)
+    assert rc == 2 and recorded in err and f"mecharm fk adopt --table {table_path}" in err
+    assert "Traceback" not in err
+    rc, out, _ = run(["adopt", "--table", str(table_path)], capsys)
+    doc = json.loads(out)
+    assert rc == 0 and doc["adopted"] and doc["previous_sha256"] == recorded
+    assert doc["sha256"] == load_table(table_path).checksum != recorded
+    assert doc["max_fk_error_mm"] < 1.0
+    rc, out, _ = run(["lookup", *args], capsys)
+    assert rc in (0, 1) and json.loads(out)["table_checksum"] == doc["sha256"]
+    rc, out, _ = run(["adopt", "--table", str(table_path)], capsys)  # again: nothing changes
+    assert rc == 0 and not json.loads(out)["adopted"]
+    rc, _, err = run(["adopt", "--table", str(tmp_path / "none.csv")], capsys)
+    assert rc == 2 and "no such file" in err

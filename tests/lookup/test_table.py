@@ -20,7 +20,13 @@ from mecharm_runtime.lookup import (
 )
 from mecharm_runtime.lookup import table as table_mod
 from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
-from mecharm_runtime.lookup.table import cache_path, file_checksum, read_csv_rows
+from mecharm_runtime.lookup.table import (
+    ChecksumMismatch,
+    adopt_table,
+    cache_path,
+    file_checksum,
+    read_csv_rows,
+)
 
 from .conftest import place_rows
 
@@ -61,22 +67,37 @@ def test_cache_is_used_and_keyed_by_checksum(
     )
 
 
-def test_changed_csv_is_never_served_from_a_stale_cache(tmp_path: Path) -> None:
+def _edit_j5(path: Path, value: str = "-31.25") -> None:
+    """Edit row 0's j5 by hand (j5 does not move the tip, so the row stays consistent)."""
+    lines = path.read_text().splitlines()
+    fields = lines[1].split(",")
+    fields[8] = value if fields[8] != value else "-32.5"
+    lines[1] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_changed_csv_is_refused_until_adopted_and_never_served_from_a_stale_cache(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / FK_TABLE
     rows = small_rows()
     build_table(path, rows)
     old = load_table(path)
-    # edit one value by hand (same length), like someone fixing a row in an editor
-    text = path.read_text()
-    lines = text.splitlines()
-    fields = lines[1].split(",")
-    fields[3] = "99.5" if fields[3] != "99.5" else "98.5"
-    lines[1] = ",".join(fields)
-    path.write_text("\n".join(lines) + "\n")
-    new = load_table(path)
-    assert new.checksum != old.checksum
-    assert new.joints[0, 0] == float(fields[3])
+    _edit_j5(path)  # like someone fixing a row in an editor
+    actual = file_checksum(path)
+    with pytest.raises(ChecksumMismatch) as err:
+        load_table(path)
+    msg = str(err.value)
+    assert old.checksum in msg and actual in msg  # both checksums, in full
+    assert f"mecharm fk adopt --table {path}" in msg
+    assert table_mod._read_record(path)["sha256"] == old.checksum  # the record is kept
+    with pytest.raises(ChecksumMismatch):  # still refused: nothing adopted it silently
+        load_table(path)
+    report = adopt_table(path)
+    assert (report.previous, report.checksum, report.n_rows) == (old.checksum, actual, len(rows))
     assert not cache_path(path, old.checksum).exists()  # the stale cache is removed
+    new = load_table(path)
+    assert new.checksum == actual and new.joints[0, 5] == -31.25
     assert cache_path(path, new.checksum).is_file()
 
 
@@ -93,9 +114,45 @@ def test_verify_catches_an_edit_that_kept_size_and_mtime(tmp_path: Path) -> None
     path.write_bytes(bytes(data))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert load_table(path).checksum == old.checksum  # size+mtime unchanged: trusted record
-    fresh = load_table(path, verify=True)
-    assert fresh.checksum == file_checksum(path) != old.checksum
-    assert not np.array_equal(fresh.xyz, old.xyz)
+    with pytest.raises(ChecksumMismatch, match=file_checksum(path)):
+        load_table(path, verify=True)
+
+
+def test_adopt_refuses_rows_whose_position_and_joints_disagree(tmp_path: Path) -> None:
+    path = tmp_path / FK_TABLE
+    recorded = build_table(path, small_rows())
+    lines = path.read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[3] = str(float(fields[3]) + 20.0)  # j0 of row 2 turned by 20°, its tip left as it was
+    lines[3] = ",".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TableError, match=r"1 row\(s\) put the tip farther than 10 mm.*row 2 \("):
+        adopt_table(path)
+    assert table_mod._read_record(path)["sha256"] == recorded  # not adopted
+    with pytest.raises(ChecksumMismatch):
+        load_table(path)
+    path.write_text("ee_x,ee_y\n1,2\n")  # not a table at all: the format check names it
+    with pytest.raises(TableError, match="columns must be"):
+        adopt_table(path)
+
+
+def test_a_table_without_a_record_is_recorded_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / FK_TABLE
+    checksum = build_table(path, small_rows())
+    FkTableFiles(path).record.unlink()
+    assert load_table(path).checksum == checksum
+    assert table_mod._read_record(path)["sha256"] == checksum
+
+
+def test_building_over_an_edited_table_archives_it(tmp_path: Path) -> None:
+    path = tmp_path / FK_TABLE
+    build_table(path, small_rows())
+    _edit_j5(path)
+    edited = file_checksum(path)
+    build_table(path, small_rows())
+    archived = list((tmp_path / "archive").glob("fk_table.*.csv"))
+    assert [file_checksum(a) for a in archived] == [edited]
+    load_table(path)
 
 
 def test_corrupt_cache_falls_back_to_the_csv(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_append_refuses_unknown_column_and_foreign_header(tmp_path: Path) -> Non
     with pytest.raises(LedgerError, match="unknown columns"):
         append_row(path, {**_row(1), "bogus": 1})
     path.write_text("a,b\n1,2\n")
-    with pytest.raises(LedgerError, match="header does not match"):
+    with pytest.raises(LedgerError, match="header differs"):
         append_row(path, _row(1))
     old = ",".join(LEDGER_COLUMNS[:17]) + "\n"
     path.write_text(old)
@@ -148,7 +148,8 @@ def test_migrate_refuses_and_leaves_file_untouched(tmp_path: Path) -> None:
 def test_verify_reports_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "l.csv"
     append_row(path, _row(1))
-    append_row(path, _row(1))  # duplicate stem
+    with open(path, "ab") as fh:  # a duplicate stem, as a hand edit or a copy-paste leaves it
+        fh.write(path.read_bytes().splitlines(keepends=True)[1])
     append_row(
         path,
         _row(2, status="weird", pick_verdict="maybe", recording_status="great", duration_s="abc"),
@@ -303,3 +304,107 @@ def test_verify_flags_a_recording_status_outside_the_recorders(tmp_path: Path) -
     assert [e for e in rep.errors if "recording_status" in e] and all(
         "line 2" not in e for e in rep.errors
     )
+
+
+# ---------------------------------------------------------------- start-up checks
+
+
+def _ledger_with(path: Path, header: list[str], n: int = 2) -> bytes:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(header)
+        for i in range(n):
+            r = _row(i)
+            w.writerow([r.get(c, "x") for c in header])
+    return path.read_bytes()
+
+
+def test_ready_accepts_a_missing_an_empty_and_a_good_ledger(tmp_path: Path) -> None:
+    path = DataRoot(tmp_path).ledger
+    ledger.check_ledger_ready(path)  # missing: the first row creates it
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    ledger.check_ledger_ready(path)
+    append_row(path, _row(1))
+    append_row(path, _row(2))
+    ledger.check_ledger_ready(path)
+
+
+@pytest.mark.parametrize(
+    ("header", "needles"),
+    [
+        (list(LEDGER_COLUMNS[:17]), ["older 17-column header", "missing recording_path",
+                                     "mecharm ledger migrate"]),
+        ([*LEDGER_COLUMNS[:5], "notes", *LEDGER_COLUMNS[5:]], ["extra 'notes'", "Move it aside"]),
+        ([c for c in LEDGER_COLUMNS if c != "scene_seed"], ["missing scene_seed", "Move it aside"]),
+        (["run_stem", "started_at", "status"] + ["x"] * 3, ["missing ended_at", "extra 'x'",
+                                                           "repeated x"]),
+        ([LEDGER_COLUMNS[1], LEDGER_COLUMNS[0], *LEDGER_COLUMNS[2:]], ["another order",
+                                                                      "column 1 is 'started_at'"]),
+        ([c.upper() for c in LEDGER_COLUMNS], ["missing run_stem", "extra 'RUN_STEM'"]),
+    ],
+    ids=["older-generation", "extra-column", "missing-column", "foreign", "reordered", "renamed"],
+)  # fmt: skip
+def test_ready_refuses_an_edited_header_naming_the_columns(
+    tmp_path: Path, header: list[str], needles: list[str]
+) -> None:
+    path = tmp_path / LEDGER
+    before = _ledger_with(path, header)
+    with pytest.raises(LedgerError) as err:
+        ledger.check_ledger_ready(path)
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+    assert str(path) in str(err.value)
+    with pytest.raises(LedgerError):  # and no trial row is ever appended under it
+        append_row(path, _row(9))
+    assert path.read_bytes() == before
+
+
+def test_ready_refuses_duplicate_run_stems_naming_them(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER
+    for i in (1, 2, 3):
+        append_row(path, _row(i))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines, lines[1], lines[3]]))  # stems 1 and 3 twice
+    with pytest.raises(LedgerError) as err:
+        ledger.check_ledger_ready(path)
+    msg = str(err.value)
+    assert (
+        f"{_row(1)['run_stem']} (lines 2, 5)" in msg
+        and f"{_row(3)['run_stem']} (lines 4, 6)" in msg
+    )
+    assert f"mecharm ledger verify {path}" in msg
+    assert str(_row(2)["run_stem"]) not in msg
+
+
+def test_append_refuses_a_run_stem_already_present(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER
+    append_row(path, _row(1))
+    before = path.read_bytes()
+    with pytest.raises(
+        LedgerError, match=rf"run stem {_row(1)['run_stem']} is already in .* \(line 2\)"
+    ):
+        append_row(path, _row(1, status="stopped", reason="again"))
+    assert path.read_bytes() == before
+
+
+def test_ready_refuses_unreadable_and_non_utf8_ledgers(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER
+    path.mkdir()
+    with pytest.raises(LedgerError, match="is a directory"):
+        ledger.check_ledger_ready(path)
+    path.rmdir()
+    append_row(path, _row(1))
+    path.write_bytes(path.read_bytes() + b"run_0002_\xff\xfe,broken\n")
+    with pytest.raises(LedgerError, match=r"not UTF-8 \(byte \d+, line 3\).*move it aside"):
+        ledger.check_ledger_ready(path)
+
+
+def test_row_check_after_a_trial(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER
+    append_row(path, _row(1))
+    ledger.check_ledger_row(path, str(_row(1)["run_stem"]))
+    with pytest.raises(LedgerError, match=rf"{_row(2)['run_stem']} is not in .*ledger_error"):
+        ledger.check_ledger_row(path, str(_row(2)["run_stem"]))
+    with pytest.raises(LedgerError, match="is not in"):
+        ledger.check_ledger_row(tmp_path / "missing.csv", str(_row(1)["run_stem"]))

@@ -427,7 +427,7 @@ async def test_correction_applied_clamped_and_corrupt_entry_never_used(
         json.dumps(
             {
                 "entries": {
-                    "pick_x200_z260": {"dx_mm": 50.0, "dz_mm": -4.0, "n": 3},
+                    "pick_x200_z260": {"dx_mm": 35.0, "dz_mm": -4.0, "n": 3},
                     "pick_x200_z280": {"dx_mm": "oops", "dz_mm": 1.0, "n": 1},
                 }
             }

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from mecharm_common.layout import DataRoot
-from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
+from mecharm_common.logging import configure_logging
+from mecharm_runtime.memories import (
+    CORRECTION_LIMIT_MM,
+    HEIGHT_LIMIT_MM,
+    CorrectionMemory,
+    HeightMemory,
+    cell_key,
+)
 
 
 def test_cell_key_matches_reference_format() -> None:
@@ -78,3 +87,113 @@ def test_height_memory_raises_on_failed_place_only(tmp_path: Path) -> None:
     assert mem.get(key) == 15
     mem.save()
     assert HeightMemory(tmp_path / "h.json").entries[key]["n"] == 7
+
+
+# ---------------------------------------------------------------- plausibility bounds
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "shown"),
+    [
+        ({"dx_mm": 1e308, "dz_mm": 1.0, "n": 3}, "dx_mm", "1e+308"),
+        ({"dx_mm": 2.0, "dz_mm": -1e308, "n": 3}, "dz_mm", "-1e+308"),
+        ({"dx_mm": 40.5, "dz_mm": 0.0, "n": 1}, "dx_mm", "40.5"),
+        ({"dx_mm": 2.0, "dz_mm": 1.0, "n": 10**30}, "n", str(10**30)),
+    ],
+    ids=["1e308", "-1e308", "just-over", "huge-n"],
+)
+def test_implausible_correction_is_rejected_at_load_naming_entry_and_value(
+    tmp_path: Path, entry: dict[str, float], field: str, shown: str
+) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"entries": {"pick_x200_z260": entry, "pick_x180_z240": GOOD}}))
+    with capture_logs() as logs:
+        mem = CorrectionMemory(path)
+    assert mem.get("pick_x200_z260") is None  # never applied: correct_aim aims at the block
+    assert mem.get("pick_x180_z240") is not None
+    assert mem.skipped == ["pick_x200_z260"]
+    [err] = [e for e in logs if e["event"] == "memory_entry_implausible"]
+    assert err["log_level"] == "error" and err["key"] == "pick_x200_z260"
+    assert err["field"] == field and err["value"] == shown and str(path) in err["action"]
+
+
+GOOD = {"dx_mm": -12.5, "dz_mm": 39.9, "n": 100_000}
+
+
+def test_nan_as_a_string_is_rejected_too(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{"entries": {"pick_x200_z260": {"dx_mm": "NaN", "dz_mm": 1, "n": 2},'
+                    ' "pick_x220_z260": {"dx_mm": NaN, "dz_mm": 1, "n": 2}}}')  # fmt: skip
+    with capture_logs() as logs:
+        mem = CorrectionMemory(path)
+    assert mem.entries == {}
+    errs = [e for e in logs if e["event"] == "memory_entry_corrupt_skipped"]
+    assert [e["key"] for e in errs] == ["pick_x200_z260", "pick_x220_z260"]
+    assert all(e["log_level"] == "error" and "'NaN'" in errs[0]["entry"] for e in errs)
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"dee_y_mm": 1e308, "n": 1}, "dee_y_mm"),
+        ({"dee_y_mm": -1e308, "n": 1}, "dee_y_mm"),
+        ({"dee_y_mm": -5.0, "n": 1}, "dee_y_mm"),
+        ({"dee_y_mm": 50.5, "n": 1}, "dee_y_mm"),
+        ({"dee_y_mm": 5.0, "n": 10**30}, "n"),
+        ({"dee_y_mm": 5.0, "n": -1}, "n"),
+    ],
+)
+def test_implausible_height_is_rejected_at_load(
+    tmp_path: Path, entry: dict[str, float], field: str
+) -> None:
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"entries": {"place_x-200_z180": entry,
+                                            "place_x-180_z180": {"dee_y_mm": 50.0, "n": 0}}}))  # fmt: skip
+    with capture_logs() as logs:
+        mem = HeightMemory(path)
+    assert mem.get("place_x-200_z180") is None and mem.get("place_x-180_z180") == 50.0
+    [err] = [e for e in logs if e["event"] == "memory_entry_implausible"]
+    assert err["key"] == "place_x-200_z180" and err["field"] == field
+
+
+def test_the_operator_sees_the_rejection_on_the_console(tmp_path: Path) -> None:
+    """One line on the console stream (what the trial start prints), naming entry and value."""
+    path = tmp_path / "c.json"
+    path.write_text(
+        json.dumps({"entries": {"pick_x200_z260": {"dx_mm": 1e308, "dz_mm": 0, "n": 1}}})
+    )
+    stream = io.StringIO()
+    saved = structlog.get_config()
+    try:
+        configure_logging("warning", json=False, stream=stream)
+        CorrectionMemory(path)
+    finally:
+        structlog.configure(**saved)
+    [line] = stream.getvalue().splitlines()
+    assert "memory_entry_implausible" in line and "pick_x200_z260" in line and "1e+308" in line
+    assert "error" in line and "fix or delete" in line
+
+
+def test_updates_stay_inside_the_bounds(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    mem = CorrectionMemory(path)
+    with capture_logs() as logs:
+        c = mem.update("pick_x200_z260", 20.0, -20.0, tip_dx_mm=500.0, tip_dz_mm=-500.0, alpha=0.5)
+    assert (c.dx_mm, c.dz_mm) == (CORRECTION_LIMIT_MM, -CORRECTION_LIMIT_MM)
+    assert any(e["event"] == "correction_update_bounded" for e in logs)
+    mem.save()
+    assert CorrectionMemory(path).get("pick_x200_z260") == c  # what is written loads again
+    heights = HeightMemory(tmp_path / "h.json")
+    for _ in range(30):
+        heights.update("place_x-200_z180", placed_ok=False, step_mm=5, max_mm=1000)
+    assert heights.get("place_x-200_z180") == HEIGHT_LIMIT_MM[1]
+
+
+def test_config_cannot_set_maxima_beyond_the_bounds() -> None:
+    from mecharm_common.config import ConfigError, load_settings
+    from mecharm_runtime.config import RuntimeSettings
+
+    with pytest.raises(ConfigError, match="max_correction_mm"):
+        load_settings(RuntimeSettings, None, {"max_correction_mm": CORRECTION_LIMIT_MM + 1})
+    with pytest.raises(ConfigError, match="height_max_mm"):
+        load_settings(RuntimeSettings, None, {"height_max_mm": HEIGHT_LIMIT_MM[1] + 1})

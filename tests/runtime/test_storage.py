@@ -34,7 +34,7 @@ def test_a_write_on_a_full_disk_never_raises_and_keeps_the_lines() -> None:
 
 
 def test_recover_appends_only_the_lines_the_file_is_missing(tmp_path: Path) -> None:
-    path = tmp_path / "t.trace.jsonl"
+    path = tmp_path / "t.jsonl"
     trace = TraceWriter(path)
     for k in range(3):
         trace.input("n", k)
@@ -52,7 +52,7 @@ def test_recover_appends_only_the_lines_the_file_is_missing(tmp_path: Path) -> N
 
 
 def test_recover_rewrites_a_trace_the_new_disk_does_not_have(tmp_path: Path) -> None:
-    path = tmp_path / "run" / "t.trace.jsonl"
+    path = tmp_path / "run" / "t.jsonl"
     path.parent.mkdir()
     trace = TraceWriter(path)
     trace.input("n", 0)

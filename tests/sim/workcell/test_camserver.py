@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mecharm_cameras import open_camera
+from mecharm_sim.camserver import CameraServer, json_depth
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 
 
@@ -139,6 +140,8 @@ def test_scene_endpoints(served: Workcell) -> None:
         ("POST", "/scene/next", b'{"seed": -1}', 400, "seed must be an integer"),
         ("POST", "/scene/next", b'{"sead": 1}', 400, "body must be a JSON object"),
         ("POST", "/scene/next", b"[1]", 400, "body must be a JSON object"),
+        ("POST", "/scene/next", b"[" * 4000, 400, "more than 8 deep"),
+        ("POST", "/scene/next", b'{"a": ' * 9 + b"1" + b"}" * 9, 400, "more than 8 deep"),
         ("POST", "/scene/next?seed=x", None, 400, "seed must be an integer"),
         ("POST", "/scene/next?color=red", None, 400, "unknown or repeated query"),
         ("POST", "/elsewhere", None, 404, "no such resource"),
@@ -251,3 +254,17 @@ def test_fuzzed_scene_requests_never_break_the_server(served: Workcell) -> None:
         json.loads(resp.read())
         conn.close()
     assert _request(port, "GET", "/scene/truth")[0] == 200
+
+
+def test_json_depth_counts_brackets_outside_strings_only() -> None:
+    assert json_depth(b'{"seed": 3}', 8) == 1
+    assert json_depth(b'{"a": [[1], {"b": [2]}]}', 8) == 4
+    assert json_depth(b'{"s": "[[[[[[[[[[[[\\"]]]]"}', 8) == 1  # in a string, escaped quote
+    assert json_depth(b"[" * 4000, 8) == 9  # stops counting past the limit
+    assert json_depth(b"", 8) == 0
+
+
+def test_server_limits_are_validated() -> None:
+    for bad in ({"max_connections": 0}, {"idle_timeout_s": 0.0}, {"max_body_bytes": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            CameraServer(("127.0.0.1", 0), {}, dict, lambda _s: {}, **bad)  # type: ignore[arg-type]

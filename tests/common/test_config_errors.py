@@ -1,0 +1,113 @@
+"""Every config mistake ends in one clear message and exit 2, never a traceback, for
+every process that loads settings through ``mecharm_common.config`` (docs/architecture.md,
+"Configuration"): through each CLI's real ``main`` and, for the case testers hit, as
+real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from daemon_pi.cli import main as daemon_main
+from mecharm_common.config import MAX_CONFIG_BYTES, ConfigError, load_settings
+from mecharm_runtime.cli import main as runtime_main
+from mecharm_runtime.config import RuntimeSettings
+from recorder.cli import main as recorder_main
+
+CLIS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
+    # name: (main, module for `python -m`, a key of its settings whose value must be an int)
+    "mecharm-runtime": (runtime_main, "mecharm_runtime.cli", "trials"),
+    "mecharm-recorder": (recorder_main, "recorder.cli", "udp_port"),
+    "mecharm-daemon": (daemon_main, "daemon_pi.cli", "port"),
+}
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def _cases(int_key: str) -> list[tuple[str, bytes | None, str]]:
+    """(case, file content or None for a special file, what the message must say)."""
+    return [
+        ("not-utf8", f"{int_key}: 5\ncomment: caf\xe9\n".encode("latin1"), "not UTF-8 text (byte 0xe9"),
+        ("utf16", "port: 1\n".encode("utf-16"), "not UTF-8 text"),
+        ("missing", None, "does not exist"),
+        ("directory", None, "is a directory"),
+        ("fifo", None, "not a regular file"),
+        ("list", b"- a\n- b\n", "top level must be a mapping"),
+        ("scalar", b"just words\n", "top level must be a mapping"),
+        ("int-key", b"1: 2\n", "keys must be setting names, got 1"),
+        ("unknown-key", b"no_such_setting: 1\n", "no_such_setting: unknown key"),
+        ("wrong-type", f"{int_key}: lots\n".encode(), f"{int_key}: Input should be a valid integer"),
+        ("duplicate-key", f"{int_key}: 1\n{int_key}: 2\n".encode(), f"key '{int_key}' given twice (lines 1 and 2)"),
+        ("broken-yaml", b"a: [1\n", "not valid YAML at line 2"),
+        ("python-tag", b"a: !!python/object:os.system ls\n", "not valid YAML at line 1"),
+        ("deep", b"a: " + b"[" * 4000 + b"]" * 4000 + b"\n", "nested too deeply"),
+        ("deep-30", b"a: " + b"[" * 30 + b"]" * 30 + b"\n", "nested more than 20 levels"),
+        ("alias-bomb", BOMB.encode(), "more than 100000 values"),
+        ("huge", b"#" * (MAX_CONFIG_BYTES + 10), "more than a settings file has"),
+    ]  # fmt: skip
+
+
+def _make(tmp_path: Path, case: str, content: bytes | None) -> Path:
+    path = tmp_path / "settings.yaml"
+    if case == "directory":
+        path.mkdir()
+    elif case == "fifo":
+        os.mkfifo(path)  # reading it would block for ever: refused before any read
+    elif content is not None:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("cli", list(CLIS))
+@pytest.mark.parametrize("case", [c for c, _, _ in _cases("x")])
+def test_every_config_mistake_is_one_message_and_exit_2(
+    cli: str, case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main, _, int_key = CLIS[cli]
+    [(_, content, needle)] = [c for c in _cases(int_key) if c[0] == case]
+    path = _make(tmp_path, case, content)
+    assert main(["--config", str(path)]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith(f"{cli}: "), out.err
+    assert needle in out.err and "Traceback" not in out.err + out.out
+    if case not in ("unknown-key", "wrong-type"):  # those name the key and its source instead
+        assert str(path) in out.err and "--config" in out.err
+    assert len(out.err.strip().splitlines()) == 1  # one line, what and where and what to do
+
+
+@pytest.mark.parametrize("cli", list(CLIS))
+def test_non_utf8_config_as_a_real_process(cli: str, tmp_path: Path) -> None:
+    _, module, int_key = CLIS[cli]
+    path = tmp_path / "settings.yaml"
+    path.write_bytes(f"{int_key}: 5\nnote: caf\xe9\n".encode("latin1"))
+    r = subprocess.run(
+        [sys.executable, "-m", module, "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "not UTF-8 text" in r.stderr and str(path) in r.stderr
+    assert "line 2" in r.stderr and "save it as UTF-8" in r.stderr
+
+
+def test_environment_value_that_is_not_json_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MECHARM_RUNTIME_HOME", "[0, 0")
+    with pytest.raises(ConfigError, match=r'"home".*MECHARM_RUNTIME_\* variables are JSON'):
+        load_settings(RuntimeSettings)
+
+
+def test_benign_aliases_and_the_shipped_configs_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "settings.yaml"
+    path.write_text("pick_band: &band [0.010, 0.040]\nplace_band: [0.070, 0.100]\n")
+    assert load_settings(RuntimeSettings, path).pick_band == (0.010, 0.040)
+    shipped = Path(__file__).parents[2] / "configs" / "runtime.yaml"
+    assert load_settings(RuntimeSettings, shipped).speed == 20
