@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", dest="daemon_token_file", type=Path)
     p.add_argument("--recorder-port", dest="recorder_port", type=int)
     p.add_argument(
+        "--recorder-key-file",
+        dest="recorder_key_file",
+        type=Path,
+        help="secret shared with the recorder (default $XDG_CONFIG_HOME/mecharm/recorder.key)",
+    )
+    p.add_argument(
         "--no-recorder",
         dest="recorder_enabled",
         action="store_const",
