@@ -100,16 +100,20 @@ class RecorderSender:
             self._finalizer = weakref.finalize(self, sock.close)
         return sock
 
-    def _scope(self, etype: object, run_stem: object) -> str | None:
+    def _scope(self, event: Any) -> str | None:
         """The trial an event belongs to; trial_start/trial_end open and close it."""
-        if etype in ("trial_start", "trial_end"):
-            try:
-                stem: str | None = validate_name(run_stem, "run_stem")
-            except UnsafeNameError:
-                stem = None
-            self.trial = stem if etype == "trial_start" else None
-            return stem
-        return self.trial
+        mapping = isinstance(event, Mapping)
+        etype = event.get("type") if mapping else event.type
+        if etype not in ("trial_start", "trial_end"):
+            return self.trial  # the common case: no attribute lookup that may fail (slow)
+        try:
+            stem: str | None = validate_name(
+                event.get("run_stem") if mapping else event.run_stem, "run_stem"
+            )
+        except UnsafeNameError:
+            stem = None
+        self.trial = stem if etype == "trial_start" else None
+        return stem
 
     def seal_event(self, body: bytes, trial: str | None) -> tuple[int, bytes]:
         """(seq, datagram): ``body`` signed under this session's next sequence number."""
@@ -121,11 +125,9 @@ class RecorderSender:
         try:
             if isinstance(event, Mapping):
                 body = json.dumps(dict(event), separators=(",", ":")).encode()
-                trial = self._scope(event.get("type"), event.get("run_stem"))
             else:
                 body = event.model_dump_json().encode()
-                trial = self._scope(event.type, getattr(event, "run_stem", None))
-            self._socket().sendto(self.seal_event(body, trial)[1], self._addr)
+            self._socket().sendto(self.seal_event(body, self._scope(event))[1], self._addr)
             self.sent += 1
         except Exception:  # observer principle: a recorder problem is never the runtime's
             self.dropped += 1
