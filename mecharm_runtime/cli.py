@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -119,6 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mecharm-runtime: {exc}", file=sys.stderr)
         return 2
+    if settings.recorder_enabled and not settings.dry_run:
+        try:  # before any set-up: created if missing, refused if too open (docs/recorder.md)
+            load_or_create_key(settings.recorder_key_file)
+        except KeyFileError as exc:
+            print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
+            return 2
     configure_logging(settings.log_level)
     try:
         return anyio.run(_amain, settings)
