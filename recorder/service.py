@@ -15,8 +15,10 @@ encoder; the dispatcher does bounded work per datagram (parse, a CSV row, or
 one JPEG encode of the newest frame ~3-5 ms). A frame older than
 ``stale_frame_sec`` is refused as ``stale_frame``; after camera loss the newest
 frame is forgotten, so it is never served (the shared freshness rule,
-docs/recorder.md#frame-freshness). Every datagram handler is wrapped: a
-bad datagram is logged (rate-limited) and dropped, the service keeps serving.
+docs/recorder.md#frame-freshness). Every datagram is verified before anything
+acts on it (MAC, replay, the trial it names: docs/recorder.md, "Authenticated
+events"), and every datagram handler is wrapped: a bad datagram is logged
+(rate-limited), counted and dropped, the service keeps serving.
 Tasks, owners and deadlines: [docs/concurrency.md](../docs/concurrency.md).
 """
 
