@@ -8,7 +8,8 @@ Figures (each with its target and a baseline measured in the same run):
 - frame_request round-trip latency p50/p99 during recording (target p99 <= 20 ms;
   baseline: one JPEG encode of a 720p frame, the unavoidable work), and the
   recorder's own handling time from its log;
-- notify() cost p50/p99 (target p99 <= 20 us; baseline: a raw sendto of the same bytes).
+- notify() cost p50/p99, signing included (target p99 <= 20 us; baseline: a raw sendto of the
+  same event's JSON).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _notify_cost(n: int) -> dict[str, float]:
         sink.bind(("127.0.0.1", 0))
         sink.setblocking(False)
         port = sink.getsockname()[1]
-        sender = RecorderSender(port=port)
+        sender = RecorderSender(port=port, key=b"0" * 64)
         ev = Measured(angles=[1.0, 87.74, -38.33, 18.6, -45.11, -30.0])
         raw = ev.model_dump_json().encode()
         raw_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -148,6 +149,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         root = Path(tmp) / "data"
         root.mkdir()
         port = _free_port()
+        key = Path(tmp) / "config" / "recorder.key"  # its own key, not the user's
         with open(Path(tmp) / "recorder.log", "wb") as log:
             proc = subprocess.Popen(
                 [
@@ -164,12 +166,14 @@ def run(quick: bool = False) -> dict[str, Any]:
                     "0",
                     "--log-level",
                     "info",
+                    "--key-file",
+                    str(key),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
         try:
-            s = RecorderSender(port=port)
+            s = RecorderSender(port=port, key_file=key)  # whoever comes first creates the key
             deadline = time.monotonic() + 60
             while s.request_frame("ready", timeout=0.5)[2] != "ok_orphan":
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -185,10 +189,10 @@ def run(quick: bool = False) -> dict[str, Any]:
             stop = threading.Event()
 
             def requester() -> None:
-                rs = RecorderSender(port=port)
+                # the trial's own sender (another session's requests would be orphan frames)
                 while not stop.is_set():
                     t = time.perf_counter()
-                    reason = rs.request_frame("bench", timeout=2.0)[2]
+                    reason = s.request_frame("bench", timeout=2.0)[2]
                     latencies.append((time.perf_counter() - t) * 1e3)
                     reasons[reason] = reasons.get(reason, 0) + 1
                     stop.wait(0.25)

@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -56,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--daemon-port", dest="daemon_port", type=int)
     p.add_argument("--token-file", dest="daemon_token_file", type=Path)
     p.add_argument("--recorder-port", dest="recorder_port", type=int)
+    p.add_argument(
+        "--recorder-key-file",
+        dest="recorder_key_file",
+        type=Path,
+        help="secret shared with the recorder (default $XDG_CONFIG_HOME/mecharm/recorder.key)",
+    )
     p.add_argument(
         "--no-recorder",
         dest="recorder_enabled",
@@ -124,6 +131,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mecharm-runtime: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if settings.recorder_enabled and not settings.dry_run:
+        try:  # before any set-up: created if missing, refused if too open (docs/recorder.md)
+            load_or_create_key(settings.recorder_key_file)
+        except KeyFileError as exc:
+            print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     configure_logging(settings.log_level)
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
 

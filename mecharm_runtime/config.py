@@ -17,6 +17,7 @@ from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
+from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 
 __all__ = ["RuntimeSettings"]
@@ -40,6 +41,8 @@ class RuntimeSettings(RigSettings):
     recorder_enabled: bool = True
     recorder_host: str = "127.0.0.1"
     recorder_port: int = Field(5556, ge=1, le=65535)
+    #: the secret shared with the recorder (docs/recorder.md, "The key file")
+    recorder_key_file: Path = Field(default_factory=default_recorder_key_file)
     frame_timeout_s: float = Field(2.0, gt=0)
     recording_wait_s: float = Field(2.0, ge=0)
     recording_poll_s: float = Field(0.1, gt=0)
@@ -142,5 +145,5 @@ class RuntimeSettings(RigSettings):
 
     def constants(self) -> dict[str, object]:
         """The constants block of the run log (everything that shapes a decision)."""
-        skip = {"daemon_token_file", "trials", "confirm", "log_level"}
+        skip = {"daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level"}
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}

@@ -100,7 +100,8 @@ async def open_rig(
             c = client
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
-            sender = RecorderSender(s.recorder_host, s.recorder_port)
+            # signs every event; a key file that is too open stops the start here
+            sender = RecorderSender(s.recorder_host, s.recorder_port, key_file=s.recorder_key_file)
         rig = Rig(
             s,
             arm,

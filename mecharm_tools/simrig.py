@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from mecharm_common.keyfile import KeyFileError
 from recorder.sender import RecorderSender
 
 __all__ = ["Child", "SimRig", "free_port", "start_recorder", "start_sim_daemon"]
@@ -168,10 +169,21 @@ def start_sim_daemon(
 
 
 def start_recorder(
-    log_dir: Path, data_root: Path, camera: str, udp_port: int | None = None, timeout: float = 30.0
+    log_dir: Path,
+    data_root: Path,
+    camera: str,
+    udp_port: int | None = None,
+    timeout: float = 30.0,
+    *,
+    key_file: Path | None = None,
+    log_level: str = "warning",
 ) -> tuple[Child, int]:
-    """``mecharm-recorder`` on a free UDP port; returns once it answers a frame request."""
+    """``mecharm-recorder`` on a free UDP port; returns once it answers a frame request.
+
+    ``key_file`` None: the default per-user key, as the runtime's default (docs/recorder.md).
+    """
     udp = udp_port or free_port(socket.SOCK_DGRAM)
+    key_args = ["--key-file", str(key_file)] if key_file is not None else []
     child = _spawn(
         "recorder",
         [
@@ -184,11 +196,16 @@ def start_recorder(
             "--udp-port",
             str(udp),
             "--log-level",
-            "warning",
+            log_level,
+            *key_args,
         ],
         log_dir,
     )
-    sender = RecorderSender("127.0.0.1", udp)
+    try:
+        sender = RecorderSender("127.0.0.1", udp, key_file=key_file)
+    except KeyFileError as exc:  # unusable key file: the child refuses it too (exit 2)
+        child.stop(timeout)
+        raise RuntimeError(f"recorder not started: {exc}\n{child.tail()}") from None
 
     def answers() -> bool:
         _path, _ts, reason = sender.request_frame("ready_probe", timeout=0.5)

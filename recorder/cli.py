@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from recorder.config import RecorderSettings
@@ -31,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
         "http://.../side.mjpg, rtsp://..., or a video file",
     )
     p.add_argument("--udp-port", type=int, help="UDP port for events (default 5556)")
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        help="secret shared with the runtime (default $XDG_CONFIG_HOME/mecharm/recorder.key, "
+        "created 0600 when missing)",
+    )
     p.add_argument(
         "--require-mount",
         action="store_true",
@@ -89,6 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(RecorderSettings, args.config, overrides)
     except ConfigError as exc:
+        print(f"mecharm-recorder: {exc}", file=sys.stderr)
+        return 2
+    try:  # created here if missing; refused if too open (docs/recorder.md, "The key file")
+        load_or_create_key(settings.key_file)
+    except KeyFileError as exc:
         print(f"mecharm-recorder: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, json=settings.log_json)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
+from mecharm_common.keyfile import default_recorder_key_file
 
 __all__ = ["RecorderSettings", "VideoSettings"]
 
@@ -47,6 +48,12 @@ class RecorderSettings(RigSettings):
     camera: str = "synthetic"
     host: str = "127.0.0.1"
     udp_port: int = Field(default=5556, ge=1, le=65535)
+    #: the secret shared with the runtime: every datagram is signed with it; created
+    #: (0600) if missing, refused if group/others may read it (docs/recorder.md, "The key file")
+    key_file: Path = Field(default_factory=default_recorder_key_file)
+    #: a trial_start from another session is refused while the open trial's session was
+    #: heard within this many seconds; after that silence it takes over (a restarted runtime)
+    session_takeover_sec: float = Field(default=10.0, ge=0)
 
     #: datagrams buffered between the UDP receiver and the dispatcher; when full, new
     #: ones are dropped and counted (the sender is never slowed: docs/concurrency.md)
@@ -68,6 +75,12 @@ class RecorderSettings(RigSettings):
     #: frame_request budget (token bucket, burst = one second's worth); beyond it the
     #: request is answered "exception:RateLimited" and nothing is written
     max_frame_requests_per_sec: float = Field(default=20.0, gt=0)
+    #: hourly quotas (sliding hour; docs/recorder.md, "Quotas"): frame requests outside a
+    #: trial, and trial folders; beyond them nothing is written and the refusal is logged
+    orphan_frames_per_hour: int = Field(default=600, ge=0)
+    orphan_bytes_per_hour: int = Field(default=256 * 2**20, ge=0)
+    trials_per_hour: int = Field(default=600, ge=0)
+    trial_bytes_per_hour: int = Field(default=4 * 2**30, ge=0)
     #: a trial whose trial_end never comes (runtime crashed) is closed "truncated" after this
     max_trial_sec: float = Field(default=1800.0, gt=0)
     video: VideoSettings = Field(default_factory=VideoSettings)
@@ -86,6 +99,6 @@ class RecorderSettings(RigSettings):
     @classmethod
     def _host(cls, v: str) -> str:
         if v not in ("127.0.0.1", "localhost"):
-            # the event port is an unauthenticated local interface; keep it on loopback
+            # events are signed, but the port is a local interface: keep it on loopback
             raise ValueError("host must be a loopback address (127.0.0.1)")
         return "127.0.0.1" if v == "localhost" else v

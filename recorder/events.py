@@ -8,6 +8,9 @@ message naming what was wrong; the recorder logs it and keeps serving.
 Names that become paths (``run_stem``, ``tag``) are validated here with
 ``mecharm_common.fsutil.validate_name``: nothing that reaches the recorder's
 file code can contain a separator, ``..``, NUL or be empty or overlong.
+
+On the wire each event travels signed, inside ``recorder.envelope``; ``parse_event``
+reads the JSON inside, after the MAC has been checked.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ __all__ = [
     "REASON_OK",
     "REASON_OK_ORPHAN",
     "REASON_ORPHAN_SAVE_FAILED",
+    "REASON_QUOTA_EXCEEDED",
     "REASON_STALE_FRAME",
     "REASON_TIMEOUT",
     "RECORDING_STATUSES",
@@ -84,6 +88,8 @@ REASON_MOUNT_LOST: Final = "mount_lost"
 REASON_IMWRITE_FAILED: Final = "imwrite_failed"
 REASON_ORPHAN_SAVE_FAILED: Final = "orphan_save_failed"
 REASON_MALFORMED_REPLY: Final = "malformed_reply"
+#: an hourly quota (orphan frames) is used up; nothing was written (docs/recorder.md, "Quotas")
+REASON_QUOTA_EXCEEDED: Final = "quota_exceeded"
 #: Fixed reasons; ``exception:{Type}`` is the one open-ended form.
 REASONS: Final = (
     REASON_OK,
@@ -95,6 +101,7 @@ REASONS: Final = (
     REASON_IMWRITE_FAILED,
     REASON_ORPHAN_SAVE_FAILED,
     REASON_MALFORMED_REPLY,
+    REASON_QUOTA_EXCEEDED,
 )
 
 
@@ -371,6 +378,8 @@ class RecordingMeta(BaseModel):
     camera_source: str = ""
     states_rows: int = 0
     frame_requests: int = 0
+    #: datagrams dropped while the trial was open, by reason (docs/recorder.md, "Authenticated events")
+    events_refused: dict[str, int] = Field(default_factory=dict)
     first_capture_ts: float | None = None
     last_capture_ts: float | None = None
 

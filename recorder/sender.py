@@ -7,20 +7,38 @@ costs a few microseconds. ``request_frame`` maps every failure to a reply
 reason and never raises; ``request_frame_async`` does the same without blocking
 an asyncio loop. Each request uses its own ephemeral reply socket, so a late
 reply to an earlier request can never be taken for the current one.
+
+Every datagram is signed (``recorder.envelope``; docs/recorder.md, "Authenticated
+events") with the key from the key file, under this sender's session id and the
+next sequence number, naming the trial the sender has open. A reply is taken only
+if its MAC holds and it answers this request's sequence number; anything else on
+the reply socket is counted in ``replies_ignored`` and the wait goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import time
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from mecharm_common.fsutil import UnsafeNameError, validate_name
+from mecharm_common.keyfile import default_recorder_key_file, load_or_create_key
+from recorder.envelope import (
+    EVENT_LABEL,
+    REPLY_LABEL,
+    EnvelopeError,
+    new_session_id,
+    seal,
+    unseal,
+)
 from recorder.events import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -40,15 +58,36 @@ FrameResult = tuple[str | None, float | None, str]
 
 
 class RecorderSender:
-    """Sends events to the recorder at ``host:port`` (UDP, one JSON object per datagram)."""
+    """Sends events to the recorder at ``host:port`` (UDP, one signed JSON event per datagram).
 
-    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    The key is ``key`` if given, else read from ``key_file`` (default: the per-user
+    ``recorder.key``, created 0600 if missing); a key file that is too open raises
+    ``mecharm_common.keyfile.KeyFileError`` here, at construction, never later.
+    """
+
+    def __init__(
+        self,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        key: bytes | None = None,
+        key_file: Path | str | None = None,
+    ) -> None:
         self.host = host
         self.port = int(port)
         self._addr = (host, self.port)
         self._sock: socket.socket | None = None
+        if key is None:
+            key = load_or_create_key(Path(key_file) if key_file else default_recorder_key_file())
+        self._key = key
+        #: this sender's session; ``next(self._seq)`` is atomic, so threads may share a sender
+        self.session = new_session_id()
+        self._seq = itertools.count(1)
+        #: the trial this sender opened (trial_start .. trial_end); every datagram names it
+        self.trial: str | None = None
         self.sent = 0
         self.dropped = 0
+        self.replies_ignored = 0
 
     # --- fire and forget -------------------------------------------------------------
     def _socket(self) -> socket.socket:
@@ -61,14 +100,34 @@ class RecorderSender:
             self._finalizer = weakref.finalize(self, sock.close)
         return sock
 
+    def _scope(self, event: Any) -> str | None:
+        """The trial an event belongs to; trial_start/trial_end open and close it."""
+        mapping = isinstance(event, Mapping)
+        etype = event.get("type") if mapping else event.type
+        if etype not in ("trial_start", "trial_end"):
+            return self.trial  # the common case: no attribute lookup that may fail (slow)
+        try:
+            stem: str | None = validate_name(
+                event.get("run_stem") if mapping else event.run_stem, "run_stem"
+            )
+        except UnsafeNameError:
+            stem = None
+        self.trial = stem if etype == "trial_start" else None
+        return stem
+
+    def seal_event(self, body: bytes, trial: str | None) -> tuple[int, bytes]:
+        """(seq, datagram): ``body`` signed under this session's next sequence number."""
+        seq = next(self._seq)
+        return seq, seal(self._key, EVENT_LABEL, self.session, seq, trial, body)
+
     def notify(self, event: Any) -> None:
         """Send one event (a model from recorder.events or a mapping); never raises or blocks."""
         try:
             if isinstance(event, Mapping):
-                data = json.dumps(dict(event), separators=(",", ":")).encode()
+                body = json.dumps(dict(event), separators=(",", ":")).encode()
             else:
-                data = event.model_dump_json().encode()
-            self._socket().sendto(data, self._addr)
+                body = event.model_dump_json().encode()
+            self._socket().sendto(self.seal_event(body, self._scope(event))[1], self._addr)
             self.sent += 1
         except Exception:  # observer principle: a recorder problem is never the runtime's
             self.dropped += 1
@@ -105,12 +164,24 @@ class RecorderSender:
         sock.bind(("127.0.0.1", 0))
         return sock
 
-    @staticmethod
-    def _accept(data: bytes, addr: Any, tag: str) -> FrameReply | None:
-        """Parse a reply; None means 'not for us, keep waiting'. Raises EventError."""
+    def _request(self, tag: str, port: int) -> tuple[int, bytes]:
+        req = FrameRequest(tag=tag, reply_port=port)
+        return self.seal_event(req.model_dump_json().encode(), self.trial)
+
+    def _accept(self, data: bytes, addr: Any, tag: str, seq: int) -> FrameReply | None:
+        """Parse a reply; None means 'not for us, keep waiting'. Raises EventError when a
+        reply signed for this request is not a valid reply."""
         if addr[0] != "127.0.0.1":
             return None
-        reply = parse_frame_reply(data)
+        try:
+            sealed = unseal(self._key, REPLY_LABEL, data)
+        except EnvelopeError:
+            self.replies_ignored += 1  # unsigned or forged: not the recorder's
+            return None
+        if sealed.sid != self.session or sealed.seq != seq:
+            self.replies_ignored += 1  # a replayed reply to another request
+            return None
+        reply = parse_frame_reply(sealed.body)
         if reply.tag is not None and reply.tag != tag:
             return None
         return reply
@@ -119,10 +190,9 @@ class RecorderSender:
         """Ask for the newest side frame; the full reply (incl. camera_frozen). Never raises."""
         try:
             with self._reply_socket() as sock:
-                port = sock.getsockname()[1]
-                req = FrameRequest(tag=tag, reply_port=port)
+                seq, data = self._request(tag, sock.getsockname()[1])
                 deadline = time.monotonic() + timeout
-                sock.sendto(req.model_dump_json().encode(), self._addr)
+                sock.sendto(data, self._addr)
                 while True:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -134,7 +204,7 @@ class RecorderSender:
                         return FrameReply(reason=REASON_TIMEOUT, tag=tag)
                     except ConnectionRefusedError:  # ICMP port unreachable: nobody listens
                         continue
-                    reply = self._accept(data, addr, tag)
+                    reply = self._accept(data, addr, tag, seq)
                     if reply is not None:
                         return reply
         except EventError:
@@ -153,12 +223,11 @@ class RecorderSender:
         try:
             with self._reply_socket() as sock:
                 sock.setblocking(False)
-                port = sock.getsockname()[1]
-                req = FrameRequest(tag=tag, reply_port=port)
+                seq, request = self._request(tag, sock.getsockname()[1])
                 # one deadline for the whole exchange; a cancel scope, unlike 3.11's wait_for,
                 # never swallows an outer cancellation that races with the reply
                 with anyio.move_on_after(timeout):
-                    await loop.sock_sendto(sock, req.model_dump_json().encode(), self._addr)
+                    await loop.sock_sendto(sock, request, self._addr)
                     while True:
                         try:
                             data, addr = await loop.sock_recvfrom(sock, _REPLY_MAX)
@@ -166,7 +235,7 @@ class RecorderSender:
                             ConnectionRefusedError
                         ):  # ICMP port unreachable: nobody listens (yet)
                             continue
-                        reply = self._accept(data, addr, tag)
+                        reply = self._accept(data, addr, tag, seq)
                         if reply is not None:
                             return reply
                 return FrameReply(reason=REASON_TIMEOUT, tag=tag)

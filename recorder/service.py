@@ -15,8 +15,10 @@ encoder; the dispatcher does bounded work per datagram (parse, a CSV row, or
 one JPEG encode of the newest frame ~3-5 ms). A frame older than
 ``stale_frame_sec`` is refused as ``stale_frame``; after camera loss the newest
 frame is forgotten, so it is never served (the shared freshness rule,
-docs/recorder.md#frame-freshness). Every datagram handler is wrapped: a
-bad datagram is logged (rate-limited) and dropped, the service keeps serving.
+docs/recorder.md#frame-freshness). Every datagram is verified before anything
+acts on it (MAC, replay, the trial it names: docs/recorder.md, "Authenticated
+events"), and every datagram handler is wrapped: a bad datagram is logged
+(rate-limited), counted and dropped, the service keeps serving.
 Tasks, owners and deadlines: [docs/concurrency.md](../docs/concurrency.md).
 """
 
@@ -39,17 +41,34 @@ from mecharm_cameras.factory import make_camera
 from mecharm_cameras.freshness import NoFrameError, StaleFrameError
 from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
 from mecharm_common.hosted import start_hosted
+from mecharm_common.keyfile import load_or_create_key
 from mecharm_common.layout import ORPHAN_FRAMES
 from mecharm_common.logging import get_logger
 from recorder.capture import CameraWorker
 from recorder.config import RecorderSettings
+from recorder.envelope import (
+    DROP_FOREIGN_TRIAL,
+    DROP_FOREIGN_TRIAL_START,
+    DROP_OVERSIZED,
+    DROP_REPLAYED,
+    DROP_TRIAL_QUOTA,
+    EVENT_LABEL,
+    REPLY_LABEL,
+    EnvelopeError,
+    ReplayGuard,
+    Sealed,
+    seal,
+    unseal,
+)
 from recorder.events import (
+    MAX_EVENT_BYTES,
     REASON_IMWRITE_FAILED,
     REASON_MOUNT_LOST,
     REASON_NO_FRAME,
     REASON_OK,
     REASON_OK_ORPHAN,
     REASON_ORPHAN_SAVE_FAILED,
+    REASON_QUOTA_EXCEEDED,
     REASON_STALE_FRAME,
     Arrival,
     Commanded,
@@ -64,6 +83,7 @@ from recorder.events import (
     exception_reason,
     parse_event,
 )
+from recorder.quota import HourlyQuota
 from recorder.snapshots import SnapshotEncodeError, save_jpeg
 from recorder.status import RateLimitedLog, StatusCounters
 from recorder.trial import TrialRecording
@@ -78,6 +98,21 @@ REASON_RATE_LIMITED = "exception:RateLimited"
 
 
 Datagram = tuple[bytes, Any]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the files of one trial folder (for the hourly trial quota)."""
+    try:
+        return sum(_size(p) for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return 0
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -137,6 +172,21 @@ class RecorderService:
             on_lost=self._camera_lost,
         )
         self._reject = RateLimitedLog(log, "event_rejected")
+        # authenticated, scoped events (docs/recorder.md, "Authenticated events"): a key file
+        # that is too open or not a key raises KeyFileError here, before anything starts
+        self._key = load_or_create_key(settings.key_file)
+        self._replay = ReplayGuard()
+        self._refused = RateLimitedLog(log, "event_refused")
+        #: the envelope of the datagram being handled, and the session that opened the trial
+        self._origin: Sealed | None = None
+        self._owner: str | None = None
+        self._owner_seen = 0.0
+        self._orphan_quota = HourlyQuota(
+            "orphan_frames", settings.orphan_frames_per_hour, settings.orphan_bytes_per_hour
+        )
+        self._trial_quota = HourlyQuota(
+            "trials", settings.trials_per_hour, settings.trial_bytes_per_hour
+        )
         self._overflow = RateLimitedLog(log, "event_dropped", per_sec=1)
         self._fr_tokens = settings.max_frame_requests_per_sec
         self._fr_refill = time.monotonic()
@@ -186,6 +236,7 @@ class RecorderService:
         transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(self, send), sock=sock)
         self._transport = transport
         self.port = sock.getsockname()[1]
+        self._replay.floor_ns = time.monotonic_ns()  # nothing sealed before now is accepted
         self._check_mount(initial=True)
         self.writer.start()
         self.camera.start()
@@ -311,16 +362,74 @@ class RecorderService:
 
     # --- datagrams -------------------------------------------------------------------------------
     def handle_datagram(self, data: bytes, addr: Any) -> None:
+        """MAC, replay and scope first (docs/recorder.md, "Authenticated events"), then the event."""
         c = self.counters
         c.events += 1
         c.last_event_mono = time.monotonic()
+        peer = str(addr[0]) if addr else ""
+        if len(data) > MAX_EVENT_BYTES:
+            self._refuse(DROP_OVERSIZED, f"more than {MAX_EVENT_BYTES} bytes", len(data), peer)
+            return
         try:
-            event = parse_event(data)
+            sealed = unseal(self._key, EVENT_LABEL, data)
+        except EnvelopeError as exc:
+            self._refuse(exc.reason, str(exc), len(data), peer)
+            return
+        if not self._replay.admit(sealed):
+            self._refuse(DROP_REPLAYED, "sequence number used before", len(data), peer)
+            return
+        if sealed.sid == self._owner:
+            self._owner_seen = c.last_event_mono
+        try:
+            event = parse_event(sealed.body)
         except EventError as exc:
             c.rejected += 1
-            self._reject(error=str(exc), size=len(data), peer=str(addr[0]) if addr else "")
+            self._reject(error=str(exc), size=len(data), peer=peer)
             return
-        self._handlers[type(event)](event)
+        why = self._out_of_scope(event, sealed)
+        if why is not None:
+            self._refuse(why, f"{event.type} for trial {sealed.trial}", len(data), peer)
+            return
+        self._origin = sealed
+        try:
+            self._handlers[type(event)](event)
+        finally:
+            self._origin = None
+
+    def _refuse(self, reason: str, error: str, size: int, peer: str) -> None:
+        """Drop a datagram unacted on: counted (status line, the open trial's meta), logged 10/s."""
+        self.counters.refuse(reason)
+        if self.trial is not None:
+            refused = self.trial.events_refused
+            refused[reason] = refused.get(reason, 0) + 1
+        self._refused(reason=reason, error=error, size=size, peer=peer)
+
+    def _out_of_scope(self, ev: Any, sealed: Sealed) -> str | None:
+        """Why an authentic event must not act on the open trial, or None."""
+        if isinstance(ev, TrialStart | TrialEnd) and sealed.trial != ev.run_stem:
+            return DROP_FOREIGN_TRIAL
+        if self.trial is None or sealed.sid == self._owner:
+            return None  # the owner's other trials and stray events are the handlers' business
+        if isinstance(ev, TrialStart):
+            # another session: refused while the owner is alive; a silent owner (crashed
+            # runtime) is taken over and its trial closed truncated by _trial_start
+            quiet = time.monotonic() - self._owner_seen
+            return DROP_FOREIGN_TRIAL_START if quiet < self.settings.session_takeover_sec else None
+        if isinstance(ev, FrameRequest) or (sealed.trial is None and not isinstance(ev, TrialEnd)):
+            return None  # served as an orphan frame / counted as outside a trial
+        return DROP_FOREIGN_TRIAL
+
+    def _scoped(self) -> TrialRecording | None:
+        """The open trial if the datagram being handled belongs to it, else None."""
+        trial, origin = self.trial, self._origin
+        if trial is None or origin is None:
+            return None
+        return trial if origin.sid == self._owner and origin.trial == trial.run_stem else None
+
+    def _quota_hit(self, quota: HourlyQuota, why: str) -> None:
+        quota.refused += 1
+        if quota.log_due():
+            log.warning("quota_reached", quota=quota.name, reason=why, **quota.usage())
 
     def _trial_start(self, ev: TrialStart) -> None:
         if self.trial is not None:
@@ -332,6 +441,11 @@ class RecorderService:
         why = self._check_mount()
         if why is not None:
             log.error("trial_start_refused", run_stem=ev.run_stem, reason=why)
+            return
+        why = self._trial_quota.exceeded()
+        if why is not None:
+            self._quota_hit(self._trial_quota, why)
+            self._refuse(DROP_TRIAL_QUOTA, why, 0, "")
             return
         try:
             trial = TrialRecording.create(self.root, ev.run_stem, self.settings, self.camera_spec)
@@ -345,6 +459,9 @@ class RecorderService:
             trial.mark("camera_lost", "camera unavailable at trial start")
         self.writer.begin(trial)
         self.trial = trial
+        self._trial_quota.add(items=1)
+        self._owner = self._origin.sid if self._origin is not None else None
+        self._owner_seen = time.monotonic()
         self.counters.trials_started += 1
         log.info("trial_started", run_stem=ev.run_stem, path=trial.rel_path)
 
@@ -360,7 +477,7 @@ class RecorderService:
         self._close_trial(None, "")
 
     def _trial_event(self, ev: Any) -> None:
-        trial = self.trial
+        trial = self._scoped()
         if trial is None:
             self.counters.ignored_no_trial += 1
             log.debug("event_outside_trial", type=ev.type)
@@ -389,22 +506,30 @@ class RecorderService:
 
     def _frame_request(self, ev: FrameRequest) -> None:
         t0 = time.perf_counter()
+        trial = self._scoped()  # another session's request is an orphan, never in this trial
         if self._take_frame_token():
-            reply = self.serve_frame(ev.tag)
+            reply = self.serve_frame(ev.tag, trial)
         else:
             reply = FrameReply(
                 reason=REASON_RATE_LIMITED, camera_frozen=self.camera.frozen, tag=ev.tag
             )
         self.counters.frame_requests += 1
         self.counters.reply(reply.reason)
-        if self._transport is not None:
+        origin = self._origin
+        if self._transport is not None and origin is not None:
+            # signed, and bound to the request's session and sequence number
+            data = seal(
+                self._key,
+                REPLY_LABEL,
+                origin.sid,
+                origin.seq,
+                None,
+                reply.model_dump_json().encode(),
+            )
             try:
-                self._transport.sendto(
-                    reply.model_dump_json().encode(), ("127.0.0.1", ev.reply_port)
-                )
+                self._transport.sendto(data, ("127.0.0.1", ev.reply_port))
             except OSError as exc:
                 log.warning("frame_reply_failed", tag=ev.tag, error=str(exc))
-        trial = self.trial
         if trial is not None:
             trial.frame_requests += 1
             self._write_row(trial, ev, note=f"{ev.tag} {reply.reason}")
@@ -418,9 +543,15 @@ class RecorderService:
             took_ms=round((time.perf_counter() - t0) * 1e3, 2),
         )
 
-    def serve_frame(self, tag: str) -> FrameReply:
-        """Save the newest frame for ``tag`` and describe it; every failure is a reason."""
+    def serve_frame(self, tag: str, trial: TrialRecording | None) -> FrameReply:
+        """Save the newest frame for ``tag`` (into ``trial``, or the orphan folder) and describe
+        it; every failure is a reason."""
         frozen = self.camera.frozen
+        if trial is None:
+            why = self._orphan_quota.exceeded()
+            if why is not None:
+                self._quota_hit(self._orphan_quota, why)
+                return FrameReply(reason=REASON_QUOTA_EXCEEDED, camera_frozen=frozen, tag=tag)
         try:  # the shared freshness rule: docs/recorder.md#frame-freshness
             aged = self.camera.buffer.read_latest(self.settings.stale_frame_sec)
         except NoFrameError:
@@ -434,7 +565,6 @@ class RecorderService:
                 tag=tag,
             )
         latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
-        trial = self.trial
         fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
         try:
             if not self.mount_ok and self._check_mount() is not None:
@@ -461,6 +591,8 @@ class RecorderService:
         except Exception as exc:
             log.exception("frame_save_failed", tag=tag)
             return FrameReply(reason=exception_reason(exc), camera_frozen=frozen, tag=tag)
+        if trial is None:
+            self._orphan_quota.add(items=1, nbytes=_size(path))
         return FrameReply(
             path=str(path),
             capture_ts=latest.wall_ts,
@@ -508,6 +640,7 @@ class RecorderService:
                     error=f"{exc.strerror or exc}",
                 )
                 return
+            self._trial_quota.add(nbytes=_folder_bytes(trial.dir))
             log.info(
                 "trial_closed",
                 run_stem=trial.run_stem,
@@ -585,6 +718,8 @@ class RecorderService:
             "rejected": c.rejected,
             "dropped_events": c.dropped_events,
             "frame_requests": c.frame_requests,
+            "refused": dict(c.refused),
+            "sessions": len(self._replay),
             "last_event_age_s": c.last_event_age(),
             "mount_ok": self.mount_ok,
         }

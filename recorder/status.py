@@ -23,9 +23,15 @@ class StatusCounters:
     trials_closed: int = 0
     last_event_mono: float | None = None
     reasons: dict[str, int] = field(default_factory=dict)
+    #: datagrams dropped before any handler acted on them, by reason (docs/recorder.md,
+    #: "Authenticated events": unsigned, bad_mac, replayed, foreign_trial, trial_quota, ...)
+    refused: dict[str, int] = field(default_factory=dict)
 
     def reply(self, reason: str) -> None:
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def refuse(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
 
     def last_event_age(self) -> float | None:
         if self.last_event_mono is None:

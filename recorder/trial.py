@@ -111,6 +111,8 @@ class TrialRecording:
         self.frames_dropped = 0
         self.states_rows = 0
         self.frame_requests = 0
+        #: datagrams dropped while this trial was open, by reason (service.handle_datagram)
+        self.events_refused: dict[str, int] = {}
         self.camera_lost_count = 0
         self.camera_frozen = False
         self.frozen_sec = 0.0
@@ -280,6 +282,7 @@ class TrialRecording:
             camera_source=self.camera_spec,
             states_rows=self.states_rows,
             frame_requests=self.frame_requests,
+            events_refused=dict(self.events_refused),
             first_capture_ts=self.first_capture[0] if self.first_capture else None,
             last_capture_ts=self.last_capture[0] if self.last_capture else None,
         )

@@ -27,6 +27,17 @@ def udp_port() -> int:
     return free_port(socket.SOCK_DGRAM)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The per-user config folder (the recorder key file, docs/recorder.md) in a temp dir:
+    the suite never writes into the developer's ~/.config; child processes inherit it."""
+    home = tmp_path_factory.mktemp("xdg_config")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CONFIG_HOME", str(home))
+    yield home
+    mp.undo()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
     """A test that configures logging (a CLI main, level=error) must not hide the next test's

@@ -85,7 +85,7 @@ def replay_settings(
     new = sorted(
         k
         for k in fields - set(consts)
-        if k not in ("daemon_token_file", "trials", "confirm", "log_level")
+        if k not in ("daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level")
     )
     if new:
         notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")

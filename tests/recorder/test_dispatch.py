@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from structlog.testing import capture_logs
 
@@ -42,17 +40,14 @@ async def test_bursts_of_real_datagrams_are_all_handled(
     settings_factory, run_recorder, wait_for, data_root
 ):
     async with run_recorder(settings_factory()) as svc:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
-            tx.sendto(TrialStart(run_stem=STEM).model_dump_json().encode(), ("127.0.0.1", svc.port))
+        with RecorderSender(port=svc.port) as tx:  # signed datagrams, sent back to back
+            tx.notify(TrialStart(run_stem=STEM))
             for burst in range(20):  # bursts of 100: within any kernel receive buffer
                 for i in range(100):
-                    tx.sendto(
-                        Measured(angles=[i, 0, 0, 0, 0, 0]).model_dump_json().encode(),
-                        ("127.0.0.1", svc.port),
-                    )
+                    tx.notify(Measured(angles=[i, 0, 0, 0, 0, 0]))
                 await wait_for(
                     lambda b=burst: svc.counters.events == 101 + 100 * b, what="a burst handled"
                 )
-        assert svc.counters.dropped_events == 0
+        assert svc.counters.dropped_events == 0 and svc.counters.refused == {}
         trial = svc.trial
         assert trial is not None and trial.states_rows == 2001

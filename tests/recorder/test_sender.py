@@ -1,4 +1,5 @@
-"""The sender: notify never raises/blocks; request_frame maps every failure to a reason."""
+"""The sender: notify never raises/blocks; request_frame maps every failure to a reason;
+every datagram is signed, and only a signed reply to this very request is taken."""
 
 from __future__ import annotations
 
@@ -9,8 +10,19 @@ import threading
 
 import pytest
 
-from recorder.events import Commanded, FrameReply, Stage, TrialStart, parse_event
+from recorder.envelope import EVENT_LABEL, REPLY_LABEL, Sealed, seal, unseal
+from recorder.events import Commanded, FrameReply, Stage, TrialEnd, TrialStart, parse_event
 from recorder.sender import RecorderSender
+
+KEY = b"0123456789abcdef0123456789abcdef"
+
+
+def _open(data: bytes) -> Sealed:
+    return unseal(KEY, EVENT_LABEL, data)
+
+
+def _sender(port: int) -> RecorderSender:
+    return RecorderSender(port=port, key=KEY)
 
 
 def _listener() -> socket.socket:
@@ -20,15 +32,28 @@ def _listener() -> socket.socket:
     return sock
 
 
-def test_notify_delivers_one_json_object_per_datagram():
-    with _listener() as sock, RecorderSender(port=sock.getsockname()[1]) as s:
-        s.notify(TrialStart(run_stem="run_0001_20260101_000000"))
+def test_notify_delivers_one_signed_json_event_per_datagram():
+    stem = "run_0001_20260101_000000"
+    with _listener() as sock, _sender(sock.getsockname()[1]) as s:
+        s.notify(TrialStart(run_stem=stem))
         s.notify({"type": "stage", "stage": "stage2", "ts": 5.0})
-        first = parse_event(sock.recv(65535))
-        second = parse_event(sock.recv(65535))
-    assert isinstance(first, TrialStart) and first.run_stem == "run_0001_20260101_000000"
+        s.notify(TrialEnd(run_stem=stem))
+        s.notify(Stage(stage="after"))
+        envelopes = [_open(sock.recv(65535)) for _ in range(4)]
+    first, second = (parse_event(e.body) for e in envelopes[:2])
+    assert isinstance(first, TrialStart) and first.run_stem == stem
     assert isinstance(second, Stage) and second.ts == 5.0
-    assert s.sent == 2 and s.dropped == 0
+    # one session, increasing sequence numbers, each event naming the trial it belongs to
+    assert {e.sid for e in envelopes} == {s.session}
+    assert [e.seq for e in envelopes] == [1, 2, 3, 4]
+    assert [e.trial for e in envelopes] == [stem, stem, stem, None]
+    assert s.sent == 4 and s.dropped == 0
+    with pytest.raises(ValueError, match="MAC"):
+        unseal(
+            b"another key of thirty-two chars!",
+            EVENT_LABEL,
+            seal(KEY, EVENT_LABEL, s.session, 9, None, b"{}"),
+        )
 
 
 def test_notify_never_raises_when_nothing_listens_or_input_is_bad():
@@ -55,10 +80,16 @@ def test_notify_does_not_block_when_the_socket_buffer_is_full():
         assert s.sent + s.dropped == 2000
 
 
+def _signed(req: dict, body: bytes, seq: int | None = None) -> bytes:
+    """A reply as the recorder signs it: bound to the request's session and sequence number."""
+    return seal(KEY, REPLY_LABEL, req["sid"], req["seq"] if seq is None else seq, None, body)
+
+
 def _reply_once(sock: socket.socket, build) -> threading.Thread:
     def run() -> None:
         data, _addr = sock.recvfrom(65535)
-        req = json.loads(data)
+        env = _open(data)
+        req = {**json.loads(env.body), "sid": env.sid, "seq": env.seq}
         for payload in build(req):
             sock.sendto(payload, ("127.0.0.1", req["reply_port"]))
 
@@ -71,35 +102,60 @@ def test_request_frame_ok_and_ignores_replies_for_other_tags():
     with _listener() as sock:
 
         def build(req):
-            yield (
-                FrameReply(path="/other.jpg", reason="ok", tag="someone_else")
-                .model_dump_json()
-                .encode()
+            other = FrameReply(path="/other.jpg", reason="ok", tag="someone_else")
+            yield _signed(req, other.model_dump_json().encode())
+            good = FrameReply(
+                path="/x.jpg", capture_ts=12.5, frame_age_ms=4.0, reason="ok", tag=req["tag"]
             )
-            yield (
-                FrameReply(
-                    path="/x.jpg", capture_ts=12.5, frame_age_ms=4.0, reason="ok", tag=req["tag"]
-                )
-                .model_dump_json()
-                .encode()
-            )
+            yield _signed(req, good.model_dump_json().encode())
 
         t = _reply_once(sock, build)
-        result = RecorderSender(port=sock.getsockname()[1]).request_frame("side_a", timeout=2.0)
+        result = _sender(sock.getsockname()[1]).request_frame("side_a", timeout=2.0)
         t.join()
     assert result == ("/x.jpg", 12.5, "ok")
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_spoofed_and_replayed_replies_are_ignored(use_async):
+    """Unsigned, wrongly signed, or signed for another request: never taken for the answer."""
+    with _listener() as sock:
+
+        def build(req):
+            forged = FrameReply(path="/etc/passwd", reason="ok", tag=req["tag"])
+            body = forged.model_dump_json().encode()
+            yield body  # plain JSON, as before the envelope
+            yield seal(
+                b"not the key, but 32 characters!!", REPLY_LABEL, req["sid"], req["seq"], None, body
+            )
+            yield _signed(req, body, seq=req["seq"] - 1)  # a captured reply to an earlier request
+            yield seal(
+                KEY, EVENT_LABEL, req["sid"], req["seq"], None, body
+            )  # an event, not a reply
+            good = FrameReply(path="/real.jpg", capture_ts=3.0, reason="ok", tag=req["tag"])
+            yield _signed(req, good.model_dump_json().encode())
+
+        t = _reply_once(sock, build)
+        s = _sender(sock.getsockname()[1])
+        next(s._seq)  # so that seq - 1 is a sequence number this session has used
+        if use_async:
+            result = asyncio.run(s.request_frame_async("side_b", timeout=2.0))
+        else:
+            result = s.request_frame("side_b", timeout=2.0)
+        t.join()
+    assert result == ("/real.jpg", 3.0, "ok")
+    assert s.replies_ignored == 4
 
 
 def test_request_frame_timeout_when_absent():
     with _listener() as sock:
         port = sock.getsockname()[1]
-    assert RecorderSender(port=port).request_frame("x", timeout=0.2) == (None, None, "timeout")
+    assert _sender(port).request_frame("x", timeout=0.2) == (None, None, "timeout")
 
 
 def test_request_frame_malformed_reply():
     with _listener() as sock:
-        t = _reply_once(sock, lambda req: [b'{"path": 5, "reason": "who knows"}'])
-        assert RecorderSender(port=sock.getsockname()[1]).request_frame("x") == (
+        t = _reply_once(sock, lambda req: [_signed(req, b'{"path": 5, "reason": "who knows"}')])
+        assert _sender(sock.getsockname()[1]).request_frame("x") == (
             None,
             None,
             "malformed_reply",
@@ -108,7 +164,7 @@ def test_request_frame_malformed_reply():
 
 
 def test_request_frame_invalid_tag_is_a_reason_not_an_exception():
-    path, ts, reason = RecorderSender(port=9).request_frame("../../etc", timeout=0.1)
+    path, ts, reason = _sender(9).request_frame("../../etc", timeout=0.1)
     assert (path, ts) == (None, None) and reason.startswith("exception:")
 
 
@@ -125,7 +181,7 @@ async def test_request_frame_async_does_not_block_the_loop():
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        result = await RecorderSender(port=port).request_frame_async("x", timeout=0.3)
+        result = await _sender(port).request_frame_async("x", timeout=0.3)
         task.cancel()
     assert result == (None, None, "timeout")
     assert ticks >= 2  # the loop kept running while we waited (a blocking wait gives 0)
@@ -134,14 +190,15 @@ async def test_request_frame_async_does_not_block_the_loop():
         t = _reply_once(
             sock,
             lambda req: [
-                FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan", tag=req["tag"])
-                .model_dump_json()
-                .encode()
+                _signed(
+                    req,
+                    FrameReply(path="/p.jpg", capture_ts=1.0, reason="ok_orphan", tag=req["tag"])
+                    .model_dump_json()
+                    .encode(),
+                )
             ],
         )
-        result = await RecorderSender(port=sock.getsockname()[1]).request_frame_async(
-            "y", timeout=2.0
-        )
+        result = await _sender(sock.getsockname()[1]).request_frame_async("y", timeout=2.0)
         t.join()
     assert result == ("/p.jpg", 1.0, "ok_orphan")
 
@@ -149,10 +206,10 @@ async def test_request_frame_async_does_not_block_the_loop():
 def test_emit_builds_and_sends_or_counts_a_drop():
     from recorder.events import Measured
 
-    with _listener() as sock, RecorderSender(port=sock.getsockname()[1]) as s:
+    with _listener() as sock, _sender(sock.getsockname()[1]) as s:
         s.emit(Measured, angles=[1, 2, 3, 4, 5, 6])
         s.emit(Measured, angles=[])  # what get_angles returns when the firmware is silent
         s.emit(Measured, angles=-1)
-        got = parse_event(sock.recv(65535))
+        got = parse_event(_open(sock.recv(65535)).body)
     assert isinstance(got, Measured) and got.angles[0] == 1
     assert s.sent == 1 and s.dropped == 2
