@@ -24,9 +24,14 @@ class VideoSettings(BaseModel):
         "superfast"
     )
     crf: int = Field(default=23, ge=0, le=51)
-    #: zerolatency: no B-frames, no lookahead, so a killed recorder loses at most ~1 GOP
+    #: zerolatency: no B-frames, no lookahead: the encoder holds no frame back, so a killed
+    #: recorder loses only the open mp4 fragment (fragment_sec)
     tune: Literal["zerolatency", "none"] = "zerolatency"
+    #: a keyframe at least every gop_sec of capture time (and every gop_sec * container_fps frames)
     gop_sec: float = Field(default=1.0, gt=0, le=10)
+    #: the mp4 is cut into fragments this long (capture time), each written to disk when
+    #: closed: a SIGKILL loses at most the open one (docs/recorder.md, "Crashed recordings")
+    fragment_sec: float = Field(default=0.25, ge=0.02, le=1.0)
     #: nominal container rate; the PTS carry the real capture times
     container_fps: float = Field(default=30.0, gt=0, le=240)
     time_base_hz: int = Field(default=90_000, ge=1_000, le=1_000_000)
