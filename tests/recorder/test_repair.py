@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 
 from mecharm_common.dirlock import hold_dir
 from mecharm_common.layout import FRAME_LOG, STATES, VIDEO, DataRoot, RecordingFiles
+from mecharm_tools.cli import main as mecharm_main
 from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart, parse_recording_meta
 from recorder.repair import (
     RecordingBusyError,
@@ -257,3 +258,43 @@ async def test_the_recorder_repairs_what_a_killed_recorder_left_when_it_starts(
     assert [e["run_stem"] for e in events] == [STEM]
     started = next(e for e in logs if e["event"] == "recorder_started")
     assert started["unrepaired"] == 1
+
+
+def test_mecharm_recording_repair_cli(roots, capsys):
+    src, root = roots
+    a = crashed_copy(src, root, STEM, frames=20)
+    other = "run_0004_20260101_120000"
+    crashed_copy(src, root, other, frames=12)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = mecharm_main(["recording", "repair", "--root", str(root), *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = run(STEM)
+    assert code == 0 and out.startswith(f"repaired {DataRoot.recording_rel(STEM)}: status crashed")
+    assert "s lost" in out and not err
+    code, out, _ = run(str(a))
+    assert code == 0 and out.startswith("already repaired")
+    code, out, _ = run("--all")
+    assert code == 0 and out.count("repaired") == 1 and other in out
+    code, out, _ = run("--all")
+    assert code == 0 and out.startswith("nothing to repair")
+    # refusals: exit 2, one line naming the problem, no traceback
+    for args, says in [
+        ((), "name RUN_STEM_OR_PATH"),
+        (("--all", STEM), "not both"),
+        ((str(DataRoot(src).recording(STEM).dir),), "outside the data root"),
+        ((str(root / "runs"),), "not a recording folder"),
+        (("run_0042_20260101_120000",), "no run run_0042"),
+    ]:
+        code, out, err = run(*args)
+        assert code == 2 and says in err and "Traceback" not in err, (args, err)
+    code = mecharm_main(["recording", "repair", "--root", str(root / "nope"), "--all"])
+    assert code == 2 and "is not a folder" in capsys.readouterr().err
+    # busy: reported, exit 1, folder untouched
+    busy = crashed_copy(src, root, "run_0005_20260101_120000", frames=5)
+    with hold_dir(busy):
+        code, _out, err = run("--all")
+    assert code == 1 and "NOT REPAIRED" in err and "held by a live recorder" in err
+    assert not RecordingFiles(busy).meta.exists()
