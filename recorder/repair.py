@@ -6,8 +6,10 @@ before the kill decodes), ``frame_log.csv``, ``states.csv`` and no meta. The rep
 
 1. takes the folder's lock — a live recorder holds it until the meta is written, so a
    recording still being written is refused, never touched;
-2. decodes the mp4 with PyAV and counts the frames that decode, in order, up to the
-   first packet the kill cut (``frames_decodable``);
+2. cuts a fragment header the kill left half-written at the end of the mp4 (FFmpeg
+   cannot open a file that ends in one; it holds no frame), then decodes the mp4 with
+   PyAV and counts the frames that decode, in order, up to the first packet the kill
+   cut (``frames_decodable``);
 3. keeps that many ``frame_log.csv`` rows, byte for byte, and cuts the rest; the file as
    the recorder left it is kept as ``frame_log.before_repair.csv`` (never overwritten);
 4. leaves ``states.csv`` as it is: the joint data is valid without video;
@@ -28,6 +30,7 @@ import csv
 import io
 import math
 import os
+import struct
 import sys
 import threading
 import time
@@ -111,6 +114,53 @@ class RepairResult:
     action: str
     meta: RecordingMeta | None
     note: str
+
+
+def _box_ends(data: bytes) -> tuple[list[tuple[bytes, int]], bool]:
+    """(type, end offset) of the complete top-level boxes, and whether the last box left
+    is an mdat whose header is whole (its complete samples still decode)."""
+    boxes: list[tuple[bytes, int]] = []
+    pos = 0
+    while pos < len(data):
+        if pos + 8 > len(data):
+            return boxes, False
+        size, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        head = 8
+        if size == 1:  # 64-bit size follows
+            if pos + 16 > len(data):
+                return boxes, False
+            size, head = struct.unpack(">Q", data[pos + 8 : pos + 16])[0], 16
+        elif size == 0:  # runs to the end of the file
+            size = len(data) - pos
+        if size < head:
+            return boxes, False
+        if pos + size > len(data):
+            return boxes, kind == b"mdat"
+        pos += size
+        boxes.append((kind, pos))
+    return boxes, False
+
+
+def cut_partial_header(path: Path) -> int:
+    """Cut a fragment header (moof) the kill left half-written at the end of the mp4;
+    returns the bytes cut (0 when the file ends cleanly or inside a fragment's data).
+
+    FFmpeg reads every fragment header when it opens a file, so one cut short makes the
+    whole file unreadable; it holds no frame (its data never started). A fragment whose
+    data (mdat) was cut is kept: its complete frames decode.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    boxes, in_mdat = _box_ends(data)
+    if in_mdat or not boxes or boxes[-1][1] == len(data):
+        return 0
+    if boxes[-1][0] == b"moof":  # its mdat never started: the fragment holds nothing
+        boxes.pop()
+    end = boxes[-1][1] if boxes else 0
+    os.truncate(path, end)
+    return len(data) - end
 
 
 def probe_video(path: Path) -> VideoProbe:
@@ -347,6 +397,7 @@ def _repair(
     aside = files.frame_log_before_repair
     # an earlier repair that was interrupted already cut rows: the original is the one aside
     original = _read_frame_log(aside) if aside.is_file() else current
+    cut_bytes = cut_partial_header(files.video)
     video = probe_video(files.video)
     rows = current.rows or []
     kept = min(len(rows), video.frames)
@@ -390,6 +441,10 @@ def _repair(
         notes.append(
             f"{VIDEO} decodes to {video.frames - len(rows)} frame(s) more than {FRAME_LOG} "
             "lists: without capture times they are not used"
+        )
+    if cut_bytes:
+        notes.append(
+            f"{cut_bytes} bytes of a fragment header the kill cut short removed from {VIDEO}"
         )
     if video.problem:
         notes.append(video.problem)

@@ -21,10 +21,12 @@ from structlog.testing import capture_logs
 from mecharm_common.dirlock import hold_dir
 from mecharm_common.layout import FRAME_LOG, STATES, VIDEO, DataRoot, RecordingFiles
 from mecharm_tools.cli import main as mecharm_main
+from recorder.config import VideoSettings
 from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart, parse_recording_meta
 from recorder.repair import (
     RecordingBusyError,
     RepairError,
+    cut_partial_header,
     find_recording,
     probe_video,
     repair_recording,
@@ -32,6 +34,7 @@ from recorder.repair import (
 )
 from recorder.sender import RecorderSender
 from recorder.trial import TrialRecording
+from recorder.video import VideoWriter
 
 from .conftest import make_settings
 
@@ -298,3 +301,25 @@ def test_mecharm_recording_repair_cli(roots, capsys):
         code, _out, err = run("--all")
     assert code == 1 and "NOT REPAIRED" in err and "held by a live recorder" in err
     assert not RecordingFiles(busy).meta.exists()
+
+
+def test_a_kill_at_any_byte_leaves_an_mp4_the_repair_can_read(tmp_path):
+    """The file a kill leaves can end anywhere, also inside a fragment header, which FFmpeg
+    refuses to open at all; the repair cuts that header and every frame before it decodes."""
+    full = tmp_path / "full.mp4"
+    w = VideoWriter(full, VideoSettings(preset="ultrafast", fragment_sec=0.25))
+    for i in range(60):
+        assert w.write(_image(i * 7), 1_000_000_000 + i * 40_000_000)
+    w.close()
+    data = full.read_bytes()
+    cut = tmp_path / "cut.mp4"
+    counts = []
+    for end in range(800, len(data), max(1, len(data) // 150)):
+        cut.write_bytes(data[:end])
+        removed = cut_partial_header(cut)
+        probe = probe_video(cut)
+        assert "cannot be opened" not in probe.problem, (end, probe.problem)
+        assert cut.stat().st_size == end - removed
+        counts.append(probe.frames)
+    assert counts == sorted(counts) and counts[-1] >= 60 - 8  # only the open fragment is lost
+    assert cut_partial_header(full) == 0  # a whole file is never touched
