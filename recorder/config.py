@@ -61,6 +61,8 @@ class RecorderSettings(RigSettings):
     camera_lost_after: int = Field(default=30, ge=1, description="consecutive failed reads")
     camera_retry_sec: float = Field(default=2.0, gt=0)
     frozen_after_sec: float = Field(default=2.0, gt=0)
+    #: states.csv is flushed this often (a kill loses about this much of it); frame_log.csv
+    #: is flushed with every row (docs/recorder.md, "Crashed recordings")
     csv_flush_sec: float = Field(default=1.0, gt=0, le=1.0)
     mount_check_sec: float = Field(default=1.0, gt=0)
     status_interval_sec: float = Field(default=10.0, ge=0, description="0 disables the status line")
