@@ -22,6 +22,7 @@ __all__ = [
     "FK_DIR",
     "FK_TABLE",
     "FRAME_LOG",
+    "FRAME_LOG_BEFORE_REPAIR",
     "HEIGHT_MEMORY",
     "LEDGER",
     "LEDGER_ARCHIVE",
@@ -53,6 +54,7 @@ LEDGER_ARCHIVE = "ledger_archive"
 RECORDING = "recording"
 VIDEO = "episode.mp4"
 FRAME_LOG = "frame_log.csv"
+FRAME_LOG_BEFORE_REPAIR = "frame_log.before_repair.csv"
 STATES = "states.csv"
 META = "recording_meta.json"
 SNAPSHOTS = "extracted"
@@ -96,6 +98,11 @@ class RecordingFiles:
     @property
     def frame_log(self) -> Path:
         return self.dir / FRAME_LOG
+
+    @property
+    def frame_log_before_repair(self) -> Path:
+        """The frame log as a crashed recorder left it, kept when a repair cut rows."""
+        return self.dir / FRAME_LOG_BEFORE_REPAIR
 
     @property
     def states(self) -> Path:

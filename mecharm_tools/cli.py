@@ -1,4 +1,4 @@
-"""`mecharm` — the offline tools: fk, ledger, export, replay.
+"""`mecharm` — the offline tools: fk, ledger, recording, export, replay.
 
 Each tool group lives in its own module and registers its sub-commands through
 ``register(subparsers)``; this file only dispatches. A group is imported only
@@ -21,6 +21,10 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
         "FK table: build, import, adopt, lookup, adopt-arc, holes, clusters, fill",
     ),
     "ledger": ("mecharm_tools.ledger_cli", "trial ledger: verify, migrate"),
+    "recording": (
+        "mecharm_tools.recording_cli",
+        "recordings: repair what a killed recorder left (status crashed)",
+    ),
     "export": ("mecharm_tools.export.cli", "datasets: lerobot export, verify"),
     "replay": ("mecharm_tools.replay.cli", "re-run a dry-run trace and compare every decision"),
 }

@@ -25,9 +25,14 @@ class VideoSettings(BaseModel):
         "superfast"
     )
     crf: int = Field(default=23, ge=0, le=51)
-    #: zerolatency: no B-frames, no lookahead, so a killed recorder loses at most ~1 GOP
+    #: zerolatency: no B-frames, no lookahead: the encoder holds no frame back, so a killed
+    #: recorder loses only the open mp4 fragment (fragment_sec)
     tune: Literal["zerolatency", "none"] = "zerolatency"
+    #: a keyframe at least every gop_sec of capture time (and every gop_sec * container_fps frames)
     gop_sec: float = Field(default=1.0, gt=0, le=10)
+    #: the mp4 is cut into fragments this long (capture time), each written to disk when
+    #: closed: a SIGKILL loses at most the open one (docs/recorder.md, "Crashed recordings")
+    fragment_sec: float = Field(default=0.25, ge=0.02, le=1.0)
     #: nominal container rate; the PTS carry the real capture times
     container_fps: float = Field(default=30.0, gt=0, le=240)
     time_base_hz: int = Field(default=90_000, ge=1_000, le=1_000_000)
@@ -63,6 +68,8 @@ class RecorderSettings(RigSettings):
     camera_lost_after: int = Field(default=30, ge=1, description="consecutive failed reads")
     camera_retry_sec: float = Field(default=2.0, gt=0)
     frozen_after_sec: float = Field(default=2.0, gt=0)
+    #: states.csv is flushed this often (a kill loses about this much of it); frame_log.csv
+    #: is flushed with every row (docs/recorder.md, "Crashed recordings")
     csv_flush_sec: float = Field(default=1.0, gt=0, le=1.0)
     mount_check_sec: float = Field(default=1.0, gt=0)
     status_interval_sec: float = Field(default=10.0, ge=0, description="0 disables the status line")

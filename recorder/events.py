@@ -122,9 +122,14 @@ def is_known_reason(reason: object) -> bool:
 
 
 # --- recording status (docs/recorder.md) ---------------------------------------------
-RecordingStatus = Literal["ok", "truncated", "camera_lost", "mount_lost"]
-#: Statuses found in a ledger; ``none`` is written by the runtime when no meta exists.
-RECORDING_STATUSES: Final = ("ok", "truncated", "camera_lost", "mount_lost", "none")
+RecordingStatus = Literal["ok", "truncated", "camera_lost", "mount_lost", "crashed"]
+RECORDING_STATUSES: Final = ("ok", "truncated", "camera_lost", "mount_lost", "crashed", "none")
+"""Statuses found in a meta or a ledger. The recorder writes the first four when it closes a
+trial. ``crashed``: the recorder ended without its meta (killed, crashed, disk lost) but
+left media — written into the meta by the repair (recorder start-up or ``mecharm
+recording repair``), and into the ledger by the runtime when its bounded wait found
+media and no meta (the meta, when it comes, decides). ``none``: no recording at all
+(runtime only). docs/recorder.md, "Crashed recordings"."""
 
 # --- CSV columns (docs/recorder.md) --------------------------------------------------
 STATES_COLUMNS: Final = (
@@ -382,6 +387,13 @@ class RecordingMeta(BaseModel):
     events_refused: dict[str, int] = Field(default_factory=dict)
     first_capture_ts: float | None = None
     last_capture_ts: float | None = None
+    # --- crashed recordings, set by the repair (docs/recorder.md, "Crashed recordings") ---
+    #: frames the mp4 really decodes to (frames_written = frame_log rows kept <= this)
+    frames_decodable: int | None = None
+    #: capture time between the last frame the recorder logged and the last decodable one
+    seconds_lost: float | None = None
+    #: frame_log rows beyond the decodable frames, cut by the repair
+    frame_log_rows_removed: int = 0
 
 
 def parse_recording_meta(data: bytes | str) -> RecordingMeta:

@@ -84,6 +84,7 @@ from recorder.events import (
     parse_event,
 )
 from recorder.quota import HourlyQuota
+from recorder.repair import RepairScan, unrepaired_recordings
 from recorder.snapshots import SnapshotEncodeError, save_jpeg
 from recorder.status import RateLimitedLog, StatusCounters
 from recorder.trial import TrialRecording
@@ -192,6 +193,7 @@ class RecorderService:
         self._fr_refill = time.monotonic()
         #: one event per trial whose media and meta are still being finished
         self._closing: set[anyio.Event] = set()
+        self.repair_scan = RepairScan(self.root, [])
         self._transport: asyncio.DatagramTransport | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._host: asyncio.Task[None] | None = None
@@ -238,8 +240,15 @@ class RecorderService:
         self.port = sock.getsockname()[1]
         self._replay.floor_ns = time.monotonic_ns()  # nothing sealed before now is accepted
         self._check_mount(initial=True)
+        # recordings a killed recorder left without a meta: listed before the first event
+        # is served, so none of this run's trials is among them; repaired in a low-priority
+        # thread (docs/recorder.md, "Crashed recordings")
+        self.repair_scan = RepairScan(
+            self.root, unrepaired_recordings(self.root) if self.mount_ok else []
+        )
         self.writer.start()
         self.camera.start()
+        self.repair_scan.start()
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -253,6 +262,7 @@ class RecorderService:
                     data_root=str(self.root),
                     camera=self.camera_spec,
                     mount_ok=self.mount_ok,
+                    unrepaired=len(self.repair_scan.folders),
                 )
                 task_status.started()
                 await self._stop_requested.wait()
@@ -270,6 +280,7 @@ class RecorderService:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self.camera.stop)
                 await anyio.to_thread.run_sync(self.writer.stop)
+                await anyio.to_thread.run_sync(self.repair_scan.stop)
             log.info("recorder_stopped", reason=self._stop_reason, **self.status())
             self._stopped.set()
 
@@ -655,6 +666,7 @@ class RecorderService:
                 camera_frozen=meta.camera_frozen,
             )
         finally:
+            trial.release()  # from here a folder without a meta reads as abandoned
             self._closing.discard(done)
             done.set()
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from mecharm_common.dirlock import lock_dir, unlock_dir
 from mecharm_common.fsutil import atomic_write_json, safe_join
 from mecharm_common.layout import DataRoot, RecordingFiles
 from recorder.config import RecorderSettings
@@ -129,6 +130,9 @@ class TrialRecording:
         self._flog: Any = None
         self._states_flushed = time.monotonic()
         self._flog_flushed = time.monotonic()
+        #: the folder's flock, held from create() until the meta is written (release()):
+        #: a free folder without a meta was abandoned (docs/recorder.md, "Crashed recordings")
+        self._lock_fd: int | None = None
 
     @classmethod
     def create(
@@ -139,6 +143,7 @@ class TrialRecording:
         if trial.files.video.exists() or trial.files.meta.exists():
             raise TrialExistsError(f"a recording for {run_stem} already exists in {trial.rel_path}")
         trial.extracted.mkdir(parents=True, exist_ok=True)
+        trial._lock_fd = lock_dir(trial.dir)  # DirBusyError: a repair is rewriting this folder
         try:
             trial._states_fh = open(trial.files.states, "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the trial)
             trial._states = csv.writer(trial._states_fh)
@@ -150,8 +155,14 @@ class TrialRecording:
             trial._flog_fh.flush()
         except OSError:
             trial._close_files()
+            trial.release()
             raise
         return trial
+
+    def release(self) -> None:
+        """Drop the folder's lock: the recording is finished (meta written, or it never will be)."""
+        fd, self._lock_fd = self._lock_fd, None
+        unlock_dir(fd)
 
     # --- status ---------------------------------------------------------------------------
     def mark(self, status: str, reason: str) -> None:
@@ -215,11 +226,15 @@ class TrialRecording:
             self.frames_dropped += 1  # size changed after a reconnect
             return False
         self._flog.writerow((self.frames_written, repr(wall_ts), mono_ns))
+        # every row reaches the file with its frame: the mp4 on disk then never holds a
+        # frame that frame_log.csv does not list, even after a SIGKILL, so a repair only
+        # ever cuts rows (docs/recorder.md, "Crashed recordings"); one small write a frame
+        assert self._flog_fh is not None
+        self._flog_fh.flush()
         self.frames_written += 1
         if self.first_capture is None:
             self.first_capture = (wall_ts, mono_ns)
         self.last_capture = (wall_ts, mono_ns)
-        self.flush_frame_log()
         return True
 
     def flush_frame_log(self, force: bool = False) -> None:

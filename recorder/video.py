@@ -2,10 +2,17 @@
 
 Why fragmented MP4 (``frag_keyframe+empty_moov+default_base_moof``): a plain
 MP4 writes its index at close, so a killed recorder leaves an unplayable file
-(the reference rig's weakness, docs/recorder.md). Here every keyframe (about one per
-second) closes a self-describing fragment that is flushed to disk, so a kill
-loses at most about one GOP. ``tune=zerolatency`` turns off B-frames and
-lookahead, so the encoder does not hold a second of frames back either.
+(the reference rig's weakness, docs/recorder.md). Here the muxer closes a
+self-describing fragment (moof + mdat) every ``fragment_sec`` of capture time
+(``frag_duration``) and at every keyframe, and writes it straight to the file
+(``flush_packets``), so a SIGKILL loses at most the open fragment: about
+``fragment_sec`` of encoded video, whatever rate the camera delivers
+(docs/recorder.md, "Crashed recordings"). ``tune=zerolatency`` turns off B-frames
+and lookahead, so the encoder does not hold frames back either.
+
+Keyframes follow capture time too: one every ``gop_sec`` (forced when the camera
+is slower than ``container_fps``, where a GOP counted in frames would grow past a
+second), and at most every ``gop`` frames.
 
 PTS: ``(capture_mono_ns - anchor_mono_ns)`` in a fine time base (1/90000 s by
 default); the container fps is nominal only. ``anchor_mono_ns`` is the first
@@ -21,6 +28,7 @@ from typing import Any, cast
 import av
 import cv2
 import numpy as np
+from av.video.frame import PictureType
 from numpy.typing import NDArray
 
 from recorder.config import VideoSettings
@@ -38,6 +46,9 @@ class VideoWriter:
         self.settings = settings or VideoSettings()
         self.time_base = Fraction(1, self.settings.time_base_hz)
         self.gop = max(1, round(self.settings.gop_sec * self.settings.container_fps))
+        self._gop_ns = round(self.settings.gop_sec * 1e9)
+        self._last_key_ns: int | None = None
+        self.keyframes = 0
         self.width = 0
         self.height = 0
         self.frames_written = 0
@@ -54,7 +65,11 @@ class VideoWriter:
             str(self.path),
             mode="w",
             format="mp4",
-            options={"movflags": MOVFLAGS, "flush_packets": "1"},
+            options={
+                "movflags": MOVFLAGS,
+                "frag_duration": str(round(s.fragment_sec * 1_000_000)),  # microseconds
+                "flush_packets": "1",
+            },
         )
         try:
             rate = Fraction(s.container_fps).limit_denominator(1001)
@@ -102,8 +117,14 @@ class VideoWriter:
         frame = av.VideoFrame.from_ndarray(yuv.astype(np.uint8, copy=False), format="yuv420p")
         frame.pts = pts
         frame.time_base = self.time_base
+        if self._last_key_ns is None or mono_ns - self._last_key_ns >= self._gop_ns:
+            frame.pict_type = PictureType.I  # a keyframe per gop_sec of capture time
         assert self._container is not None
-        self._container.mux(self._stream.encode(frame))
+        packets = self._stream.encode(frame)
+        if any(p.is_keyframe for p in packets):  # forced, or x264's own every `gop` frames
+            self._last_key_ns = mono_ns
+            self.keyframes += 1
+        self._container.mux(packets)
         self.frames_written += 1
         return True
 

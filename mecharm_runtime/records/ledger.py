@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from mecharm_common.dirlock import dir_held
 from mecharm_common.fsutil import atomic_write_bytes
 from mecharm_common.layout import (
     LEDGER,
@@ -33,6 +34,7 @@ from mecharm_common.layout import (
     RUN_STEM_FORMAT,
     RUN_STEM_RE,
     DataRoot,
+    RecordingFiles,
 )
 from recorder.events import RECORDING_STATUSES, EventError, parse_recording_meta
 
@@ -312,8 +314,12 @@ async def wait_recording_meta(
     sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
 ) -> RecordingInfo:
     """Wait for the recording's meta file at most ``timeout_s``, polling every ``poll_s``
-    and never sleeping past the deadline (docs/runtime.md). No meta, or one that is not a
-    valid ``RecordingMeta``, gives status ``none`` with a note saying what was wrong.
+    and never sleeping past the deadline (docs/runtime.md). A meta that is not a valid
+    ``RecordingMeta`` gives status ``none`` with a note saying what was wrong. No meta by
+    the deadline: status ``crashed`` with the recording's path when the recorder left
+    media (``episode.mp4`` or ``frame_log.csv``), so the ledger row links it; ``none`` when
+    there is no recording at all (docs/recorder.md, "Crashed recordings"). Looking costs a
+    few stats and a lock probe, never a decode: the trial's timing is the wait's alone.
     ``clock`` and ``sleep`` are injectable so tests can check the poll schedule."""
     meta_path = Path(recording_dir) / META
     t0 = clock()
@@ -325,10 +331,41 @@ async def wait_recording_meta(
             return info
         now = clock()
         if now >= deadline:
-            return RecordingInfo(
-                status="none", waited_s=now - t0, note=f"no {META} within the wait"
-            )
+            info = _without_meta(Path(recording_dir), data_root)
+            info.waited_s = now - t0
+            return info
         await sleep(min(poll_s, deadline - now))
+
+
+def _without_meta(recording_dir: Path, data_root: Path) -> RecordingInfo:
+    """What the deadline found: a recording left without its meta (``crashed``, linked), or none."""
+    files = RecordingFiles(recording_dir)
+    left = [p.name for p in (files.video, files.frame_log) if p.is_file()]
+    if not left:
+        where = "an empty recording folder" if recording_dir.is_dir() else "no recording folder"
+        return RecordingInfo(
+            status="none",
+            note=f"no {META} within the wait and {where}: the recorder was absent "
+            "or did not record this trial",
+        )
+    if dir_held(recording_dir):
+        who = "the recorder still holds the folder (late or hung): its meta, if it comes, decides"
+    else:
+        who = "nobody holds the folder: the recorder died during the trial"
+    return RecordingInfo(
+        status="crashed",
+        path=_rel(recording_dir, data_root),
+        note=f"no {META} within the wait but {' and '.join(left)} left; {who}; "
+        f"`mecharm recording repair {recording_dir.parent.name}` or the recorder's next "
+        "start writes its meta",
+    )
+
+
+def _rel(path: Path, data_root: Path) -> str:
+    try:
+        return os.path.relpath(path, data_root)
+    except ValueError:
+        return str(path)
 
 
 def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
@@ -344,12 +381,11 @@ def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
         meta = parse_recording_meta(data)
     except EventError as exc:
         return RecordingInfo(status="none", note=f"{META}: {exc}")
-    try:
-        rel = os.path.relpath(meta_path.parent, data_root)
-    except ValueError:
-        rel = str(meta_path.parent)
     return RecordingInfo(
-        status=meta.status, path=rel, fps=meta.effective_fps, frames=meta.frames_written
+        status=meta.status,
+        path=_rel(meta_path.parent, data_root),
+        fps=meta.effective_fps,
+        frames=meta.frames_written,
     )
 
 

@@ -23,7 +23,8 @@ def _print_report(rep: ExportReport, dry_run: bool) -> None:
     verb = "would export" if dry_run else "exported"
     for ep in rep.exported:
         print(
-            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded)",
+            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded)"
+            + (f" [{ep.note}]" if ep.note else ""),
             file=out,
         )
     for s in rep.already:
@@ -55,6 +56,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "fps": args.fps,
                 "select": args.select,
                 "task": args.task,
+                "include_crashed": True if args.include_crashed else None,
                 "progress": False if args.no_progress else None,
             },
         )
@@ -113,6 +115,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--run", action="append", metavar="RUN_STEM", help="only this trial (repeatable)"
     )
     lr.add_argument("--task", help="task text for the new episodes")
+    lr.add_argument(
+        "--include-crashed",
+        action="store_true",
+        help="also export recordings whose recorder died (status crashed, repaired): "
+        "the rows their decodable frames cover",
+    )
     lr.add_argument("--config", help="YAML settings file (e.g. configs/export.yaml)")
     lr.add_argument(
         "--dry-run",

@@ -26,6 +26,9 @@ class ExportSettings(RigSettings):
     robot_type: str = Field("mecharm270", min_length=1, max_length=64)
     #: ledger selection (see docs/lerobot.md): a preset name or column=value conditions
     select: str = "success"
+    #: also export recordings whose recorder died (meta status crashed, written by the
+    #: repair): only the rows their decodable frames cover (docs/lerobot.md, "Crashed recordings")
+    include_crashed: bool = False
 
     # --- state / action definitions ---
     #: linear interpolation between two measured rows at most this far apart; beyond

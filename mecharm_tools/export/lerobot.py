@@ -37,7 +37,14 @@ from mecharm_tools.export import layout as L
 from mecharm_tools.export.align import AlignedEpisode, align_recording
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.recording import Recording, RecordingError, load_recording
-from mecharm_tools.export.selection import Skipped, parse_select, read_ledger, select_trials
+from mecharm_tools.export.selection import (
+    Skipped,
+    parse_select,
+    read_ledger,
+    resolve_crashed,
+    select_trials,
+    with_crashed,
+)
 from mecharm_tools.export.stats import (
     Stats,
     aggregate_stats,
@@ -71,6 +78,8 @@ class ExportedEpisode:
     run_stem: str
     length: int
     source_frames: int
+    #: set for a crashed recording (exported with --include-crashed)
+    note: str = ""
 
 
 @dataclass
@@ -233,10 +242,13 @@ def _prepare(
     ready: list[_Prepared] = []
     for cand in cands:
         try:
-            rec = load_recording(cand.recording_dir, cand.run_stem)
-            # "none" = the runtime gave up waiting for a meta that came later: the meta decides
+            rec = load_recording(
+                cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed
+            )
+            # "none"/"crashed" = the runtime's deadline passed without a meta; the meta that
+            # came later (the recorder's, or the repair's) decides
             if (
-                cand.recording_status not in ("", "none")
+                cand.recording_status not in ("", "none", "crashed")
                 and rec.meta.status != cand.recording_status
             ):
                 raise RecordingError(
@@ -260,6 +272,12 @@ def _prepare(
         size = size or (rec.height, rec.width)
         ready.append(_Prepared(rec, ep))
     return ready
+
+
+def _note(rec: Recording) -> str:
+    if not rec.crashed:
+        return ""
+    return f"crashed recording, {rec.meta.seconds_lost or 0:.3f} s lost at its end"
 
 
 def _fsync(path: Path) -> None:
@@ -343,7 +361,7 @@ class _Writer:
         samples: list[np.ndarray] = []
         row = 0
         for src, frame in decode_selected(
-            rec.video_path, np.unique(ep.source_frames), len(rec.frame_ts)
+            rec.video_path, np.unique(ep.source_frames), len(rec.frame_ts), only_first=rec.crashed
         ):
             while row < n and ep.source_frames[row] == src:
                 if row in sample_at:
@@ -525,6 +543,9 @@ def _export(
         for left in out.parent.glob(f".{out.name}.staging-*"):
             shutil.rmtree(left, ignore_errors=True)  # a first export that was interrupted
     rows = read_ledger(root)
+    if settings.include_crashed:
+        conditions = with_crashed(conditions)
+        rows = resolve_crashed(root, rows)
     cands, report.skipped = select_trials(root, rows, conditions, runs)
     done = {e["run_stem"]: e["episode_index"] for e in state.manifest["episodes"]} if state else {}
     new = []
@@ -543,7 +564,9 @@ def _export(
     if dry_run or not ready:
         report.exported = (
             [
-                ExportedEpisode(n_old + i, p.rec.run_stem, len(p.ep), len(p.rec.frame_ts))
+                ExportedEpisode(
+                    n_old + i, p.rec.run_stem, len(p.ep), len(p.rec.frame_ts), _note(p.rec)
+                )
                 for i, p in enumerate(ready)
             ]
             if dry_run
@@ -581,7 +604,11 @@ def _export(
                 start += len(prep.ep)
                 report.exported.append(
                     ExportedEpisode(
-                        ep_index, prep.rec.run_stem, len(prep.ep), len(prep.rec.frame_ts)
+                        ep_index,
+                        prep.rec.run_stem,
+                        len(prep.ep),
+                        len(prep.rec.frame_ts),
+                        _note(prep.rec),
                     )
                 )
                 report.source_seconds += prep.rec.duration_s
@@ -589,6 +616,7 @@ def _export(
                     {
                         "episode_index": ep_index,
                         "run_stem": prep.rec.run_stem,
+                        "recording_status": prep.rec.meta.status,
                         "recording_path": prep.rec.path.relative_to(root.resolve()).as_posix()
                         if prep.rec.path.is_relative_to(root.resolve())
                         else str(prep.rec.path),

@@ -5,12 +5,19 @@ exists (no meta = the recorder ended abnormally), ``frame_log.csv`` has one row 
 frame with contiguous ``frame_idx`` and non-decreasing capture times, the meta's
 ``frames_written`` and the video's packet count both equal that row count, and
 ``states.csv`` carries the measured joint readings the state is built from.
+
+A crashed recording (meta status ``crashed``: the recorder died and the repair wrote
+the meta, docs/recorder.md "Crashed recordings") is read only when asked
+(``allow_crashed``): its frame log was cut to the frames that decode, the mp4 may hold
+undecodable packets after them (only the first ``frames_written`` are used), and a
+``states.csv`` row cut by the kill at the very end is skipped.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +81,11 @@ class Recording:
     ignored_rows: dict[str, int] = field(default_factory=dict)
 
     @property
+    def crashed(self) -> bool:
+        """The recorder died: frames after ``frame_ts`` in the mp4 are not to be decoded."""
+        return self.meta.status == "crashed"
+
+    @property
     def video_path(self) -> Path:
         return self.path / VIDEO_NAME
 
@@ -126,7 +138,8 @@ def _read_meta(path: Path, run_stem: str) -> RecordingMeta:
     meta_path = path / META_NAME
     if not meta_path.is_file():
         raise RecordingError(
-            f"{META_NAME} is missing: the recording ended abnormally (recorder killed or crashed)"
+            f"{META_NAME} is missing: the recording ended abnormally (recorder killed or crashed); "
+            f"`mecharm recording repair {run_stem}` accounts for it (then --include-crashed)"
         )
     try:
         meta = parse_recording_meta(meta_path.read_bytes())
@@ -175,29 +188,47 @@ def _read_frame_log(path: Path) -> NDArray[np.float64]:
     return np.asarray(ts, dtype=np.float64)
 
 
-def _video_info(path: Path) -> tuple[int, int, int]:
-    """(packets, width, height) of the video stream; counting packets needs no decoding."""
+def _video_info(path: Path, cut_tail: bool = False) -> tuple[int, int, int]:
+    """(packets, width, height) of the video stream; counting packets needs no decoding.
+
+    ``cut_tail`` (crashed recordings): a read error after the first packets ends the
+    count instead of refusing (the kill cut the last fragment)."""
     video = path / VIDEO_NAME
     if not video.is_file():
         raise RecordingError(f"{VIDEO_NAME} is missing")
+    packets = 0
     try:
         with av.open(str(video)) as container:
             if not container.streams.video:
                 raise RecordingError(f"{VIDEO_NAME} has no video stream")
             stream = container.streams.video[0]
             width, height = stream.codec_context.width, stream.codec_context.height
-            packets = sum(1 for p in container.demux(stream) if p.size)
+            try:
+                for p in container.demux(stream):
+                    packets += 1 if p.size else 0
+            except av.error.FFmpegError:
+                if not (cut_tail and packets):
+                    raise
     except av.error.FFmpegError as exc:
         raise RecordingError(f"{VIDEO_NAME} is unreadable: {exc}") from None
     return packets, width, height
 
 
-def _read_states(path: Path) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
+def _read_states(
+    path: Path, cut_tail: bool = False
+) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
+    """The joint and gripper rows; ``cut_tail`` (crashed recordings) skips a last line
+    without its newline: a row the kill cut mid-write."""
     states_path = path / STATES_NAME
     try:
-        fh = open(states_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise RecordingError(f"{STATES_NAME}: cannot read: {exc.strerror or exc}") from None
+        with open(states_path, encoding="utf-8", newline="") as raw:
+            text = raw.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise RecordingError(f"{STATES_NAME}: cannot read: {why or exc}") from None
+    if cut_tail and text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    fh = io.StringIO(text, newline="")
     rows: dict[str, list[tuple[float, ...]]] = {"measured": [], "commanded": [], "gripper": []}
     ignored: dict[str, int] = {}
     last_ts = -math.inf
@@ -245,24 +276,33 @@ def _columns(
     return arr[:, 0].copy(), arr[:, 1:].copy()
 
 
-def load_recording(path: Path, run_stem: str) -> Recording:
-    """Read and cross-check the recording in ``path``; raise RecordingError naming the fault."""
+def load_recording(path: Path, run_stem: str, *, allow_crashed: bool = False) -> Recording:
+    """Read and cross-check the recording in ``path``; raise RecordingError naming the fault.
+
+    A crashed recording is refused unless ``allow_crashed``."""
     path = Path(path)
     if not path.is_dir():
         raise RecordingError(f"recording folder {path} does not exist")
     meta = _read_meta(path, run_stem)
+    crashed = meta.status == "crashed"
+    if crashed and not allow_crashed:
+        raise RecordingError(
+            f"crashed recording (the recorder died; {meta.frames_written} frames decodable, "
+            f"{meta.seconds_lost or 0:.3f} s lost): --include-crashed exports its decodable part"
+        )
     frame_ts = _read_frame_log(path)
     n = len(frame_ts)
     if meta.frames_written != n:
         raise RecordingError(
             f"{FRAME_LOG_NAME} has {n} frames but {META_NAME} says frames_written={meta.frames_written}"
         )
-    packets, width, height = _video_info(path)
-    if packets != n:
+    packets, width, height = _video_info(path, cut_tail=crashed)
+    # crashed: packets after the decodable ones are what the kill cut; they are never decoded
+    if packets != n and not (crashed and packets > n):
         raise RecordingError(f"{VIDEO_NAME} holds {packets} frames but {FRAME_LOG_NAME} lists {n}")
     if n < 2:
         raise RecordingError(f"only {n} frame(s) recorded; an episode needs at least 2")
-    rows, ignored = _read_states(path)
+    rows, ignored = _read_states(path, cut_tail=crashed)
     if not rows["measured"]:
         raise RecordingError(
             f"{STATES_NAME} has no measured joint rows: observation.state cannot be built"

@@ -5,6 +5,11 @@
 cell) or ``column!=value``. Presets: ``success`` (default: recording ok and both
 verdicts yes), ``recorded`` (recording ok, any verdict), ``all`` (every row; broken
 recordings are still refused when read).
+
+``--include-crashed`` (docs/lerobot.md, "Crashed recordings") widens a condition that
+accepts ``recording_status=ok`` to ``crashed`` too, and reads a ledger ``none`` as
+``crashed`` when the trial's folder now holds a repaired (``crashed``) meta — the rows
+written before the runtime linked crashed recordings.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
-from mecharm_common.layout import DataRoot
+from mecharm_common.layout import DataRoot, RecordingFiles
 from mecharm_common.logging import get_logger
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS, ledger_path
+from recorder.events import EventError, parse_recording_meta
 
 log = get_logger("mecharm_tools.export.selection")
 
@@ -29,7 +35,9 @@ __all__ = [
     "Skipped",
     "parse_select",
     "read_ledger",
+    "resolve_crashed",
     "select_trials",
+    "with_crashed",
 ]
 
 PRESETS: dict[str, str] = {
@@ -91,6 +99,37 @@ def parse_select(text: str) -> list[Condition]:
             raise LedgerReadError(f"--select: unknown ledger column {col!r}")
         conds.append(Condition(col, frozenset(v.strip() for v in value.split("|")), negate))
     return conds
+
+
+def with_crashed(conditions: list[Condition]) -> list[Condition]:
+    """The conditions with ``crashed`` accepted wherever ``recording_status=ok`` is."""
+    return [
+        Condition(c.column, c.values | {"crashed"}, c.negate)
+        if c.column == "recording_status" and not c.negate and "ok" in c.values
+        else c
+        for c in conditions
+    ]
+
+
+def resolve_crashed(
+    root: Path, rows: list[tuple[int, dict[str, str]]]
+) -> list[tuple[int, dict[str, str]]]:
+    """Rows whose ledger says ``none`` but whose recording now has a crashed meta (repaired
+    after the row was written) read as ``crashed``; the ledger file is not changed."""
+    out = []
+    for lineno, row in rows:
+        if row.get("recording_status") == "none":
+            try:
+                rec_dir = _recording_dir(
+                    root, row.get("run_stem", ""), row.get("recording_path", "")
+                )
+                meta = parse_recording_meta(RecordingFiles(rec_dir).meta.read_bytes())
+            except (UnsafeNameError, OSError, EventError):
+                meta = None
+            if meta is not None and meta.status == "crashed":
+                row = {**row, "recording_status": "crashed"}
+        out.append((lineno, row))
+    return out
 
 
 def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:

@@ -92,14 +92,30 @@ class ConstantRateWriter:
             container.close()
 
 
+def _first_frames(container: av.container.InputContainer, n: int) -> Iterator[av.VideoFrame]:
+    """The first ``n`` frames, from the first ``n`` packets only: what follows them in a
+    crashed recording (a fragment cut by the kill) is never fed to the decoder."""
+    stream = container.streams.video[0]
+    stream.codec_context.thread_type = "SLICE"  # no frame delay: packet k gives frame k
+    fed = 0
+    for packet in container.demux(stream):
+        if fed == n:
+            break
+        if packet.size:
+            fed += 1
+            yield from stream.decode(packet)
+    yield from stream.decode(None)
+
+
 def decode_selected(
-    path: Path, wanted: NDArray[np.int64], expected: int
+    path: Path, wanted: NDArray[np.int64], expected: int, *, only_first: bool = False
 ) -> Iterator[tuple[int, av.VideoFrame]]:
     """Yield (frame index, frame) for the frame indices in ``wanted`` (sorted), in order.
 
     Decodes every frame (H.264 needs its references) in a worker thread. Raises
     RecordingError when the file decodes to a different number of frames than
-    ``expected`` or cannot be decoded.
+    ``expected`` or cannot be decoded. ``only_first`` (crashed recordings): decode the
+    first ``expected`` frames and ignore the rest of the file.
     """
     want = set(int(i) for i in wanted)
     q: queue.Queue[object] = queue.Queue(maxsize=32)
@@ -111,7 +127,10 @@ def decode_selected(
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"
                 n = 0
-                for frame in container.decode(stream):
+                frames = (
+                    _first_frames(container, expected) if only_first else container.decode(stream)
+                )
+                for frame in frames:
                     if stop.is_set():
                         return
                     if n in want:

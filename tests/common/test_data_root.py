@@ -30,7 +30,8 @@ PENDING: tuple[Path, ...] = (ROOT / "tests" / "replay",)
 #: The names of the layout. Generic words ("runs", "recording", "memories", "fk") are
 #: also dictionary keys elsewhere, so they are caught through their longer neighbours.
 FORBIDDEN = re.compile(
-    r"run_pick_place|pick_place_ledger|ledger_archive|recording_meta\.json|states\.csv|frame_log\.csv|episode\.mp4"
+    r"run_pick_place|pick_place_ledger|ledger_archive|recording_meta\.json|states\.csv|frame_log\.(before_repair\.)?csv"
+    r"|episode\.mp4"
     r"|correction_memory|height_memory|fk_table\.(csv|sha256|lock)|\.trace\.jsonl|recorder_orphan_frames"
     r"|^extracted$|run_\(?\\d\{4"
 )
@@ -102,6 +103,7 @@ def test_the_layout_is_the_documented_one(tmp_path: Path) -> None:
     assert d.runlog(stem) == tmp_path / "runs/run_pick_place" / stem / f"{stem}.json"
     assert str(DataRoot.recording_rel(stem)) == f"runs/run_pick_place/{stem}/recording"
     assert rec.dir == tmp_path / DataRoot.recording_rel(stem)
+    assert rec.frame_log_before_repair.name == "frame_log.before_repair.csv"
     assert [p.name for p in (rec.video, rec.frame_log, rec.states, rec.meta, rec.snapshots)] == [
         "episode.mp4",
         "frame_log.csv",

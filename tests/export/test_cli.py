@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import META
+from mecharm_common.layout import META, VIDEO
 from mecharm_tools.cli import main
 
 
@@ -118,3 +118,22 @@ def test_shipped_config_is_valid_and_flags_win(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("MECHARM_EXPORT_FPS", "15")
     assert load_settings(ExportSettings, cfg).fps == 15
     assert load_settings(ExportSettings, cfg, {"fps": 5}).fps == 5
+
+
+def test_cli_include_crashed(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording whose recorder died: repaired with `mecharm recording repair`, exported
+    only with --include-crashed, and said so in the output (docs/lerobot.md)."""
+    t = recs.write(data_root, recs.stem(1), seed=1, duration=3.0, write_meta=False)
+    video = t.path / VIDEO
+    video.write_bytes(video.read_bytes()[: video.stat().st_size * 2 // 3])  # the kill's cut
+    recs.ledger(data_root, t, rec_status="crashed")
+    assert main(["recording", "repair", "--root", str(data_root), recs.stem(1)]) == 0
+    assert "status crashed" in capsys.readouterr().out
+    base = ["export", "lerobot", "--root", str(data_root), "--out", str(tmp_path / "ds")]
+    assert main([*base, "--no-progress", "--dry-run"]) == 0
+    assert "recording_status is crashed (want ok)" in capsys.readouterr().out
+    assert main([*base, "--no-progress", "--include-crashed"]) == 0
+    text = capsys.readouterr().out
+    assert f"exported {recs.stem(1)} as episode 0" in text and "[crashed recording, " in text

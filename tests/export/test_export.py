@@ -19,6 +19,7 @@ from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, export_lerobot
 from mecharm_tools.export.recording import RecordingError
 from mecharm_tools.export.verify import verify_dataset
+from recorder.repair import repair_recording
 
 FPS = 10
 SETTINGS = ExportSettings(progress=False)
@@ -278,9 +279,9 @@ def test_decode_failure_aborts_without_commit(
         recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5))
     real = lerobot_mod.decode_selected
 
-    def failing(path: Path, wanted: Any, expected: int) -> Any:
+    def failing(path: Path, wanted: Any, expected: int, **kw: Any) -> Any:
         # the disk fails while the second new trial is being read, after frames were encoded
-        for n, item in enumerate(real(path, wanted, expected)):
+        for n, item in enumerate(real(path, wanted, expected, **kw)):
             if recs.stem(3) in str(path) and n == 10:
                 raise RecordingError(f"{path.name} cannot be decoded: I/O error")
             yield item
@@ -343,3 +344,69 @@ def test_late_meta_with_ledger_status_none_is_exportable_when_selected(
         SETTINGS.model_copy(update={"select": "recording_status=ok|none"}),
     )
     assert [e.run_stem for e in rep.exported] == [recs.stem(1)] and not rep.refused
+
+
+def _killed(recs: Any, root: Path, i: int, keep: float = 0.6) -> Any:
+    """A recording as a SIGKILL leaves it: no meta, the mp4 cut mid-fragment, every row logged."""
+    trial = recs.write(root, recs.stem(i), seed=i, duration=4.0, write_meta=False)
+    video = trial.path / VIDEO
+    data = video.read_bytes()
+    video.write_bytes(data[: int(len(data) * keep)])
+    return trial
+
+
+def test_crashed_recordings_are_exported_with_include_crashed_only(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """docs/lerobot.md, "Crashed recordings": the rows the decodable frames cover, and only
+    with the flag; the runtime's ``crashed`` and an old ``none`` row both find the repaired meta."""
+    crashed = _killed(recs, data_root, 1)
+    recs.ledger(data_root, crashed, rec_status="crashed")
+    old_row = _killed(recs, data_root, 2, keep=0.8)
+    recs.ledger(data_root, old_row, rec_status="none")  # a ledger row from before the linking
+    whole = recs.write(data_root, recs.stem(3), seed=3, duration=2.0)
+    recs.ledger(data_root, whole)
+    flag = SETTINGS.model_copy(update={"include_crashed": True})
+
+    rep = export_lerobot(data_root, tmp_path / "dry", flag, dry_run=True)
+    refused = {s.run_stem: s.reason for s in rep.refused}
+    assert f"recording repair {crashed.run_stem}" in refused[crashed.run_stem]
+
+    for t in (crashed, old_row):
+        meta = repair_recording(data_root, t.path, by="test").meta
+        assert meta is not None and 2 <= meta.frames_written < len(t.frame_ts)
+    rep = export_lerobot(data_root, tmp_path / "default", SETTINGS)
+    assert [e.run_stem for e in rep.exported] == [whole.run_stem]
+    skipped = {s.run_stem: s.reason for s in rep.skipped}
+    assert "recording_status is crashed (want ok)" in skipped[crashed.run_stem]
+    assert "recording_status is none" in skipped[old_row.run_stem]
+    # selected by hand, a crashed recording is refused without the flag, with the reason
+    rep = export_lerobot(
+        data_root,
+        tmp_path / "hand",
+        SETTINGS.model_copy(update={"select": "recording_status=crashed"}),
+    )
+    assert not rep.exported and "--include-crashed" in rep.refused[0].reason
+
+    out = tmp_path / "ds"
+    rep = export_lerobot(data_root, out, flag)
+    assert [e.run_stem for e in rep.exported] == [t.run_stem for t in (crashed, old_row, whole)]
+    assert not rep.refused
+    assert "crashed recording" in rep.exported[0].note and not rep.exported[2].note
+    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    with av.open(str(out / "videos/observation.images.side/chunk-000/file-000.mp4")) as c:
+        shown = [recs.read_stamp(f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+    for ep, t in zip(episodes[:2], (crashed, old_row), strict=True):
+        kept = (
+            len((t.path / FRAME_LOG).read_text().splitlines()) - 1
+        )  # the frame log the repair cut to the decodable frames
+        covered = t.frame_ts[:kept]
+        assert ep["length"] == _expected_rows(type("T", (), {"frame_ts": covered})())
+        start = round(ep["videos/observation.images.side/from_timestamp"] * FPS)
+        for k in range(ep["length"]):  # each row shows the nearest decodable recorded frame
+            nearest = int(np.argmin(np.abs(covered - (covered[0] + k / FPS))))
+            assert shown[start + k] == nearest
+    manifest = json.loads((out / "meta/mecharm_export.json").read_text())
+    assert [e["recording_status"] for e in manifest["episodes"]] == ["crashed", "crashed", "ok"]
+    rep_v = verify_dataset(out)
+    assert rep_v.ok, rep_v.errors

@@ -168,7 +168,11 @@ def test_recorder_killed_mid_trial_trial_completes(
     finally:
         rec.stop()
     assert t.status == "completed", t.reason
-    assert t.recording.status == "none"  # no meta: the recording ended abnormally
+    # no meta, but the media the recorder left: linked, status crashed (docs/recorder.md,
+    # "Crashed recordings"); the trial itself is not touched by it
+    assert t.recording.status == "crashed", t.recording.note
+    assert t.recording.path == str(DataRoot.recording_rel(t.run_stem))
+    assert "the recorder died" in t.recording.note
     side = json.loads((t.run_dir / f"{t.run_stem}.json").read_text())["side_frames"]
     assert side[0]["path"] is None and side[0]["reason"] == "timeout"
 

@@ -11,6 +11,7 @@ from typing import get_args
 
 import pytest
 
+from mecharm_common.dirlock import dir_held, hold_dir
 from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
 from mecharm_runtime.records import ledger
 from mecharm_runtime.records.ledger import (
@@ -289,6 +290,52 @@ async def test_recording_wait_bad_meta_is_status_none_with_the_reason(
     assert info.status == "none" and info.path == "" and info.fps is None
     assert rec.meta.name in info.note and says in info.note, info.note
     assert len(reads) == 2  # a bad file is final: not polled again until the deadline
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("left", "holder", "status", "says"),
+    [
+        ((), False, "none", "no recording folder: the recorder was absent"),
+        ("dir", False, "none", "an empty recording folder"),
+        (("frame_log",), False, "crashed", "nobody holds the folder: the recorder died"),
+        (("video", "frame_log"), False, "crashed", "{video} and {frame_log} left"),
+        (("video", "frame_log"), True, "crashed", "the recorder still holds the folder"),
+    ],
+    ids=["absent", "empty-folder", "died-before-frames", "died", "late"],
+)
+async def test_recording_wait_links_a_recording_left_without_meta(
+    tmp_path: Path, left: object, holder: bool, status: str, says: str
+) -> None:
+    """The recorder died (or is late): the row links the recording, status crashed
+    (docs/recorder.md, "Crashed recordings"); no recording at all stays none."""
+    stem = "run_0001_20260101_120000"
+    rec = DataRoot(tmp_path).recording(stem)
+    if left:
+        rec.dir.mkdir(parents=True)
+    for name in left if isinstance(left, tuple) else ():
+        getattr(rec, name).write_bytes(b"x")
+    t = _FakeTime()
+
+    async def wait() -> ledger.RecordingInfo:
+        return await wait_recording_meta(
+            rec.dir, tmp_path, timeout_s=0.25, poll_s=0.1, clock=t.clock, sleep=t.sleep
+        )
+
+    if holder:
+        with hold_dir(rec.dir):  # a live recorder holds its trial's folder until the meta
+            info = await wait()
+    else:
+        info = await wait()
+    assert info.status == status and info.waited_s == pytest.approx(0.25)
+    says = says.format(video=rec.video.name, frame_log=rec.frame_log.name)
+    assert says in info.note, info.note
+    if status == "crashed":
+        assert info.path == str(DataRoot.recording_rel(stem)) and info.frames is None
+        assert f"recording repair {stem}" in info.note
+        assert not holder or dir_held(rec.dir) is False  # the probe took nothing away
+    else:
+        assert info.path == ""
 
 
 def test_recording_statuses_are_the_recorders() -> None:
