@@ -56,6 +56,8 @@ class MyCobotBackend(SdkBackend):
         self._lost_why = ""
         self._attempts = 0
         self._next_attempt = 0.0
+        #: one entry per recovered outage: attempts it took and seconds the link was down
+        self.recoveries: list[dict[str, float]] = []
 
     def capabilities(self) -> dict[str, Any]:
         return {
@@ -153,6 +155,7 @@ class MyCobotBackend(SdkBackend):
         with self._lock:
             self._arm = arm
         down = self._clock() - (self._lost_at or 0.0)
+        self.recoveries.append({"attempts": self._attempts, "down_s": down})
         log.info(
             "serial_reopened",
             port=self.port,
