@@ -280,7 +280,9 @@ class _DuplicateKey(ValueError):
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook``: a JSON object that names a key twice is refused, not read as
-    "the last one wins" (``{"cmd": "get_angles", "cmd": "stop"}`` is ambiguous)."""
+    "the last one wins" (``{"cmd": "get_angles", "cmd": "stop"}`` is ambiguous). Costs a
+    Python call per object, so ``_loads_object`` uses it only when the line has more
+    colons than the parsed envelope has keys."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
@@ -289,6 +291,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise _DuplicateKey(key)
             seen.add(key)
     return obj
+
+
+def _keys_seen(obj: dict[str, Any]) -> int:
+    """Distinct keys of a request's (or reply's) envelope and of its ``args``. Every key of a
+    JSON line is followed by its own colon and other colons are only inside strings, so a
+    line with a key named twice has more colons than this; one without has as many, unless
+    it nests deeper objects or has colons in its strings."""
+    args = obj.get("args")
+    return len(obj) + (len(args) if type(args) is dict else 0)
 
 
 def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
@@ -304,7 +315,11 @@ def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
                 ErrorCode.BAD_JSON, f"{what} is not UTF-8: {exc.reason} at byte {exc.start}"
             ) from None
     try:
-        obj = json.loads(line, object_pairs_hook=_unique_keys)
+        obj = json.loads(line)
+        if isinstance(obj, dict) and line.count(":") != _keys_seen(obj):
+            # more colons than distinct keys: a key named twice, or only a nested object or
+            # a colon inside a string; parse again, refusing duplicates (the rare path)
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
         raise ProtocolError(
             ErrorCode.BAD_REQUEST,
