@@ -86,7 +86,9 @@ async def test_a_silent_connection_is_dropped_after_auth_timeout() -> None:
         c = await LineClient.connect(srv.port)
         t0 = time.monotonic()
         msg = await _closing_line(c)
-        assert time.monotonic() - t0 >= 0.3
+        assert (
+            time.monotonic() - t0 >= 0.15
+        )  # not at once (t0 is taken after the server saw the connect)
         assert (
             msg["error"]["code"] == "unauthorized" and "auth_timeout_s" in msg["error"]["message"]
         )
@@ -176,7 +178,7 @@ async def test_a_silent_holder_loses_the_slot_after_idle_timeout() -> None:
         other = await LineClient.connect(srv.port)
         assert (await _closing_line(other))["error"]["code"] == "busy"
         msg = await _closing_line(stale)
-        assert time.monotonic() - t0 >= 0.4
+        assert time.monotonic() - t0 >= 0.2  # not at once (t0 is taken after the reply left)
         assert (
             msg["error"]["code"] == "idle_timeout" and "idle_timeout_s" in msg["error"]["message"]
         )
@@ -198,18 +200,18 @@ async def test_a_drip_without_newline_is_not_activity() -> None:
                 drips += 1
                 await asyncio.sleep(0.05)
         assert srv.client is None, "a dripping client kept the slot"
-        assert time.monotonic() - t0 >= 0.5 and drips >= 5
+        assert time.monotonic() - t0 >= 0.25 and drips >= 3
         msg = await _closing_line(c)
         assert msg["error"]["code"] == "idle_timeout"
 
 
 async def test_ping_keeps_the_slot_and_never_reaches_the_arm() -> None:
     arm = SimArm(SimArmConfig(**FAST))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, idle_timeout_s=0.3) as srv:
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, idle_timeout_s=0.6) as srv:
         c = await LineClient.connect(srv.port)
         reads = arm.counters["reads"]
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 1.2:  # four idle timeouts long
+        while time.monotonic() - t0 < 1.8:  # three idle timeouts long
             assert await c.ok("ping") is None
             await asyncio.sleep(0.05)
         assert srv.client is not None
