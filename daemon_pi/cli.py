@@ -48,6 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="shared-secret file; enables authentication",
     )
+    p.add_argument(
+        "--auth-timeout",
+        dest="auth_timeout_s",
+        type=float,
+        help="s a connection has to prove itself (hello with the token, or its first request) "
+        "before it is dropped (default 2)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        dest="idle_timeout_s",
+        type=float,
+        help="s without a complete request after which the client loses the slot "
+        "(default 10; 0 = never)",
+    )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     sim = p.add_argument_group("sim backend")
     sim.add_argument(
@@ -93,6 +107,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path |
             "serial_port",
             "baud",
             "token_file",
+            "auth_timeout_s",
+            "idle_timeout_s",
             "log_level",
             "scene",
             "seed",
@@ -107,7 +123,13 @@ def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
     if settings.backend == "mycobot":
         from daemon_pi.backends.mycobot import MyCobotBackend
 
-        return MyCobotBackend(settings.serial_port, settings.baud), None
+        return MyCobotBackend(
+            settings.serial_port,
+            settings.baud,
+            reopen_backoff_s=settings.serial_reopen_backoff_s,
+            reopen_backoff_max_s=settings.serial_reopen_backoff_max_s,
+            reopen_attempts=settings.serial_reopen_attempts,
+        ), None
     from daemon_pi.backends.sim import SimBackend
     from mecharm_sim.arm import SimArm
 
@@ -165,6 +187,9 @@ async def serve(settings: DaemonSettings) -> int:
         auth_timeout_s=settings.auth_timeout_s,
         idle_timeout_s=settings.idle_timeout_s,
         shutdown_grace_s=settings.shutdown_grace_s,
+        max_connections=settings.max_connections,
+        auth_backoff_s=settings.auth_backoff_s,
+        auth_backoff_max_s=settings.auth_backoff_max_s,
     )
     workcell = None
     try:

@@ -33,11 +33,42 @@ class DaemonSettings(RigSettings):
     token_file: Path | None = Field(
         default=None, description="shared secret for LAN use; hello must carry it"
     )
+    # the client slot (docs/daemon.md, "Client slot")
     auth_timeout_s: float = Field(
-        default=5.0, gt=0, description="unauthenticated clients are dropped after this"
+        default=2.0,
+        gt=0,
+        le=60,
+        description="a connection that has not proved itself (hello with the token; without a "
+        "token its first request) within this is dropped",
     )
     idle_timeout_s: float = Field(
-        default=0.0, ge=0, description="drop a silent client after this (0 = never)"
+        default=10.0,
+        ge=0,
+        description="the slot's holder is dropped after this long without a complete request "
+        "(0 = never: a stale client then holds the arm until it disconnects)",
+    )
+    max_connections: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="connections kept open at once (the holder, or those waiting to prove "
+        "themselves); when full, the oldest waiting one is dropped",
+    )
+    auth_backoff_s: float = Field(
+        default=0.25, ge=0, description="first delay of a failed hello's reply, per address"
+    )
+    auth_backoff_max_s: float = Field(
+        default=4.0, ge=0, description="the delay doubles per failure from an address up to this"
+    )
+    # the serial link (mycobot backend; docs/daemon.md, "Serial link recovery")
+    serial_reopen_backoff_s: float = Field(
+        default=0.5, gt=0, description="first reopen attempt this long after a serial error"
+    )
+    serial_reopen_backoff_max_s: float = Field(
+        default=5.0, gt=0, description="attempts double their spacing up to this"
+    )
+    serial_reopen_attempts: int = Field(
+        default=30, ge=1, description="scheduled attempts; then each command makes one"
     )
     shutdown_grace_s: float = Field(
         default=5.0, ge=0, description="how long the command in flight may finish"

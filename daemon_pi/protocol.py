@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
@@ -36,6 +37,7 @@ __all__ = [
     "JOINT_MAX",
     "JOINT_MIN",
     "MAX_LINE_BYTES",
+    "MAX_REQUEST_ID",
     "PROTOCOL_VERSION",
     "ErrorCode",
     "ErrorInfo",
@@ -66,6 +68,9 @@ DEFAULT_PORT = 5555
 #: Longest accepted line, newline included. Longer lines are answered with
 #: ``line_too_long`` and discarded up to the next newline; the connection stays open.
 MAX_LINE_BYTES = 64 * 1024
+#: Request ids are integers within ±(2**53 - 1): every JSON implementation reads them
+#: exactly. A larger one is a ``bad_request`` (and is not echoed back).
+MAX_REQUEST_ID = 2**53 - 1
 
 
 def wire_angles(angles: Sequence[float]) -> list[float]:
@@ -87,9 +92,10 @@ class ErrorCode(StrEnum):
     BAD_SPEED = "bad_speed"  # speed not an int in 1..100
     BAD_GRIPPER_VALUE = "bad_gripper_value"  # gripper value not an int in 0..100
     UNAUTHORIZED = "unauthorized"  # token required and not (correctly) given
-    BUSY = "busy"  # another control client is connected
+    BUSY = "busy"  # another control client holds the slot (or too many are waiting); closed
     ARM_NO_REPLY = "arm_no_reply"  # SDK returned -1 / [] (firmware did not answer)
     SERIAL_ERROR = "serial_error"  # the serial port failed
+    ARM_UNAVAILABLE = "arm_unavailable"  # the serial link is down and being reopened; nothing sent
     SHUTTING_DOWN = "shutting_down"  # daemon is stopping; request not executed
     IDLE_TIMEOUT = "idle_timeout"  # the client sent nothing for idle_timeout_s; connection closed
     INTERNAL = "internal"  # a bug; logged with its traceback
@@ -113,7 +119,7 @@ class Request(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: int
+    id: int = Field(ge=-MAX_REQUEST_ID, le=MAX_REQUEST_ID)
     cmd: str = Field(min_length=1, max_length=64)
     args: dict[str, Any] = Field(default_factory=dict)
 
@@ -217,6 +223,7 @@ ARGS_MODELS: dict[str, type[_Args]] = {
     "release_all_servos": NoArgs,
     "stop": NoArgs,
     "stats": NoArgs,
+    "ping": NoArgs,
 }
 COMMANDS: tuple[str, ...] = tuple(ARGS_MODELS)
 
@@ -265,6 +272,36 @@ def error_response(request_id: int | None, code: ErrorCode | str, message: str) 
     )
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a JSON object that names a key twice is refused, not read as
+    "the last one wins" (``{"cmd": "get_angles", "cmd": "stop"}`` is ambiguous). Costs a
+    Python call per object, so ``_loads_object`` uses it only when the line has more
+    colons than the parsed envelope has keys."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
+def _keys_seen(obj: dict[str, Any]) -> int:
+    """Distinct keys of a request's (or reply's) envelope and of its ``args``. Every key of a
+    JSON line is followed by its own colon and other colons are only inside strings, so a
+    line with a key named twice has more colons than this; one without has as many, unless
+    it nests deeper objects or has colons in its strings."""
+    args = obj.get("args")
+    return len(obj) + (len(args) if type(args) is dict else 0)
+
+
 def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
     if isinstance(line, bytes | bytearray):
         if len(line) > MAX_LINE_BYTES:
@@ -279,14 +316,54 @@ def _loads_object(line: bytes | str, what: str) -> dict[str, Any]:
             ) from None
     try:
         obj = json.loads(line)
+        if isinstance(obj, dict) and line.count(":") != _keys_seen(obj):
+            # more colons than distinct keys: a key named twice, or only a nested object or
+            # a colon inside a string; parse again, refusing duplicates (the rare path)
+            obj = json.loads(line, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST,
+            f"{what} names the key {exc.key[:64]!r} twice in one object; send each key once",
+            _id_of(line),
+        ) from None
     except (json.JSONDecodeError, RecursionError) as exc:
         msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
         raise ProtocolError(ErrorCode.BAD_JSON, f"{what} is not valid JSON: {msg}") from None
+    except ValueError:  # an integer of more than sys.get_int_max_str_digits() (4300) digits
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST,
+            f"{what} holds an integer of more than {sys.get_int_max_str_digits()} digits; "
+            f"ids are integers within ±{MAX_REQUEST_ID} and no argument needs more",
+        ) from None
     if not isinstance(obj, dict):
         raise ProtocolError(
             ErrorCode.BAD_JSON, f"{what} must be a JSON object, got {type(obj).__name__}"
         )
     return obj
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object as its list of (key, value) pairs (``_id_of``)."""
+
+
+def _valid_id(raw_id: Any) -> int | None:
+    """``raw_id`` when it is an id the daemon may echo back, else None."""
+    if type(raw_id) is int and -MAX_REQUEST_ID <= raw_id <= MAX_REQUEST_ID:
+        return raw_id
+    return None
+
+
+def _id_of(line: str) -> int | None:
+    """The request's id for an error reply, read again without the duplicate-key check
+    (error path only); None when it cannot be read or is itself the duplicated key."""
+    try:
+        pairs = json.loads(line, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):  # cannot happen after a duplicate key; to be sure
+        return None
+    if not isinstance(pairs, _Pairs):  # the duplicate was in an object inside an array
+        return None
+    ids = [v for k, v in pairs if k == "id"]
+    return _valid_id(ids[0]) if len(ids) == 1 else None
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str, str]:
@@ -299,8 +376,6 @@ def _first_error(exc: ValidationError) -> tuple[str, str, str]:
 def decode_request(line: bytes | str) -> Request:
     """Parse one request line. Raises ProtocolError (bad_json, line_too_long, bad_request)."""
     obj = _loads_object(line, "request")
-    raw_id = obj.get("id")
-    rid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
     try:
         return Request.__pydantic_validator__.validate_python(
             obj
@@ -308,7 +383,11 @@ def decode_request(line: bytes | str) -> Request:
     except ValidationError as exc:
         loc, typ, msg = _first_error(exc)
         what = "unknown field" if typ == "extra_forbidden" else msg
-        raise ProtocolError(ErrorCode.BAD_REQUEST, f"request field {loc!r}: {what}", rid) from None
+        if loc == "id":
+            what = f"{what} (ids are integers within ±{MAX_REQUEST_ID})"
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST, f"request field {loc!r}: {what}", _valid_id(obj.get("id"))
+        ) from None
 
 
 def validate_args(cmd: str, args: dict[str, Any], request_id: int | None = None) -> BaseModel:

@@ -2,8 +2,15 @@
 
 Life cycle (uvicorn-style): ``start`` (open the backend, listen) → serve →
 ``stop`` (stop accepting → let the command in flight finish, up to a grace
-period → cancel the rest → close the backend). A second client gets one
-``busy`` error line and is closed at once; the first is not disturbed.
+period → cancel the rest → close the backend).
+
+The client slot (docs/daemon.md, "Client slot"): a connection waits in a bounded
+pool until it proves itself (with a token: a valid ``hello``; without: its first
+complete request) and only then holds the arm; a connection that arrives while
+the slot is held gets one ``busy`` line and is closed, the holder is not
+disturbed. Waiting connections that do not prove themselves within
+``auth_timeout_s`` and a holder silent for ``idle_timeout_s`` are dropped by one
+keeper task, so the request path pays no timer.
 
 Each line is answered by exactly one response line, in order. Blocking
 backend calls run in a worker thread (one at a time), so the event loop keeps
@@ -16,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -55,20 +64,36 @@ log = get_logger("daemon_pi.server")
 _TOO_LONG = object()
 #: how long a closing socket may take to flush (busy replies, the last answer)
 _CLOSE_S = 1.0
+#: an address's failed hellos are forgotten after this long without a new one
+_FAILURE_MEMORY_S = 60.0
+#: addresses whose failed hellos are remembered (the oldest is forgotten first)
+_FAILURE_ADDRESSES = 1024
 
 
-@dataclass
+@dataclass(eq=False)  # identity: a connection is a key of the waiting pool
 class _Conn:
     peer: str
+    host: str
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    #: when it must have proved itself (hello with the token, or its first request)
+    deadline: float
     opened: float = field(default_factory=time.monotonic)
     authed: bool = False
+    #: True once it holds the client slot
+    holder: bool = False
     auth_failures: int = 0
-    #: this connection's own tasks; stop() cancels it once the grace period is over
+    #: this connection's own tasks; stop() and the keeper cancel it
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    #: True while waiting for the next line (nothing in flight)
+    #: True while waiting for the next line (nothing in flight), since ``read_since``
     reading: bool = False
+    read_since: float = 0.0
+    #: when a reply started waiting for the client to read it (None: nothing pending)
+    writing_since: float | None = None
+    #: why the keeper or the pool dropped it (set before its scope is cancelled)
+    drop_reason: str | None = None
+    #: set by a reply after which the connection is closed (busy, too many failures)
+    close_after: str | None = None
     #: set by the handler when it next goes idle or ends; created by stop() only
     idle_waiter: anyio.Event | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -89,7 +114,8 @@ class ArmServer:
     """Serve ``backend`` on ``host:port`` (port 0 = pick a free one; see ``.port``).
 
     ``token``: shared secret; when set, the first request must be ``hello`` with it
-    and every other command is refused until then.
+    and every other command is refused until then. The slot rules and what each
+    timeout means: docs/daemon.md, "Client slot".
 
     Two ways to run it: ``await task_group.start(server.run)`` (structured; the
     caller's task group owns the server), or ``await start()`` … ``await stop()``
@@ -103,13 +129,20 @@ class ArmServer:
         port: int = 5555,
         token: str | None = None,
         *,
-        auth_timeout_s: float = 5.0,
-        idle_timeout_s: float = 0.0,
+        auth_timeout_s: float = 2.0,
+        idle_timeout_s: float = 10.0,
         shutdown_grace_s: float = 5.0,
         max_auth_failures: int = 5,
+        max_connections: int = 8,
+        auth_backoff_s: float = 0.25,
+        auth_backoff_max_s: float = 4.0,
     ) -> None:
         if token is not None and not token:
             raise ValueError("token must be a non-empty string or None")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        if auth_timeout_s <= 0 or idle_timeout_s < 0 or auth_backoff_s < 0:
+            raise ValueError("auth_timeout_s must be > 0, idle_timeout_s and auth_backoff_s >= 0")
         self.backend = backend
         self.host = host
         self.requested_port = port
@@ -118,13 +151,22 @@ class ArmServer:
         self.idle_timeout_s = idle_timeout_s
         self.shutdown_grace_s = shutdown_grace_s
         self.max_auth_failures = max_auth_failures
+        self.max_connections = max_connections
+        self.auth_backoff_s = auth_backoff_s
+        self.auth_backoff_max_s = max(auth_backoff_s, auth_backoff_max_s)
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         # one arm call at a time: the lock orders them, the limiter caps the threads at one
         self._arm_lock = anyio.Lock()
         self._arm_limiter = anyio.CapacityLimiter(1)
-        self._active: _Conn | None = None
+        self._active: _Conn | None = None  # the slot's holder
+        self._waiting: dict[_Conn, None] = {}  # not yet proved, oldest first (max_connections)
+        self._rejecting = 0  # busy / shutting_down replies being flushed
+        self._keeper_wake = anyio.Event()
+        self._link_lost = anyio.Event()
+        # address -> (failed hellos, time of the last): the failure reply's delay grows with it
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._closing = False
         self._stop_reason = "requested"
         self._stop_requested = anyio.Event()
@@ -177,6 +219,8 @@ class ArmServer:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                tg.start_soon(self._keep_slot)
+                tg.start_soon(self._recover_link)
                 await self._server.start_serving()  # from here _hand_off adds each connection to tg
                 log.info(
                     "daemon_listening",
@@ -188,6 +232,7 @@ class ArmServer:
                 task_status.started()
                 await self._stop_requested.wait()
                 await self._shut_down()
+                tg.cancel_scope.cancel()  # the keeper and the link recovery
             await self._close_backend()
             log.info(
                 "daemon_stopped", reason=self._stop_reason, **self.stats.snapshot()["counters"]
@@ -228,6 +273,8 @@ class ArmServer:
 
     async def _shut_down(self) -> None:
         """In run()'s task: grace for the command in flight, then EOF, then cancel."""
+        for waiting in list(self._waiting):  # never an arm call in flight: close them at once
+            self._drop(waiting, ErrorCode.SHUTTING_DOWN, "daemon is shutting down", None)
         conn = self._active
         if conn is not None and not conn.done.is_set() and not conn.reading:
             conn.idle_waiter = anyio.Event()
@@ -250,6 +297,28 @@ class ArmServer:
             with anyio.move_on_after(_CLOSE_S):
                 await self._server.wait_closed()
 
+    async def _recover_link(self) -> None:
+        """Reopen a lost serial link on the backend's schedule (docs/daemon.md, "Serial link
+        recovery"). Each attempt is one backend call: under the arm lock, in the worker
+        thread, so it never overlaps a command."""
+        while True:
+            wait = self.backend.reopen_in()
+            if wait is None:  # the link is up (or attempts are used up): wait for news
+                await self._link_lost.wait()
+                self._link_lost = anyio.Event()
+                continue
+            await anyio.sleep(wait)
+            async with self._arm_lock:
+                again = self.backend.reopen_in()  # a command may have reopened it meanwhile
+                if again is not None and again <= 0:
+                    try:
+                        await anyio.to_thread.run_sync(
+                            self.backend.reopen, limiter=self._arm_limiter
+                        )
+                    except Exception:  # a bug in a backend's reopen must not stop the daemon
+                        log.exception("serial_reopen_crashed", backend=self.backend.name)
+                        await anyio.sleep(1.0)
+
     async def _close_backend(self) -> None:
         async with self._arm_lock:
             try:
@@ -266,43 +335,192 @@ class ArmServer:
         self._tg.start_soon(self._on_connect, reader, writer)
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = "{}:{}".format(*tuple(writer.get_extra_info("peername") or ("?", "?"))[:2])
+        name = tuple(writer.get_extra_info("peername") or ("?", "?"))
+        host = str(name[0])
+        peer = f"{host}:{name[1]}"
         self.stats.count("connections")
         if self._closing or self._active is not None:
-            code = ErrorCode.SHUTTING_DOWN if self._closing else ErrorCode.BUSY
-            msg = (
-                "daemon is shutting down"
-                if self._closing
-                else f"another control client ({self._active.peer if self._active else '?'}) is connected; "
-                "the daemon serves one client at a time"
-            )
-            self.stats.count(
-                "busy_rejections" if code is ErrorCode.BUSY else "rejected_shutting_down"
-            )
-            log.warning("client_rejected", peer=peer, code=code.value, reason=msg)
-            await self._send_and_close(writer, error_response(None, code, msg))
+            await self._reject(writer, peer)
             return
-        conn = _Conn(peer, reader, writer)
-        self._active = conn
-        log.info("client_connected", peer=peer)
+        if len(self._waiting) >= self.max_connections:
+            # the oldest has waited longest; a real client proves itself in one round trip,
+            # so a flood must open max_connections connections within that to push it out
+            self._drop(
+                next(iter(self._waiting)),
+                ErrorCode.BUSY,
+                f"{self.max_connections} connections are waiting to authenticate "
+                "(max_connections); the oldest is dropped to admit a new one",
+                "evictions",
+            )
+        now = time.monotonic()
+        conn = _Conn(peer, host, reader, writer, deadline=now + self.auth_timeout_s, opened=now)
+        self._waiting[conn] = None
+        self._keeper_wake.set()
+        log.info("client_connected", peer=peer, waiting=len(self._waiting))
         reason = "client closed the connection"
         try:
             with conn.scope:
                 reason = await self._serve(conn)
             if conn.scope.cancelled_caught:
-                reason = "daemon shutdown (cancelled after the grace period)"
+                reason = conn.drop_reason or "daemon shutdown (cancelled after the grace period)"
         except (ConnectionError, OSError) as exc:
             reason = f"connection lost: {exc!r}"
         except Exception as exc:  # a bug here must not take the server's task group down
             reason = f"internal error {type(exc).__name__}: {exc}"
             log.exception("connection_failed", peer=peer)
         finally:
+            self._waiting.pop(conn, None)
             if self._active is conn:
                 self._active = None
-            log.info("client_disconnected", peer=peer, reason=reason)
+            log.info("client_disconnected", peer=peer, reason=reason, held_slot=conn.holder)
             await _close(writer)
             conn.done.set()
             conn.went_idle()
+
+    async def _reject(self, writer: asyncio.StreamWriter, peer: str) -> None:
+        """One ``busy`` / ``shutting_down`` line, then close (the holder is not disturbed)."""
+        if self._closing:
+            code, msg, counter = (
+                ErrorCode.SHUTTING_DOWN,
+                "daemon is shutting down",
+                "rejected_shutting_down",
+            )
+        else:
+            holder = self._active.peer if self._active else "?"
+            code, msg, counter = (
+                ErrorCode.BUSY,
+                f"another control client ({holder}) is connected; the daemon serves one client "
+                f"at a time (a silent one loses the slot after idle_timeout_s "
+                f"{self.idle_timeout_s:g} s)",
+                "busy_rejections",
+            )
+        self.stats.count(counter)
+        if self._rejecting >= 4 * self.max_connections:
+            # a flood of connections while the slot is held: no reply, so nothing piles up
+            writer.transport.abort()
+            log.warning(
+                "client_rejected",
+                peer=peer,
+                code=code.value,
+                reason=f"{msg}; closed without a reply ({self._rejecting} rejections in flight)",
+            )
+            return
+        log.warning("client_rejected", peer=peer, code=code.value, reason=msg)
+        self._rejecting += 1
+        try:
+            await self._send_and_close(writer, error_response(None, code, msg))
+        finally:
+            self._rejecting -= 1
+
+    def _drop(self, conn: _Conn, code: ErrorCode, why: str, counter: str | None) -> None:
+        """Tell ``conn`` why (one error line) and end its task; it no longer holds or waits."""
+        if conn.drop_reason is not None:
+            return
+        conn.drop_reason = why
+        self._waiting.pop(conn, None)
+        if self._active is conn:
+            self._active = None  # free at once: the next client need not wait for the close
+        with suppress(Exception):  # the transport may be closing already
+            conn.writer.write(encode(error_response(None, code, f"closing the connection: {why}")))
+        if counter is not None:
+            self.stats.count(counter)
+        log.warning(
+            "client_dropped", peer=conn.peer, code=code.value, reason=why, held_slot=conn.holder
+        )
+        conn.scope.cancel()
+
+    def _claim(self, conn: _Conn, rid: int | None) -> None:
+        """``conn`` has proved itself: it takes the slot, or gets ``busy`` and is closed."""
+        holder = self._active
+        if holder is not None and holder is not conn:
+            conn.close_after = f"busy: {holder.peer} holds the client slot"
+            self.stats.count("busy_rejections")
+            raise ProtocolError(
+                ErrorCode.BUSY,
+                f"another control client ({holder.peer}) is connected; the daemon serves one "
+                "client at a time",
+                rid,
+            )
+        self._waiting.pop(conn, None)
+        conn.holder = True
+        self._active = conn
+        self.stats.count("slot_taken")
+        log.info(
+            "slot_taken",
+            peer=conn.peer,
+            after_s=round(time.monotonic() - conn.opened, 3),
+            authenticated=self.token is not None,
+        )
+        for other in list(self._waiting):
+            self._drop(
+                other,
+                ErrorCode.BUSY,
+                f"{conn.peer} has taken the client slot; the daemon serves one client at a time",
+                "busy_rejections",
+            )
+        self._keeper_wake.set()
+
+    async def _keep_slot(self) -> None:
+        """Drop waiting connections past their auth deadline and a holder idle too long.
+
+        One task instead of a timer per read: the request path only notes when it began
+        waiting (``read_since``); this task sleeps until the earliest deadline, and a
+        holder that was active meanwhile just moves its deadline on.
+        """
+        idle = self.idle_timeout_s
+        while True:
+            self._keeper_wake = wake = anyio.Event()
+            now = time.monotonic()
+            due = math.inf
+            for conn in list(self._waiting):
+                if now >= conn.deadline:
+                    if self.token is not None:
+                        code, why = (
+                            ErrorCode.UNAUTHORIZED,
+                            f"no valid hello with token within {self.auth_timeout_s:g} s "
+                            "(auth_timeout_s)",
+                        )
+                    else:
+                        code, why = (
+                            ErrorCode.IDLE_TIMEOUT,
+                            f"no complete request within {self.auth_timeout_s:g} s of connecting "
+                            "(auth_timeout_s)",
+                        )
+                    self._drop(conn, code, why, "auth_timeouts")
+                else:
+                    due = min(due, conn.deadline)
+            holder = self._active
+            if holder is not None and idle > 0:
+                if holder.reading:
+                    at, why = holder.read_since + idle, f"idle for {idle:g} s (idle_timeout_s)"
+                elif holder.writing_since is not None:
+                    at = holder.writing_since + idle
+                    why = f"did not read its replies for {idle:g} s (idle_timeout_s)"
+                else:  # a command in flight: its time is not idle time; look again later
+                    at, why = now + idle, ""
+                if now >= at and why:
+                    self._drop(holder, ErrorCode.IDLE_TIMEOUT, why, "idle_timeouts")
+                else:
+                    due = min(due, at)
+            with anyio.move_on_after(due - now if due < math.inf else math.inf):
+                await wake.wait()
+
+    def _failure_delay(self, host: str) -> tuple[int, float]:
+        """Count a failed hello from ``host``; (failures remembered, seconds to delay the reply).
+
+        The delay doubles with each failure from the address (``auth_backoff_s`` ..
+        ``auth_backoff_max_s``) and only ever holds back the failing connection's own
+        reply: a correct hello, from any address, is answered at once.
+        """
+        now = time.monotonic()
+        count, last = self._failures.pop(host, (0, now))
+        if now - last > _FAILURE_MEMORY_S:
+            count = 0
+        count += 1
+        self._failures[host] = (count, now)
+        while len(self._failures) > _FAILURE_ADDRESSES:
+            self._failures.popitem(last=False)
+        return count, min(self.auth_backoff_max_s, self.auth_backoff_s * 2 ** min(count - 1, 30))
 
     async def _send_and_close(self, writer: asyncio.StreamWriter, msg: BaseModel) -> None:
         try:
@@ -333,44 +551,20 @@ class ArmServer:
             except asyncio.LimitOverrunError as exc:
                 consumed = exc.consumed
 
-    def _read_deadline(self, conn: _Conn) -> tuple[float | None, str]:
-        """Seconds the next line may take (None = no limit) and why the client is dropped after it."""
-        if self.token is not None and not conn.authed:
-            left = self.auth_timeout_s - (time.monotonic() - conn.opened)
-            return max(0.0, left), f"no valid hello with token within {self.auth_timeout_s} s"
-        if self.idle_timeout_s > 0:
-            return self.idle_timeout_s, f"idle for {self.idle_timeout_s} s"
-        return None, ""
-
-    async def _next_line(self, conn: _Conn) -> tuple[bytes | object | None, str]:
-        """The next line, or (None, why) when the auth/idle deadline passed first."""
-        timeout, why = self._read_deadline(conn)
+    async def _next_line(self, conn: _Conn) -> bytes | object | None:
+        """The next line; the keeper ends the wait if a deadline passes (no timer here)."""
         conn.reading = True
+        conn.read_since = time.monotonic()
         conn.went_idle()
         try:
-            if timeout is None:  # the hot path: no cancel scope to enter and leave
-                return await self._read_line(conn.reader), ""
-            with anyio.move_on_after(timeout):
-                return await self._read_line(conn.reader), ""
-            return None, why
+            return await self._read_line(conn.reader)
         finally:
             conn.reading = False
 
     async def _serve(self, conn: _Conn) -> str:
+        writer = conn.writer
         while not self._closing:
-            line, timed_out = await self._next_line(conn)
-            if timed_out:
-                code = (
-                    ErrorCode.UNAUTHORIZED
-                    if self.token is not None and not conn.authed
-                    else ErrorCode.IDLE_TIMEOUT
-                )
-                conn.writer.write(
-                    encode(error_response(None, code, f"closing the connection: {timed_out}"))
-                )
-                with suppress(ConnectionError, OSError):
-                    await conn.writer.drain()
-                return timed_out
+            line = await self._next_line(conn)
             if line is None:
                 return "daemon shutdown" if self._closing else "client closed the connection"
             if line is _TOO_LONG:
@@ -386,8 +580,13 @@ class ArmServer:
             else:
                 assert isinstance(line, bytes)
                 out = await self._handle_line(conn, line)
-            conn.writer.write(out)
-            await conn.writer.drain()
+            writer.write(out)
+            if writer.transport.get_write_buffer_size():  # the client is not reading (yet)
+                conn.writing_since = time.monotonic()
+            await writer.drain()
+            conn.writing_since = None
+            if conn.close_after is not None:
+                return conn.close_after
             if conn.auth_failures >= self.max_auth_failures:
                 return f"{conn.auth_failures} failed authentication attempts"
         return "daemon shutdown"
@@ -402,12 +601,15 @@ class ArmServer:
             req = decode_request(line.strip())
             rid = req.id
             cmd_label = req.cmd if req.cmd in ARGS_MODELS else "<unknown>"
-            if self.token is not None and not conn.authed and req.cmd != "hello":
-                raise ProtocolError(
-                    ErrorCode.UNAUTHORIZED,
-                    f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}",
-                    rid,
-                )
+            if not conn.holder:  # still waiting in the pool (docs/daemon.md, "Client slot")
+                if self.token is None:
+                    self._claim(conn, rid)  # its first complete request takes the slot
+                elif req.cmd != "hello":
+                    raise ProtocolError(
+                        ErrorCode.UNAUTHORIZED,
+                        f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}",
+                        rid,
+                    )
             args = validate_args(req.cmd, req.args, rid)
             result = await self._commands[req.cmd](conn, args)
             out = encode_ok(req.id, result)  # no response model on the hot path: same bytes
@@ -424,6 +626,8 @@ class ArmServer:
                 reason=exc.message,
             )
         except BackendError as exc:
+            if exc.code is ErrorCode.SERIAL_ERROR:
+                self._link_lost.set()  # the backend may want its link reopened
             resp = error_response(rid, exc.code, exc.message)
             log.warning(
                 "arm_error",
@@ -464,15 +668,25 @@ class ArmServer:
             if not hmac.compare_digest(given, self.token.encode()):
                 conn.auth_failures += 1
                 self.stats.count("auth_failures")
+                recent, delay = self._failure_delay(conn.host)
+                # only this reply waits, never past the connection's auth deadline
+                delay = min(delay, conn.deadline - time.monotonic())
+                if delay > 0:
+                    await anyio.sleep(delay)
                 what = "missing" if args.token is None else "wrong"
                 raise ProtocolError(
                     ErrorCode.UNAUTHORIZED,
-                    f"hello: {what} token ({conn.auth_failures}/{self.max_auth_failures} attempts)",
+                    f"hello: {what} token ({conn.auth_failures}/{self.max_auth_failures} attempts "
+                    f"on this connection; {recent} failures from {conn.host} recently, so this "
+                    f"reply was held back {max(delay, 0.0):.2f} s)",
                 )
             conn.authed = True
             log.info("client_authenticated", peer=conn.peer, client=args.client)
+            self._claim(conn, None)
         caps = {
             "auth_required": self.token is not None,
+            "auth_timeout_s": self.auth_timeout_s,
+            "idle_timeout_s": self.idle_timeout_s,
             "max_line_bytes": MAX_LINE_BYTES,
             "fresh_mode": True,
             "gripper": True,
@@ -522,6 +736,10 @@ class ArmServer:
 
     async def _cmd_stop(self, conn: _Conn, args: Any) -> None:
         await self._arm(self.backend.stop)
+
+    async def _cmd_ping(self, conn: _Conn, args: Any) -> None:
+        """Keeps the slot (a complete request): never reaches the arm."""
+        return None
 
     async def _cmd_stats(self, conn: _Conn, args: Any) -> dict[str, Any]:
         snap = self.stats.snapshot()

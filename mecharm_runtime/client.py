@@ -6,14 +6,21 @@ a request that got no answer in time (``DaemonTimeout``), a request the daemon
 refused before it reached the arm (``ArmRefused``) and an arm that did not answer
 (``ArmNoReply``). The client never reconnects by itself: a lost daemon in the
 middle of a motion must abort the trial, so ``connect()`` is explicit.
+
+The daemon drops a client that sends no request for its ``idle_timeout_s``
+(docs/daemon.md, "Client slot"); ``keepalive()`` pings it while nothing else is
+sent, so the operator's client never loses the arm by idling.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
+
+import anyio
 
 from daemon_pi.protocol import (
     MAX_LINE_BYTES,
@@ -24,6 +31,7 @@ from daemon_pi.protocol import (
     decode_response,
     encode,
 )
+from mecharm_common.logging import get_logger
 
 __all__ = [
     "ArmNoReply",
@@ -36,6 +44,15 @@ __all__ = [
     "DaemonTimeout",
     "Unauthorized",
 ]
+
+log = get_logger("mecharm_runtime.client")
+
+#: how long connect() waits between tries while the daemon answers busy
+_BUSY_RETRY_S = 0.25
+#: keepalive interval when the daemon announces an idle timeout: a third of it, so two
+#: pings may be late (a loaded machine) before the daemon would drop us
+_KEEPALIVE_FRACTION = 1 / 3
+_KEEPALIVE_MIN_S = 0.05
 
 
 class DaemonError(Exception):
@@ -80,7 +97,11 @@ class ArmNoReply(DaemonError):
         self.message = message
 
 
-_NO_REPLY_CODES = {ErrorCode.ARM_NO_REPLY.value, ErrorCode.SERIAL_ERROR.value}
+_NO_REPLY_CODES = {
+    ErrorCode.ARM_NO_REPLY.value,
+    ErrorCode.SERIAL_ERROR.value,
+    ErrorCode.ARM_UNAVAILABLE.value,
+}
 
 
 def _error_for(resp: ErrorResponse) -> DaemonError:
@@ -93,6 +114,8 @@ def _error_for(resp: ErrorResponse) -> DaemonError:
         return ArmNoReply(code, message)
     if code == ErrorCode.SHUTTING_DOWN.value:
         return ConnectionLost(f"daemon shutting down: {message}")
+    if code == ErrorCode.IDLE_TIMEOUT.value:
+        return ConnectionLost(f"daemon dropped the connection: {message}")
     return ArmRefused(code, message)
 
 
@@ -104,6 +127,11 @@ class DaemonClient:
     violation the connection is closed: its state can no longer be trusted. A request
     cancelled in flight (a stage left, a forced stop) keeps the connection: its late
     reply is read and dropped before the next request, so ``stop`` still goes through.
+
+    ``busy_wait_s``: how long ``connect()`` keeps trying while another client holds the
+    daemon (a stale one is dropped after the daemon's idle timeout); 0 = fail at once.
+    ``keepalive_s``: the interval of ``keepalive()``'s pings; None = a third of the idle
+    timeout the daemon announces in its hello (no pings when it has none).
     """
 
     def __init__(
@@ -115,12 +143,18 @@ class DaemonClient:
         request_timeout: float = 3.0,
         connect_timeout: float = 3.0,
         client_name: str = "mecharm-runtime",
+        busy_wait_s: float = 0.0,
+        keepalive_s: float | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.token = token
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.client_name = client_name
+        self.busy_wait_s = busy_wait_s
+        self.keepalive_s = keepalive_s
+        self.pings = 0
+        self._last_reply = 0.0  # monotonic time the daemon last answered us
         self.hello: dict[str, Any] | None = None
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -136,8 +170,30 @@ class DaemonClient:
         return self._writer is not None and self._broken is None
 
     async def connect(self) -> dict[str, Any]:
-        """Open the connection and say hello. Raises DaemonBusy, ConnectionLost,
-        DaemonTimeout, Unauthorized."""
+        """Open the connection and say hello; while the daemon answers busy, try again for
+        up to ``busy_wait_s``. Raises DaemonBusy, ConnectionLost, DaemonTimeout, Unauthorized."""
+        deadline = time.monotonic() + self.busy_wait_s
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._connect_once()
+            except DaemonBusy as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    if tries > 1:
+                        raise DaemonBusy(f"{exc} (still busy after {tries} tries)") from None
+                    raise
+                if tries == 1:
+                    log.warning(
+                        "daemon_busy_waiting",
+                        daemon=f"{self.host}:{self.port}",
+                        wait_s=self.busy_wait_s,
+                        reason=str(exc),
+                    )
+                await asyncio.sleep(min(_BUSY_RETRY_S, left))
+
+    async def _connect_once(self) -> dict[str, Any]:
         if self._writer is not None:
             await self.aclose()
         try:
@@ -206,6 +262,7 @@ class DaemonClient:
                 # races with the reply, so a forced stop would wait for the whole move
                 async with asyncio.timeout(limit):
                     raw = await self._exchange(cmd)
+                self._last_reply = time.monotonic()
             except TimeoutError:
                 await self._break(f"no reply to {cmd} (id {rid}) within {limit:.2f}s")
                 raise DaemonTimeout(f"no reply to {cmd} within {limit:.2f}s") from None
@@ -282,6 +339,64 @@ class DaemonClient:
         writer = self._writer
         if writer is not None:
             writer.close()
+
+    # ------------------------------------------------------------ keepalive
+
+    @property
+    def keepalive_interval(self) -> float | None:
+        """Seconds between pings when nothing else is sent; None = no pings needed."""
+        if self.keepalive_s is not None and self.keepalive_s > 0:
+            return max(_KEEPALIVE_MIN_S, self.keepalive_s)
+        caps = (self.hello or {}).get("capabilities") or {}
+        idle = caps.get("idle_timeout_s")
+        if isinstance(idle, int | float) and not isinstance(idle, bool) and idle > 0:
+            return max(_KEEPALIVE_MIN_S, float(idle) * _KEEPALIVE_FRACTION)
+        return None
+
+    @contextlib.asynccontextmanager
+    async def keepalive(self) -> AsyncIterator[None]:
+        """While inside, ping the daemon whenever it has not answered us for
+        ``keepalive_interval`` seconds: between trials, while the operator decides, during
+        long waits without arm requests. Pings go through ``request`` (one request at a time
+        on the connection) and never fail the body: a failed ping breaks the connection like
+        any request, and the next real request raises ConnectionLost with the reason."""
+        body_error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keepalive_loop)
+            try:
+                yield
+            except Exception as exc:  # raised again below, as itself: not in an exception group
+                body_error = exc
+            finally:
+                tg.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
+
+    async def _keepalive_loop(self) -> None:
+        cmd = "ping"
+        while True:
+            every = self.keepalive_interval
+            if every is None or not self.is_connected:
+                await anyio.sleep(every or 1.0)  # nothing to keep (yet): look again later
+                continue
+            if "ping" not in ((self.hello or {}).get("commands") or ["ping"]):
+                cmd = "get_fresh_mode"  # a daemon from before ping: the cheapest read
+            wait = self._last_reply + every - time.monotonic()
+            if wait > 0:
+                await anyio.sleep(wait)
+                continue
+            if self._lock.locked():  # a request is in flight: that is activity
+                await anyio.sleep(every)
+                continue
+            try:
+                await self.request(cmd)
+                self.pings += 1
+            except DaemonError as exc:
+                log.warning("daemon_keepalive_failed", cmd=cmd, reason=str(exc))
+                self._last_reply = time.monotonic()  # no retry storm on a broken connection
+            except Exception:  # a bug here must not abort the trial it runs beside
+                log.exception("daemon_keepalive_crashed", cmd=cmd)
+                return
 
     # ------------------------------------------------------------ commands
 

@@ -38,6 +38,11 @@ class RuntimeSettings(RigSettings):
     daemon_token_file: Path | None = None
     request_timeout_s: float = Field(4.0, gt=0)
     connect_timeout_s: float = Field(3.0, gt=0)
+    # the daemon's client slot (docs/daemon.md, "Client slot"): wait this long for a busy
+    # daemon (a stale client is dropped after its idle timeout) and ping it every
+    # daemon_keepalive_s when nothing else is sent (0 = a third of the idle timeout it announces)
+    daemon_busy_wait_s: float = Field(15.0, ge=0)
+    daemon_keepalive_s: float = Field(0.0, ge=0)
     recorder_enabled: bool = True
     recorder_host: str = "127.0.0.1"
     recorder_port: int = Field(5556, ge=1, le=65535)

@@ -94,6 +94,8 @@ async def open_rig(
                 token=token,
                 request_timeout=s.request_timeout_s,
                 connect_timeout=s.connect_timeout_s,
+                busy_wait_s=s.daemon_busy_wait_s,
+                keepalive_s=s.daemon_keepalive_s or None,
             )
             await client.connect()
             arm, eyes = DaemonArm(client, clock, s.j1_max), cam_eyes
@@ -115,7 +117,9 @@ async def open_rig(
             dry_run=s.dry_run,
             guard=guard,
         )
-        yield rig, client
+        # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
+        async with client.keepalive() if client is not None else contextlib.nullcontext():
+            yield rig, client
     finally:
         if sender is not None:
             sender.close()

@@ -12,6 +12,11 @@ Timing is real time (pymycobot's timeouts are real time): reads are answered
 after ``read_reply_s`` (default 17.5 ms, so static polling through pymycobot
 runs at ~50 Hz like the real firmware), writes after ``write_reply_s``.
 
+A USB replug is reproduced with ``link``: the emulator keeps a symlink at that path
+pointing to its current pty (what a udev rule gives the real adapter), ``close()``
+removes it (the device is gone) and ``start()`` / ``restart()`` bring it back on a
+new pty, so a client that reopens the configured path finds the arm again.
+
 No-reply is reproduced two ways: ``drop_replies(n)`` / ``mute()`` here, or a
 read fault of the SimArm (``faults.fail_reads``) or a lost link
 (``faults.disconnect``): the firmware then stays silent and pymycobot returns
@@ -113,6 +118,7 @@ class FirmwareEmulator:
         *,
         read_reply_s: float = 0.0175,
         write_reply_s: float = 0.003,
+        link: str | os.PathLike[str] | None = None,
     ) -> None:
         # the firmware's own timing replaces the SimArm's call latencies
         self.arm = (
@@ -125,6 +131,9 @@ class FirmwareEmulator:
         self._master: int | None = None
         self._slave: int | None = None
         self.path: str = ""
+        #: a stable path (symlink) to the current pty while running, like a udev symlink
+        self.link: str | None = os.fspath(link) if link is not None else None
+        self.starts = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -151,28 +160,49 @@ class FirmwareEmulator:
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> str:
-        """Open the pty and start answering; returns the slave device path."""
+        """Open a pty and start answering; returns the device path to open (``link`` when
+        given, else the pty itself). The SimArm keeps its state across a restart."""
+        if self._thread is not None:
+            raise RuntimeError("firmware emulator already running; close() it first")
         master, slave = os.openpty()
         tty.setraw(slave, termios.TCSANOW)  # no echo, no CR/LF translation: bytes pass untouched
         self._master, self._slave = master, slave
         self.path = os.ttyname(slave)
+        if self.link is not None:
+            tmp = f"{self.link}.{os.getpid()}.tmp"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            os.symlink(self.path, tmp)
+            os.replace(tmp, self.link)  # atomic: the link never points nowhere while we run
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="fake-firmware", daemon=True)
         self._thread.start()
-        log.info("firmware_emulator_started", path=self.path)
-        return self.path
+        self.starts += 1
+        log.info("firmware_emulator_started", path=self.path, link=self.link, start=self.starts)
+        return self.link if self.link is not None else self.path
 
     def close(self) -> None:
-        """Stop and close the pty: an open pymycobot then gets serial errors (device gone)."""
+        """Stop and close the pty: an open pymycobot then gets serial errors (device gone),
+        and ``link`` disappears."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+        if self.link is not None and self._master is not None:
+            with contextlib.suppress(OSError):
+                if os.readlink(self.link) == self.path:  # still ours
+                    os.unlink(self.link)
         for fd in (self._master, self._slave):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._master = self._slave = None
+
+    def restart(self) -> str:
+        """``close()`` then ``start()``: the device goes away and comes back (on a new pty;
+        at the same ``link``)."""
+        self.close()
+        return self.start()
 
     def __enter__(self) -> FirmwareEmulator:
         self.start()
@@ -301,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-reply", type=float, default=0.003, help="reply delay for writes, s"
     )
+    parser.add_argument(
+        "--link",
+        help="also keep a symlink at this path to the pty (a stable device path, like udev's)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
@@ -316,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mecharm-fake-arm: invalid option: {exc}", file=sys.stderr)
         return 2
     emu = FirmwareEmulator(
-        SimArm(cfg), read_reply_s=args.read_reply, write_reply_s=args.write_reply
+        SimArm(cfg), read_reply_s=args.read_reply, write_reply_s=args.write_reply, link=args.link
     )
     stop = threading.Event()
     reason: list[str] = []

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -126,11 +127,13 @@ def start_sim_daemon(
     *,
     seed: int = 7,
     time_scale: float = 5.0,
-    scene: str = "random",
+    scene: str | None = "random",
     timeout: float = 60.0,
+    extra_args: Sequence[str] = (),
 ) -> SimRig:
     """``mecharm-daemon --backend sim --scene random`` on free ports; returns once both the arm
-    port and the cameras answer."""
+    port and the cameras answer. ``scene=None``: the arm alone (no workcell, no cameras).
+    ``extra_args``: more daemon flags (``--token-file F``, ``--idle-timeout S``, ...)."""
     port, cam = free_port(), free_port()
     child = _spawn(
         "daemon",
@@ -139,8 +142,7 @@ def start_sim_daemon(
             "daemon_pi.cli",
             "--backend",
             "sim",
-            "--scene",
-            scene,
+            *(["--scene", scene] if scene is not None else []),
             "--seed",
             str(seed),
             "--time-scale",
@@ -151,6 +153,7 @@ def start_sim_daemon(
             str(cam),
             "--log-level",
             "warning",
+            *extra_args,
         ],
         log_dir,
     )
@@ -163,7 +166,8 @@ def start_sim_daemon(
         with urllib.request.urlopen(f"http://127.0.0.1:{cam}/top.jpg", timeout=5.0) as r:
             return bool(r.status == 200)
 
-    _wait(cam_up, child, timeout, "the cameras")
+    if scene is not None:
+        _wait(cam_up, child, timeout, "the cameras")
     _wait(tcp_up, child, timeout, "the arm port")
     return SimRig(child, port, cam)
 

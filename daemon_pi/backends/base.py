@@ -22,6 +22,7 @@ __all__ = [
     "ArmBackend",
     "ArmNoReplyError",
     "ArmSerialError",
+    "ArmUnavailableError",
     "BackendError",
     "SdkBackend",
 ]
@@ -52,6 +53,12 @@ class ArmSerialError(BackendError):
     code = ErrorCode.SERIAL_ERROR
 
 
+class ArmUnavailableError(BackendError):
+    """The serial link is down and being reopened: the command was not sent."""
+
+    code = ErrorCode.ARM_UNAVAILABLE
+
+
 class ArmBackend(ABC):
     """Blocking arm interface. Every method raises BackendError subclasses on failure."""
 
@@ -65,6 +72,16 @@ class ArmBackend(ABC):
         """Whether method ``call`` may sleep or do I/O. The server runs blocking calls in a
         worker thread (``anyio.to_thread``) and the others inline on the event loop, which
         is far cheaper than a thread hop; either way one at a time."""
+        return True
+
+    def reopen_in(self) -> float | None:
+        """Seconds until the backend wants its lost link reopened (<= 0: now), or None when
+        the link is up or it wants no more attempts. The server asks after every
+        ``serial_error`` and calls ``reopen`` then (docs/daemon.md, "Serial link recovery")."""
+        return None
+
+    def reopen(self) -> bool:
+        """One attempt to reopen the lost link (blocking); True when it is up."""
         return True
 
     @abstractmethod
@@ -129,9 +146,14 @@ class SdkBackend(ArmBackend):
         self._arm: Any = None
         self._lock = threading.Lock()
 
+    def _not_open(self, what: str, *args: Any) -> Any:
+        """Called instead of the SDK while ``self._arm`` is None: raise why, or return the
+        reply of a link that was just reopened."""
+        raise ArmSerialError(f"{what}: backend {self.name} is not open")
+
     def _call(self, what: str, *args: Any) -> Any:
         if self._arm is None:
-            raise ArmSerialError(f"{what}: backend {self.name} is not open")
+            return self._not_open(what, *args)
         with self._lock:
             try:
                 return getattr(self._arm, what)(*args)

@@ -55,6 +55,11 @@ class LineClient:
         assert resp["id"] == rid
         return resp
 
+    async def call_raw(self, data: bytes, timeout: float = 10.0) -> dict[str, Any]:
+        """Send one raw line and return the reply, whatever its id."""
+        await self.send_raw(data)
+        return await self.recv(timeout)
+
     async def ok(self, cmd: str, args: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:
         resp = await self.call(cmd, args, timeout)
         assert resp["ok"] is True, resp

@@ -90,6 +90,43 @@ def test_bad_request_keeps_the_id_when_it_is_valid() -> None:
 
 
 @pytest.mark.parametrize(
+    ("line", "rid", "says"),
+    [
+        (b'{"id": 1, "cmd": "get_angles", "cmd": "stop"}', 1, "'cmd' twice"),
+        (b'{"id": 1, "id": 2, "cmd": "stop"}', None, "'id' twice"),
+        (b'{"id":1,"cmd":"get_angles","cmd" :"stop"}', 1, "'cmd' twice"),
+        (b'{"id":1,"cmd"\t:\n"get_angles",\r"cmd"  :"stop"}', 1, "'cmd' twice"),
+        (b'{"id": 4, "cmd": "hello", "args": {"client": "a:b", "x": {"k": 1, "k": 2}}}', 4, "'k'"),
+        (b'{"id": 3, "cmd": "send_angles", "args": {"speed": 1, "speed": 2}}', 3, "'speed' twice"),
+        (b'{"id": ' + b"9" * 5000 + b', "cmd": "stop"}', None, "more than 4300 digits"),
+        (b'{"id": 9007199254740992, "cmd": "stop"}', None, "less than or equal"),
+        (b'{"id": -9007199254740992, "cmd": "stop"}', None, "greater than or equal"),
+        (b'{"id": "' + b"1" * 5000 + b'", "cmd": "stop"}', None, "valid integer"),
+    ],
+)
+def test_duplicate_keys_and_absurd_ids_are_bad_requests(
+    line: bytes, rid: int | None, says: str
+) -> None:
+    with pytest.raises(ProtocolError) as ei:
+        decode_request(line)
+    assert ei.value.code is ErrorCode.BAD_REQUEST
+    assert ei.value.request_id == rid
+    assert says in ei.value.message and len(ei.value.message) < 300
+
+
+def test_colons_in_strings_and_nested_objects_are_not_duplicates() -> None:
+    req = decode_request(b'{"id": 1, "cmd": "hello", "args": {"client": "host:1:2"}}')
+    assert req.args == {"client": "host:1:2"}
+    req = decode_request(b'{"id": 2, "cmd": "x", "args": {"a": {"b": {"c": 1}}}}')
+    assert req.args == {"a": {"b": {"c": 1}}}
+
+
+def test_the_largest_json_safe_ids_are_accepted() -> None:
+    for rid in (9007199254740991, -9007199254740991, 0):
+        assert decode_request(f'{{"id": {rid}, "cmd": "ping"}}'.encode()).id == rid
+
+
+@pytest.mark.parametrize(
     ("cmd", "args", "code", "names"),
     [
         ("fly", {}, ErrorCode.UNKNOWN_COMMAND, "fly"),

@@ -321,7 +321,10 @@ async def test_internal_error_is_reported_and_the_daemon_keeps_serving() -> None
 
 async def test_auth_on() -> None:
     arm = SimArm(SimArmConfig(**FAST))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, token="s3cret") as srv:
+    # a long auth deadline: the held-back failure replies (0.25 s, 0.5 s) never race it
+    async with run_server(
+        SimBackend(arm), "127.0.0.1", 0, token="s3cret", auth_timeout_s=30
+    ) as srv:
         c = await LineClient.connect(srv.port)
         resp = await c.call("get_angles")
         assert resp["error"]["code"] == "unauthorized"
@@ -349,7 +352,9 @@ async def test_auth_off_needs_no_hello(client: LineClient) -> None:
 
 async def test_auth_failures_and_timeout_drop_the_client() -> None:
     arm = SimArm(SimArmConfig(**FAST))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, token="t", max_auth_failures=3) as srv:
+    async with run_server(
+        SimBackend(arm), "127.0.0.1", 0, token="t", max_auth_failures=3, auth_backoff_s=0.0
+    ) as srv:
         c = await LineClient.connect(srv.port)
         for _ in range(3):
             assert (await c.call("hello", {"token": "x"}))["error"]["code"] == "unauthorized"
