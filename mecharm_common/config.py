@@ -14,6 +14,7 @@ prints the message and exits 2, never with a traceback (docs/architecture.md,
 from __future__ import annotations
 
 import contextvars
+import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,6 +141,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: does not exist; {fix}") from None
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    if str(path) == os.devnull:
+        return {}  # `--config /dev/null`: the usual way to say "no file, defaults only"
     if not stat.S_ISREG(st.st_mode):
         what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise ConfigError(f"config file {path}: is {what}, not a YAML file; {fix}")

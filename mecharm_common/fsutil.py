@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "NAME_MAX",
     "DataRootGuard",
+    "LineFile",
     "StorageFault",
     "UnsafeNameError",
     "atomic_write_bytes",
@@ -198,3 +199,67 @@ class DataRootGuard:
         """Guarded ``atomic_write_bytes``; the folder must already exist under the root."""
         self.ensure()
         atomic_write_bytes(self.inside(path), data)
+
+
+class LineFile:
+    """An append-only text file that only ever holds whole lines (docs/reliability.md).
+
+    ``write`` collects text in memory (``csv.writer`` writes one row per call);
+    ``flush`` sends it with ``os.write`` on an unbuffered descriptor and, when that
+    fails (disk full, I/O error), cuts the file back to its last whole line before
+    raising, so no reader ever meets half a row. The text that failed stays pending:
+    a later ``flush`` tries it again.
+    """
+
+    def __init__(self, path: Path, *, truncate: bool = False) -> None:
+        self.path = Path(path)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+        self.size = os.fstat(self._fd).st_size  # bytes on disk, always at a line end
+        self._pending: list[str] = []
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._fd
+
+    def write(self, text: str) -> int:
+        if self._fd is None:
+            raise ValueError(f"{self.path} is closed")
+        self._pending.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._fd is None or not self._pending:
+            return
+        data = "".join(self._pending).encode("utf-8")
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.size)
+            raise
+        self._pending.clear()
+        self.size += len(data)
+
+    def discard_pending(self) -> None:
+        """Forget the text not written yet (its owner keeps it elsewhere)."""
+        self._pending.clear()
+
+    def close(self) -> None:
+        """Flush, fsync and close; the descriptor is closed even when the flush fails."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            self.flush()
+            os.fsync(fd)
+        finally:
+            self._fd = None
+            os.close(fd)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import os
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from mecharm_common.dirlock import lock_dir, unlock_dir
-from mecharm_common.fsutil import atomic_write_json, safe_join
+from mecharm_common.fsutil import LineFile, atomic_write_json, safe_join
 from mecharm_common.layout import DataRoot, RecordingFiles
 from recorder.config import RecorderSettings
 from recorder.events import (
@@ -124,9 +123,9 @@ class TrialRecording:
         self.close_deadline: float | None = None
         self.frames_dropped_at_close = 0
         self.video = VideoWriter(self.files.video, settings.video)
-        self._states_fh: IO[str] | None = None
+        self._states_fh: LineFile | None = None
         self._states: Any = None
-        self._flog_fh: IO[str] | None = None
+        self._flog_fh: LineFile | None = None
         self._flog: Any = None
         self._states_flushed = time.monotonic()
         self._flog_flushed = time.monotonic()
@@ -145,10 +144,11 @@ class TrialRecording:
         trial.extracted.mkdir(parents=True, exist_ok=True)
         trial._lock_fd = lock_dir(trial.dir)  # DirBusyError: a repair is rewriting this folder
         try:
-            trial._states_fh = open(trial.files.states, "w", newline="", encoding="utf-8")  # noqa: SIM115 (kept open for the trial)
+            # whole rows only, even when the disk fills mid-write (docs/reliability.md)
+            trial._states_fh = LineFile(trial.files.states, truncate=True)
             trial._states = csv.writer(trial._states_fh)
             trial._states.writerow(STATES_COLUMNS)
-            trial._flog_fh = open(trial.files.frame_log, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            trial._flog_fh = LineFile(trial.files.frame_log, truncate=True)
             trial._flog = csv.writer(trial._flog_fh)
             trial._flog.writerow(FRAME_LOG_COLUMNS)
             trial._states_fh.flush()
@@ -194,11 +194,7 @@ class TrialRecording:
     def close_states(self) -> None:
         fh, self._states_fh, self._states = self._states_fh, None, None
         if fh is not None:
-            try:
-                fh.flush()
-                os.fsync(fh.fileno())
-            finally:
-                fh.close()
+            fh.close()  # flush + fsync; closed even when they fail
 
     # --- writer thread: frames ------------------------------------------------------------
     def count_dropped(self, mono_ns: int) -> None:
@@ -247,11 +243,7 @@ class TrialRecording:
         finally:
             fh, self._flog_fh, self._flog = self._flog_fh, None, None
             if fh is not None:
-                try:
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                finally:
-                    fh.close()
+                fh.close()
 
     def _close_files(self) -> None:
         for name in ("_states_fh", "_flog_fh"):

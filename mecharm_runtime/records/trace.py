@@ -18,13 +18,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.fsutil import DataRootGuard, describe_os_error
+from mecharm_common.fsutil import DataRootGuard, LineFile, describe_os_error
 from mecharm_common.logging import get_logger
 
 __all__ = ["DECISION_EVENTS", "TRACE_FORMAT", "TraceWriter", "jsonable", "read_trace"]
@@ -81,14 +80,12 @@ class TraceWriter:
         self.lines: list[dict[str, Any]] = []
         self.fault: str | None = None
         self.written = 0  # lines[:written] are on disk
-        self._size = 0  # bytes on disk: everything up to the last whole line
-        self._fd: int | None = None
+        self._file: LineFile | None = None
         if path is not None:
             if guard is not None:
                 guard.ensure()
                 guard.inside(path)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._size = os.fstat(self._fd).st_size
+            self._file = LineFile(path)
         self.closed = False
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -107,30 +104,29 @@ class TraceWriter:
         return line
 
     def _persist(self) -> None:
-        if self._fd is None or self.fault is not None:
+        if self._file is None or self.fault is not None:
             return
-        data = "".join(json.dumps(ln, allow_nan=False) + "\n" for ln in self.lines[self.written :])
+        for ln in self.lines[self.written :]:
+            self._file.write(json.dumps(ln, allow_nan=False) + "\n")
         try:
-            _write_all(self._fd, data.encode("utf-8"))
+            self._file.flush()  # cut back to the last whole line when it fails
         except OSError as exc:
             self._fail(describe_os_error(exc, "writing the trace"))
             return
-        self._size += len(data.encode("utf-8"))
         self.written = len(self.lines)
 
     def _fail(self, reason: str) -> None:
-        """Stop writing: cut any half line off the end and keep the rest in memory."""
+        """Stop writing; every line stays in memory for ``recover``."""
         self.fault = reason
-        fd, self._fd = self._fd, None
-        if fd is not None:
+        file, self._file = self._file, None
+        if file is not None:
+            file.discard_pending()
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, self._size)
-            with contextlib.suppress(OSError):
-                os.close(fd)
+                file.close()
 
     def check_storage(self) -> str | None:
         """The storage fault, if any: a failed write, or the guard finding the root changed."""
-        if self.fault is None and self.guard is not None and self._fd is not None:
+        if self.fault is None and self.guard is not None and self._file is not None:
             problem = self.guard.problem()
             if problem is not None:
                 self._fail(problem)
@@ -161,13 +157,12 @@ class TraceWriter:
                 have = max(have, int(line.get("seq", 0)))
             _cut_partial_tail(self.path)
         missing = [ln for ln in self.lines if int(ln["seq"]) > have]
-        data = "".join(json.dumps(ln, allow_nan=False) + "\n" for ln in missing).encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        out = LineFile(self.path)
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            for ln in missing:
+                out.write(json.dumps(ln, allow_nan=False) + "\n")
         finally:
-            os.close(fd)
+            out.close()
         self.written = len(self.lines)
         return len(missing)
 
@@ -189,21 +184,12 @@ class TraceWriter:
 
     def close(self) -> None:
         self.closed = True
-        fd, self._fd = self._fd, None
-        if fd is not None:
+        file, self._file = self._file, None
+        if file is not None:
             try:
-                os.fsync(fd)
+                file.close()
             except OSError as exc:
                 self.fault = self.fault or describe_os_error(exc, "syncing the trace")
-            finally:
-                os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _cut_partial_tail(path: Path) -> None:

@@ -111,3 +111,10 @@ def test_benign_aliases_and_the_shipped_configs_still_load(tmp_path: Path) -> No
     assert load_settings(RuntimeSettings, path).pick_band == (0.010, 0.040)
     shipped = Path(__file__).parents[2] / "configs" / "runtime.yaml"
     assert load_settings(RuntimeSettings, shipped).speed == 20
+
+
+def test_dev_null_means_defaults_only() -> None:
+    """`--config /dev/null` is how scripts and tests say "no file": not a mistake."""
+    from mecharm_common.config import read_yaml
+
+    assert read_yaml(Path(os.devnull)) == {}
