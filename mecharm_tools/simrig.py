@@ -181,10 +181,12 @@ def start_recorder(
     *,
     key_file: Path | None = None,
     log_level: str = "warning",
+    extra_args: Sequence[str] = (),
 ) -> tuple[Child, int]:
     """``mecharm-recorder`` on a free UDP port; returns once it answers a frame request.
 
     ``key_file`` None: the default per-user key, as the runtime's default (docs/recorder.md).
+    ``extra_args``: more flags, e.g. ``["--require-mount"]``.
     """
     udp = udp_port or free_port(socket.SOCK_DGRAM)
     key_args = ["--key-file", str(key_file)] if key_file is not None else []
@@ -202,6 +204,7 @@ def start_recorder(
             "--log-level",
             log_level,
             *key_args,
+            *extra_args,
         ],
         log_dir,
     )

@@ -39,7 +39,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mecharm_cameras.base import CameraSource
 from mecharm_cameras.factory import make_camera
 from mecharm_cameras.freshness import NoFrameError, StaleFrameError
-from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join
+from mecharm_common.fsutil import DataRootGuard, StorageFault, UnsafeNameError, safe_join
 from mecharm_common.hosted import start_hosted
 from mecharm_common.keyfile import load_or_create_key
 from mecharm_common.layout import ORPHAN_FRAMES
@@ -156,6 +156,7 @@ class RecorderService:
         self.counters = StatusCounters()
         self.trial: TrialRecording | None = None
         self.mount_ok: bool | None = None
+        self.guard: DataRootGuard | None = None  # bound at the first good check (_root_problem)
         self.port: int | None = None
         factory = camera_factory or (lambda: make_camera(settings.camera))
         self.writer = FrameWriter(
@@ -365,7 +366,7 @@ class RecorderService:
             trial.mark("camera_lost", f"camera lost: {why}")
 
     def _media_error(self, trial: TrialRecording, exc: BaseException) -> None:
-        why = check_data_root(self.root, self.settings.require_mount)
+        why = self._root_problem()
         if why is not None:
             trial.mark("mount_lost", why)
         else:
@@ -578,7 +579,9 @@ class RecorderService:
         latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
         fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
         try:
-            if not self.mount_ok and self._check_mount() is not None:
+            # checked before every file: the housekeeping check may be up to a second old,
+            # and an unmounted SSD's path is a folder on the local disk (docs/reliability.md)
+            if self._check_mount() is not None:
                 return FrameReply(reason=REASON_MOUNT_LOST, camera_frozen=frozen, tag=tag)
             if trial is not None:
                 folder = trial.extracted
@@ -637,7 +640,7 @@ class RecorderService:
             # the writer thread resolves a concurrent future; wrap_future awaits it without
             # parking a worker thread (plain asyncio on purpose, see docs/concurrency.md)
             await asyncio.wrap_future(media)
-            why = check_data_root(self.root, self.settings.require_mount)
+            why = self._root_problem()
             if why is not None:
                 trial.mark("mount_lost", why)
             self.counters.trials_closed += 1
@@ -679,8 +682,25 @@ class RecorderService:
         return False
 
     # --- housekeeping ---------------------------------------------------------------------------
+    def _root_problem(self) -> str | None:
+        """Why the data root cannot be written now, or None: the guard the runtime uses too.
+
+        Bound to the root's device the first time the root is usable, so a lazily
+        unmounted SSD (the same path, now a folder on the local disk) is refused, and
+        an SSD mounted again at its mount point is adopted (docs/reliability.md).
+        """
+        if self.guard is None:
+            try:
+                self.guard = DataRootGuard(self.root, self.settings.require_mount)
+            except StorageFault as exc:
+                return str(exc)
+            return None
+        if self.guard.rebind():
+            return None
+        return self.guard.problem(probe=True) or f"data root {self.root} is not usable"
+
     def _check_mount(self, initial: bool = False) -> str | None:
-        why = check_data_root(self.root, self.settings.require_mount)
+        why = self._root_problem()
         ok = why is None
         if ok != self.mount_ok:
             if ok:

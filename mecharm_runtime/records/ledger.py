@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from mecharm_common.dirlock import dir_held
-from mecharm_common.fsutil import atomic_write_bytes
+from mecharm_common.fsutil import LineFile, atomic_write_bytes
 from mecharm_common.layout import (
     LEDGER,
     LEDGER_ARCHIVE,
@@ -277,18 +277,15 @@ def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDG
     if header is None:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = _encode_row(list(columns)) + data
-    with open(path, "ab") as fh:
-        if header is not None:
-            # a crash mid-append may have left a partial last line: never glue onto it
-            fh.seek(0, os.SEEK_END)
-            if fh.tell() > 0:
-                with open(path, "rb") as rd:
-                    rd.seek(-1, os.SEEK_END)
-                    if rd.read(1) != b"\n":
-                        data = b"\n" + data
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    out = LineFile(path)  # a failed write (disk full) is cut back: never half a row
+    if header is not None and out.size > 0:
+        # a crash mid-append may have left a partial last line: never glue onto it
+        with open(path, "rb") as rd:
+            rd.seek(-1, os.SEEK_END)
+            if rd.read(1) != b"\n":
+                data = b"\n" + data
+    out.write(data.decode("utf-8"))
+    out.close()
 
 
 # ---------------------------------------------------------------- recording columns

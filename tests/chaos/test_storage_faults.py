@@ -28,9 +28,11 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import verify_ledger
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import ServiceReport, run_service, scene_next
-from mecharm_tools.simrig import SimRig, start_sim_daemon
+from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
+from recorder.sender import RecorderSender
 
 SCALE = 20.0
+SIDE = "synthetic?fps=15&w=320&h=240"
 #: stages during which the gripper holds the block (a storage abort must never end there)
 HOLDING = {"lift_and_judge", "approach_place", "descend_place", "servo_place", "release"}
 
@@ -142,21 +144,42 @@ def _all_files(path: Path) -> list[Path]:
 
 
 def test_lazy_unmount_mid_trial_writes_nothing_outside_the_root(
-    tmpfs: Any, fk_data_dir: Path, sim_rig: SimRig
+    tmpfs: Any, fk_data_dir: Path, sim_rig: SimRig, tmp_path: Path
 ) -> None:
-    fs = tmpfs("ssd", size_kib=16 * 1024)
+    """Both writers run: the runtime and a recording recorder, each with require_mount."""
+    fs = tmpfs("ssd", size_kib=32 * 1024)
+    rec, udp = start_recorder(tmp_path / "logs", fs.path, SIDE, extra_args=["--require-mount"])
     console = Console()
     console.when("  approach_pick ", fs.unmount_lazy)
-    settings = _settings(fs.path, fk_data_dir, sim_rig, require_mount=True, storage_wait_s=1.0)
-    report = _run(settings, console, sim_rig)
+    settings = _settings(
+        fs.path,
+        fk_data_dir,
+        sim_rig,
+        require_mount=True,
+        storage_wait_s=1.5,
+        recorder_enabled=True,
+        recorder_port=udp,
+    )
+    try:
+        report = _run(settings, console, sim_rig)
+        # the recorder keeps serving frame requests (into no folder) after the mount is gone
+        sender = RecorderSender("127.0.0.1", udp)
+        try:
+            _path, _ts, reason = sender.request_frame("after_unmount", timeout=2.0)
+        finally:
+            sender.close()
+        assert reason == "mount_lost", reason
+    finally:
+        rec.stop()
     out = console.getvalue()
     assert "Traceback" not in out
     (first,) = report.trials  # the second trial never started on the bare folder
     assert first.status == "stopped" and first.reason.startswith("storage (")
     assert "is not the device it was at start (unmounted)" in first.reason
     assert report.storage_problem and "storage:" in report.stopped_by
-    # the bare mount point is a folder on the local disk: not one byte went there
-    assert _all_files(fs.path) == []
+    # the bare mount point is a folder on the local disk: not one byte went there, from
+    # either process (the recorder's trial folder, orphan frames; the runtime's records)
+    assert _all_files(fs.path) == [] and list(fs.path.iterdir()) == []
     # nothing could be written: the console and the report say what was lost, with counts
     assert "RECORDS LOST" in out and first.run_stem in report.records_lost
     assert "ledger row" in report.records_lost and "trace" in report.records_lost
@@ -179,3 +202,32 @@ def test_ssd_plugged_back_in_gets_the_pending_records(
     assert [r["run_stem"] for r in _ledger(fs.path)] == [first.run_stem, second.run_stem]
     assert second.status == "completed", second.reason
     assert not report.records_lost
+
+
+def test_a_row_that_does_not_fit_is_cut_back_to_the_last_whole_row(tmpfs: Any) -> None:
+    """A write that crosses into a page the full disk does not have is partly written by the
+    kernel, then fails: the ledger (and every LineFile: trace, states.csv, frame_log.csv)
+    is cut back to its last whole row."""
+    from mecharm_common.fsutil import LineFile
+    from mecharm_runtime.records.ledger import append_row
+
+    fs = tmpfs("small", size_kib=1024)
+    ledger = DataRoot(fs.path).ledger
+    append_row(
+        ledger, {"run_stem": "run_0001_20260101_000000", "status": "completed", "dry_run": 0}
+    )
+    before = ledger.read_bytes()
+    fs.fill()
+    long_reason = "storage (" + "x" * 9000 + ")"  # longer than the rest of the file's page
+    with pytest.raises(OSError) as err:
+        append_row(ledger, {"run_stem": "run_0002_20260101_000100", "reason": long_reason})
+    assert err.value.errno == 28
+    assert ledger.read_bytes() == before
+    assert verify_ledger(ledger).ok
+    log = LineFile(fs.path / "lines.csv")  # a fresh file on the full disk: nothing fits
+    log.write("a,b\r\n" * 3000)
+    with pytest.raises(OSError):
+        log.flush()
+    assert log.size == 0 and (fs.path / "lines.csv").stat().st_size == 0
+    log.discard_pending()
+    log.close()

@@ -270,7 +270,7 @@ async def test_mount_loss_mid_trial(settings_factory, run_recorder, wait_for, da
     assert (
         "meta_write_failed" in by_event and by_event["meta_write_failed"]["status"] == "mount_lost"
     )
-    assert "does not exist" in by_event["trial_start_refused"]["reason"]
+    assert "is gone" in by_event["trial_start_refused"]["reason"]
     assert load_meta(data_root, STEM2).status == "ok"
     assert not rec_dir(data_root, STEM).exists()
 
