@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast bench lint venv clean
+.PHONY: run test test-fast test-chaos bench lint venv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not chaos"
+
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m chaos -rs
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
