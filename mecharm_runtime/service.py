@@ -263,7 +263,7 @@ async def _trials(
     confirm: Callable[[], Awaitable[bool]] | None,
     between_trials: Callable[[int], Awaitable[int | None]] | None,
 ) -> None:
-    i = 0
+    i = refused = 0
     while settings.trials is None or i < settings.trials:
         if sigs.stop.is_set():
             report.stopped_by = "signal"
@@ -290,7 +290,19 @@ async def _trials(
             file=out,
             flush=True,
         )
-        summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
+        try:
+            summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
+        except DataRootError as exc:
+            # the root failed between the check and the trial's first file: the arm has not
+            # moved and nothing was written; wait for it like after any storage fault
+            refused += 1
+            log.error("trial_not_started", reason=str(exc), times=refused)
+            print(f"trial not started: {exc}", file=out, flush=True)
+            if refused >= 3:
+                report.stopped_by = report.storage_problem = f"storage: {exc}"
+                break
+            continue
+        refused = 0
         report.trials.append(summary)
         print(summary_line(summary), file=out, flush=True)
         if "ledger row" not in summary.records_pending:  # a pending row waits for the root

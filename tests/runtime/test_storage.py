@@ -148,3 +148,40 @@ def test_export_reads_a_ledger_whose_last_append_was_cut_short(tmp_path: Path) -
         rows = read_ledger(tmp_path)
     assert [r["run_stem"] for _n, r in rows] == ["run_0001_20260101_000000"]
     assert [e["event"] for e in logs] == ["ledger_truncated_tail"]
+
+
+@pytest.mark.asyncio
+async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root fails between the check and the trial's first file (run_trial raises
+    DataRootError before the arm moves): the service waits and tries again, and stops with
+    a storage problem after the third refusal instead of spinning or exiting as "refused at
+    start"."""
+    import io
+    from collections.abc import AsyncIterator
+    from contextlib import asynccontextmanager
+    from types import SimpleNamespace
+    from typing import Any
+
+    from mecharm_runtime import service
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.trial import DataRootError
+
+    calls: list[int] = []
+
+    @asynccontextmanager
+    async def fake_rig(settings: RuntimeSettings, guard: Any) -> AsyncIterator[tuple[Any, None]]:
+        yield SimpleNamespace(guard=guard, backlog=Backlog()), None
+
+    async def refused_trial(rig: Any, **kw: Any) -> Any:
+        calls.append(1)
+        raise DataRootError(f"{tmp_path}/runs/run_pick_place is a file, not a folder")
+
+    monkeypatch.setattr(service, "open_rig", fake_rig)
+    monkeypatch.setattr(service, "run_trial", refused_trial)
+    out = io.StringIO()
+    report = await service.run_service(RuntimeSettings(data_root=tmp_path, trials=5), out=out)
+    assert len(calls) == 3 and report.trials == []
+    assert report.storage_problem.startswith("storage: ") and "is a file" in report.storage_problem
+    assert out.getvalue().count("trial not started:") == 3
