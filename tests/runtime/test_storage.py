@@ -176,7 +176,7 @@ async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
 
     async def refused_trial(rig: Any, **kw: Any) -> Any:
         calls.append(1)
-        raise DataRootError(f"{tmp_path}/runs/run_pick_place is a file, not a folder")
+        raise DataRootError(f"{tmp_path / 'x'} is a file, not a folder")
 
     monkeypatch.setattr(service, "open_rig", fake_rig)
     monkeypatch.setattr(service, "run_trial", refused_trial)
