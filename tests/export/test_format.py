@@ -1,8 +1,9 @@
-"""Our files against the dataset lerobot 0.4.4 wrote itself (/work/shared/reference), and verify's teeth."""
+"""Our files against the dataset lerobot 0.4.4 wrote itself (``REF``), and verify's teeth."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,16 +20,16 @@ from mecharm_tools.export.lerobot import export_lerobot
 from mecharm_tools.export.stats import aggregate_stats, image_stats, vector_stats
 from mecharm_tools.export.verify import verify_dataset
 
-#: shared/ sits beside the repository (a CI clone gets a copy there); /work/shared otherwise
-REF = next(
-    (
-        p / "reference" / "lerobot-v3.0-example"
-        for p in (Path(__file__).resolve().parents[3] / "shared", Path("/work/shared"))
-        if (p / "reference" / "lerobot-v3.0-example").is_dir()
-    ),
-    Path("/work/shared/reference/lerobot-v3.0-example"),
+#: the dataset lerobot 0.4.4 wrote itself: MECHARM_LEROBOT_REFERENCE, else the copy in the
+#: shared/ folder beside the repository (docs/testing.md, "Reference data")
+REF = Path(
+    os.environ.get("MECHARM_LEROBOT_REFERENCE")
+    or Path(__file__).resolve().parents[3] / "shared" / "reference" / "lerobot-v3.0-example"
 )
-needs_ref = pytest.mark.skipif(not REF.is_dir(), reason="lerobot reference dataset not available")
+needs_ref = pytest.mark.skipif(
+    not REF.is_dir(),
+    reason=f"lerobot reference dataset not at {REF} (set MECHARM_LEROBOT_REFERENCE)",
+)
 
 
 @pytest.fixture(scope="module")
