@@ -579,9 +579,11 @@ class RecorderService:
         latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
         fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
         try:
-            # checked before every file: the housekeeping check may be up to a second old,
-            # and an unmounted SSD's path is a folder on the local disk (docs/reliability.md)
-            if self._check_mount() is not None:
+            # the housekeeping check (with its probe write) may be up to a second old, and an
+            # unmounted SSD's path is a folder on the local disk: the guard's stat-only device
+            # check runs before every file (docs/reliability.md)
+            moved = self.guard is not None and self.guard.problem() is not None
+            if moved or (not self.mount_ok and self._check_mount() is not None):
                 return FrameReply(reason=REASON_MOUNT_LOST, camera_frozen=frozen, tag=tag)
             if trial is not None:
                 folder = trial.extracted
