@@ -20,9 +20,16 @@ from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 
-__all__ = ["RuntimeSettings"]
+__all__ = ["BEFORE_THE_SETTING", "RuntimeSettings"]
 
 Angles6 = tuple[float, float, float, float, float, float]
+
+
+#: For settings that changed a decision when they were introduced: the value that reproduces the
+#: behaviour from before the setting existed. A trace recorded before then (its constants lack
+#: the key) replays with this value, not today's default, so old traces stay replayable
+#: (docs/replay.md). Every new decision-changing setting adds its "off" value here.
+BEFORE_THE_SETTING: dict[str, object] = {}
 
 
 class RuntimeSettings(RigSettings):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.config import ConfigError, load_settings
-from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.machine import Stage, TrialContext, run_stages
@@ -86,10 +86,18 @@ def replay_settings(
         k
         for k in fields - set(consts)
         if k not in ("daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level")
+        and k not in BEFORE_THE_SETTING
     )
     if new:
         notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")
     values = {k: v for k, v in consts.items() if k in fields}
+    older = {k: v for k, v in BEFORE_THE_SETTING.items() if k in fields and k not in consts}
+    if older:
+        notes.append(
+            "recorded before these settings existed (replayed as then): "
+            + ", ".join(f"{k}={v!r}" for k, v in sorted(older.items()))
+        )
+    values = {**older, **values}
     values.update(overrides or {})
     try:
         return load_settings(RuntimeSettings, None, values), notes
