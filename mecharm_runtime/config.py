@@ -29,7 +29,7 @@ Angles6 = tuple[float, float, float, float, float, float]
 #: behaviour from before the setting existed. A trace recorded before then (its constants lack
 #: the key) replays with this value, not today's default, so old traces stay replayable
 #: (docs/replay.md). Every new decision-changing setting adds its "off" value here.
-BEFORE_THE_SETTING: dict[str, object] = {}
+BEFORE_THE_SETTING: dict[str, object] = {"joint_step_max_deg": 0.0, "path_check": False}
 
 
 class RuntimeSettings(RigSettings):
@@ -116,6 +116,15 @@ class RuntimeSettings(RigSettings):
     place_target_m: float = 0.100
     place_band_depth_m: float = Field(0.030, gt=0)
     z_resid_warn_m: float = Field(0.05, gt=0)
+    # joint continuity (docs/safety.md): near the work no joint moves more than this per move
+    # (descents, lifts, servo and depth steps); 0 = no bound
+    joint_step_max_deg: float = Field(15.0, ge=0)
+    # path check (docs/safety.md): the joint-space path of every move keeps tip and wrist
+    # above the mat + margin and outside the box, sampled every path_sample_deg
+    path_check: bool = True
+    path_mat_margin_m: float = Field(0.005, ge=0)
+    path_box_margin_m: float = Field(0.005, ge=0)
+    path_sample_deg: float = Field(1.0, gt=0)
 
     # ---- place servo (servo_place)
     servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
