@@ -20,6 +20,7 @@ import numpy as np
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import ensure_table, fk_lookup, j0_lookup, load_arc, load_table
 from mecharm_runtime.lookup.build import with_approach_lattices
+from mecharm_runtime.lookup.descent import plan_pick_descent
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
@@ -53,38 +54,58 @@ def descent_jumps(
     targets: list[tuple[float, float]],
     bound: float,
     s: RuntimeSettings,
-) -> tuple[int, list[float]]:
-    """(cells with a valid approach, max single-joint change of each chosen descent)."""
-    n, jumps = 0, []
+) -> tuple[int, list[float], list[float], list[tuple[float, float]]]:
+    """(cells with a valid approach, max single-joint change of each chosen descent from the
+    pose it starts at, landing residual mm of each, cells that needed a hover pose)."""
+    n, jumps, resid, hovers = 0, [], [], []
     for xz in targets:
         ap = j0_lookup(arc, xz)
         if not ap.ok or (phase == "pick" and abs(ap.resid_x) > s.x_resid_thresh_m):
             continue
         n += 1
-        step = {"step_ref": ap.angles, "step_max": bound} if bound else {}
-        if phase == "pick":
-            r = fk_lookup(table, "pick", xz, *s.pick_band, dist_max=s.dist_max_m, **step)
+        if phase == "pick" and bound:
+            plan = plan_pick_descent(
+                table, xz, ap.angles, pick_band=s.pick_band, hover_band=s.pick_hover_band,
+                dist_max=s.dist_max_m, hover_dist_max=s.pick_hover_dist_m,
+                resid_max=s.pick_resid_max_m, step_max=bound,
+            )  # fmt: skip
+            r, start = plan.pick, ap.angles
+            if plan.use_hover:
+                assert plan.hover is not None and plan.hover.angles is not None
+                start = plan.hover.angles
+                hovers.append(xz)
+        elif phase == "pick":
+            r = fk_lookup(table, "pick", xz, *s.pick_band, dist_max=s.dist_max_m)
+            start = ap.angles
         else:
+            step = {"step_ref": ap.angles, "step_max": bound} if bound else {}
             r = fk_lookup(
                 table, "place_withblock", xz, *s.place_band, dist_max=s.dist_max_m,
                 ref_joints=ap.angles, joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m, **step,
             )  # fmt: skip
+            start = ap.angles
         if r.ok and r.angles is not None:
-            jumps.append(float(np.max(np.abs(np.subtract(r.angles, ap.angles)))))
-    return n, jumps
+            jumps.append(float(np.max(np.abs(np.subtract(r.angles, start)))))
+            resid.append(float(r.distance or 0.0) * 1000.0)
+    return n, jumps, resid, hovers
 
 
-def summary(n: int, jumps: list[float]) -> dict[str, Any]:
+def summary(
+    n: int, jumps: list[float], resid: list[float], hovers: list[tuple[float, float]]
+) -> dict[str, Any]:
     j = np.asarray(jumps)
     if j.size == 0:
         return {"cells_with_approach": n, "reachable": 0}
     return {
         "cells_with_approach": n,
         "reachable": int(j.size),
+        "via_hover": len(hovers),
         "median_deg": round(float(np.median(j)), 1),
         "p90_deg": round(float(np.percentile(j, 90)), 1),
         "max_deg": round(float(j.max()), 1),
         "pct_over_30": round(100.0 * float((j > 30).mean()), 1),
+        "resid_median_mm": round(float(np.median(resid)), 1),
+        "resid_max_mm": round(float(np.max(resid)), 1),
     }
 
 

@@ -119,6 +119,12 @@ class RuntimeSettings(RigSettings):
     # joint continuity (docs/safety.md): near the work no joint moves more than this per move
     # (descents, lifts, servo and depth steps); 0 = no bound
     joint_step_max_deg: float = Field(15.0, ge=0)
+    # when no pick row within reach keeps the bound from the approach pose: first stand above
+    # the block (a row in this ee_y band within pick_hover_dist_m in x-z), then descend
+    pick_hover_band: tuple[float, float] = (0.080, 0.140)
+    pick_hover_dist_m: float = Field(0.015, gt=0)
+    # a bounded descent that lands farther than this from the aim tries the hover first
+    pick_resid_max_m: float = Field(0.005, gt=0)
     # path check (docs/safety.md): the joint-space path of every move keeps tip and wrist
     # above the mat + margin and outside the box, sampled every path_sample_deg
     path_check: bool = True
@@ -142,7 +148,7 @@ class RuntimeSettings(RigSettings):
     height_step_mm: float = Field(5.0, ge=0)
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
 
-    @field_validator("pick_band", "place_band")
+    @field_validator("pick_band", "place_band", "pick_hover_band")
     @classmethod
     def _band_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not v[0] < v[1]:

@@ -36,7 +36,8 @@ from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
 from mecharm_runtime.lookup.build import with_approach_lattices
-from mecharm_runtime.lookup.fk_lookup import fk_lookup
+from mecharm_runtime.lookup.descent import plan_pick_descent
+from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
@@ -461,13 +462,13 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
-    table, step = ctx.table, _step_bound(s, st.pick_approach)
-    if step:
-        table = _pick_descent_table(ctx)
-    res = fk_lookup(
-        table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m, **step
-    )
-    ctx.trace.decision("lookup", res.to_dict())
+    if _step_bound(s, st.pick_approach):
+        res = await _bounded_pick(ctx)
+    else:
+        res = fk_lookup(
+            ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m
+        )
+        ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
@@ -555,6 +556,37 @@ async def approach_place(ctx: TrialContext) -> Outcome:
     await ctx.move(res.angles, s.tol_pick_place, "approach_place", lookup_ok=True)
     st.place_approach = tuple(res.angles)
     return Outcome.OK
+
+
+async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
+    """The pick lookup under the continuity bound (docs/safety.md): the direct descent, or,
+    when the approach pose is not above the block, a hover pose first (moved to here)."""
+    s, st = ctx.settings, ctx.state
+    assert st.aim_xz is not None and st.pick_approach is not None
+    plan = plan_pick_descent(
+        _pick_descent_table(ctx),
+        st.aim_xz,
+        st.pick_approach,
+        pick_band=s.pick_band,
+        hover_band=s.pick_hover_band,
+        dist_max=s.dist_max_m,
+        hover_dist_max=s.pick_hover_dist_m,
+        resid_max=s.pick_resid_max_m,
+        step_max=s.joint_step_max_deg,
+    )
+    ctx.trace.decision("lookup", plan.direct.to_dict())
+    if plan.direct.ok and plan.hover is None and plan.from_hover is None:
+        return plan.direct
+    ctx.trace.decision(
+        "pick_hover",
+        {"used": plan.use_hover, "hover": None if plan.hover is None else plan.hover.to_dict(),
+         "pick": None if plan.from_hover is None else plan.from_hover.to_dict()},
+    )  # fmt: skip
+    if plan.use_hover:
+        assert plan.hover is not None and plan.hover.angles is not None
+        await ctx.move(plan.hover.angles, s.tol_approach, "pick hover", lookup_ok=True)
+        st.pick_approach = tuple(plan.hover.angles)  # the lift comes back here
+    return plan.pick
 
 
 def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, Any]:
