@@ -23,6 +23,8 @@ __all__ = ["MAX_CANDIDATES", "PickDescent", "pick_hover", "plan_pick_descent"]
 
 #: Pick rows tried (nearest to the block first) before giving up.
 MAX_CANDIDATES = 300
+#: A landing this near the aim ends the search (the camera's own error is about this).
+GOOD_LANDING_M = 0.001
 
 
 def pick_hover(
@@ -39,9 +41,10 @@ def pick_hover(
     the ``MAX_CANDIDATES`` hover rows nearest to the target (within ``hover_dist_max``)
     has a pick row within ``dist_max`` of the target and within ``step_max`` on every joint.
 
-    Deterministic: hover rows in order of x-z distance, ties by row number; the first
-    one with a pick row below it wins. Nearest first keeps the choice stable when the
-    detected block moves by a millimetre (camera noise).
+    The hover whose bounded descent lands nearest the target wins (the first, in order
+    of x-z distance then row number, to land within ``GOOD_LANDING_M`` ends the search):
+    deterministic, and as accurate as the table allows, so the correction memory learns
+    the camera's error and not the table's spacing.
     """
     tx, tz = float(target_xz[0]), float(target_xz[1])
     rows = table.index.band_rows(*hover_band)
@@ -49,8 +52,8 @@ def pick_hover(
     d2 = (table.col("ee_x")[rows] - tx) ** 2 + (table.col("ee_z")[rows] - tz) ** 2
     near = d2 <= hover_dist_max * hover_dist_max
     rows, d2 = rows[near], d2[near]
+    best: tuple[float, int] | None = None  # (landing distance, hover row)
     for r in rows[np.lexsort((rows, d2))[:MAX_CANDIDATES]]:
-        angles = tuple(table.joints[r].tolist())
         pick = fk_lookup(
             table,
             "pick",
@@ -58,20 +61,25 @@ def pick_hover(
             pick_band[0],
             pick_band[1],
             dist_max=dist_max,
-            step_ref=angles,
+            step_ref=tuple(table.joints[r].tolist()),
             step_max=step_max,
         )
-        if pick.ok:  # the hover row's own lookup record (a joint box of 1e-9° holds just it)
-            return fk_lookup(
-                table,
-                "approach_pick",
-                (tx, tz),
-                hover_band[0],
-                hover_band[1],
-                dist_max=hover_dist_max,
-                ref_joints=angles,
-                joint_tol=1e-9,
-            )
+        if pick.ok and (best is None or (pick.distance or 0.0) < best[0]):
+            best = (pick.distance or 0.0, int(r))
+            if best[0] <= GOOD_LANDING_M:
+                break
+    if best is not None:
+        # the hover row's own lookup record (a joint box of 1e-9° holds just it)
+        return fk_lookup(
+            table,
+            "approach_pick",
+            (tx, tz),
+            hover_band[0],
+            hover_band[1],
+            dist_max=hover_dist_max,
+            ref_joints=tuple(table.joints[best[1]].tolist()),
+            joint_tol=1e-9,
+        )
     return None
 
 
