@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,3 +96,86 @@ def test_box_radii_hold_the_box_whatever_its_yaw(margin: float) -> None:
     assert ws.box_outer_radius_m == pytest.approx(half_outer * math.sqrt(2) + margin)
     assert ws.box_inner_radius_m == pytest.approx(0.035 - margin)
     assert ws.box_top_m == pytest.approx(0.043 + margin)
+
+
+# ---- TrialContext.move: the checks run before anything is sent
+
+
+class _NoArm:
+    """Any call is a failure: a refused move must never reach the arm."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the arm was asked to {name}")
+
+
+def _ctx(**settings: Any) -> Any:
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.lookup import load_arc
+    from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+    from mecharm_runtime.machine import Stage, TrialContext
+    from mecharm_runtime.ports import SceneObservation
+    from mecharm_runtime.records.trace import TraceWriter
+
+    ctx = TrialContext(
+        settings=RuntimeSettings(**settings),
+        arm=_NoArm(),  # type: ignore[arg-type]
+        eyes=None,  # type: ignore[arg-type]
+        recorder=None,  # type: ignore[arg-type]
+        clock=None,  # type: ignore[arg-type]
+        trace=TraceWriter(None),
+        table=None,  # type: ignore[arg-type]
+        arc_pick=load_arc(DEFAULT_PICK_ARC),
+        arc_place=load_arc(DEFAULT_PLACE_ARC),
+        corrections=None,  # type: ignore[arg-type]
+        heights=None,  # type: ignore[arg-type]
+    )
+    ctx.stage = Stage.DESCEND_PICK
+    t = fk_tip(ABOVE_BOX)
+    ctx.state.scene = SceneObservation(ok=True, box_xz=(float(t[0]), float(t[2])))
+    return ctx
+
+
+def _checks(ctx: Any) -> list[dict[str, Any]]:
+    return [e["value"] for e in ctx.trace.lines if e.get("kind") == "motion_check"]
+
+
+def test_move_refuses_a_near_work_jump_from_the_last_commanded_pose() -> None:
+    from mecharm_runtime.machine import StageFailed
+
+    ctx = _ctx()
+    approach = (-36.673, 87.74, -38.33, 3.6, -70.11, -30.0)  # the pick arc's, tip 110 mm up
+    ctx.last_commanded = approach
+    ctx.last_measured = (-36.0, 87.0, -38.0, 3.6, -70.0, -30.0)  # within the arrival tolerance
+    target = (*approach[:4], approach[4] - 20.0, approach[5])
+    with pytest.raises(
+        StageFailed,
+        match=r"joint step refused: j4 -20.0° from the last commanded pose > joint_step_max_deg 15°",
+    ):
+        asyncio.run(ctx.move(target, 3.0, "pick descend", near_work=True))
+    (check,) = _checks(ctx)
+    assert check["joint_step"]["ok"] is False and check["joint_step"]["joint"] == 4
+    # the same move not near the work is not bounded (and its path is clear)
+    assert ctx.motion_checks(target, near_work=False, into_box=False)[1] is None
+
+
+def test_move_refuses_a_path_below_the_mat_and_through_the_box() -> None:
+    from mecharm_runtime.machine import StageFailed
+
+    ctx = _ctx()
+    ctx.last_measured = DIP_A
+    with pytest.raises(StageFailed, match=r"path check refused: path sample \d+/\d+ .* mat"):
+        asyncio.run(ctx.move(DIP_B, 3.0, "home"))
+    assert _checks(ctx)[-1]["path"]["obstacle"] == "mat"
+    ctx.last_measured = ABOVE_BOX
+    with pytest.raises(StageFailed, match="inside the box"):
+        asyncio.run(ctx.move(IN_BOX, 3.0, "approach_place"))
+    # placing: allowed by the path check; the bound still applies (j4 moves 15°: at the bound)
+    ctx.last_commanded = ABOVE_BOX
+    checks, refusal = ctx.motion_checks(IN_BOX, near_work=True, into_box=True)
+    assert refusal is None and checks["path"]["ok"] and checks["joint_step"]["ok"]
+
+
+def test_checks_off_leave_no_trace_and_refuse_nothing() -> None:
+    ctx = _ctx(joint_step_max_deg=0.0, path_check=False)
+    ctx.last_commanded = ctx.last_measured = DIP_A
+    assert ctx.motion_checks(DIP_B, near_work=True, into_box=False) == ({}, None)
