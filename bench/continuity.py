@@ -54,9 +54,10 @@ def descent_jumps(
     targets: list[tuple[float, float]],
     bound: float,
     s: RuntimeSettings,
-) -> tuple[int, list[float], list[float], list[tuple[float, float]]]:
+) -> tuple[int, list[float], list[float], list[float]]:
     """(cells with a valid approach, max single-joint change of each chosen descent from the
-    pose it starts at, landing residual mm of each, cells that needed a hover pose)."""
+    pose it starts at, landing residual mm of each, the approach -> hover swing of each
+    cell that needed a hover pose)."""
     n, jumps, resid, hovers = 0, [], [], []
     for xz in targets:
         ap = j0_lookup(arc, xz)
@@ -73,7 +74,7 @@ def descent_jumps(
             if plan.use_hover:
                 assert plan.hover is not None and plan.hover.angles is not None
                 start = plan.hover.angles
-                hovers.append(xz)
+                hovers.append(float(np.max(np.abs(np.subtract(start, ap.angles)))))
         elif phase == "pick":
             r = fk_lookup(table, "pick", xz, *s.pick_band, dist_max=s.dist_max_m)
             start = ap.angles
@@ -90,9 +91,7 @@ def descent_jumps(
     return n, jumps, resid, hovers
 
 
-def summary(
-    n: int, jumps: list[float], resid: list[float], hovers: list[tuple[float, float]]
-) -> dict[str, Any]:
+def summary(n: int, jumps: list[float], resid: list[float], hovers: list[float]) -> dict[str, Any]:
     j = np.asarray(jumps)
     if j.size == 0:
         return {"cells_with_approach": n, "reachable": 0}
@@ -100,6 +99,9 @@ def summary(
         "cells_with_approach": n,
         "reachable": int(j.size),
         "via_hover": len(hovers),
+        # the move approach -> hover, at hover height (not near the work, path-checked)
+        "hover_swing_median_deg": round(float(np.median(hovers)), 1) if hovers else None,
+        "hover_swing_max_deg": round(float(np.max(hovers)), 1) if hovers else None,
         "median_deg": round(float(np.median(j)), 1),
         "p90_deg": round(float(np.percentile(j, 90)), 1),
         "max_deg": round(float(j.max()), 1),
