@@ -113,7 +113,11 @@ def summary(n: int, jumps: list[float], resid: list[float], hovers: list[float])
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.continuity", description=__doc__)
-    p.add_argument("--data-dir", type=Path, help="the FK data directory (the default table is built there if missing)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the FK data directory (the default table is built there if missing)",
+    )
     args = p.parse_args(argv)
     s = RuntimeSettings()
     bound = s.joint_step_max_deg
