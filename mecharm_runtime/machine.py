@@ -36,7 +36,7 @@ from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
 from mecharm_runtime.lookup.build import with_approach_lattices
-from mecharm_runtime.lookup.descent import plan_pick_descent
+from mecharm_runtime.lookup.descent import PickDescent, plan_pick_descent
 from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
@@ -562,18 +562,25 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
     """The pick lookup under the continuity bound (docs/safety.md): the direct descent, or,
     when the approach pose is not above the block, a hover pose first (moved to here)."""
     s, st = ctx.settings, ctx.state
-    assert st.aim_xz is not None and st.pick_approach is not None
-    plan = plan_pick_descent(
-        _pick_descent_table(ctx),
-        st.aim_xz,
-        st.pick_approach,
-        pick_band=s.pick_band,
-        hover_band=s.pick_hover_band,
-        dist_max=s.dist_max_m,
-        hover_dist_max=s.pick_hover_dist_m,
-        resid_max=s.pick_resid_max_m,
-        step_max=s.joint_step_max_deg,
-    )
+    aim, approach = st.aim_xz, st.pick_approach
+    assert aim is not None and approach is not None
+
+    def plan_it() -> PickDescent:
+        return plan_pick_descent(
+            _pick_descent_table(ctx),
+            aim,
+            approach,
+            pick_band=s.pick_band,
+            hover_band=s.pick_hover_band,
+            dist_max=s.dist_max_m,
+            hover_dist_max=s.pick_hover_dist_m,
+            resid_max=s.pick_resid_max_m,
+            step_max=s.joint_step_max_deg,
+        )
+
+    # a worker thread: the first call extends the table (~0.2-1 s), a hover search can take
+    # ~0.5 s; the event loop keeps serving the daemon link meanwhile
+    plan = await anyio.to_thread.run_sync(plan_it)
     ctx.trace.decision("lookup", plan.direct.to_dict())
     if plan.direct.ok and plan.hover is None and plan.from_hover is None:
         return plan.direct
