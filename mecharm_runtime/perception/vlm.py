@@ -165,7 +165,9 @@ class AnthropicVlm:
         except sdk.APITimeoutError:
             raise VlmError("timeout", f"no answer within {self.timeout_s:g} s") from None
         except sdk.APIConnectionError as exc:
-            raise VlmError("connection", f"{exc} ({self.base_url or 'default API URL'})") from None
+            cause = f": {type(exc.__cause__).__name__}" if exc.__cause__ is not None else ""
+            where = self.base_url or "the vendor's API"
+            raise VlmError("connection", f"{exc}{cause} ({where})") from None
         except sdk.APIStatusError as exc:
             code = exc.status_code
             kind = _STATUS_KINDS.get(code) or ("server_error" if code >= 500 else "bad_request")
