@@ -122,9 +122,9 @@ async def open_rig(
             sender.close()
         if client is not None:
             await client.aclose()
-        vlm_close = getattr(getattr(judge, "client", None), "aclose", None) if judge else None
-        if vlm_close is not None:
-            await vlm_close()
+        judge_close = getattr(judge, "aclose", None)
+        if judge_close is not None:  # the VLM judge's HTTP connections
+            await judge_close()
         await to_thread(camera.close)
 
 

@@ -332,6 +332,12 @@ class VlmJudge:
     def start_trial(self) -> None:
         self.calls = 0
 
+    async def aclose(self) -> None:
+        """Release the client's connections (the real client holds an HTTP pool)."""
+        close = getattr(self.client, "aclose", None)
+        if close is not None:
+            await close()
+
     async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
         return await self._judge(evidence, "pick", PICK_PROMPT)
 
