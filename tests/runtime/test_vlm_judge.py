@@ -10,12 +10,18 @@ verdict is an input — so a replay needs no server (the last whole-trial test).
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 import os
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cv2
+import numpy as np
 import pytest
 
 from mecharm_common.config import load_settings
@@ -31,7 +37,7 @@ from mecharm_runtime.perception import (
     estimate_homography,
 )
 from mecharm_runtime.perception.results import Verdict
-from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmJudge
+from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmError, VlmJudge
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
@@ -397,3 +403,50 @@ def test_an_operator_answer_wins(cell: _Cell, api: MessagesApiServer) -> None:
     assert (v.verdict, v.judge) == ("no", "vlm->human"), v
     assert v.details["human_verdict"] == "no" and v.details["adopted"] == "human"
     assert v.details["vlm_verdict"]["confidence"] == 0.99
+
+
+# ---------------------------------------------------------------- the stand-in checks what the API checks
+def _post(srv: MessagesApiServer, body: object, headers: dict[str, str]) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        srv.url + "/v1/messages", data=json.dumps(body).encode(), method="POST",
+        headers={"content-type": "application/json", **headers},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_stand_in_refuses_what_the_api_refuses(api: MessagesApiServer) -> None:
+    jpeg = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+    png = cv2.imencode(".png", np.zeros((8, 8, 3), np.uint8))[1].tobytes()
+
+    def body(img: bytes, media: str = "image/jpeg") -> dict[str, Any]:
+        src = {"type": "base64", "media_type": media, "data": base64.b64encode(img).decode()}
+        content = [{"type": "image", "source": src}, {"type": "text", "text": "q"}]
+        return {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": content}]}
+
+    ok = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    status, answer = _post(api, body(jpeg), ok)
+    assert status == 200 and answer["type"] == "message" and answer["content"][0]["type"] == "text"
+    assert _post(api, body(jpeg), {"x-api-key": "wrong", "anthropic-version": "1"})[0] == 401
+    status, err = _post(api, body(jpeg), {"x-api-key": KEY})
+    assert status == 400 and "anthropic-version" in err["error"]["message"]
+    status, err = _post(api, body(png), ok)
+    assert status == 400 and err["error"]["message"].endswith("not a JPEG")
+    status, err = _post(api, body(jpeg, "image/png"), ok)
+    assert status == 400 and "media_type" in err["error"]["message"]
+    assert [r["status"] for r in api.requests] == [200, 401, 400, 400, 400]
+
+    async def through_the_sdk() -> str:
+        client = AnthropicVlm(KEY, base_url=api.url, timeout_s=5.0)
+        try:
+            await client.ask([png], "q")
+        except VlmError as exc:
+            return str(exc)
+        finally:
+            await client.aclose()
+        return "no error"
+
+    assert asyncio.run(through_the_sdk()).startswith("bad_request: HTTP 400: invalid_request_error")
