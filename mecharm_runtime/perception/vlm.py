@@ -351,6 +351,9 @@ class VlmJudge:
             info["fallback"] = f"budget: {self.max_calls} VLM call(s) per trial used"
             return None, info
         frames = ev.frames[: self.max_frames]
+        if not frames:  # nothing to show: no call, no budget spent
+            info["fallback"] = "no_frames: no top-camera frames to send"
+            return None, info
         images = await to_thread(self._encode, frames)
         self.calls += 1
         t0 = time.monotonic()
