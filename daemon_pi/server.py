@@ -157,6 +157,7 @@ class ArmServer:
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._handoffs: set[asyncio.Task[None]] = set()
         # one arm call at a time: the lock orders them, the limiter caps the threads at one
         self._arm_lock = anyio.Lock()
         self._arm_limiter = anyio.CapacityLimiter(1)
@@ -328,7 +329,18 @@ class ArmServer:
 
     # ------------------------------------------------------------ connections
     def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """asyncio's accept callback: the connection becomes a task of run()'s task group."""
+        """asyncio's accept callback: the connection becomes a task of run()'s task group.
+
+        The callback runs outside any task, where anyio cannot always name its backend
+        (with sniffio installed, e.g. by the anthropic SDK, it looks for the current
+        task), so a short task does the hand-over."""
+        task = asyncio.get_running_loop().create_task(self._enter_group(reader, writer))
+        self._handoffs.add(task)
+        task.add_done_callback(self._handoffs.discard)
+
+    async def _enter_group(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if self._tg is None:  # run() has ended; the listener is closing
             writer.close()
             return

@@ -78,7 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="sim_control_url",
         help="simulated rig: camera-server URL; a fresh scene is requested between trials",
     )
-    p.add_argument("--judge", choices=["geometric", "human"])
+    p.add_argument("--judge", choices=["geometric", "human", "vlm"])
+    p.add_argument(
+        "--vlm-model", dest="vlm_model", help="VLM judge: the model (default claude-sonnet-4-6)"
+    )
+    p.add_argument(
+        "--vlm-base-url",
+        dest="vlm_base_url",
+        help="VLM judge: Messages API base URL (default $ANTHROPIC_BASE_URL, else the vendor's)",
+    )
     p.add_argument(
         "--time-scale",
         dest="time_scale",
@@ -136,6 +144,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_or_create_key(settings.recorder_key_file)
         except KeyFileError as exc:
             print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    if settings.judge == "vlm":
+        from mecharm_runtime.perception.vlm import VlmConfigError, vlm_env
+
+        try:  # before any set-up: a missing key is a configuration error, not a failed trial
+            vlm_env(settings.vlm_base_url)
+        except VlmConfigError as exc:
+            print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     configure_logging(settings.log_level)
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts

@@ -67,8 +67,20 @@ class RuntimeSettings(RigSettings):
     )
     approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
     approach_place_arc: Path = Path("configs/poses/approach_place.json")
-    judge: Literal["geometric", "human"] = "geometric"
+    judge: Literal["geometric", "human", "vlm"] = "geometric"
     human_judge_timeout_s: float = Field(30.0, gt=0)
+    # the VLM judge (docs/perception.md, "VLM judge"); key from ANTHROPIC_API_KEY. Real seconds:
+    # time_scale does not shorten a remote call
+    vlm_model: str = Field("claude-sonnet-4-6", min_length=1)
+    vlm_base_url: str | None = None  # None: ANTHROPIC_BASE_URL, else the vendor's API
+    vlm_timeout_s: float = Field(20.0, gt=0, le=300)
+    vlm_max_calls: int = Field(4, ge=0)  # per trial; then the geometric judge
+    vlm_max_images: int = Field(3, ge=1, le=20)
+    vlm_max_tokens: int = Field(300, ge=16, le=4096)
+    vlm_confidence_min: float = Field(0.7, ge=0, le=1)
+    vlm_ask_human: bool = False  # also ask the operator (human_judge_timeout_s); an answer wins
+    vlm_still_mm: float = Field(5.0, ge=0)  # distance override, pick
+    vlm_outside_mm: float = Field(20.0, ge=0)  # distance override, place
 
     # ---- service
     trials: int | None = Field(None, ge=1)

@@ -92,6 +92,9 @@ class CameraEyes:
 
     def start_trial(self, run_dir: Path | None) -> None:
         self.run_dir, self.H, self.scene = run_dir, None, None
+        start = getattr(self.judge, "start_trial", None)
+        if callable(start):  # a judge with a per-trial budget (the VLM judge)
+            start()
 
     # ------------------------------------------------------------ frames
     def _grab_sync(self, n: int) -> list[NDArray[np.uint8]]:
@@ -231,7 +234,7 @@ class CameraEyes:
                 "no", 0.0, "cannot judge: no detect detection", self.judge.name
             )
         v = await self.judge.judge_pick(ev)
-        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, None, side_frame)
@@ -240,7 +243,7 @@ class CameraEyes:
                 "no", 0.0, "cannot judge: no detect detection", self.judge.name
             )
         v = await self.judge.judge_place(ev)
-        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 
     async def close(self) -> None:
         await to_thread(self.camera.close)

@@ -168,18 +168,25 @@ class VerdictObservation:
     confidence: float
     reason: str
     judge: str
+    #: how the judge came to it (the VLM judge: vlm_verdict, dist_override, raw, fallback ...)
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "verdict": self.verdict,
             "confidence": self.confidence,
             "reason": self.reason,
             "judge": self.judge,
         }
+        if self.details:
+            d["details"] = self.details
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerdictObservation:
-        return cls(str(d["verdict"]), float(d["confidence"]), str(d["reason"]), str(d["judge"]))
+        details = d.get("details")
+        return cls(str(d["verdict"]), float(d["confidence"]), str(d["reason"]), str(d["judge"]),
+                   dict(details) if isinstance(details, dict) else {})  # fmt: skip
 
 
 class EyesPort(Protocol):

@@ -31,7 +31,7 @@ from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.perception import make_judge
+from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
@@ -39,7 +39,7 @@ from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
 
-__all__ = ["ServiceReport", "open_rig", "run_service", "scene_next", "summary_line"]
+__all__ = ["ServiceReport", "open_rig", "rig_judge", "run_service", "scene_next", "summary_line"]
 
 log = get_logger("mecharm_runtime.service")
 
@@ -63,12 +63,9 @@ async def open_rig(
         raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
     client: DaemonClient | None = None
     sender: RecorderSender | None = None
+    judge: Judge | None = None
     try:
-        judge = (
-            make_judge(s.judge, timeout=s.human_judge_timeout_s)
-            if s.judge == "human"
-            else make_judge(s.judge)
-        )
+        judge = rig_judge(s)
         cam_eyes = CameraEyes(
             camera,
             judge,
@@ -125,7 +122,33 @@ async def open_rig(
             sender.close()
         if client is not None:
             await client.aclose()
+        judge_close = getattr(judge, "aclose", None)
+        if judge_close is not None:  # the VLM judge's HTTP connections
+            await judge_close()
         await to_thread(camera.close)
+
+
+def rig_judge(s: RuntimeSettings) -> Judge:
+    """The judge the settings choose; the VLM one with the rig's adoption rule (docs/perception.md,
+    "VLM judge"). Raises ``VlmConfigError`` without an API key."""
+    if s.judge == "human":
+        return make_judge("human", timeout=s.human_judge_timeout_s)
+    if s.judge != "vlm":
+        return make_judge(s.judge)
+    from mecharm_runtime.perception.vlm import DistanceOverride, anthropic_from_env
+
+    client = anthropic_from_env(s.vlm_model, s.vlm_base_url, s.vlm_timeout_s, s.vlm_max_tokens)
+    return make_judge(
+        "vlm",
+        client=client,
+        max_frames=s.vlm_max_images,
+        fallback=GeometricJudge(),
+        override=DistanceOverride(s.vlm_still_mm, s.vlm_outside_mm),
+        human=HumanJudge(timeout=s.human_judge_timeout_s) if s.vlm_ask_human else None,
+        confidence_min=s.vlm_confidence_min,
+        max_calls=s.vlm_max_calls,
+        timeout_s=s.vlm_timeout_s,
+    )
 
 
 def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[str, Any]:
