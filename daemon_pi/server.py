@@ -332,8 +332,11 @@ class ArmServer:
                 log.warning("backend_close_failed", error=repr(exc))
 
     # ------------------------------------------------------------ connections
-    def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """asyncio's accept callback: the connection becomes a task of run()'s task group."""
+    async def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's accept callback: the connection becomes a task of run()'s task group.
+
+        A coroutine, so asyncio runs it in a task: anyio finds its event loop from a task
+        also when ``sniffio`` is installed (a plain callback has no current task)."""
         if self._tg is None:  # run() has ended; the listener is closing
             writer.close()
             return

@@ -50,7 +50,9 @@ class EnvelopeViolation:
                 f"send_angles (from {self.current:.2f} to {self.value:.2f}), above the "
                 f"envelope's per-move bound {self.limit:g}°"
             )
-        word = "below the envelope's minimum" if self.side == "min" else "above the envelope's maximum"
+        word = (
+            "below the envelope's minimum" if self.side == "min" else "above the envelope's maximum"
+        )
         return f"{j} = {self.value:.2f} is {word} {self.limit:g}°"
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,9 +91,7 @@ class Envelope:
     """
 
     joint_min: tuple[float, ...] = JOINT_MIN
-    joint_max: tuple[float, ...] = field(
-        default=(JOINT_MAX[0], DEFAULT_J1_MAX, *JOINT_MAX[2:])
-    )
+    joint_max: tuple[float, ...] = field(default=(JOINT_MAX[0], DEFAULT_J1_MAX, *JOINT_MAX[2:]))
     max_step_deg: float | None = None
 
     def __post_init__(self) -> None:
@@ -111,9 +111,7 @@ class Envelope:
                     f"j{i}; the envelope may only narrow the SDK limits"
                 )
             if not lo[i] < hi[i]:
-                raise ValueError(
-                    f"j{i}: joint_min {lo[i]:g} must be below joint_max {hi[i]:g}"
-                )
+                raise ValueError(f"j{i}: joint_min {lo[i]:g} must be below joint_max {hi[i]:g}")
         step = self.max_step_deg
         if step is not None:
             if isinstance(step, bool) or not isinstance(step, int | float):
@@ -202,8 +200,7 @@ def wider_than_envelope(limits: RuntimeLimits, envelope: Envelope) -> list[str]:
     problems = []
     if limits.j1_max > envelope.joint_max[1]:
         problems.append(
-            f"j1_max {limits.j1_max:g} is above the envelope's j1 maximum "
-            f"{envelope.joint_max[1]:g}"
+            f"j1_max {limits.j1_max:g} is above the envelope's j1 maximum {envelope.joint_max[1]:g}"
         )
     for name, pose in limits.poses.items():
         v = envelope.violation(pose)
