@@ -50,7 +50,7 @@ class EnvelopeSettings(BaseModel):
         return self
 
     def envelope(self) -> Envelope:
-        return Envelope(self.joint_min, self.joint_max, self.max_step_deg)
+        return Envelope(tuple(self.joint_min), tuple(self.joint_max), self.max_step_deg)
 
 
 class DaemonSettings(RigSettings):
