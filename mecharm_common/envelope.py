@@ -55,17 +55,6 @@ class EnvelopeViolation:
         )
         return f"{j} = {self.value:.2f} is {word} {self.limit:g}°"
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "joint": self.joint,
-            "value": self.value,
-            "limit": self.limit,
-            "side": self.side,
-        }
-        if self.current is not None:
-            out["current"] = self.current
-        return out
-
 
 def _six(name: str, values: Sequence[Any]) -> tuple[float, ...]:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
@@ -147,14 +136,6 @@ class Envelope:
         if worst_i < 0:
             return None
         return EnvelopeViolation(worst_i, target[worst_i], bound, "step", current[worst_i])
-
-    def narrowed(self, j1_max: float) -> Envelope:
-        """This envelope with j1's maximum lowered to ``j1_max`` (never raised)."""
-        if j1_max >= self.joint_max[1]:
-            return self
-        hi = list(self.joint_max)
-        hi[1] = max(j1_max, self.joint_min[1] + 1e-9)
-        return Envelope(self.joint_min, tuple(hi), self.max_step_deg)
 
     # ------------------------------------------------------------ wire form (hello)
     def to_wire(self) -> dict[str, Any]:
