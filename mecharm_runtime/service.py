@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import anyio
 
 from mecharm_cameras import CameraError, open_camera
+from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
@@ -39,9 +40,71 @@ from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
 
-__all__ = ["ServiceReport", "open_rig", "rig_judge", "run_service", "scene_next", "summary_line"]
+__all__ = [
+    "EnvelopeRefused",
+    "ServiceReport",
+    "check_envelope",
+    "open_rig",
+    "rig_judge",
+    "run_service",
+    "runtime_limits",
+    "scene_next",
+    "summary_line",
+]
 
 log = get_logger("mecharm_runtime.service")
+
+
+class EnvelopeRefused(RuntimeError):
+    """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
+
+
+def runtime_limits(s: RuntimeSettings) -> RuntimeLimits:
+    """What this runtime's settings will ask of the arm, for ``wider_than_envelope``.
+
+    Every setting that bounds what the runtime sends belongs here (a per-move joint bound
+    goes in ``joint_step_max_deg``)."""
+    return RuntimeLimits(
+        j1_max=s.j1_max, poses={"home": s.home}, joints={"swept_j0": (0, s.swept_j0)}
+    )
+
+
+def check_envelope(
+    s: RuntimeSettings, client: DaemonClient, *, warn_missing: bool = True
+) -> Envelope | None:
+    """The daemon's safety envelope from its hello, once the settings are known to fit in it.
+
+    Raises EnvelopeRefused naming every setting that goes beyond it (or a malformed
+    announcement). A daemon older than the envelope announces none: None, and the guard
+    keeps to the runtime's own limits (a warning when ``warn_missing``).
+    (docs/daemon.md, "Safety envelope")"""
+    daemon = f"{client.host}:{client.port}"
+    try:
+        env = client.envelope()
+    except ValueError as exc:
+        raise EnvelopeRefused(
+            f"daemon {daemon} announced a malformed safety envelope ({exc}); "
+            "run a daemon and a runtime of the same version"
+        ) from None
+    if env is None:
+        if warn_missing:
+            log.warning(
+                "daemon_envelope_missing",
+                daemon=daemon,
+                reason="the daemon announces no safety envelope (older than it): only the "
+                "runtime's own limits apply, other clients are not held to them",
+            )
+        return None
+    problems = wider_than_envelope(runtime_limits(s), env)
+    if problems:
+        raise EnvelopeRefused(
+            f"settings wider than the safety envelope of daemon {daemon}: "
+            + "; ".join(problems)
+            + ". Narrow these runtime settings (configs/runtime.yaml) or widen the daemon's "
+            "envelope (configs/daemon.yaml, envelope:)"
+        )
+    log.info("daemon_envelope", daemon=daemon, **env.to_wire())
+    return env
 
 
 @asynccontextmanager
@@ -95,7 +158,9 @@ async def open_rig(
                 keepalive_s=s.daemon_keepalive_s or None,
             )
             await client.connect()
-            arm, eyes = DaemonArm(client, clock, s.j1_max), cam_eyes
+            # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
+            envelope = check_envelope(s, client)
+            arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
@@ -308,6 +373,9 @@ async def _trials(
                 print(f"daemon unavailable: {exc}; stopping", file=out, flush=True)
                 report.stopped_by = f"daemon unavailable: {exc}"
                 break
+            if isinstance(rig.arm, DaemonArm):  # a restarted daemon may have another envelope
+                had = rig.arm.envelope
+                rig.arm.envelope = check_envelope(settings, client, warn_missing=had is not None)
         print(
             f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
             file=out,
