@@ -79,12 +79,14 @@ class CameraEyes:
         max_age_s: float = 0.0,
         guard: DataRootGuard | None = None,
         release_frames: int = 3,
+        release_near_m: float = 0.100,
         release_prompt: Callable[[str], Awaitable[bool | None]] | None = None,
     ) -> None:
         self.camera = camera
         # before a release: frames of the held block over the box; the operator's
         # "release anyway?" (None: nobody is asked, --confirm off; docs/stages.md, "release")
         self.release_frames = release_frames
+        self.release_near_m = release_near_m
         self.release_prompt = release_prompt
         # images are records too: written only while the data root is the session's own
         self.guard = guard
@@ -273,10 +275,12 @@ class CameraEyes:
             if self.scene is not None
             else BoxDetection(box_xz[0], box_xz[1], 0.0, 0.0, "fallback")
         )
+        # only a block within release_near_m of the box can be the one held above it (a
+        # block dropped on the mat elsewhere is not "seen above the box")
         found = [
             b
             for b in (locate_block(f, self.H, top, box_xz, self.config) for f in frames)
-            if b is not None
+            if b is not None and math.hypot(b.x - box_xz[0], b.z - box_xz[1]) <= self.release_near_m
         ]
         if not found:
             return ReleaseView(0, len(frames), side=side, side_reason=side_reason, capture=path)

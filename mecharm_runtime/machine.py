@@ -665,7 +665,8 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
     if v.top_frames == 0:
         top, top_ok = "no top-camera frames (no mat homography)", False
     elif 2 * v.top_seen <= v.top_frames or v.margin_mm is None:
-        top, top_ok = f"not visible in {v.top_frames - v.top_seen} of {v.top_frames} frames", False
+        unseen = v.top_frames - v.top_seen
+        top, top_ok = f"not visible near the box in {unseen} of {v.top_frames} frames", False
     elif v.margin_mm < s.release_margin_mm:
         top, top_ok = (
             f"seen {v.dist_mm or 0.0:.1f} mm from the box centre, {v.margin_mm:.1f} mm inside "
