@@ -28,6 +28,8 @@ from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm_tools.replay.runner import replay, replay_settings
+from mecharm_tools.replay.tracefile import parse_trace, read_lines
 
 from .conftest import TIME_SCALE, SimDaemon
 from .stand_ins import TrueStateEyes
@@ -91,6 +93,21 @@ async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> Tr
         await client.aclose()
 
 
+async def _replays_identically(t: TrialSummary, fk: Path) -> None:
+    """``mecharm replay`` re-drives the trace's decisions from its inputs, refusal included."""
+    recorded = parse_trace(t.trace_path, read_lines(t.trace_path))
+    s, _notes = replay_settings(recorded)
+    res = await replay(
+        recorded,
+        s,
+        load_table(ensure_table(fk)),
+        load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+    )
+    assert res.identical, (res.divergence, res.diff)
+    assert (res.status, res.reason) == (t.status, t.reason)
+
+
 def _decisions(t: TrialSummary, kind: str) -> list[dict[str, Any]]:
     return [e for e in read_trace(t.trace_path) if e["event"] == "decision" and e["kind"] == kind]
 
@@ -150,6 +167,7 @@ async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
     # the operator is told, on the log (console) too
     assert any(e["event"] == "block_held_at_stop" for e in logs)
     assert any(e["event"] == "release_refused" for e in logs)
+    await _replays_identically(t, fk_data_dir)
 
 
 @pytest.mark.asyncio
@@ -313,6 +331,7 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
     assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
     assert _decisions(t, "command")[-1]["value"]["note"] == "release refused: hover"
     assert sim_daemon.arm.get_fresh_mode() == 0
+    await _replays_identically(t, fk_data_dir)
 
 
 @pytest.mark.slow
