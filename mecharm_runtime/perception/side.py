@@ -4,7 +4,7 @@ Why a second view: the top camera sees the held block from above and can be
 fooled by what it cannot see (a block hidden under the gripper, a block at another
 height); the rig judged the place from the side camera before opening the gripper.
 The side camera is not calibrated to the mat, so this check is image-only and
-deliberately simple (docs/perception.md, "Side view"):
+deliberately simple (docs/stages.md, "release: never blind"):
 
 * the block is the largest red, saturated blob (at least ``min_block_px`` pixels);
 * the box is the unsaturated (white, grey in shadow) blob right below it, in the
