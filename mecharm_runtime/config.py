@@ -162,6 +162,9 @@ class RuntimeSettings(RigSettings):
     release_check: bool = True
     #: how far (mm) the held block's farthest corner must lie inside the box's inner footprint
     release_margin_mm: float = Field(3.0, ge=0)
+    #: a side frame that does not show the block above the box refuses the release (off: the
+    #: side camera is not a view of the workcell, e.g. a synthetic test source)
+    release_side_check: bool = True
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0

@@ -85,6 +85,10 @@ def test_release_verdict_needs_top_majority_margin_and_no_contrary_side_view() -
     ok, why = _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
     assert not ok and "side: not above the box (n)" in why
     assert not _release_verdict(s, ReleaseView(0, 0, side="no_frame"))[0]
+    # a side camera that is no view of the workcell: the top camera alone decides
+    off = _s(release_side_check=False)
+    ok, why = _release_verdict(off, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
+    assert ok and "side: not above the box (n), not checked" in why
 
 
 def test_release_view_round_trips_through_the_trace_form() -> None:
