@@ -126,8 +126,21 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         return True
 
     holding = st.holding and s.release_check
+    # the pick was judged no for the last time: the jaws are closed on nothing or on a
+    # partly held block; put it down where retry_pick would, then HOME as usual
+    put_down = (
+        holding
+        and st.place_approach is None
+        and st.pick_verdict is not None
+        and st.pick_verdict.verdict == "no"
+        and s.retry_open_at != "lift"
+        and st.pick_pose is not None
+        and st.pick_approach is not None
+    )
     if forced:
         await attempt("stop", ctx.arm.stop)
+    elif put_down:
+        await _put_down(ctx, attempt)
     elif holding:
         await _hold_in_hover(ctx, attempt, steps)
     else:
@@ -145,10 +158,39 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         "fresh mode off", lambda: ctx.arm.set_fresh_mode(0)
     ):
         st.fresh_mode_on = False
-    if holding:
+    if holding and st.holding:
         _tell_block_held(ctx, forced)
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
     return steps
+
+
+async def _put_down(
+    ctx: TrialContext, attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]]
+) -> None:
+    """After the last failed pick: open at the mat (or swept aside), as retry_pick does."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_pose is not None and st.pick_approach is not None
+    if s.retry_open_at == "mat":
+        pick, up = st.pick_pose, st.pick_approach
+        there = await attempt(
+            "lower to the mat",
+            lambda: ctx.move(pick, s.tol_pick_place, "abort: lower to the mat", lookup_ok=True),
+        )
+    else:
+        swept = (s.swept_j0, *st.pick_approach[1:])
+        there = await attempt(
+            "swept aside", lambda: ctx.move(swept, s.tol_pick_place, "abort: swept aside")
+        )
+    if not there or not await attempt(
+        "open", lambda: ctx.gripper("open", f"abort: put down ({s.retry_open_at})")
+    ):
+        return  # still holding: told below, the arm stays where it got to
+    st.holding = False
+    if s.retry_open_at == "mat" and not await attempt(
+        "up from the mat", lambda: ctx.move(up, s.tol_approach, "abort: up", lookup_ok=True)
+    ):
+        return
+    await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
 
 
 async def _hold_in_hover(

@@ -368,3 +368,17 @@ async def test_sim_normal_place_is_confirmed_then_released(
     assert workcell.truth()["place_outcome"] == "box"
     (up,) = _decisions(t, "height_update")
     assert up["value"]["dist_mm"] is not None and math.isfinite(up["value"]["margin_mm"])
+
+
+@pytest.mark.asyncio
+async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=2)
+    assert t.status == "stopped" and "judged no after 2 attempts" in t.reason, t.reason
+    assert not t.block_held
+    opens = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "abort"]
+    assert len(opens) == 1 and float(fk_tip(opens[0][0])[1]) < 0.045  # at the mat
+    notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "abort"]
+    assert notes == ["abort: lower to the mat", "abort: up", "abort: home"]
