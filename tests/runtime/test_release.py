@@ -7,6 +7,7 @@ through the runtime's real perception, the arm behind the real daemon.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from mecharm_runtime.memories import HeightMemory
 from mecharm_runtime.ports import RealClock, ReleaseView, VerdictObservation
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig
+from mecharm_runtime.service import open_rig, run_service
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm_tools.replay.runner import replay, replay_settings
@@ -382,3 +383,23 @@ async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     assert len(opens) == 1 and float(fk_tip(opens[0][0])[1]) < 0.045  # at the mat
     notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "abort"]
     assert notes == ["abort: lower to the mat", "abort: up", "abort: home"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    # a margin no block can have (25 mm block in a 70 mm opening: at most 22.5 mm): every
+    # release is refused by the real perception
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_margin_mm": 40.0, "trials": 2}
+    )
+    out = io.StringIO()
+    report = await run_service(s, out=out)
+    assert len(report.trials) == 1 and report.trials[0].block_held
+    assert report.stopped_by == "block held in the gripper (take it out by hand)"
+    said = out.getvalue()
+    assert "release refused: block not seen above the box opening" in said
+    assert "BLOCK STILL IN THE GRIPPER" in said
+    assert workcell.truth()["grasped"]
