@@ -28,6 +28,7 @@ from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, run_service
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
+from mecharm_sim.scene import random_layout
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm_tools.replay.runner import replay, replay_settings
 from mecharm_tools.replay.tracefile import parse_trace, read_lines
@@ -357,9 +358,12 @@ async def test_sim_block_dropped_in_transit_is_not_released(
 
 @pytest.mark.slow
 @pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [None, 3, 5, 8])
 async def test_sim_normal_place_is_confirmed_then_released(
-    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path, seed: int | None
 ) -> None:
+    if seed is not None:  # a random layout (block, box yaw, lighting) instead of the standard one
+        workcell.next_scene(layout=random_layout(seed))
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig)
@@ -369,6 +373,8 @@ async def test_sim_normal_place_is_confirmed_then_released(
     assert workcell.truth()["place_outcome"] == "box"
     (up,) = _decisions(t, "height_update")
     assert up["value"]["dist_mm"] is not None and math.isfinite(up["value"]["margin_mm"])
+    view = next(e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "release_view")
+    print(f"release view seed={seed}: {view} height: {up['value']}")  # figures for docs
 
 
 @pytest.mark.asyncio
