@@ -11,8 +11,10 @@ deliberately simple (docs/stages.md, "release: never blind"):
   band of columns under the block: the mat and the table are coloured, the block
   saturated red, the gripper dark; the wall behind is above the horizon;
 * "above the box": the block's centre column lies within the box blob's columns
-  and the block's bottom is no lower than the box blob's top plus a quarter of the
-  block's height (the perspective shows the rim behind a block just above it).
+  (± a quarter block) and the block's bottom is no lower than the middle of the box
+  blob: the camera looks down on the box, so its far rim shows above a block that
+  hovers just over the near one, while a block at the rim's height or below has its
+  bottom at the front wall.
 """
 
 from __future__ import annotations
@@ -85,6 +87,6 @@ def side_view(
     details["box_px"] = list(box)
     if not box[0] - bw / 4.0 <= cu <= box[0] + box[2] + bw / 4.0:
         return SideView(False, "the red block is beside the white box, not above it", details)
-    if box[1] < bottom - bh / 4.0:
+    if bottom > box[1] + box[3] / 2.0:
         return SideView(False, "the red block is not above the white box's rim", details)
     return SideView(True, "red block above the white box", details)
