@@ -194,3 +194,37 @@ async def test_side_check_reads_the_recorders_frame_file(tmp_path: Path) -> None
     assert await _side_check(None) == ("no_frame", "no side frame")
     side, why = await _side_check(str(tmp_path / "missing.jpg"))
     assert side == "no_frame" and "unreadable" in why
+
+
+#: place poses and boxes the runtime reached on the simulator (test_release.py, sim_normal)
+PLACES = [
+    ((-0.2001, 0.1798), (45.0, 59.89, 19.99, -4.92, -86.7, -29.44)),
+    ((-0.2031, 0.2002), (40.0, 72.39, 2.49, -9.92, -84.2, -29.44)),
+    ((-0.1605, 0.2342), (40.0, 67.39, 7.49, 10.08, -79.2, -29.44)),
+    ((-0.2316, 0.1646), (60.0, 57.39, 12.49, 10.08, -74.2, -29.44)),
+]
+
+
+@pytest.mark.parametrize(("box", "pose"), PLACES)
+def test_side_view_with_the_arm_at_a_real_place_pose(
+    box: tuple[float, float], pose: tuple[float, ...]
+) -> None:
+    from mecharm_common.kinematics import fk_tip
+
+    tip = [float(v) for v in fk_tip(pose)]
+    r = Renderer(SIDE_CAMERA, seed=3)  # the recorder's 1280x720 side view
+
+    def frame(block: tuple[float, float, float], held: bool) -> np.ndarray:
+        snap = SceneSnapshot(
+            next(_VERSION), block, 30.0, (*box, 20.0), held, "gripper" if held else "mat",
+            1.0, (0.0, 0.0), 3.0, 0.02,
+        )  # fmt: skip
+        return np.asarray(r.render(snap, pose, 45.0 if held else 100.0), np.uint8)
+
+    # held just under the tip (grasped 10-25 mm below it): above the box
+    for below in (0.010, 0.025):
+        v = side_view(frame((tip[0], tip[1] - below, tip[2]), True))
+        assert v.seen, (below, v)
+    # dropped in transit: the jaws are empty, the block lies on the mat far from the box
+    v = side_view(frame((0.05, 0.0125, 0.33), False))
+    assert not v.seen, v
