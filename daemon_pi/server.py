@@ -35,11 +35,6 @@ import anyio
 import anyio.abc
 from pydantic import BaseModel
 
-try:
-    import sniffio as _sniffio
-except ImportError:  # anyio works without it
-    _sniffio = None  # type: ignore[assignment]
-
 from daemon_pi.backends.base import ArmBackend, BackendError
 from daemon_pi.protocol import (
     ARGS_MODELS,
@@ -349,14 +344,7 @@ class ArmServer:
         if self._tg is None:  # run() has ended; the listener is closing
             writer.close()
             return
-        # a callback runs outside any task, where sniffio (present once a dependency brings
-        # it) finds no async library and anyio's start_soon raises NoEventLoopError
-        token = _sniffio.current_async_library_cvar.set("asyncio") if _sniffio else None
-        try:
-            self._tg.start_soon(self._on_connect, reader, writer)
-        finally:
-            if token is not None and _sniffio is not None:
-                _sniffio.current_async_library_cvar.reset(token)
+        self._tg.start_soon(self._on_connect, reader, writer)
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         name = tuple(writer.get_extra_info("peername") or ("?", "?"))
