@@ -409,3 +409,25 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     assert "release refused: block not seen above the box opening" in said
     assert "BLOCK STILL IN THE GRIPPER" in said
     assert workcell.truth()["grasped"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_place_at_the_highest_learned_height_lands_and_stays_bounded(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    mem = HeightMemory(DataRoot(tmp_path).height_memory)
+    mem.entries["place_x-200_z180"] = {"dee_y_mm": s.height_max_mm, "n": 5}
+    mem.save()
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig)
+    assert t.status == "completed", t.reason
+    (band,) = _decisions(t, "place_band")
+    assert band["value"]["dee_y_mm"] == s.height_max_mm
+    (check,) = _decisions(t, "release_check")
+    assert check["value"]["confirmed"] is True, check
+    assert workcell.truth()["place_outcome"] == "box"
+    (up,) = _decisions(t, "height_update")
+    assert (up["value"]["old_mm"], up["value"]["dee_y_mm"]) == (30.0, 30.0)
+    assert up["value"]["change"] == "keep"
