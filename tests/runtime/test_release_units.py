@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
+from mecharm_common.layout import DataRoot
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.machine import _release_verdict
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
@@ -131,7 +132,7 @@ def test_height_rule_stays_within_its_bounds() -> None:
 
 
 def test_height_memory_learns_saves_and_loads_again(tmp_path: Path) -> None:
-    path = tmp_path / "height_memory.json"
+    path = DataRoot(tmp_path).height_memory
     mem = HeightMemory(path)
     kw = {"step_mm": 5.0, "max_mm": 30.0, "raise_margin_mm": 10.0}
     seen = [mem.learn("place_x-200_z180", True, 15.0, **kw).dee_y_mm for _ in range(8)]
