@@ -29,7 +29,14 @@ Angles6 = tuple[float, float, float, float, float, float]
 #: behaviour from before the setting existed. A trace recorded before then (its constants lack
 #: the key) replays with this value, not today's default, so old traces stay replayable
 #: (docs/replay.md). Every new decision-changing setting adds its "off" value here.
-BEFORE_THE_SETTING: dict[str, object] = {}
+BEFORE_THE_SETTING: dict[str, object] = {
+    # never release blind (docs/stages.md, "release"): no check before opening, no hold on abort
+    "release_check": False,
+    # the height memory's rule before the measured one (docs/runtime.md, "Memories")
+    "height_rule": "failures",
+    # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
+    "retry_open_at": "lift",
+}
 
 
 class RuntimeSettings(RigSettings):
@@ -144,6 +151,25 @@ class RuntimeSettings(RigSettings):
     ema_alpha: float = Field(0.5, gt=0, le=1)
     height_step_mm: float = Field(5.0, ge=0)
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
+    #: measured: raise after a place judged yes whose release margin was >= height_raise_margin_mm,
+    #: lower after a place judged no; failures: the older rule (raise after a failure only)
+    height_rule: Literal["measured", "failures"] = "measured"
+    height_raise_margin_mm: float = Field(10.0, ge=0)
+
+    # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
+    #: before opening over the box the block must be seen above the opening; an abort while
+    #: holding the block stays in the hover instead of going HOME
+    release_check: bool = True
+    #: how far (mm) the held block's farthest corner must lie inside the box's inner footprint
+    release_margin_mm: float = Field(3.0, ge=0)
+    #: a side frame that does not show the block above the box refuses the release (off: the
+    #: side camera is not a view of the workcell, e.g. a synthetic test source)
+    release_side_check: bool = True
+    #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
+    release_confirm_timeout_s: float = Field(60.0, gt=0)
+    #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0
+    #: at the lift height, as the rig did) or lift (where it is)
+    retry_open_at: Literal["mat", "swept", "lift"] = "mat"
 
     @field_validator("pick_band", "place_band")
     @classmethod

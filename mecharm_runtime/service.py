@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 import urllib.request
@@ -43,8 +44,10 @@ from recorder.sender import RecorderSender
 __all__ = [
     "EnvelopeRefused",
     "ServiceReport",
+    "ask_release",
     "check_envelope",
     "open_rig",
+    "release_prompt",
     "rig_judge",
     "run_service",
     "runtime_limits",
@@ -137,6 +140,8 @@ async def open_rig(
             box_fallback_xz=s.box_xz_fallback,
             box_score_thresh=s.box_score_thresh,
             guard=guard,
+            # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
+            release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
         )
         if s.dry_run:
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
@@ -396,6 +401,9 @@ async def _trials(
         refused = 0
         report.trials.append(summary)
         print(summary_line(summary), file=out, flush=True)
+        if summary.block_held:  # the next trial would open the gripper at HOME: stop here
+            report.stopped_by = "block held in the gripper (take it out by hand)"
+            break
         if "ledger row" not in summary.records_pending:  # a pending row waits for the root
             check_ledger_row(ledger_path(Path(settings.data_root)), summary.run_stem)
         i += 1
@@ -413,4 +421,76 @@ async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:
 def _input(prompt: str) -> str | None:
     with contextlib.suppress(EOFError):
         return input(prompt)
+    return None
+
+
+def release_prompt(
+    timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
+) -> Callable[[str], Awaitable[bool | None]]:
+    """The ``--confirm`` prompt of a refused release, bound to its timeout."""
+
+    async def prompt(why: str) -> bool | None:
+        return await ask_release(why, timeout_s, in_fd, out)
+
+    return prompt
+
+
+async def ask_release(
+    why: str, timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
+) -> bool | None:
+    """Ask on the terminal whether to open the gripper although the block was not confirmed
+    above the box: True = release anyway, False = abort, None = no answer within
+    ``timeout_s`` or no terminal (the caller aborts, holding the block).
+
+    Reads the terminal without a thread (a reader on the fd, like ``HumanJudge``) so a
+    timeout or a forced stop leaves nothing blocked on ``input()``.
+    """
+    out = out or sys.stdout
+    loop = asyncio.get_running_loop()
+    try:
+        fd = in_fd if in_fd is not None else sys.stdin.fileno()
+    except (OSError, ValueError):
+        return None
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            queue.put_nowait(os.read(fd, 1024))
+        except OSError:
+            queue.put_nowait(b"")
+
+    out.write(
+        f"RELEASE REFUSED: {why}.\nThe arm holds the block above the box. "
+        f"Release anyway (r) or abort holding it (a)? [r/a] (within {timeout_s:.0f} s): "
+    )
+    out.flush()
+    try:
+        loop.add_reader(fd, readable)
+    except (OSError, ValueError, NotImplementedError):
+        out.write("\n")
+        return None
+    deadline = loop.time() + timeout_s
+    buf = b""
+    try:
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(remaining):
+                    data = await queue.get()
+            except TimeoutError:
+                break
+            if not data:
+                break
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                answer = line.decode("utf-8", "replace").strip().lower()
+                if answer in ("r", "release"):
+                    return True
+                if answer in ("a", "abort"):
+                    return False
+                out.write(f"please answer r (release) or a (abort) (got {answer[:20]!r}): ")
+                out.flush()
+    finally:
+        loop.remove_reader(fd)
+    out.write("\n")
     return None
