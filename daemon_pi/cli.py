@@ -63,6 +63,29 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 10; 0 = never)",
     )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    env = p.add_argument_group("safety envelope (docs/daemon.md, 'Safety envelope')")
+    env.add_argument(
+        "--envelope-min",
+        dest="envelope_min",
+        type=_six_degrees,
+        metavar="J0,J1,J2,J3,J4,J5",
+        help="lowest angle of each joint (default: the SDK limits)",
+    )
+    env.add_argument(
+        "--envelope-max",
+        dest="envelope_max",
+        type=_six_degrees,
+        metavar="J0,J1,J2,J3,J4,J5",
+        help="highest angle of each joint (default: the SDK limits with j1 88)",
+    )
+    env.add_argument(
+        "--envelope-step-max",
+        dest="envelope_step_max",
+        type=float,
+        metavar="DEG",
+        help="refuse a send_angles moving any joint more than this from where the arm is "
+        "(one get_angles before each send; default off)",
+    )
     sim = p.add_argument_group("sim backend")
     sim.add_argument(
         "--time-scale", dest="time_scale", type=float, help="sim speed-up (1.0 = real time)"
@@ -84,6 +107,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="workcell camera server port (default 8080)",
     )
     return p
+
+
+def _six_degrees(text: str) -> list[float]:
+    """``--envelope-min/-max``: six comma-separated numbers (j0..j5)."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give six comma-separated numbers in degrees, j0..j5"
+        ) from None
+    if len(values) != 6:
+        raise argparse.ArgumentTypeError(f"{text!r}: {len(values)} values, need 6 (j0..j5)")
+    return values
 
 
 def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path | None]:
@@ -116,6 +153,15 @@ def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path |
         )
     }
     overrides["sim"] = sim or None
+    envelope: dict[str, Any] = {}
+    for flag, key in (
+        ("envelope_min", "joint_min"),
+        ("envelope_max", "joint_max"),
+        ("envelope_step_max", "max_step_deg"),
+    ):
+        if getattr(args, flag) is not None:
+            envelope[key] = getattr(args, flag)
+    overrides["envelope"] = envelope or None
     return load_settings(DaemonSettings, config, overrides), config
 
 
@@ -190,6 +236,7 @@ async def serve(settings: DaemonSettings) -> int:
         max_connections=settings.max_connections,
         auth_backoff_s=settings.auth_backoff_s,
         auth_backoff_max_s=settings.auth_backoff_max_s,
+        envelope=settings.envelope.envelope(),
     )
     workcell = None
     try:
@@ -255,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         backend=settings.backend,
         host=settings.listen_host(),
         port=settings.port,
+        envelope=settings.envelope.envelope().to_wire(),
     )
     try:
         return anyio.run(serve, settings)

@@ -6,16 +6,51 @@ import ipaddress
 import os
 import stat
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from daemon_pi.protocol import DEFAULT_PORT
 from mecharm_common.config import ConfigError, RigSettings
+from mecharm_common.envelope import Envelope
 from mecharm_sim.arm import SimArmConfig
 
-__all__ = ["DaemonSettings", "is_loopback", "read_token"]
+__all__ = ["DaemonSettings", "EnvelopeSettings", "is_loopback", "read_token"]
+
+_DEFAULT_ENVELOPE = Envelope()
+#: a number as written (no "88" string, no true/false read as 1/0)
+_Degrees = Annotated[float, Strict()]
+
+
+class EnvelopeSettings(BaseModel):
+    """The safety envelope (docs/daemon.md, "Safety envelope"): validated by ``Envelope``,
+    so a limit wider than the SDK's, a min not below its max or a non-number is a config
+    error naming the joint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    joint_min: list[_Degrees] = Field(
+        default_factory=lambda: list(_DEFAULT_ENVELOPE.joint_min),
+        description="lowest angle of j0..j5 (default: the SDK's)",
+    )
+    joint_max: list[_Degrees] = Field(
+        default_factory=lambda: list(_DEFAULT_ENVELOPE.joint_max),
+        description="highest angle of j0..j5 (default: the SDK's, j1 88)",
+    )
+    max_step_deg: _Degrees | None = Field(
+        default=None,
+        description="largest |target - current| of any joint per send_angles (null = off); "
+        "costs one get_angles before each send",
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> EnvelopeSettings:
+        self.envelope()  # raises ValueError naming the joint
+        return self
+
+    def envelope(self) -> Envelope:
+        return Envelope(tuple(self.joint_min), tuple(self.joint_max), self.max_step_deg)
 
 
 class DaemonSettings(RigSettings):
@@ -74,6 +109,10 @@ class DaemonSettings(RigSettings):
         default=5.0, ge=0, description="how long the command in flight may finish"
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    envelope: EnvelopeSettings = Field(
+        default_factory=EnvelopeSettings,
+        description="joint limits every client's send_angles must keep to",
+    )
     sim: SimArmConfig = Field(default_factory=SimArmConfig)
     scene: str | None = Field(
         default=None, description="sim workcell scene: 'random' or a scene file"

@@ -1,7 +1,7 @@
 """``python -m daemon_pi.demo``: the sim daemon plus a short scripted client, printing each step.
 
-Shows the protocol end to end on loopback: hello, moves (and the firmware's
-silent rejection above j1 90.7°), the gripper, a rejected request, a busy
+Shows the protocol end to end on loopback: hello, moves (and the safety envelope's
+refusal of j1 above 88°, before the firmware would silently ignore it), the gripper, a rejected request, a busy
 second client, and the daemon's stats.
 """
 
@@ -80,7 +80,8 @@ async def run_demo(time_scale: float = 5.0) -> int:
         await c.call("send_angles", angles=bad, speed=20)
         await asyncio.sleep(1.0 / time_scale + 0.05)
         print(
-            f"send_angles with j1=95 (firmware ignores it silently): is_moving={await c.call('is_moving')}, "
+            f"send_angles with j1=95 (outside the daemon's safety envelope, the arm stays): "
+            f"is_moving={await c.call('is_moving')}, "
             f"angles {await c.call('get_angles')}"
         )
         await c.call("set_gripper_value", value=20, speed=100)

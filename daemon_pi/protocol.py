@@ -89,6 +89,7 @@ class ErrorCode(StrEnum):
     UNKNOWN_COMMAND = "unknown_command"
     BAD_ARGS = "bad_args"  # missing, extra or mistyped argument
     ANGLE_OUT_OF_RANGE = "angle_out_of_range"  # outside the SDK joint limits
+    OUTSIDE_ENVELOPE = "outside_envelope"  # inside the SDK limits, outside the daemon's envelope
     BAD_SPEED = "bad_speed"  # speed not an int in 1..100
     BAD_GRIPPER_VALUE = "bad_gripper_value"  # gripper value not an int in 0..100
     UNAUTHORIZED = "unauthorized"  # token required and not (correctly) given
@@ -239,6 +240,9 @@ class HelloResult(BaseModel):
     commands: list[str]
     capabilities: dict[str, Any]
     authenticated: bool
+    #: the safety envelope every send_angles must keep to (``Envelope.to_wire()``);
+    #: absent from daemons older than it (docs/protocol.md, "hello")
+    envelope: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- helpers

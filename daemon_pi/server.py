@@ -54,6 +54,7 @@ from daemon_pi.protocol import (
     validate_args,
 )
 from daemon_pi.stats import DaemonStats
+from mecharm_common.envelope import Envelope, EnvelopeViolation
 from mecharm_common.hosted import start_hosted
 from mecharm_common.logging import get_logger
 
@@ -115,7 +116,9 @@ class ArmServer:
 
     ``token``: shared secret; when set, the first request must be ``hello`` with it
     and every other command is refused until then. The slot rules and what each
-    timeout means: docs/daemon.md, "Client slot".
+    timeout means: docs/daemon.md, "Client slot". ``envelope``: every ``send_angles``
+    outside it is refused with ``outside_envelope`` before it reaches the backend
+    (default: the SDK limits with j1 <= 88; docs/daemon.md, "Safety envelope").
 
     Two ways to run it: ``await task_group.start(server.run)`` (structured; the
     caller's task group owns the server), or ``await start()`` … ``await stop()``
@@ -136,6 +139,7 @@ class ArmServer:
         max_connections: int = 8,
         auth_backoff_s: float = 0.25,
         auth_backoff_max_s: float = 4.0,
+        envelope: Envelope | None = None,
     ) -> None:
         if token is not None and not token:
             raise ValueError("token must be a non-empty string or None")
@@ -154,6 +158,7 @@ class ArmServer:
         self.max_connections = max_connections
         self.auth_backoff_s = auth_backoff_s
         self.auth_backoff_max_s = max(auth_backoff_s, auth_backoff_max_s)
+        self.envelope = envelope if envelope is not None else Envelope()
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -327,8 +332,11 @@ class ArmServer:
                 log.warning("backend_close_failed", error=repr(exc))
 
     # ------------------------------------------------------------ connections
-    def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """asyncio's accept callback: the connection becomes a task of run()'s task group."""
+    async def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's accept callback: the connection becomes a task of run()'s task group.
+
+        A coroutine, so asyncio runs it in a task: anyio finds its event loop from a task
+        also when ``sniffio`` is installed (a plain callback has no current task)."""
         if self._tg is None:  # run() has ended; the listener is closing
             writer.close()
             return
@@ -648,14 +656,18 @@ class ArmServer:
         self.stats.record(cmd_label, time.perf_counter() - t0, resp.error.code)
         return encode(resp)
 
-    async def _arm(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run one backend call, serialized; blocking calls go to a worker thread."""
-        if not self.backend.blocks(fn.__name__) and not self._arm_lock.locked():
+    async def _arm(self, fn: Callable[..., Any], *args: Any, blocks: bool | None = None) -> Any:
+        """Run one backend call, serialized; blocking calls go to a worker thread.
+
+        ``blocks``: whether ``fn`` may sleep; default ``backend.blocks(fn.__name__)``."""
+        if blocks is None:
+            blocks = self.backend.blocks(fn.__name__)
+        if not blocks and not self._arm_lock.locked():
             # runs to completion on the loop thread without yielding: nothing can overlap it,
             # so taking and releasing the free lock would only cost time
             return fn(*args)
         async with self._arm_lock:
-            if self.backend.blocks(fn.__name__):
+            if blocks:
                 # not abandoned on cancel: a cancelled connection waits for its call to
                 # return, so the lock is never released while the arm is still busy
                 return await anyio.to_thread.run_sync(fn, *args, limiter=self._arm_limiter)
@@ -701,14 +713,37 @@ class ArmServer:
             commands=list(COMMANDS),
             capabilities=caps,
             authenticated=conn.authed or self.token is None,
+            envelope=self.envelope.to_wire(),
         ).model_dump()
 
     async def _cmd_get_angles(self, conn: _Conn, args: Any) -> list[float]:
         return await self._arm(self.backend.get_angles)  # type: ignore[no-any-return]
 
     async def _cmd_send_angles(self, conn: _Conn, args: Any) -> dict[str, Any]:
-        sent = await self._arm(self.backend.send_angles, list(args.angles), args.speed)
+        angles = list(args.angles)
+        bad = self.envelope.violation(angles)
+        if bad is None and self.envelope.max_step_deg is None:
+            sent = await self._arm(self.backend.send_angles, angles, args.speed)
+        elif bad is None:
+            # read and send in one arm call: nothing can move the arm in between
+            blocks = self.backend.blocks("get_angles") or self.backend.blocks("send_angles")
+            sent = await self._arm(self._send_within_step, angles, args.speed, blocks=blocks)
+            if isinstance(sent, EnvelopeViolation):
+                bad = sent
+        if bad is not None:
+            raise ProtocolError(
+                ErrorCode.OUTSIDE_ENVELOPE,
+                f"send_angles refused, the arm does not move: {bad.message()} "
+                "(the daemon's safety envelope; docs/daemon.md)",
+            )
         return {"angles": sent, "speed": args.speed}
+
+    def _send_within_step(self, angles: list[float], speed: int) -> list[float] | EnvelopeViolation:
+        """Read the arm, then send only if no joint moves more than the per-move bound;
+        else return the violation (nothing sent). Costs one ``get_angles`` per send
+        (docs/daemon.md, "Safety envelope")."""
+        bad = self.envelope.step_violation(angles, self.backend.get_angles())
+        return bad if bad is not None else self.backend.send_angles(angles, speed)
 
     async def _cmd_set_gripper_state(self, conn: _Conn, args: Any) -> None:
         await self._arm(self.backend.set_gripper_state, args.state, args.speed)

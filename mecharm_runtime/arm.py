@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon_pi.protocol import wire_angles
+from mecharm_common.envelope import Envelope
 from mecharm_runtime.client import ArmNoReply, DaemonClient, DaemonError
 from mecharm_runtime.guard import GuardViolation, check_pose
 from mecharm_runtime.ports import ArmPort, Clock, Reading, Sent
@@ -40,8 +41,16 @@ def _sent_angles(reply: Any, requested: Sequence[float]) -> tuple[float, ...]:
 class DaemonArm:
     """``ArmPort`` over a connected ``DaemonClient``."""
 
-    def __init__(self, client: DaemonClient, clock: Clock, j1_max: float = 88.0) -> None:
+    def __init__(
+        self,
+        client: DaemonClient,
+        clock: Clock,
+        j1_max: float = 88.0,
+        envelope: Envelope | None = None,
+    ) -> None:
         self.client, self.clock, self.j1_max = client, clock, j1_max
+        #: the daemon's safety envelope (service.py sets it from the hello); None: none known
+        self.envelope = envelope
 
     async def read_angles(self) -> Reading:
         try:
@@ -51,7 +60,7 @@ class DaemonArm:
         return Reading(tuple(angles), self.clock.now())
 
     async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
-        verdict = check_pose(angles, j1_max=self.j1_max)
+        verdict = check_pose(angles, j1_max=self.j1_max, envelope=self.envelope)
         if not verdict.ok:
             raise GuardViolation(f"refusing to send {list(angles)}: {verdict.reason}")
         reply = await self.client.send_angles(angles, speed)

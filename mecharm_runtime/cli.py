@@ -1,7 +1,8 @@
 """`mecharm-runtime` — run pick-and-place trials one after another on the rig (or the simulator).
 
 Exit codes (docs/runtime.md, "Start-up checks"): 0 done, 1 failure during the run,
-2 invalid configuration, 3 data root refused, 4 ledger refused, 5 FK table refused.
+2 invalid configuration, 3 data root refused, 4 ledger refused, 5 FK table refused,
+6 storage failed mid-session, 7 settings wider than the daemon's safety envelope.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ DEFAULT_CONFIG = Path("configs/runtime.yaml")
 EXIT_FAILED, EXIT_CONFIG, EXIT_DATA_ROOT, EXIT_LEDGER, EXIT_TABLE = 1, 2, 3, 4, 5
 #: the data root failed mid-session and did not come back (records pending or lost)
 EXIT_STORAGE = 6
+#: the runtime's settings reach beyond the daemon's safety envelope (docs/daemon.md)
+EXIT_ENVELOPE = 7
 log = get_logger("mecharm_runtime.cli")
 
 
@@ -78,7 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="sim_control_url",
         help="simulated rig: camera-server URL; a fresh scene is requested between trials",
     )
-    p.add_argument("--judge", choices=["geometric", "human"])
+    p.add_argument("--judge", choices=["geometric", "human", "vlm"])
+    p.add_argument(
+        "--vlm-model", dest="vlm_model", help="VLM judge: the model (default claude-sonnet-4-6)"
+    )
+    p.add_argument(
+        "--vlm-base-url",
+        dest="vlm_base_url",
+        help="VLM judge: Messages API base URL (default $ANTHROPIC_BASE_URL, else the vendor's)",
+    )
     p.add_argument(
         "--time-scale",
         dest="time_scale",
@@ -137,8 +148,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyFileError as exc:
             print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
             return EXIT_CONFIG
+    if settings.judge == "vlm":
+        from mecharm_runtime.perception.vlm import VlmConfigError, vlm_env
+
+        try:  # before any set-up: a missing key is a configuration error, not a failed trial
+            vlm_env(settings.vlm_base_url)
+        except VlmConfigError as exc:
+            print(f"mecharm-runtime: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     configure_logging(settings.log_level)
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
+    from mecharm_runtime.service import EnvelopeRefused
 
     try:
         return anyio.run(_amain, settings)
@@ -153,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("fk_table_refused", error=str(exc))
         print(f"mecharm-runtime: FK table refused: {exc}", file=sys.stderr)
         return EXIT_TABLE
+    except EnvelopeRefused as exc:
+        log.error("envelope_refused", error=str(exc))
+        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_ENVELOPE
     except Exception as exc:
         log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
         print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)

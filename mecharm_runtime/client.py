@@ -31,6 +31,7 @@ from daemon_pi.protocol import (
     decode_response,
     encode,
 )
+from mecharm_common.envelope import Envelope
 from mecharm_common.logging import get_logger
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "DaemonClient",
     "DaemonError",
     "DaemonTimeout",
+    "OutsideEnvelope",
     "Unauthorized",
 ]
 
@@ -88,6 +90,10 @@ class Unauthorized(ArmRefused):
     """The daemon requires a token and did not get a valid one."""
 
 
+class OutsideEnvelope(ArmRefused):
+    """The daemon refused a pose outside its safety envelope; the arm did not move."""
+
+
 class ArmNoReply(DaemonError):
     """The arm did not answer (SDK -1 / empty reading) or the serial line failed."""
 
@@ -110,6 +116,8 @@ def _error_for(resp: ErrorResponse) -> DaemonError:
         return DaemonBusy(f"daemon busy: {message}")
     if code == ErrorCode.UNAUTHORIZED.value:
         return Unauthorized(code, message)
+    if code == ErrorCode.OUTSIDE_ENVELOPE.value:
+        return OutsideEnvelope(code, message)
     if code in _NO_REPLY_CODES:
         return ArmNoReply(code, message)
     if code == ErrorCode.SHUTTING_DOWN.value:
@@ -220,6 +228,13 @@ class DaemonClient:
             await self.aclose()
             raise
         return self.hello
+
+    def envelope(self) -> Envelope | None:
+        """The safety envelope the daemon announced in its last hello; None when it announced
+        none (a daemon older than the envelope) or no hello was made. Raises ValueError
+        naming what is wrong when the announced one is malformed."""
+        data = (self.hello or {}).get("envelope")
+        return None if data is None else Envelope.from_wire(data)
 
     async def aclose(self) -> None:
         writer, self._writer, self._reader = self._writer, None, None

@@ -29,7 +29,17 @@ Angles6 = tuple[float, float, float, float, float, float]
 #: behaviour from before the setting existed. A trace recorded before then (its constants lack
 #: the key) replays with this value, not today's default, so old traces stay replayable
 #: (docs/replay.md). Every new decision-changing setting adds its "off" value here.
-BEFORE_THE_SETTING: dict[str, object] = {"joint_step_max_deg": 0.0, "path_check": False}
+BEFORE_THE_SETTING: dict[str, object] = {
+    # never release blind (docs/stages.md, "release"): no check before opening, no hold on abort
+    "release_check": False,
+    # the height memory's rule before the measured one (docs/runtime.md, "Memories")
+    "height_rule": "failures",
+    # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
+    "retry_open_at": "lift",
+    # no bound on a joint's change near the work, no path check (docs/safety.md)
+    "joint_step_max_deg": 0.0,
+    "path_check": False,
+}
 
 
 class RuntimeSettings(RigSettings):
@@ -67,8 +77,20 @@ class RuntimeSettings(RigSettings):
     )
     approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
     approach_place_arc: Path = Path("configs/poses/approach_place.json")
-    judge: Literal["geometric", "human"] = "geometric"
+    judge: Literal["geometric", "human", "vlm"] = "geometric"
     human_judge_timeout_s: float = Field(30.0, gt=0)
+    # the VLM judge (docs/perception.md, "VLM judge"); key from ANTHROPIC_API_KEY. Real seconds:
+    # time_scale does not shorten a remote call
+    vlm_model: str = Field("claude-sonnet-4-6", min_length=1)
+    vlm_base_url: str | None = None  # None: ANTHROPIC_BASE_URL, else the vendor's API
+    vlm_timeout_s: float = Field(20.0, gt=0, le=300)
+    vlm_max_calls: int = Field(4, ge=0)  # per trial; then the geometric judge
+    vlm_max_images: int = Field(3, ge=1, le=20)
+    vlm_max_tokens: int = Field(300, ge=16, le=4096)
+    vlm_confidence_min: float = Field(0.7, ge=0, le=1)
+    vlm_ask_human: bool = False  # also ask the operator (human_judge_timeout_s); an answer wins
+    vlm_still_mm: float = Field(5.0, ge=0)  # distance override, pick
+    vlm_outside_mm: float = Field(20.0, ge=0)  # distance override, place
 
     # ---- service
     trials: int | None = Field(None, ge=1)
@@ -147,6 +169,25 @@ class RuntimeSettings(RigSettings):
     ema_alpha: float = Field(0.5, gt=0, le=1)
     height_step_mm: float = Field(5.0, ge=0)
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
+    #: measured: raise after a place judged yes whose release margin was >= height_raise_margin_mm,
+    #: lower after a place judged no; failures: the older rule (raise after a failure only)
+    height_rule: Literal["measured", "failures"] = "measured"
+    height_raise_margin_mm: float = Field(10.0, ge=0)
+
+    # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
+    #: before opening over the box the block must be seen above the opening; an abort while
+    #: holding the block stays in the hover instead of going HOME
+    release_check: bool = True
+    #: how far (mm) the held block's farthest corner must lie inside the box's inner footprint
+    release_margin_mm: float = Field(3.0, ge=0)
+    #: a side frame that does not show the block above the box refuses the release (off: the
+    #: side camera is not a view of the workcell, e.g. a synthetic test source)
+    release_side_check: bool = True
+    #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
+    release_confirm_timeout_s: float = Field(60.0, gt=0)
+    #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0
+    #: at the lift height, as the rig did) or lift (where it is)
+    retry_open_at: Literal["mat", "swept", "lift"] = "mat"
 
     @field_validator("pick_band", "place_band", "pick_hover_band")
     @classmethod

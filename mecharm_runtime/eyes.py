@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import cv2
@@ -36,9 +37,17 @@ from mecharm_runtime.perception import (
     estimate_homography,
     locate_block,
 )
-from mecharm_runtime.perception.results import SceneDetection
+from mecharm_runtime.perception.judge import _inside_margin_mm
+from mecharm_runtime.perception.results import BoxDetection, SceneDetection
+from mecharm_runtime.perception.side import side_view
 from mecharm_runtime.perception.tip import measure_tip
-from mecharm_runtime.ports import EyesPort, SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.ports import (
+    EyesPort,
+    ReleaseView,
+    SceneObservation,
+    TipObservation,
+    VerdictObservation,
+)
 from mecharm_runtime.records.trace import TraceWriter
 from mecharm_runtime.threads import to_thread
 
@@ -69,8 +78,16 @@ class CameraEyes:
         flush_frames: int = 1,
         max_age_s: float = 0.0,
         guard: DataRootGuard | None = None,
+        release_frames: int = 3,
+        release_near_m: float = 0.100,
+        release_prompt: Callable[[str], Awaitable[bool | None]] | None = None,
     ) -> None:
         self.camera = camera
+        # before a release: frames of the held block over the box; the operator's
+        # "release anyway?" (None: nobody is asked, --confirm off; docs/stages.md, "release")
+        self.release_frames = release_frames
+        self.release_near_m = release_near_m
+        self.release_prompt = release_prompt
         # images are records too: written only while the data root is the session's own
         self.guard = guard
         self.judge: Judge = judge or GeometricJudge(config)
@@ -92,6 +109,9 @@ class CameraEyes:
 
     def start_trial(self, run_dir: Path | None) -> None:
         self.run_dir, self.H, self.scene = run_dir, None, None
+        start = getattr(self.judge, "start_trial", None)
+        if callable(start):  # a judge with a per-trial budget (the VLM judge)
+            start()
 
     # ------------------------------------------------------------ frames
     def _grab_sync(self, n: int) -> list[NDArray[np.uint8]]:
@@ -231,7 +251,7 @@ class CameraEyes:
                 "no", 0.0, "cannot judge: no detect detection", self.judge.name
             )
         v = await self.judge.judge_pick(ev)
-        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         ev = await self._evidence(tag, None, side_frame)
@@ -240,10 +260,70 @@ class CameraEyes:
                 "no", 0.0, "cannot judge: no detect detection", self.judge.name
             )
         v = await self.judge.judge_place(ev)
-        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
+
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        side, side_reason = await _side_check(side_frame)
+        if self.H is None:
+            return ReleaseView(0, 0, side=side, side_reason=side_reason)
+        frames, path = await self.grab(self.release_frames, tag)
+        top = self.config.block_size_m + lift_m  # the held block's top face (see locate_block)
+        box = (
+            self.scene.box
+            if self.scene is not None
+            else BoxDetection(box_xz[0], box_xz[1], 0.0, 0.0, "fallback")
+        )
+        # only a block within release_near_m of the box can be the one held above it (a
+        # block dropped on the mat elsewhere is not "seen above the box")
+        found = [
+            b
+            for b in (locate_block(f, self.H, top, box_xz, self.config) for f in frames)
+            if b is not None and math.hypot(b.x - box_xz[0], b.z - box_xz[1]) <= self.release_near_m
+        ]
+        if not found:
+            return ReleaseView(0, len(frames), side=side, side_reason=side_reason, capture=path)
+        x = float(np.median([b.x for b in found]))
+        z = float(np.median([b.z for b in found]))
+        margin = float(np.median([_inside_margin_mm(b, box, self.config) for b in found]))
+        return ReleaseView(
+            len(found),
+            len(frames),
+            (x, z),
+            round(math.hypot(x - box_xz[0], z - box_xz[1]) * 1000.0, 2),
+            round(margin, 2),
+            side,
+            side_reason,
+            path,
+        )
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        if self.release_prompt is None:
+            return VerdictObservation("no", 0.0, "not asked (--confirm off)", "none")
+        answer = await self.release_prompt(why)
+        if answer is None:
+            return VerdictObservation("no", 0.0, "operator: no answer", "human")
+        return VerdictObservation(
+            "yes" if answer else "no",
+            1.0,
+            "operator: release anyway" if answer else "operator: abort",
+            "human",
+        )
 
     async def close(self) -> None:
         await to_thread(self.camera.close)
+
+
+async def _side_check(side_frame: str | None) -> tuple[str, str]:
+    """("seen" | "not_seen" | "no_frame", why) for the recorder's side frame (perception/side.py)."""
+    if not side_frame:
+        return "no_frame", "no side frame"
+    img = await to_thread(cv2.imread, side_frame)
+    if img is None:
+        return "no_frame", f"side frame {side_frame} unreadable"
+    v = await to_thread(side_view, np.asarray(img, dtype=np.uint8))
+    return ("seen" if v.seen else "not_seen"), v.reason
 
 
 class DryRunEyes:
@@ -293,6 +373,23 @@ class DryRunEyes:
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return VerdictObservation("yes", 0.0, "dry run: assumed (the arm did not move)", "dry_run")
 
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        """Modelled: the block is held at the tip; its margin in an unrotated box of the
+        configured size (yaws unknown without the arm moving)."""
+        x, _y, z = self._tip()
+        cfg = self.eyes.config if self.eyes is not None else DEFAULT_CONFIG
+        half = (cfg.box_inner_m - cfg.block_size_m) / 2.0
+        margin = (half - max(abs(x - box_xz[0]), abs(z - box_xz[1]))) * 1000.0
+        dist = math.hypot(x - box_xz[0], z - box_xz[1]) * 1000.0
+        return ReleaseView(
+            1, 1, (x, z), round(dist, 2), round(margin, 2), "no_frame", "dry run: modelled from FK"
+        )
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        return VerdictObservation("no", 0.0, "dry run: not asked", "dry_run")
+
     async def close(self) -> None:
         if self.eyes is not None:
             await self.eyes.close()
@@ -325,6 +422,16 @@ class TracedEyes:
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return self.trace.input("place_verdict", await self.inner.judge_place(side_frame, tag))  # type: ignore[no-any-return]
+
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        return self.trace.input(  # type: ignore[no-any-return]
+            "release_view", await self.inner.view_release(lift_m, box_xz, side_frame, tag)
+        )
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        return self.trace.input("release_answer", await self.inner.ask_release(why, tag))  # type: ignore[no-any-return]
 
     async def close(self) -> None:
         await self.inner.close()

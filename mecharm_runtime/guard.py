@@ -1,7 +1,8 @@
 """The pose guard: every pose passes it before it is sent (docs/runtime.md, "Motion").
 
 Checks, in order: six finite numbers, the SDK joint limits, j1 <= 88° (the firmware
-silently ignores sends above ~90.7°, so 88° is the operational limit), and the
+silently ignores sends above ~90.7°, so 88° is the operational limit), the daemon's
+safety envelope when one is given (docs/daemon.md, "Safety envelope"), and the
 lookup's own verdict when the pose came from a lookup.
 """
 
@@ -11,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from mecharm_common.envelope import Envelope
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 
 __all__ = ["GuardVerdict", "GuardViolation", "check_pose"]
@@ -36,8 +38,12 @@ def check_pose(
     j1_max: float = 88.0,
     lookup_ok: bool | None = None,
     lookup_reason: str = "",
+    envelope: Envelope | None = None,
 ) -> GuardVerdict:
-    """Return the guard verdict for ``angles``; never raises on bad input."""
+    """Return the guard verdict for ``angles``; never raises on bad input.
+
+    ``envelope``: the daemon's (from its hello); a pose outside it fails here, before
+    the daemon would refuse it."""
     try:
         a = tuple(float(v) for v in angles)
     except (TypeError, ValueError):
@@ -55,4 +61,7 @@ def check_pose(
             )
     if a[1] > j1_max:
         return GuardVerdict(False, f"j1 = {a[1]:.2f} above the safety limit {j1_max}", a)
+    bad = envelope.violation(a) if envelope is not None else None
+    if bad is not None:
+        return GuardVerdict(False, f"{bad.message()} (the daemon's safety envelope)", a)
     return GuardVerdict(True, "ok", a)

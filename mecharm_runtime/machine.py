@@ -56,6 +56,7 @@ from mecharm_runtime.ports import (
     Clock,
     EyesPort,
     Reading,
+    ReleaseView,
     SceneObservation,
     Sent,
     TipObservation,
@@ -93,7 +94,7 @@ class Stage(StrEnum):
     APPROACH_PLACE = "approach_place"  # j0 arc pose above the box
     DESCEND_PLACE = "descend_place"  # FK lookup pose into the box
     SERVO_PLACE = "servo_place"  # visual servo on j0, depth steps, side frame
-    RELEASE = "release"  # open the gripper
+    RELEASE = "release"  # block seen above the opening? then open the gripper; else hover, holding
     RETREAT_AND_JUDGE = "retreat_and_judge"  # up, swept aside; judge the place; height memory
     RETURN_HOME = "return_home"  # back over the box, HOME, fresh mode off
     DONE = "done"
@@ -165,6 +166,11 @@ class TrialState:
     place_pose: tuple[float, ...] | None = None
     place_ee_y: float | None = None
     side_frame: str | None = None
+    release_view: ReleaseView | None = None
+    #: the release check confirmed the block above the opening (False: refused, or released anyway)
+    release_confirmed: bool = False
+    #: the arm holds the block in the hover above the place (the release was refused)
+    hovering: bool = False
     place_verdict: VerdictObservation | None = None
     holding: bool = False
     fresh_mode_on: bool = False
@@ -533,10 +539,34 @@ def _learn_correction(ctx: TrialContext) -> None:
 
 
 async def retry_pick(ctx: TrialContext) -> Outcome:
-    """A missed pick: open, then HOME, so detect sees the mat unobstructed as on the first attempt."""
-    await ctx.gripper("open", "release after failed pick")
-    ctx.state.holding = False
-    await ctx.move(ctx.settings.home, ctx.settings.tol_home, "home before re-detect")
+    """A missed pick: open where a partly held block cannot fall far, then HOME, so detect sees
+    the mat unobstructed as on the first attempt.
+
+    ``retry_open_at`` (docs/stages.md, "retry_pick"): ``mat`` lowers to the pick pose (the
+    block, if held, is back on the mat where it was grasped), opens, goes up again; ``swept``
+    turns j0 to ``swept_j0`` at the lift height first, as the rig did; ``lift`` opens where the
+    arm is (the behaviour before the setting).
+    """
+    s, st = ctx.settings, ctx.state
+    where = s.retry_open_at
+    if where != "lift" and (st.pick_pose is None or st.pick_approach is None):
+        where = "lift"  # never lowered: nothing to lower to (cannot happen after a grasp)
+    if where != "lift":
+        ctx.trace.decision("retry_release", {"open_at": where})
+    if where == "mat":
+        assert st.pick_pose is not None
+        await ctx.move(st.pick_pose, s.tol_pick_place, "retry: lower to the mat", lookup_ok=True)
+    elif where == "swept":
+        assert st.pick_approach is not None
+        swept = (s.swept_j0, *st.pick_approach[1:])
+        await ctx.move(swept, s.tol_pick_place, "retry: swept aside")
+    note = "release after failed pick" + ("" if where == "lift" else f" ({where})")
+    await ctx.gripper("open", note)
+    st.holding = False
+    if where == "mat":
+        assert st.pick_approach is not None
+        await ctx.move(st.pick_approach, s.tol_approach, "retry: up from the mat", lookup_ok=True)
+    await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK
 
 
@@ -775,11 +805,78 @@ async def servo_place(ctx: TrialContext) -> Outcome:
 
 
 async def release(ctx: TrialContext) -> Outcome:
-    await ctx.sleep(ctx.settings.gripper_settle_s)  # pre-release settle
+    """Open the gripper over the box, but never blind (docs/stages.md, "release").
+
+    With ``release_check`` the block must first be seen above the box's opening; when it
+    is not, the arm lifts to the place approach pose holding the block and the operator
+    decides (``ask_release``: with ``--confirm`` a terminal prompt, else no): release
+    anyway (back down, then open) or abort holding in that hover.
+    """
+    s, st = ctx.settings, ctx.state
+    if s.release_check:
+        await _check_release(ctx)
+    await ctx.sleep(s.gripper_settle_s)  # pre-release settle
     await ctx.gripper("open", "release 1")
     await ctx.gripper("open", "release 2")
-    ctx.state.holding = False
+    st.holding = False
     return Outcome.OK
+
+
+def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
+    """(confirmed, what was seen): the top camera must see the block in most frames with its
+    farthest corner ``release_margin_mm`` inside the opening; a side frame, when there is
+    one, must show it above the box."""
+    if v.top_frames == 0:
+        top, top_ok = "no top-camera frames (no mat homography)", False
+    elif 2 * v.top_seen <= v.top_frames or v.margin_mm is None:
+        unseen = v.top_frames - v.top_seen
+        top, top_ok = f"not visible near the box in {unseen} of {v.top_frames} frames", False
+    elif v.margin_mm < s.release_margin_mm:
+        top, top_ok = (
+            f"seen {v.dist_mm or 0.0:.1f} mm from the box centre, {v.margin_mm:.1f} mm inside "
+            f"the opening (needs {s.release_margin_mm:g} mm)",
+            False,
+        )
+    else:
+        top, top_ok = f"inside the opening by {v.margin_mm:.1f} mm", True
+    side = {"seen": "above the box", "not_seen": "not above the box", "no_frame": "no frame"}[
+        v.side
+    ]
+    if v.side != "seen" and v.side_reason:
+        side += f" ({v.side_reason})"
+    if not s.release_side_check:
+        side += ", not checked"
+    ok = top_ok and (v.side != "not_seen" or not s.release_side_check)
+    what = "seen above" if ok else "not seen above"
+    return ok, f"block {what} the box opening (top: {top}; side: {side})"
+
+
+async def _check_release(ctx: TrialContext) -> None:
+    """Confirm the held block above the opening, or hover holding it and let the operator choose."""
+    s, st = ctx.settings, ctx.state
+    assert st.scene is not None and st.scene.box_xz is not None
+    assert st.place_pose is not None and st.place_approach is not None
+    assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
+    await ctx.at_rest("release check")
+    lift = float(fk_tip(st.place_pose)[1]) - st.pick_ee_y
+    view = await ctx.eyes.view_release(lift, st.scene.box_xz, st.side_frame, "release_check")
+    st.release_view = view
+    ok, what = _release_verdict(s, view)
+    ctx.trace.decision("release_check", {"confirmed": ok, "why": what, "lift_m": lift})
+    if ok:
+        st.release_confirmed = True
+        return
+    log.warning("release_refused", reason=what)
+    await ctx.move(st.place_approach, s.tol_pick_place, "release refused: hover", lookup_ok=True)
+    st.hovering = True
+    ans = await ctx.eyes.ask_release(what, "release_confirm")
+    anyway = ans.verdict == "yes"
+    ctx.trace.decision("release_override", {"release": anyway, "answer": ans.reason})
+    if not anyway:
+        raise StageFailed(f"release refused: {what}; {ans.reason}")
+    log.warning("release_anyway", reason=what, answer=ans.reason)
+    await ctx.move(st.place_pose, s.tol_pick_place, "release anyway: back down", lookup_ok=True)
+    st.hovering = False
 
 
 async def retreat_and_judge(ctx: TrialContext) -> Outcome:
@@ -791,9 +888,38 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     await ctx.at_rest("place judgement")
     v = await ctx.eyes.judge_place(st.side_frame, "retreat_judge")
     st.place_verdict = v
-    dee = ctx.heights.update(st.place_key, v.verdict == "yes", s.height_step_mm, s.height_max_mm)
+    placed = v.verdict == "yes"
+    if s.height_rule == "failures":  # before the measured rule: raise after a failure only
+        dee = ctx.heights.update(st.place_key, placed, s.height_step_mm, s.height_max_mm)
+        ctx.trace.decision(
+            "height_update", {"key": st.place_key, "placed_ok": placed, "dee_y_mm": dee}
+        )
+        return Outcome.OK
+    # measured at the release (the release check's top view), only when it was confirmed
+    view = st.release_view if st.release_confirmed else None
+    up = ctx.heights.learn(
+        st.place_key,
+        placed,
+        None if view is None else view.margin_mm,
+        step_mm=s.height_step_mm,
+        max_mm=s.height_max_mm,
+        raise_margin_mm=s.height_raise_margin_mm,
+    )
+    dist = None if view is None else view.dist_mm
     ctx.trace.decision(
-        "height_update", {"key": st.place_key, "placed_ok": v.verdict == "yes", "dee_y_mm": dee}
+        "height_update",
+        {"key": st.place_key, "placed_ok": placed, "dist_mm": dist, **up.to_dict()},
+    )
+    log.info(
+        "height_update",
+        line=f"update {st.place_key} dist="
+        + ("unmeasured" if dist is None else f"{dist:.1f}mm")
+        + f" placed={'yes' if placed else 'no'} → dee_y={up.dee_y_mm:.1f}mm (n={up.n})",
+        key=st.place_key,
+        dist_mm=dist,
+        margin_mm=up.margin_mm,
+        change=up.change,
+        why=up.why,
     )
     return Outcome.OK
 

@@ -30,7 +30,9 @@ __all__ = [
     "N_LIMIT",
     "CorrectionMemory",
     "HeightMemory",
+    "HeightUpdate",
     "cell_key",
+    "learn_height",
 ]
 
 log = get_logger("mecharm_runtime.memories")
@@ -39,8 +41,8 @@ log = get_logger("mecharm_runtime.memories")
 #: (``max_correction_mm``, 20 mm) and over three times the grasp tolerance (12 mm);
 #: the EMA of tip offsets of successful picks stays far inside it.
 CORRECTION_LIMIT_MM = 40.0
-#: Range of a height entry's dee_y_mm: the update starts at 0 and only raises it, by
-#: ``height_step_mm`` up to ``height_max_mm`` (30 mm); 50 mm lifts the place target
+#: Range of a height entry's dee_y_mm: the update starts at 0 and moves it by
+#: ``height_step_mm`` within 0..``height_max_mm`` (30 mm); 50 mm lifts the place target
 #: from 100 mm to 150 mm above the mat. Below 0 would lower the block into the box.
 HEIGHT_LIMIT_MM = (0.0, 50.0)
 #: Largest n (learning count) of an entry: 100,000 trials in one 20 mm cell is
@@ -238,11 +240,84 @@ class HeightMemory(_JsonMemory):
         return None if e is None else float(e["dee_y_mm"])
 
     def update(self, key: str, placed_ok: bool, step_mm: float, max_mm: float) -> float:
-        """A failed place raises the cell's target by ``step_mm`` (capped at ``max_mm``);
-        a good place keeps it and counts it."""
+        """The rule before ``height_rule: measured``: a failed place raises the cell's target by
+        ``step_mm`` (capped at ``max_mm``); a good place keeps it and counts it."""
         old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
         dee = float(old["dee_y_mm"])
         if not placed_ok:
             dee = min(max_mm, HEIGHT_LIMIT_MM[1], dee + step_mm)
         self.entries[key] = {"dee_y_mm": dee, "n": min(int(old["n"]) + 1, N_LIMIT)}
         return dee
+
+    def learn(
+        self,
+        key: str,
+        placed_ok: bool,
+        margin_mm: float | None,
+        *,
+        step_mm: float,
+        max_mm: float,
+        raise_margin_mm: float,
+    ) -> HeightUpdate:
+        """Apply the measured rule to ``key`` (see ``learn_height``) and count the place."""
+        old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
+        old_mm = float(old["dee_y_mm"])
+        new, change, why = learn_height(
+            old_mm,
+            placed_ok,
+            margin_mm,
+            step_mm=step_mm,
+            max_mm=max_mm,
+            raise_margin_mm=raise_margin_mm,
+        )
+        n = min(int(old["n"]) + 1, N_LIMIT)
+        self.entries[key] = {"dee_y_mm": new, "n": n}
+        return HeightUpdate(margin_mm, old_mm, new, n, change, why)
+
+
+@dataclass(frozen=True)
+class HeightUpdate:
+    """One measured height update: what was measured, the change and why."""
+
+    margin_mm: float | None
+    old_mm: float
+    dee_y_mm: float
+    n: int
+    change: str  # raise | lower | keep
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def learn_height(
+    old_mm: float,
+    placed_ok: bool,
+    margin_mm: float | None,
+    *,
+    step_mm: float,
+    max_mm: float,
+    raise_margin_mm: float,
+) -> tuple[float, str, str]:
+    """(new dee_y, change, why) by the measured rule (docs/runtime.md, "Memories").
+
+    The place height trades clearance (higher: the gripper and the held block stay
+    farther from the box walls) against a sure landing (lower: a shorter drop). A
+    place judged yes whose release was measured well inside the opening (margin >=
+    ``raise_margin_mm``) raises it one step, as the rig's did after good places; a
+    place judged no lowers it one step; an unmeasured release or a narrow margin
+    keeps it. Always within 0..min(max_mm, HEIGHT_LIMIT_MM[1]).
+    """
+    hi = min(max_mm, HEIGHT_LIMIT_MM[1])
+    lo = HEIGHT_LIMIT_MM[0]
+    if not placed_ok:
+        new = max(lo, min(hi, old_mm - step_mm))
+        return new, ("lower" if new < old_mm else "keep"), "place judged no: shorter drop"
+    if margin_mm is None or not math.isfinite(margin_mm):
+        return max(lo, min(hi, old_mm)), "keep", "placed, release not measured"
+    if margin_mm < raise_margin_mm:
+        why = f"placed, margin {margin_mm:.1f} mm < {raise_margin_mm:g} mm at the release"
+        return max(lo, min(hi, old_mm)), "keep", why
+    new = max(lo, min(hi, old_mm + step_mm))
+    why = f"placed with margin {margin_mm:.1f} mm at the release: more clearance"
+    return new, ("raise" if new > old_mm else "keep"), why

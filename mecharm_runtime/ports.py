@@ -24,6 +24,7 @@ __all__ = [
     "EyesPort",
     "Reading",
     "RealClock",
+    "ReleaseView",
     "SceneObservation",
     "Sent",
     "TipObservation",
@@ -168,18 +169,76 @@ class VerdictObservation:
     confidence: float
     reason: str
     judge: str
+    #: how the judge came to it (the VLM judge: vlm_verdict, dist_override, raw, fallback ...)
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "verdict": self.verdict,
             "confidence": self.confidence,
             "reason": self.reason,
             "judge": self.judge,
         }
+        if self.details:
+            d["details"] = self.details
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> VerdictObservation:
-        return cls(str(d["verdict"]), float(d["confidence"]), str(d["reason"]), str(d["judge"]))
+        details = d.get("details")
+        return cls(str(d["verdict"]), float(d["confidence"]), str(d["reason"]), str(d["judge"]),
+                   dict(details) if isinstance(details, dict) else {})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """Is the held block above the box's opening, just before the release (docs/stages.md, "release")?
+
+    Top camera: in how many of ``top_frames`` the red block was found near the box at
+    its held height, its median (x, z), distance to the box centre and ``margin_mm``
+    (how far its farthest corner lies inside the box's inner footprint; negative:
+    outside). Side camera (the recorder's frame, when there is one): ``side`` is
+    ``seen`` (red block above the white box), ``not_seen``, or ``no_frame`` with
+    ``side_reason`` saying why.
+    """
+
+    top_seen: int
+    top_frames: int
+    block_xz: tuple[float, float] | None = None
+    dist_mm: float | None = None
+    margin_mm: float | None = None
+    side: str = "no_frame"  # seen | not_seen | no_frame
+    side_reason: str = ""
+    capture: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "top_seen": self.top_seen, "top_frames": self.top_frames,
+            "block_xz": list(self.block_xz) if self.block_xz else None,
+            "dist_mm": self.dist_mm, "margin_mm": self.margin_mm,
+            "side": self.side, "side_reason": self.side_reason, "capture": self.capture,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ReleaseView:
+        xz = d.get("block_xz")
+
+        def num(v: Any) -> float | None:
+            return None if v is None else float(v)
+
+        side = str(d.get("side", "no_frame"))
+        if side not in ("seen", "not_seen", "no_frame"):
+            raise ValueError(f"release view side must be seen|not_seen|no_frame, got {side!r}")
+        return cls(
+            int(d["top_seen"]),
+            int(d["top_frames"]),
+            None if xz is None else (float(xz[0]), float(xz[1])),
+            num(d.get("dist_mm")),
+            num(d.get("margin_mm")),
+            side,
+            str(d.get("side_reason", "")),
+            str(d.get("capture", "")),
+        )
 
 
 class EyesPort(Protocol):
@@ -198,6 +257,16 @@ class EyesPort(Protocol):
 
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation: ...
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation: ...
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        """The block held ``lift_m`` above where it was grasped, seen over the box before release."""
+        ...
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        """The operator's answer to "release anyway?" ("yes" = release); "no" when nobody is asked."""
+        ...
+
     async def close(self) -> None: ...
 
 

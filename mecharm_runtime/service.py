@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 import urllib.request
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 import anyio
 
 from mecharm_cameras import CameraError, open_camera
+from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
@@ -31,7 +33,7 @@ from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.perception import make_judge
+from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
@@ -39,9 +41,73 @@ from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
 
-__all__ = ["ServiceReport", "open_rig", "run_service", "scene_next", "summary_line"]
+__all__ = [
+    "EnvelopeRefused",
+    "ServiceReport",
+    "ask_release",
+    "check_envelope",
+    "open_rig",
+    "release_prompt",
+    "rig_judge",
+    "run_service",
+    "runtime_limits",
+    "scene_next",
+    "summary_line",
+]
 
 log = get_logger("mecharm_runtime.service")
+
+
+class EnvelopeRefused(RuntimeError):
+    """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
+
+
+def runtime_limits(s: RuntimeSettings) -> RuntimeLimits:
+    """What this runtime's settings will ask of the arm, for ``wider_than_envelope``.
+
+    Every setting that bounds what the runtime sends belongs here (a per-move joint bound
+    goes in ``joint_step_max_deg``)."""
+    return RuntimeLimits(
+        j1_max=s.j1_max, poses={"home": s.home}, joints={"swept_j0": (0, s.swept_j0)}
+    )
+
+
+def check_envelope(
+    s: RuntimeSettings, client: DaemonClient, *, warn_missing: bool = True
+) -> Envelope | None:
+    """The daemon's safety envelope from its hello, once the settings are known to fit in it.
+
+    Raises EnvelopeRefused naming every setting that goes beyond it (or a malformed
+    announcement). A daemon older than the envelope announces none: None, and the guard
+    keeps to the runtime's own limits (a warning when ``warn_missing``).
+    (docs/daemon.md, "Safety envelope")"""
+    daemon = f"{client.host}:{client.port}"
+    try:
+        env = client.envelope()
+    except ValueError as exc:
+        raise EnvelopeRefused(
+            f"daemon {daemon} announced a malformed safety envelope ({exc}); "
+            "run a daemon and a runtime of the same version"
+        ) from None
+    if env is None:
+        if warn_missing:
+            log.warning(
+                "daemon_envelope_missing",
+                daemon=daemon,
+                reason="the daemon announces no safety envelope (older than it): only the "
+                "runtime's own limits apply, other clients are not held to them",
+            )
+        return None
+    problems = wider_than_envelope(runtime_limits(s), env)
+    if problems:
+        raise EnvelopeRefused(
+            f"settings wider than the safety envelope of daemon {daemon}: "
+            + "; ".join(problems)
+            + ". Narrow these runtime settings (configs/runtime.yaml) or widen the daemon's "
+            "envelope (configs/daemon.yaml, envelope:)"
+        )
+    log.info("daemon_envelope", daemon=daemon, **env.to_wire())
+    return env
 
 
 @asynccontextmanager
@@ -63,12 +129,9 @@ async def open_rig(
         raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
     client: DaemonClient | None = None
     sender: RecorderSender | None = None
+    judge: Judge | None = None
     try:
-        judge = (
-            make_judge(s.judge, timeout=s.human_judge_timeout_s)
-            if s.judge == "human"
-            else make_judge(s.judge)
-        )
+        judge = rig_judge(s)
         cam_eyes = CameraEyes(
             camera,
             judge,
@@ -77,6 +140,8 @@ async def open_rig(
             box_fallback_xz=s.box_xz_fallback,
             box_score_thresh=s.box_score_thresh,
             guard=guard,
+            # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
+            release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
         )
         if s.dry_run:
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
@@ -98,7 +163,9 @@ async def open_rig(
                 keepalive_s=s.daemon_keepalive_s or None,
             )
             await client.connect()
-            arm, eyes = DaemonArm(client, clock, s.j1_max), cam_eyes
+            # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
+            envelope = check_envelope(s, client)
+            arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
@@ -125,7 +192,33 @@ async def open_rig(
             sender.close()
         if client is not None:
             await client.aclose()
+        judge_close = getattr(judge, "aclose", None)
+        if judge_close is not None:  # the VLM judge's HTTP connections
+            await judge_close()
         await to_thread(camera.close)
+
+
+def rig_judge(s: RuntimeSettings) -> Judge:
+    """The judge the settings choose; the VLM one with the rig's adoption rule (docs/perception.md,
+    "VLM judge"). Raises ``VlmConfigError`` without an API key."""
+    if s.judge == "human":
+        return make_judge("human", timeout=s.human_judge_timeout_s)
+    if s.judge != "vlm":
+        return make_judge(s.judge)
+    from mecharm_runtime.perception.vlm import DistanceOverride, anthropic_from_env
+
+    client = anthropic_from_env(s.vlm_model, s.vlm_base_url, s.vlm_timeout_s, s.vlm_max_tokens)
+    return make_judge(
+        "vlm",
+        client=client,
+        max_frames=s.vlm_max_images,
+        fallback=GeometricJudge(),
+        override=DistanceOverride(s.vlm_still_mm, s.vlm_outside_mm),
+        human=HumanJudge(timeout=s.human_judge_timeout_s) if s.vlm_ask_human else None,
+        confidence_min=s.vlm_confidence_min,
+        max_calls=s.vlm_max_calls,
+        timeout_s=s.vlm_timeout_s,
+    )
 
 
 def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[str, Any]:
@@ -285,6 +378,9 @@ async def _trials(
                 print(f"daemon unavailable: {exc}; stopping", file=out, flush=True)
                 report.stopped_by = f"daemon unavailable: {exc}"
                 break
+            if isinstance(rig.arm, DaemonArm):  # a restarted daemon may have another envelope
+                had = rig.arm.envelope
+                rig.arm.envelope = check_envelope(settings, client, warn_missing=had is not None)
         print(
             f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
             file=out,
@@ -305,6 +401,9 @@ async def _trials(
         refused = 0
         report.trials.append(summary)
         print(summary_line(summary), file=out, flush=True)
+        if summary.block_held:  # the next trial would open the gripper at HOME: stop here
+            report.stopped_by = "block held in the gripper (take it out by hand)"
+            break
         if "ledger row" not in summary.records_pending:  # a pending row waits for the root
             check_ledger_row(ledger_path(Path(settings.data_root)), summary.run_stem)
         i += 1
@@ -322,4 +421,76 @@ async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:
 def _input(prompt: str) -> str | None:
     with contextlib.suppress(EOFError):
         return input(prompt)
+    return None
+
+
+def release_prompt(
+    timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
+) -> Callable[[str], Awaitable[bool | None]]:
+    """The ``--confirm`` prompt of a refused release, bound to its timeout."""
+
+    async def prompt(why: str) -> bool | None:
+        return await ask_release(why, timeout_s, in_fd, out)
+
+    return prompt
+
+
+async def ask_release(
+    why: str, timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
+) -> bool | None:
+    """Ask on the terminal whether to open the gripper although the block was not confirmed
+    above the box: True = release anyway, False = abort, None = no answer within
+    ``timeout_s`` or no terminal (the caller aborts, holding the block).
+
+    Reads the terminal without a thread (a reader on the fd, like ``HumanJudge``) so a
+    timeout or a forced stop leaves nothing blocked on ``input()``.
+    """
+    out = out or sys.stdout
+    loop = asyncio.get_running_loop()
+    try:
+        fd = in_fd if in_fd is not None else sys.stdin.fileno()
+    except (OSError, ValueError):
+        return None
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            queue.put_nowait(os.read(fd, 1024))
+        except OSError:
+            queue.put_nowait(b"")
+
+    out.write(
+        f"RELEASE REFUSED: {why}.\nThe arm holds the block above the box. "
+        f"Release anyway (r) or abort holding it (a)? [r/a] (within {timeout_s:.0f} s): "
+    )
+    out.flush()
+    try:
+        loop.add_reader(fd, readable)
+    except (OSError, ValueError, NotImplementedError):
+        out.write("\n")
+        return None
+    deadline = loop.time() + timeout_s
+    buf = b""
+    try:
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                async with asyncio.timeout(remaining):
+                    data = await queue.get()
+            except TimeoutError:
+                break
+            if not data:
+                break
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                answer = line.decode("utf-8", "replace").strip().lower()
+                if answer in ("r", "release"):
+                    return True
+                if answer in ("a", "abort"):
+                    return False
+                out.write(f"please answer r (release) or a (abort) (got {answer[:20]!r}): ")
+                out.flush()
+    finally:
+        loop.remove_reader(fd)
+    out.write("\n")
     return None

@@ -10,7 +10,7 @@ the run log, derived from the trace.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,8 @@ class TrialSummary:
     scene_seed: int | None = None
     #: records not on disk yet (the data root failed); the service retries them
     records_pending: list[str] = field(default_factory=list)
+    #: the trial stopped with the block in the gripper (the arm holds it in the hover)
+    block_held: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -107,6 +109,8 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
     s, st = ctx.settings, ctx.state
     if not rig.arm_alive():
         steps.append({"step": "arm actions skipped", "why": "daemon connection lost"})
+        if st.holding and s.release_check:
+            _tell_block_held(ctx, forced=False)
         ctx.trace.decision("exit", steps[-1])
         return steps
     forced = reason.startswith("forced stop")
@@ -121,8 +125,24 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         steps.append({"step": name, "ok": True})
         return True
 
+    holding = st.holding and s.release_check
+    # the pick was judged no for the last time: the jaws are closed on nothing or on a
+    # partly held block; put it down where retry_pick would, then HOME as usual
+    put_down = (
+        holding
+        and st.place_approach is None
+        and st.pick_verdict is not None
+        and st.pick_verdict.verdict == "no"
+        and s.retry_open_at != "lift"
+        and st.pick_pose is not None
+        and st.pick_approach is not None
+    )
     if forced:
         await attempt("stop", ctx.arm.stop)
+    elif put_down:
+        await _put_down(ctx, attempt)
+    elif holding:
+        await _hold_in_hover(ctx, attempt, steps)
     else:
         # up first (never drag a low pose sideways), then HOME
         up = st.place_approach if st.place_pose is not None else st.pick_approach
@@ -138,8 +158,71 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         "fresh mode off", lambda: ctx.arm.set_fresh_mode(0)
     ):
         st.fresh_mode_on = False
+    if holding and st.holding:
+        _tell_block_held(ctx, forced)
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
     return steps
+
+
+async def _put_down(
+    ctx: TrialContext, attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]]
+) -> None:
+    """After the last failed pick: open at the mat (or swept aside), as retry_pick does."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_pose is not None and st.pick_approach is not None
+    if s.retry_open_at == "mat":
+        pick, up = st.pick_pose, st.pick_approach
+        there = await attempt(
+            "lower to the mat",
+            lambda: ctx.move(pick, s.tol_pick_place, "abort: lower to the mat", lookup_ok=True),
+        )
+    else:
+        swept = (s.swept_j0, *st.pick_approach[1:])
+        there = await attempt(
+            "swept aside", lambda: ctx.move(swept, s.tol_pick_place, "abort: swept aside")
+        )
+    if not there or not await attempt(
+        "open", lambda: ctx.gripper("open", f"abort: put down ({s.retry_open_at})")
+    ):
+        return  # still holding: told below, the arm stays where it got to
+    st.holding = False
+    if s.retry_open_at == "mat" and not await attempt(
+        "up from the mat", lambda: ctx.move(up, s.tol_approach, "abort: up", lookup_ok=True)
+    ):
+        return
+    await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
+
+
+async def _hold_in_hover(
+    ctx: TrialContext,
+    attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]],
+    steps: list[dict[str, Any]],
+) -> None:
+    """The block is (or may be) in the gripper: never open it at a random place, never carry
+    it HOME. Up to the hover above where the arm works (the place approach pose once the
+    arm went there, else the pick approach) and stay there (docs/stages.md, "abort")."""
+    s, st = ctx.settings, ctx.state
+    hover = st.place_approach if st.place_approach is not None else st.pick_approach
+    if st.hovering:
+        steps.append({"step": "hover", "ok": True, "why": "already in the hover"})
+    elif hover is not None and await attempt(
+        "hover holding the block", lambda: ctx.move(hover, s.tol_pick_place, "abort: hover")
+    ):
+        st.hovering = True
+    steps.append({"step": "gripper stays closed", "why": "block held; not taken HOME"})
+
+
+def _tell_block_held(ctx: TrialContext, forced: bool) -> None:
+    """Say it on the console and in the log: the operator must take the block out by hand."""
+    where = "in the hover" if ctx.state.hovering else ("stopped" if forced else "where it stopped")
+    msg = (
+        f"BLOCK STILL IN THE GRIPPER: the arm stays {where} with the gripper closed; "
+        "take the block out by hand before the next trial (the next trial opens the gripper "
+        "at HOME)"
+    )
+    log.error("block_held_at_stop", where=where, forced=forced)
+    if ctx.on_stage is not None:
+        ctx.on_stage(Stage.ABORT.value, "holding", msg)
 
 
 async def run_trial(
@@ -254,6 +337,7 @@ async def run_trial(
         trace_path=trace_path,
         stage_times=dict(st.stage_times),
         scene_seed=scene_seed,
+        block_held=st.holding and status == "stopped",
     )
     row = {
         "run_stem": stem, "started_at": iso(started_wall), "ended_at": iso(rig.clock.wall()),

@@ -12,16 +12,14 @@ person at the terminal, a remote model) never blocks the event loop.
   agreement and the margin.
 * ``HumanJudge``: asks y/n on the terminal, with a timeout (then the fallback
   judge, or "no" with confidence 0).
-* ``VlmJudge``: the seam for a vision-language model. Give it any object with
-  ``async ask(images: list[bytes], prompt: str) -> str`` (JPEG bytes in, the
-  model's text out); it expects a JSON answer ``{"verdict", "confidence",
-  "reason"}`` and turns anything else into a "no" with confidence 0.
+* ``VlmJudge`` (vlm.py): a vision-language model behind any object with
+  ``async ask(images: list[bytes], prompt: str) -> str``, adopted by the rig's
+  rule with the geometric judge as fallback (docs/perception.md, "VLM judge").
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import sys
@@ -29,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, runtime_checkable
 
-import cv2
 import numpy as np
 from numpy.typing import NDArray
 
@@ -320,77 +317,28 @@ class HumanJudge:
         return Verdict("no", 0.0, f"human judge: {why}", self.name)
 
 
-# ---------------------------------------------------------------- VLM seam
-@runtime_checkable
-class VlmClient(Protocol):
-    """A vision-language model: JPEG images and a prompt in, the model's text out."""
-
-    async def ask(self, images: list[bytes], prompt: str) -> str: ...
+# ---------------------------------------------------------------- VLM (vlm.py)
+# defined in vlm.py, which builds on this module's Judge and JudgeEvidence; re-exported here
+from mecharm_runtime.perception.vlm import VlmClient, VlmJudge, parse_vlm_answer  # noqa: E402
 
 
-PICK_PROMPT = (
-    "Top-camera images of a robot arm pick-and-place workcell, taken after the arm lifted. "
-    "Is the red block held in the gripper (lifted off the mat)? Answer only JSON: "
-    '{"verdict": "yes"|"no", "confidence": 0..1, "reason": "..."}'
-)
-PLACE_PROMPT = (
-    "Top-camera images of a robot arm pick-and-place workcell, taken after the arm moved away. "
-    "Does the red block lie inside the white box? Answer only JSON: "
-    '{"verdict": "yes"|"no", "confidence": 0..1, "reason": "..."}'
-)
-
-
-class VlmJudge:
-    """Asks a vision-language model (any ``VlmClient``); a malformed answer is a "no" with confidence 0."""
-
-    name = "vlm"
-
-    def __init__(self, client: VlmClient, jpeg_quality: int = 85, max_frames: int = 3) -> None:
-        self.client = client
-        self.jpeg_quality = jpeg_quality
-        self.max_frames = max_frames
-
-    async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
-        return await self._ask(evidence, PICK_PROMPT)
-
-    async def judge_place(self, evidence: JudgeEvidence) -> Verdict:
-        return await self._ask(evidence, PLACE_PROMPT)
-
-    async def _ask(self, ev: JudgeEvidence, prompt: str) -> Verdict:
-        images = [
-            cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])[1].tobytes()
-            for f in ev.frames[: self.max_frames]
-        ]
-        try:
-            text = await self.client.ask(images, prompt)
-        except Exception as exc:  # a remote model failing is an answer we must record, not a crash
-            return Verdict("no", 0.0, f"vlm call failed: {type(exc).__name__}: {exc}", self.name)
-        return parse_vlm_answer(text, self.name)
-
-
-def parse_vlm_answer(text: str, judge: str = "vlm") -> Verdict:
-    """Parse the model's JSON answer (the first {...} in ``text``)."""
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        d = json.loads(text[start : end + 1]) if start >= 0 < end else None
-        verdict = str(d["verdict"]).strip().lower() if isinstance(d, dict) else None
-        conf = float(d["confidence"]) if isinstance(d, dict) else math.nan
-    except (ValueError, KeyError, TypeError):
-        d, verdict, conf = None, None, math.nan
-    if verdict not in ("yes", "no") or not 0.0 <= conf <= 1.0 or not isinstance(d, dict):
-        return Verdict("no", 0.0, f"vlm answer unparseable: {text[:120]!r}", judge)
-    return Verdict(verdict, conf, str(d.get("reason", "")), judge)  # type: ignore[arg-type]
+def _vlm(**kw: Any) -> Judge:
+    client = kw.pop("client")
+    kw.pop("config", None)
+    kw.pop("timeout", None)
+    return VlmJudge(client, **kw)
 
 
 _FACTORIES: dict[str, Callable[..., Judge]] = {
     "geometric": lambda **kw: GeometricJudge(config=kw.get("config", DEFAULT_CONFIG)),
     "human": lambda **kw: HumanJudge(timeout=kw.get("timeout", 30.0), fallback=kw.get("fallback")),
-    "vlm": lambda **kw: VlmJudge(kw["client"]),
+    "vlm": _vlm,
 }
 
 
 def make_judge(kind: str, **kwargs: Any) -> Judge:
-    """Judge by name: ``geometric``, ``human`` (timeout=, fallback=), ``vlm`` (client=)."""
+    """Judge by name: ``geometric``, ``human`` (timeout=, fallback=), ``vlm`` (client=, and
+    VlmJudge's keywords: fallback=, override=, human=, confidence_min=, max_calls=, timeout_s=)."""
     try:
         factory = _FACTORIES[kind]
     except KeyError:

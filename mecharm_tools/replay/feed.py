@@ -27,6 +27,7 @@ from daemon_pi.protocol import wire_angles
 from mecharm_runtime import client as client_errors
 from mecharm_runtime.ports import (
     Reading,
+    ReleaseView,
     SceneObservation,
     Sent,
     TipObservation,
@@ -281,6 +282,16 @@ class ReplayEyes:
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         v: VerdictObservation = await self.feed.take("place_verdict")
+        return v
+
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        r: ReleaseView = await self.feed.take("release_view")
+        return r
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        v: VerdictObservation = await self.feed.take("release_answer")
         return v
 
     async def close(self) -> None:

@@ -26,6 +26,7 @@ from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_runtime.machine import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
+    ReleaseView,
     SceneObservation,
     Sent,
     TipObservation,
@@ -108,6 +109,8 @@ INPUT_KINDS: dict[str, Callable[[Any], Any]] = {
     "pick_verdict": VerdictObservation.from_dict,
     "place_verdict": VerdictObservation.from_dict,
     "side_frame": _side_frame,
+    "release_view": ReleaseView.from_dict,
+    "release_answer": VerdictObservation.from_dict,
 }
 
 

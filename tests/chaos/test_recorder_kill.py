@@ -218,6 +218,9 @@ def _runtime_settings(
             "recorder_port": udp,
             "recorder_enabled": True,
             "time_scale": SCALE,
+            # trials of the same scene must decide alike: the measured height rule would raise
+            # the place height after the first good place (docs/runtime.md, "Memories")
+            "height_rule": "failures",
         },
     )
 

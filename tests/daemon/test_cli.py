@@ -341,7 +341,8 @@ async def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "hello: protocol 1" in out
     assert out.count("arrived=True") == 3
-    assert "is_moving=False" in out  # the j1=95 send was ignored
+    assert "error outside_envelope: send_angles refused" in out  # the j1=95 send
+    assert "is_moving=False" in out
     assert '"code":"busy"' in out and "error bad_speed" in out
     assert "daemon stopped" in out
     await asyncio.sleep(0)

@@ -16,6 +16,8 @@ from pymycobot.mecharm270 import MechArm270
 
 from daemon_pi.backends.mycobot import MyCobotBackend
 from daemon_pi.server import run_server
+from mecharm_common.envelope import Envelope
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_sim.firmware import (
     GET_ANGLES,
     SEND_ANGLES,
@@ -100,7 +102,11 @@ async def test_every_command_through_the_daemon_on_the_mycobot_backend(
     emulator: FirmwareEmulator,
 ) -> None:
     arm = emulator.arm
-    async with run_server(MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0) as srv:
+    # an envelope as wide as the SDK's: the firmware's own silent rejection is under test here
+    sdk_wide = Envelope(JOINT_MIN, JOINT_MAX)
+    async with run_server(
+        MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0, envelope=sdk_wide
+    ) as srv:
         c = await LineClient.connect(srv.port)
         hello = await c.ok("hello")
         assert (

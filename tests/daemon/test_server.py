@@ -14,6 +14,8 @@ from structlog.testing import capture_logs
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.protocol import MAX_LINE_BYTES
 from daemon_pi.server import ArmServer, run_server
+from mecharm_common.envelope import Envelope
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_sim.arm import HOME, SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
@@ -126,7 +128,18 @@ async def test_send_result_reports_what_reached_the_wire(client: LineClient) -> 
     assert sent["angles"][0] == 10.12  # pymycobot sends int(angle * 100)
 
 
-async def test_silent_rejection_above_j1_90_7(client: LineClient, sim_arm: SimArm) -> None:
+async def test_silent_rejection_above_j1_90_7(sim_arm: SimArm) -> None:
+    # an envelope as wide as the SDK's: the firmware's own silent rejection is under test here
+    sdk_wide = Envelope(JOINT_MIN, JOINT_MAX)
+    async with run_server(SimBackend(sim_arm), "127.0.0.1", 0, envelope=sdk_wide) as srv:
+        client = await LineClient.connect(srv.port)
+        try:
+            await _silently_rejected(client, sim_arm)
+        finally:
+            await client.close()
+
+
+async def _silently_rejected(client: LineClient, sim_arm: SimArm) -> None:
     before = sim_arm.true_angles()
     resp = await client.call(
         "send_angles", {"angles": [0.0, 95.0, 0.0, 0.0, 0.0, 0.0], "speed": 50}

@@ -14,7 +14,12 @@ import math
 from pathlib import Path
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.ports import SceneObservation, TipObservation, VerdictObservation
+from mecharm_runtime.ports import (
+    ReleaseView,
+    SceneObservation,
+    TipObservation,
+    VerdictObservation,
+)
 from mecharm_sim.arm import SimArm
 
 
@@ -72,6 +77,20 @@ class TrueStateEyes:
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return VerdictObservation("yes", 0.9, "stand-in", "stand_in")
+
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        # the held block is at the tip; its margin in an unrotated 70 mm opening (25 mm block)
+        if not self.held:
+            return ReleaseView(0, 3, side="no_frame", side_reason="stand-in")
+        x, _y, z = self._tip()
+        margin = (0.0225 - max(abs(x - box_xz[0]), abs(z - box_xz[1]))) * 1000.0
+        dist = math.hypot(x - box_xz[0], z - box_xz[1]) * 1000.0
+        return ReleaseView(3, 3, (x, z), dist, margin, "no_frame", "stand-in")
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        return VerdictObservation("no", 0.0, "stand-in: nobody asked", "stand_in")
 
     async def close(self) -> None:
         pass

@@ -44,6 +44,12 @@ def _settings(root: Path, fk: Path, rig: SimRig, udp: int | None) -> RuntimeSett
             "recorder_port": udp,
             "recorder_enabled": udp is not None,
             "time_scale": SCALE,
+            # the recorder's side camera here is its synthetic source (below), no view of the
+            # workcell: the release check goes by the top camera alone (docs/stages.md)
+            "release_side_check": False,
+            # the second trial of the same scene must decide as the first: the measured height
+            # rule would raise the place height after the first good place (docs/runtime.md)
+            "height_rule": "failures",
         },
     )
 

@@ -19,6 +19,7 @@ from mecharm_runtime.machine import TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import (
     Reading,
+    ReleaseView,
     SceneObservation,
     Sent,
     TipObservation,
@@ -81,6 +82,14 @@ class ReplayEyes:
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return VerdictObservation.from_dict(self.inputs.take("place_verdict"))
+
+    async def view_release(
+        self, lift_m: float, box_xz: Any, side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        return ReleaseView.from_dict(self.inputs.take("release_view"))
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        return VerdictObservation.from_dict(self.inputs.take("release_answer"))
 
     async def close(self) -> None: ...
 

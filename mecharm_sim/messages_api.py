@@ -1,0 +1,292 @@
+"""A local stand-in for the vendor's Messages API (``POST /v1/messages``), for tests and the demo.
+
+Why a server and not a mock: the VLM judge is tested at its true boundary, through
+the vendor's SDK and a real socket, so request shapes, headers, status codes and
+the SDK's error mapping are all exercised. It checks what the real API checks
+that matters here (the key in ``x-api-key`` or ``Authorization: Bearer``,
+``anthropic-version``, the JSON body, every image
+block a base64 JPEG that decodes) and answers in the real response shapes.
+
+What it answers is scripted: a default behaviour plus a queue of one-shot ones
+(``POST /_control`` with ``{"default": B, "queue": [B, ...]}``; ``GET /_requests``
+lists what it was sent). A behaviour ``B`` is one of::
+
+    {"answer": {"verdict": "yes", "confidence": 0.9, "reason": "..."}}   # the model's JSON
+    {"text": "any raw text"}                                             # e.g. malformed
+    {"status": 429, "retry_after": 1}  # 429 rate_limit_error, 529 overloaded_error, 500 api_error
+    {"hang": 30}                       # no answer for that many seconds (past a client's timeout)
+    {"close": true}                    # close the connection without a response
+    {"refusal": true}                  # stop_reason "refusal", no text
+
+Run: ``python -m mecharm_sim.messages_api --port 8089 --answer '{"verdict": "yes", ...}'``,
+then point the runtime at it with ``ANTHROPIC_BASE_URL=http://127.0.0.1:8089``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import cv2
+import numpy as np
+
+__all__ = ["MessagesApiServer", "main"]
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+DEFAULT_ANSWER = {"verdict": "yes", "confidence": 0.9, "reason": "the block is where it should be"}
+
+
+class MessagesApiServer:
+    """The fake API on 127.0.0.1 (port 0: any free one); ``start()``/``stop()`` or a context manager."""
+
+    def __init__(self, port: int = 0, api_key: str | None = None, host: str = "127.0.0.1") -> None:
+        self.api_key = api_key  # None: any non-empty key is accepted
+        self.default: dict[str, Any] = {"answer": DEFAULT_ANSWER}
+        self.queue: deque[dict[str, Any]] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def script(self, default: dict[str, Any] | None = None, *queue: dict[str, Any]) -> None:
+        """Set the default behaviour and/or queue one-shot behaviours (used in order)."""
+        with self.lock:
+            if default is not None:
+                self.default = default
+            self.queue.extend(queue)
+
+    def next_behaviour(self) -> dict[str, Any]:
+        with self.lock:
+            return self.queue.popleft() if self.queue else self.default
+
+    def start(self) -> MessagesApiServer:
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="messages-api")
+        self._thread.daemon = True
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()  # hanging handlers return at once
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def __enter__(self) -> MessagesApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _check_request(srv: MessagesApiServer, headers: Any, body: bytes) -> tuple[int, str, Any]:
+    """(status, error message, parsed body): 200 and "" when the request is what the API accepts."""
+    # the key as x-api-key, or as a bearer token (what the SDK's 2.x line sends)
+    bearer = str(headers.get("authorization") or "")
+    key = headers.get("x-api-key") or (bearer[7:] if bearer.lower().startswith("bearer ") else "")
+    if not key or (srv.api_key is not None and key != srv.api_key):
+        return 401, "invalid x-api-key (or Authorization: Bearer) header", None
+    if not headers.get("anthropic-version"):
+        return 400, "anthropic-version: header is required", None
+    try:
+        req = json.loads(body)
+    except ValueError:
+        return 400, "the request body is not valid JSON", None
+    if not isinstance(req, dict):
+        return 400, "the request body must be an object", None
+    if not isinstance(req.get("model"), str) or not req["model"]:
+        return 400, "model: field required", None
+    if not isinstance(req.get("max_tokens"), int) or req["max_tokens"] < 1:
+        return 400, "max_tokens: field required (integer >= 1)", None
+    msgs = req.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return 400, "messages: at least one message is required", None
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            return 400, f"messages.{i}.role: must be user or assistant", None
+        content = m.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list) or not blocks:
+            return 400, f"messages.{i}.content: must be a string or a list of blocks", None
+        for j, b in enumerate(blocks):
+            problem = _check_block(b)
+            if problem:
+                return 400, f"messages.{i}.content.{j}: {problem}", None
+    return 200, "", req
+
+
+def _check_block(b: Any) -> str:
+    if not isinstance(b, dict):
+        return "a content block must be an object"
+    if b.get("type") == "text":
+        return "" if isinstance(b.get("text"), str) else "text: field required"
+    if b.get("type") != "image":
+        return f"unsupported block type {b.get('type')!r}"
+    src = b.get("source")
+    if not isinstance(src, dict) or src.get("type") != "base64":
+        return "image.source: must be a base64 source"
+    if src.get("media_type") != "image/jpeg":
+        return f"image.source.media_type: expected image/jpeg, got {src.get('media_type')!r}"
+    try:
+        raw = base64.b64decode(str(src.get("data", "")), validate=True)
+    except (binascii.Error, ValueError):
+        return "image.source.data: not valid base64"
+    if not raw.startswith(b"\xff\xd8"):
+        return "image.source.data: not a JPEG"
+    img = cv2.imdecode(np.frombuffer(raw, np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
+        return "image.source.data: the JPEG does not decode"
+    return ""
+
+
+def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+        def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+            kind = _ERROR_TYPES.get(status, "api_error")
+            self._send(status, {"type": "error", "error": {"type": kind, "message": message}},
+                       headers)  # fmt: skip
+
+        def do_GET(self) -> None:
+            if self.path == "/_requests":
+                with srv.lock:
+                    self._send(200, list(srv.requests))
+            else:
+                self._error(404, f"no route {self.path}")
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path == "/_control":
+                try:
+                    ctl = json.loads(body)
+                    srv.script(ctl.get("default"), *ctl.get("queue", []))
+                except (ValueError, AttributeError, TypeError) as exc:
+                    self._error(400, f"control body: {exc}")
+                    return
+                self._send(200, {"ok": True})
+                return
+            if self.path.split("?")[0] != "/v1/messages":
+                self._error(404, f"no route {self.path}")
+                return
+            status, problem, req = _check_request(srv, self.headers, body)
+            images = 0
+            if req is not None:
+                images = sum(
+                    isinstance(b, dict) and b.get("type") == "image"
+                    for m in req["messages"]
+                    for b in (m["content"] if isinstance(m["content"], list) else [])
+                )
+            b = srv.next_behaviour() if status == 200 else {}
+            with srv.lock:
+                srv.requests.append({"t": time.time(), "status": status, "problem": problem,
+                                     "images": images, "model": (req or {}).get("model"),
+                                     "behaviour": b})  # fmt: skip
+            if status != 200:
+                self._error(status, problem)
+                return
+            self._behave(b, req)
+
+        def _behave(self, b: dict[str, Any], req: dict[str, Any]) -> None:
+            if "hang" in b:
+                srv.stopping.wait(float(b["hang"]))
+                self.close_connection = True
+                return
+            if b.get("close"):
+                self.close_connection = True
+                self.connection.close()
+                return
+            if "status" in b:
+                st = int(b["status"])
+                hdrs = {"retry-after": str(b["retry_after"])} if "retry_after" in b else None
+                msg = {429: "Number of requests has exceeded your rate limit",
+                       529: "Overloaded", 500: "Internal server error"}.get(st, "error")  # fmt: skip
+                self._error(st, msg, hdrs)
+                return
+            text = b.get("text")
+            if text is None and not b.get("refusal"):
+                text = json.dumps(b.get("answer", DEFAULT_ANSWER))
+            content = [] if text is None else [{"type": "text", "text": text}]
+            self._send(
+                200,
+                {
+                    "id": f"msg_{uuid.uuid4().hex[:24]}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": req["model"],
+                    "content": content,
+                    "stop_reason": "refusal" if b.get("refusal") else "end_turn",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1500, "output_tokens": 40},
+                },
+            )
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mecharm_sim.messages_api", description=__doc__)
+    p.add_argument("--port", type=int, default=8089)
+    p.add_argument("--key", help="accept only this x-api-key (default: any non-empty key)")
+    p.add_argument("--answer", help="the model's JSON answer (default: a confident yes)")
+    p.add_argument("--behaviour", help="a behaviour as JSON, e.g. '{\"status\": 529}'")
+    a = p.parse_args(argv)
+    srv = MessagesApiServer(a.port, a.key)
+    try:
+        if a.behaviour:
+            srv.script(json.loads(a.behaviour))
+        elif a.answer:
+            srv.script({"answer": json.loads(a.answer)})
+    except ValueError as exc:
+        p.error(f"--answer/--behaviour is not JSON: {exc}")
+    print(f"messages API stand-in on {srv.url} (POST /v1/messages)", flush=True)
+    try:
+        srv.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.stopping.set()
+        srv.httpd.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

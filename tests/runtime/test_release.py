@@ -1,0 +1,433 @@
+"""Never release blind, a safe pick retry, the held block on abort (docs/stages.md, "release").
+
+Machine-level tests run the real daemon + SimArm with the camera boundary scripted
+(``TrueStateEyes``); the ``*_sim_*`` tests run the simulated workcell's real top camera
+through the runtime's real perception, the arm behind the real daemon.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from mecharm_common.config import load_settings
+from mecharm_common.kinematics import fk_tip
+from mecharm_common.layout import DataRoot
+from mecharm_runtime.arm import DaemonArm
+from mecharm_runtime.client import DaemonClient
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.lookup import ensure_table, load_arc, load_table
+from mecharm_runtime.memories import HeightMemory
+from mecharm_runtime.ports import RealClock, ReleaseView, VerdictObservation
+from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.trace import read_trace
+from mecharm_runtime.service import open_rig, run_service
+from mecharm_runtime.trial import Rig, TrialSummary, run_trial
+from mecharm_sim.scene import random_layout
+from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm_tools.replay.runner import replay, replay_settings
+from mecharm_tools.replay.tracefile import parse_trace, read_lines
+
+from .conftest import TIME_SCALE, SimDaemon
+from .stand_ins import TrueStateEyes
+
+BLOCK = (0.20, 0.26)
+BOX = (-0.20, 0.18)
+
+
+class HiddenAtRelease(TrueStateEyes):
+    """The block is not seen in any top frame at the release, and there is no side frame."""
+
+    def __init__(self, *a: Any, answer: str = "no", **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.answer = answer
+        self.asked: list[str] = []
+
+    async def view_release(
+        self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
+    ) -> ReleaseView:
+        return ReleaseView(0, 3, side="no_frame", side_reason="no side frame")
+
+    async def ask_release(self, why: str, tag: str) -> VerdictObservation:
+        self.asked.append(why)
+        if self.answer == "yes":
+            return VerdictObservation("yes", 1.0, "operator: release anyway", "human")
+        return VerdictObservation("no", 0.0, "not asked (--confirm off)", "none")
+
+
+def _settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "fk_data_dir": fk,
+            "time_scale": TIME_SCALE,
+            "recorder_enabled": False,
+            **kw,
+        },
+    )
+
+
+async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
+    s = _settings(root, fk, **kw)
+    client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
+    await client.connect()
+    clock = RealClock()
+    rig = Rig(
+        s,
+        DaemonArm(client, clock),
+        eyes,
+        RecorderLink(None),
+        clock,
+        load_table(ensure_table(fk)),
+        load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+        arm_alive=lambda: client.is_connected,
+    )
+    try:
+        return await run_trial(rig)
+    finally:
+        await client.aclose()
+
+
+async def _replays_identically(t: TrialSummary, fk: Path) -> None:
+    """``mecharm replay`` re-drives the trace's decisions from its inputs, refusal included."""
+    recorded = parse_trace(t.trace_path, read_lines(t.trace_path))
+    s, _notes = replay_settings(recorded)
+    res = await replay(
+        recorded,
+        s,
+        load_table(ensure_table(fk)),
+        load_arc(s.approach_pick_arc),
+        load_arc(s.approach_place_arc),
+    )
+    assert res.identical, (res.divergence, res.diff)
+    assert (res.status, res.reason) == (t.status, t.reason)
+
+
+def _decisions(t: TrialSummary, kind: str) -> list[dict[str, Any]]:
+    return [e for e in read_trace(t.trace_path) if e["event"] == "decision" and e["kind"] == kind]
+
+
+def _pose_at_gripper(t: TrialSummary, action: str) -> list[tuple[list[float], dict[str, Any]]]:
+    """For each gripper decision of ``action``: the last angle reading before it (the arm's pose)."""
+    last: list[float] | None = None
+    out: list[tuple[list[float], dict[str, Any]]] = []
+    for e in read_trace(t.trace_path):
+        if e["event"] == "input" and e["kind"] == "angles" and e["value"]["angles"]:
+            last = e["value"]["angles"]
+        if e["event"] == "decision" and e["kind"] == "gripper" and e["value"]["action"] == action:
+            assert last is not None
+            out.append((last, e))
+    return out
+
+
+# ------------------------------------------------------------------ never release blind
+
+
+@pytest.mark.asyncio
+async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
+    with capture_logs() as logs:
+        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "stopped" and t.block_held
+    assert t.reason == (
+        "release refused: block not seen above the box opening (top: not visible near the "
+        "box in 3 of 3 frames; side: no frame (no side frame)); not asked (--confirm off)"
+    ), t.reason
+    tr = list(read_trace(t.trace_path))
+    assert tr[-1]["event"] == "result" and tr[-1]["reason"] == t.reason
+    (check,) = _decisions(t, "release_check")
+    assert check["value"]["confirmed"] is False
+    (override,) = _decisions(t, "release_override")
+    assert override["value"]["release"] is False
+    # the gripper was never opened after the grasp: the only open is the initial one
+    assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
+    # the last move is the hover (the place approach pose), nothing after it: no HOME
+    commands = _decisions(t, "command")
+    assert commands[-1]["value"]["note"] == "release refused: hover"
+    place_approach = next(
+        e for e in _decisions(t, "command") if e["value"]["note"] == "approach_place"
+    )
+    assert commands[-1]["value"]["angles"] == place_approach["value"]["angles"]
+    (exit_,) = _decisions(t, "exit")
+    assert {"step": "gripper stays closed", "why": "block held; not taken HOME"} in exit_["value"][
+        "steps"
+    ]
+    # the arm is really there, the gripper still closed, fresh mode off
+    assert sim_daemon.arm.wait_idle(5)
+    here = sim_daemon.arm.true_angles()
+    assert max(abs(a - b) for a, b in zip(here, commands[-1]["value"]["angles"], strict=True)) < 3.5
+    assert sim_daemon.arm.true_gripper() < 50 and sim_daemon.arm.get_fresh_mode() == 0
+    # the operator is told, on the log (console) too
+    assert any(e["event"] == "block_held_at_stop" for e in logs)
+    assert any(e["event"] == "release_refused" for e in logs)
+    await _replays_identically(t, fk_data_dir)
+
+
+@pytest.mark.asyncio
+async def test_operator_release_anyway_goes_back_down_then_opens(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX, answer="yes")
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, height_step_mm=5.0)
+    assert t.status == "completed", t.reason
+    assert len(eyes.asked) == 1 and "not visible near the box in 3 of 3 frames" in eyes.asked[0]
+    notes = [c["value"]["note"] for c in _decisions(t, "command")]
+    i = notes.index("release refused: hover")
+    assert notes[i + 1] == "release anyway: back down"
+    # a release the check did not confirm teaches the height memory nothing
+    (up,) = _decisions(t, "height_update")
+    assert up["value"]["change"] == "keep" and up["value"]["dist_mm"] is None
+
+
+@pytest.mark.asyncio
+async def test_abort_while_holding_hovers_instead_of_going_home(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    # a box out of reach: the place lookup fails with the block in the gripper
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, (-0.33, 0.40))
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "stopped" and "lookup out_of_range" in t.reason, t.reason
+    assert t.block_held
+    notes = [c["value"]["note"] for c in _decisions(t, "command")]
+    assert "abort: home" not in notes and notes[-1] == "abort: hover"
+    assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
+    assert sim_daemon.arm.get_fresh_mode() == 0
+
+
+@pytest.mark.asyncio
+async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_check=False)
+    assert t.status == "completed" and not _decisions(t, "release_check")
+
+
+# ------------------------------------------------------------------ height memory
+
+
+@pytest.mark.asyncio
+async def test_measured_place_raises_the_height_and_logs_the_distance(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
+    with capture_logs() as logs:
+        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "completed", t.reason
+    (check,) = _decisions(t, "release_check")
+    assert check["value"]["confirmed"] is True
+    (up,) = _decisions(t, "height_update")
+    v = up["value"]
+    assert v["placed_ok"] and v["change"] == "raise" and (v["old_mm"], v["dee_y_mm"]) == (0.0, 5.0)
+    assert v["margin_mm"] >= 10.0 and v["dist_mm"] is not None
+    line = next(e for e in logs if e["event"] == "height_update")
+    assert line["line"].startswith(f"update {v['key']} dist={v['dist_mm']:.1f}mm placed=yes")
+    assert line["line"].endswith("→ dee_y=5.0mm (n=1)")
+    mem = HeightMemory(DataRoot(tmp_path).height_memory)
+    assert mem.entries[v["key"]] == {"dee_y_mm": 5.0, "n": 1}
+
+
+# ------------------------------------------------------------------ safe pick retry
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("open_at", ["mat", "swept"])
+async def test_pick_retry_opens_only_at_the_mat_or_swept_aside(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, open_at: str
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, retry_open_at=open_at)
+    assert t.status == "completed" and t.pick_attempts == 2, t.reason
+    opens = _pose_at_gripper(t, "open")
+    retry = [(pose, e) for pose, e in opens if e["stage"] == "retry_pick"]
+    assert len(retry) == 1
+    pose, _e = retry[0]
+    (pick,) = [c for c in _decisions(t, "command") if c["value"]["note"] == "pick descend"][:1]
+    if open_at == "mat":
+        # at the pick pose: the tip at the block's grasp height, 10-40 mm above the mat
+        assert float(fk_tip(pose)[1]) < 0.045
+        assert max(abs(a - b) for a, b in zip(pose, pick["value"]["angles"], strict=True)) <= 3.5
+    else:
+        assert abs(pose[0] - 85.0) <= 3.5
+    # HOME follows the open (re-detect sees the mat unobstructed)
+    notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "retry_pick"]
+    assert notes[-1] == "home before re-detect"
+
+
+@pytest.mark.asyncio
+async def test_pick_retry_before_the_setting_opened_at_lift_height(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, retry_open_at="lift")
+    assert t.status == "completed", t.reason
+    (pose, _e), *_ = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "retry_pick"]
+    assert float(fk_tip(pose)[1]) > 0.05  # the lift height: what the safe retry avoids
+
+
+# ------------------------------------------------------------------ the real workcell
+
+
+def _sim_settings(root: Path, fk: Path, d: SimDaemon, wc: Workcell) -> RuntimeSettings:
+    return _settings(root, fk, daemon_port=d.port, top_camera=wc.urls["top"])
+
+
+@pytest.fixture
+def workcell(sim_daemon: SimDaemon) -> Any:
+    wc = start_workcell(
+        sim_daemon.arm, "standard", 1, camera_port=0, config=WorkcellConfig(top_fps=8.0)
+    )
+    yield wc
+    wc.close()
+
+
+def _slip_out_of_the_opening(wc: Workcell, dx_m: float) -> None:
+    """The held block slips sideways in the jaws (it stays held)."""
+    with wc.scene.lock:
+        ox, oy, oz = wc.scene.grasp_offset
+        wc.scene.grasp_offset = (ox + dx_m, oy, oz)
+    wc.step()
+
+
+def _drop_on_the_mat(wc: Workcell) -> None:
+    """The block falls out of the jaws in transit and lands on the mat far from the box."""
+    with wc.scene.lock:
+        sc = wc.scene
+        sc.grasped, sc.resting_on = False, "mat"
+        sc.block_xyz = [0.05, 0.0125, 0.33]
+        sc.bump()
+    wc.arm.block_gripper_at(None)
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_block_slipped_outside_the_opening_is_not_released(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "servo_place" and outcome == "ok":
+            _slip_out_of_the_opening(workcell, 0.045)
+
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig, on_stage=on_stage)
+    assert t.status == "stopped" and t.block_held, t.reason
+    assert t.reason.startswith("release refused: block not seen above the box opening (top: ")
+    (check,) = _decisions(t, "release_check")
+    view = next(e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "release_view")
+    assert check["value"]["confirmed"] is False
+    # real perception: either not found near the box, or found outside the opening
+    assert view["margin_mm"] is None or view["margin_mm"] < s.release_margin_mm
+    truth = workcell.truth()
+    assert truth["grasped"] and truth["place_outcome"] is None  # still in the jaws, never dropped
+    assert not any(e["kind"] == "release" for e in truth["events"])
+    assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
+    assert _decisions(t, "command")[-1]["value"]["note"] == "release refused: hover"
+    assert sim_daemon.arm.get_fresh_mode() == 0
+    await _replays_identically(t, fk_data_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_block_dropped_in_transit_is_not_released(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "servo_place" and outcome == "ok":
+            _drop_on_the_mat(workcell)
+
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig, on_stage=on_stage)
+    assert t.status == "stopped", t.reason
+    assert t.reason.startswith(
+        "release refused: block not seen above the box opening (top: not visible near the box in "
+    ), t.reason
+    assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
+    assert _decisions(t, "command")[-1]["value"]["note"] == "release refused: hover"
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.parametrize("seed", [None, 3, 5, 8])
+async def test_sim_normal_place_is_confirmed_then_released(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path, seed: int | None
+) -> None:
+    if seed is not None:  # a random layout (block, box yaw, lighting) instead of the standard one
+        workcell.next_scene(layout=random_layout(seed))
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig)
+    assert t.status == "completed", t.reason
+    (check,) = _decisions(t, "release_check")
+    assert check["value"]["confirmed"] is True, check
+    assert workcell.truth()["place_outcome"] == "box"
+    (up,) = _decisions(t, "height_update")
+    assert up["value"]["dist_mm"] is not None and math.isfinite(up["value"]["margin_mm"])
+    view = next(e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "release_view")
+    print(f"release view seed={seed}: {view} height: {up['value']}")  # figures for docs
+
+
+@pytest.mark.asyncio
+async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=2)
+    assert t.status == "stopped" and "judged no after 2 attempts" in t.reason, t.reason
+    assert not t.block_held
+    opens = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "abort"]
+    assert len(opens) == 1 and float(fk_tip(opens[0][0])[1]) < 0.045  # at the mat
+    notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "abort"]
+    assert notes == ["abort: lower to the mat", "abort: up", "abort: home"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    # a margin no block can have (25 mm block in a 70 mm opening: at most 22.5 mm): every
+    # release is refused by the real perception
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_margin_mm": 40.0, "trials": 2}
+    )
+    out = io.StringIO()
+    report = await run_service(s, out=out)
+    assert len(report.trials) == 1 and report.trials[0].block_held
+    assert report.stopped_by == "block held in the gripper (take it out by hand)"
+    said = out.getvalue()
+    assert "release refused: block not seen above the box opening" in said
+    assert "BLOCK STILL IN THE GRIPPER" in said
+    assert workcell.truth()["grasped"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_place_at_the_highest_learned_height_lands_and_stays_bounded(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    mem = HeightMemory(DataRoot(tmp_path).height_memory)
+    mem.entries["place_x-200_z180"] = {"dee_y_mm": s.height_max_mm, "n": 5}
+    mem.save()
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig)
+    assert t.status == "completed", t.reason
+    (band,) = _decisions(t, "place_band")
+    assert band["value"]["dee_y_mm"] == s.height_max_mm
+    (check,) = _decisions(t, "release_check")
+    assert check["value"]["confirmed"] is True, check
+    assert workcell.truth()["place_outcome"] == "box"
+    (up,) = _decisions(t, "height_update")
+    assert (up["value"]["old_mm"], up["value"]["dee_y_mm"]) == (30.0, 30.0)
+    assert up["value"]["change"] == "keep"
