@@ -8,7 +8,12 @@ rendered frames: the one from before the block's height counted
 (``GeometricJudge(height_aware=False)``) and today's. docs/perception.md lists
 the figures and the seeds:
 
-    python -m mecharm_tools.judgecheck --seed 1000 --place 48 --pick 40
+    python -m mecharm_tools.judgecheck --seed 1000 --place 96 --pick 48
+
+``--lighting N`` instead sweeps the box detection over the scene schema's gains
+(0.8..1.2) on random scenes 0..N-1 and counts trusted / untrusted detections and
+the worst error of a trusted one (docs/perception.md, "Detections that doubt
+themselves").
 """
 
 from __future__ import annotations
@@ -277,6 +282,51 @@ def run_cases(seed: int, n_place: int, n_pick: int) -> Iterator[Case]:
         rig.close()
 
 
+LIGHTING_GAINS = (0.8, 0.9, 1.0, 1.1, 1.2)
+
+
+def lighting_sweep(n_seeds: int, detects: int = 2) -> dict[str, Any]:
+    """Box detections (combined and single samples) over ``LIGHTING_GAINS`` x seeds 0..n-1."""
+    from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
+    from mecharm_sim.scene import SceneState, random_layout
+
+    renderer = Renderer(TOP_CAMERA, 0)
+    counts: Counter[str] = Counter()
+    worst = 0.0
+    untrusted_combined: list[str] = []
+    for seed in range(n_seeds):
+        lay = random_layout(seed)
+        for gain in LIGHTING_GAINS:
+            lit = lay.model_copy(
+                update={"lighting": lay.lighting.model_copy(update={"gain": gain})}
+            )
+            state = SceneState(lit)
+            t = state.truth()["box"]
+
+            def frames(n: int, state: SceneState = state) -> list[Any]:
+                snap = SceneSnapshot.of(state)
+                return [renderer.render(snap, HOME, 100.0) for _ in range(n)]
+
+            H = estimate_homography(frames(3))
+            for _ in range(detects):
+                scene = detect_scene(frames(3), H)
+                if not scene.box.trusted:
+                    untrusted_combined.append(f"seed {seed} gain {gain}: {scene.box.doubt}")
+                for kind, boxes in (("combined", [scene.box]), ("sample", scene.box_samples)):
+                    for b in boxes:
+                        e = math.hypot(b.x - t["x"], b.z - t["z"]) * 1000.0
+                        counts[f"{kind} {b.method} {'trusted' if b.trusted else 'untrusted'}"] += 1
+                        if b.trusted:
+                            worst = max(worst, e)
+                            if e > 10.0:
+                                counts[f"{kind} trusted > 10 mm"] += 1
+    return {
+        "counts": dict(sorted(counts.items())),
+        "worst_trusted_mm": round(worst, 2),
+        "untrusted_combined": untrusted_combined,
+    }
+
+
 def confusion(cases: list[Case], task: str, which: str) -> str:
     kinds = PICK_KINDS if task == "pick" else PLACE_KINDS
     counts = Counter((c.truth, getattr(c, which)) for c in cases if c.task == task)
@@ -299,7 +349,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--place", type=int, default=48, help="place cases (default 48)")
     ap.add_argument("--pick", type=int, default=40, help="pick cases (default 40)")
     ap.add_argument("--verbose", action="store_true", help="print every case")
+    ap.add_argument(
+        "--lighting",
+        type=int,
+        metavar="N",
+        help="instead: box detection over gains 0.8..1.2 on random scenes 0..N-1",
+    )
     a = ap.parse_args(argv)
+    if a.lighting is not None:
+        if a.lighting < 1:
+            print("--lighting needs at least 1 scene", file=sys.stderr)
+            return 2
+        r = lighting_sweep(a.lighting)
+        print(
+            f"box detection, gains {LIGHTING_GAINS}, random scenes 0..{a.lighting - 1}, "
+            "2 detects of 3 captures each:"
+        )
+        for k, v in r["counts"].items():
+            print(f"  {k:<32} {v}")
+        print(f"  worst error of a trusted box: {r['worst_trusted_mm']} mm")
+        for line in r["untrusted_combined"]:
+            print(f"  untrusted: {line}")
+        return 0
     if a.place < 0 or a.pick < 0:
         print("--place and --pick must be >= 0", file=sys.stderr)
         return 2

@@ -48,8 +48,9 @@ TEMPLATE_ROTATIONS_DEG = (0, 15, 30, 45, 60, 75)
 TEMPLATE_SCALES = (0.85, 1.0, 1.15)
 _TEMPLATE_MM_PER_PX = 1.0
 _TEMPLATE_FULL_CONTRAST = 0.5  # white share on the ring minus around it, for a full score
-#: a template hit farther than this from the centre of every white blob is not trusted
-BOX_TEMPLATE_BLOB_MM = 25.0
+#: a template hit farther than this from every white blob is not trusted (the rim itself lies
+#: within 39 mm of the box's centre)
+BOX_TEMPLATE_BLOB_MM = 45.0
 #: box samples of one detect spread wider than this (mm): the box is not trusted
 BOX_MAX_SPREAD_MM = 10.0
 _KERNEL = np.ones((3, 3), np.uint8)
@@ -231,12 +232,15 @@ def _box_contour(
     best: BoxDetection | None = None
     n_big = 0
     for c in contours:
-        if cv2.contourArea(c) < 200:
+        a = cv2.contourArea(c)
+        if a < 20:
+            continue
+        pts = (_poly_xz(c, H, config.box_height_m) * 1000.0).astype(np.float32)
+        if blobs is not None:  # small ones too: a dim rim breaks into pieces
+            blobs.append(pts)
+        if a < 200:
             continue
         n_big += 1
-        pts = (_poly_xz(c, H, config.box_height_m) * 1000.0).astype(np.float32)
-        if blobs is not None:
-            blobs.append(pts)
         (cx, cz), (w, h), ang = cv2.minAreaRect(pts)
         if w <= 0 or h <= 0:
             continue
@@ -397,11 +401,13 @@ def _box_from(
 
 
 def _nearest_blob_mm(blobs: list[NDArray[np.float32]], x: float, z: float) -> float:
-    """Distance (mm) from (x, z) to the nearest white blob's centre (its min-area rectangle's)."""
+    """Distance (mm, rim plane) from (x, z) to the nearest white blob's outline; 0 inside one.
+    A rim broken into pieces (dim light, a cable across it) still has a piece within the
+    rim's half-width (39 mm) of its centre."""
     best = math.inf
+    p = (float(x * 1000.0), float(z * 1000.0))
     for pts in blobs:
-        (cx, cz), _, _ = cv2.minAreaRect(pts)
-        best = min(best, math.hypot(cx - x * 1000.0, cz - z * 1000.0))
+        best = min(best, max(0.0, -cv2.pointPolygonTest(pts.reshape(-1, 1, 2), p, True)))
     return best
 
 
@@ -444,7 +450,11 @@ def combine_detections(
     mx, mz = float(np.median(xs)), float(np.median(zs))
     bref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
     spread = _spread(xs, zs, mx, mz)
-    doubts = sorted({b.doubt for b in same if not b.trusted})
+    doubtful = [b.doubt for b in same if not b.trusted]
+    doubts = []
+    if doubtful:
+        n = f"{len(doubtful)} of {len(same)} samples: " if len(same) > 1 else ""
+        doubts.append(n + doubtful[0])
     if spread > BOX_MAX_SPREAD_MM:
         doubts.append(
             f"the {len(same)} {bref.method} samples spread {spread:.0f} mm "

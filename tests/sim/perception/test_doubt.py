@@ -92,7 +92,7 @@ def test_one_doubtful_sample_of_the_chosen_method_makes_the_box_doubtful() -> No
         x=-0.2, z=0.2, yaw_deg=0.0, score=0.9, method="template", trusted=False, doubt="why"
     )
     scene = combine_detections([None] * 2, [_box(-0.2, 0.2, "template"), bad])
-    assert not scene.box.trusted and scene.box.doubt == "why"
+    assert not scene.box.trusted and scene.box.doubt == "1 of 2 samples: why"
     # a contour sample outranks the doubtful template ones
     assert combine_detections([None] * 2, [_box(-0.2, 0.2), bad]).box.trusted
 
