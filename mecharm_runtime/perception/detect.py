@@ -9,8 +9,12 @@ on the plane where its visible top lies (block top face at 25 mm, box rim at
 * box: white and unsaturated -> the rim's outer contour -> minimum-area
   rectangle in millimetres; when no contour passes the size/shape check,
   template matching of the rim over rotations 0-75° (step 15) and scales
-  0.85/1.0/1.15 on a rectified view; below the score threshold, the
-  configured fallback position.
+  0.85/1.0/1.15 on a rectified view, scored by correlation x the ring's
+  contrast; below the score threshold, the configured fallback position.
+
+A box detection that doubts itself (the fallback, a template hit with nothing
+white near it, samples that disagree) says so: ``trusted=False`` and ``doubt``
+(docs/perception.md, "Detections that doubt themselves").
 """
 
 from __future__ import annotations
@@ -347,8 +351,8 @@ def detect_box(
 ) -> BoxDetection:
     """The white box: by contour, else by template (score >= ``score_thresh``), else ``fallback_xz``.
 
-    Never returns None: the fallback keeps the trial going at the configured
-    position, and ``method == "fallback"`` says so (with the best template score).
+    Never returns None: the fallback is the configured position, ``method == "fallback"``
+    says so (with the best template score) and it is never trusted.
     """
     return _box_from(_View(frame, H, config), H, fallback_xz, score_thresh, config)
 
