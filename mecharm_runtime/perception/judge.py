@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, runtime_checkable
 
+import cv2
 import numpy as np
 from numpy.typing import NDArray
 
