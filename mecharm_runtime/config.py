@@ -39,6 +39,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     # no bound on a joint's change near the work, no path check (docs/safety.md)
     "joint_step_max_deg": 0.0,
     "path_check": False,
+    # before: the trial placed at whatever box detect returned (even the fallback position)
+    "place_at_untrusted_box": True,
 }
 
 
@@ -115,6 +117,9 @@ class RuntimeSettings(RigSettings):
     x_resid_thresh_m: float = Field(0.02, gt=0)
     box_score_thresh: float = Field(0.5, ge=0, le=1)
     box_xz_fallback: tuple[float, float] = (-0.01, 0.108)
+    #: detect stops the trial when the box detection doubts itself (docs/perception.md,
+    #: "Detections that doubt themselves"); True places there anyway, e.g. at box_xz_fallback
+    place_at_untrusted_box: bool = False
     swept_j0: float = 85.0
     j1_max: float = Field(88.0, le=90.7)
 

@@ -73,6 +73,7 @@ class CameraEyes:
         judge_frames: int = 3,
         box_fallback_xz: tuple[float, float] = (-0.01, 0.108),
         box_score_thresh: float = 0.5,
+        detect_retries: int = 2,
         config: PerceptionConfig = DEFAULT_CONFIG,
         max_failed_reads: int = 30,
         flush_frames: int = 1,
@@ -96,6 +97,8 @@ class CameraEyes:
         self.judge_frames = judge_frames
         self.box_fallback_xz = box_fallback_xz
         self.box_score_thresh = box_score_thresh
+        # an untrusted box is detected again on fresh captures, at most this many times
+        self.detect_retries = max(0, int(detect_retries))
         self.config = config
         self.max_failed_reads = max_failed_reads
         # a frame captured before the request may predate the motion that just ended: only
@@ -166,10 +169,21 @@ class CameraEyes:
         except (EyesError, HomographyError) as exc:
             return SceneObservation(ok=False, reason=f"mat homography: {exc}")
         self.H = H
-        dframes, dpath = await self.grab(self.detect_repeat, f"{tag}_detect")
-        scene = await to_thread(
-            detect_scene, dframes, H, self.box_fallback_xz, self.box_score_thresh, self.config
-        )
+        attempts: list[SceneDetection] = []
+        dpath = ""
+        for k in range(1 + self.detect_retries):
+            suffix = "" if k == 0 else f"_retry{k}"
+            dframes, path = await self.grab(self.detect_repeat, f"{tag}_detect{suffix}")
+            dpath = dpath or path
+            scene = await to_thread(
+                detect_scene, dframes, H, self.box_fallback_xz, self.box_score_thresh, self.config
+            )
+            attempts.append(scene)
+            if scene.box.trusted:
+                break
+            log.warning(
+                "box_untrusted", attempt=k + 1, of=1 + self.detect_retries, doubt=scene.box.doubt
+            )
         self.scene = scene
         block = scene.block
         box = scene.box
@@ -178,6 +192,9 @@ class CameraEyes:
             if block is not None
             else f"red block not found in a majority of {len(dframes)} captures"
         )
+        doubt = ""
+        if not box.trusted:
+            doubt = f"box detection not trusted in {len(attempts)} detects: {box.doubt}"
         return SceneObservation(
             ok=block is not None,
             reason=reason,
@@ -185,8 +202,10 @@ class CameraEyes:
             box_xz=(box.x, box.z),
             box_score=box.score,
             box_method=box.method,
-            repeats=[scene.to_dict()],
+            repeats=[a.to_dict() for a in attempts],
             captures=[p for p in (hpath, dpath) if p],
+            box_trusted=box.trusted,
+            box_doubt=doubt,
         )
 
     async def measure_tip(

@@ -424,6 +424,11 @@ async def detect(ctx: TrialContext) -> Outcome:
     obs = await ctx.eyes.observe_scene(f"detect_attempt{ctx.state.pick_attempts + 1}")
     if not obs.ok or obs.block_xz is None or obs.box_xz is None:
         raise StageFailed(f"{ctx.stage}: detection failed: {obs.reason or 'no block/box'}")
+    if not obs.box_trusted:  # never in traces from before the flag: they read as trusted
+        go_on = ctx.settings.place_at_untrusted_box
+        ctx.trace.decision("box_untrusted", {"doubt": obs.box_doubt, "proceed": go_on})
+        if not go_on:
+            raise StageFailed(f"{ctx.stage}: {obs.box_doubt or 'box detection not trusted'}")
     ctx.state.scene = obs
     return Outcome.OK
 

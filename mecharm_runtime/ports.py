@@ -99,7 +99,11 @@ class ArmPort(Protocol):
 
 @dataclass(frozen=True)
 class SceneObservation:
-    """The detect stage's result: block and box on the mat (Unity x, z metres) from the same captures."""
+    """The detect stage's result: block and box on the mat (Unity x, z metres) from the same captures.
+
+    ``box_trusted`` False: the box detection doubts itself even after the retries
+    (``box_doubt`` says why; docs/perception.md, "Detections that doubt themselves").
+    Written to the trace only when False, so traces from before the flag read as trusted."""
 
     ok: bool
     reason: str = ""
@@ -109,15 +113,21 @@ class SceneObservation:
     box_method: str = ""
     repeats: list[dict[str, Any]] = field(default_factory=list)
     captures: list[str] = field(default_factory=list)
+    box_trusted: bool = True
+    box_doubt: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "ok": self.ok, "reason": self.reason,
             "block_xz": list(self.block_xz) if self.block_xz else None,
             "box_xz": list(self.box_xz) if self.box_xz else None,
             "box_score": self.box_score, "box_method": self.box_method,
             "repeats": self.repeats, "captures": self.captures,
         }  # fmt: skip
+        if not self.box_trusted:
+            d["box_trusted"] = False
+            d["box_doubt"] = self.box_doubt
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SceneObservation:
@@ -133,6 +143,8 @@ class SceneObservation:
             str(d.get("box_method", "")),
             list(d.get("repeats", [])),
             list(d.get("captures", [])),
+            bool(d.get("box_trusted", True)),
+            str(d.get("box_doubt", "")),
         )
 
 

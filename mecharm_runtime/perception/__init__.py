@@ -9,12 +9,15 @@ from __future__ import annotations
 from mecharm_runtime.perception.config import DEFAULT_CONFIG, MarkerSpec, PerceptionConfig
 from mecharm_runtime.perception.detect import (
     BOX_FALLBACK_XZ,
+    BOX_MAX_SPREAD_MM,
     BOX_SCORE_THRESH,
+    BOX_TEMPLATE_BLOB_MM,
     combine_detections,
     detect_block,
     detect_box,
     detect_scene,
     locate_block,
+    red_counts,
 )
 from mecharm_runtime.perception.homography import (
     HomographyError,
@@ -41,7 +44,9 @@ from mecharm_runtime.perception.tip import measure_tip
 
 __all__ = [
     "BOX_FALLBACK_XZ",
+    "BOX_MAX_SPREAD_MM",
     "BOX_SCORE_THRESH",
+    "BOX_TEMPLATE_BLOB_MM",
     "DEFAULT_CONFIG",
     "BlockDetection",
     "BoxDetection",
@@ -66,4 +71,5 @@ __all__ = [
     "locate_block",
     "make_judge",
     "measure_tip",
+    "red_counts",
 ]

@@ -9,8 +9,12 @@ on the plane where its visible top lies (block top face at 25 mm, box rim at
 * box: white and unsaturated -> the rim's outer contour -> minimum-area
   rectangle in millimetres; when no contour passes the size/shape check,
   template matching of the rim over rotations 0-75° (step 15) and scales
-  0.85/1.0/1.15 on a rectified view; below the score threshold, the
-  configured fallback position.
+  0.85/1.0/1.15 on a rectified view, scored by correlation x the ring's
+  contrast; below the score threshold, the configured fallback position.
+
+A box detection that doubts itself (the fallback, a template hit with nothing
+white near it, samples that disagree) says so: ``trusted=False`` and ``doubt``
+(docs/perception.md, "Detections that doubt themselves").
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from mecharm_runtime.perception.results import BlockDetection, BoxDetection, Sce
 
 __all__ = [
     "BOX_FALLBACK_XZ",
+    "BOX_MAX_SPREAD_MM",
     "BOX_SCORE_THRESH",
+    "BOX_TEMPLATE_BLOB_MM",
     "TEMPLATE_ROTATIONS_DEG",
     "TEMPLATE_SCALES",
     "combine_detections",
@@ -37,6 +43,7 @@ __all__ = [
     "detect_box",
     "detect_scene",
     "locate_block",
+    "red_counts",
 ]
 
 BOX_FALLBACK_XZ = (-0.01, 0.108)
@@ -44,6 +51,12 @@ BOX_SCORE_THRESH = 0.5
 TEMPLATE_ROTATIONS_DEG = (0, 15, 30, 45, 60, 75)
 TEMPLATE_SCALES = (0.85, 1.0, 1.15)
 _TEMPLATE_MM_PER_PX = 1.0
+_TEMPLATE_FULL_CONTRAST = 0.5  # white share on the ring minus around it, for a full score
+#: a template hit farther than this from every white blob is not trusted (the rim itself lies
+#: within 39 mm of the box's centre)
+BOX_TEMPLATE_BLOB_MM = 45.0
+#: box samples of one detect spread wider than this (mm): the box is not trusted
+BOX_MAX_SPREAD_MM = 10.0
 _KERNEL = np.ones((3, 3), np.uint8)
 
 
@@ -211,17 +224,27 @@ def locate_block(
 
 # ---------------------------------------------------------------- box
 def _box_contour(
-    white: NDArray[Any], off: tuple[int, int], H: MatHomography, config: PerceptionConfig
+    white: NDArray[Any],
+    off: tuple[int, int],
+    H: MatHomography,
+    config: PerceptionConfig,
+    blobs: list[NDArray[np.float32]] | None = None,
 ) -> tuple[BoxDetection | None, str]:
+    """The best box-shaped white contour; every white blob's outline (mm, rim plane) goes to ``blobs``."""
     contours, _ = cv2.findContours(white, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE, offset=off)
     outer = config.box_outer_m * 1000.0
     best: BoxDetection | None = None
     n_big = 0
     for c in contours:
-        if cv2.contourArea(c) < 200:
+        a = cv2.contourArea(c)
+        if a < 20:
+            continue
+        pts = (_poly_xz(c, H, config.box_height_m) * 1000.0).astype(np.float32)
+        if blobs is not None:  # small ones too: a dim rim breaks into pieces
+            blobs.append(pts)
+        if a < 200:
             continue
         n_big += 1
-        pts = (_poly_xz(c, H, config.box_height_m) * 1000.0).astype(np.float32)
         (cx, cz), (w, h), ang = cv2.minAreaRect(pts)
         if w <= 0 or h <= 0:
             continue
@@ -263,10 +286,22 @@ def _ring_template(outer_px: float, inner_px: float, angle_deg: float, pad: int)
     return t
 
 
+def _ring_mask(outer_px: float, inner_px: float, angle_deg: float, pad: int) -> NDArray[Any]:
+    """The template's ring as a hard 0/1 mask (same window as ``_ring_template``)."""
+    return (_ring_template(outer_px, inner_px, angle_deg, pad) > 0.5).astype(np.float32)
+
+
 def _box_template(
     white: NDArray[Any], off: tuple[int, int], H: MatHomography, config: PerceptionConfig
 ) -> tuple[float, float, float, float, float]:
-    """Best (score, x, z, yaw_deg, scale) of the rim template over the search window."""
+    """Best (score, x, z, yaw_deg, scale) of the rim template over the search window.
+
+    The score is the normalized correlation times the ring's contrast: the share of
+    white under the ring minus the share of white around it, scaled so a clean rim
+    (contrast >= ``_TEMPLATE_FULL_CONTRAST``) keeps its correlation. Normalized
+    correlation alone scores a nearly empty white mask (an empty mat in dim light)
+    as high as a box, because it divides by that window's tiny variance.
+    """
     res = _TEMPLATE_MM_PER_PX / 1000.0
     (x0, x1), (z0, z1) = config.box_search_x, config.box_search_z
     wpx, hpx = round((x1 - x0) / res), round((z1 - z0) / res)
@@ -283,9 +318,17 @@ def _box_template(
             t = _ring_template(outer * s, inner * s, a, pad=6)
             if t.shape[0] >= rect.shape[0] or t.shape[1] >= rect.shape[1]:
                 continue
+            ring = _ring_mask(outer * s, inner * s, a, pad=6)
+            n_ring = float(ring.sum())
+            n_rest = float(ring.size) - n_ring
             t = cv2.GaussianBlur(t, (5, 5), 0)
             r = cv2.matchTemplate(rect, t, cv2.TM_CCOEFF_NORMED)
-            _, score, _, loc = cv2.minMaxLoc(r)
+            on_ring = cv2.matchTemplate(rect, ring, cv2.TM_CCORR) / n_ring
+            total = cv2.matchTemplate(rect, np.ones_like(ring), cv2.TM_CCORR)
+            around = (total - on_ring * n_ring) / n_rest
+            contrast = np.clip((on_ring - around) / _TEMPLATE_FULL_CONTRAST, 0.0, 1.0)
+            combined = np.where(np.isfinite(r), r, -1.0) * contrast
+            _, score, _, loc = cv2.minMaxLoc(combined)
             if np.isfinite(score) and score > best[0]:
                 ci = loc[0] + (t.shape[1] - 1) / 2.0
                 cj = loc[1] + (t.shape[0] - 1) / 2.0
@@ -308,8 +351,8 @@ def detect_box(
 ) -> BoxDetection:
     """The white box: by contour, else by template (score >= ``score_thresh``), else ``fallback_xz``.
 
-    Never returns None: the fallback keeps the trial going at the configured
-    position, and ``method == "fallback"`` says so (with the best template score).
+    Never returns None: the fallback is the configured position, ``method == "fallback"``
+    says so (with the best template score) and it is never trusted.
     """
     return _box_from(_View(frame, H, config), H, fallback_xz, score_thresh, config)
 
@@ -322,12 +365,20 @@ def _box_from(
     config: PerceptionConfig,
 ) -> BoxDetection:
     white = view.white()
-    found, why = _box_contour(white, view.off, H, config)
+    blobs: list[NDArray[np.float32]] = []
+    found, why = _box_contour(white, view.off, H, config, blobs)
     if found is not None:
         return found
     score, x, z, yaw, scale = _box_template(white, view.off, H, config)
     u, v = H.xz_to_pixel(x, z, config.box_height_m)
     if score >= score_thresh:
+        near = _nearest_blob_mm(blobs, x, z)
+        doubt = ""
+        if near > BOX_TEMPLATE_BLOB_MM:
+            doubt = (
+                f"template hit at ({x:+.3f}, {z:+.3f}) is {near:.0f} mm from the nearest white "
+                f"blob (> {BOX_TEMPLATE_BLOB_MM:.0f} mm): nothing white is there"
+            )
         return BoxDetection(
             x=x,
             z=z,
@@ -338,6 +389,8 @@ def _box_from(
             v=v,
             size_mm=(config.box_outer_m * 1000 * scale,) * 2,
             reason=why,
+            trusted=not doubt,
+            doubt=doubt,
         )
     return BoxDetection(
         x=float(fallback_xz[0]),
@@ -346,7 +399,20 @@ def _box_from(
         score=max(0.0, score),
         method="fallback",
         reason=f"{why}; best template score {score:.3f} < {score_thresh}",
+        trusted=False,
+        doubt="box not found: the position is the configured fallback",
     )
+
+
+def _nearest_blob_mm(blobs: list[NDArray[np.float32]], x: float, z: float) -> float:
+    """Distance (mm, rim plane) from (x, z) to the nearest white blob's outline; 0 inside one.
+    A rim broken into pieces (dim light, a cable across it) still has a piece within the
+    rim's half-width (39 mm) of its centre."""
+    best = math.inf
+    p = (float(x * 1000.0), float(z * 1000.0))
+    for pts in blobs:
+        best = min(best, max(0.0, -cv2.pointPolygonTest(pts.reshape(-1, 1, 2), p, True)))
+    return best
 
 
 # ---------------------------------------------------------------- combined
@@ -361,7 +427,8 @@ def combine_detections(
     blocks: Sequence[BlockDetection | None], boxes: Sequence[BoxDetection]
 ) -> SceneDetection:
     """Median of the repeats. The block counts only when seen in a majority of them;
-    the box uses the samples of the best method present (contour > template > fallback)."""
+    the box uses the samples of the best method present (contour > template > fallback)
+    and is trusted only when all of them are and they lie within ``BOX_MAX_SPREAD_MM``."""
     found = [b for b in blocks if b is not None]
     block = None
     bspread = None
@@ -386,6 +453,17 @@ def combine_detections(
     zs = np.array([b.z for b in same])
     mx, mz = float(np.median(xs)), float(np.median(zs))
     bref = min(same, key=lambda b: math.hypot(b.x - mx, b.z - mz))
+    spread = _spread(xs, zs, mx, mz)
+    doubtful = [b.doubt for b in same if not b.trusted]
+    doubts = []
+    if doubtful:
+        n = f"{len(doubtful)} of {len(same)} samples: " if len(same) > 1 else ""
+        doubts.append(n + doubtful[0])
+    if spread > BOX_MAX_SPREAD_MM:
+        doubts.append(
+            f"the {len(same)} {bref.method} samples spread {spread:.0f} mm "
+            f"(> {BOX_MAX_SPREAD_MM:.0f} mm)"
+        )
     box = BoxDetection(
         x=mx,
         z=mz,
@@ -396,6 +474,8 @@ def combine_detections(
         v=bref.v,
         size_mm=bref.size_mm,
         reason=bref.reason,
+        trusted=not doubts,
+        doubt="; ".join(doubts),
     )
     return SceneDetection(
         block=block,
@@ -403,7 +483,7 @@ def combine_detections(
         block_samples=list(blocks),
         box_samples=list(boxes),
         block_spread_mm=bspread,
-        box_spread_mm=_spread(xs, zs, mx, mz),
+        box_spread_mm=spread,
     )
 
 
@@ -424,3 +504,38 @@ def detect_scene(
         blocks.append(_block_from(view, H, config, config.block_size_m, None))
         boxes.append(_box_from(view, H, fallback_xz, score_thresh, config))
     return combine_detections(blocks, boxes)
+
+
+# ---------------------------------------------------------------- red pixels in regions (judges)
+def red_counts(
+    frame: NDArray[np.uint8],
+    polys_px: Sequence[NDArray[np.float64]],
+    pad_px: int = 0,
+    config: PerceptionConfig = DEFAULT_CONFIG,
+) -> tuple[list[int], int]:
+    """Red (block-coloured) pixels inside each polygon (N x 2 frame pixels), and in the
+    bounding rectangle of all of them padded by ``pad_px``. Only that rectangle is converted."""
+    _check_frame(frame)
+    h, w = frame.shape[:2]
+    allp = np.concatenate([np.asarray(p, np.float64).reshape(-1, 2) for p in polys_px])
+    if not np.all(np.isfinite(allp)):
+        return [0] * len(polys_px), 0
+    x0 = max(0, int(np.floor(allp[:, 0].min())) - pad_px)
+    y0 = max(0, int(np.floor(allp[:, 1].min())) - pad_px)
+    x1 = min(w, int(np.ceil(allp[:, 0].max())) + pad_px + 1)
+    y1 = min(h, int(np.ceil(allp[:, 1].max())) + pad_px + 1)
+    if x1 <= x0 or y1 <= y0:
+        return [0] * len(polys_px), 0
+    hsv = cv2.cvtColor(frame[y0:y1, x0:x1], cv2.COLOR_BGR2HSV)
+    s, v = config.red_s_min, config.red_v_min
+    red = cv2.bitwise_or(
+        cv2.inRange(hsv, (0, s, v), (10, 255, 255)),
+        cv2.inRange(hsv, (170, s, v), (180, 255, 255)),
+    )
+    counts = []
+    for p in polys_px:
+        m = np.zeros_like(red)
+        pts = np.round((np.asarray(p, np.float64).reshape(-1, 2) - [x0, y0]) * 16).astype(np.int32)
+        cv2.fillPoly(m, [pts], 255, cv2.LINE_8, 4)
+        counts.append(int(cv2.countNonZero(cv2.bitwise_and(red, m))))
+    return counts, int(cv2.countNonZero(red))

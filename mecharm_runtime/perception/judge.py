@@ -6,10 +6,15 @@ confidence and a reason in words. Every judge is async so a slow one (a
 person at the terminal, a remote model) never blocks the event loop.
 
 * ``GeometricJudge``: pick = the block is no longer at its mat position AND a
-  red blob is held at the tip marker; place = the block's top face lies fully
-  inside the box's inner footprint (same rule as the simulator's physics).
-  Each frame votes; the verdict is the majority, confidence grows with the
-  agreement and the margin.
+  red blob is held at the tip marker; place = the block rests on the box's
+  floor, fully inside its inner footprint (same rule as the simulator's
+  physics). Both know the block's height (docs/perception.md, "Judges that
+  know the height"): the pick asks whether the red pixels still fill the
+  block's silhouette on the mat (a vertically lifted block's image moves out of
+  it even when its mat-plane centre hardly moves); the place tells a block on
+  the rim (red over the rim, which a block inside the box can never be) from
+  one on the floor, which parallax alone cannot. Each frame votes; the verdict
+  is the majority, confidence grows with the agreement and the margin.
 * ``HumanJudge``: asks y/n on the terminal, with a timeout (then the fallback
   judge, or "no" with confidence 0).
 * ``VlmJudge`` (vlm.py): a vision-language model behind any object with
@@ -27,11 +32,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, runtime_checkable
 
+import cv2
 import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
-from mecharm_runtime.perception.detect import detect_block, detect_box, locate_block
+from mecharm_runtime.perception.detect import detect_block, detect_box, locate_block, red_counts
 from mecharm_runtime.perception.homography import MatHomography
 from mecharm_runtime.perception.results import BlockDetection, BoxDetection, SceneDetection, Verdict
 from mecharm_runtime.perception.tip import find_tip_marker
@@ -78,7 +84,12 @@ def _majority(votes: list[bool]) -> tuple[bool, float]:
 
 
 class GeometricJudge:
-    """Default judge: geometry of the detections, no model, no person."""
+    """Default judge: geometry of the detections, no model, no person.
+
+    ``height_aware=False`` is the judge from before the block's height was
+    considered (mat-plane "left its place" test, floor plane assumed for the
+    place); kept to compare the two (``python -m mecharm_tools.judgecheck``).
+    """
 
     name = "geometric"
 
@@ -88,11 +99,21 @@ class GeometricJudge:
         left_mm: float = 15.0,
         held_mm: float = 30.0,
         default_lift_height_m: float = 0.06,
+        height_aware: bool = True,
+        stayed_fraction: float = 0.8,
+        rim_red_mm2: float = 40.0,
     ) -> None:
+        # place: "on the rim" when red covers the rim band (rim_red_mm2) or the top face's apparent
+        # size puts it nearer the rim's block height (68 mm) than the floor's (28 mm)
         self.config = config
         self.left_mm = left_mm
         self.held_mm = held_mm
         self.default_lift_height_m = default_lift_height_m
+        self.height_aware = height_aware
+        #: share of the blob's red pixels that must lie in the block's mat silhouette to be "still there"
+        self.stayed_fraction = stayed_fraction
+        #: red over the box's rim band (mm² on the rim plane) that means "resting on the rim"
+        self.rim_red_mm2 = rim_red_mm2
 
     async def judge_pick(self, evidence: JudgeEvidence) -> Verdict:
         return await to_thread(self._pick, evidence)
@@ -101,6 +122,26 @@ class GeometricJudge:
         return await to_thread(self._place, evidence)
 
     # ---------------------------------------------------------------- pick
+    def _still_there(
+        self, f: NDArray[np.uint8], ev: JudgeEvidence, origin: BlockDetection
+    ) -> tuple[bool, dict[str, Any]]:
+        """Is the block still standing where detect saw it? Its red pixels must lie inside its
+        silhouette on the mat (all 8 corners projected, 2 mm grown). A block
+        lifted in the gripper, even straight up, moves its image out of that silhouette
+        (it comes closer to the camera); a gripper over a block left behind only hides some of it."""
+        cfg = self.config
+        sil = _cube_silhouette_px(ev.H, origin.x, origin.z, origin.yaw_deg, cfg, grow_m=0.002)
+        (inside,), total = red_counts(
+            f, [sil], pad_px=_silhouette_pad(ev.H, origin, cfg), config=cfg
+        )
+        area = float(cv2.contourArea(sil.astype(np.float32)))
+        fill = inside / area if area > 0 else 0.0
+        share = inside / total if total else 0.0
+        # only the share counts, not how much is visible: a gripper may hide most of a block
+        # left behind, but what remains visible stays inside; 30 px keeps noise from voting
+        still = inside >= 30 and share >= self.stayed_fraction
+        return still, {"silhouette_fill": round(fill, 3), "red_in_silhouette": round(share, 3)}
+
     def _pick(self, ev: JudgeEvidence) -> Verdict:
         origin = ev.scene.block
         if origin is None:
@@ -113,11 +154,15 @@ class GeometricJudge:
         votes: list[bool] = []
         per: list[dict[str, Any]] = []
         for f in ev.frames:
-            still = detect_block(f, ev.H, self.config)
-            at_origin = (
-                still is not None
-                and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
-            )
+            extra: dict[str, Any] = {}
+            if self.height_aware:
+                at_origin, extra = self._still_there(f, ev, origin)
+            else:
+                still = detect_block(f, ev.H, self.config)
+                at_origin = (
+                    still is not None
+                    and math.hypot(still.x - origin.x, still.z - origin.z) * 1000 <= self.left_mm
+                )
             tip = find_tip_marker(f, ev.H, tip_h, self.config)
             held_mm = None
             if tip is not None:
@@ -134,6 +179,7 @@ class GeometricJudge:
                     "at_origin": at_origin,
                     "tip_seen": tip is not None,
                     "held_dist_mm": None if held_mm is None else round(held_mm, 2),
+                    **extra,
                 }
             )
         ok, agree = _majority(votes)
@@ -157,6 +203,18 @@ class GeometricJudge:
         )
 
     # ---------------------------------------------------------------- place
+    def _on_rim_mm2(self, f: NDArray[np.uint8], H: MatHomography, box: BoxDetection) -> float:
+        """Red seen over the box's rim band (mm² on the rim plane). The rim is opaque and 43 mm
+        high: a block on the floor or on the mat never shows there; one resting on the rim does.
+        The band is taken 1.5 mm in from both edges so a box found 1-2 mm off does not count a
+        block standing next to a wall."""
+        cfg = self.config
+        a, b = cfg.box_outer_m / 2 - 0.0015, cfg.box_inner_m / 2 + 0.0015
+        outer = _square_px(H, box.x, box.z, a, box.yaw_deg, cfg.box_height_m)
+        inner = _square_px(H, box.x, box.z, b, box.yaw_deg, cfg.box_height_m)
+        (n_out, n_in), _ = red_counts(f, [outer, inner], config=cfg)
+        return (n_out - n_in) * H.mm_per_px(box.x, box.z, cfg.box_height_m) ** 2
+
     def _place(self, ev: JudgeEvidence) -> Verdict:
         if not ev.frames:
             return Verdict("no", 0.0, "cannot judge the place: no top-camera frames", self.name)
@@ -165,7 +223,9 @@ class GeometricJudge:
         votes: list[bool] = []
         margins: list[float] = []
         per: list[dict[str, Any]] = []
+        rests: list[str] = []
         box: BoxDetection = ev.scene.box
+        face = _face_mm2(ev.scene.block, cfg)
         for f in ev.frames:
             redetect = detect_box(f, ev.H, config=cfg)
             if redetect.method == "contour":
@@ -176,7 +236,18 @@ class GeometricJudge:
                 per.append({"block_seen": False})
                 continue
             margin = _inside_margin_mm(block, box, cfg)
-            votes.append(margin >= 0.0)
+            info: dict[str, Any] = {}
+            rest = "floor" if margin >= 0.0 else "outside"
+            if self.height_aware:
+                on_rim = self._on_rim_mm2(f, ev.H, box)
+                top = _top_height_m(block, ev.H, cfg, face)
+                info["red_on_rim_mm2"] = round(on_rim, 1)
+                info["top_height_mm"] = round(top * 1000.0, 1)
+                rim_top = cfg.box_height_m + cfg.block_size_m
+                if on_rim >= self.rim_red_mm2 or top >= (top_h + rim_top) / 2.0:
+                    rest = "rim"
+            rests.append(rest)
+            votes.append(rest == "floor")
             margins.append(margin)
             per.append(
                 {
@@ -184,12 +255,17 @@ class GeometricJudge:
                     "block_xz": [round(block.x, 4), round(block.z, 4)],
                     "margin_mm": round(margin, 2),
                     "box_method": box.method,
+                    "rests_on": rest,
+                    **info,
                 }
             )
         ok, agree = _majority(votes)
         n = len(votes)
         m = float(np.median(margins)) if margins else None
         conf = agree * (min(0.99, 0.6 + abs(m) / 25.0) if m is not None else 0.9)
+        n_rim = rests.count("rim")
+        if not ok and 2 * n_rim > n:
+            conf = agree * 0.9  # the margin measured through the floor plane means nothing here
         if box.method == "fallback":
             conf *= 0.5
         if ok:
@@ -199,6 +275,13 @@ class GeometricJudge:
             )
         elif m is None:
             reason = f"place failed: no block visible near the box in {n}/{n} frames"
+        elif 2 * n_rim > n:
+            tops = [p["top_height_mm"] for p in per if p.get("rests_on") == "rim"]
+            reason = (
+                f"place failed: block rests on the box's rim (its top face seen at "
+                f"{float(np.median(tops)):.0f} mm, the floor would put it at {top_h * 1000:.0f} mm; "
+                f"on the rim in {n_rim}/{n} frames)"
+            )
         else:
             reason = (
                 f"place failed: block not inside the box's inner footprint (median margin {m:.1f} mm; "
@@ -209,6 +292,63 @@ class GeometricJudge:
         return Verdict(
             "yes" if ok else "no", round(min(1.0, conf), 4), reason, self.name, {"frames": per}
         )
+
+
+def _top_height_m(
+    block: BlockDetection, H: MatHomography, cfg: PerceptionConfig, face_mm2: float
+) -> float:
+    """Height of the block's top face from its apparent size: the face measures ``face_mm2``
+    only on its own plane, and the nearer the camera the larger it looks (a face at 68 mm,
+    on the rim, measures ~10 % more through the 28 mm floor plane)."""
+    if block.area_mm2 <= 0 or face_mm2 <= 0:
+        return block.height_m
+    h0, dh = block.height_m, 0.04
+    m0 = H.mm_per_px(block.x, block.z, h0)
+    m1 = H.mm_per_px(block.x, block.z, h0 + dh)
+    if not math.isfinite(m0) or not math.isfinite(m1) or abs(m1 - m0) < 1e-9:
+        return h0
+    k = math.sqrt(face_mm2 / block.area_mm2)  # true size / apparent size
+    return h0 + (k - 1.0) * m0 / ((m1 - m0) / dh)
+
+
+def _face_mm2(origin: BlockDetection | None, cfg: PerceptionConfig) -> float:
+    """The top face's area as this camera and lighting measure it on its own plane: detect's
+    measurement of the block standing on the mat (it includes the segmentation's bias, a few
+    per cent), unless that is implausible; else the nominal ``block_size``²."""
+    nominal = (cfg.block_size_m * 1000.0) ** 2
+    if origin is not None and 0.8 * nominal <= origin.area_mm2 <= 1.25 * nominal:
+        return origin.area_mm2
+    return nominal
+
+
+def _square_px(
+    H: MatHomography, cx: float, cz: float, half: float, yaw_deg: float, height: float
+) -> NDArray[np.float64]:
+    a = math.radians(yaw_deg)
+    c, s = math.cos(a), math.sin(a)
+    local = np.array([[half, half], [-half, half], [-half, -half], [half, -half]])
+    xz = local @ np.array([[c, -s], [s, c]]).T + [cx, cz]
+    return H.xzs_to_pixels(xz, height)
+
+
+def _cube_silhouette_px(
+    H: MatHomography, x: float, z: float, yaw_deg: float, cfg: PerceptionConfig, grow_m: float
+) -> NDArray[np.float64]:
+    """Convex hull (frame pixels) of the block standing at (x, z), grown by ``grow_m``."""
+    half = cfg.block_size_m / 2 + grow_m
+    pts = np.vstack(
+        [
+            _square_px(H, x, z, half, yaw_deg, 0.0),
+            _square_px(H, x, z, half, yaw_deg, cfg.block_size_m + grow_m),
+        ]
+    )
+    hull = cv2.convexHull(pts.astype(np.float32)).reshape(-1, 2)
+    return hull.astype(np.float64)
+
+
+def _silhouette_pad(H: MatHomography, origin: BlockDetection, cfg: PerceptionConfig) -> int:
+    """Pixels around the silhouette in which red counts against "still there": two block sizes."""
+    return max(8, round(2 * cfg.block_size_m * 1000 / H.mm_per_px(origin.x, origin.z)))
 
 
 def _inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionConfig) -> float:

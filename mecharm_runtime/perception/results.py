@@ -30,7 +30,13 @@ class BlockDetection:
 
 @dataclass(frozen=True)
 class BoxDetection:
-    """White box centre (metres); ``method`` tells how it was found, ``score`` how well (0..1)."""
+    """White box centre (metres); ``method`` tells how it was found, ``score`` how well (0..1).
+
+    ``trusted`` is False when the detection doubts itself (``doubt`` says why): the
+    configured fallback, a template hit away from every white blob, or samples of one
+    detect that disagree. The runtime does not place at an untrusted box
+    (docs/perception.md, "Detections that doubt themselves").
+    """
 
     x: float
     z: float
@@ -41,6 +47,8 @@ class BoxDetection:
     v: float | None = None
     size_mm: tuple[float, float] | None = None
     reason: str = ""
+    trusted: bool = True
+    doubt: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -55,6 +63,9 @@ class BoxDetection:
         }
         if self.reason:
             d["reason"] = self.reason
+        d["trusted"] = self.trusted
+        if self.doubt:
+            d["doubt"] = self.doubt
         return d
 
 

@@ -5,6 +5,7 @@ the stage machine writes each input, decision and fact once, into the trace, and
 ``build_runlog`` arranges those lines into sections — constants, stages,
 detections, lookups, guards, moves with pre/post angles, gripper commands,
 captures, judgements, correction, tip measurements, servo steps, side frames, the
+release check (what was seen, the operator's answer), the height memory's update, the
 exit path and the result with its reason. Only what happens after the trace is
 closed (the recording's meta, a failed ledger append) is passed in. Written
 atomically, also on abort. Sections are described in docs/runtime.md ("Records").
@@ -35,6 +36,7 @@ SECTIONS = (
     "tip_measurements",
     "servo",
     "side_frames",
+    "release",
 )
 
 
@@ -91,6 +93,8 @@ def build_runlog(
                 )
             elif kind == "place_verdict":
                 out["judgements"].append({"stage": stage, "what": "place", **value})
+            elif kind in ("release_view", "release_answer"):
+                out["release"].append({"stage": stage, "kind": kind, "value": value})
             elif kind == "side_frame":
                 path, capture_ts, reason = value
                 out["side_frames"].append({"tag": f"{stage}_side", "path": path, "capture_ts": capture_ts,
@@ -112,6 +116,10 @@ def build_runlog(
                     "dee_y_mm": value.get("dee_y_mm"),
                     "band": value.get("band"),
                 }
+            elif kind in ("release_check", "release_override"):
+                out["release"].append({"stage": stage, "kind": kind, "value": value})
+            elif kind == "height_update":
+                out["height"] = {**(out["height"] or {}), "update": value}
             elif kind == "exit":
                 out["exit"] = value.get("steps", [value]) if isinstance(value, dict) else value
         elif ev == "log":

@@ -130,8 +130,14 @@ def test_recorded_trial_then_same_scene_without_recorder(
         "servo_place",
         "return_home",
     }
-    side = json.loads((d / f"{with_rec.run_stem}.json").read_text())["side_frames"]
+    runlog = json.loads((d / f"{with_rec.run_stem}.json").read_text())
+    side = runlog["side_frames"]
     assert side and side[0]["reason"] == "ok" and Path(side[0]["path"]).is_file()
+    # the release check and the height memory's update are in the run log, as the trace has them
+    kinds = [r["kind"] for r in runlog["release"]]
+    assert kinds == ["release_view", "release_check"], runlog["release"]
+    assert runlog["release"][1]["value"]["confirmed"] is True
+    assert runlog["height"]["update"]["key"] == runlog["height"]["key"]
 
     # the same scene and seed, recorder stopped: same decisions, same commanded angles, from
     # the memories the first trial started with (none: what it learned moves the aim by its
