@@ -28,6 +28,7 @@ __all__ = [
     "TOOL_OFFSET_M",
     "fk_frames",
     "fk_tip",
+    "fk_wrist_tip",
     "urdf_to_unity",
 ]
 
@@ -155,3 +156,20 @@ def fk_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.f
     res = _chain(q, frames=False)
     z_axis, flange = res[-2], res[-1]
     return _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n).reshape(*lead, 3)
+
+
+def fk_wrist_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
+    """Flange (wrist) and tool-tip positions in one pass, Unity frame; shape (..., 2, 3).
+
+    Index 0 is the flange (the wrist end of the chain, where the tool is mounted), 1 the
+    tip (equal to ``fk_tip``). The path check (mecharm_runtime/pathcheck.py) tests both
+    points of every sample against the mat and the box, so it needs them at ``fk_tip``'s cost.
+    """
+    q, lead = _as_q(angles_deg)
+    n = q.shape[1]
+    res = _chain(q, frames=False)
+    z_axis, flange = res[-2], res[-1]
+    out = np.empty((n, 2, 3))
+    out[:, 0, :] = _stack(flange, n)
+    out[:, 1, :] = _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n)
+    return out.reshape(*lead, 2, 3)

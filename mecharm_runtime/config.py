@@ -36,6 +36,9 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "height_rule": "failures",
     # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
     "retry_open_at": "lift",
+    # no bound on a joint's change near the work, no path check (docs/safety.md)
+    "joint_step_max_deg": 0.0,
+    "path_check": False,
     # before: the trial placed at whatever box detect returned (even the fallback position)
     "place_at_untrusted_box": True,
 }
@@ -140,6 +143,21 @@ class RuntimeSettings(RigSettings):
     place_target_m: float = 0.100
     place_band_depth_m: float = Field(0.030, gt=0)
     z_resid_warn_m: float = Field(0.05, gt=0)
+    # joint continuity (docs/safety.md): near the work no joint moves more than this per move
+    # (descents, lifts, servo and depth steps); 0 = no bound
+    joint_step_max_deg: float = Field(15.0, ge=0)
+    # when no pick row within reach keeps the bound from the approach pose: first stand above
+    # the block (a row in this ee_y band within pick_hover_dist_m in x-z), then descend
+    pick_hover_band: tuple[float, float] = (0.080, 0.140)
+    pick_hover_dist_m: float = Field(0.015, gt=0)
+    # a bounded descent that lands farther than this from the aim tries the hover first
+    pick_resid_max_m: float = Field(0.005, gt=0)
+    # path check (docs/safety.md): the joint-space path of every move keeps tip and wrist
+    # above the mat + margin and outside the box, sampled every path_sample_deg
+    path_check: bool = True
+    path_mat_margin_m: float = Field(0.005, ge=0)
+    path_box_margin_m: float = Field(0.005, ge=0)
+    path_sample_deg: float = Field(1.0, gt=0)
 
     # ---- place servo (servo_place)
     servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
@@ -176,7 +194,7 @@ class RuntimeSettings(RigSettings):
     #: at the lift height, as the rig did) or lift (where it is)
     retry_open_at: Literal["mat", "swept", "lift"] = "mat"
 
-    @field_validator("pick_band", "place_band")
+    @field_validator("pick_band", "place_band", "pick_hover_band")
     @classmethod
     def _band_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not v[0] < v[1]:

@@ -35,7 +35,9 @@ from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
-from mecharm_runtime.lookup.fk_lookup import fk_lookup
+from mecharm_runtime.lookup.build import with_approach_lattices
+from mecharm_runtime.lookup.descent import PickDescent, plan_pick_descent
+from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
@@ -47,6 +49,8 @@ from mecharm_runtime.motion import (
     send_and_wait,
     wait_at_rest,
 )
+from mecharm_runtime.pathcheck import Workspace, check_path
+from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
 from mecharm_runtime.ports import (
     ArmPort,
     Clock,
@@ -152,6 +156,7 @@ class TrialState:
     correction_key: str = ""
     correction_used_mm: tuple[float, float] = (0.0, 0.0)
     pick_approach: tuple[float, ...] | None = None
+    pick_hover: bool = False  # pick_approach is the hover above the block, not the arc's pose
     pick_pose: tuple[float, ...] | None = None
     pick_ee_y: float | None = None
     tip: TipObservation | None = None
@@ -195,6 +200,12 @@ class TrialContext:
     on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
     #: the data root's fault, if any (records/trace.py); read before each stage (docs/reliability.md)
     storage_fault: Callable[[], str | None] = lambda: None
+    #: box geometry for the path check (docs/safety.md); the runtime's ``perception:`` config
+    workcell: PerceptionConfig = DEFAULT_CONFIG
+    #: the last pose commanded (and arrived at) and the last pose read: the references of the
+    #: joint-continuity bound and the start of the path check
+    last_commanded: tuple[float, ...] | None = None
+    last_measured: tuple[float, ...] | None = None
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -235,6 +246,7 @@ class TrialContext:
 
     def _measured(self, r: Reading) -> None:
         if r.angles is not None:
+            self.last_measured = tuple(r.angles)
             self.recorder.measured(r.angles)
 
     async def move(
@@ -245,8 +257,16 @@ class TrialContext:
         *,
         lookup_ok: bool | None = None,
         lookup_reason: str = "",
+        near_work: bool = False,
+        into_box: bool = False,
     ) -> MoveResult:
-        """Guard, then send-and-wait. Raises StageFailed when the guard refuses or it does not arrive."""
+        """Guard, motion checks, then send-and-wait. Raises StageFailed when the guard or a
+        motion check refuses or the arm does not arrive.
+
+        ``near_work`` marks a move with the tool at the work (descents, lifts, servo and
+        depth steps, the retreat from the box): its joint changes are bounded by
+        ``joint_step_max_deg``. ``into_box`` lets the path enter the box's opening (placing).
+        """
         s = self.settings
         verdict = check_pose(
             target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason
@@ -255,6 +275,12 @@ class TrialContext:
         if not verdict.ok:
             raise StageFailed(f"{self.stage}: guard refused {note}: {verdict.reason}")
         tgt = verdict.angles
+        checks, refusal = self.motion_checks(tgt, near_work=near_work, into_box=into_box)
+        if checks:
+            self.trace.decision("motion_check", {"note": note, **checks})
+        if refusal is not None:
+            log.warning("motion_refused", stage=self.stage.value, note=note, reason=refusal)
+            raise StageFailed(f"{self.stage}: {refusal} ({note})")
         self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
         observer = (
             _RecorderObserver(self.recorder, s.speed, f"{self.stage}:{note}")
@@ -280,9 +306,70 @@ class TrialContext:
             {"note": note, "arrived": res.arrived, "attempts": res.attempts, "reason": res.reason},
         )
         self.trace.log("move", {"note": note, **res.to_dict()})
+        if res.post is not None:
+            self.last_measured = tuple(res.post)
         if not res.arrived:
+            self.last_commanded = None  # where it stopped is known only from the readings
             raise StageFailed(f"{self.stage}: {note}: {res.reason}")
+        self.last_commanded = tgt
         return res
+
+    def workspace(self) -> Workspace:
+        """The mat and, once detected, the box, as the path check sees them."""
+        s, w = self.settings, self.workcell
+        scene = self.state.scene
+        return Workspace(
+            mat_margin_m=s.path_mat_margin_m,
+            box_xz=None if scene is None else scene.box_xz,
+            box_inner_m=w.box_inner_m,
+            box_wall_m=w.box_wall_m,
+            box_height_m=w.box_height_m,
+            box_margin_m=s.path_box_margin_m,
+        )
+
+    def motion_checks(
+        self, target: Sequence[float], *, near_work: bool, into_box: bool
+    ) -> tuple[dict[str, Any], str | None]:
+        """The joint-continuity bound (near-work moves) and the path check (every move)
+        of a move to ``target`` from where the arm is (docs/safety.md).
+
+        Returns (what was checked, for the trace; the refusal reason or None). Empty
+        when both checks are off, so traces of runs without them are unchanged.
+        """
+        s = self.settings
+        out: dict[str, Any] = {}
+        refusal: str | None = None
+        bound = s.joint_step_max_deg
+        if bound > 0 and near_work:
+            ref = self.last_commanded if self.last_commanded is not None else self.last_measured
+            if ref is None:
+                out["joint_step"] = {"ok": True, "why": "no reference pose yet"}
+            else:
+                jumps = [t - r for t, r in zip(target, ref, strict=True)]
+                j = max(range(6), key=lambda i: abs(jumps[i]))
+                ok = abs(jumps[j]) <= bound
+                src = "commanded" if ref is self.last_commanded else "measured"
+                out["joint_step"] = {
+                    "ok": ok, "ref": list(ref), "ref_source": src, "joint": j,
+                    "jump_deg": jumps[j], "bound_deg": bound,
+                }  # fmt: skip
+                if not ok:
+                    refusal = (
+                        f"joint step refused: j{j} {jumps[j]:+.1f}° from the last {src} pose "
+                        f"> joint_step_max_deg {bound:g}°"
+                    )
+        if s.path_check:
+            start = self.last_measured if self.last_measured is not None else self.last_commanded
+            if start is None:
+                out["path"] = {"ok": True, "reason": "no start pose yet"}
+            else:
+                v = check_path(
+                    start, target, self.workspace(), into_box=into_box, step_deg=s.path_sample_deg
+                )
+                out["path"] = {"into_box": into_box, **v.to_dict()}
+                if not v.ok and refusal is None:
+                    refusal = f"path check refused: {v.reason}"
+        return out, refusal
 
     async def gripper(self, action: str, note: str) -> None:
         """Open (``set_gripper_state(0)``) or close (``set_gripper_value``); the recorder gets the value sent."""
@@ -387,10 +474,14 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
-    res = fk_lookup(
-        ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m
-    )
-    ctx.trace.decision("lookup", res.to_dict())
+    st.pick_hover = False  # approach_pick has just set pick_approach to the arc's pose
+    if _step_bound(s, st.pick_approach):
+        res = await _bounded_pick(ctx)
+    else:
+        res = fk_lookup(
+            ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m
+        )
+        ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
@@ -399,6 +490,7 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
         "pick descend",
         lookup_ok=res.ok,
         lookup_reason=res.reason or "",
+        near_work=True,
     )
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
     await ctx.at_rest("tip measurement")
@@ -419,9 +511,17 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.pick_approach is not None
-    await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True)
+    await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True, near_work=True)
+    judged_at = st.pick_approach
+    if st.pick_hover:
+        # lifted straight up to the hover: go on, at height, to the approach arc's pose, where
+        # the pick judge sees the block leave its mat position as it always did (docs/safety.md)
+        assert st.aim_xz is not None
+        arc = j0_lookup(ctx.arc_pick, st.aim_xz)
+        judged_at = tuple(arc.angles)
+        await ctx.move(judged_at, s.tol_approach, "lift: to the approach arc", lookup_ok=True)
     st.pick_attempts += 1
-    lift_ee_y = float(fk_tip(st.pick_approach)[1])
+    lift_ee_y = float(fk_tip(judged_at)[1])
     await ctx.at_rest("pick judgement")
     v = await ctx.eyes.judge_pick(lift_ee_y, f"lift_judge_attempt{st.pick_attempts}")
     st.pick_verdict = v
@@ -503,6 +603,59 @@ async def approach_place(ctx: TrialContext) -> Outcome:
     return Outcome.OK
 
 
+async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
+    """The pick lookup under the continuity bound (docs/safety.md): the direct descent, or,
+    when the approach pose is not above the block, a hover pose first (moved to here)."""
+    s, st = ctx.settings, ctx.state
+    aim, approach = st.aim_xz, st.pick_approach
+    assert aim is not None and approach is not None
+
+    def plan_it() -> PickDescent:
+        return plan_pick_descent(
+            _pick_descent_table(ctx),
+            aim,
+            approach,
+            pick_band=s.pick_band,
+            hover_band=s.pick_hover_band,
+            dist_max=s.dist_max_m,
+            hover_dist_max=s.pick_hover_dist_m,
+            resid_max=s.pick_resid_max_m,
+            step_max=s.joint_step_max_deg,
+        )
+
+    # a worker thread: the first call extends the table (~0.2-1 s), a hover search can take
+    # ~0.5 s; the event loop keeps serving the daemon link meanwhile
+    plan = await anyio.to_thread.run_sync(plan_it)
+    ctx.trace.decision("lookup", plan.direct.to_dict())
+    if plan.direct.ok and plan.hover is None and plan.from_hover is None:
+        return plan.direct
+    ctx.trace.decision(
+        "pick_hover",
+        {"used": plan.use_hover, "hover": None if plan.hover is None else plan.hover.to_dict(),
+         "pick": None if plan.from_hover is None else plan.from_hover.to_dict()},
+    )  # fmt: skip
+    if plan.use_hover:
+        assert plan.hover is not None and plan.hover.angles is not None
+        await ctx.move(plan.hover.angles, s.tol_approach, "pick hover", lookup_ok=True)
+        st.pick_approach = tuple(plan.hover.angles)  # the lift comes back here
+        st.pick_hover = True
+    return plan.pick
+
+
+def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, Any]:
+    """The lookup's joint-continuity arguments (docs/safety.md): none when the bound is off."""
+    if s.joint_step_max_deg <= 0 or ref is None:
+        return {}
+    return {"step_ref": tuple(ref), "step_max": s.joint_step_max_deg}
+
+
+def _pick_descent_table(ctx: TrialContext) -> FkTable:
+    """The table plus ±15° lattices around the pick arc's poses (docs/safety.md): without
+    them no row within reach of a pick target is within the bound of the approach pose."""
+    j0s = [p[2] for p in ctx.arc_pick.points]
+    return with_approach_lattices(ctx.table, ctx.arc_pick.base, (min(j0s), max(j0s)))
+
+
 def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     """(band_min, band_max, dee_y_mm): memory target 0.100 + dee_y, band the 30 mm below it."""
     s, st = ctx.settings, ctx.state
@@ -529,11 +682,19 @@ async def descend_place(ctx: TrialContext) -> Outcome:
         ref_joints=st.place_approach,
         joint_tol=s.place_joint_tol,
         ee_y_floor=s.place_floor_m,
+        **_step_bound(s, st.place_approach),
     )
     ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
-    await ctx.move(res.angles, s.tol_pick_place, "place descend", lookup_ok=res.ok)
+    await ctx.move(
+        res.angles,
+        s.tol_pick_place,
+        "place descend",
+        lookup_ok=res.ok,
+        near_work=True,
+        into_box=True,
+    )
     st.place_pose, st.place_ee_y = tuple(res.angles), res.selected_ee_y
     return Outcome.OK
 
@@ -588,7 +749,12 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         if not verdict.ok:
             servo.append({**entry, "action": f"guard stop: {verdict.reason}"})
             break
-        await ctx.move(cand, s.tol_pick_place, f"servo j0 step {it}")
+        _checks, refusal = ctx.motion_checks(cand, near_work=True, into_box=True)
+        if refusal is not None:  # stop servoing, as at a guard stop: the block is still held
+            servo.append({**entry, "action": f"motion stop: {refusal}"})
+            ctx.trace.decision("servo_stop", {"iter": it, "reason": refusal})
+            break
+        await ctx.move(cand, s.tol_pick_place, f"servo j0 step {it}", near_work=True, into_box=True)
         pose = cand
         servo.append({**entry, "action": "moved"})
     ctx.trace.decision("servo_result", {"converged": converged, "j0": pose[0]})
@@ -618,18 +784,27 @@ async def servo_place(ctx: TrialContext) -> Outcome:
             ref_joints=pose,
             joint_tol=s.place_joint_tol,
             ee_y_floor=s.place_floor_m,
+            **_step_bound(s, pose),
         )
         ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
         verdict = check_pose(
             res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or ""
         )
-        if not verdict.ok:
-            servo.append(
-                {"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {verdict.reason}"}
-            )
-            ctx.trace.decision("depth_stop", {"step": k, "reason": verdict.reason})
+        stop = None if verdict.ok else verdict.reason
+        if stop is None:
+            stop = ctx.motion_checks(verdict.angles, near_work=True, into_box=True)[1]
+        if stop is not None:
+            servo.append({"depth_step": k, "dz_mm": dz_mm, "action": f"guard stop: {stop}"})
+            ctx.trace.decision("depth_stop", {"step": k, "reason": stop})
             break
-        await ctx.move(verdict.angles, s.tol_pick_place, f"depth step {k}", lookup_ok=True)
+        await ctx.move(
+            verdict.angles,
+            s.tol_pick_place,
+            f"depth step {k}",
+            lookup_ok=True,
+            near_work=True,
+            into_box=True,
+        )
         pose = verdict.angles
         height = float(res.selected_ee_y if res.selected_ee_y is not None else height)
         servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})

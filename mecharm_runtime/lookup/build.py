@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import itertools
+import json
+import math
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -31,17 +36,20 @@ from mecharm_runtime.lookup.table import (
 )
 
 __all__ = [
+    "APPROACH_LATTICE_J0_STEP",
     "APPROACH_PICK_BASE",
     "APPROACH_PLACE_BASE",
     "DEFAULT_BASES",
     "LATTICE_HALF_DEG",
     "LATTICE_STEPS",
+    "approach_lattice_bases",
     "build_table",
     "default_rows",
     "ensure_table",
     "global_scan",
     "lattice",
     "rows_from_angles",
+    "with_approach_lattices",
 ]
 
 log = get_logger("mecharm.lookup.build")
@@ -182,3 +190,61 @@ def ensure_table(data_dir: Path) -> Path:
             # cache is made from them directly instead of parsing the file just written
             save_cache(path, FkTable.from_rows(rows, checksum=checksum, path=path))
     return path
+
+
+# ---- approach lattices: continuous descents (docs/safety.md, "Joint continuity")
+
+#: j0 spacing of the lattices around an approach arc: 10° apart with ±15° each, so every
+#: j0 of the arc has lattice rows on a 5° grid up to 15° either side.
+APPROACH_LATTICE_J0_STEP = 10.0
+_AUGMENTED: dict[tuple[Any, ...], FkTable] = {}
+_AUGMENT_LOCK = threading.Lock()
+
+
+def approach_lattice_bases(
+    base_j1_j5: Sequence[float], j0_range: tuple[float, float]
+) -> tuple[tuple[float, ...], ...]:
+    """Base poses (j0, *base_j1_j5) every ``APPROACH_LATTICE_J0_STEP`` degrees covering
+    ``j0_range`` (rounded outwards to the step)."""
+    step = APPROACH_LATTICE_J0_STEP
+    lo = math.floor(min(j0_range) / step) * step
+    hi = math.ceil(max(j0_range) / step) * step
+    n = round((hi - lo) / step) + 1
+    return tuple((lo + i * step, *(float(v) for v in base_j1_j5)) for i in range(n))
+
+
+def with_approach_lattices(
+    table: FkTable, base_j1_j5: Sequence[float], j0_range: tuple[float, float]
+) -> FkTable:
+    """``table`` plus ±15° lattices around an approach arc's poses, appended after its rows.
+
+    Why: the default table's pick rows are lattices around poses at the block, so no row
+    within reach of a pick target keeps every joint within the continuity bound of the
+    approach pose above it; the rig grew its place rows the same way (a lattice around
+    the approach pose). The rows are added in memory, not to the file: the file's bytes
+    (and so its checksum, which every recorded trace names) stay those of the default
+    table, and row numbers below ``table.n_rows`` keep their meaning. The result is
+    deterministic (same rows, same derived checksum) and cached per table and arc.
+    """
+    bases = approach_lattice_bases(base_j1_j5, j0_range)
+    key = (id(table), table.checksum, table.j1_max, bases)
+    with _AUGMENT_LOCK:
+        hit = _AUGMENTED.get(key)
+        if hit is not None:
+            return hit
+        extra = rows_from_angles(np.concatenate([lattice(b) for b in bases]))
+        rows = np.concatenate([np.concatenate([table.xyz, table.joints], axis=1), extra])
+        tag = json.dumps({"table": table.checksum, "approach_lattices": bases})
+        checksum = hashlib.sha256(tag.encode()).hexdigest()
+        out = FkTable.from_rows(rows, checksum=checksum, path=table.path, j1_max=table.j1_max)
+        while len(_AUGMENTED) >= 4:
+            del _AUGMENTED[next(iter(_AUGMENTED))]
+        _AUGMENTED[key] = out
+        log.info(
+            "fk_table_approach_lattices",
+            base_checksum=table.checksum,
+            checksum=checksum,
+            lattices=len(bases),
+            added_rows=int(extra.shape[0]),
+        )
+        return out

@@ -85,13 +85,21 @@ class FkLookupResult:
     max_dj: float | None
     ee_y_floor: float | None
     reason: str | None
-    reason_code: str | None  # None | "no_candidates" | "too_far" | "below_floor"
+    reason_code: str | None  # None | "no_candidates" | "too_far" | "below_floor" | "joint_step"
     counts: dict[str, int] | None
     table_checksum: str
+    #: the joint-continuity bound (docs/safety.md): every joint of the chosen row within
+    #: ``step_max`` degrees of ``step_ref``. Left out of ``to_dict`` when not used, so the
+    #: records of lookups without it are the same as before it existed.
+    step_ref: tuple[float, ...] | None = None
+    step_max: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists); ``from_dict`` gives back an equal result."""
         d = {f: getattr(self, f) for f in _FIELDS}
+        for f in _OPTIONAL:
+            if d[f] is None:
+                del d[f]
         for k, v in d.items():
             if isinstance(v, tuple):
                 d[k] = list(v)
@@ -111,7 +119,7 @@ class FkLookupResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FkLookupResult:
         names = {f.name for f in fields(cls)}
-        missing = names - d.keys()
+        missing = names - d.keys() - set(_OPTIONAL)
         if missing:
             raise ValueError(f"fk lookup record lacks {sorted(missing)}")
         kw: dict[str, Any] = {
@@ -123,6 +131,8 @@ class FkLookupResult:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(FkLookupResult))
+#: Fields a record may lack (added after the first records were written).
+_OPTIONAL: tuple[str, ...] = ("step_ref", "step_max")
 
 
 class _Query(NamedTuple):
@@ -135,10 +145,14 @@ class _Query(NamedTuple):
     j3_ref: float | None
     j5_ref: float | None
     band_deg: float
-    ref: tuple[float, ...] | None
+    ref: tuple[float, ...] | None  # the joint box actually searched (ref_joints and/or step_ref)
     tol: float | None
     floor: float | None
     ref_col: NDArray[np.float64] | None  # ref as a (6, 1) column, for the band-view tests
+    ref_in: tuple[float, ...] | None  # ref_joints / joint_tol as given (reported)
+    tol_in: float | None
+    step_ref: tuple[float, ...] | None
+    step_max: float | None
 
 
 def _number(name: str, value: object, *, positive: bool = False) -> float:
@@ -183,6 +197,8 @@ def _validate(
     ref_joints: object,
     joint_tol: object,
     ee_y_floor: object,
+    step_ref: object = None,
+    step_max: object = None,
 ) -> _Query:
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}; got {phase!r}")
@@ -198,6 +214,23 @@ def _validate(
         )
     if ref is None and joint_tol is not None:
         raise ValueError("joint_tol given without ref_joints")
+    tol = None if joint_tol is None else _number("joint_tol", joint_tol, positive=True)
+    sref = None if step_ref is None else _numbers("step_ref", step_ref, 6)
+    if (sref is None) != (step_max is None):
+        raise ValueError("step_ref and step_max go together (the joint-continuity bound)")
+    smax = None if step_max is None else _number("step_max", step_max, positive=True)
+    eff_ref, eff_tol = ref, tol
+    if sref is not None and smax is not None:
+        # both are boxes around a pose: searched as one box, so the indexed and brute
+        # methods keep their single ref/tol test
+        if ref is not None and tol is not None:
+            if ref != sref:
+                raise ValueError(
+                    "step_ref must equal ref_joints when both are given (one joint box is searched)"
+                )
+            eff_tol = min(tol, smax)
+        else:
+            eff_ref, eff_tol = sref, smax
     return _Query(
         str(phase),
         tx,
@@ -208,10 +241,14 @@ def _validate(
         None if j3_ref is None else _number("j3_ref", j3_ref),
         None if j5_ref is None else _number("j5_ref", j5_ref),
         _number("band_deg", band_deg, positive=True),
-        ref,
-        None if joint_tol is None else _number("joint_tol", joint_tol, positive=True),
+        eff_ref,
+        eff_tol,
         None if ee_y_floor is None else _number("ee_y_floor", ee_y_floor),
-        None if ref is None else np.array(ref)[:, None],
+        None if eff_ref is None else np.array(eff_ref)[:, None],
+        ref,
+        tol,
+        sref,
+        smax,
     )
 
 
@@ -468,7 +505,11 @@ def _describe_counts(table: FkTable, q: _Query, counts: dict[str, int]) -> str:
         "safety": f"joint limits + j1<={table.j1_max:g}",
         "j3": f"j3 within {q.band_deg:g} of {q.j3_ref}",
         "j5": f"j5 within {q.band_deg:g} of {q.j5_ref}",
-        "ref_joints": f"all joints within {q.tol} of ref_joints",
+        "ref_joints": (
+            f"all joints within {q.tol} of ref_joints"
+            if q.step_ref is None
+            else f"every joint within {q.tol:g}° of the step reference"
+        ),
     }
     return "; ".join(f"{label[k]}: {v}" for k, v in counts.items())
 
@@ -488,6 +529,8 @@ def fk_lookup(
     joint_tol: float | None = None,
     ee_y_floor: float | None = None,
     method: str = "indexed",
+    step_ref: Sequence[float] | None = None,
+    step_max: float | None = None,
 ) -> FkLookupResult:
     """Choose the table row for ``target_xz`` (docs/lookup.md); never raises for out_of_range.
 
@@ -495,6 +538,13 @@ def fk_lookup(
     target that is not two finite numbers, ee_y_min >= ee_y_max, a non-numeric
     or non-finite j3_ref/j5_ref/ee_y_floor, band_deg/dist_max/joint_tol <= 0,
     ref_joints not six numbers, ref_joints without joint_tol or the reverse.
+
+    ``step_ref``/``step_max`` bound each joint's change from the pose the arm is at
+    (docs/safety.md, "Joint continuity"): only rows with every joint within ``step_max``
+    of ``step_ref`` are candidates. With ref_joints too, step_ref must equal it (the
+    tighter of the two tolerances applies). When the bound alone leaves nothing within
+    reach, the reason (code ``joint_step``) names the joint and the jump the nearest
+    row would need.
     """
     if not isinstance(table, FkTable):
         raise ValueError(f"table must be an FkTable, got {type(table).__name__}")
@@ -512,9 +562,40 @@ def fk_lookup(
         ref_joints,
         joint_tol,
         ee_y_floor,
+        step_ref,
+        step_max,
     )
     best, counts = _brute(table, q) if method == "brute" else _indexed(table, q)
-    return _finish(table, q, best, counts, method)
+    res = _finish(table, q, best, counts, method)
+    if not res.ok and q.step_ref is not None:
+        res = _explain_step(table, q, res, method)
+    return res
+
+
+def _explain_step(table: FkTable, q: _Query, res: FkLookupResult, method: str) -> FkLookupResult:
+    """An out_of_range under the continuity bound: if the lookup without the bound would
+    have found a row, say which joint that row moves too far (reason code ``joint_step``)."""
+    free = q._replace(
+        ref=q.ref_in,
+        tol=q.tol_in,
+        ref_col=None if q.ref_in is None else np.array(q.ref_in)[:, None],
+        step_ref=None,
+        step_max=None,
+    )
+    best, counts = _brute(table, free) if method == "brute" else _indexed(table, free)
+    if best is None or not _finish(table, free, best, counts, method).ok:
+        return res
+    assert q.step_ref is not None and q.step_max is not None
+    jumps = table.joints[best] - np.asarray(q.step_ref)
+    j = int(np.argmax(np.abs(jumps)))
+    reason = (
+        f"out_of_range: no row within {q.dist_max * 1000:.0f} mm keeps every joint within "
+        f"{q.step_max:g}° of the reference pose: nearest needs j{j} {float(jumps[j]):+.1f}° "
+        f"(row {best})"
+    )
+    d = dict(res.__dict__)
+    d.update(reason=reason, reason_code="joint_step")
+    return FkLookupResult._of(d)
 
 
 def _finish(
@@ -601,9 +682,11 @@ def _result(table: FkTable, q: _Query, method: str, **outcome: Any) -> FkLookupR
         j3_ref=q.j3_ref,
         j5_ref=q.j5_ref,
         band_deg=q.band_deg,
-        ref_joints=q.ref,
-        joint_tol=q.tol,
+        ref_joints=q.ref_in,
+        joint_tol=q.tol_in,
         ee_y_floor=q.floor,
         table_checksum=table.checksum,
+        step_ref=q.step_ref,
+        step_max=q.step_max,
     )
     return FkLookupResult._of(outcome)

@@ -125,3 +125,30 @@ def test_default_table_sample(default_table: FkTable, seed: int) -> None:
                 "ee_y_floor": 0.07,
             },
         )
+
+
+def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) -> None:
+    """Over every pick and place cell with a valid approach (5 mm grid over the scenes'
+    regions, docs/safety.md): each chosen descent moves no joint more than the bound, from
+    the pose it starts at (the approach, or the hover above the block), and reaches every
+    cell the unbounded lookup reaches; without the bound most pick descents swing > 30°."""
+    from bench.continuity import cells, descent_jumps, pick_table
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
+
+    s = RuntimeSettings()
+    bound = s.joint_step_max_deg
+    assert bound == 15.0
+    arc_pick, arc_place = load_arc(DEFAULT_PICK_ARC), load_arc(DEFAULT_PLACE_ARC)
+    picks = cells(PICK_X, PICK_Z, PICK_REACH_M)
+    places = cells(PLACE_X, PLACE_Z, PLACE_REACH_M)
+    n, before, _r, _h = descent_jumps(default_table, arc_pick, "pick", picks, 0.0, s)
+    assert n > 300 and len(before) == n
+    assert np.mean(np.asarray(before) > 30) > 0.5  # the problem this bound solves
+    table = pick_table(default_table, arc_pick)
+    n_after, after, resid, hovers = descent_jumps(table, arc_pick, "pick", picks, bound, s)
+    assert n_after == n and len(after) == n, "a pick cell lost its descent"
+    assert max(after) <= bound
+    assert hovers and max(resid) <= 12.0  # lands within the simulated grasp tolerance
+    n, after, _r, _h = descent_jumps(default_table, arc_place, "place", places, bound, s)
+    assert n > 200 and len(after) == n and max(after) <= bound

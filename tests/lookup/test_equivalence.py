@@ -55,6 +55,15 @@ def random_query(rng: np.random.Generator, table: FkTable) -> dict[str, Any]:
         ref = table.joints[int(rng.integers(table.n_rows))] + rng.normal(0, 5, 6)
         q["ref_joints"] = [float(v) for v in ref]
         q["joint_tol"] = float(rng.choice([2.0, 5.0, 15.0, 30.0, 90.0]))
+    if rng.random() < 0.3:  # the joint-continuity bound: alone, or on the ref_joints pose
+        if "ref_joints" in q and rng.random() < 0.5:
+            q["step_ref"] = list(q["ref_joints"])
+        else:
+            ref = table.joints[int(rng.integers(table.n_rows))] + rng.normal(0, 5, 6)
+            q["step_ref"] = [float(v) for v in ref]
+            q.pop("ref_joints", None)
+            q.pop("joint_tol", None)
+        q["step_max"] = float(rng.choice([2.0, 5.0, 15.0, 30.0, 90.0]))
     if rng.random() < 0.3:
         q["ee_y_floor"] = float(rng.choice(ys))
     return q

@@ -1,0 +1,127 @@
+"""The joint-continuity bound of fk_lookup (step_ref / step_max, docs/safety.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mecharm_runtime.lookup import FkLookupResult, FkTable, fk_lookup
+from mecharm_runtime.lookup.build import approach_lattice_bases, with_approach_lattices
+from mecharm_runtime.lookup.descent import plan_pick_descent
+
+APPROACH = (-30.0, 80.0, -40.0, 0.0, -70.0, -30.0)
+
+
+def _table(rows: list[tuple[float, ...]]) -> FkTable:
+    return FkTable.from_rows(np.array(rows, dtype=np.float64))
+
+
+def _crafted() -> FkTable:
+    """The nearest row to (0.20, 0.24) swings j4 by +76.5°; the second nearest keeps every
+    joint within 15°; a third, farther, within 15° too."""
+    return _table(
+        [
+            (0.2005, 0.02, 0.2400, -30.0, 80.0, -40.0, 0.0, 6.5, -30.0),  # 0.5 mm, j4 +76.5
+            (0.2030, 0.02, 0.2400, -25.0, 70.0, -30.0, 5.0, -60.0, -30.0),  # 3 mm, all <= 10
+            (0.2100, 0.02, 0.2400, -30.0, 78.0, -38.0, 0.0, -68.0, -30.0),  # 10 mm, tiny
+            (0.2002, 0.10, 0.2400, -30.0, 80.0, -40.0, 0.0, -70.0, -30.0),  # above the band
+        ]
+    )
+
+
+@pytest.mark.parametrize("method", ["indexed", "brute"])
+def test_the_nearest_row_that_jumps_is_skipped(method: str) -> None:
+    t = _crafted()
+    free = fk_lookup(t, "pick", (0.20, 0.24), 0.0, 0.05, method=method)
+    assert free.ok and free.selected_index == 0  # the jump, without the bound
+    r = fk_lookup(
+        t, "pick", (0.20, 0.24), 0.0, 0.05, step_ref=APPROACH, step_max=15.0, method=method
+    )
+    assert r.ok and r.selected_index == 1
+    assert (
+        r.angles is not None
+        and max(abs(a - b) for a, b in zip(r.angles, APPROACH, strict=True)) <= 15
+    )
+    assert r.step_ref == APPROACH and r.step_max == 15.0 and r.max_dj == 10.0
+    assert r.ref_joints is None and r.joint_tol is None  # the bound is not ref_joints
+
+
+@pytest.mark.parametrize("method", ["indexed", "brute"])
+def test_no_row_within_the_bound_names_the_joint_and_the_jump(method: str) -> None:
+    t = _crafted()
+    r = fk_lookup(
+        t, "pick", (0.20, 0.24), 0.0, 0.05, step_ref=APPROACH, step_max=5.0, dist_max=0.005,
+        method=method,
+    )  # fmt: skip
+    assert not r.ok and r.reason_code == "joint_step"
+    assert r.reason is not None
+    assert "no row within 5 mm keeps every joint within 5° of the reference pose" in r.reason
+    assert "nearest needs j4 +76.5°" in r.reason
+    # out of reach whatever the bound: the old reason stays
+    far = fk_lookup(
+        t, "pick", (0.5, 0.5), 0.0, 0.05, step_ref=APPROACH, step_max=5.0, method=method
+    )
+    assert not far.ok and far.reason_code == "too_far"
+
+
+def test_with_ref_joints_the_tighter_box_applies_and_refs_must_agree() -> None:
+    t = _crafted()
+    r = fk_lookup(
+        t, "pick", (0.20, 0.24), 0.0, 0.05,
+        ref_joints=APPROACH, joint_tol=90.0, step_ref=APPROACH, step_max=15.0,
+    )  # fmt: skip
+    assert r.ok and r.selected_index == 1 and r.joint_tol == 90.0
+    with pytest.raises(ValueError, match="step_ref must equal ref_joints"):
+        fk_lookup(
+            t, "pick", (0.2, 0.24), 0.0, 0.05,
+            ref_joints=APPROACH, joint_tol=15.0, step_ref=(0,) * 6, step_max=15.0,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="go together"):
+        fk_lookup(t, "pick", (0.2, 0.24), 0.0, 0.05, step_ref=APPROACH)
+    with pytest.raises(ValueError, match="step_max must be > 0"):
+        fk_lookup(t, "pick", (0.2, 0.24), 0.0, 0.05, step_ref=APPROACH, step_max=0.0)
+
+
+def test_records_without_the_bound_are_unchanged_and_round_trip() -> None:
+    t = _crafted()
+    plain = fk_lookup(t, "pick", (0.20, 0.24), 0.0, 0.05)
+    d = plain.to_dict()
+    assert "step_ref" not in d and "step_max" not in d  # old traces compare equal
+    assert FkLookupResult.from_dict(d) == plain
+    bounded = fk_lookup(t, "pick", (0.20, 0.24), 0.0, 0.05, step_ref=APPROACH, step_max=15.0)
+    d = bounded.to_dict()
+    assert d["step_ref"] == list(APPROACH) and d["step_max"] == 15.0
+    assert FkLookupResult.from_dict(d) == bounded
+
+
+def test_approach_lattices_are_appended_and_deterministic() -> None:
+    t = _crafted()
+    bases = approach_lattice_bases((80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    assert [b[0] for b in bases] == [-60.0, -50.0, -40.0, -30.0, -20.0, -10.0, 0.0]
+    big = with_approach_lattices(t, (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    assert big.n_rows == t.n_rows + 7 * 16807
+    assert np.array_equal(big.joints[: t.n_rows], t.joints)  # row numbers keep their meaning
+    assert big.checksum != t.checksum
+    again = with_approach_lattices(_crafted(), (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    assert again.checksum == big.checksum and np.array_equal(again.joints, big.joints)
+
+
+def test_plan_uses_a_hover_when_the_approach_is_not_above_the_block() -> None:
+    """A hover row above the block within 15° of a pick row, the approach far from both."""
+    hover = (0.200, 0.100, 0.240, 0.0, 40.0, 0.0, 0.0, -60.0, -30.0)
+    pick = (0.201, 0.020, 0.240, 5.0, 50.0, 10.0, 0.0, -50.0, -30.0)
+    t = _table([hover, pick])
+    plan = plan_pick_descent(
+        t, (0.20, 0.24), APPROACH, pick_band=(0.01, 0.04), hover_band=(0.08, 0.14),
+        dist_max=0.03, hover_dist_max=0.015, resid_max=0.005, step_max=15.0,
+    )  # fmt: skip
+    assert plan.direct.reason_code == "joint_step"
+    assert plan.use_hover and plan.hover is not None and plan.hover.selected_index == 0
+    assert plan.pick.selected_index == 1
+    # with the pick row 20° from the hover there is no continuous descent at all
+    far = _table([hover, (0.201, 0.020, 0.240, 5.0, 60.0, 10.0, 0.0, -50.0, -30.0)])
+    plan = plan_pick_descent(
+        far, (0.20, 0.24), APPROACH, pick_band=(0.01, 0.04), hover_band=(0.08, 0.14),
+        dist_max=0.03, hover_dist_max=0.015, resid_max=0.005, step_max=15.0,
+    )  # fmt: skip
+    assert not plan.use_hover and not plan.pick.ok and plan.pick.reason_code == "joint_step"
