@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_OPEN_VALUE
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
@@ -157,6 +158,8 @@ class TrialState:
     correction_used_mm: tuple[float, float] = (0.0, 0.0)
     pick_approach: tuple[float, ...] | None = None
     pick_hover: bool = False  # pick_approach is the hover above the block, not the arc's pose
+    #: poses commanded in the box, in order (place descent, servo and depth steps): the way back up
+    place_path: list[tuple[float, ...]] = field(default_factory=list)
     pick_pose: tuple[float, ...] | None = None
     pick_ee_y: float | None = None
     tip: TipObservation | None = None
@@ -200,6 +203,9 @@ class TrialContext:
     on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
     #: the data root's fault, if any (records/trace.py); read before each stage (docs/reliability.md)
     storage_fault: Callable[[], str | None] = lambda: None
+    #: the daemon's safety envelope as the trial started (None: none announced); every guard
+    #: verdict keeps to the narrower of it and the settings (docs/daemon.md, "Safety envelope")
+    envelope: Envelope | None = None
     #: box geometry for the path check (docs/safety.md); the runtime's ``perception:`` config
     workcell: PerceptionConfig = DEFAULT_CONFIG
     #: the last pose commanded (and arrived at) and the last pose read: the references of the
@@ -269,7 +275,11 @@ class TrialContext:
         """
         s = self.settings
         verdict = check_pose(
-            target, j1_max=s.j1_max, lookup_ok=lookup_ok, lookup_reason=lookup_reason
+            target,
+            j1_max=s.j1_max,
+            lookup_ok=lookup_ok,
+            lookup_reason=lookup_reason,
+            envelope=self.envelope,
         )
         self.trace.decision("guard", {"note": note, **verdict.to_dict()})
         if not verdict.ok:
@@ -313,6 +323,30 @@ class TrialContext:
             raise StageFailed(f"{self.stage}: {note}: {res.reason}")
         self.last_commanded = tgt
         return res
+
+    async def retrace(self, waypoints: Sequence[Sequence[float]], tol: float, note: str) -> None:
+        """Go to ``waypoints[-1]`` along the way the arm came (``waypoints``, in the order to go),
+        skipping every waypoint a single move can pass within ``joint_step_max_deg``.
+
+        Out of the box and back in: the servo and depth steps may together have turned a joint
+        more than the bound from the place approach, each of them within it, so the way back
+        is the way in (docs/safety.md, "Joint continuity"). Usually this is one move.
+        """
+        bound = self.settings.joint_step_max_deg
+        pts = [tuple(float(v) for v in w) for w in waypoints]
+        cur = self.last_commanded if self.last_commanded is not None else self.last_measured
+        i = 0
+        while i < len(pts):
+            j = len(pts) - 1
+            if bound > 0 and cur is not None:
+                while j > i and max(abs(a - b) for a, b in zip(pts[j], cur, strict=True)) > bound:
+                    j -= 1
+            last = j == len(pts) - 1
+            await self.move(
+                pts[j], tol, note if last else f"{note} (by way of {j + 1}/{len(pts)})",
+                lookup_ok=True, near_work=True, into_box=True,
+            )  # fmt: skip
+            cur, i = pts[j], j + 1
 
     def workspace(self) -> Workspace:
         """The mat and, once detected, the box, as the path check sees them."""
@@ -553,6 +587,18 @@ def _learn_correction(ctx: TrialContext) -> None:
     )
 
 
+async def lower_to_mat(ctx: TrialContext, why: str) -> None:
+    """Back down to the pick pose the way the descent went: over the block first when the
+    pick came from the hover (the judge looked from the arc's pose), then straight down."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_pose is not None and st.pick_approach is not None
+    if st.pick_hover:
+        await ctx.move(st.pick_approach, s.tol_approach, f"{why}: over the block", lookup_ok=True)
+    await ctx.move(
+        st.pick_pose, s.tol_pick_place, f"{why}: lower to the mat", lookup_ok=True, near_work=True
+    )
+
+
 async def retry_pick(ctx: TrialContext) -> Outcome:
     """A missed pick: open where a partly held block cannot fall far, then HOME, so detect sees
     the mat unobstructed as on the first attempt.
@@ -569,8 +615,7 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     if where != "lift":
         ctx.trace.decision("retry_release", {"open_at": where})
     if where == "mat":
-        assert st.pick_pose is not None
-        await ctx.move(st.pick_pose, s.tol_pick_place, "retry: lower to the mat", lookup_ok=True)
+        await lower_to_mat(ctx, "retry")
     elif where == "swept":
         assert st.pick_approach is not None
         swept = (s.swept_j0, *st.pick_approach[1:])
@@ -580,7 +625,10 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     st.holding = False
     if where == "mat":
         assert st.pick_approach is not None
-        await ctx.move(st.pick_approach, s.tol_approach, "retry: up from the mat", lookup_ok=True)
+        await ctx.move(
+            st.pick_approach, s.tol_approach, "retry: up from the mat", lookup_ok=True,
+            near_work=True,
+        )  # fmt: skip
     await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK
 
@@ -696,6 +744,7 @@ async def descend_place(ctx: TrialContext) -> Outcome:
         into_box=True,
     )
     st.place_pose, st.place_ee_y = tuple(res.angles), res.selected_ee_y
+    st.place_path = [st.place_pose]
     return Outcome.OK
 
 
@@ -737,7 +786,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         step = -_dx_dj0_sign(pose) * s.servo_gain_deg_per_mm * diff_mm
         step = max(-s.servo_step_clamp_deg, min(s.servo_step_clamp_deg, step))
         cand = (pose[0] + step, *pose[1:])
-        verdict = check_pose(cand, j1_max=s.j1_max)
+        verdict = check_pose(cand, j1_max=s.j1_max, envelope=ctx.envelope)
         entry = {
             "iter": it,
             "block_xz": list(pos),
@@ -756,6 +805,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
             break
         await ctx.move(cand, s.tol_pick_place, f"servo j0 step {it}", near_work=True, into_box=True)
         pose = cand
+        st.place_path.append(pose)
         servo.append({**entry, "action": "moved"})
     ctx.trace.decision("servo_result", {"converged": converged, "j0": pose[0]})
     # depth steps: re-run the place lookup at the converged j0 (tip x from FK), correcting z
@@ -788,7 +838,11 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         )
         ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
         verdict = check_pose(
-            res.angles or (), j1_max=s.j1_max, lookup_ok=res.ok, lookup_reason=res.reason or ""
+            res.angles or (),
+            j1_max=s.j1_max,
+            lookup_ok=res.ok,
+            lookup_reason=res.reason or "",
+            envelope=ctx.envelope,
         )
         stop = None if verdict.ok else verdict.reason
         if stop is None:
@@ -806,6 +860,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
             into_box=True,
         )
         pose = verdict.angles
+        st.place_path.append(pose)
         height = float(res.selected_ee_y if res.selected_ee_y is not None else height)
         servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})
     st.place_pose = pose
@@ -883,7 +938,11 @@ async def _check_release(ctx: TrialContext) -> None:
         st.release_confirmed = True
         return
     log.warning("release_refused", reason=what)
-    await ctx.move(st.place_approach, s.tol_pick_place, "release refused: hover", lookup_ok=True)
+    await ctx.retrace(
+        [*reversed(st.place_path[:-1]), st.place_approach],
+        s.tol_pick_place,
+        "release refused: hover",
+    )
     st.hovering = True
     ans = await ctx.eyes.ask_release(what, "release_confirm")
     anyway = ans.verdict == "yes"
@@ -891,14 +950,18 @@ async def _check_release(ctx: TrialContext) -> None:
     if not anyway:
         raise StageFailed(f"release refused: {what}; {ans.reason}")
     log.warning("release_anyway", reason=what, answer=ans.reason)
-    await ctx.move(st.place_pose, s.tol_pick_place, "release anyway: back down", lookup_ok=True)
+    await ctx.retrace(
+        st.place_path or [st.place_pose], s.tol_pick_place, "release anyway: back down"
+    )
     st.hovering = False
 
 
 async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
-    await ctx.move(st.place_approach, s.tol_pick_place, "retreat up", lookup_ok=True)
+    await ctx.retrace(
+        [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, "retreat up"
+    )
     swept = (s.swept_j0, *st.place_approach[1:])
     await ctx.move(swept, s.tol_pick_place, "swept retreat")
     await ctx.at_rest("place judgement")

@@ -68,7 +68,10 @@ def runtime_limits(s: RuntimeSettings) -> RuntimeLimits:
     Every setting that bounds what the runtime sends belongs here (a per-move joint bound
     goes in ``joint_step_max_deg``)."""
     return RuntimeLimits(
-        j1_max=s.j1_max, poses={"home": s.home}, joints={"swept_j0": (0, s.swept_j0)}
+        j1_max=s.j1_max,
+        poses={"home": s.home},
+        joints={"swept_j0": (0, s.swept_j0)},
+        joint_step_max_deg=s.joint_step_max_deg if s.joint_step_max_deg > 0 else None,
     )
 
 

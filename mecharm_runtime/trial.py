@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mecharm_common.envelope import Envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
@@ -23,7 +24,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.machine import Stage, TrialContext, run_stages
+from mecharm_runtime.machine import Stage, TrialContext, lower_to_mat, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
@@ -63,6 +64,11 @@ class Rig:
     #: the session's data-root guard and the records still waiting for it (docs/reliability.md)
     guard: DataRootGuard | None = None
     backlog: Backlog = field(default_factory=Backlog)
+
+    def envelope(self) -> Envelope | None:
+        """The daemon's safety envelope as the arm adapter last learned it (None: none known)."""
+        env = getattr(self.arm, "envelope", None)
+        return env if isinstance(env, Envelope) else None
 
 
 @dataclass
@@ -170,12 +176,9 @@ async def _put_down(
     """After the last failed pick: open at the mat (or swept aside), as retry_pick does."""
     s, st = ctx.settings, ctx.state
     assert st.pick_pose is not None and st.pick_approach is not None
+    up = st.pick_approach
     if s.retry_open_at == "mat":
-        pick, up = st.pick_pose, st.pick_approach
-        there = await attempt(
-            "lower to the mat",
-            lambda: ctx.move(pick, s.tol_pick_place, "abort: lower to the mat", lookup_ok=True),
-        )
+        there = await attempt("lower to the mat", lambda: lower_to_mat(ctx, "abort"))
     else:
         swept = (s.swept_j0, *st.pick_approach[1:])
         there = await attempt(
@@ -187,7 +190,8 @@ async def _put_down(
         return  # still holding: told below, the arm stays where it got to
     st.holding = False
     if s.retry_open_at == "mat" and not await attempt(
-        "up from the mat", lambda: ctx.move(up, s.tol_approach, "abort: up", lookup_ok=True)
+        "up from the mat",
+        lambda: ctx.move(up, s.tol_approach, "abort: up", lookup_ok=True, near_work=True),
     ):
         return
     await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
@@ -203,11 +207,20 @@ async def _hold_in_hover(
     arm went there, else the pick approach) and stay there (docs/stages.md, "abort")."""
     s, st = ctx.settings, ctx.state
     hover = st.place_approach if st.place_approach is not None else st.pick_approach
+    in_box = st.place_approach is not None and bool(st.place_path)
+
+    async def up() -> None:
+        assert hover is not None
+        if in_box:  # back up the way the arm went in, each move within the continuity bound
+            await ctx.retrace(
+                [*reversed(st.place_path[:-1]), hover], s.tol_pick_place, "abort: hover"
+            )
+        else:
+            await ctx.move(hover, s.tol_pick_place, "abort: hover")
+
     if st.hovering:
         steps.append({"step": "hover", "ok": True, "why": "already in the hover"})
-    elif hover is not None and await attempt(
-        "hover holding the block", lambda: ctx.move(hover, s.tol_pick_place, "abort: hover")
-    ):
+    elif hover is not None and await attempt("hover holding the block", up):
         st.hovering = True
     steps.append({"step": "gripper stays closed", "why": "block held; not taken HOME"})
 
@@ -265,6 +278,9 @@ async def run_trial(
         constants=s.constants(),
     )
     trace.input("table_checksum", rig.table.checksum)
+    envelope = rig.envelope()
+    if envelope is not None:  # a header input, as the table: replay guards with the same one
+        trace.input("envelope", envelope.to_wire())
     ctx = TrialContext(
         settings=s,
         arm=TracedArm(rig.arm, trace),
@@ -280,6 +296,7 @@ async def run_trial(
         run_dir=run_dir,
         on_stage=on_stage,
         storage_fault=trace.check_storage,
+        envelope=envelope,
     )
     trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)

@@ -77,6 +77,8 @@ def build_runlog(
         elif ev == "input":
             if kind == "table_checksum":
                 out["table_checksum"] = value
+            elif kind == "envelope":
+                out["envelope"] = value
             elif kind == "scene":
                 scenes += 1
                 out["detections"].append({"attempt": scenes, **value})

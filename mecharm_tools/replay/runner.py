@@ -149,6 +149,7 @@ async def replay(
         settings=settings, arm=arm, eyes=eyes, recorder=link, clock=clock, trace=trace,
         table=table, arc_pick=arc_pick, arc_place=arc_place,
         corrections=corrections, heights=heights, storage_fault=feed.storage_fault,
+        envelope=recorded.envelope,
     )  # fmt: skip
     # arm liveness at the exit path is an outside fact: the recorded exit step says it
     alive = not any(

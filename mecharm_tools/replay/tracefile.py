@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_runtime.machine import FORMER_NAMES
 from mecharm_runtime.ports import (
@@ -99,6 +100,7 @@ def _checksum(v: Any) -> str:
 #: input kind -> parser into the type its port returns (raises on a bad value)
 INPUT_KINDS: dict[str, Callable[[Any], Any]] = {
     "table_checksum": _checksum,
+    "envelope": Envelope.from_wire,
     "memories": _memories,
     "angles": _reading,
     "sent": Sent.from_dict,
@@ -147,6 +149,8 @@ class Recorded:
     memories: dict[str, dict[str, Any]]
     inputs: list[RecordedInput] = field(default_factory=list)
     instances: list[RecordedInstance] = field(default_factory=list)
+    #: the daemon's safety envelope the trial was guarded with (None: none announced)
+    envelope: Envelope | None = None
 
     @property
     def constants(self) -> dict[str, Any]:
@@ -194,6 +198,7 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
     result: dict[str, Any] | None = None
     checksum: str | None = None
     memories: dict[str, dict[str, Any]] | None = None
+    envelope: Envelope | None = None
     inputs: list[RecordedInput] = []
     instances = [RecordedInstance(stage=None)]
     prev_seq = 0
@@ -240,6 +245,8 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
                 checksum = value
             elif kind == "memories":
                 memories = value
+            elif kind == "envelope":
+                envelope = value
             else:
                 inputs.append(RecordedInput(kind, value, n, e.get("stage"), len(instances) - 1))
                 instances[-1].inputs += 1
@@ -276,7 +283,9 @@ def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded
         raise TraceFormatError(
             f"{path}: no memories input (the trace cannot say what the memories held)"
         )
-    return Recorded(path, lines, header, result, checksum, memories, inputs, instances)
+    return Recorded(
+        path, lines, header, result, checksum, memories, inputs, instances, envelope=envelope
+    )
 
 
 #: a former stage name where reasons carry one: "<stage>: ..." and "forced stop during <stage> "

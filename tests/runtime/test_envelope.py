@@ -243,3 +243,61 @@ async def test_a_malformed_announcement_is_refused() -> None:
             await c.aclose()
     finally:
         await srv.stop()
+
+
+# ------------------------------------------------------------ a whole trial under a narrow envelope
+
+
+@pytest.mark.slow
+def test_a_trial_is_guarded_by_the_envelope_and_replays_with_it(
+    tmp_path: Path, fk_data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """j0 may not go below −20° at this daemon: scene 7's block needs j0 −34° over it. The
+    runtime's own guard refuses the approach (in the trace, naming the envelope) before the
+    daemon would; the trace carries the envelope, so the replay guards with it too."""
+    from mecharm_common.config import load_settings
+    from mecharm_runtime.records.trace import read_trace
+    from mecharm_runtime.service import open_rig, scene_next
+    from mecharm_runtime.trial import run_trial
+    from mecharm_tools.cli import main
+    from mecharm_tools.simrig import start_sim_daemon
+
+    repo = Path(__file__).resolve().parents[2]
+    rig = start_sim_daemon(
+        tmp_path / "logs", seed=7, time_scale=20.0,
+        extra_args=["--envelope-min=-20,-75,-175,-155,-115,-180"],
+    )  # fmt: skip
+    try:
+        scene_next(rig.control_url, 7)
+        settings = load_settings(
+            RuntimeSettings,
+            overrides={
+                "data_root": tmp_path / "root", "fk_data_dir": fk_data_dir,
+                "daemon_port": rig.daemon_port, "top_camera": rig.top_url,
+                "recorder_enabled": False, "time_scale": 20.0,
+            },
+        )  # fmt: skip
+        (tmp_path / "root").mkdir()
+
+        async def one() -> Any:
+            async with open_rig(settings) as (r, _c):
+                return await run_trial(r, scene_seed=7)
+
+        t = asyncio.run(one())
+    finally:
+        rig.daemon.stop()
+    assert t.status == "stopped", t.reason
+    assert t.reason.startswith("approach_pick: guard refused approach_pick: j0 = -34"), t.reason
+    assert "below the envelope's minimum -20" in t.reason
+    events = list(read_trace(t.trace_path))
+    env = [e for e in events if e["event"] == "input" and e["kind"] == "envelope"]
+    assert len(env) == 1 and env[0]["value"]["joint_min"][0] == -20.0
+    sent = [e for e in events if e["event"] == "decision" and e["kind"] == "command"]
+    assert all(e["value"]["angles"][0] >= -20.0 for e in sent)  # nothing outside was sent
+    rc = main(
+        ["replay", str(t.trace_path), "--data-dir", str(fk_data_dir),
+         "--arc-pick", str(repo / "configs/poses/approach_pick.json"),
+         "--arc-place", str(repo / "configs/poses/approach_place.json")]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and ": identical (" in out, out
