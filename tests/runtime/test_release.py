@@ -253,8 +253,13 @@ async def test_pick_retry_opens_only_at_the_mat_or_swept_aside(
     pose, _e = retry[0]
     (pick,) = [c for c in _decisions(t, "command") if c["value"]["note"] == "pick descend"][:1]
     if open_at == "mat":
-        # at the pick pose: the tip at the block's grasp height, 10-40 mm above the mat
-        assert float(fk_tip(pose)[1]) < 0.045
+        # sent to the pick pose (the tip at the block's grasp height, 10-40 mm above the mat)
+        # and arrived there within the move's tolerance before the gripper opened
+        lowered = [
+            c for c in _decisions(t, "command") if c["value"]["note"] == "retry: lower to the mat"
+        ]
+        assert len(lowered) == 1 and lowered[0]["value"]["angles"] == pick["value"]["angles"]
+        assert float(fk_tip(lowered[0]["value"]["angles"])[1]) < 0.045
         assert max(abs(a - b) for a, b in zip(pose, pick["value"]["angles"], strict=True)) <= 3.5
     else:
         assert abs(pose[0] - 85.0) <= 3.5
@@ -386,9 +391,18 @@ async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     assert t.status == "stopped" and "judged no after 2 attempts" in t.reason, t.reason
     assert not t.block_held
     opens = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "abort"]
-    assert len(opens) == 1 and float(fk_tip(opens[0][0])[1]) < 0.045  # at the mat
-    notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "abort"]
-    assert notes == ["abort: lower to the mat", "abort: up", "abort: home"]
+    cmds = [c for c in _decisions(t, "command") if c["stage"] == "abort"]
+    lowered = next(c for c in cmds if c["value"]["note"] == "abort: lower to the mat")
+    assert len(opens) == 1 and float(fk_tip(lowered["value"]["angles"])[1]) < 0.045  # at the mat
+    assert (
+        max(abs(a - b) for a, b in zip(opens[0][0], lowered["value"]["angles"], strict=True)) <= 3.5
+    )
+    # over the block first when the pick came down from the hover (the judge looked from the arc)
+    notes = [c["value"]["note"] for c in cmds]
+    assert notes in (
+        ["abort: lower to the mat", "abort: up", "abort: home"],
+        ["abort: over the block", "abort: lower to the mat", "abort: up", "abort: home"],
+    ), notes
 
 
 @pytest.mark.slow
