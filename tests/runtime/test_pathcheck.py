@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from typing import Any
 
@@ -179,3 +180,37 @@ def test_checks_off_leave_no_trace_and_refuse_nothing() -> None:
     ctx = _ctx(joint_step_max_deg=0.0, path_check=False)
     ctx.last_commanded = ctx.last_measured = DIP_A
     assert ctx.motion_checks(DIP_B, near_work=True, into_box=False) == ({}, None)
+
+
+@pytest.mark.parametrize("bound", [15.0, 0.0])
+def test_the_way_out_of_the_box_retraces_the_way_in_within_the_bound(bound: float) -> None:
+    """Four 5° servo steps on j0 after a 12° descent on j4: the approach is 20° away from the
+    last pose, each step was within the bound. The retreat goes back the way in, skipping
+    every waypoint one bounded move can pass: here one stop (the first servo step)."""
+    ctx = _ctx(joint_step_max_deg=bound)
+    approach = (30.0, 60.0, -20.0, 0.0, -40.0, -30.0)
+    descent = (*approach[:4], approach[4] - 12.0, approach[5])
+    steps = [(descent[0] + 5.0 * k, *descent[1:]) for k in range(1, 5)]
+    way_in = [descent, *steps]
+    sent: list[tuple[float, ...]] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        assert kw["near_work"] is True
+        sent.append(tuple(target))
+        ctx.last_commanded = tuple(target)
+
+    ctx.move = move
+    ctx.last_commanded = steps[-1]
+    asyncio.run(ctx.retrace([*reversed(way_in[:-1]), approach], 3.0, "retreat up"))
+    if bound:
+        assert sent == [steps[0], approach]
+        poses = [steps[-1], *sent]
+        for a, b in itertools.pairwise(poses):
+            assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= bound
+    else:
+        assert sent == [approach]  # no bound: one move, as before
+    # and back in (release anyway): the same way forward, ending at the last servo pose
+    sent.clear()
+    ctx.last_commanded = approach
+    asyncio.run(ctx.retrace(way_in, 3.0, "release anyway: back down"))
+    assert sent[-1] == steps[-1] and (len(sent) == 2 if bound else len(sent) == 1)
