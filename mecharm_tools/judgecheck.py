@@ -37,10 +37,9 @@ from mecharm_runtime.perception import (
     detect_scene,
     estimate_homography,
 )
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm_sim.handheld import HandheldCell
 from mecharm_sim.physics import classify_drop
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_OUTER_M, Lighting, Pose, SceneLayout
-from mecharm_sim.workcell import Workcell, WorkcellConfig
 
 __all__ = [
     "PICK_KINDS",
@@ -76,20 +75,6 @@ class Case:
     info: dict[str, Any]
 
 
-def _exact_arm() -> SimArm:
-    return SimArm(
-        SimArmConfig(
-            time_scale=50,
-            settle_error_deg=(0, 0, 0, 0, 0, 0),
-            hold_error_deg=0,
-            noise_deg=0,
-            read_latency_s=0,
-            write_latency_s=0,
-            initial_angles=HOME,
-        )
-    )
-
-
 def lift_vertically(angles: tuple[float, ...], dy_m: float) -> tuple[float, ...]:
     """Joint angles with the tip ``dy_m`` higher at the same x/z (Newton on j0..j2)."""
     q = np.array(angles, dtype=np.float64)
@@ -107,31 +92,11 @@ def lift_vertically(angles: tuple[float, ...], dy_m: float) -> tuple[float, ...]
     return tuple(float(a) for a in q)
 
 
-class SimRig:
-    """An exact simulated arm (lands on target, 50x real time) in an in-process workcell."""
+class SimRig(HandheldCell):
+    """The hand-driven workcell (mecharm_sim/handheld.py) on random-scene seed 0."""
 
     def __init__(self) -> None:
-        self.arm = _exact_arm()
-        self.wc = Workcell(self.arm, "random", seed=0, config=WorkcellConfig())
-
-    def move(self, angles: tuple[float, ...]) -> None:
-        if self.arm.send_angles(list(angles), 100) != 1 or not self.arm.wait_idle(timeout=10):
-            raise RuntimeError(f"simulated arm did not reach {angles}")
-        self.wc.step()
-
-    def grip(self, close: bool) -> None:
-        if close:
-            self.arm.set_gripper_value(20, 100)
-        else:
-            self.arm.set_gripper_state(0, 100)
-        self.arm.wait_idle(timeout=10)
-        self.wc.step()
-
-    def frames(self, n: int) -> list[Any]:
-        return [self.wc.render("top") for _ in range(n)]
-
-    def close(self) -> None:
-        self.wc.close()
+        super().__init__(seed=0)
 
 
 def _tip_xz(angles: tuple[float, ...]) -> tuple[float, float]:

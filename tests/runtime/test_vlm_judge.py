@@ -41,10 +41,9 @@ from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmEr
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm_sim.handheld import HandheldCell
 from mecharm_sim.messages_api import MessagesApiServer
 from mecharm_sim.scene import Pose, SceneLayout
-from mecharm_sim.workcell import Workcell, WorkcellConfig
 from mecharm_tools.cli import main as tools_main
 from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
 
@@ -267,28 +266,8 @@ HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 SWEPT = (85.0, 66.65, 2.83, -1.4, -78.04, -29.53)
 
 
-class _Cell:
-    """An exact SimArm in an in-process workcell (as tests/sim/conftest.py's rig)."""
-
-    def __init__(self) -> None:
-        self.arm = SimArm(
-            SimArmConfig(time_scale=50, settle_error_deg=(0,) * 6, hold_error_deg=0, noise_deg=0,
-                         read_latency_s=0, write_latency_s=0, initial_angles=HOME)
-        )  # fmt: skip
-        self.wc = Workcell(self.arm, "random", seed=3, config=WorkcellConfig())
-
-    def move(self, angles: tuple[float, ...]) -> None:
-        assert self.arm.send_angles(list(angles), 100) == 1
-        assert self.arm.wait_idle(timeout=10)
-        self.wc.step()
-
-    def grip(self, close: bool) -> None:
-        if close:
-            self.arm.set_gripper_value(20, 100)
-        else:
-            self.arm.set_gripper_state(0, 100)
-        assert self.arm.wait_idle(timeout=10)
-        self.wc.step()
+class _Cell(HandheldCell):
+    """The hand-driven workcell (mecharm_sim/handheld.py), with the detect a judge starts from."""
 
     def scene(self, block: tuple[float, float], box: tuple[float, float]) -> Any:
         self.wc.next_scene(
