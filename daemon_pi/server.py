@@ -159,6 +159,9 @@ class ArmServer:
         self.auth_backoff_s = auth_backoff_s
         self.auth_backoff_max_s = max(auth_backoff_s, auth_backoff_max_s)
         self.envelope = envelope if envelope is not None else Envelope()
+        #: the last target a send was accepted with under the per-move bound (None: none since
+        #: start, stop or limp); a queued send runs from it (see _send_within_step)
+        self._last_target: list[float] | None = None
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -739,11 +742,19 @@ class ArmServer:
         return {"angles": sent, "speed": args.speed}
 
     def _send_within_step(self, angles: list[float], speed: int) -> list[float] | EnvelopeViolation:
-        """Read the arm, then send only if no joint moves more than the per-move bound;
-        else return the violation (nothing sent). Costs one ``get_angles`` per send
-        (docs/daemon.md, "Safety envelope")."""
+        """Read the arm, then send only if no joint moves more than the per-move bound from
+        where the arm is AND from the last target it accepted; else return the violation
+        (nothing sent). The second reference matters in queue mode (fresh mode 0), where a
+        send runs from the previous queued target, not from where the arm is now. Costs one
+        ``get_angles`` per send (docs/daemon.md, "Safety envelope")."""
         bad = self.envelope.step_violation(angles, self.backend.get_angles())
-        return bad if bad is not None else self.backend.send_angles(angles, speed)
+        if bad is None and self._last_target is not None:
+            bad = self.envelope.step_violation(angles, self._last_target)
+        if bad is not None:
+            return bad
+        sent = self.backend.send_angles(angles, speed)
+        self._last_target = list(angles)
+        return sent  # type: ignore[no-any-return]
 
     async def _cmd_set_gripper_state(self, conn: _Conn, args: Any) -> None:
         await self._arm(self.backend.set_gripper_state, args.state, args.speed)
@@ -767,10 +778,12 @@ class ArmServer:
         await self._arm(self.backend.power_on)
 
     async def _cmd_release_all_servos(self, conn: _Conn, args: Any) -> None:
+        self._last_target = None  # limp: the arm goes wherever it is pushed
         await self._arm(self.backend.release_all_servos)
 
     async def _cmd_stop(self, conn: _Conn, args: Any) -> None:
         await self._arm(self.backend.stop)
+        self._last_target = None  # stopped, queue dropped: where the arm is is the reference
 
     async def _cmd_ping(self, conn: _Conn, args: Any) -> None:
         """Keeps the slot (a complete request): never reaches the arm."""

@@ -174,6 +174,9 @@ class RuntimeLimits:
     poses: Mapping[str, Sequence[float]] = field(default_factory=dict)
     joints: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     joint_step_max_deg: float | None = None
+    #: the largest single-joint change of a move away from the work (HOME to an approach
+    #: pose, ...), as (joint, degrees, which move); None = not known, not compared
+    largest_move: tuple[int, float, str] | None = None
 
 
 def wider_than_envelope(limits: RuntimeLimits, envelope: Envelope) -> list[str]:
@@ -194,6 +197,13 @@ def wider_than_envelope(limits: RuntimeLimits, envelope: Envelope) -> list[str]:
                 f"{name} {value:g} is outside the envelope's j{i} limits [{lo:g}, {hi:g}]"
             )
     step, bound = limits.joint_step_max_deg, envelope.max_step_deg
+    if limits.largest_move is not None and bound is not None and limits.largest_move[1] > bound:
+        j, deg, which = limits.largest_move
+        problems.append(
+            f"the trial's moves turn j{j} by up to {deg:.1f}° in one send ({which}), above the "
+            f"envelope's per-move bound {bound:g}° (raise it above that or turn it off: the "
+            "runtime bounds its moves near the work itself, joint_step_max_deg)"
+        )
     if step is not None and bound is not None and step > bound:
         problems.append(
             f"joint_step_max_deg {step:g} is above the envelope's per-move bound {bound:g}"

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,7 @@ from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
+from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_judge
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
@@ -62,21 +63,40 @@ class EnvelopeRefused(RuntimeError):
     """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
 
 
-def runtime_limits(s: RuntimeSettings) -> RuntimeLimits:
+def runtime_limits(s: RuntimeSettings, arcs: Sequence[ArcPose] = ()) -> RuntimeLimits:
     """What this runtime's settings will ask of the arm, for ``wider_than_envelope``.
 
     Every setting that bounds what the runtime sends belongs here (a per-move joint bound
-    goes in ``joint_step_max_deg``)."""
+    goes in ``joint_step_max_deg``). ``arcs``: the approach arcs; a trial moves between HOME
+    and their poses in one send, the largest move a daemon's per-move bound must allow."""
+    largest: tuple[int, float, str] | None = None
+    for arc in arcs:
+        # HOME to each approach pose; j0 swept aside from it (the retreat after the place, a
+        # pick retry with retry_open_at: swept)
+        swept = arc.phase != "approach_pick" or s.retry_open_at == "swept"
+        for j0 in (arc.points[0][2], arc.points[-1][2]):
+            pose = (j0, *arc.base)
+            moves = [(s.home, "HOME")] + ([((s.swept_j0, *arc.base), "swept_j0")] if swept else [])
+            for other, name in moves:
+                j = max(range(6), key=lambda i: abs(pose[i] - other[i]))
+                deg = abs(pose[j] - other[j])
+                if largest is None or deg > largest[1]:
+                    largest = (j, deg, f"{name} to the {arc.name} pose")
     return RuntimeLimits(
         j1_max=s.j1_max,
         poses={"home": s.home},
         joints={"swept_j0": (0, s.swept_j0)},
         joint_step_max_deg=s.joint_step_max_deg if s.joint_step_max_deg > 0 else None,
+        largest_move=largest,
     )
 
 
 def check_envelope(
-    s: RuntimeSettings, client: DaemonClient, *, warn_missing: bool = True
+    s: RuntimeSettings,
+    client: DaemonClient,
+    *,
+    warn_missing: bool = True,
+    arcs: Sequence[ArcPose] = (),
 ) -> Envelope | None:
     """The daemon's safety envelope from its hello, once the settings are known to fit in it.
 
@@ -101,7 +121,7 @@ def check_envelope(
                 "runtime's own limits apply, other clients are not held to them",
             )
         return None
-    problems = wider_than_envelope(runtime_limits(s), env)
+    problems = wider_than_envelope(runtime_limits(s, arcs), env)
     if problems:
         raise EnvelopeRefused(
             f"settings wider than the safety envelope of daemon {daemon}: "
@@ -167,7 +187,7 @@ async def open_rig(
             )
             await client.connect()
             # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
-            envelope = check_envelope(s, client)
+            envelope = check_envelope(s, client, arcs=(arc_pick, arc_place))
             arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
@@ -383,7 +403,12 @@ async def _trials(
                 break
             if isinstance(rig.arm, DaemonArm):  # a restarted daemon may have another envelope
                 had = rig.arm.envelope
-                rig.arm.envelope = check_envelope(settings, client, warn_missing=had is not None)
+                rig.arm.envelope = check_envelope(
+                    settings,
+                    client,
+                    warn_missing=had is not None,
+                    arcs=(rig.arc_pick, rig.arc_place),
+                )
         print(
             f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
             file=out,

@@ -217,6 +217,28 @@ async def test_step_bound_refuses_a_jump_from_where_the_arm_is(sim_arm: SimArm) 
         await c.close()
 
 
+@pytest.mark.asyncio
+async def test_step_bound_holds_for_queued_sends(sim_arm: SimArm) -> None:
+    """Queue mode (fresh mode 0): a send runs from the previous queued target, not from where
+    the arm is, so back-to-back sends of ±8° each are each checked against both: the second,
+    16° from the first target, is refused although the arm has not moved yet."""
+    env = Envelope(JOINT_MIN, Envelope().joint_max, max_step_deg=10.0)
+    async with run_server(SimBackend(sim_arm), "127.0.0.1", 0, envelope=env) as srv:
+        c = await LineClient.connect(srv.port)
+        await c.ok("set_fresh_mode", {"mode": 0})
+        now = await c.ok("get_angles")
+        sends = sim_arm.counters["sends"]
+        await c.ok("send_angles", {"angles": [*now[:5], now[5] - 8.0], "speed": 100})
+        err = await _refused(c, [*now[:5], now[5] + 8.0])
+        assert "j5 would move 16.00°" in err["message"], err
+        assert sim_arm.counters["sends"] == sends + 1  # the second never reached the arm
+        # after a stop the queue is gone: where the arm is is the only reference again
+        await c.ok("stop")
+        here = await c.ok("get_angles")
+        await c.ok("send_angles", {"angles": [*here[:5], here[5] + 8.0], "speed": 100})
+        await c.close()
+
+
 # ------------------------------------------------------------ config errors: exit 2
 
 

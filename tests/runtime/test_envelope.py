@@ -133,6 +133,42 @@ async def test_each_setting_is_compared(
         await c.aclose()
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("daemon", "settings", "needle"),
+    [
+        # HOME -> the approach_place pose turns j4 89.2°: a 40° per-move bound refuses every trial
+        (Envelope(JOINT_MIN, DEFAULT_MAX, 40.0), {},
+         "the trial's moves turn j4 by up to 89.2° in one send (HOME to the approach_place pose)"),
+        # a pick retry swept aside turns j0 from the pick arc to 85°: larger still
+        (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {"retry_open_at": "swept"}, "(swept_j0 to the approach_pick pose)"),
+        (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {}, None),
+        # the runtime's own near-work bound must fit too
+        (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {"joint_step_max_deg": 120.0},
+         "joint_step_max_deg 120 is above the envelope's per-move bound 100"),
+    ],
+    indirect=["daemon"],
+)  # fmt: skip
+async def test_a_per_move_bound_below_the_trials_moves_is_refused_at_start(
+    daemon: tuple[ArmServer, SimArm], settings: dict[str, Any], needle: str | None
+) -> None:
+    from mecharm_runtime.lookup import load_arc
+
+    srv, _ = daemon
+    c = await _client(srv.port)
+    try:
+        s = RuntimeSettings(**settings)
+        arcs = (load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc))
+        if needle is None:
+            assert check_envelope(s, c, arcs=arcs) == srv.envelope
+        else:
+            with pytest.raises(EnvelopeRefused) as exc:
+                check_envelope(s, c, arcs=arcs)
+            assert needle in str(exc.value), str(exc.value)
+    finally:
+        await c.aclose()
+
+
 # ------------------------------------------------------------ hello and the guard
 
 
