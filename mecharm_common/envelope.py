@@ -53,7 +53,10 @@ class EnvelopeViolation:
         word = (
             "below the envelope's minimum" if self.side == "min" else "above the envelope's maximum"
         )
-        return f"{j} = {self.value:.2f} is {word} {self.limit:g}°"
+        shown = f"{self.value:.2f}"
+        if float(shown) == self.limit:  # 88.004 is not "88.00 above 88": show the digits that differ
+            shown = f"{self.value:.6g}"
+        return f"{j} = {shown} is {word} {self.limit:g}°"
 
 
 def _six(name: str, values: Sequence[Any]) -> tuple[float, ...]:

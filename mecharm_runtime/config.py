@@ -18,6 +18,7 @@ from pydantic_settings import SettingsConfigDict
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
 from mecharm_common.keyfile import default_recorder_key_file
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 
 __all__ = ["BEFORE_THE_SETTING", "RuntimeSettings"]
@@ -47,7 +48,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
 class RuntimeSettings(RigSettings):
     """Every knob of the runtime; defaults are the reference run's values."""
 
-    model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_")
+    # no NaN or infinity in any number: a NaN pose would pass every comparison it meets
+    model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
 
     # ---- where things are
     data_root: Path = Path("data")
@@ -99,7 +101,7 @@ class RuntimeSettings(RigSettings):
     confirm: bool = False
     dry_run: bool = False
     time_scale: float = Field(1.0, gt=0, le=1000)
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # ---- the reference rig's constants (docs/runtime.md)
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
@@ -157,7 +159,8 @@ class RuntimeSettings(RigSettings):
     path_check: bool = True
     path_mat_margin_m: float = Field(0.005, ge=0)
     path_box_margin_m: float = Field(0.005, ge=0)
-    path_sample_deg: float = Field(1.0, gt=0)
+    # at least 0.1° (a finer step only costs memory: 3,600 samples for a half turn), at most 5°
+    path_sample_deg: float = Field(1.0, ge=0.1, le=5.0)
 
     # ---- place servo (servo_place)
     servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
@@ -205,6 +208,15 @@ class RuntimeSettings(RigSettings):
     def _home_is_safe(self) -> RuntimeSettings:
         if self.home[1] > self.j1_max:
             raise ValueError(f"home j1 = {self.home[1]} exceeds j1_max {self.j1_max}")
+        for i, v in enumerate(self.home):
+            if not JOINT_MIN[i] <= v <= JOINT_MAX[i]:
+                raise ValueError(
+                    f"home j{i} = {v} is outside the SDK limits [{JOINT_MIN[i]}, {JOINT_MAX[i]}]"
+                )
+        if not JOINT_MIN[0] <= self.swept_j0 <= JOINT_MAX[0]:
+            raise ValueError(
+                f"swept_j0 = {self.swept_j0} is outside j0's SDK limits [{JOINT_MIN[0]}, {JOINT_MAX[0]}]"
+            )
         return self
 
     # ---- derived

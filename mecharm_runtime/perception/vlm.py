@@ -210,7 +210,14 @@ def vlm_env(
         )
     url = base_url or env.get("ANTHROPIC_BASE_URL") or None
     if url is not None:
-        u = urlparse(url)
+        try:
+            u = urlparse(url)
+            u.port  # noqa: B018  (raises on a port that is not a number or out of range)
+        except ValueError as exc:
+            raise VlmConfigError(
+                f"VLM base URL {url!r} is not a valid URL ({exc}); "
+                "set vlm_base_url or ANTHROPIC_BASE_URL to http(s)://host[:port]"
+            ) from None
         if u.scheme not in ("http", "https") or not u.netloc:
             raise VlmConfigError(
                 f"VLM base URL {url!r} is not an http(s) URL (vlm_base_url or ANTHROPIC_BASE_URL)"

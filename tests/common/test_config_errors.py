@@ -118,3 +118,28 @@ def test_dev_null_means_defaults_only() -> None:
     from mecharm_common.config import read_yaml
 
     assert read_yaml(Path(os.devnull)) == {}
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("swept_j0: .nan\n", "swept_j0: Input should be a finite number"),
+        ("home: [0, .nan, 0, 0, 0, -30]\n", "home.1: Input should be a finite number"),
+        ("home: [170, 0, 0, 0, 0, -30]\n", "home j0 = 170.0 is outside the SDK limits"),
+        ("swept_j0: 170\n", "swept_j0 = 170.0 is outside j0's SDK limits"),
+        ("log_level: loud\n", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
+        ("path_sample_deg: 0.000001\n", "path_sample_deg: Input should be greater than or equal to 0.1"),
+        ("joint_step_max_deg: -1\n", "joint_step_max_deg"),
+        ("retry_open_at: floor\n", "retry_open_at: Input should be"),
+    ],
+)  # fmt: skip
+def test_runtime_values_that_would_pass_every_comparison_are_refused(
+    yaml_text: str, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NaN in a pose, a pose outside the SDK, a sample step that would allocate gigabytes:
+    refused at start (exit 2), not met at the first move."""
+    path = tmp_path / "runtime.yaml"
+    path.write_text(yaml_text)
+    assert runtime_main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err, err

@@ -257,6 +257,10 @@ def test_missing_key_is_a_config_error_not_a_traceback(
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     assert runtime_main([*args, "--vlm-base-url", "localhost:8089"]) == EXIT_CONFIG
     assert "is not an http(s) URL" in capsys.readouterr().err
+    for bad in ("http://[::1", "http://host:99999", "http://host:port"):
+        assert runtime_main([*args, "--vlm-base-url", bad]) == EXIT_CONFIG
+        err = capsys.readouterr().err
+        assert f"VLM base URL {bad!r} is not a valid URL" in err and "Traceback" not in err, err
 
 
 # ---------------------------------------------------------------- the rule, judgement by judgement
