@@ -54,7 +54,8 @@ class EnvelopeViolation:
             "below the envelope's minimum" if self.side == "min" else "above the envelope's maximum"
         )
         shown = f"{self.value:.2f}"
-        if float(shown) == self.limit:  # 88.004 is not "88.00 above 88": show the digits that differ
+        # 88.004 is not "88.00 above 88": show the digits that differ
+        if float(shown) == self.limit:
             shown = f"{self.value:.6g}"
         return f"{j} = {shown} is {word} {self.limit:g}°"
 
