@@ -9,7 +9,7 @@ block a base64 JPEG that decodes) and answers in the real response shapes.
 
 What it answers is scripted: a default behaviour plus a queue of one-shot ones
 (``POST /_control`` with ``{"default": B, "queue": [B, ...]}``; ``GET /_requests``
-lists what it was sent). A behaviour ``B`` is one of::
+lists what it was sent, each with the status it answered: null for a hang or a close). A behaviour ``B`` is one of::
 
     {"answer": {"verdict": "yes", "confidence": 0.9, "reason": "..."}}   # the model's JSON
     {"text": "any raw text"}                                             # e.g. malformed
@@ -21,7 +21,8 @@ lists what it was sent). A behaviour ``B`` is one of::
 A behaviour with an unknown key, a wrong type, a status outside 400..599 or a
 negative hang is refused (400 naming it) and the old script is kept. Requests it
 cannot parse (a bad or oversized Content-Length, a chunked body, JSON nested too
-deep) get an error answer in the API's shape; the server keeps serving.
+deep) get an error answer in the API's shape (400, or 413 over a 4 MiB body);
+the server keeps serving.
 
 Run: ``python -m mecharm_sim.messages_api --port 8089 --answer '{"verdict": "yes", ...}'``,
 then point the runtime at it with ``ANTHROPIC_BASE_URL=http://127.0.0.1:8089``.
