@@ -9,7 +9,7 @@ block a base64 JPEG that decodes) and answers in the real response shapes.
 
 What it answers is scripted: a default behaviour plus a queue of one-shot ones
 (``POST /_control`` with ``{"default": B, "queue": [B, ...]}``; ``GET /_requests``
-lists what it was sent). A behaviour ``B`` is one of::
+lists what it was sent, each with the status it answered: null for a hang or a close). A behaviour ``B`` is one of::
 
     {"answer": {"verdict": "yes", "confidence": 0.9, "reason": "..."}}   # the model's JSON
     {"text": "any raw text"}                                             # e.g. malformed
@@ -17,6 +17,12 @@ lists what it was sent). A behaviour ``B`` is one of::
     {"hang": 30}                       # no answer for that many seconds (past a client's timeout)
     {"close": true}                    # close the connection without a response
     {"refusal": true}                  # stop_reason "refusal", no text
+
+A behaviour with an unknown key, a wrong type, a status outside 400..599 or a
+negative hang is refused (400 naming it) and the old script is kept. Requests it
+cannot parse (a bad or oversized Content-Length, a chunked body, JSON nested too
+deep) get an error answer in the API's shape (400, or 413 over a 4 MiB body);
+the server keeps serving.
 
 Run: ``python -m mecharm_sim.messages_api --port 8089 --answer '{"verdict": "yes", ...}'``,
 then point the runtime at it with ``ANTHROPIC_BASE_URL=http://127.0.0.1:8089``.
@@ -28,6 +34,7 @@ import argparse
 import base64
 import binascii
 import json
+import math
 import threading
 import time
 import uuid
@@ -38,16 +45,57 @@ from typing import Any
 import cv2
 import numpy as np
 
+from mecharm_common.logging import get_logger
+
 __all__ = ["MessagesApiServer", "main"]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    404: "not_found_error",
+    413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
     529: "overloaded_error",
 }
+log = get_logger("mecharm_sim.messages_api")
 DEFAULT_ANSWER = {"verdict": "yes", "confidence": 0.9, "reason": "the block is where it should be"}
+MAX_BODY = 4 * 1024 * 1024  # bytes; a judge request (3 small JPEGs) is far below, larger gets 413
+_KINDS = ("answer", "text", "status", "hang", "close", "refusal")
+
+
+def check_behaviour(b: Any) -> str:
+    """What is wrong with a scripted behaviour ("" when nothing): checked before it is stored,
+    so a bad script is refused at ``/_control`` instead of breaking every later request."""
+    if not isinstance(b, dict):
+        return f"a behaviour must be an object, got {b!r}"
+    unknown = sorted(set(b) - {*_KINDS, "retry_after"})
+    if unknown:
+        return f"unknown key(s) {unknown}; known: {[*_KINDS, 'retry_after']}"
+    kinds = [k for k in _KINDS if k in b]
+    if len(kinds) > 1:
+        return f"one of {list(_KINDS)} per behaviour, got {kinds}"
+    if "status" in b:
+        st = b["status"]
+        if isinstance(st, bool) or not isinstance(st, int) or not 400 <= st <= 599:
+            return f"status: must be an integer error status 400..599, got {st!r}"
+    if "retry_after" in b:
+        if "status" not in b:
+            return "retry_after: only goes with a status"
+        if not _non_negative(b["retry_after"]):
+            return f"retry_after: must be a number >= 0, got {b['retry_after']!r}"
+    if "hang" in b and not _non_negative(b["hang"]):
+        return f"hang: must be a number of seconds >= 0, got {b['hang']!r}"
+    if "text" in b and not isinstance(b["text"], str):
+        return f"text: must be a string, got {b['text']!r}"
+    for flag in ("close", "refusal"):
+        if flag in b and b[flag] is not True:
+            return f"{flag}: must be true, got {b[flag]!r}"
+    return ""
+
+
+def _non_negative(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 class MessagesApiServer:
@@ -73,7 +121,14 @@ class MessagesApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     def script(self, default: dict[str, Any] | None = None, *queue: dict[str, Any]) -> None:
-        """Set the default behaviour and/or queue one-shot behaviours (used in order)."""
+        """Set the default behaviour and/or queue one-shot behaviours (used in order).
+
+        Raises ValueError naming the first bad behaviour; then nothing is changed."""
+        named = [] if default is None else [("default", default)]
+        for where, b in [*named, *((f"queue.{i}", q) for i, q in enumerate(queue))]:
+            problem = check_behaviour(b)
+            if problem:
+                raise ValueError(f"{where}: {problem}")
         with self.lock:
             if default is not None:
                 self.default = default
@@ -113,9 +168,9 @@ def _check_request(srv: MessagesApiServer, headers: Any, body: bytes) -> tuple[i
     if not headers.get("anthropic-version"):
         return 400, "anthropic-version: header is required", None
     try:
-        req = json.loads(body)
-    except ValueError:
-        return 400, "the request body is not valid JSON", None
+        req = _parse_json(body)
+    except ValueError as exc:
+        return 400, f"the request body is not valid JSON: {exc}", None
     if not isinstance(req, dict):
         return 400, "the request body must be an object", None
     if not isinstance(req.get("model"), str) or not req["model"]:
@@ -137,6 +192,14 @@ def _check_request(srv: MessagesApiServer, headers: Any, body: bytes) -> tuple[i
             if problem:
                 return 400, f"messages.{i}.content.{j}: {problem}", None
     return 200, "", req
+
+
+def _parse_json(body: bytes) -> Any:
+    """json.loads, with nesting too deep for the parser reported as a ValueError like any other."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def _check_block(b: Any) -> str:
@@ -163,19 +226,32 @@ def _check_block(b: Any) -> str:
     return ""
 
 
+def _answered(status: int, b: dict[str, Any]) -> int | None:
+    """The status the client gets: None when the behaviour answers nothing (a hang, a close)."""
+    if status != 200:
+        return status
+    if "hang" in b or "close" in b:
+        return None
+    return int(b.get("status", 200))
+
+
 def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        answered = False  # per request: set by _send, so a late failure does not answer twice
 
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
         def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+            self.answered = True
             data = json.dumps(obj).encode()
             self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+            if self.close_connection:
+                self.send_header("connection", "close")
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
@@ -186,23 +262,88 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
             self._send(status, {"type": "error", "error": {"type": kind, "message": message}},
                        headers)  # fmt: skip
 
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            """The base class's own refusals (a garbled request line, headers too long, an
+            unknown method) in the API's JSON shape instead of an HTML page."""
+            self.close_connection = True
+            self._error(code, message or explain or "the request could not be parsed")
+
+        def _guarded(self, route: Any) -> None:
+            """Run a route; an unforeseen failure is a 500 in the API's shape, never a dead socket."""
+            self.answered = False
+            try:
+                route()
+            except ConnectionError as exc:  # the client went away: nobody to answer
+                log.info("messages_api_client_gone", path=self.path, error=repr(exc))
+                self.close_connection = True
+            except Exception as exc:  # the stand-in must keep serving whatever it is sent
+                log.error("messages_api_handler_failed", path=self.path, error=repr(exc))
+                self.close_connection = True
+                if not self.answered:
+                    self._error(500, f"the stand-in failed on this request: {exc!r}")
+
         def do_GET(self) -> None:
+            self._guarded(self._get)
+
+        def do_POST(self) -> None:
+            self._guarded(self._post)
+
+        def _not_allowed(self) -> None:
+            self._guarded(lambda: self._error(405, f"method {self.command} is not allowed"))
+
+        do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+        def _get(self) -> None:
             if self.path == "/_requests":
                 with srv.lock:
                     self._send(200, list(srv.requests))
             else:
                 self._error(404, f"no route {self.path}")
 
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        def _read_body(self) -> bytes | None:
+            """The body, or None after answering why it cannot be read. Then the connection is
+            closed: with its framing unknown, the next request on it could not be found."""
+            lengths = set(self.headers.get_all("content-length") or [])
+            raw = lengths.pop().strip() if len(lengths) == 1 else ""
+            problem = ""
+            if self.headers.get("transfer-encoding"):
+                problem = "Transfer-Encoding is not supported: send the body with a Content-Length"
+            elif lengths:
+                problem = "Content-Length: conflicting values"
+            elif raw and not (raw.isascii() and raw.isdigit()):
+                problem = f"Content-Length: must be a non-negative integer, got {raw[:40]!r}"
+            if problem:
+                self.close_connection = True
+                self._error(400, problem)
+                return None
+            length = int(raw or 0)
+            if length > MAX_BODY:
+                self.close_connection = True
+                self._error(
+                    413, f"request body of {length} bytes is over the {MAX_BODY} byte limit"
+                )
+                return None
+            self.connection.settimeout(30.0)  # a client that sends less than it declared
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                body = b""
+            finally:
+                self.connection.settimeout(None)
+            if len(body) < length:
+                self.close_connection = True
+                self._error(400, f"Content-Length: declared {length} bytes, got {len(body)}")
+                return None
+            return body
+
+        def _post(self) -> None:
+            body = self._read_body()
+            if body is None:
+                return
             if self.path == "/_control":
-                try:
-                    ctl = json.loads(body)
-                    srv.script(ctl.get("default"), *ctl.get("queue", []))
-                except (ValueError, AttributeError, TypeError) as exc:
-                    self._error(400, f"control body: {exc}")
-                    return
-                self._send(200, {"ok": True})
+                self._control(body)
                 return
             if self.path.split("?")[0] != "/v1/messages":
                 self._error(404, f"no route {self.path}")
@@ -217,13 +358,35 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
                 )
             b = srv.next_behaviour() if status == 200 else {}
             with srv.lock:
-                srv.requests.append({"t": time.time(), "status": status, "problem": problem,
-                                     "images": images, "model": (req or {}).get("model"),
-                                     "behaviour": b})  # fmt: skip
+                srv.requests.append({"t": time.time(), "status": _answered(status, b),
+                                     "problem": problem, "images": images,
+                                     "model": (req or {}).get("model"), "behaviour": b})  # fmt: skip
             if status != 200:
                 self._error(status, problem)
                 return
             self._behave(b, req)
+
+        def _control(self, body: bytes) -> None:
+            """Re-script the fake; a bad script is refused whole and the old one kept."""
+            shape = '{"default": B, "queue": [B, ...]}'
+            try:
+                ctl = _parse_json(body)
+            except ValueError as exc:
+                self._error(400, f"control body is not valid JSON ({exc}); expected {shape}")
+                return
+            if not isinstance(ctl, dict) or set(ctl) - {"default", "queue"}:
+                self._error(400, f"control body: expected {shape}, got {body[:200]!r}")
+                return
+            queue = ctl.get("queue", [])
+            if not isinstance(queue, list):
+                self._error(400, f"control body: queue must be a list of behaviours, got {queue!r}")
+                return
+            try:
+                srv.script(ctl.get("default"), *queue)
+            except ValueError as exc:
+                self._error(400, f"control body: {exc} (the previous script is kept)")
+                return
+            self._send(200, {"ok": True})
 
         def _behave(self, b: dict[str, Any], req: dict[str, Any]) -> None:
             if "hang" in b:
@@ -262,21 +425,40 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 0 meaning any free one."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 0..65535 (0: any free port)")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mecharm_sim.messages_api", description=__doc__)
-    p.add_argument("--port", type=int, default=8089)
+    p = argparse.ArgumentParser(
+        prog="python -m mecharm_sim.messages_api",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--port", type=_port, default=8089, help="TCP port (0: any free one)")
     p.add_argument("--key", help="accept only this x-api-key (default: any non-empty key)")
     p.add_argument("--answer", help="the model's JSON answer (default: a confident yes)")
     p.add_argument("--behaviour", help="a behaviour as JSON, e.g. '{\"status\": 529}'")
     a = p.parse_args(argv)
-    srv = MessagesApiServer(a.port, a.key)
+    try:
+        srv = MessagesApiServer(a.port, a.key)
+    except OSError as exc:
+        p.error(f"cannot listen on 127.0.0.1:{a.port}: {exc.strerror or exc}; pick another --port")
     try:
         if a.behaviour:
             srv.script(json.loads(a.behaviour))
         elif a.answer:
             srv.script({"answer": json.loads(a.answer)})
     except ValueError as exc:
-        p.error(f"--answer/--behaviour is not JSON: {exc}")
+        srv.httpd.server_close()
+        p.error(f"--answer/--behaviour: {exc}")
     print(f"messages API stand-in on {srv.url} (POST /v1/messages)", flush=True)
     try:
         srv.httpd.serve_forever()
