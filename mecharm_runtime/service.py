@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import time
 import urllib.request
@@ -38,6 +37,7 @@ from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_j
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
+from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from recorder.sender import RecorderSender
@@ -468,57 +468,14 @@ async def ask_release(
 ) -> bool | None:
     """Ask on the terminal whether to open the gripper although the block was not confirmed
     above the box: True = release anyway, False = abort, None = no answer within
-    ``timeout_s`` or no terminal (the caller aborts, holding the block).
-
-    Reads the terminal without a thread (a reader on the fd, like ``HumanJudge``) so a
-    timeout or a forced stop leaves nothing blocked on ``input()``.
-    """
-    out = out or sys.stdout
-    loop = asyncio.get_running_loop()
-    try:
-        fd = in_fd if in_fd is not None else sys.stdin.fileno()
-    except (OSError, ValueError):
-        return None
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            queue.put_nowait(os.read(fd, 1024))
-        except OSError:
-            queue.put_nowait(b"")
-
-    out.write(
+    ``timeout_s`` or no terminal (the caller aborts, holding the block)."""
+    release, _why = await ask_terminal(
         f"RELEASE REFUSED: {why}.\nThe arm holds the block above the box. "
-        f"Release anyway (r) or abort holding it (a)? [r/a] (within {timeout_s:.0f} s): "
+        f"Release anyway (r) or abort holding it (a)? [r/a] (within {timeout_s:.0f} s): ",
+        {"r": True, "release": True, "a": False, "abort": False},
+        "r (release) or a (abort)",
+        timeout_s,
+        in_fd,
+        out,
     )
-    out.flush()
-    try:
-        loop.add_reader(fd, readable)
-    except (OSError, ValueError, NotImplementedError):
-        out.write("\n")
-        return None
-    deadline = loop.time() + timeout_s
-    buf = b""
-    try:
-        while (remaining := deadline - loop.time()) > 0:
-            try:
-                async with asyncio.timeout(remaining):
-                    data = await queue.get()
-            except TimeoutError:
-                break
-            if not data:
-                break
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                answer = line.decode("utf-8", "replace").strip().lower()
-                if answer in ("r", "release"):
-                    return True
-                if answer in ("a", "abort"):
-                    return False
-                out.write(f"please answer r (release) or a (abort) (got {answer[:20]!r}): ")
-                out.flush()
-    finally:
-        loop.remove_reader(fd)
-    out.write("\n")
-    return None
+    return release

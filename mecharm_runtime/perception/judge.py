@@ -24,13 +24,11 @@ person at the terminal, a remote model) never blocks the event loop.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import Any, Literal, Protocol, TextIO, runtime_checkable
 
 import cv2
 import numpy as np
@@ -41,6 +39,7 @@ from mecharm_runtime.perception.detect import detect_block, detect_box, locate_b
 from mecharm_runtime.perception.homography import MatHomography
 from mecharm_runtime.perception.results import BlockDetection, BoxDetection, SceneDetection, Verdict
 from mecharm_runtime.perception.tip import find_tip_marker
+from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
 
 __all__ = [
@@ -400,49 +399,18 @@ class HumanJudge:
         )
 
     async def _ask(self, question: str, evidence: JudgeEvidence, which: str) -> Verdict:
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        try:
-            fd = self.in_fd if self.in_fd is not None else sys.stdin.fileno()
-        except (OSError, ValueError) as exc:
-            return await self._no_answer(f"no terminal to ask ({exc})", evidence, which)
-
-        def readable() -> None:
-            try:
-                queue.put_nowait(os.read(fd, 1024))
-            except OSError:
-                queue.put_nowait(b"")
-
-        self.out.write(f"{question} [y/n] (within {self.timeout:.0f} s): ")
-        self.out.flush()
-        loop.add_reader(fd, readable)
-        deadline = loop.time() + self.timeout
-        buf = b""
-        why = f"no answer within {self.timeout:.1f} s"
-        try:
-            while (remaining := deadline - loop.time()) > 0:
-                try:
-                    async with asyncio.timeout(remaining):  # not wait_for (3.11 cancellation race)
-                        data = await queue.get()
-                except TimeoutError:
-                    break
-                if not data:
-                    why = "terminal input closed"
-                    break
-                buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    answer = line.decode("utf-8", "replace").strip().lower()
-                    if answer in ("y", "yes"):
-                        return Verdict("yes", 1.0, "operator answered yes", self.name)
-                    if answer in ("n", "no"):
-                        return Verdict("no", 1.0, "operator answered no", self.name)
-                    self.out.write(f"please answer y or n (got {answer[:20]!r}): ")
-                    self.out.flush()
-        finally:
-            loop.remove_reader(fd)
-        self.out.write("\n")
-        return await self._no_answer(why, evidence, which)
+        answers: dict[str, Literal["yes", "no"]] = {"y": "yes", "yes": "yes", "n": "no", "no": "no"}
+        answer, why = await ask_terminal(
+            f"{question} [y/n] (within {self.timeout:.0f} s): ",
+            answers,
+            "y or n",
+            self.timeout,
+            self.in_fd,
+            self.out,
+        )
+        if answer is None:
+            return await self._no_answer(why, evidence, which)
+        return Verdict(answer, 1.0, f"operator answered {answer}", self.name)
 
     async def _no_answer(self, why: str, evidence: JudgeEvidence, which: str) -> Verdict:
         if self.fallback is not None:
