@@ -19,8 +19,7 @@ import numpy as np
 
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import ensure_table, fk_lookup, j0_lookup, load_arc, load_table
-from mecharm_runtime.lookup.build import with_approach_lattices
-from mecharm_runtime.lookup.descent import plan_pick_descent
+from mecharm_runtime.lookup.descent import pick_descent_table, plan_pick_descent
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
@@ -39,12 +38,6 @@ def cells(
             if reach[0] <= float(np.hypot(x, z)) <= reach[1]:
                 out.append((round(float(x), 4), round(float(z), 4)))
     return out
-
-
-def pick_table(table: FkTable, arc: ArcPose) -> FkTable:
-    """The table descend_pick searches under the bound (machine.py, ``_pick_descent_table``)."""
-    j0s = [p[2] for p in arc.points]
-    return with_approach_lattices(table, arc.base, (min(j0s), max(j0s)))
 
 
 def descent_jumps(
@@ -130,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "bound_deg": bound,
         "pick_before": summary(*descent_jumps(table, arc_pick, "pick", picks, 0.0, s)),
         "pick_after": summary(
-            *descent_jumps(pick_table(table, arc_pick), arc_pick, "pick", picks, bound, s)
+            *descent_jumps(pick_descent_table(table, arc_pick), arc_pick, "pick", picks, bound, s)
         ),
         "place_before": summary(*descent_jumps(table, arc_place, "place", places, 0.0, s)),
         "place_after": summary(*descent_jumps(table, arc_place, "place", places, bound, s)),

@@ -36,8 +36,7 @@ from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
-from mecharm_runtime.lookup.build import with_approach_lattices
-from mecharm_runtime.lookup.descent import PickDescent, plan_pick_descent
+from mecharm_runtime.lookup.descent import PickDescent, pick_descent_table, plan_pick_descent
 from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
@@ -660,7 +659,7 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
 
     def plan_it() -> PickDescent:
         return plan_pick_descent(
-            _pick_descent_table(ctx),
+            pick_descent_table(ctx.table, ctx.arc_pick),
             aim,
             approach,
             pick_band=s.pick_band,
@@ -695,13 +694,6 @@ def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, An
     if s.joint_step_max_deg <= 0 or ref is None:
         return {}
     return {"step_ref": tuple(ref), "step_max": s.joint_step_max_deg}
-
-
-def _pick_descent_table(ctx: TrialContext) -> FkTable:
-    """The table plus ±15° lattices around the pick arc's poses (docs/safety.md): without
-    them no row within reach of a pick target is within the bound of the approach pose."""
-    j0s = [p[2] for p in ctx.arc_pick.points]
-    return with_approach_lattices(ctx.table, ctx.arc_pick.base, (min(j0s), max(j0s)))
 
 
 def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:

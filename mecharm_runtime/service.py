@@ -32,6 +32,7 @@ from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
+from mecharm_runtime.lookup.descent import pick_descent_table
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_judge
 from mecharm_runtime.ports import RealClock
@@ -146,6 +147,8 @@ async def open_rig(
     # build the lookup index and the default bands' views now, not in the first trial's stages
     await to_thread(table.warm, [s.pick_band, s.place_band])
     arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
+    if s.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
+        await to_thread(pick_descent_table, table, arc_pick)
     try:
         camera = await to_thread(open_camera, s.top_camera)
     except CameraError as exc:

@@ -16,15 +16,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mecharm_runtime.lookup.build import with_approach_lattices
 from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
+from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
 
-__all__ = ["MAX_CANDIDATES", "PickDescent", "pick_hover", "plan_pick_descent"]
+__all__ = ["MAX_CANDIDATES", "PickDescent", "pick_descent_table", "pick_hover", "plan_pick_descent"]
 
 #: Pick rows tried (nearest to the block first) before giving up.
 MAX_CANDIDATES = 300
 #: A landing this near the aim ends the search (the camera's own error is about this).
 GOOD_LANDING_M = 0.001
+
+
+def pick_descent_table(table: FkTable, arc_pick: ArcPose) -> FkTable:
+    """The table a bounded pick searches: ``table`` plus ±15° lattices around the pick arc's
+    poses (docs/safety.md); without them no row within reach of a pick target is within the
+    bound of the approach pose. Built once per table and arc (cached), so the service builds
+    it at start, not in the first trial's descend_pick."""
+    j0s = [p[2] for p in arc_pick.points]
+    return with_approach_lattices(table, arc_pick.base, (min(j0s), max(j0s)))
 
 
 def pick_hover(

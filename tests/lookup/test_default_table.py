@@ -132,8 +132,9 @@ def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) 
     regions, docs/safety.md): each chosen descent moves no joint more than the bound, from
     the pose it starts at (the approach, or the hover above the block), and reaches every
     cell the unbounded lookup reaches; without the bound most pick descents swing > 30°."""
-    from bench.continuity import cells, descent_jumps, pick_table
+    from bench.continuity import cells, descent_jumps
     from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.lookup.descent import pick_descent_table
     from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
 
     s = RuntimeSettings()
@@ -145,7 +146,7 @@ def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) 
     n, before, _r, _h = descent_jumps(default_table, arc_pick, "pick", picks, 0.0, s)
     assert n > 300 and len(before) == n
     assert np.mean(np.asarray(before) > 30) > 0.5  # the problem this bound solves
-    table = pick_table(default_table, arc_pick)
+    table = pick_descent_table(default_table, arc_pick)
     n_after, after, resid, hovers = descent_jumps(table, arc_pick, "pick", picks, bound, s)
     assert n_after == n and len(after) == n, "a pick cell lost its descent"
     assert max(after) <= bound
