@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest_asyncio
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import ArmServer, run_server
+from mecharm_common.config import load_settings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_sim.arm import SimArm, SimArmConfig
 
 TIME_SCALE = 20.0
@@ -29,3 +33,18 @@ async def sim_daemon() -> AsyncIterator[SimDaemon]:
     arm = SimArm(SimArmConfig(time_scale=TIME_SCALE, seed=3, initial_angles=(0, 0, 0, 0, 0, -30)))
     async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
         yield SimDaemon(server, arm)
+
+
+def trial_settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
+    """Settings of a trial against ``sim_daemon``: this data root and FK dir, time-scaled, no
+    recorder; ``kw`` overrides any key."""
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "fk_data_dir": fk,
+            "time_scale": TIME_SCALE,
+            "recorder_enabled": False,
+            **kw,
+        },
+    )

@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 
 from daemon_pi.protocol import wire_angles
-from mecharm_common.config import load_settings
 from mecharm_common.layout import CORRECTION_MEMORY, DataRoot
 from mecharm_runtime.arm import DaemonArm, DryRunArm
 from mecharm_runtime.client import DaemonClient
-from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import ArcPose
@@ -26,24 +24,12 @@ from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 
-from .conftest import TIME_SCALE, SimDaemon
+from .conftest import SimDaemon
+from .conftest import trial_settings as _settings
 from .stand_ins import TrueStateEyes
 
 BLOCK = (0.20, 0.26)
 BOX = (-0.20, 0.18)
-
-
-def _settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
-    return load_settings(
-        RuntimeSettings,
-        overrides={
-            "data_root": root,
-            "fk_data_dir": fk,
-            "time_scale": TIME_SCALE,
-            "recorder_enabled": False,
-            **kw,
-        },
-    )
 
 
 def test_transition_table_is_complete_and_reachable() -> None:

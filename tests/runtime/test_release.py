@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.config import load_settings
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
 from mecharm_runtime.arm import DaemonArm
@@ -33,7 +32,8 @@ from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm_tools.replay.runner import replay, replay_settings
 from mecharm_tools.replay.tracefile import parse_trace, read_lines
 
-from .conftest import TIME_SCALE, SimDaemon
+from .conftest import SimDaemon
+from .conftest import trial_settings as _settings
 from .stand_ins import TrueStateEyes
 
 BLOCK = (0.20, 0.26)
@@ -58,19 +58,6 @@ class HiddenAtRelease(TrueStateEyes):
         if self.answer == "yes":
             return VerdictObservation("yes", 1.0, "operator: release anyway", "human")
         return VerdictObservation("no", 0.0, "not asked (--confirm off)", "none")
-
-
-def _settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
-    return load_settings(
-        RuntimeSettings,
-        overrides={
-            "data_root": root,
-            "fk_data_dir": fk,
-            "time_scale": TIME_SCALE,
-            "recorder_enabled": False,
-            **kw,
-        },
-    )
 
 
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
