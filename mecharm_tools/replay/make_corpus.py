@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     configure_logging("warning")
     try:
-        files = record(args.out_dir, args.data_dir.resolve(), args.only, args.time_scale)
+        files = record(args.out_dir, args.data_dir, args.only, args.time_scale)
     except Exception as exc:
         print(f"make_corpus failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -1,6 +1,7 @@
 """Traces of the first format (stage names ``stage1``..``stage10``, ``send_t`` inputs, the
 ``gripper_sleep_s`` setting) still replay, identical, against today's code. The three
-traces in ``legacy_v1/`` were recorded before the rename and are kept as they were."""
+traces in ``legacy_v1/`` were recorded before the rename and are kept as they were (but for
+their ``fk_data_dir``, made relative: docs/replay.md)."""
 
 from __future__ import annotations
 
