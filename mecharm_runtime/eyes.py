@@ -37,7 +37,7 @@ from mecharm_runtime.perception import (
     estimate_homography,
     locate_block,
 )
-from mecharm_runtime.perception.judge import _inside_margin_mm
+from mecharm_runtime.perception.judge import inside_margin_mm
 from mecharm_runtime.perception.results import BoxDetection, SceneDetection
 from mecharm_runtime.perception.side import side_view
 from mecharm_runtime.perception.tip import measure_tip
@@ -305,7 +305,7 @@ class CameraEyes:
             return ReleaseView(0, len(frames), side=side, side_reason=side_reason, capture=path)
         x = float(np.median([b.x for b in found]))
         z = float(np.median([b.z for b in found]))
-        margin = float(np.median([_inside_margin_mm(b, box, self.config) for b in found]))
+        margin = float(np.median([inside_margin_mm(b, box, self.config) for b in found]))
         return ReleaseView(
             len(found),
             len(frames),

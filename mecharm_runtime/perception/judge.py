@@ -49,6 +49,7 @@ __all__ = [
     "JudgeEvidence",
     "VlmClient",
     "VlmJudge",
+    "inside_margin_mm",
     "make_judge",
     "parse_vlm_answer",
 ]
@@ -234,7 +235,7 @@ class GeometricJudge:
                 votes.append(False)
                 per.append({"block_seen": False})
                 continue
-            margin = _inside_margin_mm(block, box, cfg)
+            margin = inside_margin_mm(block, box, cfg)
             info: dict[str, Any] = {}
             rest = "floor" if margin >= 0.0 else "outside"
             if self.height_aware:
@@ -350,7 +351,7 @@ def _silhouette_pad(H: MatHomography, origin: BlockDetection, cfg: PerceptionCon
     return max(8, round(2 * cfg.block_size_m * 1000 / H.mm_per_px(origin.x, origin.z)))
 
 
-def _inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionConfig) -> float:
+def inside_margin_mm(block: BlockDetection, box: BoxDetection, cfg: PerceptionConfig) -> float:
     """How far (mm) the block's farthest corner is inside the inner footprint (negative: outside)."""
     h = cfg.block_size_m / 2.0
     a = math.radians(block.yaw_deg)
