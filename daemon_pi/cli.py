@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--seed", type=int, help="seed of the sim arm and the scene")
     sim.add_argument(
+        "--sim-profile",
+        dest="sim_profile",
+        help="how the simulated world disagrees with the runtime: ideal (default), rig, harsh, "
+        "or a profile YAML file (docs/simulation.md)",
+    )
+    sim.add_argument(
         "--camera-port",
         dest="camera_port",
         type=int,
@@ -150,6 +156,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path |
             "scene",
             "seed",
             "camera_port",
+            "sim_profile",
         )
     }
     overrides["sim"] = sim or None
@@ -198,11 +205,28 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
             f"--scene given but the simulated workcell is not available "
             f"(mecharm_sim.workcell: {exc}; install '.[sim]')"
         ) from exc
+    from mecharm_sim.profile import ProfileError, load_profile
+
+    try:
+        profile = load_profile(settings.sim_profile)
+    except ProfileError as exc:
+        raise StartupError(str(exc)) from None
     seed = settings.seed if settings.seed is not None else settings.sim.seed
     workcell = start_workcell(
-        arm, scene=settings.scene, seed=seed, host=host, camera_port=settings.camera_port
+        arm,
+        scene=settings.scene,
+        seed=seed,
+        host=host,
+        camera_port=settings.camera_port,
+        profile=profile,
     )
-    log.info("workcell_started", scene=settings.scene, seed=seed, urls=dict(workcell.urls))
+    log.info(
+        "workcell_started",
+        scene=settings.scene,
+        seed=seed,
+        profile=profile.name,
+        urls=dict(workcell.urls),
+    )
     return workcell
 
 

@@ -118,6 +118,11 @@ class DaemonSettings(RigSettings):
         default=None, description="sim workcell scene: 'random' or a scene file"
     )
     seed: int | None = Field(default=None, description="seed of the sim arm and the scene")
+    sim_profile: str = Field(
+        default="ideal",
+        description="how the simulated world disagrees with the runtime: ideal, rig, harsh "
+        "or a profile YAML file (docs/simulation.md)",
+    )
     camera_port: int = Field(default=8080, ge=0, le=65535)
 
     def listen_host(self) -> str:

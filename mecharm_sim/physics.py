@@ -29,7 +29,6 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
@@ -39,6 +38,7 @@ from mecharm_sim.scene import (
     BOX_OUTER_M,
     SceneState,
 )
+from mecharm_sim.world_arm import WorldArm
 
 __all__ = [
     "FINGER_RADIUS_M",
@@ -109,9 +109,16 @@ def _wall_contact(
 class Physics:
     """Advances the scene from the arm's true state. Thread-safe through the scene lock."""
 
-    def __init__(self, scene: SceneState, arm: ArmState, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        scene: SceneState,
+        arm: ArmState,
+        clock: Any = time.time,
+        world: WorldArm | None = None,
+    ) -> None:
         self.scene = scene
         self.arm = arm
+        self.world = world or WorldArm()  # where the tool really is (docs/simulation.md)
         self.clock = clock
         self._last_angles: tuple[float, ...] | None = None
         self._contact: set[str] = set()
@@ -151,7 +158,7 @@ class Physics:
 
     def _try_grasp(self, jaws: float) -> None:
         sc = self.scene
-        tip = np.array(fk_tip(self.arm.true_angles()))
+        tip = np.array(self.world.tip(self.arm.true_angles()))
         bx, by, bz = sc.block_xyz
         dxz = math.hypot(tip[0] - bx, tip[2] - bz)
         dy = float(tip[1] - (by - BLOCK_SIZE_M / 2))
@@ -213,7 +220,7 @@ class Physics:
             prev = self._last_angles if self._last_angles is not None else angles
             self._last_angles = angles
             qs = np.linspace(prev, angles, _SUBSTEPS) if prev != angles else np.array([angles])
-            tips = fk_tip(qs)
+            tips = self.world.tip(qs)
             tip = tips[-1]
             sc.tip_xyz = (float(tip[0]), float(tip[1]), float(tip[2]))
             sc.gripper = grip

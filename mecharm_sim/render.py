@@ -20,7 +20,6 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_common.kinematics import fk_frames
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
@@ -32,6 +31,7 @@ from mecharm_sim.scene import (
     MAT_Z,
     SceneState,
 )
+from mecharm_sim.world_arm import WorldArm
 
 __all__ = [
     "SIDE_CAMERA",
@@ -196,8 +196,15 @@ def _box_faces(bx: float, bz: float, yaw: float) -> tuple[list[Face], list[Face]
 class Renderer:
     """Renders one camera. Not thread-safe: one renderer per producing thread."""
 
-    def __init__(self, camera: Camera, seed: int = 0, noise_patterns: int = 64) -> None:
+    def __init__(
+        self,
+        camera: Camera,
+        seed: int = 0,
+        noise_patterns: int = 64,
+        world: WorldArm | None = None,
+    ) -> None:
         self.cam = camera
+        self.world = world or WorldArm()  # draws the arm where it really is
         self.rng = random.Random(seed)
         self._static_key: Any = None
         self._static: NDArray[np.uint8] | None = None
@@ -357,7 +364,7 @@ class Renderer:
         s: SceneSnapshot,
         held_block_xyz: tuple[float, float, float] | None,
     ) -> None:
-        pts = fk_frames(angles)
+        pts = self.world.frames(angles)
         g = s.gain
         items: list[tuple[float, Any]] = []
         link = tuple(c * g for c in LINK_BGR)

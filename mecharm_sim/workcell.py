@@ -25,8 +25,10 @@ from mecharm_sim.camserver import (
     CameraServer,
 )
 from mecharm_sim.physics import ArmState, Physics
+from mecharm_sim.profile import SimProfile
 from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneLayout, SceneState, load_layout
+from mecharm_sim.world_arm import WorldArm
 
 __all__ = ["Workcell", "WorkcellConfig", "start_workcell"]
 
@@ -60,28 +62,38 @@ class Workcell:
         scene: str = "random",
         seed: int = 0,
         config: WorkcellConfig | None = None,
+        profile: SimProfile | None = None,
     ) -> None:
         self.config = config or WorkcellConfig()
+        self.profile = profile or SimProfile()
         self.arm = sim_arm
+        self.world = WorldArm(self.profile.arm, sim_arm)
         self.scene_spec = scene
         self.seed = seed
         self._trial = 0
         self.scene = SceneState(self._layout(load_layout(scene, seed)))
-        self.physics = Physics(self.scene, sim_arm)
+        self.physics = Physics(self.scene, sim_arm, world=self.world)
         cams = {
             "top": TOP_CAMERA.resized(self.config.top_size),
             "side": SIDE_CAMERA.resized(self.config.side_size),
         }
         self.cameras = cams
         self._renderers = {
-            name: Renderer(cam, seed=seed * 7 + i) for i, (name, cam) in enumerate(cams.items())
+            name: Renderer(cam, seed=seed * 7 + i, world=self.world)
+            for i, (name, cam) in enumerate(cams.items())
         }
         self._render_locks = {name: threading.Lock() for name in cams}
         self._server: CameraServer | None = None
         self._physics_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.urls: dict[str, str] = {}
-        log.info("workcell_scene", scene=scene, seed=seed, **self._short_truth())
+        log.info(
+            "workcell_scene",
+            scene=scene,
+            seed=seed,
+            profile=self.profile.name,
+            **self._short_truth(),
+        )
 
     def _layout(self, layout: SceneLayout) -> SceneLayout:
         if self.config.noise_sigma is not None:
@@ -218,11 +230,12 @@ def start_workcell(
     host: str = "127.0.0.1",
     camera_port: int = 8080,
     config: WorkcellConfig | None = None,
+    profile: SimProfile | None = None,
 ) -> Workcell:
     """Build the workcell around ``sim_arm`` and serve its cameras on ``host:camera_port``
     (0 = any free port; the chosen URLs are in ``.urls``). Raises SceneError for a bad
     scene spec and OSError when the port cannot be bound (nothing is left running)."""
-    wc = Workcell(sim_arm, scene, seed, config)
+    wc = Workcell(sim_arm, scene, seed, config, profile)
     try:
         wc.serve(host, camera_port)
     except BaseException:
