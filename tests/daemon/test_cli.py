@@ -144,10 +144,13 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
     s = settings(
         ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"]
+        + ["--sim-profile", "rig"]
     )
     arm = SimArm(s.sim)
     wc = cli._start_workcell(s, arm, "127.0.0.1")
     assert wc is made[0]
+    profile = calls[0].pop("profile")
+    assert profile.name == "rig"
     assert calls == [
         {"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}
     ]
