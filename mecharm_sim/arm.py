@@ -17,7 +17,9 @@ state at "now". Motion model (documented in docs/daemon.md):
 * a send with j1 above ``reject_j1_above`` is silently ignored (firmware quirk);
 * fresh mode 1: a new send replaces the current motion from where the arm is;
   fresh mode 0: sends queue and run one after another;
-* the gripper moves 0 (closed) .. 100 (open) with its own speed-dependent timing.
+* the gripper moves 0 (closed) .. 100 (open) with its own speed-dependent timing;
+  a gripper command returns after ``gripper_command_s`` (the rig's SDK call holds
+  the caller for seconds: docs/simulation-timing.md).
 
 Every duration is divided by ``time_scale``. Given the same seed and the same
 sequence of calls, settle errors and read noise are reproducible.
@@ -106,6 +108,13 @@ class SimArmConfig(BaseModel):
     )
     gripper_full_travel_s: float = Field(
         default=0.6, gt=0, description="0->100 travel time at speed 50"
+    )
+    gripper_command_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=30,
+        description="how long a gripper command holds the call before it returns "
+        "(rig: 4.0, docs/simulation-timing.md)",
     )
     reject_j1_above: float = Field(
         default=90.7, description="sends with j1 above this are silently ignored"
@@ -422,6 +431,7 @@ class SimArm:
         return 1
 
     def _gripper_to(self, target: float, speed: int) -> None:
+        """Start the jaws toward ``target``, then hold the caller for the command's time."""
         t = self.sim_time()
         with self._lock:
             current = self._grip.at(t)[0]
@@ -432,6 +442,7 @@ class SimArm:
             duration = abs(target - current) / 100.0 * self.config.gripper_full_travel_s * factor
             self._grip = _Segment((current,), (target,), t + self.config.start_delay_s, duration)
         self._emit("gripper", {"target": target, "speed": speed})
+        self._sleep(self.config.gripper_command_s)  # the jaws move meanwhile
 
     def set_gripper_state(self, state: int, speed: int) -> int:
         """0 = open (to 100), 1 = close (to 0)."""
