@@ -143,9 +143,9 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
     mod.start_workcell = start_workcell  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
     s = settings(
-        ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"]
-        + ["--sim-profile", "rig"]
-    )
+        ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099",
+         "--sim-profile", "rig"]
+    )  # fmt: skip
     arm = SimArm(s.sim)
     wc = cli._start_workcell(s, arm, "127.0.0.1")
     assert wc is made[0]
