@@ -283,6 +283,11 @@ class WorldArm:
         if arm is not None and any(self.truth.settle_load_deg) and hasattr(arm, "set_load_settle"):
             arm.set_load_settle(self.truth.settle_load_deg)
 
+    def detach(self) -> None:
+        """Stop following the arm's sends (the workcell closes)."""
+        if self.arm is not None:
+            self.arm.remove_listener(self._on_arm_event)
+
     # ------------------------------------------------------------ backlash side
     def _on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
         if kind != "send" or not data.get("accepted", True):

@@ -39,11 +39,12 @@ from mecharm_runtime.lookup import (
     load_table,
 )
 from mecharm_runtime.lookup.descent import pick_descent_table, plan_pick_descent
+from mecharm_sim.physics import GRASP_XZ_TOL_M, GRASP_Y_RANGE_M
 from mecharm_sim.profile import ProfileError, load_profile
 from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
 from mecharm_sim.world_arm import WorldArm
 
-__all__ = ["Cell", "arm_errors", "cell_poses", "main", "summarize"]
+__all__ = ["Cell", "arm_errors", "cell_poses", "main", "pick_outcomes", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,26 @@ def arm_errors(world: WorldArm, cells: Sequence[Cell]) -> NDArray[np.float64]:
     return out
 
 
+def pick_outcomes(cells: Sequence[Cell], err: NDArray[np.float64]) -> dict[str, int]:
+    """What today's physics would make of each uncorrected pick, the block centred on its
+    cell on the mat (mecharm_sim/physics.py's grasp rule; the table's own landing error
+    included): grasped, missed beside it (x-z), missed in height, and tips below the mat."""
+    out = {"grasp": 0, "miss_xz": 0, "miss_height": 0, "below_mat": 0}
+    for c, e in zip(cells, err, strict=True):
+        if c.kind != "pick":
+            continue
+        tip = fk_tip(c.angles) + e / 1000.0
+        dxz = float(np.hypot(tip[0] - c.xz[0], tip[2] - c.xz[1]))
+        out["below_mat"] += int(tip[1] < -0.002)
+        if dxz > GRASP_XZ_TOL_M:
+            out["miss_xz"] += 1
+        elif not GRASP_Y_RANGE_M[0] <= tip[1] <= GRASP_Y_RANGE_M[1]:
+            out["miss_height"] += 1
+        else:
+            out["grasp"] += 1
+    return out
+
+
 def summarize(err: NDArray[np.float64]) -> dict[str, Any]:
     """Median, p10, p90 and max of the error's length, and the same of each component."""
 
@@ -148,7 +169,7 @@ def measure(
     return {
         "profile": prof.name,
         "seed": truth.seed,
-        "pick": summarize(err[kinds == "pick"]),
+        "pick": {**summarize(err[kinds == "pick"]), "outcomes": pick_outcomes(cells, err)},
         "place": summarize(err[kinds == "place"]),
     }
 
@@ -165,6 +186,12 @@ def _print(fig: dict[str, Any]) -> None:
             v = f[key]
             print(
                 f"    {label:5} {v['median']:7.1f} {v['p10']:7.1f} {v['p90']:7.1f} {v['max']:7.1f}"
+            )
+        if "outcomes" in f:
+            o = f["outcomes"]
+            print(
+                f"    by the sim's grasp rule: {o['grasp']} grasped, {o['miss_xz']} missed "
+                f"beside, {o['miss_height']} missed in height; {o['below_mat']} tips below the mat"
             )
 
 
