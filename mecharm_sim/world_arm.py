@@ -89,7 +89,7 @@ class ArmTruth(BaseModel):
         "(SimArm.set_load_settle), per joint (deg)",
     )
     spread: float = Field(
-        default=0.3, ge=0.0, le=1.0, description="each drawn value is the profile's x (1 ± spread)"
+        default=0.0, ge=0.0, le=1.0, description="each drawn value is the profile's x (1 ± spread)"
     )
     seed: int = Field(default=0, ge=0, description="draws the concrete arm")
 
