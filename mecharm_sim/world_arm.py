@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from mecharm_common.kinematics import (
     JOINT_ORIGINS,
@@ -33,8 +33,11 @@ from mecharm_common.kinematics import (
     fk_frames,
     fk_tip,
 )
+from mecharm_common.logging import get_logger
 
 __all__ = ["ARM_TRUTHS", "LEVER_REF_M", "ArmTruth", "ConcreteArm", "WorldArm", "chain_frames"]
+
+log = get_logger("mecharm_sim.world_arm")
 
 _Six = tuple[float, float, float, float, float, float]
 _ZERO6: _Six = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -105,8 +108,8 @@ class ArmTruth(BaseModel):
 
     @field_validator("backlash_deg", "sag_deg", "load_sag_deg", "settle_load_deg")
     @classmethod
-    def _nonneg(cls, v: _Six) -> _Six:
-        return _bounded("value", v, 0.0, 5.0)  # type: ignore[return-value]
+    def _nonneg(cls, v: _Six, info: ValidationInfo) -> _Six:
+        return _bounded(str(info.field_name), v, 0.0, 5.0)  # type: ignore[return-value]
 
     @property
     def ideal(self) -> bool:
@@ -278,6 +281,18 @@ class WorldArm:
         self._ideal = self.truth.ideal
         self._lock = threading.Lock()
         self._direction = np.zeros(6)  # +1 / -1: the side each joint last moved to; 0: unknown
+        if not self._ideal:
+            c = self.concrete
+            log.info(
+                "world_arm",
+                seed=self.truth.seed,
+                zero_offset_deg=[round(float(v), 3) for v in c.zero_offset_deg],
+                link_error_mm=[round(float(v) * 1000, 2) for v in c.link_error_m],
+                tool_mm=round(c.tool_m * 1000, 2),
+                backlash_deg=[round(float(v), 3) for v in c.backlash_deg],
+                sag_deg=[round(float(v), 3) for v in c.sag_deg],
+                load_sag_deg=[round(float(v), 3) for v in c.load_sag_deg],
+            )
         if arm is not None and not self._ideal and any(self.truth.backlash_deg):
             arm.add_listener(self._on_arm_event)
         if arm is not None and any(self.truth.settle_load_deg) and hasattr(arm, "set_load_settle"):

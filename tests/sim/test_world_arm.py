@@ -134,7 +134,7 @@ def test_the_world_arm_follows_the_sim_arms_sends() -> None:
 def test_arm_truth_rejects_bad_values_by_name() -> None:
     with pytest.raises(ValidationError, match="zero_offset_deg"):
         ArmTruth(zero_offset_deg=(0, 12, 0, 0, 0, 0))
-    with pytest.raises(ValidationError, match="backlash"):
+    with pytest.raises(ValidationError, match=r"backlash_deg\[1\] = -1.0 outside"):
         ArmTruth(backlash_deg=(0, -1, 0, 0, 0, 0))
     with pytest.raises(ValidationError, match="tool_error_m"):
         ArmTruth(tool_error_m=0.05)
