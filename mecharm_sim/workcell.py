@@ -67,7 +67,7 @@ class Workcell:
         self.config = config or WorkcellConfig()
         self.profile = profile or SimProfile()
         self.arm = sim_arm
-        self.world = WorldArm(self.profile.arm, sim_arm)
+        self.world = WorldArm(self.profile.arm, sim_arm, holding=lambda: self.scene.grasped)
         self.scene_spec = scene
         self.seed = seed
         self._trial = 0
@@ -217,6 +217,7 @@ class Workcell:
             self._physics_thread.join(timeout=2.0)
             self._physics_thread = None
         self.physics.detach()
+        self.world.detach()
         log.info("workcell_closed")
 
     def __enter__(self) -> Workcell:
