@@ -214,8 +214,8 @@ class SimArmFaults:
 
     def read_latency_spike(self, seconds: float, n: int = 1) -> None:
         """The next ``n`` reads each take ``seconds`` longer (sim time), then answer normally."""
-        if not 0 <= seconds <= 30:
-            raise ValueError(f"seconds must be within 0..30, got {seconds}")
+        if not 0 <= seconds <= 600:
+            raise ValueError(f"seconds must be within 0..600, got {seconds}")
         with self._lock:
             self._spike_s, self._spikes = float(seconds), int(n)
 

@@ -72,7 +72,7 @@ class SettleError(_Fault):
 class ReadLatencySpike(_Fault):
     """The next ``n`` reads each take ``seconds`` longer (sim time)."""
 
-    seconds: float = Field(gt=0, le=30)
+    seconds: float = Field(gt=0, le=600)
     n: int = Field(default=1, ge=1, le=1000)
 
 
