@@ -233,3 +233,23 @@ def test_every_fault_has_a_doc_entry() -> None:
         for p in model.model_fields:
             assert f"`{p}`" in doc, f"{name}.{p}"
     assert parse_fault({"fault": "missed_grasp"})[0] == "missed_grasp"
+
+
+def test_daemon_refuses_a_scene_file_with_a_bad_fault_naming_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "block: {x: 0.2, z: 0.24}\nbox: {x: -0.2, z: 0.2}\nfaults: [{fault: stall, at: 1}]\n"
+    )
+    args = ["--backend", "sim", "--scene", str(bad), "--port", "0", "--camera-port", "0"]
+    out = subprocess.run(
+        [sys.executable, "-m", "daemon_pi.cli", *args, "--log-level", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text
+    assert "faults[0]: stall: unknown parameter(s) ['at']; valid: ['at_fraction']" in text, text
