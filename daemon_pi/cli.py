@@ -230,15 +230,20 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
         profile = load_profile(settings.sim_profile)
     except ProfileError as exc:
         raise StartupError(str(exc)) from None
+    from mecharm_sim.scene import SceneError
+
     seed = settings.seed if settings.seed is not None else settings.sim.seed
-    workcell = start_workcell(
-        arm,
-        scene=settings.scene,
-        seed=seed,
-        host=host,
-        camera_port=settings.camera_port,
-        profile=profile,
-    )
+    try:
+        workcell = start_workcell(
+            arm,
+            scene=settings.scene,
+            seed=seed,
+            host=host,
+            camera_port=settings.camera_port,
+            profile=profile,
+        )
+    except SceneError as exc:  # a bad scene file (or its faults:): its message, no traceback
+        raise StartupError(str(exc)) from None
     log.info(
         "workcell_started",
         scene=settings.scene,

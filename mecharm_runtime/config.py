@@ -115,6 +115,9 @@ class RuntimeSettings(RigSettings):
     gripper_close_value: int = Field(GRIPPER_CLOSE_VALUE, ge=GRIPPER_MIN, le=GRIPPER_MAX)
     detect_repeat: int = Field(3, ge=1)
     homography_frames: int = Field(10, ge=1)
+    #: this many identical top-camera frames in a row = a frozen feed: the stage stops with
+    #: that reason instead of judging from it (docs/perception.md, "Frozen feed"); 0 = off
+    camera_frozen_frames: int = Field(10, ge=0)
     max_pick_attempts: int = Field(3, ge=1)
     x_resid_thresh_m: float = Field(0.02, gt=0)
     box_score_thresh: float = Field(0.5, ge=0, le=1)

@@ -11,6 +11,7 @@ verdicts) from the commanded pose, because in a dry run the arm never moves.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -82,8 +83,15 @@ class CameraEyes:
         release_frames: int = 3,
         release_near_m: float = 0.100,
         release_prompt: Callable[[str], Awaitable[bool | None]] | None = None,
+        frozen_frames: int = 10,
     ) -> None:
         self.camera = camera
+        # a live camera's sensor noise never repeats a frame: this many identical frames in a
+        # row is a frozen feed, and no stage judges from it (docs/perception.md, "Frozen feed");
+        # 0 = no check
+        self.frozen_frames = max(0, int(frozen_frames))
+        self._last_key: bytes | None = None
+        self._repeats = 0
         # before a release: frames of the held block over the box; the operator's
         # "release anyway?" (None: nobody is asked, --confirm off; docs/stages.md, "release")
         self.release_frames = release_frames
@@ -139,6 +147,8 @@ class CameraEyes:
                         )
                     continue
                 stale = 0
+                if self.frozen_frames and self._repeated(f.jpeg, f.image):
+                    continue  # a repeat shows nothing new: wait for a live frame
                 frames.append(f.image)
             else:
                 failed += 1
@@ -147,6 +157,26 @@ class CameraEyes:
                         f"top camera {self.camera.spec}: {failed} consecutive failed reads"
                     )
         return frames
+
+    def _repeated(self, jpeg: bytes | None, image: NDArray[np.uint8]) -> bool:
+        """True when this frame is identical to the previous one (same JPEG bytes, or same
+        pixels when the source gives no JPEG); EyesError once ``frozen_frames`` frames in a
+        row were identical. Kept across grabs: a frozen feed is frozen for every stage."""
+        key = hashlib.blake2b(
+            jpeg if jpeg is not None else image.tobytes(), digest_size=16
+        ).digest()
+        if key != self._last_key:
+            self._last_key, self._repeats = key, 0
+            return False
+        self._repeats += 1
+        if self._repeats + 1 >= self.frozen_frames:
+            n = self._repeats + 1
+            log.error("camera_feed_frozen", camera=self.camera.spec, identical_frames=n)
+            raise EyesError(
+                f"top camera {self.camera.spec}: feed frozen: {n} identical frames in a row "
+                "(a live camera never repeats a frame); not judging from a stale image"
+            )
+        return True
 
     async def grab(self, n: int, tag: str) -> tuple[list[NDArray[np.uint8]], str]:
         frames = await to_thread(self._grab_sync, n)

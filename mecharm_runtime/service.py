@@ -163,6 +163,7 @@ async def open_rig(
             judge,
             homography_frames=s.homography_frames,
             detect_repeat=s.detect_repeat,
+            frozen_frames=s.camera_frozen_frames,
             box_fallback_xz=s.box_xz_fallback,
             box_score_thresh=s.box_score_thresh,
             guard=guard,

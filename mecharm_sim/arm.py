@@ -165,6 +165,7 @@ class _Pending:
     target: tuple[float, ...]
     speed: int
     stall_at: float | None
+    settle_error: tuple[float, ...] | None = None
 
 
 def _gravity_side(angles: Sequence[float]) -> list[float]:
@@ -188,6 +189,17 @@ class SimArmFaults:
         self._fail_reads = 0
         self._fail_kind: str = "-1"
         self._disconnected = False
+        self._settle_error: tuple[float, ...] | None = None
+        self._spike_s = 0.0
+        self._spikes = 0
+        #: how many times each fault took effect (GET /faults shows them)
+        self.counts = {
+            "ignored_sends": 0,
+            "stalls": 0,
+            "failed_reads": 0,
+            "settle_errors": 0,
+            "latency_spikes": 0,
+        }
 
     def ignore_next_sends(self, n: int = 1) -> None:
         """The next ``n`` send_angles calls are accepted by the SDK but the arm does not move."""
@@ -209,6 +221,22 @@ class SimArmFaults:
             self._fail_reads = int(n)
             self._fail_kind = kind
 
+    def settle_error_next_move(self, deg: Sequence[float]) -> None:
+        """The next accepted move settles ``deg[j]`` degrees off its target on joint j (on top
+        of the model's own settle error): a servo that ends visibly short or long."""
+        vals = tuple(float(d) for d in deg)
+        if len(vals) != 6 or any(not math.isfinite(d) or abs(d) > 20 for d in vals):
+            raise ValueError(f"deg must be 6 numbers within -20..20, got {list(deg)!r}")
+        with self._lock:
+            self._settle_error = vals
+
+    def read_latency_spike(self, seconds: float, n: int = 1) -> None:
+        """The next ``n`` reads each take ``seconds`` longer (sim time), then answer normally."""
+        if not 0 <= seconds <= 600:
+            raise ValueError(f"seconds must be within 0..600, got {seconds}")
+        with self._lock:
+            self._spike_s, self._spikes = float(seconds), int(n)
+
     def disconnect(self) -> None:
         """Lose the serial link: every call raises ``serial.SerialException`` until reconnect()."""
         with self._lock:
@@ -224,6 +252,24 @@ class SimArmFaults:
             self._stall_at = None
             self._fail_reads = 0
             self._disconnected = False
+            self._settle_error = None
+            self._spikes = 0
+
+    def armed(self) -> dict[str, Any]:
+        """What is armed now (JSON-ready), for GET /faults."""
+        with self._lock:
+            return {
+                "ignore_sends": self._ignore_sends,
+                "stall_at": self._stall_at,
+                "read_failures": self._fail_reads,
+                "read_failure_kind": self._fail_kind,
+                "settle_error_deg": None
+                if self._settle_error is None
+                else list(self._settle_error),
+                "latency_spikes": self._spikes,
+                "latency_spike_s": self._spike_s,
+                "disconnected": self._disconnected,
+            }
 
     @property
     def pending_read_failures(self) -> int:
@@ -238,13 +284,35 @@ class SimArmFaults:
         with self._lock:
             if self._ignore_sends > 0:
                 self._ignore_sends -= 1
+                self.counts["ignored_sends"] += 1
                 return True
             return False
 
     def _take_stall(self) -> float | None:
         with self._lock:
             s, self._stall_at = self._stall_at, None
+            if s is not None:
+                self.counts["stalls"] += 1
             return s
+
+    def _take_settle_error(self) -> tuple[float, ...] | None:
+        if self._settle_error is None:
+            return None
+        with self._lock:
+            e, self._settle_error = self._settle_error, None
+            if e is not None:
+                self.counts["settle_errors"] += 1
+            return e
+
+    def _take_latency_spike(self) -> float:
+        if not self._spikes:  # every read asks: skip the lock when none is armed
+            return 0.0
+        with self._lock:
+            if self._spikes > 0:
+                self._spikes -= 1
+                self.counts["latency_spikes"] += 1
+                return self._spike_s
+            return 0.0
 
     def _take_read_failure(self) -> str | None:
         if not self._fail_reads:  # every read asks: skip the lock when no failure is armed
@@ -252,6 +320,7 @@ class SimArmFaults:
         with self._lock:
             if self._fail_reads > 0:
                 self._fail_reads -= 1
+                self.counts["failed_reads"] += 1
                 return self._fail_kind
             return None
 
@@ -338,6 +407,11 @@ class SimArm:
                 # a loaded servo stops short on the side the weight pulls: 50-100 % of the figure
                 err += down[j] * load[j] * self._settle_rng.uniform(0.5, 1.0)
             end.append(min(JOINT_MAX[j], max(JOINT_MIN[j], b + err)))
+        if p.settle_error is not None:  # a fault armed from outside (docs/simulation-faults.md)
+            end = [
+                min(JOINT_MAX[j], max(JOINT_MIN[j], e + d))
+                for j, (e, d) in enumerate(zip(end, p.settle_error, strict=True))
+            ]
         if p.stall_at is not None:
             end = [a + (b - a) * p.stall_at for a, b in zip(start, end, strict=True)]
         delta = max(abs(b - a) for a, b in zip(start, end, strict=True))
@@ -378,7 +452,9 @@ class SimArm:
         kind = self.faults._take_read_failure()
         if kind is not None:
             self._sleep(self.config.no_reply_s)
-        return kind
+            return kind
+        self._sleep(self.faults._take_latency_spike())  # an armed spike: this read is slow
+        return None
 
     # ------------------------------------------------------------ SDK API: reads
     def get_angles(self) -> list[float] | int:
@@ -447,7 +523,12 @@ class SimArm:
                 self.counters["sends_accepted"] += 1
                 t = self.sim_time()
                 self._advance(t)
-                p = _Pending(tuple(target), speed, self.faults._take_stall())
+                p = _Pending(
+                    tuple(target),
+                    speed,
+                    self.faults._take_stall(),
+                    self.faults._take_settle_error(),
+                )
                 self._powered = True
                 if self._fresh_mode == 1 or self._seg is None:
                     self._queue.clear()

@@ -9,6 +9,10 @@ Routes (loopback by default):
 * ``GET /scene/truth`` — the scene's ground truth as JSON (tests only).
 * ``POST /scene/next`` — lay out the next trial's scene; optional JSON body
   ``{"seed": int}`` or query ``?seed=N`` (the operator putting the block back; tests only).
+* ``GET /faults`` — what is armed and what took effect; ``POST /faults`` with a JSON
+  body ``{"fault": NAME, ...parameters}`` arms one fault (400 naming what is wrong and
+  listing the valid faults or parameters); ``DELETE /faults`` disarms them all
+  (docs/simulation-faults.md; only when the server was given a fault board).
 
 Rendering is lazy: a camera's producer thread runs only while at least one
 client streams it, paced at the camera's fps; all clients share its frames
@@ -37,9 +41,12 @@ import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mecharm_common.logging import get_logger
+
+if TYPE_CHECKING:
+    from mecharm_sim.faults import FaultBoard
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT_S",
@@ -54,8 +61,8 @@ __all__ = [
 log = get_logger("mecharm_sim.camserver")
 
 MAX_BODY_BYTES = 4096
-#: The one body the server takes is ``{"seed": N}`` (depth 1); this leaves room and
-#: refuses a body that would drive the JSON parser toward the recursion limit.
+#: The bodies the server takes are ``{"seed": N}`` and a fault (depth 2); this leaves room
+#: and refuses a body that would drive the JSON parser toward the recursion limit.
 MAX_JSON_DEPTH = 8
 #: Two streams (runtime, recorder) plus a few scene requests and tests need far fewer.
 DEFAULT_MAX_CONNECTIONS = 32
@@ -316,6 +323,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith(".mjpg") and path[1:-5] in feeds:
             self._stream(feeds[path[1:-5]])
         elif path.endswith(".jpg") and path[1:-4] in feeds:
+            if self._camera_lost(path[1:-4]):
+                return
             got = feeds[path[1:-4]].next_frame(JPEG_WAIT_S)
             if got is None:
                 self._error(
@@ -331,6 +340,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(jpeg)
         elif path == "/scene/truth":
             self._json(HTTPStatus.OK, self.server.truth())
+        elif path == "/faults" and self.server.faults is not None:
+            self._json(HTTPStatus.OK, self.server.faults.status())
         else:
             self._error(
                 HTTPStatus.NOT_FOUND,
@@ -338,28 +349,56 @@ class _Handler(BaseHTTPRequestHandler):
                 f"{sorted('/' + n + '.mjpg' for n in feeds)}",
             )
 
-    def do_POST(self) -> None:
-        path, _, query = self.path.partition("?")
-        if path != "/scene/next":
-            self._error(HTTPStatus.NOT_FOUND, f"no such resource {path[:100]!r} (POST /scene/next)")
-            return
+    def _body(self) -> tuple[bool, Any]:
+        """The request's JSON body (None when empty) within the server's limits; (False, None)
+        when it was refused (already answered)."""
         if self.headers.get("Transfer-Encoding"):
             self._error(
                 HTTPStatus.LENGTH_REQUIRED,
                 "send the body with Content-Length (no Transfer-Encoding)",
             )
-            return
+            return False, None
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             self._error(HTTPStatus.BAD_REQUEST, "Content-Length is not an integer")
-            return
+            return False, None
         limit = self.server.max_body_bytes
         if length < 0 or length > limit:
             self._error(HTTPStatus.BAD_REQUEST, f"body of {length} bytes (max {limit})")
-            return
+            return False, None
         raw = self._read_body(length) if length else b""
         if raw is None:
+            return False, None
+        if not raw.strip():
+            return True, None
+        depth = json_depth(raw, MAX_JSON_DEPTH)
+        if depth > MAX_JSON_DEPTH:
+            self._error(
+                HTTPStatus.BAD_REQUEST,
+                f"body nests arrays/objects more than {MAX_JSON_DEPTH} deep; send a JSON object",
+            )
+            return False, None
+        try:
+            return True, json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            self._error(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {exc}"[:300])
+            return False, None
+
+    def do_POST(self) -> None:
+        path, _, query = self.path.partition("?")
+        if path == "/faults" and self.server.faults is not None:
+            self._post_fault(query)
+            return
+        if path != "/scene/next":
+            self._error(
+                HTTPStatus.NOT_FOUND,
+                f"no such resource {path[:100]!r} (POST /scene/next"
+                + (", POST /faults)" if self.server.faults is not None else ")"),
+            )
+            return
+        ok, body = self._body()
+        if not ok:
             return
         seed: Any = None
         params = urllib.parse.parse_qs(query, keep_blank_values=True)
@@ -378,20 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
                     f"seed must be an integer, got {params['seed'][0][:30]!r}",
                 )
                 return
-        if raw.strip():
-            depth = json_depth(raw, MAX_JSON_DEPTH)
-            if depth > MAX_JSON_DEPTH:
-                self._error(
-                    HTTPStatus.BAD_REQUEST,
-                    f"body nests arrays/objects more than {MAX_JSON_DEPTH} deep; "
-                    'send a JSON object {"seed": int}',
-                )
-                return
-            try:
-                body = json.loads(raw)
-            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-                self._error(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {exc}"[:300])
-                return
+        if body is not None:
             if not isinstance(body, dict) or set(body) - {"seed"}:
                 self._error(
                     HTTPStatus.BAD_REQUEST,
@@ -408,7 +434,44 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._json(HTTPStatus.OK, self.server.next_scene(seed))
 
+    def _post_fault(self, query: str) -> None:
+        """Arm one fault from ``{"fault": NAME, ...}``; 400 naming what is wrong."""
+        from mecharm_sim.faults import FaultError
+
+        board = self.server.faults
+        assert board is not None
+        if query:
+            self._error(HTTPStatus.BAD_REQUEST, "POST /faults takes no query; send a JSON body")
+            return
+        ok, body = self._body()
+        if not ok:
+            return
+        try:
+            armed = board.arm(body)
+        except FaultError as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc)[:600])
+            return
+        self._json(HTTPStatus.OK, {"armed": armed})
+
+    def do_DELETE(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != "/faults" or self.server.faults is None:
+            self._error(HTTPStatus.NOT_FOUND, f"no such resource {path[:100]!r} (DELETE /faults)")
+            return
+        self._json(HTTPStatus.OK, {"cleared": True, **self.server.faults.clear()})
+
+    def _camera_lost(self, name: str) -> bool:
+        """A ``camera_lost`` fault is armed on ``name``: answered 503 (docs/simulation-faults.md)."""
+        faults = self.server.faults
+        if faults is None or not faults.cameras.lost(name):
+            return False
+        faults.cameras.refused(name)
+        self._error(HTTPStatus.SERVICE_UNAVAILABLE, f"camera {name} lost (fault camera_lost)")
+        return True
+
     def _stream(self, feed: CameraFeed) -> None:
+        if self._camera_lost(feed.name):
+            return
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", f"multipart/x-mixed-replace; boundary={_BOUNDARY}")
         self.send_header("Cache-Control", "no-cache, private")
@@ -417,9 +480,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         feed.attach()
         seq = 0
+        faults = self.server.faults
         try:
             while not self.server.closing:
-                got = feed.wait_frame(seq, timeout=1.0)
+                if faults is not None and faults.cameras.lost(feed.name):
+                    log.info("camserver_stream_cut", camera=feed.name, why="fault camera_lost")
+                    break  # the camera is gone: the stream ends as a dead device's would
+                got = feed.wait_frame(seq, timeout=0.2 if faults is not None else 1.0)
                 if got is None:
                     continue
                 seq, jpeg, ts = got
@@ -456,6 +523,7 @@ class CameraServer(ThreadingHTTPServer):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_body_bytes: int = MAX_BODY_BYTES,
+        faults: FaultBoard | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
@@ -467,6 +535,7 @@ class CameraServer(ThreadingHTTPServer):
         self.feeds = feeds
         self.truth = truth
         self.next_scene = next_scene
+        self.faults = faults  # the sim's fault board: /faults routes exist only with one
         self.max_connections = int(max_connections)
         self.idle_timeout_s = float(idle_timeout_s)
         self.max_body_bytes = int(max_body_bytes)

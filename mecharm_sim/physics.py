@@ -122,6 +122,7 @@ class Physics:
         self.clock = clock
         self._last_angles: tuple[float, ...] | None = None
         self._contact: set[str] = set()
+        self._force_miss = False
         arm.add_listener(self.on_arm_event)
 
     def detach(self) -> None:
@@ -133,8 +134,33 @@ class Physics:
         with self.scene.lock:
             self._contact.clear()
             self._last_angles = None
+            self._force_miss = False
             self.arm.block_gripper_at(None)
         self.step()
+
+    # ---------------------------------------------------------------- faults from outside
+    def force_miss_next_grasp(self) -> None:
+        """The next close on the block slips: a miss whatever the tip's position
+        (docs/simulation-faults.md, ``missed_grasp``)."""
+        with self.scene.lock:
+            self._force_miss = True
+
+    def knock_block(self, dx_m: float, dz_m: float) -> None:
+        """Push a block resting on the mat by (dx, dz) metres, as a bumped table would
+        (docs/simulation-faults.md, ``knock``); a held block or one in the box stays."""
+        with self.scene.lock:
+            sc = self.scene
+            if sc.grasped or sc.resting_on != "mat":
+                self._event("knock_ignored", reason=f"block is on {sc.resting_on}")
+                return
+            before = list(sc.block_xyz)
+            sc.block_xyz = [before[0] + dx_m, before[1], before[2] + dz_m]
+            sc.bump()
+            self._event(
+                "knock",
+                block_from=[round(before[0], 4), round(before[2], 4)],
+                block_to=[round(sc.block_xyz[0], 4), round(sc.block_xyz[2], 4)],
+            )
 
     # ---------------------------------------------------------------- events from the arm
     def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
@@ -168,7 +194,10 @@ class Physics:
             "tip_above_block_bottom_mm": round(dy * 1000, 1),
             "jaws": round(jaws, 1),
         }
-        if jaws < GRIP_CONTACT:
+        if self._force_miss:
+            self._force_miss = False
+            self._event("miss", reason="forced miss (fault missed_grasp)", **info)
+        elif jaws < GRIP_CONTACT:
             self._event("miss", reason="jaws were not open wider than the block", **info)
         elif dxz > GRASP_XZ_TOL_M:
             self._event(

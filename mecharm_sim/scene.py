@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "BLOCK_SIZE_M",
@@ -117,6 +124,21 @@ class SceneLayout(BaseModel):
     lighting: Lighting = Field(default_factory=Lighting)
     seed: int | None = None
     source: str = "file"
+    #: faults armed when this scene is laid out, each ``{"fault": NAME, ...}``
+    #: (docs/simulation-faults.md); checked here so a bad one fails at load time
+    faults: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("faults")
+    @classmethod
+    def _known_faults(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from mecharm_sim.faults import FaultError, parse_fault  # it imports this module
+
+        for i, spec in enumerate(v):
+            try:
+                parse_fault(spec)
+            except FaultError as exc:
+                raise ValueError(f"faults[{i}]: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _on_mat(self) -> SceneLayout:

@@ -24,6 +24,7 @@ from mecharm_sim.camserver import (
     CameraFeed,
     CameraServer,
 )
+from mecharm_sim.faults import CameraFaults, FaultBoard
 from mecharm_sim.physics import ArmState, Physics
 from mecharm_sim.profile import SimProfile
 from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
@@ -83,6 +84,12 @@ class Workcell:
             for i, (name, cam) in enumerate(cams.items())
         }
         self._render_locks = {name: threading.Lock() for name in cams}
+        # faults armed from outside: POST /faults or the scene file (docs/simulation-faults.md)
+        self.camera_faults = CameraFaults(list(cams), seed=seed)
+        self.faults = FaultBoard(
+            getattr(sim_arm, "faults", None), self.physics, self.scene, self.camera_faults
+        )
+        self.faults.arm_all(self.scene.layout.faults)
         self._server: CameraServer | None = None
         self._physics_thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -155,6 +162,7 @@ class Workcell:
         with self.scene.lock:
             self.scene.reset(self._layout(layout))
             self.physics.reset()
+        self.faults.arm_all(layout.faults)
         log.info("workcell_next_scene", seed=seed, **self._short_truth())
         return self.truth()
 
@@ -181,8 +189,18 @@ class Workcell:
         scale = float(getattr(getattr(self.arm, "config", None), "time_scale", 1.0))
         first = self.profile.timing.camera_first_frame_s / scale
         feeds = {
-            "top": CameraFeed("top", lambda: self.jpeg("top"), self.config.top_fps, first),
-            "side": CameraFeed("side", lambda: self.jpeg("side"), self.config.side_fps, first),
+            "top": CameraFeed(
+                "top",
+                self.camera_faults.wrap("top", lambda: self.jpeg("top")),
+                self.config.top_fps,
+                first,
+            ),
+            "side": CameraFeed(
+                "side",
+                self.camera_faults.wrap("side", lambda: self.jpeg("side")),
+                self.config.side_fps,
+                first,
+            ),
         }
         self._server = CameraServer(
             (host, port),
@@ -191,6 +209,7 @@ class Workcell:
             lambda s: self.next_scene(s),
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.idle_timeout_s,
+            faults=self.faults,
         )
         self._server.serve_in_thread()
         self.start_physics()

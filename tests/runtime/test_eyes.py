@@ -106,3 +106,62 @@ def test_eyes_give_up_on_a_feed_that_stays_stale_and_say_why() -> None:
     assert (
         not obs.ok and "captured before the request" in obs.reason
     )  # the stage gets a reason, no crash
+
+
+def _served(produce: Any) -> tuple[CameraServer, MjpegHttpCamera]:
+    server = CameraServer(
+        ("127.0.0.1", 0),
+        {"top": CameraFeed("top", produce, fps=40)},
+        truth=dict,
+        next_scene=lambda _seed: {},
+    )
+    server.serve_in_thread()
+    cam = open_camera(f"http://127.0.0.1:{server.port}/top.mjpg")
+    assert isinstance(cam, MjpegHttpCamera)
+    return server, cam
+
+
+def test_a_frozen_feed_stops_the_capture_naming_it() -> None:
+    """The stream goes on with ok frames and fresh timestamps, but the picture is the same
+    JPEG every time (docs/perception.md, "Frozen feed")."""
+    live = _numbered()
+    first: list[bytes] = []
+
+    def produce() -> bytes:
+        if len(first) < 4:
+            first.append(live())
+        return first[-1]  # live for 4 frames, then the 4th forever
+
+    server, cam = _served(produce)
+    eyes = CameraEyes(cam, frozen_frames=5)
+    try:
+        with pytest.raises(EyesError, match=r"feed frozen: 5 identical frames in a row"):
+            eyes._grab_sync(20)
+        with pytest.raises(EyesError, match="feed frozen"):  # a short capture cannot hide it
+            eyes._grab_sync(2)
+        eyes.frozen_frames = 0  # the check off: the stale frames are taken as they come
+        assert len(eyes._grab_sync(3)) == 3
+    finally:
+        cam.close()
+        server.close()
+
+
+def test_a_few_repeated_frames_are_skipped_not_taken_for_a_frozen_feed() -> None:
+    live = _numbered()
+    last: list[bytes] = []
+
+    def produce() -> bytes:  # every picture sent three times (a slow camera behind a fast stream)
+        if len(last) % 3 == 0:
+            last.append(live())
+        else:
+            last.append(last[-1])
+        return last[-1]
+
+    server, cam = _served(produce)
+    eyes = CameraEyes(cam, frozen_frames=5, flush_frames=0)
+    try:
+        numbers = [_number(f) for f in eyes._grab_sync(4)]
+    finally:
+        cam.close()
+        server.close()
+    assert len(set(numbers)) == 4, numbers  # four different pictures, no repeat among them
