@@ -67,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--data-root", type=Path, default=Path("data/demo"))
     p.add_argument(
+        "--sim-profile",
+        default="rig",
+        help="how the simulated world disagrees with the runtime: rig (default), ideal, harsh "
+        "or a profile YAML (docs/simulation.md)",
+    )
+    p.add_argument(
         "--no-recorder",
         action="store_true",
         help="run without the recorder (recording_status none)",
@@ -82,10 +88,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         print(
-            f"starting the simulated rig (seed {args.seed}, time scale {args.time_scale}x) ...",
+            f"starting the simulated rig (profile {args.sim_profile}, seed {args.seed}, "
+            f"time scale {args.time_scale}x) ...",
             flush=True,
         )
-        rig = start_sim_daemon(logs, seed=args.seed, time_scale=args.time_scale)
+        rig = start_sim_daemon(
+            logs,
+            seed=args.seed,
+            time_scale=args.time_scale,
+            extra_args=["--sim-profile", args.sim_profile],
+        )
         children.append(rig.daemon)
         udp = None
         if not args.no_recorder:
