@@ -11,8 +11,11 @@ block), then applies per-frame flicker and pre-generated sensor noise.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,7 @@ from mecharm_sim.scene import (
     MAT_Z,
     SceneState,
 )
+from mecharm_sim.optics import CameraOptics
 from mecharm_sim.world_arm import WorldArm
 
 __all__ = [
@@ -40,6 +44,7 @@ __all__ = [
     "Camera",
     "Renderer",
     "SceneSnapshot",
+    "camera_of",
 ]
 
 TIP_MARKER_RADIUS_M = 0.007
@@ -58,10 +63,26 @@ LINK_BGR = (150, 148, 145)
 GRIPPER_BGR = (45, 45, 50)
 MARKER_BGR = (40, 200, 40)
 _LINK_WIDTH_M = (0.075, 0.055, 0.045, 0.040, 0.035, 0.030, 0.022)
+_BLUR_MIN_DEG = 0.4  # joint travel during the exposure below which no blur is drawn
+
+
+def _on_mat(pts: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Points pushed along the one light's direction down to the mat (their shadows)."""
+    p = np.asarray(pts, dtype=np.float64).reshape(-1, 3)
+    h = np.maximum(p[:, 1], 0.0)[:, None]
+    return p - h * (_LIGHT / _LIGHT[1])
 
 
 class Camera:
-    """Pinhole camera (square pixels, principal point at the image centre) in the Unity frame."""
+    """A camera in the Unity frame: pinhole (square pixels, principal point at the image centre,
+    from ``fov_h_deg``) unless explicit intrinsics ``fx, fy, cx, cy`` are given, plus optional
+    Brown-Conrady lens distortion ``dist = (k1, k2, p1, p2, k3)`` (OpenCV's model).
+
+    ``mirror``: the simulator's world is drawn as if the Unity frame were right-handed; it is
+    left-handed, so the built-in ideal cameras see the mirror image of a real camera's view. A
+    camera with ``mirror=True`` sees what a real camera sees (docs/simulation-optics.md);
+    ``roll_deg`` turns it about its optical axis.
+    """
 
     def __init__(
         self,
@@ -70,37 +91,175 @@ class Camera:
         look_at: tuple[float, float, float],
         size: tuple[int, int],
         fov_h_deg: float,
+        *,
+        fx: float | None = None,
+        fy: float | None = None,
+        cx: float | None = None,
+        cy: float | None = None,
+        dist: tuple[float, ...] | None = None,
+        roll_deg: float = 0.0,
+        mirror: bool = False,
     ) -> None:
         self.name = name
         self.pos = np.asarray(pos, dtype=np.float64)
         self.look_at = np.asarray(look_at, dtype=np.float64)
         self.size = (int(size[0]), int(size[1]))
         self.fov_h_deg = float(fov_h_deg)
+        self.roll_deg = float(roll_deg)
+        self.mirror = bool(mirror)
         fwd = self.look_at - self.pos
         fwd /= np.linalg.norm(fwd)
         right = np.cross(fwd, [0.0, 1.0, 0.0])
         right /= np.linalg.norm(right)
         down = np.cross(fwd, right)
+        if self.roll_deg:
+            a = math.radians(self.roll_deg)
+            right, down = (
+                math.cos(a) * right + math.sin(a) * down,
+                -math.sin(a) * right + math.cos(a) * down,
+            )
+        if self.mirror:
+            right = -right
         self.R = np.stack([right, down, fwd])
         self.t = -self.R @ self.pos
         w, h = self.size
-        self.f = (w / 2.0) / math.tan(math.radians(fov_h_deg) / 2.0)
-        self.c = np.array([(w - 1) / 2.0, (h - 1) / 2.0])
+        self.f = (w / 2.0) / math.tan(math.radians(fov_h_deg) / 2.0) if fx is None else float(fx)
+        self.fy = self.f if fy is None else float(fy)
+        self.c = np.array(
+            [(w - 1) / 2.0 if cx is None else float(cx), (h - 1) / 2.0 if cy is None else float(cy)]
+        )
+        self._explicit = fx is not None
+        d = tuple(float(v) for v in (dist or ()))
+        self.dist: tuple[float, ...] | None = (
+            (d + (0.0,) * 5)[:5] if any(v != 0.0 for v in d) else None
+        )
+
+    @property
+    def K(self) -> NDArray[np.float64]:
+        return np.array([[self.f, 0.0, self.c[0]], [0.0, self.fy, self.c[1]], [0.0, 0.0, 1.0]])
 
     def resized(self, size: tuple[int, int]) -> Camera:
-        return Camera(self.name, tuple(self.pos), tuple(self.look_at), size, self.fov_h_deg)  # type: ignore[arg-type]
+        """The same camera with its sensor scaled to ``size`` (intrinsics scale with it)."""
+        kw: dict[str, Any] = {"roll_deg": self.roll_deg, "mirror": self.mirror, "dist": self.dist}
+        if self._explicit:
+            sx, sy = size[0] / self.size[0], size[1] / self.size[1]
+            kw.update(
+                fx=self.f * sx,
+                fy=self.fy * sy,
+                cx=(self.c[0] + 0.5) * sx - 0.5,
+                cy=(self.c[1] + 0.5) * sy - 0.5,
+            )
+        return Camera(
+            self.name, tuple(self.pos), tuple(self.look_at), size, self.fov_h_deg, **kw  # type: ignore[arg-type]
+        )
+
+    def pinhole(self, scale: float = 1.0) -> Camera:
+        """The same pose and principal point without distortion, focal lengths times ``scale``
+        (< 1 widens the view: the static layer is drawn through it and then remapped)."""
+        return Camera(
+            self.name,
+            tuple(self.pos),  # type: ignore[arg-type]
+            tuple(self.look_at),  # type: ignore[arg-type]
+            self.size,
+            self.fov_h_deg,
+            fx=self.f * scale,
+            fy=self.fy * scale,
+            cx=float(self.c[0]),
+            cy=float(self.c[1]),
+            roll_deg=self.roll_deg,
+            mirror=self.mirror,
+        )
 
     def project(self, pts: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """World points (N, 3) -> pixels (N, 2) and depths (N,)."""
         pc = np.asarray(pts, dtype=np.float64).reshape(-1, 3) @ self.R.T + self.t
         depth = pc[:, 2]
+        if not self._explicit and self.dist is None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                uv = self.f * pc[:, :2] / depth[:, None] + self.c
+            return uv, depth
         with np.errstate(divide="ignore", invalid="ignore"):
-            uv = self.f * pc[:, :2] / depth[:, None] + self.c
-        return uv, depth
+            xy = pc[:, :2] / depth[:, None]
+        if self.dist is not None:
+            xy = _distort(xy, self.dist)
+        return xy * [self.f, self.fy] + self.c, depth
+
+
+def _distort(xy: NDArray[np.float64], dist: tuple[float, ...]) -> NDArray[np.float64]:
+    """Brown-Conrady on normalized coordinates (OpenCV's k1, k2, p1, p2, k3). Far outside the
+    view the polynomial folds back; radii are clamped where it stops growing."""
+    k1, k2, p1, p2, k3 = dist
+    x, y = xy[:, 0], xy[:, 1]
+    r2 = x * x + y * y
+    lim = _fold_r2(k1, k2, k3)
+    if lim is not None:
+        s = np.sqrt(np.minimum(1.0, lim / np.maximum(r2, 1e-12)))
+        x, y, r2 = x * s, y * s, np.minimum(r2, lim)
+    radial = 1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))
+    xd = x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x)
+    yd = y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y
+    return np.column_stack([xd, yd])
+
+
+@functools.lru_cache(maxsize=32)
+def _fold_r2(k1: float, k2: float, k3: float) -> float | None:
+    """Squared radius where r * (1 + k1 r^2 + k2 r^4 + k3 r^6) stops growing (None: never)."""
+    r2 = np.linspace(1e-4, 4.0, 4000)
+    d = 1.0 + 3.0 * k1 * r2 + 5.0 * k2 * r2**2 + 7.0 * k3 * r2**3
+    bad = np.nonzero(d <= 0)[0]
+    return float(r2[bad[0]]) if len(bad) else None
 
 
 TOP_CAMERA = Camera("top", (0.0, 0.86, -0.06), (0.0, 0.0, 0.23), (1920, 1080), 53.0)
 SIDE_CAMERA = Camera("side", (0.62, 0.30, 0.70), (-0.02, 0.07, 0.20), (1280, 720), 58.0)
+
+
+def camera_of(name: str, optics: CameraOptics, size: tuple[int, int] | None = None) -> Camera:
+    """The camera a profile describes (``mecharm_sim.optics``), its sensor scaled to ``size``."""
+    explicit = optics.fx is not None
+    cam = Camera(
+        name,
+        optics.pos,
+        optics.look_at,
+        optics.size,
+        optics.fov_h_deg,
+        fx=optics.fx if explicit else None,
+        fy=optics.fy if explicit else None,
+        cx=optics.cx if explicit else None,
+        cy=optics.cy if explicit else None,
+        dist=optics.dist,
+        roll_deg=optics.roll_deg,
+        mirror=optics.mirror,
+    )
+    return cam if size is None or tuple(size) == cam.size else cam.resized(size)
+
+
+@functools.lru_cache(maxsize=8)
+def _distortion_maps(
+    size: tuple[int, int], k: tuple[float, float, float, float], dist: tuple[float, ...]
+) -> tuple[float, NDArray[Any], NDArray[Any]]:
+    """For a distorting camera: the focal scale of the wider pinhole view the static layer is
+    drawn through, and the fixed-point maps that remap that view into the distorted image
+    (every output pixel looks up where its undistorted ray lands in the pinhole view)."""
+    w, h = size
+    fx, fy, cx, cy = k
+    K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1.0]])
+    uu, vv = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
+    pts = np.stack([uu.ravel(), vv.ravel()], -1).reshape(-1, 1, 2)
+    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-9)
+    und = cv2.undistortPoints(pts, K, np.array(dist), criteria=crit).reshape(h, w, 2)
+    xs, ys = und[..., 0], und[..., 1]
+    scale = 1.0
+    for lo, hi, c, f, n in ((xs.min(), xs.max(), cx, fx, w), (ys.min(), ys.max(), cy, fy, h)):
+        if lo < 0:
+            scale = min(scale, c / (f * -lo))
+        if hi > 0:
+            scale = min(scale, (n - 1 - c) / (f * hi))
+    scale *= 0.995
+    mx = (scale * fx * xs + cx).astype(np.float32)
+    my = (scale * fy * ys + cy).astype(np.float32)
+    m1, m2 = cv2.convertMaps(mx, my, cv2.CV_16SC2)
+    return scale, m1, m2
 
 
 @dataclass(frozen=True)
@@ -202,9 +361,27 @@ class Renderer:
         seed: int = 0,
         noise_patterns: int = 64,
         world: WorldArm | None = None,
+        *,
+        optics: CameraOptics | None = None,
+        shadow: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cam = camera
         self.world = world or WorldArm()  # draws the arm where it really is
+        # image effects of the profile (docs/simulation-optics.md); None: the ideal camera
+        self.optics = optics
+        self.shadow = float(shadow)
+        self.clock = clock
+        self._last_pose: tuple[float, tuple[float, ...]] | None = None
+        # a distorting lens: the static layer is drawn by a pinhole renderer of the same pose
+        # with a wider view, then remapped through cached maps
+        self._flat: Renderer | None = None
+        self._maps: tuple[NDArray[Any], NDArray[Any]] | None = None
+        if camera.dist is not None:
+            k = (camera.f, camera.fy, float(camera.c[0]), float(camera.c[1]))
+            scale, m1, m2 = _distortion_maps(camera.size, k, camera.dist)
+            self._flat = Renderer(camera.pinhole(scale), world=self.world)
+            self._maps = (m1, m2)
         self.rng = random.Random(seed)
         self._static_key: Any = None
         self._static: NDArray[np.uint8] | None = None
@@ -215,6 +392,10 @@ class Renderer:
         w, h = camera.size
         self._grid_u = (np.arange(w, dtype=np.float32) / max(1, w - 1) * 2 - 1)[None, :]
         self._grid_v = (np.arange(h, dtype=np.float32) / max(1, h - 1) * 2 - 1)[:, None]
+        self._vignette: NDArray[np.float32] | None = None
+        if optics is not None and optics.vignetting > 0:
+            r2 = (self._grid_u**2 * w * w + self._grid_v**2 * h * h) / float(w * w + h * h)
+            self._vignette = (1.0 - optics.vignetting * r2).astype(np.float32)
 
     # -------------------------------------------------------- primitives
     def _visible(self, pts: NDArray[np.float64], normal: NDArray[np.float64]) -> bool:
@@ -293,6 +474,8 @@ class Renderer:
         self, img: NDArray[np.uint8], mid: int, corners: tuple[tuple[float, float], ...]
     ) -> None:
         c = np.array(corners)
+        if self.cam.mirror:  # a real camera: the mat's markers are printed to read right in it
+            c = c[[3, 2, 1, 0]]
         centre = c.mean(axis=0)
         paper = centre + (c - centre) * 1.4
         self._poly(img, np.column_stack([paper[:, 0], np.zeros(4), paper[:, 1]]), (245, 245, 245))
@@ -321,13 +504,25 @@ class Renderer:
         key = s.version
         if self._static is not None and key == self._static_key:
             return self._static
+        flat = self._flat or self  # the pinhole view the scene is drawn in
         if self._bg is None:  # table, mat and markers never move: drawn once per renderer
-            self._bg = self._background()
+            self._bg = flat._background()
         img = self._bg.copy()
-        self._objects(img, s, include_block=not s.grasped, gain=1.0)
+        if self.shadow > 0:
+            flat._static_shadows(img, s, self.shadow)
+        flat._objects(img, s, include_block=not s.grasped, gain=1.0)
+        if self._maps is not None:
+            img = np.asarray(
+                cv2.remap(img, *self._maps, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE),
+                np.uint8,
+            )
+        if self.optics is not None and self.optics.defocus_px > 0:
+            img = np.asarray(cv2.GaussianBlur(img, (0, 0), self.optics.defocus_px), np.uint8)
         gmap = (1.0 + s.gradient[0] * self._grid_u + s.gradient[1] * self._grid_v) * (
             s.gain * 128.0
         )
+        if self._vignette is not None:
+            gmap = gmap * self._vignette
         g8 = np.clip(gmap, 0, 255).astype(np.uint8)
         lit: NDArray[np.uint8] = np.asarray(
             cv2.multiply(img, cv2.merge([g8, g8, g8]), scale=1.0 / 128.0), np.uint8
@@ -429,19 +624,22 @@ class Renderer:
                 cv2.convertScaleAbs(img, alpha=1.0 + self.rng.uniform(-s.flicker, s.flicker)),
                 np.uint8,
             )
-        if s.noise_sigma > 0:
-            if self._noise is None or self._noise_key != s.noise_sigma:
+        sigma = s.noise_sigma
+        if self.optics is not None:  # the profile's sensor, noisier in the dark (auto gain)
+            sigma *= self.optics.noise_scale * max(1.0, 1.0 / s.gain) ** 2
+        if sigma > 0:
+            if self._noise is None or self._noise_key != sigma:
                 # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their
                 # difference is zero-mean noise of about sigma; drawn once, cycled by row offset
                 h, w = img.shape[:2]
                 cv2.setRNGSeed(self.rng.randrange(1 << 30))
                 pos = np.empty((h + self._noise_rows, w, 3), np.uint8)
                 neg = np.empty_like(pos)
-                sd = s.noise_sigma * 1.2
+                sd = sigma * 1.2
                 cv2.randn(pos, np.zeros(3), np.full(3, sd))
                 cv2.randn(neg, np.zeros(3), np.full(3, sd))
                 self._noise = (pos, neg)
-                self._noise_key = s.noise_sigma
+                self._noise_key = sigma
             h = img.shape[0]
             o1, o2 = self.rng.randrange(self._noise_rows), self.rng.randrange(self._noise_rows)
             cv2.add(img, self._noise[0][o1 : o1 + h], dst=img)
@@ -458,5 +656,106 @@ class Renderer:
         held = None
         if snapshot.grasped:
             held = tuple(float(v) for v in snapshot.block_xyz)
-        self._arm(img, angles, gripper, snapshot, held)  # type: ignore[arg-type]
+        if self.shadow > 0:
+            self._arm_shadow(img, angles, held, self.shadow)
+        poses = self._exposure_poses(tuple(float(a) for a in angles))
+        if len(poses) == 1:
+            self._arm(img, angles, gripper, snapshot, held)  # type: ignore[arg-type]
+        else:  # motion blur: the arm smeared over the poses it passed during the exposure
+            acc = np.zeros(img.shape, np.float32)
+            for q in poses:
+                frame = img.copy()
+                self._arm(frame, q, gripper, snapshot, held)  # type: ignore[arg-type]
+                cv2.accumulate(frame, acc)
+            img = np.asarray(cv2.convertScaleAbs(acc, alpha=1.0 / len(poses)), np.uint8)
         return self._sensor(img, snapshot)
+
+    # -------------------------------------------------------- profile effects
+    def _exposure_poses(self, angles: tuple[float, ...]) -> list[tuple[float, ...]]:
+        """The poses the arm passed during this frame's exposure, interpolated from the last
+        frame's (one pose when the arm is still or blur is off)."""
+        if self.optics is None or self.optics.exposure_ms <= 0:
+            return [angles]
+        now = self.clock()
+        last, self._last_pose = self._last_pose, (now, angles)
+        if last is None or now <= last[0] or len(last[1]) != len(angles):
+            return [angles]
+        frac = min(1.0, self.optics.exposure_ms / 1000.0 / (now - last[0]))
+        start = [a + (b - a) * frac for a, b in zip(angles, last[1], strict=True)]
+        moved = max(abs(a - b) for a, b in zip(angles, start, strict=True))
+        if moved < _BLUR_MIN_DEG:
+            return [angles]
+        n = min(5, 2 + int(moved / _BLUR_MIN_DEG))
+        return [
+            tuple(a + (b - a) * k / (n - 1) for a, b in zip(angles, start, strict=True))
+            for k in range(n)
+        ]
+
+    def _darken(self, img: NDArray[np.uint8], mask: NDArray[np.uint8], strength: float) -> None:
+        """img *= 1 - strength x mask/255, inside the mask's bounding box only."""
+        x, y, w, h = cv2.boundingRect(mask)
+        if w == 0 or h == 0:
+            return
+        m = mask[y : y + h, x : x + w].astype(np.float32) * (strength / 255.0)
+        roi = img[y : y + h, x : x + w]
+        roi[:] = (roi.astype(np.float32) * (1.0 - m)[..., None]).astype(np.uint8)
+
+    def _static_shadows(self, img: NDArray[np.uint8], s: SceneSnapshot, strength: float) -> None:
+        """The box's and a resting block's shadows on the mat (drawn before the objects)."""
+        mask = np.zeros(img.shape[:2], np.uint8)
+        bx, bz, yaw = s.box
+        a = BOX_OUTER_M / 2
+        solids = [
+            np.vstack([_square(bx, bz, a, yaw, 0.0), _square(bx, bz, a, yaw, BOX_HEIGHT_M)])
+        ]
+        if not s.grasped:
+            x, y, z = s.block_xyz
+            h = BLOCK_SIZE_M / 2
+            solids.append(
+                np.vstack(
+                    [
+                        _square(x, z, h, s.block_yaw_deg, y - h),
+                        _square(x, z, h, s.block_yaw_deg, y + h),
+                    ]
+                )
+            )
+        for pts in solids:
+            uv, depth = self.cam.project(_on_mat(pts))
+            if np.all(depth > 0.02) and np.all(np.isfinite(uv)):
+                hull = cv2.convexHull(np.round(uv * _SCALE).astype(np.int32))
+                cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
+        self._darken(img, cv2.GaussianBlur(mask, (0, 0), 2.0), strength)
+
+    def _arm_shadow(
+        self,
+        img: NDArray[np.uint8],
+        angles: tuple[float, ...],
+        held: tuple[float, float, float] | None,
+        strength: float,
+    ) -> None:
+        """The arm's (and a held block's) shadow on the mat, soft-edged."""
+        pts = self.world.frames(angles)
+        mask = np.zeros(img.shape[:2], np.uint8)
+        uv, depth = self.cam.project(_on_mat(np.asarray(pts, dtype=np.float64)))
+        if not (np.all(depth > 0.02) and np.all(np.isfinite(uv))):
+            return
+        ipx = np.round(uv * _SCALE).astype(np.int64)
+        widths = (*_LINK_WIDTH_M[:6], 0.026)
+        for i in range(min(len(ipx) - 1, len(widths))):
+            px = max(1, round(widths[i] * self.cam.f / float(depth[i : i + 2].mean())))
+            a, b = ipx[i], ipx[i + 1]
+            cv2.line(mask, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), 255, px, cv2.LINE_AA, _SHIFT)
+        if held is not None:
+            x, y, z = held
+            cube = np.vstack([_square(x, z, BLOCK_SIZE_M / 2, 0.0, y + d) for d in (-0.0125, 0.0125)])
+            uvb, db = self.cam.project(_on_mat(cube))
+            if np.all(db > 0.02):
+                hull = cv2.convexHull(np.round(uvb * _SCALE).astype(np.int32))
+                cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
+        x, y, w, h = cv2.boundingRect(mask)
+        if w and h:  # a soft edge, blurred only around the shadow
+            pad = 6
+            x0, y0 = max(0, x - pad), max(0, y - pad)
+            x1, y1 = min(mask.shape[1], x + w + pad), min(mask.shape[0], y + h + pad)
+            mask[y0:y1, x0:x1] = cv2.GaussianBlur(mask[y0:y1, x0:x1], (0, 0), 2.5)
+            self._darken(img, mask, strength)

@@ -172,8 +172,9 @@ def _sample_in_reach(
             return x, z
 
 
-def random_layout(seed: int) -> SceneLayout:
-    """Block uniform in the PICK region, box uniform in the PLACE region, random yaw and lighting."""
+def random_layout(seed: int, gain_range: tuple[float, float] = (0.9, 1.08)) -> SceneLayout:
+    """Block uniform in the PICK region, box uniform in the PLACE region, random yaw and lighting
+    (gain uniform in ``gain_range``: the sim profile's; the default keeps old seeds' scenes)."""
     rng = random.Random(seed)
     block_x, block_z = _sample_in_reach(rng, PICK_X, PICK_Z, PICK_REACH_M)
     box_x, box_z = _sample_in_reach(rng, PLACE_X, PLACE_Z, PLACE_REACH_M)
@@ -181,7 +182,7 @@ def random_layout(seed: int) -> SceneLayout:
         block=Pose(x=block_x, z=block_z, yaw_deg=rng.uniform(0, 90)),
         box=Pose(x=box_x, z=box_z, yaw_deg=rng.uniform(0, 90)),
         lighting=Lighting(
-            gain=rng.uniform(0.9, 1.08),
+            gain=rng.uniform(*gain_range),
             gradient=(rng.uniform(-0.06, 0.06), rng.uniform(-0.06, 0.06)),
         ),
         seed=seed,
@@ -189,10 +190,13 @@ def random_layout(seed: int) -> SceneLayout:
     )
 
 
-def load_layout(scene: str, seed: int = 0) -> SceneLayout:
-    """``"random"`` (seeded), a scene name in ``scenes/`` (without .yaml) or a path to a YAML file."""
+def load_layout(
+    scene: str, seed: int = 0, gain_range: tuple[float, float] = (0.9, 1.08)
+) -> SceneLayout:
+    """``"random"`` (seeded, lighting gain from ``gain_range``), a scene name in ``scenes/``
+    (without .yaml) or a path to a YAML file."""
     if scene == "random":
-        return random_layout(seed)
+        return random_layout(seed, gain_range)
     path = Path(scene)
     if not path.suffix:
         path = SCENES_DIR / f"{scene}.yaml"

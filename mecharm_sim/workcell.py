@@ -27,7 +27,7 @@ from mecharm_sim.camserver import (
 from mecharm_sim.faults import CameraFaults, FaultBoard
 from mecharm_sim.physics import ArmState, Physics
 from mecharm_sim.profile import SimProfile
-from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
+from mecharm_sim.render import Renderer, SceneSnapshot, camera_of
 from mecharm_sim.scene import SceneLayout, SceneState, load_layout
 from mecharm_sim.world_arm import WorldArm
 
@@ -72,15 +72,25 @@ class Workcell:
         self.scene_spec = scene
         self.seed = seed
         self._trial = 0
-        self.scene = SceneState(self._layout(load_layout(scene, seed)))
+        self._gain_range = self.profile.optics.gain_range
+        self.scene = SceneState(self._layout(load_layout(scene, seed, self._gain_range)))
         self.physics = Physics(self.scene, sim_arm, world=self.world)
+        optics = self.profile.optics  # the cameras' true optics (docs/simulation-optics.md)
+        self._optics = {"top": optics.top, "side": optics.side}
         cams = {
-            "top": TOP_CAMERA.resized(self.config.top_size),
-            "side": SIDE_CAMERA.resized(self.config.side_size),
+            "top": camera_of("top", optics.top, self.config.top_size),
+            "side": camera_of("side", optics.side, self.config.side_size),
         }
         self.cameras = cams
+        ideal = optics == type(optics)()
         self._renderers = {
-            name: Renderer(cam, seed=seed * 7 + i, world=self.world)
+            name: Renderer(
+                cam,
+                seed=seed * 7 + i,
+                world=self.world,
+                optics=None if ideal else self._optics[name],
+                shadow=optics.shadow,
+            )
             for i, (name, cam) in enumerate(cams.items())
         }
         self._render_locks = {name: threading.Lock() for name in cams}
@@ -137,8 +147,11 @@ class Workcell:
             return self._renderers[camera].render(snap, angles, grip)
 
     def jpeg(self, camera: str) -> bytes:
+        quality = self._optics[camera].jpeg_quality if camera in self._optics else None
         ok, buf = cv2.imencode(
-            ".jpg", self.render(camera), [cv2.IMWRITE_JPEG_QUALITY, self.config.jpeg_quality]
+            ".jpg",
+            self.render(camera),
+            [cv2.IMWRITE_JPEG_QUALITY, quality or self.config.jpeg_quality],
         )
         if not ok:
             raise RuntimeError(f"JPEG encoding of camera {camera} failed")
@@ -158,7 +171,7 @@ class Workcell:
         if layout is None:
             if seed is None:
                 seed = self.seed + self._trial
-            layout = load_layout(self.scene_spec, seed)
+            layout = load_layout(self.scene_spec, seed, self._gain_range)
         with self.scene.lock:
             self.scene.reset(self._layout(layout))
             self.physics.reset()

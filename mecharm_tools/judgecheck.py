@@ -10,6 +10,12 @@ the figures and the seeds:
 
     python -m mecharm_tools.judgecheck --seed 1000 --place 96 --pick 48
 
+``--accuracy N --profile rig`` instead measures the block and box detection error
+against the workcell's truth on random scenes SEED..SEED+N-1 under a sim profile's
+camera, with and without the nominal calibration (docs/simulation-optics.md):
+
+    python -m mecharm_tools.judgecheck --accuracy 30 --seed 500 --profile rig
+
 ``--lighting N`` instead sweeps the box detection over the scene schema's gains
 (0.8..1.2) on random scenes 0..N-1 and counts trusted / untrusted detections and
 the worst error of a trusted one (docs/perception.md, "Detections that doubt
@@ -48,6 +54,7 @@ __all__ = [
     "SimRig",
     "lift_vertically",
     "main",
+    "perception_accuracy",
     "pick_case",
     "place_case",
     "run_cases",
@@ -305,6 +312,76 @@ def wrong(cases: list[Case], which: str) -> list[Case]:
     return [c for c in cases if getattr(c, which) != _RIGHT[c.truth]]
 
 
+def perception_accuracy(
+    profile: str, seeds: range, calibrated: bool, homography_frames: int = 10
+) -> dict[str, Any]:
+    """Block and box detection error (mm) against the truth on random scenes ``seeds`` under the
+    profile's top camera; frames go through the stream's JPEG as the runtime receives them.
+    ``calibrated``: the runtime is configured with the profile's nominal calibration."""
+    import cv2
+
+    from mecharm_runtime.perception import PerceptionConfig
+    from mecharm_runtime.perception.config import CameraCalibration
+    from mecharm_sim.arm import SimArm
+    from mecharm_sim.profile import load_profile
+    from mecharm_sim.workcell import Workcell
+
+    prof = load_profile(profile)
+    nominal = prof.optics.top.nominal
+    config = PerceptionConfig(
+        top_camera=CameraCalibration(**nominal.model_dump()) if calibrated and nominal else None
+    )
+    wc = Workcell(SimArm(), "random", seeds[0], profile=prof)
+    block_mm: list[float] = []
+    box_mm: list[float] = []
+    missed: list[str] = []
+
+    def frames(n: int) -> list[Any]:
+        return [cv2.imdecode(np.frombuffer(wc.jpeg("top"), np.uint8), cv2.IMREAD_COLOR) for _ in range(n)]
+
+    try:
+        for i, seed in enumerate(seeds):
+            if i:
+                wc.next_scene(seed)
+            truth = wc.truth()
+            H = estimate_homography(frames(homography_frames), config)
+            det = detect_scene(frames(3), H, config=config)
+            if det.block is None:
+                missed.append(f"seed {seed}: block not found")
+            else:
+                block_mm.append(
+                    math.hypot(det.block.x - truth["block"]["x"], det.block.z - truth["block"]["z"])
+                    * 1000.0
+                )
+            if det.box.method == "fallback":
+                missed.append(f"seed {seed}: box not found ({det.box.reason})")
+            else:
+                box_mm.append(
+                    math.hypot(det.box.x - truth["box"]["x"], det.box.z - truth["box"]["z"]) * 1000.0
+                )
+    finally:
+        wc.close()
+
+    def stats(v: list[float]) -> dict[str, float | int | None]:
+        if not v:
+            return {"n": 0, "median": None, "p90": None, "max": None}
+        a = np.array(v)
+        return {
+            "n": len(v),
+            "median": round(float(np.median(a)), 2),
+            "p90": round(float(np.percentile(a, 90)), 2),
+            "max": round(float(a.max()), 2),
+        }
+
+    return {
+        "profile": profile,
+        "calibrated": bool(calibrated and nominal),
+        "block_mm": stats(block_mm),
+        "box_mm": stats(box_mm),
+        "missed": missed,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m mecharm_tools.judgecheck",
@@ -320,7 +397,41 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="instead: box detection over gains 0.8..1.2 on random scenes 0..N-1",
     )
+    ap.add_argument(
+        "--accuracy",
+        type=int,
+        metavar="N",
+        help="instead: block/box detection error vs truth on random scenes SEED..SEED+N-1",
+    )
+    ap.add_argument(
+        "--profile",
+        default="rig",
+        help="sim profile of --accuracy: ideal, rig, harsh or a profile YAML (default rig)",
+    )
     a = ap.parse_args(argv)
+    if a.accuracy is not None:
+        if a.accuracy < 1:
+            print("--accuracy needs at least 1 scene", file=sys.stderr)
+            return 2
+        from mecharm_sim.profile import ProfileError
+
+        for calibrated in (False, True):
+            try:
+                r = perception_accuracy(a.profile, range(a.seed, a.seed + a.accuracy), calibrated)
+            except ProfileError as exc:
+                print(str(exc), file=sys.stderr)
+                return 2
+            cal = "nominal calibration" if r["calibrated"] else "no calibration (pinhole)"
+            print(f"profile {a.profile}, {cal}, seeds {a.seed}..{a.seed + a.accuracy - 1}:")
+            for what in ("block_mm", "box_mm"):
+                st = r[what]
+                print(
+                    f"  {what[:-3]:<6} n={st['n']:<3} median {st['median']} mm  "
+                    f"p90 {st['p90']} mm  max {st['max']} mm"
+                )
+            for line in r["missed"]:
+                print(f"  {line}")
+        return 0
     if a.lighting is not None:
         if a.lighting < 1:
             print("--lighting needs at least 1 scene", file=sys.stderr)

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["DEFAULT_CONFIG", "MarkerSpec", "PerceptionConfig", "default_markers"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "CameraCalibration",
+    "MarkerSpec",
+    "PerceptionConfig",
+    "default_markers",
+]
 
 
 class MarkerSpec(BaseModel):
@@ -56,6 +62,23 @@ def default_markers(side: float = 0.040) -> tuple[MarkerSpec, ...]:
     )
 
 
+class CameraCalibration(BaseModel):
+    """The top camera's intrinsics from a one-time checkerboard calibration (OpenCV's camera
+    matrix and distortion k1, k2, p1, p2, k3, e.g. ``cv2.calibrateCamera``), at the resolution
+    the runtime captures. Pixels are undistorted with it before the mat homography
+    (docs/simulation-optics.md, "The operator's calibration")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fx: float = Field(gt=0, description="focal length, pixels, along the image's x")
+    fy: float = Field(gt=0, description="focal length, pixels, along the image's y")
+    cx: float = Field(description="principal point x, pixels")
+    cy: float = Field(description="principal point y, pixels")
+    dist: tuple[float, float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0, 0.0), description="k1, k2, p1, p2, k3"
+    )
+
+
 class PerceptionConfig(BaseModel):
     """Geometry and thresholds of the top-camera perception (runtime YAML key ``perception``)."""
 
@@ -74,6 +97,11 @@ class PerceptionConfig(BaseModel):
         default=None,
         gt=0,
         description="top-camera focal length; None = self-calibrated from the mat homography",
+    )
+    top_camera: CameraCalibration | None = Field(
+        default=None,
+        description="the top camera's calibrated intrinsics and lens distortion; None = a "
+        "pinhole self-calibrated from the mat (principal point at the image centre)",
     )
     block_size_m: float = Field(default=0.025, gt=0)
     box_inner_m: float = Field(default=0.070, gt=0, description="inner side of the (square) box")

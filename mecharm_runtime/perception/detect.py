@@ -70,9 +70,18 @@ def _mat_roi(
     if key not in cache:
         x0, x1 = config.mat_x
         z0, z1 = config.mat_z
-        poly = H.xzs_to_pixels(np.array([[x0, z0], [x1, z0], [x1, z1], [x0, z1]]))
+        corners = np.array([[x0, z0], [x1, z0], [x1, z1], [x0, z1]])
+        if H.distorted:  # the mat's edges bend under the lens: follow them
+            s = np.linspace(0.0, 1.0, 16, endpoint=False)[:, None]
+            corners = np.vstack(
+                [a + s * (b - a) for a, b in zip(corners, np.roll(corners, -1, axis=0), strict=True)]
+            )
+        poly = H.xzs_to_pixels(corners)
         mask = np.zeros(frame_shape[:2], np.uint8)
-        cv2.fillConvexPoly(mask, np.round(poly).astype(np.int32), 255)
+        if H.distorted:
+            cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 255)
+        else:
+            cv2.fillConvexPoly(mask, np.round(poly).astype(np.int32), 255)
         bx, by, bw, bh = cv2.boundingRect(mask)
         if bw == 0 or bh == 0:  # the mat is not in this frame at all
             bx, by, bw, bh = 0, 0, 1, 1
@@ -306,10 +315,18 @@ def _box_template(
     (x0, x1), (z0, z1) = config.box_search_x, config.box_search_z
     wpx, hpx = round((x1 - x0) / res), round((z1 - z0) / res)
     # rectified pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the rim's plane
-    S = np.array([[res, 0, x0], [0, -res, z1], [0, 0, 1.0]])
-    T = np.array([[1.0, 0, -off[0]], [0, 1.0, -off[1]], [0, 0, 1.0]])  # frame -> crop pixels
-    M = T @ H.plane(config.box_height_m) @ S
-    rect = cv2.warpPerspective(white, M, (wpx, hpx), flags=cv2.WARP_INVERSE_MAP | cv2.INTER_LINEAR)
+    if H.distorted:  # through the lens: every rectified pixel looks up its raw pixel
+        rect = cv2.remap(
+            white, *_rect_maps(H, (x0, z1), res, (wpx, hpx), config.box_height_m, off),
+            cv2.INTER_LINEAR,
+        )
+    else:
+        S = np.array([[res, 0, x0], [0, -res, z1], [0, 0, 1.0]])
+        T = np.array([[1.0, 0, -off[0]], [0, 1.0, -off[1]], [0, 0, 1.0]])  # frame -> crop pixels
+        M = T @ H.plane(config.box_height_m) @ S
+        rect = cv2.warpPerspective(
+            white, M, (wpx, hpx), flags=cv2.WARP_INVERSE_MAP | cv2.INTER_LINEAR
+        )
     rect = cv2.GaussianBlur(rect.astype(np.float32) / 255.0, (5, 5), 0)
     best = (-1.0, 0.0, 0.0, 0.0, 1.0)
     outer, inner = config.box_outer_m / res, config.box_inner_m / res
@@ -340,6 +357,32 @@ def _box_template(
                     s,
                 )  # image rows run along -z
     return best
+
+
+def _rect_maps(
+    H: MatHomography,
+    origin: tuple[float, float],
+    res: float,
+    size: tuple[int, int],
+    height: float,
+    off: tuple[int, int],
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """remap maps of the rectified window (pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the
+    plane y = ``height``) into the crop's raw pixels; cached on ``H``."""
+    cache: dict[Any, tuple[NDArray[Any], NDArray[Any]]] = H.__dict__.setdefault(
+        "_rect_cache", {}
+    )
+    key = (origin, res, size, height, off)
+    if key not in cache:
+        w, h = size
+        ii, jj = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
+        xz = np.column_stack([origin[0] + ii.ravel() * res, origin[1] - jj.ravel() * res])
+        uv = H.xzs_to_pixels(xz, height) - off
+        cache[key] = (
+            uv[:, 0].reshape(h, w).astype(np.float32),
+            uv[:, 1].reshape(h, w).astype(np.float32),
+        )
+    return cache[key]
 
 
 def detect_box(

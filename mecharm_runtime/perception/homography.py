@@ -7,6 +7,11 @@ height h must be mapped through the plane y = h, or it is off by the parallax
 for that is recovered from the homography itself: the focal length is
 self-calibrated (square pixels, principal point at the image centre) unless
 configured, then H = K [r_x r_z t] gives R and t.
+
+A calibrated top camera (``PerceptionConfig.top_camera``: the operator's checkerboard
+calibration) brings its own K and lens distortion: every pixel is undistorted before
+it meets the homography, and mat points are distorted on their way back to pixels,
+so all callers keep working in the camera's raw pixels (docs/simulation-optics.md).
 """
 
 from __future__ import annotations
@@ -19,9 +24,19 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
+from mecharm_runtime.perception.config import (
+    DEFAULT_CONFIG,
+    CameraCalibration,
+    PerceptionConfig,
+)
 
-__all__ = ["HomographyError", "MatHomography", "detect_markers", "estimate_homography"]
+__all__ = [
+    "HomographyError",
+    "MatHomography",
+    "detect_markers",
+    "estimate_homography",
+    "undistort_pixels",
+]
 
 _DICT = cv2.aruco.getPredefinedDictionary(cv2.aruco.DICT_4X4_50)
 
@@ -78,16 +93,57 @@ class MatHomography:
     n_frames: int = 0
     reproj_error_px: float = 0.0
     markers_seen: dict[str, int] = field(default_factory=dict)
+    #: the calibrated top camera (None: pinhole, principal point at the centre); H then maps
+    #: the mat to UNDISTORTED pixels
+    calibration: CameraCalibration | None = None
 
     def __post_init__(self) -> None:
         self.H = np.asarray(self.H, dtype=np.float64)
         self.H_inv = np.linalg.inv(self.H)
         w, h = self.image_size
-        self.K = np.array(
-            [[self.focal_px, 0.0, (w - 1) / 2.0], [0.0, self.focal_px, (h - 1) / 2.0], [0, 0, 1.0]]
-        )
+        c = self.calibration
+        if c is None:
+            self.K = np.array(
+                [
+                    [self.focal_px, 0.0, (w - 1) / 2.0],
+                    [0.0, self.focal_px, (h - 1) / 2.0],
+                    [0, 0, 1.0],
+                ]
+            )
+        else:
+            self.K = np.array([[c.fx, 0.0, c.cx], [0.0, c.fy, c.cy], [0, 0, 1.0]])
         self.K_inv = np.linalg.inv(self.K)
+        self.dist = (
+            np.array(c.dist, dtype=np.float64) if c is not None and any(c.dist) else None
+        )
         self.camera_center = -self.R.T @ self.t
+
+    # ---------------------------------------------------------------- lens
+    @property
+    def distorted(self) -> bool:
+        """The image has lens distortion to undo (a calibration with non-zero coefficients)."""
+        return self.dist is not None
+
+    def undistort(self, uv: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Raw (N, 2) pixels -> the pixels an ideal pinhole with the same K would have seen."""
+        pts = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
+        if self.dist is None:
+            return pts
+        return undistort_pixels(pts, self.K, self.dist)
+
+    def distort(self, uv: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Ideal pinhole (N, 2) pixels -> raw pixels (the inverse of ``undistort``)."""
+        pts = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
+        if self.dist is None:
+            return pts
+        k1, k2, p1, p2, k3 = self.dist
+        x = (pts[:, 0] - self.K[0, 2]) / self.K[0, 0]
+        y = (pts[:, 1] - self.K[1, 2]) / self.K[1, 1]
+        r2 = x * x + y * y
+        radial = 1.0 + r2 * (k1 + r2 * (k2 + r2 * k3))
+        xd = x * radial + 2.0 * p1 * x * y + p2 * (r2 + 2.0 * x * x)
+        yd = y * radial + p1 * (r2 + 2.0 * y * y) + 2.0 * p2 * x * y
+        return np.column_stack([xd * self.K[0, 0] + self.K[0, 2], yd * self.K[1, 1] + self.K[1, 2]])
 
     # ---------------------------------------------------------------- mapping
     def plane(self, height: float = 0.0) -> NDArray[np.float64]:
@@ -99,14 +155,14 @@ class MatHomography:
 
     def pixels_to_xz(self, uv: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
         """Map (N, 2) pixels to (N, 2) mat (x, z) on the plane y = ``height``."""
-        pts = np.asarray(uv, dtype=np.float64).reshape(-1, 1, 2)
+        pts = self.undistort(uv).reshape(-1, 1, 2)
         inv = self.H_inv if height == 0.0 else np.linalg.inv(self.plane(height))
         return np.asarray(cv2.perspectiveTransform(pts, inv), dtype=np.float64).reshape(-1, 2)
 
     def xzs_to_pixels(self, xz: NDArray[np.float64], height: float = 0.0) -> NDArray[np.float64]:
         pts = np.asarray(xz, dtype=np.float64).reshape(-1, 1, 2)
-        return np.asarray(
-            cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64
+        return self.distort(
+            np.asarray(cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64)
         ).reshape(-1, 2)
 
     def pixel_to_xz(self, u: float, v: float, height: float = 0.0) -> tuple[float, float]:
@@ -125,6 +181,7 @@ class MatHomography:
 
     # ---------------------------------------------------------------- (de)serialization
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.calibration is None else {"calibration": self.calibration.model_dump()}
         return {
             "H": self.H.tolist(),
             "image_size": list(self.image_size),
@@ -135,6 +192,7 @@ class MatHomography:
             "n_frames": self.n_frames,
             "reproj_error_px": round(self.reproj_error_px, 4),
             "markers_seen": dict(self.markers_seen),
+            **extra,
         }
 
     @classmethod
@@ -148,6 +206,9 @@ class MatHomography:
             n_frames=int(d.get("n_frames", 0)),
             reproj_error_px=float(d.get("reproj_error_px", 0.0)),
             markers_seen=dict(d.get("markers_seen", {})),
+            calibration=(
+                CameraCalibration(**d["calibration"]) if d.get("calibration") is not None else None
+            ),
         )
 
     @classmethod
@@ -156,15 +217,23 @@ class MatHomography:
         H: NDArray[np.float64],
         image_size: tuple[int, int],
         focal_px: float | None = None,
+        calibration: CameraCalibration | None = None,
         **kw: Any,
     ) -> MatHomography:
-        """Recover the camera pose from ``H``; self-calibrate the focal length when not given."""
+        """Recover the camera pose from ``H`` (the mat -> undistorted pixels when ``calibration``
+        is given); without one, self-calibrate the focal length when not given."""
         H = np.asarray(H, dtype=np.float64) / H[2, 2]
         w, h = image_size
-        cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
-        if focal_px is None:
-            focal_px = _self_calibrate(H, cx, cy)
-        K = np.array([[focal_px, 0, cx], [0, focal_px, cy], [0, 0, 1.0]])
+        if calibration is not None:
+            K = np.array(
+                [[calibration.fx, 0, calibration.cx], [0, calibration.fy, calibration.cy], [0, 0, 1.0]]
+            )
+            focal_px = float(np.sqrt(calibration.fx * calibration.fy))
+        else:
+            cx, cy = (w - 1) / 2.0, (h - 1) / 2.0
+            if focal_px is None:
+                focal_px = _self_calibrate(H, cx, cy)
+            K = np.array([[focal_px, 0, cx], [0, focal_px, cy], [0, 0, 1.0]])
         m = np.linalg.inv(K) @ H
         lam = (np.linalg.norm(m[:, 0]) + np.linalg.norm(m[:, 1])) / 2.0
         m = m / lam
@@ -172,13 +241,21 @@ class MatHomography:
             m = -m
         r_x, r_z, t = m[:, 0], m[:, 1], m[:, 2]
         r_y = np.cross(r_z, r_x)
+        if float(r_y @ t) > 0:
+            # the camera would be under the mat: the frame is the other-handed one (the Unity
+            # frame is left-handed; a real camera sees it so, the ideal simulator mirrored)
+            r_y = -r_y
         u, _, vt = np.linalg.svd(np.column_stack([r_x, r_y, r_z]))
         R = u @ vt
-        if np.linalg.det(R) < 0:
-            raise HomographyError(
-                "the mat appears mirrored in the image (marker layout does not match the mat)"
-            )
-        return cls(H=H, image_size=(int(w), int(h)), focal_px=float(focal_px), R=R, t=t, **kw)
+        return cls(
+            H=H,
+            image_size=(int(w), int(h)),
+            focal_px=float(focal_px),
+            R=R,
+            t=t,
+            calibration=calibration,
+            **kw,
+        )
 
 
 def _self_calibrate(H: NDArray[np.float64], cx: float, cy: float) -> float:
@@ -196,6 +273,57 @@ def _self_calibrate(H: NDArray[np.float64], cx: float, cy: float) -> float:
             "down?); set perception.focal_px"
         )
     return float(1.0 / np.sqrt(wv))
+
+
+def undistort_pixels(
+    uv: NDArray[np.float64], K: NDArray[np.float64], dist: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Raw pixels -> ideal pinhole pixels (same K), iterated to well below a hundredth of a pixel."""
+    pts = np.asarray(uv, dtype=np.float64).reshape(-1, 1, 2)
+    out = cv2.undistortPoints(pts, K, dist, P=K, criteria=_UNDISTORT_CRITERIA)
+    return np.asarray(out, dtype=np.float64).reshape(-1, 2)
+
+
+_UNDISTORT_CRITERIA = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-10)
+
+
+def _dihedral(c: NDArray[np.float64]) -> list[NDArray[np.float64]]:
+    """The 8 orderings of a marker's 4 corners (rotations, and mirrored)."""
+    out = []
+    for seq in (c, c[::-1]):
+        out.extend(np.roll(seq, -k, axis=0) for k in range(4))
+    return out
+
+
+def _match_corners(
+    config: PerceptionConfig, corners: dict[int, NDArray[np.float64]]
+) -> dict[int, NDArray[np.float64]]:
+    """Each marker's detected corners in the order of its configured mat corners.
+
+    The detector reports a marker's corners in the printed pattern's own order; whether that
+    is the configured order depends on how the mat was printed and on the camera's handedness
+    (a real camera vs the ideal simulator's mirrored one). The marker centres fix a first
+    homography; each marker keeps the ordering (of its 8 rotations and mirror images) that lies
+    nearest to its configured corners under it. The configured order wins unless another is
+    nearer, so an image that matched before matches the same.
+    """
+    ms = list(config.markers)
+    centres_w = np.array([m.center_xz for m in ms], dtype=np.float64)
+    centres_i = np.array([corners[m.id].mean(axis=0) for m in ms], dtype=np.float64)
+    H0, _ = cv2.findHomography(centres_w, centres_i, 0)
+    if H0 is None or not np.all(np.isfinite(H0)):
+        return corners
+    out = dict(corners)
+    for m in ms:
+        proj = cv2.perspectiveTransform(
+            np.array(m.corners_xz, dtype=np.float64).reshape(-1, 1, 2), H0
+        ).reshape(-1, 2)
+        options = _dihedral(corners[m.id])
+        errs = [float(np.sum((o - proj) ** 2)) for o in options]
+        best = int(np.argmin(errs))
+        if errs[best] < errs[0]:
+            out[m.id] = options[best]
+    return out
 
 
 def estimate_homography(
@@ -235,8 +363,15 @@ def estimate_homography(
             f"{m.name} (id {m.id}, seen in {counts.get(m.id, 0)}/{n} frames)" for m in missing
         )
         raise HomographyError(f"mat corner marker(s) missing: {names}", [m.name for m in missing])
+    cal = config.top_camera
+    mean = {m.id: np.asarray(sums[m.id] / counts[m.id], dtype=np.float64) for m in config.markers}
+    if cal is not None and any(cal.dist):
+        K = np.array([[cal.fx, 0, cal.cx], [0, cal.fy, cal.cy], [0, 0, 1.0]])
+        dist = np.array(cal.dist, dtype=np.float64)
+        mean = {k: undistort_pixels(v, K, dist) for k, v in mean.items()}
+    mean = _match_corners(config, mean)
     mat_pts = np.array([c for m in config.markers for c in m.corners_xz], dtype=np.float64)
-    img_pts = np.concatenate([sums[m.id] / counts[m.id] for m in config.markers])
+    img_pts = np.concatenate([mean[m.id] for m in config.markers])
     H, _ = cv2.findHomography(mat_pts, img_pts, 0)
     if H is None or not np.all(np.isfinite(H)) or abs(np.linalg.det(H)) < 1e-12:
         raise HomographyError("degenerate marker geometry: the homography could not be solved")
@@ -246,6 +381,7 @@ def estimate_homography(
         np.asarray(H, dtype=np.float64),
         size,
         config.focal_px,
+        calibration=cal,
         n_frames=n,
         reproj_error_px=err,
         markers_seen=seen,
