@@ -20,6 +20,7 @@ from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
+from mecharm_runtime.perception.config import CameraCalibration
 
 __all__ = ["BEFORE_THE_SETTING", "RuntimeSettings"]
 
@@ -42,6 +43,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "path_check": False,
     # before: the trial placed at whatever box detect returned (even the fallback position)
     "place_at_untrusted_box": True,
+    # before: a pinhole self-calibrated from the mat, no lens distortion undone
+    "top_camera_calibration": None,
 }
 
 
@@ -75,6 +78,9 @@ class RuntimeSettings(RigSettings):
     #: how long the next trial waits for an unwritable data root to come back (docs/reliability.md)
     storage_wait_s: float = Field(600.0, ge=0)
     top_camera: str = "http://127.0.0.1:8081/top.mjpg"
+    #: the top camera's checkerboard calibration {fx, fy, cx, cy, dist: [k1, k2, p1, p2, k3]};
+    #: None = a pinhole self-calibrated from the mat (docs/simulation-optics.md)
+    top_camera_calibration: CameraCalibration | None = None
     sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
     fk_data_dir: Path | None = (
         None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root

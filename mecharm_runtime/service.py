@@ -34,7 +34,13 @@ from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.descent import pick_descent_table
 from mecharm_runtime.lookup.j0 import ArcPose
-from mecharm_runtime.perception import GeometricJudge, HumanJudge, Judge, make_judge
+from mecharm_runtime.perception import (
+    GeometricJudge,
+    HumanJudge,
+    Judge,
+    PerceptionConfig,
+    make_judge,
+)
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
@@ -166,6 +172,7 @@ async def open_rig(
             frozen_frames=s.camera_frozen_frames,
             box_fallback_xz=s.box_xz_fallback,
             box_score_thresh=s.box_score_thresh,
+            config=PerceptionConfig(top_camera=s.top_camera_calibration),
             guard=guard,
             # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
             release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,

@@ -64,6 +64,7 @@ GRIPPER_BGR = (45, 45, 50)
 MARKER_BGR = (40, 200, 40)
 _LINK_WIDTH_M = (0.075, 0.055, 0.045, 0.040, 0.035, 0.030, 0.022)
 _BLUR_MIN_DEG = 0.4  # joint travel during the exposure below which no blur is drawn
+_BLUR_MAX_GAP_S = 0.25  # frames further apart say nothing about the path in between
 
 
 def _on_mat(pts: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -365,6 +366,7 @@ class Renderer:
         optics: CameraOptics | None = None,
         shadow: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        moving: Callable[[], bool] | None = None,
     ) -> None:
         self.cam = camera
         self.world = world or WorldArm()  # draws the arm where it really is
@@ -372,6 +374,7 @@ class Renderer:
         self.optics = optics
         self.shadow = float(shadow)
         self.clock = clock
+        self.moving = moving  # is the arm moving now (None: judge by the poses alone)
         self._last_pose: tuple[float, tuple[float, ...]] | None = None
         # a distorting lens: the static layer is drawn by a pinhole renderer of the same pose
         # with a wider view, then remapped through cached maps
@@ -678,8 +681,13 @@ class Renderer:
             return [angles]
         now = self.clock()
         last, self._last_pose = self._last_pose, (now, angles)
-        if last is None or now <= last[0] or len(last[1]) != len(angles):
-            return [angles]
+        if (
+            last is None
+            or not 0.0 < now - last[0] <= _BLUR_MAX_GAP_S
+            or len(last[1]) != len(angles)
+            or (self.moving is not None and not self.moving())
+        ):
+            return [angles]  # no recent frame to tell the path by, or the arm stands still
         frac = min(1.0, self.optics.exposure_ms / 1000.0 / (now - last[0]))
         start = [a + (b - a) * frac for a, b in zip(angles, last[1], strict=True)]
         moved = max(abs(a - b) for a, b in zip(angles, start, strict=True))

@@ -90,6 +90,7 @@ class Workcell:
                 world=self.world,
                 optics=None if ideal else self._optics[name],
                 shadow=optics.shadow,
+                moving=getattr(sim_arm, "true_moving", None),
             )
             for i, (name, cam) in enumerate(cams.items())
         }

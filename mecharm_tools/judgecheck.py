@@ -421,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
             except ProfileError as exc:
                 print(str(exc), file=sys.stderr)
                 return 2
+            if calibrated and not r["calibrated"]:
+                print(f"profile {a.profile} has no nominal calibration of its top camera")
+                break
             cal = "nominal calibration" if r["calibrated"] else "no calibration (pinhole)"
             print(f"profile {a.profile}, {cal}, seeds {a.seed}..{a.seed + a.accuracy - 1}:")
             for what in ("block_mm", "box_mm"):

@@ -123,6 +123,11 @@ class PerceptionConfig(BaseModel):
     white_v_min: int = Field(
         default=185, ge=0, le=255, description="box: minimum HSV value (lower it in dim light)"
     )
+    white_v_auto: bool = Field(
+        default=True,
+        description="box not found at white_v_min: search again with a threshold taken from "
+        "the frame's brightest grey (dim light, a vignetting lens)",
+    )
 
     @field_validator("markers")
     @classmethod

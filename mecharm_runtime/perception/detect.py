@@ -19,6 +19,7 @@ white near it, samples that disagree) says so: ``trusted=False`` and ``doubt``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,9 @@ BOX_TEMPLATE_BLOB_MM = 45.0
 #: box samples of one detect spread wider than this (mm): the box is not trusted
 BOX_MAX_SPREAD_MM = 10.0
 _KERNEL = np.ones((3, 3), np.uint8)
+#: when the box is not found at white_v_min (dim light, a vignetting lens), it is searched again
+#: with white = at least this share of the frame's brightest grey on the mat
+_DIM_WHITE_SHARE = 0.78
 
 
 # ---------------------------------------------------------------- masks
@@ -123,9 +127,21 @@ class _View:
             )
         )
 
-    def white(self) -> NDArray[Any]:
+    def white(self, v_min: int | None = None) -> NDArray[Any]:
         c = self.config
-        return self._masked(cv2.inRange(self.hsv, (0, 0, c.white_v_min), (180, c.white_s_max, 255)))
+        v = c.white_v_min if v_min is None else v_min
+        return self._masked(cv2.inRange(self.hsv, (0, 0, v), (180, c.white_s_max, 255)))
+
+    def dim_white_v(self) -> int:
+        """A white threshold for this frame's light: a share of its brightest unsaturated
+        pixels (the box's rim, the markers' paper) on the mat."""
+        grey = self.hsv[..., 1] <= self.config.white_s_max
+        if self.mask is not None:
+            grey &= self.mask > 0
+        vals = self.hsv[..., 2][grey]
+        if vals.size < 100:
+            return self.config.white_v_min
+        return int(_DIM_WHITE_SHARE * float(np.percentile(vals, 99.9)))
 
 
 def _poly_xz(contour: NDArray[Any], H: MatHomography, height: float) -> NDArray[np.float64]:
@@ -413,6 +429,21 @@ def _box_from(
     if found is not None:
         return found
     score, x, z, yaw, scale = _box_template(white, view.off, H, config)
+    dim = (
+        view.dim_white_v()
+        if score < score_thresh and config.white_v_auto
+        else config.white_v_min
+    )
+    if dim < config.white_v_min:  # dim light: the rim is grey, not white; look again
+        white = view.white(dim)
+        dim_blobs: list[NDArray[np.float32]] = []
+        found, why2 = _box_contour(white, view.off, H, config, dim_blobs)
+        if found is not None:
+            return dataclasses.replace(found, reason=f"white threshold {dim} (dim light)")
+        dim_score, *rest = _box_template(white, view.off, H, config)
+        if dim_score > score:
+            score, (x, z, yaw, scale), blobs = dim_score, rest, dim_blobs
+        why = f"{why}; at white threshold {dim}: {why2}"
     u, v = H.xz_to_pixel(x, z, config.box_height_m)
     if score >= score_thresh:
         near = _nearest_blob_mm(blobs, x, z)

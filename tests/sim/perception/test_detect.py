@@ -171,7 +171,10 @@ def test_colour_thresholds_are_configurable(view) -> None:
 
     f = view.frames(1)[0]
     dim = cv2.convertScaleAbs(f, alpha=0.7)  # a dim room: the rim drops below V 185
-    assert detect_box(dim, view.H).method != "contour"
+    assert detect_box(dim, view.H, config=PerceptionConfig(white_v_auto=False)).method != "contour"
+    # by default it looks again with a threshold from the frame's own brightest grey
+    auto = detect_box(dim, view.H)
+    assert auto.method == "contour" and _err_mm(auto, view.truth()["box"]) < 1.5
     tuned = PerceptionConfig(white_v_min=140)
     box = detect_box(dim, view.H, config=tuned)
     assert box.method == "contour" and _err_mm(box, view.truth()["box"]) < 1.5
