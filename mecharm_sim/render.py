@@ -629,7 +629,8 @@ class Renderer:
             )
         sigma = s.noise_sigma
         if self.optics is not None:  # the profile's sensor, noisier in the dark (auto gain)
-            sigma *= self.optics.noise_scale * max(1.0, 1.0 / s.gain) ** 2
+            dark = round(max(1.0, 1.0 / s.gain) ** 2 * 4.0) / 4.0  # few levels: patterns reused
+            sigma *= self.optics.noise_scale * dark
         if sigma > 0:
             if self._noise is None or self._noise_key != sigma:
                 # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their
@@ -665,12 +666,7 @@ class Renderer:
         if len(poses) == 1:
             self._arm(img, angles, gripper, snapshot, held)  # type: ignore[arg-type]
         else:  # motion blur: the arm smeared over the poses it passed during the exposure
-            acc = np.zeros(img.shape, np.float32)
-            for q in poses:
-                frame = img.copy()
-                self._arm(frame, q, gripper, snapshot, held)  # type: ignore[arg-type]
-                cv2.accumulate(frame, acc)
-            img = np.asarray(cv2.convertScaleAbs(acc, alpha=1.0 / len(poses)), np.uint8)
+            self._blurred_arm(img, poses, gripper, snapshot, held)  # type: ignore[arg-type]
         return self._sensor(img, snapshot)
 
     # -------------------------------------------------------- profile effects
@@ -693,24 +689,100 @@ class Renderer:
         moved = max(abs(a - b) for a, b in zip(angles, start, strict=True))
         if moved < _BLUR_MIN_DEG:
             return [angles]
-        n = min(5, 2 + int(moved / _BLUR_MIN_DEG))
+        n = min(4, 2 + int(moved / _BLUR_MIN_DEG))
         return [
             tuple(a + (b - a) * k / (n - 1) for a, b in zip(angles, start, strict=True))
             for k in range(n)
         ]
 
-    def _darken(self, img: NDArray[np.uint8], mask: NDArray[np.uint8], strength: float) -> None:
-        """img *= 1 - strength x mask/255, inside the mask's bounding box only."""
-        x, y, w, h = cv2.boundingRect(mask)
-        if w == 0 or h == 0:
+    def _arm_box(
+        self, poses: list[tuple[float, ...]], held: tuple[float, float, float] | None
+    ) -> tuple[int, int, int, int] | None:
+        """(x0, y0, x1, y1) in the image that holds the arm (and a held block) in every pose."""
+        pts = [np.asarray(self.world.frames(q), dtype=np.float64) for q in poses]
+        if held is not None:
+            pts.append(np.array([held]))
+        return self._pixel_box(np.vstack(pts), 0.09)
+
+    def _pixel_box(
+        self, pts: NDArray[np.float64], margin_m: float
+    ) -> tuple[int, int, int, int] | None:
+        uv, depth = self.cam.project(pts)
+        if not (np.all(depth > 0.02) and np.all(np.isfinite(uv))):
+            return None
+        m = margin_m * max(self.cam.f, self.cam.fy) / float(depth.min())
+        w, h = self.cam.size
+        x0, y0 = (max(0, int(v)) for v in np.floor(uv.min(axis=0) - m))
+        x1, y1 = min(w, int(np.ceil(uv[:, 0].max() + m))), min(h, int(np.ceil(uv[:, 1].max() + m)))
+        return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+    def _blurred_arm(
+        self,
+        img: NDArray[np.uint8],
+        poses: list[tuple[float, ...]],
+        gripper: float,
+        s: SceneSnapshot,
+        held: tuple[float, float, float] | None,
+    ) -> None:
+        """The arm averaged over ``poses``, computed inside the box that holds all of them."""
+        box = self._arm_box(poses, held)
+        if box is None:
+            self._arm(img, poses[0], gripper, s, held)
             return
-        m = mask[y : y + h, x : x + w].astype(np.float32) * (strength / 255.0)
-        roi = img[y : y + h, x : x + w]
-        roi[:] = (roi.astype(np.float32) * (1.0 - m)[..., None]).astype(np.uint8)
+        x0, y0, x1, y1 = box
+        base = img[y0:y1, x0:x1].copy()
+        scratch = img.copy()
+        acc = np.zeros(base.shape, np.float32)
+        for q in poses:
+            scratch[y0:y1, x0:x1] = base
+            self._arm(scratch, q, gripper, s, held)
+            cv2.accumulate(scratch[y0:y1, x0:x1], acc)
+        img[y0:y1, x0:x1] = cv2.convertScaleAbs(acc, alpha=1.0 / len(poses))
+
+    @staticmethod
+    def _darken(
+        img: NDArray[np.uint8], mask: NDArray[np.uint8], x0: int, y0: int, strength: float
+    ) -> None:
+        """img *= 1 - strength x mask/255 where ``mask`` (a window at x0, y0) lies."""
+        h, w = mask.shape
+        shade = cv2.convertScaleAbs(mask, alpha=-strength, beta=255.0)
+        roi = img[y0 : y0 + h, x0 : x0 + w]
+        img[y0 : y0 + h, x0 : x0 + w] = cv2.multiply(
+            roi, cv2.cvtColor(shade, cv2.COLOR_GRAY2BGR), scale=1.0 / 255.0
+        )
+
+    def _shadow_mask(
+        self,
+        segments: list[tuple[NDArray[np.float64], NDArray[np.float64], float]],
+        solids: list[NDArray[np.float64]],
+        soft_px: float,
+    ) -> tuple[NDArray[np.uint8], int, int] | None:
+        """The shadows on the mat of thick segments (p, q, width m) and of convex solids (their
+        corner points), soft-edged, as a window of the image: (mask, x0, y0)."""
+        every = [np.array([p, q]) for p, q, _ in segments] + solids
+        if not every:
+            return None
+        flat = _on_mat(np.vstack(every))
+        box = self._pixel_box(flat, 0.05)
+        if box is None:
+            return None
+        x0, y0, x1, y1 = box
+        mask = np.zeros((y1 - y0, x1 - x0), np.uint8)
+        off = np.array([x0, y0], dtype=np.float64)
+        for p, q, width in segments:
+            uv, depth = self.cam.project(_on_mat(np.array([p, q])))
+            px = max(1, round(width * self.cam.f / float(depth.mean())))
+            a, b = np.round((uv - off) * _SCALE).astype(np.int64)
+            cv2.line(mask, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), 255, px, cv2.LINE_AA, _SHIFT)
+        for pts in solids:
+            uv, _ = self.cam.project(_on_mat(pts))
+            hull = cv2.convexHull(np.round((uv - off) * _SCALE).astype(np.int32))
+            cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
+        k = 2 * round(soft_px) + 1  # a box filter: soft enough, a fraction of a Gaussian's cost
+        return cv2.blur(mask, (k, k)), x0, y0
 
     def _static_shadows(self, img: NDArray[np.uint8], s: SceneSnapshot, strength: float) -> None:
         """The box's and a resting block's shadows on the mat (drawn before the objects)."""
-        mask = np.zeros(img.shape[:2], np.uint8)
         bx, bz, yaw = s.box
         a = BOX_OUTER_M / 2
         solids = [
@@ -727,12 +799,9 @@ class Renderer:
                     ]
                 )
             )
-        for pts in solids:
-            uv, depth = self.cam.project(_on_mat(pts))
-            if np.all(depth > 0.02) and np.all(np.isfinite(uv)):
-                hull = cv2.convexHull(np.round(uv * _SCALE).astype(np.int32))
-                cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
-        self._darken(img, cv2.GaussianBlur(mask, (0, 0), 2.0), strength)
+        found = self._shadow_mask([], solids, 2.0)
+        if found is not None:
+            self._darken(img, found[0], found[1], found[2], strength)
 
     def _arm_shadow(
         self,
@@ -742,28 +811,18 @@ class Renderer:
         strength: float,
     ) -> None:
         """The arm's (and a held block's) shadow on the mat, soft-edged."""
-        pts = self.world.frames(angles)
-        mask = np.zeros(img.shape[:2], np.uint8)
-        uv, depth = self.cam.project(_on_mat(np.asarray(pts, dtype=np.float64)))
-        if not (np.all(depth > 0.02) and np.all(np.isfinite(uv))):
-            return
-        ipx = np.round(uv * _SCALE).astype(np.int64)
+        pts = np.asarray(self.world.frames(angles), dtype=np.float64)
         widths = (*_LINK_WIDTH_M[:6], 0.026)
-        for i in range(min(len(ipx) - 1, len(widths))):
-            px = max(1, round(widths[i] * self.cam.f / float(depth[i : i + 2].mean())))
-            a, b = ipx[i], ipx[i + 1]
-            cv2.line(mask, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), 255, px, cv2.LINE_AA, _SHIFT)
+        segs = [
+            (pts[i], pts[i + 1], widths[i])
+            for i in range(min(len(pts) - 1, len(widths)))
+            if np.linalg.norm(pts[i + 1] - pts[i]) > 1e-6
+        ]
+        solids = []
         if held is not None:
             x, y, z = held
-            cube = np.vstack([_square(x, z, BLOCK_SIZE_M / 2, 0.0, y + d) for d in (-0.0125, 0.0125)])
-            uvb, db = self.cam.project(_on_mat(cube))
-            if np.all(db > 0.02):
-                hull = cv2.convexHull(np.round(uvb * _SCALE).astype(np.int32))
-                cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
-        x, y, w, h = cv2.boundingRect(mask)
-        if w and h:  # a soft edge, blurred only around the shadow
-            pad = 6
-            x0, y0 = max(0, x - pad), max(0, y - pad)
-            x1, y1 = min(mask.shape[1], x + w + pad), min(mask.shape[0], y + h + pad)
-            mask[y0:y1, x0:x1] = cv2.GaussianBlur(mask[y0:y1, x0:x1], (0, 0), 2.5)
-            self._darken(img, mask, strength)
+            h = BLOCK_SIZE_M / 2
+            solids.append(np.vstack([_square(x, z, h, 0.0, y - h), _square(x, z, h, 0.0, y + h)]))
+        found = self._shadow_mask(segs, solids, 2.5)
+        if found is not None:
+            self._darken(img, found[0], found[1], found[2], strength)
