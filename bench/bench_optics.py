@@ -7,6 +7,7 @@ distortion maps, the static layer of a new scene). The stream needs them under 1
 (top, 10 fps) and 33 ms (side, 30 fps) with both streams sharing two cores.
 
     python -m bench.bench_optics [--frames 20]
+    python -m bench.bench_optics --images docs/img   # the figures of the document
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import cv2
+import numpy as np
 
 from mecharm_sim.optics import OPTICS_PROFILES
 from mecharm_sim.render import Renderer, SceneSnapshot, _distortion_maps, camera_of
@@ -37,65 +40,120 @@ def _median_ms(fn: Any, n: int) -> float:
     return round(statistics.median(times), 2)
 
 
+def _camera(name: str, cam_name: str, n: int) -> dict[str, Any]:
+    prof = OPTICS_PROFILES[name]
+    optics = getattr(prof, cam_name)
+    cam = camera_of(cam_name, optics)
+    _distortion_maps.cache_clear()
+    clock = [0.0]
+    t0 = time.perf_counter()
+    r = Renderer(
+        cam,
+        seed=2,
+        optics=None if name == "ideal" else optics,
+        shadow=prof.shadow,
+        clock=lambda: clock[0],
+    )
+    setup = (time.perf_counter() - t0) * 1000.0
+    snap = SceneSnapshot.of(SceneState(random_layout(3, prof.gain_range)))
+    k = [0]
+
+    def new_scene() -> None:  # a fresh static layer each time
+        k[0] += 1
+        r.render(SceneSnapshot.of(SceneState(random_layout(100 + k[0]))), HOME, 100.0)
+
+    static = _median_ms(new_scene, max(3, n // 4))
+    r.render(snap, HOME, 100.0)
+    still = _median_ms(lambda: r.render(snap, HOME, 100.0), n)
+
+    def moving() -> None:  # 200 deg/s on j0, frames 100 ms apart
+        clock[0] += 0.1
+        q = (20.0 * (round(clock[0] * 10) % 2), 0.0, 0.0, 0.0, 0.0, -30.0)
+        r.render(snap, q, 100.0)
+
+    blur = _median_ms(moving, n)
+    quality = optics.jpeg_quality or 80
+    jpeg = _median_ms(
+        lambda: cv2.imencode(
+            ".jpg", r.render(snap, HOME, 100.0), [cv2.IMWRITE_JPEG_QUALITY, quality]
+        ),
+        n,
+    )
+    return {
+        "size": list(cam.size),
+        "setup_ms (maps)": round(setup, 1),
+        "new_scene_ms (static layer)": static,
+        "render_still_ms": still,
+        "render_moving_ms": blur,
+        "render_plus_jpeg_ms": jpeg,
+        "jpeg_quality": quality,
+    }
+
+
 def run(n: int = 20) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, prof in OPTICS_PROFILES.items():
-        for cam_name in ("top", "side"):
-            optics = getattr(prof, cam_name)
-            cam = camera_of(cam_name, optics)
-            _distortion_maps.cache_clear()
-            t0 = time.perf_counter()
-            ideal = name == "ideal"
-            clock = [0.0]
-            r = Renderer(
-                cam,
-                seed=2,
-                optics=None if ideal else optics,
-                shadow=prof.shadow,
-                clock=lambda: clock[0],
+    return {
+        f"{name}.{cam_name}": _camera(name, cam_name, n)
+        for name in OPTICS_PROFILES
+        for cam_name in ("top", "side")
+    }
+
+
+#: the rig's logged top-camera pixels of the block and the box (docs/simulation-optics.md)
+RIG_PIXELS = {"block": (632, 746), "box": (1404, 594)}
+RIG_XZ = {"block": (0.1964, 0.2540), "box": (-0.198, 0.178)}
+PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)
+
+
+def images(out_dir: Path) -> list[Path]:
+    """optics_<profile>_top.png / _side.png: the block and the box where the rig's log saw
+    them, the arm at the pick descend over the block; on the top view, the rig's logged
+    pixels as yellow crosses (they should sit on the block's and the box's centres)."""
+    from mecharm_sim.handheld import exact_arm
+    from mecharm_sim.profile import load_profile
+    from mecharm_sim.scene import Lighting, Pose, SceneLayout
+    from mecharm_sim.workcell import Workcell
+
+    written = []
+    for name, gain in (("rig", 1.0), ("harsh", 0.82)):
+        arm = exact_arm()
+        wc = Workcell(arm, "random", 0, profile=load_profile(name))
+        try:
+            wc.next_scene(
+                layout=SceneLayout(
+                    block=Pose(x=RIG_XZ["block"][0], z=RIG_XZ["block"][1], yaw_deg=20.0),
+                    box=Pose(x=RIG_XZ["box"][0], z=RIG_XZ["box"][1], yaw_deg=8.0),
+                    lighting=Lighting(gain=gain, gradient=(0.04, -0.03)),
+                )
             )
-            setup = (time.perf_counter() - t0) * 1000.0
-            snap = SceneSnapshot.of(SceneState(random_layout(3, prof.gain_range)))
-            r.render(snap, HOME, 100.0)
-            k = [0]
-
-            def new_scene() -> None:  # a fresh static layer each time
-                k[0] += 1
-                r.render(SceneSnapshot.of(SceneState(random_layout(100 + k[0]))), HOME, 100.0)
-
-            static = _median_ms(new_scene, max(3, n // 4))
-            r.render(snap, HOME, 100.0)
-            still = _median_ms(lambda: r.render(snap, HOME, 100.0), n)
-
-            def moving() -> None:  # 200 deg/s on j0, frames 100 ms apart
-                clock[0] += 0.1
-                q = (20.0 * (round(clock[0] * 10) % 2), 0.0, 0.0, 0.0, 0.0, -30.0)
-                r.render(snap, q, 100.0)
-
-            blur = _median_ms(moving, n)
-            q = optics.jpeg_quality or 80
-            jpeg = _median_ms(
-                lambda: cv2.imencode(
-                    ".jpg", r.render(snap, HOME, 100.0), [cv2.IMWRITE_JPEG_QUALITY, q]
-                ),
-                n,
-            )
-            out[f"{name}.{cam_name}"] = {
-                "size": list(cam.size),
-                "setup_ms (maps)": round(setup, 1),
-                "new_scene_ms (static layer)": static,
-                "render_still_ms": still,
-                "render_moving_ms": blur,
-                "render_plus_jpeg_ms": jpeg,
-                "jpeg_quality": q,
-            }
-    return out
+            if arm.send_angles(list(PICK), 100) != 1 or not arm.wait_idle(timeout=10):
+                raise RuntimeError("simulated arm did not reach the pick pose")
+            for cam in ("top", "side"):
+                img = cv2.imdecode(np.frombuffer(wc.jpeg(cam), np.uint8), cv2.IMREAD_COLOR)
+                if cam == "top":
+                    for label, (u, v) in RIG_PIXELS.items():
+                        cv2.drawMarker(img, (u, v), (0, 230, 255), cv2.MARKER_CROSS, 40, 3)
+                        cv2.putText(
+                            img, f"rig log: {label} ({u}, {v})", (u + 24, v - 24),
+                            cv2.FONT_HERSHEY_SIMPLEX, 1.0, (0, 230, 255), 2, cv2.LINE_AA,
+                        )  # fmt: skip
+                small = cv2.resize(img, (img.shape[1] // 2, img.shape[0] // 2), cv2.INTER_AREA)
+                path = out_dir / f"optics_{name}_{cam}.png"
+                cv2.imwrite(str(path), small, [cv2.IMWRITE_PNG_COMPRESSION, 9])
+                written.append(path)
+        finally:
+            wc.close()
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_optics", description=__doc__)
     ap.add_argument("--frames", type=int, default=20)
+    ap.add_argument("--images", type=Path, metavar="DIR", help="instead: write the figures")
     a = ap.parse_args(argv)
+    if a.images is not None:
+        for p in images(a.images):
+            print(p)
+        return 0
     print(json.dumps(run(a.frames), indent=1))
     return 0
 

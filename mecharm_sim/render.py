@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm_sim.optics import CameraOptics
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
@@ -34,7 +35,6 @@ from mecharm_sim.scene import (
     MAT_Z,
     SceneState,
 )
-from mecharm_sim.optics import CameraOptics
 from mecharm_sim.world_arm import WorldArm
 
 __all__ = [
@@ -151,7 +151,12 @@ class Camera:
                 cy=(self.c[1] + 0.5) * sy - 0.5,
             )
         return Camera(
-            self.name, tuple(self.pos), tuple(self.look_at), size, self.fov_h_deg, **kw  # type: ignore[arg-type]
+            self.name,
+            tuple(self.pos),
+            tuple(self.look_at),
+            size,
+            self.fov_h_deg,
+            **kw,  # type: ignore[arg-type]
         )
 
     def pinhole(self, scale: float = 1.0) -> Camera:
@@ -661,7 +666,7 @@ class Renderer:
         if snapshot.grasped:
             held = tuple(float(v) for v in snapshot.block_xyz)
         if self.shadow > 0:
-            self._arm_shadow(img, angles, held, self.shadow)
+            self._arm_shadow(img, angles, held, self.shadow)  # type: ignore[arg-type]
         poses = self._exposure_poses(tuple(float(a) for a in angles))
         if len(poses) == 1:
             self._arm(img, angles, gripper, snapshot, held)  # type: ignore[arg-type]
@@ -773,21 +778,21 @@ class Renderer:
             uv, depth = self.cam.project(_on_mat(np.array([p, q])))
             px = max(1, round(width * self.cam.f / float(depth.mean())))
             a, b = np.round((uv - off) * _SCALE).astype(np.int64)
-            cv2.line(mask, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), 255, px, cv2.LINE_AA, _SHIFT)
+            cv2.line(
+                mask, (int(a[0]), int(a[1])), (int(b[0]), int(b[1])), 255, px, cv2.LINE_AA, _SHIFT
+            )
         for pts in solids:
             uv, _ = self.cam.project(_on_mat(pts))
             hull = cv2.convexHull(np.round((uv - off) * _SCALE).astype(np.int32))
             cv2.fillConvexPoly(mask, hull, 255, cv2.LINE_AA, _SHIFT)
         k = 2 * round(soft_px) + 1  # a box filter: soft enough, a fraction of a Gaussian's cost
-        return cv2.blur(mask, (k, k)), x0, y0
+        return np.asarray(cv2.blur(mask, (k, k)), np.uint8), x0, y0
 
     def _static_shadows(self, img: NDArray[np.uint8], s: SceneSnapshot, strength: float) -> None:
         """The box's and a resting block's shadows on the mat (drawn before the objects)."""
         bx, bz, yaw = s.box
         a = BOX_OUTER_M / 2
-        solids = [
-            np.vstack([_square(bx, bz, a, yaw, 0.0), _square(bx, bz, a, yaw, BOX_HEIGHT_M)])
-        ]
+        solids = [np.vstack([_square(bx, bz, a, yaw, 0.0), _square(bx, bz, a, yaw, BOX_HEIGHT_M)])]
         if not s.grasped:
             x, y, z = s.block_xyz
             h = BLOCK_SIZE_M / 2

@@ -337,7 +337,10 @@ def perception_accuracy(
     missed: list[str] = []
 
     def frames(n: int) -> list[Any]:
-        return [cv2.imdecode(np.frombuffer(wc.jpeg("top"), np.uint8), cv2.IMREAD_COLOR) for _ in range(n)]
+        return [
+            cv2.imdecode(np.frombuffer(wc.jpeg("top"), np.uint8), cv2.IMREAD_COLOR)
+            for _ in range(n)
+        ]
 
     try:
         for i, seed in enumerate(seeds):
@@ -357,7 +360,8 @@ def perception_accuracy(
                 missed.append(f"seed {seed}: box not found ({det.box.reason})")
             else:
                 box_mm.append(
-                    math.hypot(det.box.x - truth["box"]["x"], det.box.z - truth["box"]["z"]) * 1000.0
+                    math.hypot(det.box.x - truth["box"]["x"], det.box.z - truth["box"]["z"])
+                    * 1000.0
                 )
     finally:
         wc.close()

@@ -78,7 +78,10 @@ def _mat_roi(
         if H.distorted:  # the mat's edges bend under the lens: follow them
             s = np.linspace(0.0, 1.0, 16, endpoint=False)[:, None]
             corners = np.vstack(
-                [a + s * (b - a) for a, b in zip(corners, np.roll(corners, -1, axis=0), strict=True)]
+                [
+                    a + s * (b - a)
+                    for a, b in zip(corners, np.roll(corners, -1, axis=0), strict=True)
+                ]
             )
         poly = H.xzs_to_pixels(corners)
         mask = np.zeros(frame_shape[:2], np.uint8)
@@ -333,7 +336,8 @@ def _box_template(
     # rectified pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the rim's plane
     if H.distorted:  # through the lens: every rectified pixel looks up its raw pixel
         rect = cv2.remap(
-            white, *_rect_maps(H, (x0, z1), res, (wpx, hpx), config.box_height_m, off),
+            white,
+            *_rect_maps(H, (x0, z1), res, (wpx, hpx), config.box_height_m, off),
             cv2.INTER_LINEAR,
         )
     else:
@@ -385,9 +389,7 @@ def _rect_maps(
 ) -> tuple[NDArray[Any], NDArray[Any]]:
     """remap maps of the rectified window (pixel (i, j) -> mat (x0 + i*res, z1 - j*res) on the
     plane y = ``height``) into the crop's raw pixels; cached on ``H``."""
-    cache: dict[Any, tuple[NDArray[Any], NDArray[Any]]] = H.__dict__.setdefault(
-        "_rect_cache", {}
-    )
+    cache: dict[Any, tuple[NDArray[Any], NDArray[Any]]] = H.__dict__.setdefault("_rect_cache", {})
     key = (origin, res, size, height, off)
     if key not in cache:
         w, h = size
@@ -429,11 +431,7 @@ def _box_from(
     if found is not None:
         return found
     score, x, z, yaw, scale = _box_template(white, view.off, H, config)
-    dim = (
-        view.dim_white_v()
-        if score < score_thresh and config.white_v_auto
-        else config.white_v_min
-    )
+    dim = view.dim_white_v() if score < score_thresh and config.white_v_auto else config.white_v_min
     if dim < config.white_v_min:  # dim light: the rim is grey, not white; look again
         white = view.white(dim)
         dim_blobs: list[NDArray[np.float32]] = []

@@ -113,9 +113,7 @@ class MatHomography:
         else:
             self.K = np.array([[c.fx, 0.0, c.cx], [0.0, c.fy, c.cy], [0, 0, 1.0]])
         self.K_inv = np.linalg.inv(self.K)
-        self.dist = (
-            np.array(c.dist, dtype=np.float64) if c is not None and any(c.dist) else None
-        )
+        self.dist = np.array(c.dist, dtype=np.float64) if c is not None and any(c.dist) else None
         self.camera_center = -self.R.T @ self.t
 
     # ---------------------------------------------------------------- lens
@@ -226,7 +224,11 @@ class MatHomography:
         w, h = image_size
         if calibration is not None:
             K = np.array(
-                [[calibration.fx, 0, calibration.cx], [0, calibration.fy, calibration.cy], [0, 0, 1.0]]
+                [
+                    [calibration.fx, 0, calibration.cx],
+                    [0, calibration.fy, calibration.cy],
+                    [0, 0, 1.0],
+                ]
             )
             focal_px = float(np.sqrt(calibration.fx * calibration.fy))
         else:
@@ -289,7 +291,7 @@ _UNDISTORT_CRITERIA = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-1
 
 def _dihedral(c: NDArray[np.float64]) -> list[NDArray[np.float64]]:
     """The 8 orderings of a marker's 4 corners (rotations, and mirrored)."""
-    out = []
+    out: list[NDArray[np.float64]] = []
     for seq in (c, c[::-1]):
         out.extend(np.roll(seq, -k, axis=0) for k in range(4))
     return out
