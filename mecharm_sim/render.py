@@ -475,7 +475,7 @@ class Renderer:
         if len(out) < 3:
             return
         pts = np.array(out)
-        uv = self.cam.f * pts[:, :2] / pts[:, 2:3] + self.cam.c
+        uv = np.array([self.cam.f, self.cam.fy]) * pts[:, :2] / pts[:, 2:3] + self.cam.c
         cv2.fillPoly(img, [np.round(uv * _SCALE).astype(np.int32)], bgr, cv2.LINE_AA, _SHIFT)
 
     def _marker(
