@@ -8,6 +8,7 @@ distortion maps, the static layer of a new scene). The stream needs them under 1
 
     python -m bench.bench_optics [--frames 20]
     python -m bench.bench_optics --images docs/img   # the figures of the document
+    python -m bench.bench_optics --stream 8          # delivered fps of both streams per profile
 """
 
 from __future__ import annotations
@@ -145,11 +146,59 @@ def images(out_dir: Path) -> list[Path]:
     return written
 
 
+def stream(seconds: float) -> dict[str, Any]:
+    """Both MJPEG streams read at once for ``seconds`` per profile (the server renders and
+    encodes, two readers decode, all in this process): delivered fps vs requested."""
+    import threading
+
+    from mecharm_cameras import open_camera
+    from mecharm_sim.arm import SimArm
+    from mecharm_sim.profile import load_profile
+    from mecharm_sim.workcell import start_workcell
+
+    out: dict[str, Any] = {}
+    for name in OPTICS_PROFILES:
+        wc = start_workcell(SimArm(), "random", 1, camera_port=0, profile=load_profile(name))
+        counts: dict[str, float] = {}
+
+        def reader(
+            cam_name: str, urls: dict[str, str] = wc.urls, counts: dict[str, float] = counts
+        ) -> None:
+            cam = open_camera(urls[cam_name])
+            try:
+                cam.read()  # the first frame includes the producer's start-up
+                t0, n = time.monotonic(), 0
+                while time.monotonic() - t0 < seconds:
+                    n += bool(cam.read().ok)
+                counts[cam_name] = round(n / (time.monotonic() - t0), 2)
+            finally:
+                cam.close()
+
+        threads = [threading.Thread(target=reader, args=(c,)) for c in ("top", "side")]
+        cpu0, w0 = time.process_time(), time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        cpu = (time.process_time() - cpu0) / max(1e-9, time.monotonic() - w0)
+        wc.close()
+        out[name] = {
+            "top_fps (10 requested)": counts.get("top"),
+            "side_fps (30 requested)": counts.get("side"),
+            "cpu_share_of_one_core": round(cpu, 2),
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_optics", description=__doc__)
     ap.add_argument("--frames", type=int, default=20)
     ap.add_argument("--images", type=Path, metavar="DIR", help="instead: write the figures")
+    ap.add_argument("--stream", type=float, metavar="S", help="instead: stream fps, S seconds")
     a = ap.parse_args(argv)
+    if a.stream is not None:
+        print(json.dumps(stream(a.stream), indent=1))
+        return 0
     if a.images is not None:
         for p in images(a.images):
             print(p)
