@@ -40,6 +40,13 @@ def summary_table(report: ServiceReport) -> str:
     return "\n".join(lines)
 
 
+def _nominal_calibration(profile: str) -> dict[str, object] | None:
+    from mecharm_sim.profile import load_profile
+
+    nominal = load_profile(profile).optics.top.nominal
+    return None if nominal is None else nominal.model_dump()
+
+
 async def _run(settings: RuntimeSettings, control_url: str, seed: int) -> ServiceReport:
     async def between(i: int) -> int | None:
         if i == 0:
@@ -116,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "time_scale": args.time_scale,
                 "trials": args.trials,
                 "sim_control_url": rig.control_url,
+                # what the operator's checkerboard calibration of this camera would give
+                # (docs/simulation-optics.md); None for the ideal pinhole
+                "top_camera_calibration": _nominal_calibration(args.sim_profile),
             },
         )
         print(
