@@ -24,7 +24,7 @@ from mecharm_sim.camserver import (
     CameraFeed,
     CameraServer,
 )
-from mecharm_sim.physics import ArmState, Physics
+from mecharm_sim.physics import ArmState, make_physics
 from mecharm_sim.profile import SimProfile
 from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneLayout, SceneState, load_layout
@@ -72,7 +72,7 @@ class Workcell:
         self.seed = seed
         self._trial = 0
         self.scene = SceneState(self._layout(load_layout(scene, seed)))
-        self.physics = Physics(self.scene, sim_arm, world=self.world)
+        self.physics = make_physics(self.scene, sim_arm, self.world, self.profile.contact)
         cams = {
             "top": TOP_CAMERA.resized(self.config.top_size),
             "side": SIDE_CAMERA.resized(self.config.side_size),
