@@ -61,6 +61,7 @@ _REST_V = 0.004  # m/s: below this (and _REST_W) a body is at rest
 _REST_W = 0.08  # rad/s
 _REST_FOR_S = 0.15  # sim seconds at rest before a drop counts as landed
 _BOUNCY_FOR_S = 0.4  # sim seconds after a drop during which the block's contacts may bounce
+_YIELD_M = 0.003  # a held block pressed this deep into the box slips out of the jaws
 _FAR_BLOCK_M = 0.075  # hand farther than this from a resting block cannot touch it
 _FAR_BOX_M = 0.13
 # contact bits: 1 = world/box/block, 2 = fingers<->block, 4 = fingers<->box
@@ -235,6 +236,7 @@ class MujocoPhysics:
         self._set_block_bits(True)
         self._set_bouncy(False)
         self._held = False  # carried rigidly
+        self._yield = False
         self._slipping = False  # hanging on the pinch point
         self._hold_off: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._ghost = False  # finger<->block contacts off until they separate
@@ -514,6 +516,9 @@ class MujocoPhysics:
                 mujoco.mj_step(self.model, self.data)
                 self._t_sim += self._dt
                 self._contacts(tip, angles)
+                if self._yield:  # the box does not give way: the jaws do
+                    self._yield = False
+                    self._let_go("drop", reason="pressed against the box: slipped out of the jaws")
             self.steps_total += n
             if self._held:
                 self._carry(c, R, None)
@@ -551,7 +556,8 @@ class MujocoPhysics:
         kinds: set[str] = set()
         if d.ncon:
             g = d.contact.geom[: d.ncon]
-            for g1, g2 in g:
+            dist = d.contact.dist[: d.ncon]
+            for (g1, g2), depth in zip(g, dist, strict=True):
                 a, b = int(g1), int(g2)
                 for x, y in ((a, b), (b, a)):
                     if x in self._g_hand:
@@ -567,6 +573,8 @@ class MujocoPhysics:
                         and (y in self._g_walls or y == self._g_floor)
                     ):
                         kinds.add("box_wall_with_block")
+                        if depth < -_YIELD_M:
+                            self._yield = True
         self._record(kinds, tip, angles, keep={"mat"})
 
     def _mat_check(self, tip: NDArray[np.float64], angles: tuple[float, ...]) -> None:
