@@ -202,6 +202,7 @@ class MujocoPhysics:
         self._box_body = bid("box")
         self._eq = 0
         self._dt = float(m.opt.timestep)
+        self._fk_cache: tuple[bytes, NDArray[np.float64]] | None = None
         # an underdamped contact bounces but also never comes to rest (a limit cycle), so the
         # block's contacts are springy only for a short while after it is dropped
         self._zeta_bouncy = float(m.geom_solref[self._g_block, 1])
@@ -272,10 +273,21 @@ class MujocoPhysics:
         self.step()
 
     # ---------------------------------------------------------------- the hand
-    def _hand(self, angles: Any, grip: float) -> tuple[NDArray[np.float64], ...]:
+    def _hand(self, angles: Any, grip: Any) -> tuple[NDArray[np.float64], ...]:
         """(pad centre, R_mj of the hand, finger a, finger b) in MuJoCo coordinates for
-        encoder angles ``angles`` (N, 6) and jaw value ``grip``; arrays of N."""
-        fr = self.world.frames(np.atleast_2d(angles))
+        encoder angles ``angles`` (N, 6) and jaw values ``grip`` (N or scalar); arrays of N.
+        One forward-kinematics call for all N (it costs about a millisecond per call)."""
+        angles = np.atleast_2d(np.asarray(angles, dtype=np.float64))
+        still = bool(np.all(angles == angles[0]))
+        rows = angles[:1] if still else angles
+        key = rows.tobytes()
+        if self._fk_cache is not None and self._fk_cache[0] == key:
+            fr = self._fk_cache[1]
+        else:
+            fr = self.world.frames(rows)
+            self._fk_cache = (key, fr)
+        if still and len(angles) > 1:
+            fr = np.repeat(fr, len(angles), axis=0)
         flange, tip = fr[:, 6], fr[:, 7]
         axis = tip - flange
         axis /= np.linalg.norm(axis, axis=1, keepdims=True)
@@ -290,7 +302,8 @@ class MujocoPhysics:
         E = np.stack([perp, axis, third], axis=2)  # columns
         R = _P @ E  # P E P^T with the body's own axes unpermuted: a proper rotation (det +1)
         c_mj = centre[:, [0, 2, 1]]
-        half = JAW_MAX_M * max(0.0, min(100.0, grip)) / 100.0 / 2.0 + FINGER_HALF_M
+        g = np.clip(np.broadcast_to(np.asarray(grip, dtype=np.float64), len(c_mj)), 0.0, 100.0)
+        half = (JAW_MAX_M * g / 100.0 / 2.0 + FINGER_HALF_M)[:, None]
         jaw = R[:, :, 0]
         return c_mj, R, c_mj + jaw * half, c_mj - jaw * half
 
@@ -483,8 +496,10 @@ class MujocoPhysics:
             fr = np.linspace(0.0, 1.0, k + 1)[1:]
             qs = np.asarray(prev) + np.outer(fr, np.subtract(angles, prev))
             gs = pgrip + fr * (grip - pgrip)
-            hands = [self._hand(qs[i], float(gs[i])) for i in range(k)]
-            tip = self.world.tip(angles)
+            hs = self._hand(qs, gs)
+            hands = [tuple(h[i : i + 1] for h in hs) for i in range(k)]
+            assert self._fk_cache is not None
+            tip = self._fk_cache[1][-1, 7]  # the last sample is the arm now
             sc.tip_xyz = (float(tip[0]), float(tip[1]), float(tip[2]))
             sc.gripper = grip
             if self._skippable(hands, prev != angles):
