@@ -36,17 +36,22 @@ class ContactProfile(BaseModel):
     box_free: bool = Field(default=True, description="the box can be pushed (else it is fixed)")
     # ---- grasp model (docs/simulation-contact.md, "Grasp")
     grip_drop_m: float = Field(
-        default=0.025,
+        default=0.0125,
         ge=0,
         le=0.06,
         description="finger pads' centre below the tool point, across the tool axis",
     )
-    pad_half_m: float = Field(default=0.0125, gt=0, le=0.03, description="finger pad half side")
+    pad_half_m: float = Field(
+        default=0.0125, gt=0, le=0.03, description="finger pad half length along the tool axis"
+    )
+    pad_height_half_m: float = Field(
+        default=0.0175, gt=0, le=0.04, description="finger pad half height across the tool axis"
+    )
     grasp_lever_tol_m: float = Field(
-        default=0.006,
+        default=0.010,
         ge=0,
         le=0.03,
-        description="block centre this far from the pinch point: it rotates out of the jaws",
+        description="block centre this far (horizontally) from the pinch point: it turns out",
     )
     grasp_min_overlap_m: float = Field(
         default=0.005, ge=0, le=0.025, description="pads overlapping the block less: it slips out"
@@ -63,7 +68,7 @@ CONTACT_PROFILES: dict[str, ContactProfile] = {
         engine="mujoco",
         friction=0.5,
         restitution=0.45,
-        grasp_lever_tol_m=0.004,
+        grasp_lever_tol_m=0.006,
         grasp_min_overlap_m=0.007,
         slip_drop_deg=15.0,
     ),

@@ -129,10 +129,10 @@ def build_mjcf(c: ContactProfile) -> str:
       <geom name="wrist" type="capsule" size="0.013" fromto="0 -0.095 -{c.grip_drop_m} 0 -0.04 -{c.grip_drop_m}" {hb}/>
     </body>
     <body name="finger_a" mocap="true" pos="0 1 1">
-      <geom name="finger_a" type="box" size="{FINGER_HALF_M} {c.pad_half_m} {c.pad_half_m}" {hb}/>
+      <geom name="finger_a" type="box" size="{FINGER_HALF_M} {c.pad_half_m} {c.pad_height_half_m}" {hb}/>
     </body>
     <body name="finger_b" mocap="true" pos="0 1 1">
-      <geom name="finger_b" type="box" size="{FINGER_HALF_M} {c.pad_half_m} {c.pad_half_m}" {hb}/>
+      <geom name="finger_b" type="box" size="{FINGER_HALF_M} {c.pad_half_m} {c.pad_height_half_m}" {hb}/>
     </body>
   </worldbody>
   <equality>
@@ -352,7 +352,8 @@ class MujocoPhysics:
         # the block's half extent along the hand's axes (a cube turned about the vertical)
         ext = np.abs(R.T @ Rb).sum(axis=1) * h
         ov_a = min(av + ext[1], cfg.pad_half_m) - max(av - ext[1], -cfg.pad_half_m)
-        ov_w = min(w + ext[2], cfg.pad_half_m) - max(w - ext[2], -cfg.pad_half_m)
+        ph = cfg.pad_height_half_m
+        ov_w = min(w + ext[2], ph) - max(w - ext[2], -ph)
         info = {
             "tip": [round(float(v), 4) for v in self.world.tip(angles)],
             "jaw_mm": round(float(u) * 1000, 1),
@@ -393,8 +394,13 @@ class MujocoPhysics:
         self.data.qpos[self._qb : self._qb + 3] = pb
         # pinch point: the middle of the pads' overlap with the block
         pa = (max(av - ext[1], -cfg.pad_half_m) + min(av + ext[1], cfg.pad_half_m)) / 2
-        pw = (max(w - ext[2], -cfg.pad_half_m) + min(w + ext[2], cfg.pad_half_m)) / 2
-        lever = math.hypot(av - pa, w - pw)
+        pw = (max(w - ext[2], -ph) + min(w + ext[2], ph)) / 2
+        pinch = c + R @ np.array([0.0, pa, pw])
+        # gravity turns the block about the jaw axis by its centre's horizontal offset from the
+        # pinch point (hanging straight below it is stable)
+        v = pb - pinch
+        v = v - R[:, 0] * float(v @ R[:, 0])
+        lever = math.hypot(float(v[0]), float(v[1]))
         sc.grasped = True
         sc.resting_on = "gripper"
         self._set_block_bits(False)
@@ -412,7 +418,6 @@ class MujocoPhysics:
             self._event("grasp", **info)
             return
         self._slipping = True
-        pinch = c + R @ np.array([0.0, pa, pw])
         d, m = self.data, self.model
         m.eq_data[self._eq, 0:3] = Rb.T @ (pinch - pb)
         m.eq_data[self._eq, 3:6] = np.array([0.0, pa, pw])
@@ -423,7 +428,7 @@ class MujocoPhysics:
         self._event("grasp", **info)
         self._event(
             "slip",
-            reason=f"off-centre grasp: block centre {lever * 1000:.1f} mm from the pinch point "
+            reason=f"off-centre grasp: block centre {lever * 1000:.1f} mm beside the pinch point "
             f"(tolerance {cfg.grasp_lever_tol_m * 1000:.1f} mm); it rotates in the jaws",
         )
 
