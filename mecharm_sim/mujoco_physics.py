@@ -57,6 +57,8 @@ JAW_MAX_M = 0.055  # jaw opening at gripper value 100
 FINGER_HALF_M = 0.0035  # half thickness of a finger plate
 _P = np.array([[1.0, 0, 0], [0, 0, 1.0], [0, 1.0, 0]])  # Unity (x, y, z) <-> MuJoCo (x, z, y)
 _KEYS = 8  # arm samples per step() call; the hand moves linearly between them
+_MAX_V = 1.5  # m/s, a block dropped from 11 cm; nothing in the workcell moves faster
+_MAX_W = 40.0  # rad/s
 _REST_V = 0.004  # m/s: below this (and _REST_W) a body is at rest
 _REST_W = 0.08  # rad/s
 _REST_FOR_S = 0.15  # sim seconds at rest before a drop counts as landed
@@ -247,7 +249,6 @@ class MujocoPhysics:
         self._contact: set[str] = set()
         self._last_angles: tuple[float, ...] | None = None
         self._last_grip: float | None = None
-        self._hand_prev: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
         self._t_sim = self._sim_now()
         self._moved_at: tuple[float, ...] = ()
         mujoco.mj_forward(m, d)
@@ -498,43 +499,41 @@ class MujocoPhysics:
                 n = cap
             self._last_angles, self._last_grip = angles, grip
             k = min(_KEYS, n)
-            fr = np.linspace(0.0, 1.0, k + 1)[1:]
+            fr = np.linspace(0.0, 1.0, k + 1)  # the start (last call's pose) and k samples
             qs = np.asarray(prev) + np.outer(fr, np.subtract(angles, prev))
             gs = pgrip + fr * (grip - pgrip)
-            hs = self._hand(qs, gs)
-            hands = [tuple(h[i : i + 1] for h in hs) for i in range(k)]
+            hc, hR, hfa, hfb = self._hand(qs, gs)
             assert self._fk_cache is not None
             tip = self._fk_cache[1][-1, 7]  # the last sample is the arm now
             sc.tip_xyz = (float(tip[0]), float(tip[1]), float(tip[2]))
             sc.gripper = grip
-            if self._skippable(hands, prev != angles):
+            if self._skippable(hc):
                 self._t_sim += n * self._dt
                 if self._held:
-                    c, R, fa, fb = (v[0] for v in hands[-1])
-                    self._place_hand(c, R, fa, fb)
-                    self._carry(c, R, None)
+                    self._place_hand(hc[-1], hR[-1], hfa[-1], hfb[-1])
+                    self._carry(hc[-1], hR[-1], None)
                     self._sync()
                 self._mat_check(tip, angles)
                 return
-            per = n / k
-            key = -1
+            # the hand moves linearly between samples, one position per MuJoCo step, so a
+            # finger never jumps into the block (a deep overlap would throw it away)
+            span = n / k * self._dt
             for i in range(n):
-                ki = min(k - 1, int(i / per))
-                if ki != key:
-                    key = ki
-                    c, R, fa, fb = (v[0] for v in hands[ki])
-                    vel = None
-                    if self._hand_prev is not None:
-                        span = max(per, 1.0) * self._dt
-                        vel = (c - self._hand_prev[0]) / span
-                    self._hand_prev = (c, R)
-                    self._place_hand(c, R, fa, fb)
+                f = (i + 1) / n * k
+                j = min(int(f), k - 1)
+                w = f - j
+                c = hc[j] + (hc[j + 1] - hc[j]) * w
+                R = hR[j + 1]
+                self._place_hand(
+                    c, R, hfa[j] + (hfa[j + 1] - hfa[j]) * w, hfb[j] + (hfb[j + 1] - hfb[j]) * w
+                )
                 if self._held:
-                    self._carry(c, R, vel)
+                    self._carry(c, R, (hc[j + 1] - hc[j]) / span)
                 if self._bouncy and self._t_sim >= self._bouncy_until:
                     self._set_bouncy(False)
                 mujoco.mj_step(self.model, self.data)
                 self._t_sim += self._dt
+                self._clamp_speed()
                 self._contacts(tip, angles)
                 if self._yield:  # the box does not give way: the jaws do
                     self._yield = False
@@ -546,15 +545,30 @@ class MujocoPhysics:
             self._sync()
             self._mat_check(tip, angles)
 
-    def _skippable(self, hands: list[Any], arm_moved: bool) -> bool:
+    def _clamp_speed(self) -> None:
+        """No body faster than a falling block or a swept hand can make it: a deep overlap
+        with a kinematic finger would otherwise throw it out of the workcell."""
+        d = self.data
+        for v in (self._vb, self._vx):
+            if v is None:
+                continue
+            lin = d.qvel[v : v + 3]
+            sp = float(np.linalg.norm(lin))
+            if sp > _MAX_V:
+                lin *= _MAX_V / sp
+            ang = d.qvel[v + 3 : v + 6]
+            sw = float(np.linalg.norm(ang))
+            if sw > _MAX_W:
+                ang *= _MAX_W / sw
+
+    def _skippable(self, hc: NDArray[np.float64]) -> bool:
         """Nothing can change: block and box at rest and the hand far from both."""
         if self._slipping or self._airborne is not None or not self._asleep:
             return False
         d = self.data
         pb = d.qpos[self._qb : self._qb + 3]
         px = d.xpos[self._box_body]
-        for c, _, _, _ in hands:
-            c = c[0]
+        for c in hc:
             if not self._held and np.linalg.norm(c - pb) < _FAR_BLOCK_M:
                 return False
             if np.linalg.norm(c - px) < _FAR_BOX_M:
