@@ -702,6 +702,7 @@ class MujocoPhysics:
             ev["upright"] = upright
         sc.place_outcome = where
         sc.resting_on = where
+        sc.bump()  # the renderer orders the block by what it rests on
         self._event(
             "landed",
             on=where,

@@ -367,11 +367,17 @@ class Renderer:
             np.linalg.norm(np.array([s.box[0], BOX_HEIGHT_M / 2, s.box[1]]) - self.cam.pos)
         )
         blk_d = float(np.linalg.norm(np.array(s.block_xyz) - self.cam.pos))
+        # inside the box by where it is, not by what it rests on: a block falling or tipping
+        # into the box (contact engine mujoco) is drawn between its floor and its walls
+        a = math.radians(s.box[2])
+        dx, dz = s.block_xyz[0] - s.box[0], s.block_xyz[2] - s.box[1]
+        lx, lz = math.cos(a) * dx + math.sin(a) * dz, -math.sin(a) * dx + math.cos(a) * dz
+        in_box = max(abs(lx), abs(lz)) < BOX_INNER_M / 2 and s.block_xyz[1] < BOX_HEIGHT_M
         if not block:
             groups = [inside, outer, rim]
-        elif s.resting_on == "box":
+        elif s.resting_on == "box" or in_box:
             groups = [inside, block, outer, rim]
-        elif s.resting_on == "rim" or blk_d <= box_d:
+        elif s.resting_on == "rim" or blk_d <= box_d or s.block_xyz[1] > BOX_HEIGHT_M:
             groups = [inside, outer, rim, block]
         else:
             groups = [block, inside, outer, rim]
