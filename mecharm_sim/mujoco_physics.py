@@ -66,6 +66,8 @@ _BOUNCY_FOR_S = 0.4  # sim seconds after a drop during which the block's contact
 _YIELD_M = 0.003  # a held block pressed this deep into the box slips out of the jaws
 _FAR_BLOCK_M = 0.075  # hand farther than this from a resting block cannot touch it
 _FAR_BOX_M = 0.13
+_KIND_NAMES = {1: "box_wall", 2: "box_floor", 3: "block", 4: "box_wall_with_block"}
+_WITH_BLOCK = 4
 # contact bits: 1 = world/box/block, 2 = fingers<->block, 4 = fingers<->box
 _BITS = {"mat": (1, 1), "box": (1, 5), "block": (3, 3), "hand": (6, 0)}
 
@@ -193,6 +195,19 @@ class MujocoPhysics:
         self._g_walls = {gid(f"box_wall{i}") for i in range(4)}
         self._g_hand = {gid("finger_a"), gid("finger_b"), gid("wrist")}
         self._mocap = {n: int(m.body_mocapid[bid(n)]) for n in ("hand", "finger_a", "finger_b")}
+        self._mocap_ids = [self._mocap[n] for n in ("hand", "finger_a", "finger_b")]
+        # collision kind of each geom pair (docs/simulation-contact.md, "Collisions")
+        box = [*self._g_walls, self._g_floor]
+        pk = np.zeros((m.ngeom, m.ngeom), np.int8)
+        for h in self._g_hand:
+            for w in self._g_walls:
+                pk[h, w] = pk[w, h] = 1
+            pk[h, self._g_floor] = pk[self._g_floor, h] = 2
+            pk[h, self._g_block] = pk[self._g_block, h] = 3
+        for x in box:
+            pk[self._g_block, x] = pk[x, self._g_block] = _WITH_BLOCK
+        self._pair_kind = pk
+
         jb = m.joint("block")
         self._qb, self._vb = int(jb.qposadr[0]), int(jb.dofadr[0])
         if self.cfg.box_free:
@@ -308,13 +323,13 @@ class MujocoPhysics:
         jaw = R[:, :, 0]
         return c_mj, R, c_mj + jaw * half, c_mj - jaw * half
 
-    def _place_hand(self, c: NDArray[np.float64], R: NDArray[np.float64], fa: Any, fb: Any) -> None:
+    def _place_hand(
+        self, c: NDArray[np.float64], R: NDArray[np.float64], fa: Any, fb: Any, quat: Any = None
+    ) -> None:
         d = self.data
-        q = _quat_of(R)
-        for name, pos in (("hand", c), ("finger_a", fa), ("finger_b", fb)):
-            i = self._mocap[name]
-            d.mocap_pos[i] = pos
-            d.mocap_quat[i] = q
+        ids = self._mocap_ids
+        d.mocap_pos[ids] = (c, fa, fb)
+        d.mocap_quat[ids] = _quat_of(R) if quat is None else quat
 
     # ---------------------------------------------------------------- events from the arm
     def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
@@ -518,6 +533,7 @@ class MujocoPhysics:
             # the hand moves linearly between samples, one position per MuJoCo step, so a
             # finger never jumps into the block (a deep overlap would throw it away)
             span = n / k * self._dt
+            hq = [_quat_of(r) for r in hR]  # the orientation changes once per arm sample
             for i in range(n):
                 f = (i + 1) / n * k
                 j = min(int(f), k - 1)
@@ -525,7 +541,11 @@ class MujocoPhysics:
                 c = hc[j] + (hc[j + 1] - hc[j]) * w
                 R = hR[j + 1]
                 self._place_hand(
-                    c, R, hfa[j] + (hfa[j + 1] - hfa[j]) * w, hfb[j] + (hfb[j + 1] - hfb[j]) * w
+                    c,
+                    R,
+                    hfa[j] + (hfa[j + 1] - hfa[j]) * w,
+                    hfb[j] + (hfb[j + 1] - hfb[j]) * w,
+                    hq[j + 1],
                 )
                 if self._held:
                     self._carry(c, R, (hc[j + 1] - hc[j]) / span)
@@ -549,14 +569,24 @@ class MujocoPhysics:
         """No body faster than a falling block or a swept hand can make it: a deep overlap
         with a kinematic finger would otherwise throw it out of the workcell."""
         d = self.data
+        q = d.qvel
+        if (
+            float(q @ q) < _MAX_W * _MAX_W
+            and float(q[self._vb : self._vb + 3] @ q[self._vb : self._vb + 3]) < _MAX_V * _MAX_V
+            and (
+                self._vx is None
+                or float(q[self._vx : self._vx + 3] @ q[self._vx : self._vx + 3]) < _MAX_V * _MAX_V
+            )
+        ):
+            return  # the usual case, one dot product
         for v in (self._vb, self._vx):
             if v is None:
                 continue
-            lin = d.qvel[v : v + 3]
+            lin = q[v : v + 3]
             sp = float(np.linalg.norm(lin))
             if sp > _MAX_V:
                 lin *= _MAX_V / sp
-            ang = d.qvel[v + 3 : v + 6]
+            ang = q[v + 3 : v + 6]
             sw = float(np.linalg.norm(ang))
             if sw > _MAX_W:
                 ang *= _MAX_W / sw
@@ -586,29 +616,21 @@ class MujocoPhysics:
             d.qvel[self._vb : self._vb + 3] = vel
 
     def _contacts(self, tip: NDArray[np.float64], angles: tuple[float, ...]) -> None:
+        """Collision kinds touching now, looked up per contact pair in one numpy step."""
         d = self.data
         kinds: set[str] = set()
         if d.ncon:
             g = d.contact.geom[: d.ncon]
-            dist = d.contact.dist[: d.ncon]
-            for (g1, g2), depth in zip(g, dist, strict=True):
-                a, b = int(g1), int(g2)
-                for x, y in ((a, b), (b, a)):
-                    if x in self._g_hand:
-                        if y in self._g_walls:
-                            kinds.add("box_wall")
-                        elif y == self._g_floor:
-                            kinds.add("box_floor")
-                        elif y == self._g_block:
-                            kinds.add("block")
-                    elif (
-                        x == self._g_block
-                        and self._held
-                        and (y in self._g_walls or y == self._g_floor)
-                    ):
-                        kinds.add("box_wall_with_block")
-                        if depth < -_YIELD_M:
-                            self._yield = True
+            codes = self._pair_kind[g[:, 0], g[:, 1]]
+            if codes.any():
+                for code in set(codes[codes > 0].tolist()):
+                    if code == _WITH_BLOCK and not self._held:
+                        continue
+                    kinds.add(_KIND_NAMES[code])
+                if self._held:
+                    depth = d.contact.dist[: d.ncon][codes == _WITH_BLOCK]
+                    if depth.size and float(depth.min()) < -_YIELD_M:
+                        self._yield = True
         self._record(kinds, tip, angles, keep={"mat"})
 
     def _mat_check(self, tip: NDArray[np.float64], angles: tuple[float, ...]) -> None:
