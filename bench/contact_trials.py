@@ -2,7 +2,8 @@
 + ``contact: {engine: ENGINE}``), one daemon at time scale 20, one trial per seed; prints one
 JSON line per trial with the runtime's verdicts and the workcell's truth
 (docs/simulation-contact.md, "Whole trials"):
-``PYTHONPATH=. python -m bench.contact_trials mujoco 1 2 3 4 5``."""
+``PYTHONPATH=. python -m bench.contact_trials mujoco 1 2 3 4 5`` (ENGINE: ``rules``, ``mujoco``,
+or ``rig`` / ``harsh`` for that profile's whole contact part)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from mecharm_common.config import load_settings
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import ensure_table
 from mecharm_runtime.service import open_rig, scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
+from mecharm_sim.contact import CONTACT_PROFILES
 from mecharm_tools.simrig import start_sim_daemon
 
 SCALE = 20.0
@@ -26,7 +30,11 @@ engine = sys.argv[1]
 seeds = [int(s) for s in sys.argv[2:]]
 tmp = Path(tempfile.mkdtemp(prefix="contact_trials_"))
 prof = tmp / "contact.yaml"
-prof.write_text(f"base: ideal\ncontact: {{engine: {engine}}}\n")
+# ENGINE: rules | mujoco, or a built-in profile's contact part alone (rig | harsh)
+contact = (
+    CONTACT_PROFILES[engine].model_dump() if engine in CONTACT_PROFILES else {"engine": engine}
+)
+prof.write_text(yaml.safe_dump({"base": "ideal", "contact": contact}))
 fk = tmp / "fk"
 fk.mkdir()
 ensure_table(fk)
