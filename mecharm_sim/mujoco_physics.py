@@ -64,8 +64,8 @@ _REST_W = 0.08  # rad/s
 _REST_FOR_S = 0.15  # sim seconds at rest before a drop counts as landed
 _BOUNCY_FOR_S = 0.4  # sim seconds after a drop during which the block's contacts may bounce
 _YIELD_M = 0.003  # a held block pressed this deep into the box slips out of the jaws
-_FAR_BLOCK_M = 0.075  # hand farther than this from a resting block cannot touch it
-_FAR_BOX_M = 0.13
+_FAR_BLOCK_M = 0.135  # pads' centre this far from a resting block: no finger or wrist reaches it
+_FAR_BOX_M = 0.17  # ... and this far from the box centre
 _KIND_NAMES = {1: "box_wall", 2: "box_floor", 3: "block", 4: "box_wall_with_block"}
 _WITH_BLOCK = 4
 # contact bits: 1 = world/box/block, 2 = fingers<->block, 4 = fingers<->box
