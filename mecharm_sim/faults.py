@@ -353,7 +353,10 @@ class FaultBoard:
         elif name in ("camera_lost", "frozen_feed", "drop_frames", "late_frames"):
             self.cameras.arm(name, f)
         elif name == "knock":
-            self.physics.knock_block(f.dx_m, f.dz_m)  # type: ignore[attr-defined]
+            try:
+                self.physics.knock_block(f.dx_m, f.dz_m)  # type: ignore[attr-defined]
+            except ValueError as exc:  # e.g. the block is in the gripper
+                raise FaultError(f"knock: {exc}") from None
         elif name == "missed_grasp":
             self.physics.force_miss_next_grasp()
         elif name == "lighting":
@@ -378,9 +381,7 @@ class FaultBoard:
         if self.arm_faults is not None:
             self.arm_faults.clear()
         self.cameras.clear()
-        with self.scene.lock:
-            if hasattr(self.physics, "_force_miss"):
-                self.physics._force_miss = False
+        self.physics.cancel_missed_grasp()
         log.info("faults_cleared")
         return self.status()
 
@@ -394,7 +395,7 @@ class FaultBoard:
             "arm": None if af is None else {"armed": af.armed(), "counts": dict(af.counts)},
             "cameras": self.cameras.status(),
             "world": {
-                "missed_grasp_armed": bool(getattr(self.physics, "_force_miss", False)),
+                "missed_grasp_armed": self.physics.missed_grasp_armed,
                 "lighting": self.scene.layout.lighting.model_dump(),
             },
             "crash_at": self.crash_at,

@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_common.logging import get_logger
+from mecharm_sim.contact import ContactProfile
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
@@ -47,7 +48,9 @@ __all__ = [
     "GRIP_CONTACT",
     "ArmState",
     "Physics",
+    "WorkcellPhysics",
     "classify_drop",
+    "make_physics",
 ]
 
 log = get_logger("mecharm_sim.physics")
@@ -69,6 +72,36 @@ class ArmState(Protocol):
     def remove_listener(self, cb: Any) -> None: ...
 
     def block_gripper_at(self, value: float | None) -> None: ...
+
+
+class WorkcellPhysics(Protocol):
+    """What the workcell (and the fault interface) asks of a contact engine."""
+
+    def step(self) -> None: ...
+
+    def reset(self) -> None: ...
+
+    def detach(self) -> None: ...
+
+    def force_miss_next_grasp(self) -> None: ...
+
+    def cancel_missed_grasp(self) -> None: ...
+
+    @property
+    def missed_grasp_armed(self) -> bool: ...
+
+    def knock_block(self, dx_m: float, dz_m: float) -> dict[str, Any]: ...
+
+
+def make_physics(
+    scene: SceneState, arm: ArmState, world: WorldArm, contact: ContactProfile
+) -> WorkcellPhysics:
+    """The engine the profile's contact part names: ``rules`` (this module) or ``mujoco``."""
+    if contact.engine == "mujoco":
+        from mecharm_sim.mujoco_physics import MujocoPhysics  # MuJoCo only when asked for
+
+        return MujocoPhysics(scene, arm, world=world, contact=contact)
+    return Physics(scene, arm, world=world)
 
 
 def _box_local(xz: NDArray[np.float64], box: tuple[float, float, float]) -> NDArray[np.float64]:
@@ -122,7 +155,7 @@ class Physics:
         self.clock = clock
         self._last_angles: tuple[float, ...] | None = None
         self._contact: set[str] = set()
-        self._force_miss = False
+        self._forced_miss = False
         arm.add_listener(self.on_arm_event)
 
     def detach(self) -> None:
@@ -134,33 +167,9 @@ class Physics:
         with self.scene.lock:
             self._contact.clear()
             self._last_angles = None
-            self._force_miss = False
+            self._forced_miss = False
             self.arm.block_gripper_at(None)
         self.step()
-
-    # ---------------------------------------------------------------- faults from outside
-    def force_miss_next_grasp(self) -> None:
-        """The next close on the block slips: a miss whatever the tip's position
-        (docs/simulation-faults.md, ``missed_grasp``)."""
-        with self.scene.lock:
-            self._force_miss = True
-
-    def knock_block(self, dx_m: float, dz_m: float) -> None:
-        """Push a block resting on the mat by (dx, dz) metres, as a bumped table would
-        (docs/simulation-faults.md, ``knock``); a held block or one in the box stays."""
-        with self.scene.lock:
-            sc = self.scene
-            if sc.grasped or sc.resting_on != "mat":
-                self._event("knock_ignored", reason=f"block is on {sc.resting_on}")
-                return
-            before = list(sc.block_xyz)
-            sc.block_xyz = [before[0] + dx_m, before[1], before[2] + dz_m]
-            sc.bump()
-            self._event(
-                "knock",
-                block_from=[round(before[0], 4), round(before[2], 4)],
-                block_to=[round(sc.block_xyz[0], 4), round(sc.block_xyz[2], 4)],
-            )
 
     # ---------------------------------------------------------------- events from the arm
     def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
@@ -194,9 +203,9 @@ class Physics:
             "tip_above_block_bottom_mm": round(dy * 1000, 1),
             "jaws": round(jaws, 1),
         }
-        if self._force_miss:
-            self._force_miss = False
-            self._event("miss", reason="forced miss (fault missed_grasp)", **info)
+        if self._forced_miss:
+            self._forced_miss = False
+            self._event("miss", reason="forced miss (fault: force_miss_next_grasp)", **info)
         elif jaws < GRIP_CONTACT:
             self._event("miss", reason="jaws were not open wider than the block", **info)
         elif dxz > GRASP_XZ_TOL_M:
@@ -238,6 +247,41 @@ class Physics:
             block=[round(bx, 4), round(bz, 4)],
             drop_mm=round((by - BLOCK_SIZE_M / 2 - bottom) * 1000, 1),
         )
+
+    # ---------------------------------------------------------------- faults
+    def force_miss_next_grasp(self) -> None:
+        """Fault: the next close misses (the jaws close past the block, which stays)."""
+        with self.scene.lock:
+            self._forced_miss = True
+        log.warning("workcell_fault", fault="force_miss_next_grasp")
+
+    def cancel_missed_grasp(self) -> None:
+        """Disarm ``force_miss_next_grasp`` if it has not taken effect yet."""
+        with self.scene.lock:
+            self._forced_miss = False
+
+    @property
+    def missed_grasp_armed(self) -> bool:
+        return self._forced_miss
+
+    def knock_block(self, dx_m: float, dz_m: float) -> dict[str, Any]:
+        """Fault: the block (not held) is pushed by (dx, dz) metres, as if knocked; it keeps
+        its height and yaw. Raises ValueError while it is in the jaws."""
+        with self.scene.lock:
+            sc = self.scene
+            if sc.grasped:
+                raise ValueError("knock_block: the block is in the gripper; knock it once released")
+            sc.block_xyz = [sc.block_xyz[0] + dx_m, sc.block_xyz[1], sc.block_xyz[2] + dz_m]
+            sc.bump()
+            ev = {
+                "kind": "knock",
+                "ts": self.clock(),
+                "dx_mm": round(dx_m * 1000, 1),
+                "dz_mm": round(dz_m * 1000, 1),
+            }
+            sc.events.append(ev)
+            log.warning("workcell_knock", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
+            return ev
 
     # ---------------------------------------------------------------- stepping
     def step(self) -> None:

@@ -275,13 +275,14 @@ class SceneSnapshot:
     version: int  # unique across all scenes of the process: keys the static-layer cache
     block_xyz: tuple[float, float, float]
     block_yaw_deg: float
-    box: tuple[float, float, float]
+    box: tuple[float, float, float]  # x, z, yaw: where the box is now (pushed boxes move)
     grasped: bool
     resting_on: str
     gain: float
     gradient: tuple[float, float]
     noise_sigma: float
     flicker: float
+    block_rot: tuple[float, ...] | None = None  # row-major 3x3 (Unity frame); None: upright at yaw
 
     @classmethod
     def of(cls, scene: SceneState) -> SceneSnapshot:
@@ -298,6 +299,7 @@ class SceneSnapshot:
                 gradient=lt.gradient,
                 noise_sigma=lt.noise_sigma,
                 flicker=lt.flicker,
+                block_rot=tuple(scene.block_rot),
             )
 
 
@@ -322,18 +324,35 @@ Face = tuple[
 ]  # pts, normal, bgr, factor
 
 
-def _cube_faces(centre: tuple[float, float, float], yaw_deg: float, size: float) -> list[Face]:
-    cx, cy, cz = centre
+#: the cube's six faces: (outward axis index, sign); corners built from the other two axes
+_CUBE_AXES = ((1, 1.0), (0, 1.0), (2, 1.0), (0, -1.0), (2, -1.0), (1, -1.0))
+
+
+def _cube_faces(
+    centre: tuple[float, float, float],
+    yaw_deg: float,
+    size: float,
+    rot: tuple[float, ...] | None = None,
+) -> list[Face]:
+    """The faces of a cube of side ``size`` at ``centre``, upright at ``yaw_deg`` or turned by
+    ``rot`` (row-major 3x3, Unity frame: a tipped block). Faces turned away from a camera are
+    culled by the renderer, so drawing all six costs nothing for an upright block's bottom."""
+    if rot is None:
+        a = math.radians(yaw_deg)
+        c, s = math.cos(a), math.sin(a)
+        R = np.array([[c, 0.0, -s], [0.0, 1.0, 0.0], [s, 0.0, c]])
+    else:
+        R = np.asarray(rot, dtype=np.float64).reshape(3, 3)
     h = size / 2
-    top = _square(cx, cz, h, yaw_deg, cy + h)
-    bot = _square(cx, cz, h, yaw_deg, cy - h)
-    faces: list[Face] = [(top, np.array([0.0, 1.0, 0.0]), BLOCK_BGR, 1.0)]
-    for i in range(4):
-        j = (i + 1) % 4
-        quad = np.array([top[i], top[j], bot[j], bot[i]])
-        mid = (top[i] + top[j]) / 2 - [cx, cy + h, cz]
-        n = np.array([mid[0], 0.0, mid[2]])
-        faces.append((quad, n / np.linalg.norm(n), BLOCK_BGR, 1.0))
+    ctr = np.asarray(centre, dtype=np.float64)
+    faces: list[Face] = []
+    for k, sgn in _CUBE_AXES:
+        i, j = [m for m in range(3) if m != k]
+        n = R[:, k] * sgn
+        ui, uj = R[:, i] * h, R[:, j] * h
+        mid = ctr + n * h
+        quad = np.array([mid + ui + uj, mid - ui + uj, mid - ui - uj, mid + ui - uj])
+        faces.append((quad, n, BLOCK_BGR, 1.0))
     return faces
 
 
@@ -542,16 +561,26 @@ class Renderer:
         self, img: NDArray[np.uint8], s: SceneSnapshot, include_block: bool, gain: float
     ) -> None:
         inside, outer, rim = _box_faces(*s.box)
-        block = _cube_faces(s.block_xyz, s.block_yaw_deg, BLOCK_SIZE_M) if include_block else []
+        block = (
+            _cube_faces(s.block_xyz, s.block_yaw_deg, BLOCK_SIZE_M, s.block_rot)
+            if include_block
+            else []
+        )
         box_d = float(
             np.linalg.norm(np.array([s.box[0], BOX_HEIGHT_M / 2, s.box[1]]) - self.cam.pos)
         )
         blk_d = float(np.linalg.norm(np.array(s.block_xyz) - self.cam.pos))
+        # inside the box by where it is, not by what it rests on: a block falling or tipping
+        # into the box (contact engine mujoco) is drawn between its floor and its walls
+        a = math.radians(s.box[2])
+        dx, dz = s.block_xyz[0] - s.box[0], s.block_xyz[2] - s.box[1]
+        lx, lz = math.cos(a) * dx + math.sin(a) * dz, -math.sin(a) * dx + math.cos(a) * dz
+        in_box = max(abs(lx), abs(lz)) < BOX_INNER_M / 2 and s.block_xyz[1] < BOX_HEIGHT_M
         if not block:
             groups = [inside, outer, rim]
-        elif s.resting_on == "box":
+        elif s.resting_on == "box" or in_box:
             groups = [inside, block, outer, rim]
-        elif s.resting_on == "rim" or blk_d <= box_d:
+        elif s.resting_on == "rim" or blk_d <= box_d or s.block_xyz[1] > BOX_HEIGHT_M:
             groups = [inside, outer, rim, block]
         else:
             groups = [block, inside, outer, rim]
@@ -611,7 +640,9 @@ class Renderer:
             if item[0] == "line":
                 self._line(img, item[1], item[2], item[3], item[4])
             else:
-                self._faces(img, _cube_faces(item[1], s.block_yaw_deg, BLOCK_SIZE_M), g)
+                self._faces(
+                    img, _cube_faces(item[1], s.block_yaw_deg, BLOCK_SIZE_M, s.block_rot), g
+                )
         uv, depth = self.cam.project(tip[None, :])
         if depth[0] > 0.02:
             r = max(2, round(TIP_MARKER_RADIUS_M * self.cam.f / float(depth[0]) * _SCALE))

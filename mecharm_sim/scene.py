@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import random
 import threading
 from pathlib import Path
@@ -48,8 +49,10 @@ __all__ = [
     "SceneError",
     "SceneLayout",
     "SceneState",
+    "block_upright",
     "load_layout",
     "random_layout",
+    "yaw_rotation",
 ]
 
 BLOCK_SIZE_M = 0.025
@@ -220,6 +223,23 @@ def load_layout(
         raise SceneError(f"scene file {path}: " + "; ".join(parts)) from None
 
 
+def yaw_rotation(yaw_deg: float) -> tuple[float, ...]:
+    """Row-major 3x3 rotation (Unity frame) of a block standing upright at ``yaw_deg``: its
+    local x axis goes to (cos, 0, sin) in (x, y, z), as the renderer's footprint turns."""
+    a = math.radians(yaw_deg)
+    c, s = math.cos(a), math.sin(a)
+    return (c, 0.0, -s, 0.0, 1.0, 0.0, s, 0.0, c)
+
+
+#: a block counts as upright when one of its faces is within this angle of flat
+UPRIGHT_TOL_DEG = 10.0
+
+
+def block_upright(rot: tuple[float, ...] | list[float]) -> bool:
+    """One of the cube's axes within ``UPRIGHT_TOL_DEG`` of vertical (any face down is upright)."""
+    return max(abs(rot[3]), abs(rot[4]), abs(rot[5])) >= math.cos(math.radians(UPRIGHT_TOL_DEG))
+
+
 class SceneState:
     """Mutable ground truth, guarded by ``lock``. ``version`` changes whenever a static object moves."""
 
@@ -237,10 +257,12 @@ class SceneState:
             self.layout = layout
             self.block_xyz = [layout.block.x, BLOCK_SIZE_M / 2, layout.block.z]  # centre
             self.block_yaw_deg = layout.block.yaw_deg
+            # full orientation (row-major 3x3, Unity frame); the rules engine keeps it upright
+            self.block_rot: tuple[float, ...] = yaw_rotation(layout.block.yaw_deg)
             self.box = (layout.box.x, layout.box.z, layout.box.yaw_deg)
             self.grasped = False
             self.grasp_offset = (0.0, 0.0, 0.0)  # block centre - tip while held
-            self.resting_on = "mat"  # mat | box | rim | gripper
+            self.resting_on = "mat"  # mat | box | rim | gripper | air (falling, mujoco)
             self.collisions: list[dict[str, Any]] = []
             self.events: list[dict[str, Any]] = []
             self.place_outcome: str | None = None
@@ -258,6 +280,8 @@ class SceneState:
                     "y": self.block_xyz[1],
                     "z": self.block_xyz[2],
                     "yaw_deg": self.block_yaw_deg,
+                    "rot": [list(self.block_rot[i : i + 3]) for i in (0, 3, 6)],
+                    "upright": block_upright(self.block_rot),
                     "resting_on": self.resting_on,
                 },
                 "box": {

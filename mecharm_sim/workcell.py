@@ -25,7 +25,7 @@ from mecharm_sim.camserver import (
     CameraServer,
 )
 from mecharm_sim.faults import CameraFaults, FaultBoard
-from mecharm_sim.physics import ArmState, Physics
+from mecharm_sim.physics import ArmState, make_physics
 from mecharm_sim.profile import SimProfile
 from mecharm_sim.render import Renderer, SceneSnapshot, camera_of
 from mecharm_sim.scene import SceneLayout, SceneState, load_layout
@@ -74,7 +74,7 @@ class Workcell:
         self._trial = 0
         self._gain_range = self.profile.optics.gain_range
         self.scene = SceneState(self._layout(load_layout(scene, seed, self._gain_range)))
-        self.physics = Physics(self.scene, sim_arm, world=self.world)
+        self.physics = make_physics(self.scene, sim_arm, self.world, self.profile.contact)
         optics = self.profile.optics  # the cameras' true optics (docs/simulation-optics.md)
         self._optics = {"top": optics.top, "side": optics.side}
         cams = {
