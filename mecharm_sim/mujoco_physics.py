@@ -52,6 +52,8 @@ from mecharm_sim.world_arm import WorldArm
 __all__ = ["JAW_MAX_M", "MujocoPhysics", "build_mjcf"]
 
 log = get_logger("mecharm_sim.mujoco_physics")
+#: a contact must be gone this long (clock seconds) before its next start counts as a new one
+_CONTACT_GAP_S = 0.25
 
 JAW_MAX_M = 0.055  # jaw opening at gripper value 100
 FINGER_HALF_M = 0.0035  # half thickness of a finger plate
@@ -262,6 +264,7 @@ class MujocoPhysics:
         self._rest_since: float | None = None
         self._asleep = False
         self._contact: set[str] = set()
+        self._contact_seen: dict[str, float] = {}
         self._last_angles: tuple[float, ...] | None = None
         self._last_grip: float | None = None
         self._t_sim = self._sim_now()
@@ -654,10 +657,15 @@ class MujocoPhysics:
         keep: set[str] = frozenset(),  # type: ignore[assignment]
         only: set[str] | None = None,
     ) -> None:
+        now = self.clock()
+        for kind in kinds:
+            self._contact_seen[kind] = now
         for kind in list(self._contact):
             if kind in keep or (only is not None and kind not in only):
                 continue
-            if kind not in kinds:
+            # a contact ends once it has been gone for a while: pads that chatter on a wall
+            # (MuJoCo's contacts come and go step by step) are one contact, not dozens
+            if kind not in kinds and now - self._contact_seen.get(kind, now) > _CONTACT_GAP_S:
                 self._contact.discard(kind)
         for kind in kinds - self._contact:
             self._contact.add(kind)
