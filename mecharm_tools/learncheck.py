@@ -144,7 +144,7 @@ def draw_curve(rows: Sequence[TrialRow], warmup: int, title: str, path: Path) ->
     """Two panels drawn with OpenCV (no plotting library in the project's environment): the
     first attempt's true tip error per trial (before the servo) with the grasp tolerance, and
     first-grasp success with the trial outcome."""
-    W, H, L, R = 1000, 620, 70, 20
+    W, H, L, R = 1100, 620, 190, 20
     img = np.full((H, W, 3), 255, np.uint8)
     n = max(1, len(rows))
     font = cv2.FONT_HERSHEY_SIMPLEX
@@ -169,6 +169,7 @@ def draw_curve(rows: Sequence[TrialRow], warmup: int, title: str, path: Path) ->
     for v in range(0, int(ymax) + 1, 5):
         cv2.line(img, (L, Y(v)), (W - R, Y(v)), (225, 225, 225), 1)
         text(f"{v}", L - 30, Y(v) + 4)
+    text("tip error (mm)", 8, (top + bot) // 2, 0.42)
     cv2.line(img, (L, Y(GRASP_TOL_MM)), (W - R, Y(GRASP_TOL_MM)), (0, 0, 200), 1)
     text(f"grasp tolerance {GRASP_TOL_MM:g} mm", W - R - 190, Y(GRASP_TOL_MM) - 5, 0.4, (0, 0, 200))
     if 0 < warmup < n:
@@ -182,15 +183,20 @@ def draw_curve(rows: Sequence[TrialRow], warmup: int, title: str, path: Path) ->
         for p in pts:
             cv2.circle(img, p, 3, color, -1, cv2.LINE_AA)
     text("first attempt tip-to-block x-z (mm): true (blue), top camera (green)", L, bot + 18, 0.42)
-    # panel 2: first grasp held / trial succeeded
-    y1, y2 = 430, 470
-    text("first grasp held", L - 60, y1 - 14, 0.4)
-    text("trial placed", L - 60, y2 + 28, 0.4)
-    for r in rows:
-        c1 = (0, 170, 0) if r.first_grasp else (0, 0, 220)
-        c2 = (0, 170, 0) if r.success else (0, 0, 220)
-        cv2.rectangle(img, (X(r.trial) - 5, y1 - 8), (X(r.trial) + 5, y1 + 8), c1, -1)
-        cv2.rectangle(img, (X(r.trial) - 5, y2 - 8), (X(r.trial) + 5, y2 + 8), c2, -1)
+    # panel 2: per trial, the memory had an entry for the block's cell / first grasp held /
+    # trial placed
+    for k, (label, ok) in enumerate(
+        (
+            ("memory knew the cell", lambda r: r.correction_dx_mm or r.correction_dz_mm),
+            ("first grasp held", lambda r: r.first_grasp),
+            ("trial placed", lambda r: r.success),
+        )
+    ):
+        y = 425 + 32 * k
+        text(label, 8, y + 5, 0.42)
+        for r in rows:
+            c = (0, 170, 0) if ok(r) else (0, 0, 220)
+            cv2.rectangle(img, (X(r.trial) - 5, y - 8), (X(r.trial) + 5, y + 8), c, -1)
     step = max(1, n // 20)
     for r in rows:
         if (r.trial - 1) % step == 0 or r.trial == n:
