@@ -231,14 +231,29 @@ async def _trials(
     rows: list[TrialRow] = []
     for i in range(1, n + 1):
         s = seed + i - 1
-        start = await asyncio.to_thread(scene_next, control_url, s)
-        async with open_rig(settings) as (rig, _client):
-            t = await run_trial(rig, scene_seed=s)
-        end = await asyncio.to_thread(_get_json, control_url.rstrip("/") + "/scene/truth")
+        try:
+            start = await asyncio.to_thread(scene_next, control_url, s)
+            async with open_rig(settings) as (rig, _client):
+                t = await run_trial(rig, scene_seed=s)
+            end = await asyncio.to_thread(_get_json, control_url.rstrip("/") + "/scene/truth")
+        except Exception as exc:  # the rig is gone: keep the rows so far, say why it ended
+            why = f"{type(exc).__name__}: {exc}"
+            print(f"{i:>3} seed {s:<5} not run: {why}; stopping here", file=sys.stderr)
+            rows.append(_error_row(i, s, why))
+            break
         row = trial_row(i, s, t, world, start, end)
         rows.append(row)
         print(_line(row), flush=True)
     return rows
+
+
+def _error_row(i: int, seed: int, why: str) -> TrialRow:
+    return TrialRow(
+        trial=i, seed=seed, status="error", reason=why, true_dx_mm=None, true_dz_mm=None,
+        height_err_mm=None, true_xz_mm=None, measured_xz_mm=None, correction_dx_mm=0.0,
+        correction_dz_mm=0.0, first_grasp=False, first_grasp_xz_mm=None, servo_steps_first=0,
+        servo_steps_total=0, attempts=0, pick_verdict="-", place_verdict="-",
+    )  # fmt: skip
 
 
 def _fmt(v: float | None) -> str:
@@ -333,7 +348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep or key not in RuntimeSettings.model_fields:
             print(f"learncheck: --set {kv!r}: not KEY=VALUE of a runtime setting", file=sys.stderr)
             return 2
-        overrides[key] = yaml.safe_load(val)
+        v = yaml.safe_load(val)
+        # YAML reads yes/no/on/off as booleans; a setting whose values are such words (and a
+        # boolean one, which accepts them too) gets the word itself
+        overrides[key] = val if isinstance(v, bool) else v
     try:
         spec, profile = _profile_file(args.profile, args.zero_offset_deg, root)
     except ProfileError as exc:

@@ -292,3 +292,55 @@ def test_e2e_ideal_profile_makes_no_servo_step(tmp_path: Path, fk_data_dir: Path
     steps = _decisions(t, "pick_servo")
     assert steps and all(s["action"] == "within tolerance" for s in steps)
     assert not [c for c in _decisions(t, "command") if c["note"].startswith("pick servo")]
+
+
+# ---------------------------------------------------------------- the measuring tool
+
+
+def test_learncheck_refuses_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mecharm_tools import learncheck
+
+    assert learncheck.main(["--trials", "5", "--warmup", "5"]) == 2
+    assert "--warmup" in capsys.readouterr().err
+    root = tmp_path / "root"
+    root.mkdir()
+    bad = ["--data-root", str(root), "--zero-offset-deg", "1,2,3", "--trials", "2", "--warmup", "1"]
+    assert learncheck.main(bad) == 2
+    assert "six numbers" in capsys.readouterr().err
+    assert learncheck.main(["--data-root", str(root), "--set", "no_such_key=1"]) == 2
+    assert "no_such_key" in capsys.readouterr().err
+    mem = DataRoot(root).correction_memory
+    mem.parent.mkdir(parents=True)
+    mem.write_text('{"version": 1, "entries": {}}')
+    assert learncheck.main(["--data-root", str(root), "--trials", "2", "--warmup", "1"]) == 2
+    assert "empty memory" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_learncheck_runs_trials_from_an_empty_memory(tmp_path: Path, fk_data_dir: Path) -> None:
+    import csv
+
+    import cv2
+
+    from mecharm_tools import learncheck
+
+    root, plot = tmp_path / "root", tmp_path / "curve.png"
+    rc = learncheck.main(
+        [
+            "--profile", "ideal", "--zero-offset-deg", ",".join(str(v) for v in OFFSET),
+            "--trials", "2", "--warmup", "1", "--seed", "100", "--time-scale", "20",
+            "--data-root", str(root), "--fk-data-dir", str(fk_data_dir), "--plot", str(plot),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    rows = list(csv.DictReader((root / "learncheck.csv").read_text().splitlines()))
+    assert [r["seed"] for r in rows] == ["100", "101"]
+    # trial 1 starts from the empty memory ~16 mm off; the servo moves before the grasp
+    assert float(rows[0]["true_xz_mm"]) > GRASP_MM and int(rows[0]["servo_steps_first"]) >= 1
+    assert rows[0]["correction_dx_mm"] == "0.0" and rows[0]["status"] == "completed"
+    img = cv2.imread(str(plot))
+    assert img is not None and img.shape[0] > 100
+    summary = json.loads((root / "learncheck.json").read_text())
+    assert summary["trials"] == 2 and summary["trials_after"] == 1
