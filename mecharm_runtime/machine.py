@@ -675,6 +675,8 @@ async def _servo_pick(ctx: TrialContext) -> None:
     else:
         if st.tip is not None:  # the last step's measurement decides "converged"
             _step, why = _pick_servo_step(s, st.tip, st.correction_used_mm, st.pick_servo_mm)
+            if _step is not None:
+                why = f"pick_servo_max_iter {s.pick_servo_max_iter} steps made, still off"
     ctx.trace.decision(
         "pick_servo_result",
         {"steps": iters, "total_mm": list(st.pick_servo_mm), "converged": why == "within tolerance",
