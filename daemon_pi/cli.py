@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -15,6 +15,9 @@ from daemon_pi.server import ArmServer
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import ShutdownSignals, capture_signals
+
+if TYPE_CHECKING:
+    from mecharm_sim.arm import SimArmConfig
 
 __all__ = ["build_parser", "main", "serve", "settings_from_args"]
 
@@ -186,8 +189,24 @@ def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
     from daemon_pi.backends.sim import SimBackend
     from mecharm_sim.arm import SimArm
 
-    arm = SimArm(settings.sim)
+    arm = SimArm(_sim_arm_config(settings))
     return SimBackend(arm), arm
+
+
+def _sim_arm_config(settings: DaemonSettings) -> SimArmConfig:
+    """``settings.sim`` with the profile's timing (docs/simulation-timing.md); a key set in
+    the daemon's config or flags keeps its value."""
+    if settings.sim_profile == "ideal":  # adds nothing, and needs no profile module
+        return settings.sim
+    from mecharm_sim.profile import ProfileError, load_profile
+
+    try:
+        timing = load_profile(settings.sim_profile).timing
+    except ProfileError as exc:
+        raise StartupError(str(exc)) from None
+    given = settings.sim.model_fields_set
+    update = {k: v for k, v in timing.arm_overrides().items() if k not in given}
+    return settings.sim.model_copy(update=update) if update else settings.sim
 
 
 def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:

@@ -55,6 +55,9 @@ _BUSY_RETRY_S = 0.25
 #: pings may be late (a loaded machine) before the daemon would drop us
 _KEEPALIVE_FRACTION = 1 / 3
 _KEEPALIVE_MIN_S = 0.05
+#: a gripper command holds the arm's SDK call for seconds before it returns (the real rig's
+#: open: about 4 s, docs/simulation-timing.md): its reply may take this long
+GRIPPER_TIMEOUT_S = 10.0
 
 
 class DaemonError(Exception):
@@ -432,10 +435,18 @@ class DaemonClient:
         )
 
     async def set_gripper_state(self, state: int, speed: int) -> Any:
-        return await self.request("set_gripper_state", {"state": int(state), "speed": int(speed)})
+        return await self.request(
+            "set_gripper_state",
+            {"state": int(state), "speed": int(speed)},
+            timeout=max(self.request_timeout, GRIPPER_TIMEOUT_S),
+        )
 
     async def set_gripper_value(self, value: int, speed: int) -> Any:
-        return await self.request("set_gripper_value", {"value": int(value), "speed": int(speed)})
+        return await self.request(
+            "set_gripper_value",
+            {"value": int(value), "speed": int(speed)},
+            timeout=max(self.request_timeout, GRIPPER_TIMEOUT_S),
+        )
 
     async def set_fresh_mode(self, mode: int) -> Any:
         return await self.request("set_fresh_mode", {"mode": int(mode)})

@@ -11,13 +11,17 @@ state at "now". Motion model (documented in docs/daemon.md):
   speed 20 takes ~5.7 s, as on the real arm;
 * the arm settles at ``target + e`` where each joint's error grows with how far
   it moved (up to ``settle_error_deg[j]``; a joint that holds stays within
-  ``hold_error_deg``): the real rig's 1-2.7° post-move errors;
+  ``hold_error_deg``): the real rig's 1-2.7° post-move errors; while the jaws
+  hold something, each joint also stops short on the side the weight pulls, by
+  50-100 % of ``settle_load_deg[j]`` (0 unless the sim profile's arm sets it);
 * readings add gaussian noise (``noise_deg``) and are rounded to 0.01° like
   the firmware's int16 x100 encoding;
 * a send with j1 above ``reject_j1_above`` is silently ignored (firmware quirk);
 * fresh mode 1: a new send replaces the current motion from where the arm is;
   fresh mode 0: sends queue and run one after another;
-* the gripper moves 0 (closed) .. 100 (open) with its own speed-dependent timing.
+* the gripper moves 0 (closed) .. 100 (open) with its own speed-dependent timing;
+  a gripper command returns after ``gripper_command_s`` (the rig's SDK call holds
+  the caller for seconds: docs/simulation-timing.md).
 
 Every duration is divided by ``time_scale``. Given the same seed and the same
 sequence of calls, settle errors and read noise are reproducible.
@@ -36,9 +40,9 @@ from typing import Any
 
 import numpy as np
 import serial
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN, fk_tip
 
 __all__ = [
     "HOME",
@@ -95,6 +99,11 @@ class SimArmConfig(BaseModel):
     hold_error_deg: float = Field(
         default=0.15, ge=0, le=5, description="max error of a joint that did not move"
     )
+    settle_load_deg: tuple[float, float, float, float, float, float] = Field(
+        default=(0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+        description="extra post-move error per joint while the jaws hold something, on the "
+        "side gravity pulls (the tip lower); the sim profile's arm sets it",
+    )
     settle_full_move_deg: float = Field(
         default=20.0, gt=0, description="move size at which the full settle error applies"
     )
@@ -107,6 +116,13 @@ class SimArmConfig(BaseModel):
     gripper_full_travel_s: float = Field(
         default=0.6, gt=0, description="0->100 travel time at speed 50"
     )
+    gripper_command_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=30,
+        description="how long a gripper command holds the call before it returns "
+        "(rig: 4.0, docs/simulation-timing.md)",
+    )
     reject_j1_above: float = Field(
         default=90.7, description="sends with j1 above this are silently ignored"
     )
@@ -115,11 +131,11 @@ class SimArmConfig(BaseModel):
     initial_fresh_mode: int = Field(default=0, ge=0, le=1)
     seed: int = 0
 
-    @field_validator("settle_error_deg")
+    @field_validator("settle_error_deg", "settle_load_deg")
     @classmethod
-    def _nonneg(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+    def _nonneg(cls, v: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
         if any(e < 0 or e > 10 for e in v):
-            raise ValueError("settle_error_deg values must be within 0..10")
+            raise ValueError(f"{info.field_name} values must be within 0..10")
         return v
 
 
@@ -149,6 +165,17 @@ class _Pending:
     target: tuple[float, ...]
     speed: int
     stall_at: float | None
+
+
+def _gravity_side(angles: Sequence[float]) -> list[float]:
+    """Per joint, the sign of a change that lowers the tool tip at ``angles`` (nominal FK):
+    the side a load pulls each joint to. 0 for a joint that does not move the tip's height."""
+    base = np.asarray(angles, dtype=np.float64)
+    probe = np.repeat(base[None, :], 7, axis=0)
+    probe[1:] += np.eye(6) * 0.5
+    y = fk_tip(probe)[:, 1]
+    dy = y[1:] - y[0]
+    return [0.0 if abs(d) < 1e-6 else (-1.0 if d > 0 else 1.0) for d in dy]
 
 
 class SimArmFaults:
@@ -296,11 +323,20 @@ class SimArm:
     def _start_segment(self, p: _Pending, t: float) -> None:
         start = self._seg.at(t) if self._seg is not None else self._rest
         cfg = self.config
+        load = (
+            cfg.settle_load_deg
+            if self._grip_floor is not None and any(cfg.settle_load_deg)
+            else None
+        )
+        down = _gravity_side(p.target) if load is not None else None
         end = []
         for j, (a, b) in enumerate(zip(start, p.target, strict=True)):
             frac = min(1.0, abs(b - a) / cfg.settle_full_move_deg)
             bound = cfg.hold_error_deg + (cfg.settle_error_deg[j] - cfg.hold_error_deg) * frac
             err = self._settle_rng.uniform(-1.0, 1.0) * max(bound, 0.0)
+            if load is not None and down is not None and load[j] > 0:
+                # a loaded servo stops short on the side the weight pulls: 50-100 % of the figure
+                err += down[j] * load[j] * self._settle_rng.uniform(0.5, 1.0)
             end.append(min(JOINT_MAX[j], max(JOINT_MIN[j], b + err)))
         if p.stall_at is not None:
             end = [a + (b - a) * p.stall_at for a, b in zip(start, end, strict=True)]
@@ -422,6 +458,7 @@ class SimArm:
         return 1
 
     def _gripper_to(self, target: float, speed: int) -> None:
+        """Start the jaws toward ``target``, then hold the caller for the command's time."""
         t = self.sim_time()
         with self._lock:
             current = self._grip.at(t)[0]
@@ -432,6 +469,7 @@ class SimArm:
             duration = abs(target - current) / 100.0 * self.config.gripper_full_travel_s * factor
             self._grip = _Segment((current,), (target,), t + self.config.start_delay_s, duration)
         self._emit("gripper", {"target": target, "speed": speed})
+        self._sleep(self.config.gripper_command_s)  # the jaws move meanwhile
 
     def set_gripper_state(self, state: int, speed: int) -> int:
         """0 = open (to 100), 1 = close (to 0)."""
@@ -516,6 +554,15 @@ class SimArm:
     @property
     def powered(self) -> bool:
         return self._powered
+
+    def set_load_settle(self, deg: Sequence[float]) -> None:
+        """The extra post-move error per joint while the jaws hold something (the sim
+        profile's arm, ``WorldArm``, sets it; docs/simulation-arm.md)."""
+        cfg = SimArmConfig.model_validate(
+            {**self.config.model_dump(), "settle_load_deg": tuple(float(d) for d in deg)}
+        )
+        with self._lock:
+            self.config = cfg
 
     def block_gripper_at(self, value: float | None) -> None:
         """Model an object in the jaws: closing stops at ``value`` (None = nothing held)."""

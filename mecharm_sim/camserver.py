@@ -92,14 +92,24 @@ def json_depth(raw: bytes, limit: int) -> int:
 
 
 class CameraFeed:
-    """One camera: renders JPEG frames at ``fps`` while someone watches, shares the newest."""
+    """One camera: renders JPEG frames at ``fps`` while someone watches, shares the newest.
 
-    def __init__(self, name: str, produce: Callable[[], bytes], fps: float) -> None:
+    ``first_frame_s`` (real seconds): a client that opens the camera (a stream, or one
+    ``/NAME.jpg``) gets no frame before that long, as a real camera delivers its first
+    frame a while after it is opened (docs/simulation-timing.md). A client that keeps
+    its stream open pays it once."""
+
+    def __init__(
+        self, name: str, produce: Callable[[], bytes], fps: float, first_frame_s: float = 0.0
+    ) -> None:
         if fps <= 0:
             raise ValueError(f"camera {name}: fps must be > 0, got {fps}")
+        if not first_frame_s >= 0:
+            raise ValueError(f"camera {name}: first_frame_s must be >= 0, got {first_frame_s}")
         self.name = name
         self.produce = produce
         self.fps = float(fps)
+        self.first_frame_s = float(first_frame_s)
         self._cond = threading.Condition()
         self._clients = 0
         self._seq = 0
@@ -111,6 +121,7 @@ class CameraFeed:
         self.render_errors = 0
 
     def attach(self) -> None:
+        """A client opens the camera; returns once the camera would deliver its first frame."""
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"camera {self.name} is closed")
@@ -120,6 +131,8 @@ class CameraFeed:
                     target=self._run, name=f"cam-{self.name}", daemon=True
                 )
                 self._thread.start()
+            if self.first_frame_s > 0:  # the camera opening for this client; close() ends it
+                self._cond.wait_for(lambda: self._closed, timeout=self.first_frame_s)
 
     def detach(self) -> None:
         with self._cond:
@@ -149,6 +162,9 @@ class CameraFeed:
         with self._cond:
             seq = self._seq
         self.attach()
+        if self.first_frame_s > 0:
+            with self._cond:
+                seq = self._seq  # after the opening: the first frame the opened camera delivers
         try:
             return self.wait_frame(seq, timeout)
         finally:

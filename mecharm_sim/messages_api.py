@@ -18,6 +18,10 @@ lists what it was sent, each with the status it answered: null for a hang or a c
     {"close": true}                    # close the connection without a response
     {"refusal": true}                  # stop_reason "refusal", no text
 
+Latency: the answers (not the scripted errors, hangs or closes) come after a delay drawn
+from a ``JudgeLatency`` (``--latency rig``: the rig's VLM call times, docs/simulation-timing.md;
+default none). The delay of each request is in ``GET /_requests`` as ``latency_s``.
+
 A behaviour with an unknown key, a wrong type, a status outside 400..599 or a
 negative hang is refused (400 naming it) and the old script is kept. Requests it
 cannot parse (a bad or oversized Content-Length, a chunked body, JSON nested too
@@ -35,6 +39,7 @@ import base64
 import binascii
 import json
 import math
+import random
 import threading
 import time
 import uuid
@@ -46,6 +51,7 @@ import cv2
 import numpy as np
 
 from mecharm_common.logging import get_logger
+from mecharm_sim.timing import TIMING_PROFILES, JudgeLatency
 
 __all__ = ["MessagesApiServer", "main"]
 
@@ -101,8 +107,18 @@ def _non_negative(v: Any) -> bool:
 class MessagesApiServer:
     """The fake API on 127.0.0.1 (port 0: any free one); ``start()``/``stop()`` or a context manager."""
 
-    def __init__(self, port: int = 0, api_key: str | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        port: int = 0,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        *,
+        latency: JudgeLatency | None = None,
+        seed: int = 0,
+    ) -> None:
         self.api_key = api_key  # None: any non-empty key is accepted
+        self.latency = latency or JudgeLatency()  # default: answers at once
+        self._latency_rng = random.Random(seed)
         self.default: dict[str, Any] = {"answer": DEFAULT_ANSWER}
         self.queue: deque[dict[str, Any]] = deque()
         self.requests: list[dict[str, Any]] = []
@@ -133,6 +149,11 @@ class MessagesApiServer:
             if default is not None:
                 self.default = default
             self.queue.extend(queue)
+
+    def next_latency(self) -> float:
+        """The delay before the next answer, in seconds (drawn in request order)."""
+        with self.lock:
+            return self.latency.draw(self._latency_rng)
 
     def next_behaviour(self) -> dict[str, Any]:
         with self.lock:
@@ -357,14 +378,17 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
                     for b in (m["content"] if isinstance(m["content"], list) else [])
                 )
             b = srv.next_behaviour() if status == 200 else {}
+            answers = status == 200 and not {"hang", "close", "status"} & set(b)
+            delay = srv.next_latency() if answers else 0.0
             with srv.lock:
                 srv.requests.append({"t": time.time(), "status": _answered(status, b),
                                      "problem": problem, "images": images,
-                                     "model": (req or {}).get("model"), "behaviour": b})  # fmt: skip
+                                     "model": (req or {}).get("model"), "behaviour": b,
+                                     "latency_s": round(delay, 3)})  # fmt: skip
             if status != 200:
                 self._error(status, problem)
                 return
-            self._behave(b, req)
+            self._behave(b, req, delay)
 
         def _control(self, body: bytes) -> None:
             """Re-script the fake; a bad script is refused whole and the old one kept."""
@@ -388,7 +412,7 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(200, {"ok": True})
 
-        def _behave(self, b: dict[str, Any], req: dict[str, Any]) -> None:
+        def _behave(self, b: dict[str, Any], req: dict[str, Any], delay: float = 0.0) -> None:
             if "hang" in b:
                 srv.stopping.wait(float(b["hang"]))
                 self.close_connection = True
@@ -403,6 +427,9 @@ def _handler(srv: MessagesApiServer) -> type[BaseHTTPRequestHandler]:
                 msg = {429: "Number of requests has exceeded your rate limit",
                        529: "Overloaded", 500: "Internal server error"}.get(st, "error")  # fmt: skip
                 self._error(st, msg, hdrs)
+                return
+            if delay > 0 and srv.stopping.wait(delay):  # the model takes its time; stop ends it
+                self.close_connection = True
                 return
             text = b.get("text")
             if text is None and not b.get("refusal"):
@@ -446,9 +473,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", help="accept only this x-api-key (default: any non-empty key)")
     p.add_argument("--answer", help="the model's JSON answer (default: a confident yes)")
     p.add_argument("--behaviour", help="a behaviour as JSON, e.g. '{\"status\": 529}'")
+    p.add_argument(
+        "--latency",
+        choices=sorted(TIMING_PROFILES),
+        default="ideal",
+        help="answer after the VLM call time of this sim profile (docs/simulation-timing.md); "
+        "ideal: at once",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawn latencies")
     a = p.parse_args(argv)
     try:
-        srv = MessagesApiServer(a.port, a.key)
+        srv = MessagesApiServer(
+            a.port, a.key, latency=TIMING_PROFILES[a.latency].judge, seed=a.seed
+        )
     except OSError as exc:
         p.error(f"cannot listen on 127.0.0.1:{a.port}: {exc.strerror or exc}; pick another --port")
     try:
@@ -459,7 +496,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         srv.httpd.server_close()
         p.error(f"--answer/--behaviour: {exc}")
-    print(f"messages API stand-in on {srv.url} (POST /v1/messages)", flush=True)
+    print(
+        f"messages API stand-in on {srv.url} (POST /v1/messages; latency {a.latency}, "
+        f"median {srv.latency.median_s():.2f} s)",
+        flush=True,
+    )
     try:
         srv.httpd.serve_forever()
     except KeyboardInterrupt:

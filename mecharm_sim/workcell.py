@@ -67,7 +67,7 @@ class Workcell:
         self.config = config or WorkcellConfig()
         self.profile = profile or SimProfile()
         self.arm = sim_arm
-        self.world = WorldArm(self.profile.arm, sim_arm)
+        self.world = WorldArm(self.profile.arm, sim_arm, holding=lambda: self.scene.grasped)
         self.scene_spec = scene
         self.seed = seed
         self._trial = 0
@@ -177,9 +177,12 @@ class Workcell:
 
     def serve(self, host: str = "127.0.0.1", port: int = 8080) -> dict[str, str]:
         """Start the physics thread and the camera server; returns the camera URLs."""
+        # a camera's first frame comes a while after it is opened (docs/simulation-timing.md)
+        scale = float(getattr(getattr(self.arm, "config", None), "time_scale", 1.0))
+        first = self.profile.timing.camera_first_frame_s / scale
         feeds = {
-            "top": CameraFeed("top", lambda: self.jpeg("top"), self.config.top_fps),
-            "side": CameraFeed("side", lambda: self.jpeg("side"), self.config.side_fps),
+            "top": CameraFeed("top", lambda: self.jpeg("top"), self.config.top_fps, first),
+            "side": CameraFeed("side", lambda: self.jpeg("side"), self.config.side_fps, first),
         }
         self._server = CameraServer(
             (host, port),
@@ -214,6 +217,7 @@ class Workcell:
             self._physics_thread.join(timeout=2.0)
             self._physics_thread = None
         self.physics.detach()
+        self.world.detach()
         log.info("workcell_closed")
 
     def __enter__(self) -> Workcell:

@@ -42,6 +42,8 @@ class SimBackend(SdkBackend):
             )
         if call in ("open", "close"):
             return False
+        if call.startswith("set_gripper_"):  # a gripper command holds the call (profile timing)
+            return c.write_latency_s > 0 or c.gripper_command_s > 0
         return c.write_latency_s > 0
 
     def open(self) -> None:

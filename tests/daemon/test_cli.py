@@ -143,11 +143,14 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
     mod.start_workcell = start_workcell  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
     s = settings(
-        ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099"]
-    )
+        ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099",
+         "--sim-profile", "rig"]
+    )  # fmt: skip
     arm = SimArm(s.sim)
     wc = cli._start_workcell(s, arm, "127.0.0.1")
     assert wc is made[0]
+    profile = calls[0].pop("profile")
+    assert profile.name == "rig"
     assert calls == [
         {"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}
     ]
