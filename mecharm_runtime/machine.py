@@ -76,6 +76,7 @@ __all__ = [
     "TrialContext",
     "TrialState",
     "run_stages",
+    "up_from_mat",
 ]
 
 log = get_logger("mecharm_runtime.machine")
@@ -525,6 +526,11 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     else:
         res = fk_lookup(ctx.table, "pick", st.aim_xz, *_pick_band(ctx), dist_max=s.dist_max_m)
         ctx.trace.decision("lookup", res.to_dict())
+    if (not res.ok or res.angles is None) and st.height_miss:
+        # no row in the retry band reaches the block from here: the whole band, as before
+        ctx.trace.decision("height_retry_band", {"reachable": False, "reason": res.reason})
+        st.height_miss = False
+        return await descend_pick(ctx)
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
@@ -576,29 +582,42 @@ def _pick_servo_step(
 def _fine_step(
     s: RuntimeSettings, pose: tuple[float, ...], aim: tuple[float, float], band: tuple[float, float]
 ) -> tuple[tuple[float, ...] | None, str, str | None]:
-    """(pose, "fine", None) moving the tip from ``pose`` to ``aim`` at the same height, by
-    Newton steps on j0-j2 with the FK model (the wrist joints keep their angles), or (None,
-    "fine", why not). The table's rows within the continuity bound of a pick pose can lie
-    10-15 mm apart, coarser than the servo's steps; the solved pose must land within
-    ``pick_resid_max_m`` of the aim, inside the pick band, and then pass every guard."""
-    q = np.asarray(pose, dtype=np.float64)
+    """(pose, "fine", None) moving the tip from ``pose`` to ``aim`` at the same height, or
+    (None, "fine", why not). The table's rows within the continuity bound of a pick pose can
+    lie 10-15 mm apart, coarser than the servo's steps, so the step is solved with the FK
+    model: damped least squares on j0-j4 from the arm's pose (the flange keeps its angle),
+    j1 held at ``j1_max`` once it reaches it and every joint within ``joint_step_max_deg``
+    of the pose. The pose must land within ``pick_resid_max_m`` of the aim, or at least
+    halve the way to it (the bound allows no more: the next measurement decides again),
+    inside the pick band, and then pass every guard."""
+    q0 = np.asarray(pose, dtype=np.float64)
+    q = q0.copy()
     goal = np.array([aim[0], float(fk_tip(q)[1]), aim[1]])
-    for _ in range(6):
+    way = float(np.linalg.norm(goal - np.asarray(fk_tip(q))))
+    box = s.joint_step_max_deg if s.joint_step_max_deg > 0 else 180.0
+    free = [0, 1, 2, 3, 4]
+    for _ in range(20):
         tip = np.asarray(fk_tip(q))
         err = goal - tip
         if float(np.linalg.norm(err)) < 1e-5:
             break
-        J = np.empty((3, 3))
-        for j in range(3):
+        J = np.empty((3, len(free)))
+        for c, j in enumerate(free):
             d = q.copy()
             d[j] += 0.01
-            J[:, j] = (np.asarray(fk_tip(d)) - tip) / 0.01
-        if np.linalg.cond(J) > 1e6:
-            return None, "fine", "no fine step: the arm is near a singular pose"
-        q[:3] += np.linalg.solve(J, err)
+            J[:, c] = (np.asarray(fk_tip(d)) - tip) / 0.01
+        dq = J.T @ np.linalg.solve(J @ J.T + 1e-6 * np.eye(3), err)
+        q[free] += np.clip(dq, -5.0, 5.0)
+        q = np.clip(q, q0 - box, q0 + box)
+        if 1 in free and q[1] > s.j1_max - 0.5:
+            q[1] = s.j1_max - 0.5
+        free = [j for j in free if abs(q[j] - q0[j]) < box - 1e-9 and not (
+            j == 1 and q[1] >= s.j1_max - 0.5)]  # fmt: skip
+        if not free:
+            break
     tip = np.asarray(fk_tip(q))
     resid = float(math.hypot(tip[0] - aim[0], tip[2] - aim[1]))
-    if not all(math.isfinite(v) for v in q) or resid > s.pick_resid_max_m:
+    if not all(math.isfinite(v) for v in q) or resid > max(s.pick_resid_max_m, way / 2):
         return None, "fine", f"no fine step lands within {s.pick_resid_max_m * 1000:g} mm"
     if not band[0] <= float(tip[1]) < band[1]:
         return None, "fine", f"fine step leaves the pick band (ee_y {float(tip[1]):.3f} m)"
@@ -694,13 +713,7 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.pick_approach is not None
-    if len(st.pick_path) > 1:  # the servo moved: up the way the arm came down
-        await ctx.retrace(
-            [*reversed(st.pick_path[:-1]), st.pick_approach], s.tol_approach, "lift",
-            into_box=False,
-        )  # fmt: skip
-    else:
-        await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True, near_work=True)
+    await up_from_mat(ctx, "lift")
     judged_at = st.pick_approach
     if st.pick_hover:
         # lifted straight up to the hover: go on, at height, to the approach arc's pose, where
@@ -756,6 +769,20 @@ def _learn_correction(ctx: TrialContext) -> None:
     )
 
 
+async def up_from_mat(ctx: TrialContext, note: str) -> None:
+    """From the pick pose up to the pick approach pose (tol 2.0): one move, or after pick servo
+    steps back the way the arm came down, each move within the joint bound (docs/safety.md)."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_approach is not None
+    if len(st.pick_path) > 1:
+        await ctx.retrace(
+            [*reversed(st.pick_path[:-1]), st.pick_approach], s.tol_approach, note,
+            into_box=False,
+        )  # fmt: skip
+        return
+    await ctx.move(st.pick_approach, s.tol_approach, note, lookup_ok=True, near_work=True)
+
+
 async def lower_to_mat(ctx: TrialContext, why: str) -> None:
     """Back down to the pick pose the way the descent went: over the block first when the
     pick came from the hover (the judge looked from the arc's pose), then straight down."""
@@ -798,11 +825,7 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     await ctx.gripper("open", note)
     st.holding = False
     if where == "mat":
-        assert st.pick_approach is not None
-        await ctx.move(
-            st.pick_approach, s.tol_approach, "retry: up from the mat", lookup_ok=True,
-            near_work=True,
-        )  # fmt: skip
+        await up_from_mat(ctx, "retry: up from the mat")
     await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK
 

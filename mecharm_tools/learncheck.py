@@ -19,6 +19,7 @@ import csv
 import itertools
 import json
 import math
+import signal
 import sys
 import tempfile
 import time
@@ -330,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("learncheck: need --trials >= 1 and 0 <= --warmup < --trials", file=sys.stderr)
         return 2
     configure_logging("warning")
+
+    def _term(_sig: int, _frame: object) -> None:  # SIGTERM: stop the daemon as on Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
     root = (args.data_root or Path(tempfile.mkdtemp(prefix="learncheck_"))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     layout = DataRoot(root)
