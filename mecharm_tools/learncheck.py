@@ -409,8 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         encoding="utf-8",
     )
     title = (
-        f"profile {profile.name}, zero offsets {list(profile.arm.zero_offset_deg)} deg, "
-        f"seeds {args.seed}..{args.seed + args.trials - 1}"
+        f"profile {profile.name}"
+        + (f" (arm zero offsets {args.zero_offset_deg} deg)" if args.zero_offset_deg else "")
+        + f", scene seeds {args.seed}..{args.seed + args.trials - 1}, from an empty memory"
     )
     draw_curve(rows, args.warmup, title, args.plot)
     print()
