@@ -618,7 +618,14 @@ def _fine_step(
     tip = np.asarray(fk_tip(q))
     resid = float(math.hypot(tip[0] - aim[0], tip[2] - aim[1]))
     if not all(math.isfinite(v) for v in q) or resid > max(s.pick_resid_max_m, way / 2):
-        return None, "fine", f"no fine step lands within {s.pick_resid_max_m * 1000:g} mm"
+        return (
+            None,
+            "fine",
+            (
+                f"no fine step within the joint bound lands within {s.pick_resid_max_m * 1000:g} mm "
+                f"of the aim or halfway to it ({resid * 1000:.1f} mm off)"
+            ),
+        )
     if not band[0] <= float(tip[1]) < band[1]:
         return None, "fine", f"fine step leaves the pick band (ee_y {float(tip[1]):.3f} m)"
     return tuple(round(float(v), 3) for v in q), "fine", None
