@@ -150,6 +150,23 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
 
 
 @pytest.mark.asyncio
+async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    # the first pick is judged no (scripted) after the servo moved: the retry lowers to the
+    # servoed pose and comes up again through the poses the servo went, each within the bound
+    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "completed" and t.pick_attempts == 2, t.reason
+    notes = [c["note"] for c in _decisions(t, "command")]
+    assert any(n.startswith("pick servo") for n in notes)
+    assert any(n.startswith("retry: lower to the mat") for n in notes)
+    assert any(n.startswith("retry: up from the mat") for n in notes)
+    for c in _decisions(t, "motion_check"):
+        assert c.get("joint_step", {"ok": True})["ok"] and c.get("path", {"ok": True})["ok"], c
+
+
+@pytest.mark.asyncio
 async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
