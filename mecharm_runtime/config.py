@@ -187,6 +187,10 @@ class RuntimeSettings(RigSettings):
     #: (so the miss was in height, which the top camera cannot see), the next descent chooses
     #: its row in pick_retry_band, the middle of pick_band (off: pick_band again)
     pick_height_retry: bool = True
+    #: the arm's tip height at the pick, true minus the model's (mm), when calibrated (e.g. by
+    #: touching the mat); the tip measurement projects the marker at the true height and the
+    #: pick lookups choose rows whose true tip is in the band. 0: the model's height
+    pick_tip_height_mm: float = Field(0.0, ge=-40.0, le=40.0)
     pick_retry_band: tuple[float, float] = (0.0175, 0.0325)
 
     # ---- memories (docs/runtime.md, "Memories")

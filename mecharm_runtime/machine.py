@@ -545,7 +545,9 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     st.pick_servo_mm, st.pick_path = (0.0, 0.0), [st.pick_pose]
     await ctx.at_rest("tip measurement")
     tip = await ctx.eyes.measure_tip(
-        st.scene.block_xz, float(res.selected_ee_y or _pick_band(ctx)[0]), "descend_pick_tip"
+        st.scene.block_xz,
+        float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_tip_height_mm / 1000.0,
+        "descend_pick_tip",
     )
     st.tip = tip
     if s.pick_servo_max_iter > 0:
@@ -697,7 +699,9 @@ async def _servo_pick(ctx: TrialContext) -> None:
         st.pick_pose, st.pick_ee_y, st.aim_xz, st.pick_servo_mm = pose, height, aim, total
         iters = it
         await ctx.at_rest(f"pick servo {it}")
-        st.tip = await ctx.eyes.measure_tip((bx, bz), height, f"descend_pick_servo{it}")
+        st.tip = await ctx.eyes.measure_tip(
+            (bx, bz), height + s.pick_tip_height_mm / 1000.0, f"descend_pick_servo{it}"
+        )
     else:
         if st.tip is not None:  # the last step's measurement decides "converged"
             _step, why = _pick_servo_step(s, st.tip, st.correction_used_mm, st.pick_servo_mm)
@@ -897,11 +901,13 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
 def _pick_band(ctx: TrialContext) -> tuple[float, float]:
     """The pick lookup's ee_y band: ``pick_band``, or after a miss in height (the tip was on
     the block in x-z) ``pick_retry_band``, the middle of it, farthest from both ends of the
-    gripper's reach in height (docs/stages.md, "The pick servo")."""
+    gripper's reach in height (docs/stages.md, "The pick servo"); both moved by the
+    calibrated ``pick_tip_height_mm``."""
     s = ctx.settings
-    if ctx.state.height_miss and s.pick_height_retry:
-        return s.pick_retry_band
-    return s.pick_band
+    lo, hi = s.pick_retry_band if ctx.state.height_miss and s.pick_height_retry else s.pick_band
+    # a calibrated tip height error: choose rows whose true tip height is in the band
+    h = s.pick_tip_height_mm / 1000.0
+    return (lo - h, hi - h) if h else (lo, hi)
 
 
 def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, Any]:

@@ -112,6 +112,23 @@ def test_servo_step_is_bounded_per_step_and_in_total() -> None:
     assert at_bound[0] is None and at_bound[1].startswith("total bound")
 
 
+def test_pick_band_after_a_height_miss_and_with_a_calibrated_tip_height() -> None:
+    from types import SimpleNamespace
+
+    st = machine.TrialState()
+    ctx: Any = SimpleNamespace(settings=RuntimeSettings(), state=st)
+    assert machine._pick_band(ctx) == (0.010, 0.040)
+    st.height_miss = True
+    assert machine._pick_band(ctx) == (0.0175, 0.0325)
+    ctx.settings = RuntimeSettings(pick_height_retry=False)
+    assert machine._pick_band(ctx) == (0.010, 0.040)
+    # the tip sits 19 mm below the model: rows whose model tip is 19 mm higher
+    ctx.settings = RuntimeSettings(pick_tip_height_mm=-19.0)
+    assert machine._pick_band(ctx) == pytest.approx((0.0365, 0.0515))
+    with pytest.raises(ValueError, match="pick_tip_height_mm"):
+        RuntimeSettings(pick_tip_height_mm=80.0)
+
+
 def test_before_values_turn_the_servo_and_miss_learning_off() -> None:
     assert BEFORE_THE_SETTING["pick_servo_max_iter"] == 0
     assert BEFORE_THE_SETTING["correction_learn"] == "yes"
