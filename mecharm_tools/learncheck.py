@@ -413,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f" (arm zero offsets {args.zero_offset_deg} deg)" if args.zero_offset_deg else "")
         + f", scene seeds {args.seed}..{args.seed + args.trials - 1}, from an empty memory"
     )
+    if args.set:
+        title += "; " + ", ".join(args.set)
     draw_curve(rows, args.warmup, title, args.plot)
     print()
     print(f"first trial (empty memory): tip x-z error {_fmt(sm['first_trial_tip_xz_mm'])} mm")
