@@ -158,9 +158,10 @@ def draw_curve(rows: Sequence[TrialRow], warmup: int, title: str, path: Path) ->
     ) -> None:
         cv2.putText(img, s, (x, y), font, scale, color, 1, cv2.LINE_AA)
 
-    text(title, L, 22, 0.55)
+    for k, part in enumerate(title.split("; ")[:2]):  # the settings on a second line
+        text(part, 8, 18 + 17 * k, 0.5)
     # panel 1: tip error
-    top, bot = 40, 380
+    top, bot = 50, 380
     ymax = max([30.0] + [r.true_xz_mm or 0 for r in rows] + [r.measured_xz_mm or 0 for r in rows])
     ymax = 5 * math.ceil(ymax / 5)
 
