@@ -45,6 +45,12 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "place_at_untrusted_box": True,
     # before: a pinhole self-calibrated from the mat, no lens distortion undone
     "top_camera_calibration": None,
+    # no pick servo: the descent's tip measurement was only learnt from (docs/stages.md)
+    "pick_servo_max_iter": 0,
+    # the correction memory learnt from picks judged yes only (docs/runtime.md, "Memories")
+    "correction_learn": "yes",
+    # a retry after a miss in height searched the whole pick band again
+    "pick_height_retry": False,
 }
 
 
@@ -179,11 +185,31 @@ class RuntimeSettings(RigSettings):
     depth_steps: int = Field(3, ge=0)
     depth_tol_mm: float = Field(8.0, gt=0)
 
+    # ---- pick servo (descend_pick; docs/stages.md, "The pick servo"): while the top camera sees
+    # the tip farther than pick_servo_tol_mm from the block in x-z, re-aim by the measured
+    # offset (each step at most pick_servo_step_mm; the aim never farther than
+    # max_correction_mm per axis from the detected block) and measure again; 0 = no servo
+    pick_servo_max_iter: int = Field(3, ge=0, le=10)
+    pick_servo_tol_mm: float = Field(8.0, gt=0)
+    pick_servo_step_mm: float = Field(15.0, gt=0, le=CORRECTION_LIMIT_MM)
+    #: after a pick missed with the tip measured within pick_servo_tol_mm of the block in x-z
+    #: (so the miss was in height, which the top camera cannot see), the next descent chooses
+    #: its row in pick_retry_band, the middle of pick_band (off: pick_band again)
+    pick_height_retry: bool = True
+    #: the arm's tip height at the pick, true minus the model's (mm), when calibrated (e.g. by
+    #: touching the mat); the tip measurement projects the marker at the true height and the
+    #: pick lookups choose rows whose true tip is in the band. 0: the model's height
+    pick_tip_height_mm: float = Field(0.0, ge=-40.0, le=40.0)
+    pick_retry_band: tuple[float, float] = (0.0175, 0.0325)
+
     # ---- memories (docs/runtime.md, "Memories")
     cell_mm: int = Field(20, ge=1)
     # at most the memories' plausibility bounds, or learned entries would be rejected at load
     max_correction_mm: float = Field(20.0, ge=0, le=CORRECTION_LIMIT_MM)
     ema_alpha: float = Field(0.5, gt=0, le=1)
+    #: yes: learn the pick correction after a pick judged yes only (the rig's rule); measured:
+    #: also after a miss whose tip was measured (the offset shows either way)
+    correction_learn: Literal["yes", "measured"] = "measured"
     height_step_mm: float = Field(5.0, ge=0)
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
     #: measured: raise after a place judged yes whose release margin was >= height_raise_margin_mm,
@@ -206,7 +232,7 @@ class RuntimeSettings(RigSettings):
     #: at the lift height, as the rig did) or lift (where it is)
     retry_open_at: Literal["mat", "swept", "lift"] = "mat"
 
-    @field_validator("pick_band", "place_band", "pick_hover_band")
+    @field_validator("pick_band", "place_band", "pick_hover_band", "pick_retry_band")
     @classmethod
     def _band_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not v[0] < v[1]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_OPEN_VALUE
@@ -75,6 +76,7 @@ __all__ = [
     "TrialContext",
     "TrialState",
     "run_stages",
+    "up_from_mat",
 ]
 
 log = get_logger("mecharm_runtime.machine")
@@ -155,6 +157,13 @@ class TrialState:
     aim_xz: tuple[float, float] | None = None
     correction_key: str = ""
     correction_used_mm: tuple[float, float] = (0.0, 0.0)
+    #: what the pick servo added to the aim on this attempt (mm, subtracted like the correction)
+    pick_servo_mm: tuple[float, float] = (0.0, 0.0)
+    #: the last pick missed with the tip seen on the block in x-z: a miss in height, which the
+    #: top camera cannot see; the next descent keeps to pick_retry_band
+    height_miss: bool = False
+    #: poses commanded at the block on this attempt (descent, then servo steps): the way back up
+    pick_path: list[tuple[float, ...]] = field(default_factory=list)
     pick_approach: tuple[float, ...] | None = None
     pick_hover: bool = False  # pick_approach is the hover above the block, not the arc's pose
     #: poses commanded in the box, in order (place descent, servo and depth steps): the way back up
@@ -323,13 +332,17 @@ class TrialContext:
         self.last_commanded = tgt
         return res
 
-    async def retrace(self, waypoints: Sequence[Sequence[float]], tol: float, note: str) -> None:
+    async def retrace(
+        self, waypoints: Sequence[Sequence[float]], tol: float, note: str, *, into_box: bool = True
+    ) -> None:
         """Go to ``waypoints[-1]`` along the way the arm came (``waypoints``, in the order to go),
         skipping every waypoint a single move can pass within ``joint_step_max_deg``.
 
         Out of the box and back in: the servo and depth steps may together have turned a joint
         more than the bound from the place approach, each of them within it, so the way back
-        is the way in (docs/safety.md, "Joint continuity"). Usually this is one move.
+        is the way in (docs/safety.md, "Joint continuity"). Usually this is one move. The
+        pick servo's steps are retraced the same way (``into_box`` False: the path check keeps
+        the tool out of the box).
         """
         bound = self.settings.joint_step_max_deg
         pts = [tuple(float(v) for v in w) for w in waypoints]
@@ -343,7 +356,7 @@ class TrialContext:
             last = j == len(pts) - 1
             await self.move(
                 pts[j], tol, note if last else f"{note} (by way of {j + 1}/{len(pts)})",
-                lookup_ok=True, near_work=True, into_box=True,
+                lookup_ok=True, near_work=True, into_box=into_box,
             )  # fmt: skip
             cur, i = pts[j], j + 1
 
@@ -511,10 +524,13 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     if _step_bound(s, st.pick_approach):
         res = await _bounded_pick(ctx)
     else:
-        res = fk_lookup(
-            ctx.table, "pick", st.aim_xz, s.pick_band[0], s.pick_band[1], dist_max=s.dist_max_m
-        )
+        res = fk_lookup(ctx.table, "pick", st.aim_xz, *_pick_band(ctx), dist_max=s.dist_max_m)
         ctx.trace.decision("lookup", res.to_dict())
+    if (not res.ok or res.angles is None) and st.height_miss:
+        # no row in the retry band reaches the block from here: the whole band, as before
+        ctx.trace.decision("height_retry_band", {"reachable": False, "reason": res.reason})
+        st.height_miss = False
+        return await descend_pick(ctx)
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
@@ -526,12 +542,176 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
         near_work=True,
     )
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
+    st.pick_servo_mm, st.pick_path = (0.0, 0.0), [st.pick_pose]
     await ctx.at_rest("tip measurement")
     tip = await ctx.eyes.measure_tip(
-        st.scene.block_xz, float(res.selected_ee_y or s.pick_band[0]), "descend_pick_tip"
+        st.scene.block_xz,
+        float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_tip_height_mm / 1000.0,
+        "descend_pick_tip",
     )
     st.tip = tip
+    if s.pick_servo_max_iter > 0:
+        await _servo_pick(ctx)
     return Outcome.OK
+
+
+def _pick_servo_step(
+    s: RuntimeSettings, tip: TipObservation, used: tuple[float, float], done: tuple[float, float]
+) -> tuple[tuple[float, float] | None, str]:
+    """The next servo step (mm, subtracted from the aim) for a measured tip offset, or None and
+    why not: within ``pick_servo_tol_mm``; else the offset, shortened to ``pick_servo_step_mm``
+    and so that the aim stays within ``max_correction_mm`` (per axis) of the detected block,
+    counting the memory's correction (``used``) and the steps already made (``done``)."""
+    if not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
+        return None, f"tip not measured: {tip.reason or 'no measurement'}"
+    dist = math.hypot(tip.dx_mm, tip.dz_mm)
+    if dist <= s.pick_servo_tol_mm:
+        return None, "within tolerance"
+    k = min(1.0, s.pick_servo_step_mm / dist)
+    want = (tip.dx_mm * k, tip.dz_mm * k)
+    lim = s.max_correction_mm
+    step = tuple(
+        max(-lim, min(lim, u + d + w)) - (u + d) for u, d, w in zip(used, done, want, strict=True)
+    )
+    if math.hypot(*step) < 0.5:
+        return None, (
+            f"total bound: the aim is already max_correction_mm {lim:g} mm from the block "
+            f"(memory {used[0]:+.1f}/{used[1]:+.1f} mm, servo {done[0]:+.1f}/{done[1]:+.1f} mm)"
+        )
+    return (step[0], step[1]), "step"
+
+
+def _fine_step(
+    s: RuntimeSettings, pose: tuple[float, ...], aim: tuple[float, float], band: tuple[float, float]
+) -> tuple[tuple[float, ...] | None, str, str | None]:
+    """(pose, "fine", None) moving the tip from ``pose`` to ``aim`` at the same height, or
+    (None, "fine", why not). The table's rows within the continuity bound of a pick pose can
+    lie 10-15 mm apart, coarser than the servo's steps, so the step is solved with the FK
+    model: damped least squares on j0-j4 from the arm's pose (the flange keeps its angle),
+    j1 held at ``j1_max`` once it reaches it and every joint within ``joint_step_max_deg``
+    of the pose. The pose must land within ``pick_resid_max_m`` of the aim, or at least
+    halve the way to it (the bound allows no more: the next measurement decides again),
+    inside the pick band, and then pass every guard."""
+    q0 = np.asarray(pose, dtype=np.float64)
+    q = q0.copy()
+    goal = np.array([aim[0], float(fk_tip(q)[1]), aim[1]])
+    way = float(np.linalg.norm(goal - np.asarray(fk_tip(q))))
+    box = s.joint_step_max_deg if s.joint_step_max_deg > 0 else 180.0
+    free = [0, 1, 2, 3, 4]
+    for _ in range(20):
+        tip = np.asarray(fk_tip(q))
+        err = goal - tip
+        if float(np.linalg.norm(err)) < 1e-5:
+            break
+        J = np.empty((3, len(free)))
+        for c, j in enumerate(free):
+            d = q.copy()
+            d[j] += 0.01
+            J[:, c] = (np.asarray(fk_tip(d)) - tip) / 0.01
+        dq = J.T @ np.linalg.solve(J @ J.T + 1e-6 * np.eye(3), err)
+        q[free] += np.clip(dq, -5.0, 5.0)
+        q = np.clip(q, q0 - box, q0 + box)
+        if 1 in free and q[1] > s.j1_max - 0.5:
+            q[1] = s.j1_max - 0.5
+        free = [j for j in free if abs(q[j] - q0[j]) < box - 1e-9 and not (
+            j == 1 and q[1] >= s.j1_max - 0.5)]  # fmt: skip
+        if not free:
+            break
+    tip = np.asarray(fk_tip(q))
+    resid = float(math.hypot(tip[0] - aim[0], tip[2] - aim[1]))
+    if not all(math.isfinite(v) for v in q) or resid > max(s.pick_resid_max_m, way / 2):
+        return (
+            None,
+            "fine",
+            (
+                f"no fine step within the joint bound lands within {s.pick_resid_max_m * 1000:g} mm "
+                f"of the aim or halfway to it ({resid * 1000:.1f} mm off)"
+            ),
+        )
+    if not band[0] <= float(tip[1]) < band[1]:
+        return None, "fine", f"fine step leaves the pick band (ee_y {float(tip[1]):.3f} m)"
+    return tuple(round(float(v), 3) for v in q), "fine", None
+
+
+async def _servo_pick(ctx: TrialContext) -> None:
+    """Pick servo (docs/stages.md, "The pick servo"): while the top camera sees the tip farther
+    than ``pick_servo_tol_mm`` from the block in x-z, re-aim by the measured offset through the
+    pick lookup and every motion guard, then measure again; at most ``pick_servo_max_iter``
+    steps. The first step the lookup or a guard refuses ends the servo at the last safe pose.
+    """
+    s, st = ctx.settings, ctx.state
+    assert st.scene is not None and st.scene.block_xz is not None
+    assert st.aim_xz is not None and st.pick_pose is not None and st.tip is not None
+    bx, bz = st.scene.block_xz
+    pose = st.pick_pose
+    # the descent's table (with the lattices around the pick arc when the bound is on): a
+    # bounded step finds rows as close to its aim as the descent did
+    table = pick_descent_table(ctx.table, ctx.arc_pick) if _step_bound(s, pose) else ctx.table
+    band = _pick_band(ctx)
+    iters, why = 0, "max iterations"
+    for it in range(1, s.pick_servo_max_iter + 1):
+        tip = st.tip
+        step, why = _pick_servo_step(s, tip, st.correction_used_mm, st.pick_servo_mm)
+        entry: dict[str, Any] = {"iter": it, "tip_dx_mm": tip.dx_mm, "tip_dz_mm": tip.dz_mm}
+        if step is None:
+            ctx.trace.decision("pick_servo", {**entry, "action": why})
+            break
+        total = (st.pick_servo_mm[0] + step[0], st.pick_servo_mm[1] + step[1])
+        used = st.correction_used_mm
+        aim = (bx - (used[0] + total[0]) / 1000.0, bz - (used[1] + total[1]) / 1000.0)
+        res = fk_lookup(
+            table, "pick", aim, *band, dist_max=s.dist_max_m,
+            **_step_bound(s, pose),
+        )  # fmt: skip
+        ctx.trace.decision("lookup", {"pick_servo": it, **res.to_dict()})
+        entry.update(step_mm=list(step), total_mm=list(total), aim_xz=list(aim))
+        stop: str | None = None
+        target: tuple[float, ...] | None = None
+        how = "lookup"
+        if not res.ok or res.angles is None:
+            stop = f"lookup out_of_range: {res.reason}"
+        elif res.distance is not None and res.distance <= s.pick_resid_max_m:
+            target = tuple(res.angles)
+        else:  # no table row that near under the bound: solve the small step from this pose
+            target, how, stop = _fine_step(s, pose, aim, band)
+            entry["lookup_lands_mm"] = 1000.0 * (res.distance or 0.0)
+        if target is not None and stop is None:
+            entry["how"] = how
+            verdict = check_pose(
+                target, j1_max=s.j1_max, lookup_ok=how == "lookup" or None, envelope=ctx.envelope
+            )
+            stop = None if verdict.ok else f"guard: {verdict.reason}"
+            if stop is None:
+                stop = ctx.motion_checks(verdict.angles, near_work=True, into_box=False)[1]
+        if stop is not None or target is None:
+            why = stop or "no pose"
+            ctx.trace.decision("pick_servo", {**entry, "action": f"stop: {why}"})
+            log.warning("pick_servo_stop", iter=it, reason=why)
+            break
+        ctx.trace.decision("pick_servo", {**entry, "action": "move", "angles": list(target)})
+        await ctx.move(
+            target, s.tol_pick_place, f"pick servo {it}", lookup_ok=how == "lookup" or None,
+            near_work=True,
+        )  # fmt: skip
+        pose = target
+        height = float(fk_tip(pose)[1])
+        st.pick_path.append(pose)
+        st.pick_pose, st.pick_ee_y, st.aim_xz, st.pick_servo_mm = pose, height, aim, total
+        iters = it
+        await ctx.at_rest(f"pick servo {it}")
+        st.tip = await ctx.eyes.measure_tip(
+            (bx, bz), height + s.pick_tip_height_mm / 1000.0, f"descend_pick_servo{it}"
+        )
+    else:
+        if st.tip is not None:  # the last step's measurement decides "converged"
+            _step, why = _pick_servo_step(s, st.tip, st.correction_used_mm, st.pick_servo_mm)
+            if _step is not None:
+                why = f"pick_servo_max_iter {s.pick_servo_max_iter} steps made, still off"
+    ctx.trace.decision(
+        "pick_servo_result",
+        {"steps": iters, "total_mm": list(st.pick_servo_mm), "converged": why == "within tolerance",
+         "why": why},
+    )  # fmt: skip
 
 
 async def grasp(ctx: TrialContext) -> Outcome:
@@ -544,7 +724,7 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
     assert st.pick_approach is not None
-    await ctx.move(st.pick_approach, s.tol_approach, "lift", lookup_ok=True, near_work=True)
+    await up_from_mat(ctx, "lift")
     judged_at = st.pick_approach
     if st.pick_hover:
         # lifted straight up to the hover: go on, at height, to the approach arc's pose, where
@@ -561,6 +741,15 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     if v.verdict == "yes":
         _learn_correction(ctx)
         return Outcome.OK
+    if s.correction_learn == "measured":  # a miss with a measured tip still shows the offset
+        _learn_correction(ctx)
+    tip = st.tip
+    if s.pick_height_retry and tip is not None and tip.ok:
+        st.height_miss = tip.dist_mm <= s.pick_servo_tol_mm
+        ctx.trace.decision(
+            "height_miss",
+            {"tip_mm": tip.dist_mm, "height_miss": st.height_miss, "band": list(_pick_band(ctx))},
+        )
     if st.pick_attempts < s.max_pick_attempts:
         ctx.trace.decision("pick_retry", {"attempt": st.pick_attempts, "of": s.max_pick_attempts})
         return Outcome.RETRY
@@ -568,7 +757,10 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
 
 
 def _learn_correction(ctx: TrialContext) -> None:
-    """Learn only when the final pick verdict is yes and the tip was measured (docs/runtime.md, "Memories")."""
+    """Learn the offset from the attempt's last tip measurement: after a pick judged yes, and
+    with ``correction_learn: measured`` after a miss too (docs/runtime.md, "Memories"). The
+    aim was the block minus the memory's correction and the servo's steps; the tip landed
+    the measured offset from the block, so the arm's offset is their sum."""
     st, s = ctx.state, ctx.settings
     tip = st.tip
     if tip is None or not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
@@ -577,13 +769,29 @@ def _learn_correction(ctx: TrialContext) -> None:
             {"key": st.correction_key, "updated": False, "why": "tip not measured"},
         )
         return
-    new = ctx.corrections.update(
-        st.correction_key, *st.correction_used_mm, tip.dx_mm, tip.dz_mm, s.ema_alpha
+    used = (
+        st.correction_used_mm[0] + st.pick_servo_mm[0],
+        st.correction_used_mm[1] + st.pick_servo_mm[1],
     )
+    new = ctx.corrections.update(st.correction_key, *used, tip.dx_mm, tip.dz_mm, s.ema_alpha)
     ctx.trace.decision(
         "correction_update",
         {"key": new.key, "updated": True, "dx_mm": new.dx_mm, "dz_mm": new.dz_mm, "n": new.n},
     )
+
+
+async def up_from_mat(ctx: TrialContext, note: str) -> None:
+    """From the pick pose up to the pick approach pose (tol 2.0): one move, or after pick servo
+    steps back the way the arm came down, each move within the joint bound (docs/safety.md)."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_approach is not None
+    if len(st.pick_path) > 1:
+        await ctx.retrace(
+            [*reversed(st.pick_path[:-1]), st.pick_approach], s.tol_approach, note,
+            into_box=False,
+        )  # fmt: skip
+        return
+    await ctx.move(st.pick_approach, s.tol_approach, note, lookup_ok=True, near_work=True)
 
 
 async def lower_to_mat(ctx: TrialContext, why: str) -> None:
@@ -593,6 +801,11 @@ async def lower_to_mat(ctx: TrialContext, why: str) -> None:
     assert st.pick_pose is not None and st.pick_approach is not None
     if st.pick_hover:
         await ctx.move(st.pick_approach, s.tol_approach, f"{why}: over the block", lookup_ok=True)
+    if len(st.pick_path) > 1:  # the servo moved: down the way it went
+        await ctx.retrace(
+            st.pick_path, s.tol_pick_place, f"{why}: lower to the mat", into_box=False
+        )
+        return
     await ctx.move(
         st.pick_pose, s.tol_pick_place, f"{why}: lower to the mat", lookup_ok=True, near_work=True
     )
@@ -623,11 +836,7 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     await ctx.gripper("open", note)
     st.holding = False
     if where == "mat":
-        assert st.pick_approach is not None
-        await ctx.move(
-            st.pick_approach, s.tol_approach, "retry: up from the mat", lookup_ok=True,
-            near_work=True,
-        )  # fmt: skip
+        await up_from_mat(ctx, "retry: up from the mat")
     await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK
 
@@ -662,7 +871,7 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
             pick_descent_table(ctx.table, ctx.arc_pick),
             aim,
             approach,
-            pick_band=s.pick_band,
+            pick_band=_pick_band(ctx),
             hover_band=s.pick_hover_band,
             dist_max=s.dist_max_m,
             hover_dist_max=s.pick_hover_dist_m,
@@ -687,6 +896,18 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
         st.pick_approach = tuple(plan.hover.angles)  # the lift comes back here
         st.pick_hover = True
     return plan.pick
+
+
+def _pick_band(ctx: TrialContext) -> tuple[float, float]:
+    """The pick lookup's ee_y band: ``pick_band``, or after a miss in height (the tip was on
+    the block in x-z) ``pick_retry_band``, the middle of it, farthest from both ends of the
+    gripper's reach in height (docs/stages.md, "The pick servo"); both moved by the
+    calibrated ``pick_tip_height_mm``."""
+    s = ctx.settings
+    lo, hi = s.pick_retry_band if ctx.state.height_miss and s.pick_height_retry else s.pick_band
+    # a calibrated tip height error: choose rows whose true tip height is in the band
+    h = s.pick_tip_height_mm / 1000.0
+    return (lo - h, hi - h) if h else (lo, hi)
 
 
 def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.machine import Stage, TrialContext, lower_to_mat, run_stages
+from mecharm_runtime.machine import Stage, TrialContext, lower_to_mat, run_stages, up_from_mat
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
@@ -152,7 +152,10 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
     else:
         # up first (never drag a low pose sideways), then HOME
         up = st.place_approach if st.place_pose is not None else st.pick_approach
-        if up is not None and (st.pick_pose is not None or st.place_pose is not None):
+        if st.place_pose is None and ctx.last_commanded in st.pick_path[1:]:
+            # low at the pick after pick servo steps: up the way it came down (docs/stages.md)
+            ok = await attempt("retreat to approach", lambda: up_from_mat(ctx, "abort: retreat"))
+        elif up is not None and (st.pick_pose is not None or st.place_pose is not None):
             ok = await attempt(
                 "retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat")
             )
@@ -176,7 +179,6 @@ async def _put_down(
     """After the last failed pick: open at the mat (or swept aside), as retry_pick does."""
     s, st = ctx.settings, ctx.state
     assert st.pick_pose is not None and st.pick_approach is not None
-    up = st.pick_approach
     if s.retry_open_at == "mat":
         there = await attempt("lower to the mat", lambda: lower_to_mat(ctx, "abort"))
     else:
@@ -190,8 +192,7 @@ async def _put_down(
         return  # still holding: told below, the arm stays where it got to
     st.holding = False
     if s.retry_open_at == "mat" and not await attempt(
-        "up from the mat",
-        lambda: ctx.move(up, s.tol_approach, "abort: up", lookup_ok=True, near_work=True),
+        "up from the mat", lambda: up_from_mat(ctx, "abort: up")
     ):
         return
     await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))

@@ -251,7 +251,9 @@ async def test_pick_judged_no_three_times_aborts(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    # the rule learning from picks judged yes only (a measured miss teaches the memory
+    # otherwise: tests/runtime/test_pick_servo.py)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, correction_learn="yes")
     t = await run_trial(rig)
     await client.aclose()
     assert (
