@@ -41,6 +41,13 @@ class SimProfile(BaseModel):
     contact: ContactProfile = Field(default_factory=ContactProfile)
     timing: RigTiming = Field(default_factory=RigTiming)
 
+    def top_camera_calibration(self) -> dict[str, Any] | None:
+        """The runtime's ``top_camera_calibration`` for this world's top camera: what the
+        operator's checkerboard calibration would give (close to, not equal to, the truth;
+        docs/simulation-optics.md). None for the ideal pinhole."""
+        nominal = self.optics.top.nominal
+        return None if nominal is None else nominal.model_dump()
+
 
 def builtin_profile(name: str) -> SimProfile:
     return SimProfile(

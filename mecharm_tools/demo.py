@@ -20,6 +20,7 @@ from mecharm_common.logging import configure_logging
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.service import ServiceReport, run_service, scene_next
+from mecharm_sim.profile import ProfileError, load_profile
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
 
 __all__ = ["main", "summary_table"]
@@ -38,13 +39,6 @@ def summary_table(report: ServiceReport) -> str:
         if t.reason:
             lines.append(f"{'':<28} reason: {t.reason}")
     return "\n".join(lines)
-
-
-def _nominal_calibration(profile: str) -> dict[str, object] | None:
-    from mecharm_sim.profile import load_profile
-
-    nominal = load_profile(profile).optics.top.nominal
-    return None if nominal is None else nominal.model_dump()
 
 
 async def _run(settings: RuntimeSettings, control_url: str, seed: int) -> ServiceReport:
@@ -85,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run without the recorder (recording_status none)",
     )
     args = p.parse_args(argv)
+    try:
+        profile = load_profile(args.sim_profile)
+    except ProfileError as exc:
+        p.error(str(exc))
     configure_logging("warning")
     root = args.data_root.resolve()
     root.mkdir(
@@ -125,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sim_control_url": rig.control_url,
                 # what the operator's checkerboard calibration of this camera would give
                 # (docs/simulation-optics.md); None for the ideal pinhole
-                "top_camera_calibration": _nominal_calibration(args.sim_profile),
+                "top_camera_calibration": profile.top_camera_calibration(),
             },
         )
         print(

@@ -384,6 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "fk_data_dir": args.fk_data_dir.resolve() if args.fk_data_dir else None,
                 "daemon_port": rig.daemon_port,
                 "top_camera": rig.top_url,
+                # what the operator's calibration of this camera gives (docs/simulation-optics.md)
+                "top_camera_calibration": profile.top_camera_calibration(),
                 "recorder_enabled": False,
                 "time_scale": args.time_scale,
             },
