@@ -60,6 +60,10 @@ FINGER_HALF_M = 0.0035  # half thickness of a finger plate
 _P = np.array([[1.0, 0, 0], [0, 0, 1.0], [0, 1.0, 0]])  # Unity (x, y, z) <-> MuJoCo (x, z, y)
 _KEYS = 8  # arm samples per step() call; the hand moves linearly between them
 _MAX_V = 1.5  # m/s, a block dropped from 11 cm; nothing in the workcell moves faster
+#: m/s across the mat: the hand sweeps at most ~0.3 m/s (90° in 5.7 s at 0.35 m), and what it
+#: pushes cannot go faster; a call that fell behind (a busy machine at a high time scale)
+#: moves the hand further per step, and the overlap would otherwise fling the block off the mat
+_MAX_V_FLAT = 0.35
 _MAX_W = 40.0  # rad/s
 _REST_V = 0.004  # m/s: below this (and _REST_W) a body is at rest
 _REST_W = 0.08  # rad/s
@@ -582,15 +586,17 @@ class MujocoPhysics:
         with a kinematic finger would otherwise throw it out of the workcell."""
         d = self.data
         q = d.qvel
+        flat = _MAX_V_FLAT * _MAX_V_FLAT
         if (
             float(q @ q) < _MAX_W * _MAX_W
+            and float(q[self._vb : self._vb + 2] @ q[self._vb : self._vb + 2]) < flat
             and float(q[self._vb : self._vb + 3] @ q[self._vb : self._vb + 3]) < _MAX_V * _MAX_V
             and (
                 self._vx is None
-                or float(q[self._vx : self._vx + 3] @ q[self._vx : self._vx + 3]) < _MAX_V * _MAX_V
+                or float(q[self._vx : self._vx + 3] @ q[self._vx : self._vx + 3]) < flat
             )
         ):
-            return  # the usual case, one dot product
+            return  # the usual case, a few dot products
         for v in (self._vb, self._vx):
             if v is None:
                 continue
@@ -598,6 +604,10 @@ class MujocoPhysics:
             sp = float(np.linalg.norm(lin))
             if sp > _MAX_V:
                 lin *= _MAX_V / sp
+            across = q[v : v + 2]  # MuJoCo x, y: the mat's plane (z is up)
+            sa = float(np.linalg.norm(across))
+            if sa > _MAX_V_FLAT:
+                across *= _MAX_V_FLAT / sa
             ang = q[v + 3 : v + 6]
             sw = float(np.linalg.norm(ang))
             if sw > _MAX_W:
