@@ -19,11 +19,13 @@ import csv
 import itertools
 import json
 import math
+import re
 import signal
 import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,6 +79,12 @@ class TrialRow:
     attempts: int
     pick_verdict: str
     place_verdict: str
+    #: the world at the trial's end (``GET /scene/truth``): where the block rests
+    #: (mat, box, rim, gripper, air) and whether it is upright
+    true_block_on: str = "-"
+    #: the runtime's account disagrees with the world in a way it did not report: it says
+    #: placed (or completed) while the block is not in the box (docs/simulation.md, "harsh")
+    undetected_wrong: bool = False
 
     @property
     def success(self) -> bool:
@@ -129,6 +137,8 @@ def trial_row(
         mxz = math.hypot(float(first_tip["dx_mm"]), float(first_tip["dz_mm"]))
     grasps = [ev for ev in end.get("events", []) if ev.get("kind") in ("grasp", "miss")]
     g0 = grasps[0] if grasps else None
+    on = str(end.get("block", {}).get("resting_on", "-"))
+    claims_placed = t.place_verdict == "yes" or t.status == "completed"
     return TrialRow(
         trial=i, seed=seed, status=t.status, reason=t.reason,
         true_dx_mm=tdx, true_dz_mm=tdz, height_err_mm=tdy, true_xz_mm=txz, measured_xz_mm=mxz,
@@ -138,6 +148,7 @@ def trial_row(
         first_grasp_xz_mm=None if g0 is None else g0.get("dxz_mm"),
         servo_steps_first=servo_first, servo_steps_total=servo_total, attempts=t.pick_attempts,
         pick_verdict=t.pick_verdict or "-", place_verdict=t.place_verdict or "-",
+        true_block_on=on, undetected_wrong=claims_placed and on != "box",
     )  # fmt: skip
 
 
@@ -294,7 +305,20 @@ def summary(rows: Sequence[TrialRow], warmup: int) -> dict[str, Any]:
         "successes_after": sum(r.success for r in after),
         "trials_after": len(after),
         "servo_steps_after": sum(r.servo_steps_total for r in after),
+        "undetected_wrong": sum(r.undetected_wrong for r in rows),
+        # trials that did not place, by the reason the runtime gave (its first clause)
+        "failure_reasons": dict(
+            Counter(_reason_class(r) for r in rows if not r.success).most_common()
+        ),
     }
+
+
+def _reason_class(r: TrialRow) -> str:
+    """The first clause of a failure's reason, numbers dropped, so like failures count as one."""
+    if r.status == "completed":
+        return f"completed, pick {r.pick_verdict} place {r.place_verdict}"
+    text = (r.reason or r.status).split(";")[0]
+    return re.sub(r"-?\d+(\.\d+)?", "N", text)[:120]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -428,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{100 * (sm['first_grasp_rate_after'] or 0):.0f}%, median tip x-z error "
             f"{_fmt(sm['tip_xz_mm_median_after_warmup'])} mm, servo steps {sm['servo_steps_after']}"
         )
+    print(f"ended in a wrong state the runtime did not report: {sm['undetected_wrong']}")
+    for why, n in sm["failure_reasons"].items():
+        print(f"  not placed x{n}: {why}")
     print(f"rows: {out_csv}\nplot: {args.plot}\ntook {time.monotonic() - t0:.0f}s")
     return 0
 
