@@ -64,6 +64,7 @@ _MAX_V = 1.5  # m/s, a block dropped from 11 cm; nothing in the workcell moves f
 #: pushes cannot go faster; a call that fell behind (a busy machine at a high time scale)
 #: moves the hand further per step, and the overlap would otherwise fling the block off the mat
 _MAX_V_FLAT = 0.35
+_MAT_CLEAR_M = 0.0005  # the fingers' lowest point stays this far above the mat
 _MAX_W = 40.0  # rad/s
 _REST_V = 0.004  # m/s: below this (and _REST_W) a body is at rest
 _REST_W = 0.08  # rad/s
@@ -328,7 +329,18 @@ class MujocoPhysics:
         g = np.clip(np.broadcast_to(np.asarray(grip, dtype=np.float64), len(c_mj)), 0.0, 100.0)
         half = (JAW_MAX_M * g / 100.0 / 2.0 + FINGER_HALF_M)[:, None]
         jaw = R[:, :, 0]
-        return c_mj, R, c_mj + jaw * half, c_mj - jaw * half
+        fa, fb = c_mj + jaw * half, c_mj - jaw * half
+        # a finger stops on the mat (the arm's joints and gears give a little) instead of
+        # passing through it and trapping the block under the mat's surface: the hand rides
+        # on the mat; the arm's own pose (and the truth's tip, and the `mat` collision) stay
+        ext = np.abs(R[:, 2, :]) @ np.array(
+            [FINGER_HALF_M, self.cfg.pad_half_m, self.cfg.pad_height_half_m]
+        )
+        lift = np.maximum(0.0, _MAT_CLEAR_M - (np.minimum(fa[:, 2], fb[:, 2]) - ext))
+        if np.any(lift > 0):
+            up = lift[:, None] * np.array([0.0, 0.0, 1.0])
+            c_mj, fa, fb = c_mj + up, fa + up, fb + up
+        return c_mj, R, fa, fb
 
     def _place_hand(
         self, c: NDArray[np.float64], R: NDArray[np.float64], fa: Any, fb: Any, quat: Any = None

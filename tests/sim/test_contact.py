@@ -409,3 +409,28 @@ def test_truth_reports_orientation_on_the_rules_engine() -> None:
         assert math.degrees(math.atan2(rot[2, 0], rot[0, 0])) == pytest.approx(30.0)
     finally:
         c.close()
+
+
+def test_fingers_stop_on_the_mat_and_still_grasp(cell: SteppedCell) -> None:
+    """An arm whose tip is commanded 15 mm under the mat (the rig's arm sits low) does not push
+    its fingers through it: they rest on the mat, the block stays on top of the mat between
+    them, and the close takes it. Before, the kinematic fingers sank into the mat, trapped the
+    block and dragged it along the mat, where the pick judge took it for a lift."""
+    low = (PICK[0], PICK[1], PICK[2] + 14.0, *PICK[3:])
+    assert fk_tip(low)[1] < -0.014
+    tx, _, tz = tip(low)
+    cell.layout((tx, tz), _far_box())
+    cell.move(above(low))
+    cell.move(low)
+    d, m = cell.wc.physics.data, cell.wc.physics.model  # type: ignore[attr-defined]
+    for name in ("finger_a", "finger_b"):
+        g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, name)
+        corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+        world = d.geom_xpos[g] + (corners * m.geom_size[g]) @ d.geom_xmat[g].reshape(3, 3).T
+        assert world[:, 2].min() > -0.001  # MuJoCo z is up: no finger corner under the mat
+    t = cell.wc.truth()
+    assert t["block"]["y"] == pytest.approx(BLOCK_SIZE_M / 2, abs=1e-3)  # still on the mat
+    cell.grip(close=True)
+    t = cell.wc.truth()
+    assert t["grasped"], t["events"]
+    assert any(c["kind"] == "mat" for c in t["collisions"])  # the arm itself went too low
