@@ -36,6 +36,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "release_check": False,
     # the height memory's rule before the measured one (docs/runtime.md, "Memories")
     "height_rule": "failures",
+    # before: a new place cell started from the plain band, whatever the other cells had learnt
+    "height_new_cell": "zero",
     # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
     "retry_open_at": "lift",
     # no bound on a joint's change near the work, no path check (docs/safety.md)
@@ -216,6 +218,10 @@ class RuntimeSettings(RigSettings):
     #: lower after a place judged no; failures: the older rule (raise after a failure only)
     height_rule: Literal["measured", "failures"] = "measured"
     height_raise_margin_mm: float = Field(10.0, ge=0)
+    #: a place cell not in the height memory: ``learnt`` starts it from the count-weighted mean
+    #: of the learnt cells (the arm's sag is much the same over the place region), ``zero``
+    #: from the plain band (docs/runtime.md, "Memories")
+    height_new_cell: Literal["learnt", "zero"] = "learnt"
 
     # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
     #: before opening over the box the block must be seen above the opening; an abort while

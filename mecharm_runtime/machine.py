@@ -174,6 +174,8 @@ class TrialState:
     pick_attempts: int = 0
     pick_verdict: VerdictObservation | None = None
     place_key: str = ""
+    #: the place band's dee_y when the cell was new and started from the learnt cells (else 0)
+    place_dee_start_mm: float = 0.0
     place_approach: tuple[float, ...] | None = None
     place_pose: tuple[float, ...] | None = None
     place_ee_y: float | None = None
@@ -921,6 +923,9 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     """(band_min, band_max, dee_y_mm): memory target 0.100 + dee_y, band the 30 mm below it."""
     s, st = ctx.settings, ctx.state
     dee = ctx.heights.get(st.place_key)
+    if dee is None and s.height_new_cell == "learnt":
+        dee = ctx.heights.learnt()  # a new cell starts where the learnt cells are
+        st.place_dee_start_mm = dee or 0.0
     if dee is None:
         return s.place_band[0], s.place_band[1], None
     target = s.place_target_m + dee / 1000.0
@@ -932,7 +937,10 @@ async def descend_place(ctx: TrialContext) -> Outcome:
     assert st.scene is not None and st.scene.box_xz is not None and st.place_approach is not None
     st.place_key = cell_key("place", *st.scene.box_xz, s.cell_mm)
     lo, hi, dee = _place_band(ctx)
-    ctx.trace.decision("place_band", {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]})
+    band = {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]}
+    if st.place_dee_start_mm:  # a new cell that started from the learnt cells
+        band["new_cell_from_learnt"] = True
+    ctx.trace.decision("place_band", band)
     res = fk_lookup(
         ctx.table,
         "place_withblock",
@@ -1196,6 +1204,7 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
         step_mm=s.height_step_mm,
         max_mm=s.height_max_mm,
         raise_margin_mm=s.height_raise_margin_mm,
+        start_mm=st.place_dee_start_mm,
     )
     dist = None if view is None else view.dist_mm
     ctx.trace.decision(

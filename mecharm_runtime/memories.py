@@ -239,6 +239,17 @@ class HeightMemory(_JsonMemory):
         e = self.entries.get(key)
         return None if e is None else float(e["dee_y_mm"])
 
+    def learnt(self) -> float | None:
+        """The places' count-weighted mean dee_y over the cells learnt so far (None: none).
+
+        Where a new cell starts with ``height_new_cell: learnt`` (docs/runtime.md, "Memories"):
+        the arm's sag under the block is much the same over the small place region, so a cell
+        need not relearn from zero what its neighbours already paid for in failed places."""
+        total = sum(int(e["n"]) for e in self.entries.values())
+        if total <= 0:
+            return None
+        return sum(float(e["dee_y_mm"]) * int(e["n"]) for e in self.entries.values()) / total
+
     def update(self, key: str, placed_ok: bool, step_mm: float, max_mm: float) -> float:
         """The rule before ``height_rule: measured``: a failed place raises the cell's target by
         ``step_mm`` (capped at ``max_mm``); a good place keeps it and counts it."""
@@ -258,9 +269,11 @@ class HeightMemory(_JsonMemory):
         step_mm: float,
         max_mm: float,
         raise_margin_mm: float,
+        start_mm: float = 0.0,
     ) -> HeightUpdate:
-        """Apply the measured rule to ``key`` (see ``learn_height``) and count the place."""
-        old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
+        """Apply the measured rule to ``key`` (see ``learn_height``) and count the place; a cell
+        not in the memory starts from ``start_mm`` (what its band used)."""
+        old = self.entries.get(key, {"dee_y_mm": start_mm, "n": 0})
         old_mm = float(old["dee_y_mm"])
         new, change, why = learn_height(
             old_mm,

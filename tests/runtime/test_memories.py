@@ -197,3 +197,18 @@ def test_config_cannot_set_maxima_beyond_the_bounds() -> None:
         load_settings(RuntimeSettings, None, {"max_correction_mm": CORRECTION_LIMIT_MM + 1})
     with pytest.raises(ConfigError, match="height_max_mm"):
         load_settings(RuntimeSettings, None, {"height_max_mm": HEIGHT_LIMIT_MM[1] + 1})
+
+
+def test_a_new_place_cell_starts_from_the_learnt_cells(tmp_path: Path) -> None:
+    heights = HeightMemory(tmp_path / "h.json")
+    assert heights.learnt() is None  # nothing learnt: the plain band
+    kw = {"step_mm": 5.0, "max_mm": 30.0, "raise_margin_mm": 10.0}
+    for _ in range(3):  # well inside the box three times: 0 -> 15 mm
+        heights.learn("place_x-200_z180", True, 20.0, **kw)
+    heights.learn("place_x-160_z220", True, 2.0, **kw)  # kept at 0, one place
+    assert heights.learnt() == pytest.approx((15.0 * 3 + 0.0 * 1) / 4)
+    # a new cell that started its band from the learnt mean learns on from there
+    up = heights.learn("place_x-180_z200", True, 20.0, start_mm=11.25, **kw)
+    assert (up.old_mm, up.dee_y_mm) == (11.25, 16.25)
+    # a known cell ignores the start
+    assert heights.learn("place_x-200_z180", True, 2.0, start_mm=0.0, **kw).old_mm == 15.0
