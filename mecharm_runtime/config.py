@@ -38,6 +38,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "height_rule": "failures",
     # before: a new place cell started from the plain band, whatever the other cells had learnt
     "height_new_cell": "zero",
+    # before: the place servo steered whatever block it saw, moving with the tip or not
+    "servo_drop_check": False,
     # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
     "retry_open_at": "lift",
     # no bound on a joint's change near the work, no path check (docs/safety.md)
@@ -222,6 +224,11 @@ class RuntimeSettings(RigSettings):
     #: of the learnt cells (the arm's sag is much the same over the place region), ``zero``
     #: from the plain band (docs/runtime.md, "Memories")
     height_new_cell: Literal["learnt", "zero"] = "learnt"
+    #: the place servo stops when the block it steers does not move with the tip (it is not
+    #: in the jaws): a tip move of at least servo_drop_tip_mm with the block moving less than
+    #: a third of it (docs/stages.md, "servo_place")
+    servo_drop_check: bool = True
+    servo_drop_tip_mm: float = Field(10.0, gt=0, le=200)
 
     # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
     #: before opening over the box the block must be seen above the opening; an abort while

@@ -978,6 +978,39 @@ def _dx_dj0_sign(pose: Sequence[float]) -> float:
     return 1.0 if float(fk_tip(b)[0]) >= float(fk_tip(a)[0]) else -1.0
 
 
+class _HeldBlockWatch:
+    """A held block moves with the tip: between two sightings in the place servo, when the
+    tip (by the model) moved ``servo_drop_tip_mm`` or more and the block less than a third
+    of that, the block is no longer in the jaws (it slipped out against the box, or was never
+    held) and the servo must not go on steering a block that is not there
+    (docs/stages.md, "servo_place"). The stage stops naming it; the abort path keeps the
+    gripper as it is, in the hover, and says why."""
+
+    def __init__(self, ctx: TrialContext) -> None:
+        self.ctx = ctx
+        self.last: tuple[tuple[float, float], tuple[float, float]] | None = None
+
+    def check(self, block_xz: tuple[float, float], pose: Sequence[float], where: str) -> None:
+        s = self.ctx.settings
+        tip = fk_tip(pose)
+        tip_xz = (float(tip[0]), float(tip[2]))
+        last, self.last = self.last, (tuple(block_xz), tip_xz)  # type: ignore[assignment]
+        if not s.servo_drop_check or last is None:
+            return
+        tip_mm = math.dist(tip_xz, last[1]) * 1000.0
+        block_mm = math.dist(block_xz, last[0]) * 1000.0
+        if tip_mm < s.servo_drop_tip_mm:
+            return
+        info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
+        if block_mm < tip_mm / 3.0:
+            self.ctx.trace.decision("held_block_lost", info)
+            raise StageFailed(
+                f"{self.ctx.stage}: the block no longer moves with the gripper (the tip moved "
+                f"{tip_mm:.0f} mm, the block {block_mm:.0f} mm at {where}): it is not in the "
+                "jaws; not steering it further"
+            )
+
+
 async def servo_place(ctx: TrialContext) -> Outcome:
     """Visual servo on j0, then depth steps that stop at the first lookup/guard failure."""
     s, st = ctx.settings, ctx.state
@@ -988,6 +1021,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
     servo: list[dict[str, Any]] = []
     converged = False
+    seen = _HeldBlockWatch(ctx)
     for it in range(1, s.servo_max_iter + 1):
         await ctx.at_rest(f"servo {it}")
         pos = await ctx.eyes.locate_block(
@@ -996,6 +1030,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         if pos is None:
             servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
             break
+        seen.check(pos, pose, f"servo {it}")
         diff_mm = (pos[0] - box_x) * 1000.0
         if abs(diff_mm) <= s.servo_tol_mm:
             converged = True
@@ -1039,6 +1074,7 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         if pos is None:
             servo.append({"depth_step": k, "action": "stop: block not visible"})
             break
+        seen.check(pos, pose, f"depth step {k}")
         dz_mm = (pos[1] - box_z) * 1000.0
         if abs(dz_mm) <= s.depth_tol_mm:
             servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "within tolerance"})

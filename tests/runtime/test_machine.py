@@ -452,3 +452,42 @@ async def test_correction_applied_clamped_and_corrupt_entry_never_used(
     assert c["aim_xz"] == pytest.approx([0.201 - 0.020, 0.259 + 0.004])
     c = await trial((0.201, 0.281))
     assert c["key"] == "pick_x200_z280" and c["entry"] is None and c["applied_mm"] == [0.0, 0.0]
+
+
+class _DroppedInServoEyes(TrueStateEyes):
+    """The held block is first seen 20 mm beside the tip (so the place servo moves), then
+    stays where it was: it slipped out of the jaws and lies still while the arm steers."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.first: tuple[float, float] | None = None
+
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
+        pos = await super().locate_block(lift_m, near_xz, tag)
+        if pos is None:
+            return None
+        if self.first is None:
+            self.first = (pos[0] + 0.020, pos[1])
+        return self.first
+
+
+@pytest.mark.asyncio
+async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "stopped" and "no longer moves with the gripper" in t.reason, t.reason
+    lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
+    assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
+    assert lost[0]["value"]["tip_moved_mm"] >= 10.0
+    # before the check, the same servo steered on and completed the trial
+    eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, servo_drop_check=False)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert "no longer moves with the gripper" not in t.reason
