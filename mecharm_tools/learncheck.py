@@ -85,6 +85,9 @@ class TrialRow:
     #: the runtime's account disagrees with the world in a way it did not report: it says
     #: placed (or completed) while the block is not in the box (docs/simulation.md, "harsh")
     undetected_wrong: bool = False
+    #: the runtime stopped saying it holds the block (in the hover) while the world's block
+    #: is elsewhere: the stop and its reason were reported, the belief about the jaws was wrong
+    held_claim_wrong: bool = False
 
     @property
     def success(self) -> bool:
@@ -149,6 +152,7 @@ def trial_row(
         servo_steps_first=servo_first, servo_steps_total=servo_total, attempts=t.pick_attempts,
         pick_verdict=t.pick_verdict or "-", place_verdict=t.place_verdict or "-",
         true_block_on=on, undetected_wrong=claims_placed and on != "box",
+        held_claim_wrong=bool(t.block_held) and on != "gripper",
     )  # fmt: skip
 
 
@@ -306,6 +310,7 @@ def summary(rows: Sequence[TrialRow], warmup: int) -> dict[str, Any]:
         "trials_after": len(after),
         "servo_steps_after": sum(r.servo_steps_total for r in after),
         "undetected_wrong": sum(r.undetected_wrong for r in rows),
+        "held_claim_wrong": sum(r.held_claim_wrong for r in rows),
         # trials that did not place, by the reason the runtime gave (its first clause)
         "failure_reasons": dict(
             Counter(_reason_class(r) for r in rows if not r.success).most_common()
@@ -453,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{_fmt(sm['tip_xz_mm_median_after_warmup'])} mm, servo steps {sm['servo_steps_after']}"
         )
     print(f"ended in a wrong state the runtime did not report: {sm['undetected_wrong']}")
+    print(f"stopped saying the block is held while it was not: {sm['held_claim_wrong']}")
     for why, n in sm["failure_reasons"].items():
         print(f"  not placed x{n}: {why}")
     print(f"rows: {out_csv}\nplot: {args.plot}\ntook {time.monotonic() - t0:.0f}s")
