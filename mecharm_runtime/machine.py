@@ -983,8 +983,8 @@ class _HeldBlockWatch:
     tip (by the model) moved ``servo_drop_tip_mm`` or more and the block less than a third
     of that, the block is no longer in the jaws (it slipped out against the box, or was never
     held) and the servo must not go on steering a block that is not there
-    (docs/stages.md, "servo_place"). The stage stops naming it; the abort path keeps the
-    gripper as it is, in the hover, and says why."""
+    (docs/stages.md, "servo_place"). The stage stops naming it, and the trial no longer
+    counts the block as held: the exit path goes up and HOME as after any stop."""
 
     def __init__(self, ctx: TrialContext) -> None:
         self.ctx = ctx
@@ -1004,6 +1004,9 @@ class _HeldBlockWatch:
         info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
         if block_mm < tip_mm / 3.0:
             self.ctx.trace.decision("held_block_lost", info)
+            # the evidence says the jaws are empty: the exit path goes up and HOME as for any
+            # stop without a block, instead of announcing a block held in the hover
+            self.ctx.state.holding = False
             raise StageFailed(
                 f"{self.ctx.stage}: the block no longer moves with the gripper (the tip moved "
                 f"{tip_mm:.0f} mm, the block {block_mm:.0f} mm at {where}): it is not in the "

@@ -485,6 +485,7 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
     assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
     assert lost[0]["value"]["tip_moved_mm"] >= 10.0
+    assert not t.block_held  # the stop does not announce a block in the jaws
     # before the check, the same servo steered on and completed the trial
     eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, servo_drop_check=False)
