@@ -82,8 +82,8 @@ class TrialRow:
     #: the world at the trial's end (``GET /scene/truth``): where the block rests
     #: (mat, box, rim, gripper, air) and whether it is upright
     true_block_on: str = "-"
-    #: the runtime's account disagrees with the world in a way it did not report: it says
-    #: placed (or completed) while the block is not in the box (docs/simulation.md, "harsh")
+    #: the runtime's account disagrees with the world in a way it did not report: it judged
+    #: the place yes while the block is not in the box (docs/simulation.md, "harsh")
     undetected_wrong: bool = False
     #: the runtime stopped saying it holds the block (in the hover) while the world's block
     #: is elsewhere: the stop and its reason were reported, the belief about the jaws was wrong
@@ -141,7 +141,7 @@ def trial_row(
     grasps = [ev for ev in end.get("events", []) if ev.get("kind") in ("grasp", "miss")]
     g0 = grasps[0] if grasps else None
     on = str(end.get("block", {}).get("resting_on", "-"))
-    claims_placed = t.place_verdict == "yes" or t.status == "completed"
+    claims_placed = t.place_verdict == "yes"  # a completed trial judged "no" reported it
     return TrialRow(
         trial=i, seed=seed, status=t.status, reason=t.reason,
         true_dx_mm=tdx, true_dz_mm=tdz, height_err_mm=tdy, true_xz_mm=txz, measured_xz_mm=mxz,

@@ -83,6 +83,19 @@ def _majority(votes: list[bool]) -> tuple[bool, float]:
     return ok, (yes if ok else len(votes) - yes) / len(votes)
 
 
+#: the box found again by template counts as still in place within this distance of detect's
+BOX_MOVED_MM = 15.0
+
+
+def _box_still_there(found: BoxDetection, detected: BoxDetection) -> bool:
+    """The place judge's frame found the box (by template, the contour being broken) near
+    where detect put it; a fallback, or a template match far away, means the box moved or is
+    hidden (docs/perception.md, "The place judge and a moved box")."""
+    if found.method != "template":
+        return False
+    return math.hypot(found.x - detected.x, found.z - detected.z) * 1000.0 <= BOX_MOVED_MM
+
+
 class GeometricJudge:
     """Default judge: geometry of the detections, no model, no person.
 
@@ -228,6 +241,9 @@ class GeometricJudge:
         face = _face_mm2(ev.scene.block, cfg)
         for f in ev.frames:
             redetect = detect_box(f, ev.H, config=cfg)
+            # the box not seen where detect left it (pushed aside by the arm, hidden): a block
+            # on the mat where the box used to be is no place, whatever the old outline says
+            stale = redetect.method != "contour" and not _box_still_there(redetect, ev.scene.box)
             if redetect.method == "contour":
                 box = redetect
             block = locate_block(f, ev.H, top_h, near_xz=(box.x, box.z), config=cfg)
@@ -246,6 +262,9 @@ class GeometricJudge:
                 rim_top = cfg.box_height_m + cfg.block_size_m
                 if on_rim >= self.rim_red_mm2 or top >= (top_h + rim_top) / 2.0:
                     rest = "rim"
+            if stale and self.height_aware and rest == "floor":
+                rest = "box_moved"
+                info["box_refound"] = False
             rests.append(rest)
             votes.append(rest == "floor")
             margins.append(margin)
@@ -268,10 +287,16 @@ class GeometricJudge:
             conf = agree * 0.9  # the margin measured through the floor plane means nothing here
         if box.method == "fallback":
             conf *= 0.5
+        n_moved = rests.count("box_moved")
         if ok:
             reason = (
                 f"block lies inside the box's inner footprint (median margin {m:.1f} mm) "
                 f"in {sum(votes)}/{n} frames"
+            )
+        elif 2 * n_moved > n:
+            reason = (
+                f"place failed: the box is not where detect found it in {n_moved}/{n} frames "
+                "(pushed aside or hidden): cannot say the block is in it"
             )
         elif m is None:
             reason = f"place failed: no block visible near the box in {n}/{n} frames"

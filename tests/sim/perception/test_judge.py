@@ -248,3 +248,24 @@ def test_make_judge_and_verdict_validation() -> None:
         Verdict("maybe", 0.5, "", "x")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="confidence"):
         Verdict("yes", 1.5, "", "x")
+
+
+def test_a_block_where_the_box_was_pushed_away_is_not_placed(rig) -> None:
+    """The harsh arm pushed the box into the mat's corner (over a marker, where neither the
+    contour nor the template finds it) and the block fell on the mat where the box had been:
+    judged against detect's box outline the block looked placed (a wrong state nobody
+    reported). Now the judge sees the box is not where detect found it and says no."""
+    tx, _, tz = rig.tip(rig.PICK)
+    px, _, pz = rig.tip(rig.PLACE)
+    rig.layout((tx, tz), (px, pz))
+    frames = [rig.wc.render("top") for _ in range(3)]
+    H = estimate_homography(frames)
+    scene = detect_scene(frames, H)
+    rig.layout((px, pz), (-0.31, 0.37))  # box pushed away, block on the mat at its old place
+    assert rig.wc.truth()["block"]["resting_on"] == "mat"
+    ev = _evidence(rig, H, scene)
+    old = _run(GeometricJudge(height_aware=False).judge_place(ev))
+    assert old.verdict == "yes"  # the defect: the old outline still frames the block
+    v = _run(GeometricJudge().judge_place(ev))
+    assert v.verdict == "no", v
+    assert "the box is not where detect found it in 3/3 frames" in v.reason
