@@ -350,6 +350,10 @@ def test_learncheck_refuses_bad_arguments(
     mem.write_text('{"version": 1, "entries": {}}')
     assert learncheck.main(["--data-root", str(root), "--trials", "2", "--warmup", "1"]) == 2
     assert "empty memory" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert learncheck.main(["--data-root", str(a_file), "--trials", "2", "--warmup", "1"]) == 2
+    assert "cannot use it as a directory" in capsys.readouterr().err
 
 
 @pytest.mark.slow
