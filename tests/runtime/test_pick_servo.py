@@ -84,6 +84,23 @@ def _decisions(t: TrialSummary, kind: str) -> list[dict[str, Any]]:
     ]
 
 
+def _assert_checked(t: TrialSummary, *near_work: str) -> list[dict[str, Any]]:
+    """Every move of the trial had its path checked and passed; every move whose note starts
+    with one of ``near_work`` (each present) had the joint-step bound checked against a
+    reference pose and kept it. A missing check fails: it is not taken for a pass."""
+    checks = _decisions(t, "motion_check")
+    assert checks, "no motion_check in the trace: the checks were off"
+    for c in checks:
+        assert c["path"]["ok"], c
+    for prefix in near_work:
+        near = [c for c in checks if c["note"].startswith(prefix)]
+        assert near, f"no checked move {prefix!r}: {[c['note'] for c in checks]}"
+        for c in near:
+            step = c["joint_step"]
+            assert step["ok"] and "ref" in step and abs(step["jump_deg"]) <= step["bound_deg"], c
+    return checks
+
+
 # ---------------------------------------------------------------- the step rule
 
 
@@ -162,8 +179,7 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
     assert learned["dz_mm"] == pytest.approx(result["total_mm"][1] + tip["dz_mm"])
     assert math.hypot(learned["dx_mm"], learned["dz_mm"]) > GRASP_MM
     # the lift went back up past the servo's poses: every near-work move kept the bound
-    for c in _decisions(t, "motion_check"):
-        assert c.get("joint_step", {"ok": True})["ok"] and c.get("path", {"ok": True})["ok"]
+    _assert_checked(t, "pick servo", "pick descend")
 
 
 @pytest.mark.asyncio
@@ -179,8 +195,7 @@ async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
     assert any(n.startswith("pick servo") for n in notes)
     assert any(n.startswith("retry: lower to the mat") for n in notes)
     assert any(n.startswith("retry: up from the mat") for n in notes)
-    for c in _decisions(t, "motion_check"):
-        assert c.get("joint_step", {"ok": True})["ok"] and c.get("path", {"ok": True})["ok"], c
+    _assert_checked(t, "pick servo", "retry: lower to the mat", "retry: up from the mat")
 
 
 @pytest.mark.asyncio
