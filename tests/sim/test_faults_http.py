@@ -155,6 +155,16 @@ def test_frozen_feed_repeats_the_last_jpeg_byte_for_byte(served: Any) -> None:
     assert _jpeg(port)[1] != frozen[0]
 
 
+def test_a_live_feed_never_repeats_a_frame_even_in_a_noiseless_scene(served: Any) -> None:
+    # the schema allows no noise and almost no flicker; the sensor's own noise floor still
+    # makes every frame differ, so the runtime's frozen-feed check (10 in a row) never fires
+    port = _port(served.wc)
+    for lighting in ({"noise_sigma": 0, "flicker": 0.002}, {"noise_sigma": 0, "flicker": 0}):
+        _fault(port, {"fault": "lighting", **lighting})
+        frames = [_jpeg(port)[1] for _ in range(12)]
+        assert all(a != b for a, b in zip(frames, frames[1:])), lighting
+
+
 def test_camera_lost_cuts_the_stream_and_refuses_until_it_is_back(served: Any) -> None:
     port = _port(served.wc)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
