@@ -4,6 +4,7 @@ what each fault does to the arm, the cameras and the world, seen from outside.""
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import socket
 import time
@@ -162,7 +163,7 @@ def test_a_live_feed_never_repeats_a_frame_even_in_a_noiseless_scene(served: Any
     for lighting in ({"noise_sigma": 0, "flicker": 0.002}, {"noise_sigma": 0, "flicker": 0}):
         _fault(port, {"fault": "lighting", **lighting})
         frames = [_jpeg(port)[1] for _ in range(12)]
-        assert all(a != b for a, b in zip(frames, frames[1:])), lighting
+        assert all(a != b for a, b in itertools.pairwise(frames)), lighting
 
 
 def test_camera_lost_cuts_the_stream_and_refuses_until_it_is_back(served: Any) -> None:
