@@ -225,7 +225,7 @@ def _start_workcell(
     if settings.scene is None:
         return None
     if settings.backend != "sim":
-        raise StartupError(
+        raise ConfigError(  # a bad combination of flags: exit 2 as any bad flag
             "--scene needs --backend sim (the workcell simulates cameras around the sim arm)"
         )
     try:

@@ -167,7 +167,7 @@ def test_scene_without_workcell_module_fails_clearly(monkeypatch: pytest.MonkeyP
     with pytest.raises(StartupError, match="workcell is not available"):
         cli._start_workcell(s, SimArm(s.sim), "127.0.0.1", None)
     s = settings(["--config", os.devnull, "--scene", "random", "--backend", "mycobot"])
-    with pytest.raises(StartupError, match="needs --backend sim"):
+    with pytest.raises(ConfigError, match="needs --backend sim"):
         cli._start_workcell(s, None, "127.0.0.1", None)
 
 
