@@ -18,6 +18,7 @@ from mecharm_common.shutdown import ShutdownSignals, capture_signals
 
 if TYPE_CHECKING:
     from mecharm_sim.arm import SimArmConfig
+    from mecharm_sim.profile import SimProfile
 
 __all__ = ["build_parser", "main", "serve", "settings_from_args"]
 
@@ -175,7 +176,22 @@ def settings_from_args(args: argparse.Namespace) -> tuple[DaemonSettings, Path |
     return load_settings(DaemonSettings, config, overrides), config
 
 
-def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
+def load_sim_profile(settings: DaemonSettings) -> SimProfile | None:
+    """The world of ``--sim-profile``, loaded once for the arm and the workcell (None for the
+    real arm). A bad name or file is a bad flag: ConfigError, exit 2 (README)."""
+    if settings.backend != "sim":
+        return None
+    from mecharm_sim.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(settings.sim_profile)
+    except ProfileError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _make_backend(
+    settings: DaemonSettings, profile: SimProfile | None = None
+) -> tuple[ArmBackend, Any]:
     if settings.backend == "mycobot":
         from daemon_pi.backends.mycobot import MyCobotBackend
 
@@ -189,31 +205,27 @@ def _make_backend(settings: DaemonSettings) -> tuple[ArmBackend, Any]:
     from daemon_pi.backends.sim import SimBackend
     from mecharm_sim.arm import SimArm
 
-    arm = SimArm(_sim_arm_config(settings))
+    arm = SimArm(_sim_arm_config(settings, profile))
     return SimBackend(arm), arm
 
 
-def _sim_arm_config(settings: DaemonSettings) -> SimArmConfig:
+def _sim_arm_config(settings: DaemonSettings, profile: SimProfile | None) -> SimArmConfig:
     """``settings.sim`` with the profile's timing (docs/simulation-timing.md); a key set in
     the daemon's config or flags keeps its value."""
-    if settings.sim_profile == "ideal":  # adds nothing, and needs no profile module
+    if profile is None:
         return settings.sim
-    from mecharm_sim.profile import ProfileError, load_profile
-
-    try:
-        timing = load_profile(settings.sim_profile).timing
-    except ProfileError as exc:
-        raise StartupError(str(exc)) from None
     given = settings.sim.model_fields_set
-    update = {k: v for k, v in timing.arm_overrides().items() if k not in given}
+    update = {k: v for k, v in profile.timing.arm_overrides().items() if k not in given}
     return settings.sim.model_copy(update=update) if update else settings.sim
 
 
-def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
+def _start_workcell(
+    settings: DaemonSettings, arm: Any, host: str, profile: SimProfile | None
+) -> Any:
     if settings.scene is None:
         return None
     if settings.backend != "sim":
-        raise StartupError(
+        raise ConfigError(  # a bad combination of flags: exit 2 as any bad flag
             "--scene needs --backend sim (the workcell simulates cameras around the sim arm)"
         )
     try:
@@ -224,12 +236,6 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
             f"--scene given but the simulated workcell is not available "
             f"(mecharm_sim.workcell: {exc}; install '.[sim]')"
         ) from exc
-    from mecharm_sim.profile import ProfileError, load_profile
-
-    try:
-        profile = load_profile(settings.sim_profile)
-    except ProfileError as exc:
-        raise StartupError(str(exc)) from None
     from mecharm_sim.scene import SceneError
 
     seed = settings.seed if settings.seed is not None else settings.sim.seed
@@ -242,20 +248,21 @@ def _start_workcell(settings: DaemonSettings, arm: Any, host: str) -> Any:
             camera_port=settings.camera_port,
             profile=profile,
         )
-    except SceneError as exc:  # a bad scene file (or its faults:): its message, no traceback
-        raise StartupError(str(exc)) from None
+    except SceneError as exc:  # a bad scene flag or file (or its faults:): exit 2, no traceback
+        raise ConfigError(str(exc)) from None
     log.info(
         "workcell_started",
         scene=settings.scene,
         seed=seed,
-        profile=profile.name,
+        profile=profile.name if profile is not None else "ideal",
         urls=dict(workcell.urls),
     )
     return workcell
 
 
-async def serve(settings: DaemonSettings) -> int:
-    """Run the daemon until SIGINT/SIGTERM. Returns the exit code."""
+async def serve(settings: DaemonSettings, profile: SimProfile | None = None) -> int:
+    """Run the daemon until SIGINT/SIGTERM. Returns the exit code. ``profile``: the loaded
+    ``load_sim_profile(settings)`` (None: no profile, the ideal world)."""
     host = settings.listen_host()
     token = None
     if settings.token_file is not None:
@@ -272,7 +279,7 @@ async def serve(settings: DaemonSettings) -> int:
             host=host,
             reason="listening beyond loopback without --token-file: anyone on the network can move the arm",
         )
-    backend, arm = _make_backend(settings)
+    backend, arm = _make_backend(settings, profile)
     server = ArmServer(
         backend,
         host,
@@ -290,7 +297,9 @@ async def serve(settings: DaemonSettings) -> int:
     try:
         # handlers first: a SIGTERM right after "daemon_listening" must still stop us gracefully
         with capture_signals() as sigs:
-            workcell = _start_workcell(settings, arm, host)  # fails before the port is opened
+            workcell = _start_workcell(
+                settings, arm, host, profile
+            )  # fails before the port is opened
             return await _serve_until_signal(server, sigs, host, settings.port)
     finally:
         if workcell is not None:
@@ -340,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings, config = settings_from_args(args)
+        profile = load_sim_profile(settings)
     except ConfigError as exc:
         print(f"mecharm-daemon: {exc}", file=sys.stderr)
         return 2
@@ -353,8 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         envelope=settings.envelope.envelope().to_wire(),
     )
     try:
-        return anyio.run(serve, settings)
-    except (StartupError, ConfigError) as exc:
+        return anyio.run(serve, settings, profile)
+    except ConfigError as exc:  # a bad scene: bad input, as a bad flag (README: exit 2)
+        log.error("daemon_start_failed", reason=str(exc))
+        return 2
+    except StartupError as exc:
         log.error("daemon_start_failed", reason=str(exc))
         return 1
 

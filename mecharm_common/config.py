@@ -30,7 +30,14 @@ from pydantic_settings import (
     SettingsError,
 )
 
-__all__ = ["MAX_CONFIG_BYTES", "ConfigError", "RigSettings", "load_settings", "read_yaml"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "ConfigError",
+    "RigSettings",
+    "describe_errors",
+    "load_settings",
+    "read_yaml",
+]
 
 #: A settings file is a few KB; anything this large is the wrong file.
 MAX_CONFIG_BYTES = 1 << 20
@@ -190,6 +197,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if bad:
         raise ConfigError(f"config file {path}: keys must be setting names, got {bad[0]!r}; {fix}")
     return data
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Every error of a pydantic validation as ``field.path: message``, joined by ``; ``:
+    the one-line reason a file or request was refused (sim profiles, scenes, faults)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 def _describe(exc: ValidationError, source: str) -> str:

@@ -55,6 +55,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "correction_learn": "yes",
     # a retry after a miss in height searched the whole pick band again
     "pick_height_retry": False,
+    # no frozen-feed check: repeated top-camera frames were used as live (docs/perception.md)
+    "camera_frozen_frames": 0,
 }
 
 

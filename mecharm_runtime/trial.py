@@ -155,6 +155,10 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         if st.place_pose is None and ctx.last_commanded in st.pick_path[1:]:
             # low at the pick after pick servo steps: up the way it came down (docs/stages.md)
             ok = await attempt("retreat to approach", lambda: up_from_mat(ctx, "abort: retreat"))
+        elif st.place_pose is None and st.pick_path and ctx.last_commanded is None:
+            # a servo step did not arrive: the arm is somewhere past the last pose it reached,
+            # known only from the readings; up the way it came, each move bounded from there
+            ok = await attempt("retreat to approach", lambda: _retrace_up(ctx, "abort: retreat"))
         elif up is not None and (st.pick_pose is not None or st.place_pose is not None):
             ok = await attempt(
                 "retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat")
@@ -171,6 +175,17 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         _tell_block_held(ctx, forced)
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
     return steps
+
+
+async def _retrace_up(ctx: TrialContext, note: str) -> None:
+    """From where a pick move that did not arrive left the arm (``last_measured``) up to the
+    pick approach, back through every pose of the pick path (the last one reached included),
+    each move near the work: within ``joint_step_max_deg`` and path-checked (docs/safety.md)."""
+    s, st = ctx.settings, ctx.state
+    assert st.pick_approach is not None
+    await ctx.retrace(
+        [*reversed(st.pick_path), st.pick_approach], s.tol_pick_place, note, into_box=False
+    )
 
 
 async def _put_down(

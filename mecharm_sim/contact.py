@@ -18,7 +18,7 @@ __all__ = ["CONTACT_PROFILES", "ContactProfile"]
 class ContactProfile(BaseModel):
     """Contact physics between block, box, mat and fingers; the defaults are the ideal world."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     engine: Literal["rules", "mujoco"] = Field(
         default="rules", description="rules: hand-written Physics; mujoco: MuJoCo contacts"
     )

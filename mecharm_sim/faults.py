@@ -24,10 +24,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mecharm_common.config import describe_errors
 from mecharm_common.logging import get_logger
 
 __all__ = [
@@ -47,8 +48,12 @@ class FaultError(ValueError):
     """A fault spec is invalid; the message names what and lists the valid choices."""
 
 
+#: one joint's settle error: the sim arm takes at most 20 degrees (``SimArm.settle_error_next_move``)
+_Deg = Annotated[float, Field(ge=-20.0, le=20.0)]
+
+
 class _Fault(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class IgnoreSends(_Fault):
@@ -66,7 +71,7 @@ class Stall(_Fault):
 class SettleError(_Fault):
     """The next accepted move ends ``deg[j]`` degrees off its target on joint j."""
 
-    deg: tuple[float, float, float, float, float, float]
+    deg: tuple[_Deg, _Deg, _Deg, _Deg, _Deg, _Deg]
 
 
 class ReadLatencySpike(_Fault):
@@ -164,13 +169,7 @@ def _lighting(params: dict[str, Any], base: Any = None) -> Any:
     try:
         return Lighting(**{**current, **params})
     except ValidationError as exc:
-        raise FaultError("lighting: " + _errors(exc)) from None
-
-
-def _errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
-    )
+        raise FaultError("lighting: " + describe_errors(exc)) from None
 
 
 def parse_fault(spec: Any) -> tuple[str, _Fault]:
@@ -193,7 +192,7 @@ def parse_fault(spec: Any) -> tuple[str, _Fault]:
     try:
         return name, model(**params)
     except ValidationError as exc:
-        raise FaultError(f"{name}: {_errors(exc)} (parameters: {fields})") from None
+        raise FaultError(f"{name}: {describe_errors(exc)} (parameters: {fields})") from None
 
 
 class _CamState:

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from mecharm_common.logging import get_logger
 from mecharm_sim.contact import ContactProfile
-from mecharm_sim.physics import GRIP_CONTACT, ArmState
+from mecharm_sim.physics import GRIP_CONTACT, ArmState, MissedGraspFault
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
@@ -175,7 +175,7 @@ def _yaw_near(R_w: NDArray[np.float64], prev: float) -> float:
     return yaw + 90.0 * round((prev - yaw) / 90.0)
 
 
-class MujocoPhysics:
+class MujocoPhysics(MissedGraspFault):
     """MuJoCo contacts for the workcell; same interface as ``physics.Physics``."""
 
     def __init__(
@@ -493,21 +493,6 @@ class MujocoPhysics:
         sc.bump()
 
     # ---------------------------------------------------------------- faults
-    def force_miss_next_grasp(self) -> None:
-        """Fault: the next close misses (the jaws close past the block, which stays)."""
-        with self.scene.lock:
-            self._forced_miss = True
-        log.warning("workcell_fault", fault="force_miss_next_grasp")
-
-    def cancel_missed_grasp(self) -> None:
-        """Disarm ``force_miss_next_grasp`` if it has not taken effect yet."""
-        with self.scene.lock:
-            self._forced_miss = False
-
-    @property
-    def missed_grasp_armed(self) -> bool:
-        return self._forced_miss
-
     def knock_block(self, dx_m: float, dz_m: float) -> dict[str, Any]:
         """Fault: the block (not held) is pushed by (dx, dz) metres on the mat, as if knocked.
         Raises ValueError while it is in the jaws."""

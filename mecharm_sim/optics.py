@@ -11,6 +11,8 @@ on the mat); ``harsh`` is worse than the rig in every effect.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
@@ -24,38 +26,48 @@ __all__ = [
 #: the random scene's lighting gain before profiles (kept so old seeds give the same scenes)
 IDEAL_GAIN_RANGE = (0.90, 1.08)
 
-Vec3 = tuple[float, float, float]
-Dist = tuple[float, float, float, float, float]
+#: a position in the world, metres (the rig is well inside a 5 m cube)
+_M = Annotated[float, Field(ge=-5.0, le=5.0)]
+#: one distortion coefficient (OpenCV's k1, k2, p1, p2, k3; real lenses are well within ±10)
+_K = Annotated[float, Field(ge=-10.0, le=10.0)]
+#: focal length and principal point, pixels
+_F = Annotated[float, Field(ge=100.0, le=20000.0)]
+_C = Annotated[float, Field(ge=0.0, le=10000.0)]
+Vec3 = tuple[_M, _M, _M]
+Dist = tuple[_K, _K, _K, _K, _K]
 
 
 class NominalCalibration(BaseModel):
     """A camera's intrinsics as a checkerboard calibration reports them (OpenCV's K and
     k1, k2, p1, p2, k3): what the runtime's ``top_camera_calibration`` is set to."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    fx: float = Field(gt=0)
-    fy: float = Field(gt=0)
-    cx: float
-    cy: float
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    fx: _F
+    fy: _F
+    cx: _C
+    cy: _C
     dist: Dist = (0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 class CameraOptics(BaseModel):
     """One camera: true pose and intrinsics, and what its image suffers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     pos: Vec3
     look_at: Vec3
-    roll_deg: float = 0.0
+    roll_deg: float = Field(default=0.0, ge=-360, le=360)
     #: a real camera's handedness (the ideal cameras see the Unity frame's mirror image)
     mirror: bool = False
-    size: tuple[int, int] = (1920, 1080)
+    size: tuple[Annotated[int, Field(ge=16, le=8192)], Annotated[int, Field(ge=16, le=8192)]] = (
+        1920,
+        1080,
+    )
     #: pinhole with the principal point at the centre when fx is None
     fov_h_deg: float = Field(default=53.0, gt=1, lt=170)
-    fx: float | None = Field(default=None, gt=0)
-    fy: float | None = Field(default=None, gt=0)
-    cx: float | None = None
-    cy: float | None = None
+    fx: _F | None = None
+    fy: _F | None = None
+    cx: _C | None = None
+    cy: _C | None = None
     dist: Dist = (0.0, 0.0, 0.0, 0.0, 0.0)
     nominal: NominalCalibration | None = None
     #: JPEG quality of the stream (None: the workcell config's ``jpeg_quality``)
@@ -80,7 +92,7 @@ class CameraOptics(BaseModel):
 class OpticsProfile(BaseModel):
     """The cameras' true optics and image effects; the defaults are the ideal world."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     top: CameraOptics = CameraOptics(
         pos=(0.0, 0.86, -0.06), look_at=(0.0, 0.0, 0.23), size=(1920, 1080), fov_h_deg=53.0
     )

@@ -139,7 +139,30 @@ def _wall_contact(
     return (cheb >= BOX_INNER_M / 2 - r) & (cheb <= BOX_OUTER_M / 2 + r)
 
 
-class Physics:
+class MissedGraspFault:
+    """The ``missed_grasp`` fault, the same for both contact engines (``Physics`` and
+    ``mujoco_physics.MujocoPhysics``): each checks ``_forced_miss`` when the jaws close."""
+
+    scene: SceneState
+    _forced_miss: bool
+
+    def force_miss_next_grasp(self) -> None:
+        """Fault: the next close misses (the jaws close past the block, which stays)."""
+        with self.scene.lock:
+            self._forced_miss = True
+        log.warning("workcell_fault", fault="force_miss_next_grasp")
+
+    def cancel_missed_grasp(self) -> None:
+        """Disarm ``force_miss_next_grasp`` if it has not taken effect yet."""
+        with self.scene.lock:
+            self._forced_miss = False
+
+    @property
+    def missed_grasp_armed(self) -> bool:
+        return self._forced_miss
+
+
+class Physics(MissedGraspFault):
     """Advances the scene from the arm's true state. Thread-safe through the scene lock."""
 
     def __init__(
@@ -249,21 +272,6 @@ class Physics:
         )
 
     # ---------------------------------------------------------------- faults
-    def force_miss_next_grasp(self) -> None:
-        """Fault: the next close misses (the jaws close past the block, which stays)."""
-        with self.scene.lock:
-            self._forced_miss = True
-        log.warning("workcell_fault", fault="force_miss_next_grasp")
-
-    def cancel_missed_grasp(self) -> None:
-        """Disarm ``force_miss_next_grasp`` if it has not taken effect yet."""
-        with self.scene.lock:
-            self._forced_miss = False
-
-    @property
-    def missed_grasp_armed(self) -> bool:
-        return self._forced_miss
-
     def knock_block(self, dx_m: float, dz_m: float) -> dict[str, Any]:
         """Fault: the block (not held) is pushed by (dx, dz) metres, as if knocked; it keeps
         its height and yaw. Raises ValueError while it is in the jaws."""

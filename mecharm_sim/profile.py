@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from mecharm_common.config import describe_errors
 from mecharm_sim.contact import CONTACT_PROFILES, ContactProfile
 from mecharm_sim.optics import OPTICS_PROFILES, OpticsProfile
 from mecharm_sim.timing import TIMING_PROFILES, RigTiming
@@ -89,10 +90,7 @@ def load_profile(spec: str) -> SimProfile:
             f"sim profile file {path}: base {base!r} is not one of {list(PROFILE_NAMES)}"
         )
     merged = _merge(builtin_profile(base).model_dump(), {"name": f"{base}+{path.name}", **data})
-    try:
-        return SimProfile(**merged)
+    try:  # model_validate: a non-string key (``1: 2``) is an error naming it, not a TypeError
+        return SimProfile.model_validate(merged)
     except ValidationError as exc:
-        parts = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
-        ]
-        raise ProfileError(f"sim profile file {path}: " + "; ".join(parts)) from None
+        raise ProfileError(f"sim profile file {path}: {describe_errors(exc)}") from None

@@ -49,6 +49,9 @@ __all__ = [
 
 TIP_MARKER_RADIUS_M = 0.007
 JAW_MAX_MM = 55.0  # jaw opening at gripper value 100
+#: the least sensor noise of every simulated camera (grey levels): frames of a live feed never
+#: repeat byte for byte, as a real sensor's do not (docs/perception.md, "Frozen feed")
+SENSOR_NOISE_FLOOR = 0.5
 _LIGHT = np.array([0.25, 1.0, -0.35]) / np.linalg.norm([0.25, 1.0, -0.35])
 _SHIFT = 4
 _SCALE = 1 << _SHIFT
@@ -667,6 +670,9 @@ class Renderer:
         if self.optics is not None:  # the profile's sensor, noisier in the dark (auto gain)
             dark = round(max(1.0, 1.0 / s.gain) ** 2 * 4.0) / 4.0  # few levels: patterns reused
             sigma *= self.optics.noise_scale * dark
+        # a real sensor is never noiseless: without this floor a still scene with no noise and
+        # little flicker repeats its JPEG byte for byte, which is what a frozen feed looks like
+        sigma = max(sigma, SENSOR_NOISE_FLOOR)
         if sigma > 0:
             if self._noise is None or self._noise_key != sigma:
                 # two rectified gaussians (cv2.randn saturates negatives to 0 in uint8): their

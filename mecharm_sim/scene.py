@@ -14,7 +14,7 @@ import math
 import random
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -25,6 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from mecharm_common.config import describe_errors
 
 __all__ = [
     "BLOCK_SIZE_M",
@@ -98,18 +100,22 @@ class SceneError(ValueError):
 
 
 class Pose(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    x: float
-    z: float
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    x: float = Field(ge=-1.0, le=1.0)
+    z: float = Field(ge=-1.0, le=1.0)
     yaw_deg: float = Field(default=0.0, ge=-360, le=360)
+
+
+#: gain change across the image along one axis: beyond ±0.5 one edge would be black or blown out
+_Gradient = Annotated[float, Field(ge=-0.5, le=0.5)]
 
 
 class Lighting(BaseModel):
     """Scene lighting: overall gain, a linear gradient across the image, sensor noise."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     gain: float = Field(default=1.0, ge=0.8, le=1.2)
-    gradient: tuple[float, float] = Field(
+    gradient: tuple[_Gradient, _Gradient] = Field(
         default=(0.0, 0.0), description="gain change across x / z of the image"
     )
     noise_sigma: float = Field(default=3.0, ge=0, le=15)
@@ -121,7 +127,7 @@ class Lighting(BaseModel):
 class SceneLayout(BaseModel):
     """Where things start for one trial."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     block: Pose
     box: Pose
     lighting: Lighting = Field(default_factory=Lighting)
@@ -214,13 +220,10 @@ def load_layout(
         raise SceneError(f"scene file {path}: cannot read: {exc}") from exc
     if not isinstance(data, dict):
         raise SceneError(f"scene file {path}: top level must be a mapping")
-    try:
-        return SceneLayout(**{**data, "source": str(path)})
+    try:  # model_validate: a non-string key (``1: 2``) is an error naming it, not a TypeError
+        return SceneLayout.model_validate({**data, "source": str(path)})
     except ValidationError as exc:
-        parts = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
-        ]
-        raise SceneError(f"scene file {path}: " + "; ".join(parts)) from None
+        raise SceneError(f"scene file {path}: {describe_errors(exc)}") from None
 
 
 def yaw_rotation(yaw_deg: float) -> tuple[float, ...]:

@@ -29,7 +29,7 @@ class JudgeLatency(BaseModel):
 
     All figures are real seconds: a remote model does not run faster when the sim does."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     ttft_median_s: float = Field(
         default=0.0, ge=0, le=120, description="median time to first token"
     )
@@ -37,9 +37,14 @@ class JudgeLatency(BaseModel):
         default=0.0, ge=0, le=3, description="log-normal shape of the time to first token"
     )
     answer_tokens: int = Field(default=0, ge=0, le=4096, description="tokens of the JSON verdict")
-    tokens_per_s: float = Field(default=60.0, gt=0, description="output speed once it answers")
+    tokens_per_s: float = Field(
+        default=60.0, gt=0, le=100000, description="output speed once it answers"
+    )
     max_s: float = Field(
-        default=120.0, gt=0, description="the longest a drawn latency may be (a cap on the tail)"
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="the longest a drawn latency may be (a cap on the tail)",
     )
 
     @property
@@ -64,7 +69,7 @@ class RigTiming(BaseModel):
     Times are the rig's seconds (divided by the sim's time scale where the sim runs them),
     except the judge's, which are real seconds."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     gripper_command_s: float = Field(
         default=0.0, ge=0, le=30, description="how long a gripper command holds the SDK call"
     )

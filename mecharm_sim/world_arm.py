@@ -61,7 +61,7 @@ class ArmTruth(BaseModel):
     arm; the seed only scales each by a factor within ``1 ± spread``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     zero_offset_deg: _Six = Field(
         default=_ZERO6, description="true joint angle - encoder angle, per joint (deg)"
     )

@@ -195,6 +195,17 @@ def _print(fig: dict[str, Any]) -> None:
             )
 
 
+def _seed(text: str) -> int:
+    """An arm seed as ``ArmTruth`` takes it (``measure`` copies it in unvalidated)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"{seed} is negative; an arm seed is 0 or more")
+    return seed
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mecharm_tools.armcheck",
@@ -202,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         "regions, with the runtime's own lookups (y is height).",
     )
     p.add_argument("--profile", default="rig", help="ideal, rig, harsh or a profile YAML (rig)")
-    p.add_argument("--seed", type=int, default=None, help="draw another arm of the profile")
+    p.add_argument(
+        "--seed", type=_seed, default=None, help="draw another arm of the profile (>= 0)"
+    )
     p.add_argument(
         "--fk-dir", type=Path, default=None, help="the runtime's FK data dir (its fk_dir)"
     )

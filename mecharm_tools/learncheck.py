@@ -367,7 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _term)
     root = (args.data_root or Path(tempfile.mkdtemp(prefix="learncheck_"))).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, or no permission
+        print(
+            f"learncheck: --data-root {root}: cannot use it as a directory: {exc}", file=sys.stderr
+        )
+        return 2
     layout = DataRoot(root)
     if layout.correction_memory.exists() or layout.height_memory.exists():
         print(

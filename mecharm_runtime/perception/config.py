@@ -7,6 +7,8 @@ simulated workcell (docs/workcell.md), which is built to the same figures.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
@@ -62,19 +64,23 @@ def default_markers(side: float = 0.040) -> tuple[MarkerSpec, ...]:
     )
 
 
+_K = Annotated[float, Field(ge=-10.0, le=10.0)]
+
+
 class CameraCalibration(BaseModel):
     """The top camera's intrinsics from a one-time checkerboard calibration (OpenCV's camera
     matrix and distortion k1, k2, p1, p2, k3, e.g. ``cv2.calibrateCamera``), at the resolution
     the runtime captures. Pixels are undistorted with it before the mat homography
     (docs/simulation-optics.md, "The operator's calibration")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    fx: float = Field(gt=0, description="focal length, pixels, along the image's x")
-    fy: float = Field(gt=0, description="focal length, pixels, along the image's y")
-    cx: float = Field(description="principal point x, pixels")
-    cy: float = Field(description="principal point y, pixels")
-    dist: tuple[float, float, float, float, float] = Field(
+    fx: float = Field(ge=100, le=20000, description="focal length, pixels, along the image's x")
+    fy: float = Field(ge=100, le=20000, description="focal length, pixels, along the image's y")
+    cx: float = Field(ge=0, le=10000, description="principal point x, pixels")
+    cy: float = Field(ge=0, le=10000, description="principal point y, pixels")
+    #: real lenses are well within |k| <= 10; beyond it the undistortion diverges
+    dist: tuple[_K, _K, _K, _K, _K] = Field(
         default=(0.0, 0.0, 0.0, 0.0, 0.0), description="k1, k2, p1, p2, k3"
     )
 

@@ -147,15 +147,17 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
          "--sim-profile", "rig"]
     )  # fmt: skip
     arm = SimArm(s.sim)
-    wc = cli._start_workcell(s, arm, "127.0.0.1")
+    wc = cli._start_workcell(s, arm, "127.0.0.1", cli.load_sim_profile(s))
     assert wc is made[0]
     profile = calls[0].pop("profile")
     assert profile.name == "rig"
     assert calls == [
         {"arm": arm, "scene": "random", "seed": 4, "host": "127.0.0.1", "camera_port": 8099}
     ]
-    assert cli._start_workcell(settings(["--config", os.devnull]), arm, "127.0.0.1") is None
-    cli._start_workcell(settings(["--config", os.devnull, "--scene", "random"]), arm, "127.0.0.1")
+    assert cli._start_workcell(settings(["--config", os.devnull]), arm, "127.0.0.1", None) is None
+    cli._start_workcell(
+        settings(["--config", os.devnull, "--scene", "random"]), arm, "127.0.0.1", None
+    )
     assert calls[-1]["seed"] == 0  # no --seed: the sim arm's seed
 
 
@@ -163,10 +165,10 @@ def test_scene_without_workcell_module_fails_clearly(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", None)  # import raises ImportError
     s = settings(["--config", os.devnull, "--scene", "random"])
     with pytest.raises(StartupError, match="workcell is not available"):
-        cli._start_workcell(s, SimArm(s.sim), "127.0.0.1")
+        cli._start_workcell(s, SimArm(s.sim), "127.0.0.1", None)
     s = settings(["--config", os.devnull, "--scene", "random", "--backend", "mycobot"])
-    with pytest.raises(StartupError, match="needs --backend sim"):
-        cli._start_workcell(s, None, "127.0.0.1")
+    with pytest.raises(ConfigError, match="needs --backend sim"):
+        cli._start_workcell(s, None, "127.0.0.1", None)
 
 
 # ---------------------------------------------------------------- real processes

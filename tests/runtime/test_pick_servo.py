@@ -13,6 +13,7 @@ import json
 import math
 import random
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,23 @@ def _decisions(t: TrialSummary, kind: str) -> list[dict[str, Any]]:
         for e in read_trace(t.trace_path)
         if e["event"] == "decision" and e.get("kind") == kind
     ]
+
+
+def _assert_checked(t: TrialSummary, *near_work: str) -> list[dict[str, Any]]:
+    """Every move of the trial had its path checked and passed; every move whose note starts
+    with one of ``near_work`` (each present) had the joint-step bound checked against a
+    reference pose and kept it. A missing check fails: it is not taken for a pass."""
+    checks = _decisions(t, "motion_check")
+    assert checks, "no motion_check in the trace: the checks were off"
+    for c in checks:
+        assert c["path"]["ok"], c
+    for prefix in near_work:
+        near = [c for c in checks if c["note"].startswith(prefix)]
+        assert near, f"no checked move {prefix!r}: {[c['note'] for c in checks]}"
+        for c in near:
+            step = c["joint_step"]
+            assert step["ok"] and "ref" in step and abs(step["jump_deg"]) <= step["bound_deg"], c
+    return checks
 
 
 # ---------------------------------------------------------------- the step rule
@@ -162,8 +180,7 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
     assert learned["dz_mm"] == pytest.approx(result["total_mm"][1] + tip["dz_mm"])
     assert math.hypot(learned["dx_mm"], learned["dz_mm"]) > GRASP_MM
     # the lift went back up past the servo's poses: every near-work move kept the bound
-    for c in _decisions(t, "motion_check"):
-        assert c.get("joint_step", {"ok": True})["ok"] and c.get("path", {"ok": True})["ok"]
+    _assert_checked(t, "pick servo", "pick descend")
 
 
 @pytest.mark.asyncio
@@ -179,8 +196,64 @@ async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
     assert any(n.startswith("pick servo") for n in notes)
     assert any(n.startswith("retry: lower to the mat") for n in notes)
     assert any(n.startswith("retry: up from the mat") for n in notes)
-    for c in _decisions(t, "motion_check"):
-        assert c.get("joint_step", {"ok": True})["ok"] and c.get("path", {"ok": True})["ok"], c
+    _assert_checked(t, "pick servo", "retry: lower to the mat", "retry: up from the mat")
+
+
+class FaultingEyes(OffsetEyes):
+    """The offset arm's camera; when it measures the tip as ``tag`` it arms ``fault`` on the sim
+    arm's firmware (as ``POST /faults`` does) for the next move: a servo step that never arrives."""
+
+    def __init__(self, *a: Any, after: str, fault: Callable[[Any], None], **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.after, self.fault = after, fault
+
+    async def measure_tip(
+        self, block_xz: tuple[float, float], tip_height_m: float, tag: str
+    ) -> TipObservation:
+        obs = await super().measure_tip(block_xz, tip_height_m, tag)
+        if tag == self.after:
+            self.fault(self.arm.faults)
+        return obs
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("after", "fault"),
+    [
+        # the first servo step stops for good halfway
+        ("descend_pick_tip", lambda f: f.stall_next_move(0.5)),
+        # the second one is ignored by the firmware, and so is its one re-send
+        ("descend_pick_servo1", lambda f: f.ignore_next_sends(2)),
+    ],
+    ids=["stall_first_step", "ignored_second_step"],
+)
+async def test_abort_after_a_servo_step_that_did_not_arrive_goes_up_within_the_bound(
+    sim_daemon: SimDaemon,
+    tmp_path: Path,
+    fk_data_dir: Path,
+    after: str,
+    fault: Callable[[Any], None],
+) -> None:
+    # the last commanded pose is unknown, the arm is low at the block: the abort's way up is
+    # bounded and checked as the lift's is (j0 8°: ~40 mm off, servo steps of 15 mm)
+    eyes = FaultingEyes(
+        sim_daemon.arm, BLOCK, BOX, offset=(8.0, 0, 0, 0, 0, 0), after=after, fault=fault
+    )
+    t = await _trial(
+        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1, max_correction_mm=40.0,
+        tol_pick_place=0.5,  # a servo step turns a joint 1-3°: an ignored one is not "arrived"
+    )  # fmt: skip
+    assert t.status == "stopped" and t.reason.startswith("descend_pick: pick servo"), t.reason
+    assert sum(sim_daemon.arm.faults.counts.values()) >= 1  # the armed fault took effect
+    retreat = [c for c in _decisions(t, "motion_check") if c["note"].startswith("abort: retreat")]
+    assert retreat, [c["note"] for c in _decisions(t, "motion_check")]
+    for c in retreat:  # every move of the way up: joint-step bound and path checked, kept
+        step = c["joint_step"]
+        assert step["ok"] and abs(step["jump_deg"]) <= step["bound_deg"], c
+        assert c["path"]["ok"], c
+    assert retreat[0]["joint_step"]["ref_source"] == "measured"  # where the fault left it
+    cmds = [c["note"] for c in _decisions(t, "command")]
+    assert cmds[-1] == "abort: retreat" or cmds[-2:] == ["abort: retreat", "abort: home"], cmds
 
 
 @pytest.mark.asyncio
@@ -350,6 +423,10 @@ def test_learncheck_refuses_bad_arguments(
     mem.write_text('{"version": 1, "entries": {}}')
     assert learncheck.main(["--data-root", str(root), "--trials", "2", "--warmup", "1"]) == 2
     assert "empty memory" in capsys.readouterr().err
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert learncheck.main(["--data-root", str(a_file), "--trials", "2", "--warmup", "1"]) == 2
+    assert "cannot use it as a directory" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -348,6 +348,11 @@ def test_held_block_pushes_the_box_instead_of_passing_through(cell: SteppedCell)
     assert t["box"]["x"] != pytest.approx(bx, abs=0.003)
 
 
+def test_both_engines_share_one_missed_grasp_fault() -> None:
+    for name in ("force_miss_next_grasp", "cancel_missed_grasp", "missed_grasp_armed"):
+        assert getattr(MujocoPhysics, name) is getattr(Physics, name), name
+
+
 @pytest.mark.parametrize("engine", ["ideal", "rig"])
 def test_fault_forced_miss_leaves_the_block(engine: str) -> None:
     c = SteppedCell(CONTACT_PROFILES[engine])

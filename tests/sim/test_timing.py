@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import mecharm_sim.arm as arm_module
-from daemon_pi.cli import _sim_arm_config, build_parser, settings_from_args
+from daemon_pi.cli import _sim_arm_config, build_parser, load_sim_profile, settings_from_args
 from mecharm_runtime.client import DaemonClient
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.camserver import CameraFeed
@@ -41,6 +41,12 @@ def _daemon_settings(*flags: str, config: Path | None = None) -> Any:
     return settings_from_args(args)[0]
 
 
+def _arm_config(*flags: str, config: Path | None = None) -> SimArmConfig:
+    """The sim arm's config as the daemon builds it: the profile loaded once, then applied."""
+    settings = _daemon_settings(*flags, config=config)
+    return _sim_arm_config(settings, load_sim_profile(settings))
+
+
 # ---------------------------------------------------------------- ideal: today's simulator
 
 
@@ -52,7 +58,9 @@ def test_ideal_timing_adds_nothing() -> None:
     assert ideal.judge.draw(random.Random(0)) == 0.0
     assert SimArmConfig().gripper_command_s == 0.0
     settings = _daemon_settings("--sim-profile", "ideal", "--time-scale", "10")
-    assert _sim_arm_config(settings) is settings.sim  # the arm's config untouched
+    assert (
+        _sim_arm_config(settings, load_sim_profile(settings)) is settings.sim
+    )  # the arm's config untouched
 
 
 def test_ideal_gripper_command_sleeps_only_the_write_latency(
@@ -91,22 +99,33 @@ def test_rig_gripper_command_takes_the_rig_time_divided_by_the_time_scale(
 
 
 def test_the_profile_timing_reaches_the_daemon_arm_and_a_given_key_wins(tmp_path: Path) -> None:
-    cfg = _sim_arm_config(_daemon_settings("--sim-profile", "rig", "--time-scale", "10"))
+    cfg = _arm_config("--sim-profile", "rig", "--time-scale", "10")
     assert cfg.gripper_command_s == RIG.gripper_command_s == 4.0
     assert cfg.time_scale == 10
-    harsh = _sim_arm_config(_daemon_settings("--sim-profile", "harsh"))
+    harsh = _arm_config("--sim-profile", "harsh")
     assert harsh.gripper_command_s == TIMING_PROFILES["harsh"].gripper_command_s > 4.0
     yaml_file = tmp_path / "daemon.yaml"
     yaml_file.write_text("sim:\n  gripper_command_s: 1.5\n", encoding="utf-8")
-    mine = _sim_arm_config(_daemon_settings("--sim-profile", "rig", config=yaml_file))
+    mine = _arm_config("--sim-profile", "rig", config=yaml_file)
     assert mine.gripper_command_s == 1.5  # the operator's own setting is kept
 
 
 def test_a_bad_profile_stops_the_daemon_with_a_clear_reason() -> None:
-    from daemon_pi.cli import StartupError
+    import subprocess
+    import sys
 
-    with pytest.raises(StartupError, match="unknown name"):
-        _sim_arm_config(_daemon_settings("--sim-profile", "nosuch"))
+    from mecharm_common.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown name"):
+        _arm_config("--sim-profile", "nosuch")
+    out = subprocess.run(  # a bad flag: exit 2 with the reason, as README promises
+        [sys.executable, "-m", "daemon_pi.cli", "--backend", "sim", "--sim-profile", "nosuch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "unknown name" in out.stderr, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 def test_rig_gripper_command_through_the_daemon_and_the_runtime_client(tmp_path: Path) -> None:

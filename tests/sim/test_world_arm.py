@@ -271,3 +271,6 @@ def test_armcheck_cli(table: FkTable, capsys: pytest.CaptureFixture[str]) -> Non
     assert "profile rig, arm seed 0" in out and "|d|" in out and "dy" in out
     assert armcheck.main(["--profile", "nope", "--fk-dir", str(fk_dir)]) == 2
     assert "unknown name" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # argparse: exit 2, not a numpy traceback
+        armcheck.main(["--seed", "-1", "--fk-dir", str(fk_dir)])
+    assert exc.value.code == 2 and "an arm seed is 0 or more" in capsys.readouterr().err
