@@ -47,16 +47,9 @@ try:
         root.mkdir()
         s = load_settings(
             RuntimeSettings,
-            overrides={
-                "data_root": root,
-                "fk_data_dir": fk,
-                "daemon_port": rig.daemon_port,
-                "top_camera": rig.top_url,
-                "recorder_enabled": False,
-                "time_scale": SCALE,
-                "release_side_check": False,
-                "height_rule": "failures",
-            },
+            overrides=rig.runtime_overrides(
+                root, SCALE, fk_data_dir=fk, release_side_check=False, height_rule="failures"
+            ),
         )
         scene_next(rig.control_url, seed)
 

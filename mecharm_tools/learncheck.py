@@ -415,14 +415,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg if cfg.is_file() else None,
             {
                 **overrides,
-                "data_root": root,
-                "fk_data_dir": args.fk_data_dir.resolve() if args.fk_data_dir else None,
-                "daemon_port": rig.daemon_port,
-                "top_camera": rig.top_url,
-                # what the operator's calibration of this camera gives (docs/simulation-optics.md)
-                "top_camera_calibration": profile.top_camera_calibration(),
-                "recorder_enabled": False,
-                "time_scale": args.time_scale,
+                **rig.runtime_overrides(
+                    root,
+                    args.time_scale,
+                    fk_data_dir=args.fk_data_dir.resolve() if args.fk_data_dir else None,
+                    # the operator's calibration of this camera (docs/simulation-optics.md)
+                    top_camera_calibration=profile.top_camera_calibration(),
+                ),
             },
         )
         rows = asyncio.run(_trials(settings, rig.control_url, world, args.seed, args.trials))

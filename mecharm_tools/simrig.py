@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from mecharm_common.keyfile import KeyFileError
 from recorder.sender import RecorderSender
@@ -120,6 +120,22 @@ class SimRig:
     @property
     def control_url(self) -> str:
         return f"http://127.0.0.1:{self.camera_port}"
+
+    def runtime_overrides(
+        self, data_root: Path, time_scale: float, recorder_port: int | None = None, **more: Any
+    ) -> dict[str, Any]:
+        """The runtime settings that point a runtime at this rig: its daemon and top camera,
+        the recorder on ``recorder_port`` (None: no recorder), the time scale; ``more`` adds
+        any other key (load them with ``load_settings(RuntimeSettings, ..., overrides)``)."""
+        return {
+            "data_root": data_root,
+            "daemon_port": self.daemon_port,
+            "top_camera": self.top_url,
+            "recorder_port": recorder_port,
+            "recorder_enabled": recorder_port is not None,
+            "time_scale": time_scale,
+            **more,
+        }
 
 
 def start_sim_daemon(

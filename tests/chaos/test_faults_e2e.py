@@ -65,16 +65,10 @@ def _settings(tmp_path: Path, fk: Path, rig: SimRig, **kw: Any) -> RuntimeSettin
     root.mkdir(exist_ok=True)
     return load_settings(
         RuntimeSettings,
-        overrides={
-            "data_root": root,
-            "fk_data_dir": fk,
-            "daemon_port": rig.daemon_port,
-            "top_camera": rig.top_url,
-            "recorder_enabled": False,
-            "time_scale": SCALE,
-            "release_side_check": False,  # no recorder, no side frame: the top camera decides
-            **kw,
-        },
+        # no recorder, no side frame: the top camera decides
+        overrides=rig.runtime_overrides(
+            root, SCALE, fk_data_dir=fk, release_side_check=False, **kw
+        ),
     )
 
 

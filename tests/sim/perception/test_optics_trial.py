@@ -53,16 +53,13 @@ def test_trial_through_the_rig_camera_with_the_nominal_calibration(
         assert optics.top.nominal is not None
         settings = load_settings(
             RuntimeSettings,
-            overrides={
-                "data_root": root,
-                "fk_data_dir": fk_data_dir,
-                "daemon_port": rig.daemon_port,
-                "top_camera": rig.top_url,
-                "recorder_enabled": False,
-                "time_scale": SCALE,
-                "release_side_check": False,
-                "top_camera_calibration": optics.top.nominal.model_dump(),
-            },
+            overrides=rig.runtime_overrides(
+                root,
+                SCALE,
+                fk_data_dir=fk_data_dir,
+                release_side_check=False,
+                top_camera_calibration=optics.top.nominal.model_dump(),
+            ),
         )
         scene_next(rig.control_url, 11)
         before = _truth(rig.control_url)
