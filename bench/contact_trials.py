@@ -26,6 +26,12 @@ from mecharm_sim.contact import CONTACT_PROFILES
 from mecharm_tools.simrig import start_sim_daemon
 
 SCALE = 20.0
+_ENGINES = ("rules", "mujoco", *CONTACT_PROFILES)
+if len(sys.argv) < 3 or sys.argv[1] not in _ENGINES or not all(a.isdigit() for a in sys.argv[2:]):
+    sys.exit(
+        f"usage: python -m bench.contact_trials ENGINE SEED [SEED ...]; ENGINE one of "
+        f"{list(_ENGINES)}, SEED a non-negative integer"
+    )
 engine = sys.argv[1]
 seeds = [int(s) for s in sys.argv[2:]]
 tmp = Path(tempfile.mkdtemp(prefix="contact_trials_"))
