@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import sys
 import tempfile
@@ -83,6 +84,17 @@ async def _one(settings: RuntimeSettings, control_url: str, seed: int, misses: i
     return summary.trace_path
 
 
+def _neutral_root(trace: Path, name: str) -> None:
+    """The trace's recorded data root was a temporary directory of the recording machine; a
+    committed trace names the scenario instead (replay never reads it: the FK data dir is
+    recorded as given, and replay writes nowhere)."""
+    lines = trace.read_text(encoding="utf-8").splitlines(keepends=True)
+    head = json.loads(lines[0])
+    head["constants"]["data_root"] = name
+    lines[0] = json.dumps(head) + "\n"
+    trace.write_text("".join(lines), encoding="utf-8")
+
+
 def record(
     out_dir: Path, fk_data_dir: Path, names: Sequence[str] | None = None, time_scale: float = 10.0
 ) -> list[Path]:
@@ -106,6 +118,7 @@ def record(
                 trace = asyncio.run(_one(settings, rig.control_url, seed, misses))
                 dest = out_dir / f"{name}{TRACE_SUFFIX}"
                 shutil.copyfile(trace, dest)
+                _neutral_root(dest, name)
                 written.append(dest)
         finally:
             rig.daemon.stop()

@@ -53,12 +53,14 @@ def test_all_traces_in_one_call(replay_args: list[str], capsys: pytest.CaptureFi
 
 
 def test_committed_traces_name_no_machine_path() -> None:
-    """The FK data dir is recorded as given (relative); a trace recorded on one machine must
-    not carry its absolute paths into the repository (make_corpus does not resolve it)."""
+    """The FK data dir is recorded as given (relative) and the temporary data root is replaced
+    by the scenario's name: a trace recorded on one machine must not carry its absolute paths
+    into the repository."""
     here = Path(__file__).resolve().parent
     traces = sorted(here.glob("*/*.trace.jsonl"))
     assert len(traces) >= 10
     for t in traces:
         constants = json.loads(t.read_text().splitlines()[0])["constants"]
-        fk = constants.get("fk_data_dir")
-        assert fk is None or not Path(fk).is_absolute(), (t.name, fk)
+        for key in ("fk_data_dir", "data_root"):
+            value = constants.get(key)
+            assert value is None or not Path(value).is_absolute(), (t.name, key, value)

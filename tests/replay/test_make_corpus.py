@@ -22,6 +22,9 @@ def test_fresh_recordings_replay_identical(
     results = [json.loads(f.read_text().splitlines()[-1]) for f in files]
     assert results[0]["status"] == "stopped" and "fk lookup out_of_range" in results[0]["reason"]
     assert results[1]["status"] == "completed"
+    # the recording machine's temporary data root stays out of the trace (it names the scenario)
+    heads = [json.loads(f.read_text().splitlines()[0]) for f in files]
+    assert [h["constants"]["data_root"] for h in heads] == ["abort_lookup", "dry_run"]
     capsys.readouterr()
     assert main(["replay", *map(str, files), *replay_args]) == 0, capsys.readouterr()
     assert capsys.readouterr().out.count(": identical (") == 2
