@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from bench import median_ms as _median
 from mecharm_sim.optics import OPTICS_PROFILES
 from mecharm_sim.render import Renderer, SceneSnapshot, _distortion_maps, camera_of
 from mecharm_sim.scene import SceneState, random_layout
@@ -32,13 +32,8 @@ __all__ = ["run"]
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 
 
-def _median_ms(fn: Any, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return round(statistics.median(times), 2)
+def _ms(fn: Any, n: int) -> float:
+    return round(_median(fn, n), 2)
 
 
 def _camera(name: str, cam_name: str, n: int) -> dict[str, Any]:
@@ -63,18 +58,18 @@ def _camera(name: str, cam_name: str, n: int) -> dict[str, Any]:
         k[0] += 1
         r.render(SceneSnapshot.of(SceneState(random_layout(100 + k[0]))), HOME, 100.0)
 
-    static = _median_ms(new_scene, max(3, n // 4))
+    static = _ms(new_scene, max(3, n // 4))
     r.render(snap, HOME, 100.0)
-    still = _median_ms(lambda: r.render(snap, HOME, 100.0), n)
+    still = _ms(lambda: r.render(snap, HOME, 100.0), n)
 
     def moving() -> None:  # 200 deg/s on j0, frames 100 ms apart
         clock[0] += 0.1
         q = (20.0 * (round(clock[0] * 10) % 2), 0.0, 0.0, 0.0, 0.0, -30.0)
         r.render(snap, q, 100.0)
 
-    blur = _median_ms(moving, n)
+    blur = _ms(moving, n)
     quality = optics.jpeg_quality or 80
-    jpeg = _median_ms(
+    jpeg = _ms(
         lambda: cv2.imencode(
             ".jpg", r.render(snap, HOME, 100.0), [cv2.IMWRITE_JPEG_QUALITY, quality]
         ),
@@ -91,12 +86,20 @@ def _camera(name: str, cam_name: str, n: int) -> dict[str, Any]:
     }
 
 
-def run(n: int = 20) -> dict[str, Any]:
-    return {
+def run(quick: bool = False, n: int | None = None) -> dict[str, Any]:
+    """Render cost per profile and camera; each non-ideal figure also as a ratio to the
+    ``ideal`` camera's (the renderer before lenses and effects) measured in the same run."""
+    n = n or (6 if quick else 20)
+    out = {
         f"{name}.{cam_name}": _camera(name, cam_name, n)
         for name in OPTICS_PROFILES
         for cam_name in ("top", "side")
     }
+    for key, fig in out.items():
+        base = out[f"ideal.{key.split('.')[1]}"]
+        for k in ("render_still_ms", "render_moving_ms", "render_plus_jpeg_ms"):
+            fig[f"{k.removesuffix('_ms')}_x_ideal"] = round(fig[k] / max(base[k], 1e-6), 2)
+    return out
 
 
 #: the rig's logged top-camera pixels of the block and the box (docs/simulation-optics.md)
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in images(a.images):
             print(p)
         return 0
-    print(json.dumps(run(a.frames), indent=1))
+    print(json.dumps(run(n=a.frames), indent=1))
     return 0
 
 

@@ -16,13 +16,13 @@ Figures (each with its target and a baseline measured in the same run):
 from __future__ import annotations
 
 import os
-import statistics
 import threading
 import time
 from typing import Any
 
 import cv2
 
+from bench import median_ms
 from mecharm_cameras import open_camera
 from mecharm_runtime.perception import detect_block, detect_box, detect_scene, estimate_homography
 from mecharm_sim.arm import SimArm
@@ -34,15 +34,6 @@ __all__ = ["run"]
 
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 TARGET_DETECT_MS = 30.0
-
-
-def _median_ms(fn: Any, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(times)
 
 
 def _perception(n: int) -> dict[str, Any]:
@@ -58,12 +49,12 @@ def _perception(n: int) -> dict[str, Any]:
     def pick(seq: list[Any]) -> Any:
         return seq[next(it) % len(seq)]
 
-    decode = _median_ms(lambda: cv2.imdecode(pick(jpegs), cv2.IMREAD_COLOR), 3 * n)
-    detect = _median_ms(lambda: detect_scene([pick(frames)], H), 3 * n)
-    separate = _median_ms(
+    decode = median_ms(lambda: cv2.imdecode(pick(jpegs), cv2.IMREAD_COLOR), 3 * n)
+    detect = median_ms(lambda: detect_scene([pick(frames)], H), 3 * n)
+    separate = median_ms(
         lambda: (lambda f: (detect_block(f, H), detect_box(f, H)))(pick(frames)), 3 * n
     )
-    homog = _median_ms(lambda: estimate_homography([pick(frames)]), n)
+    homog = median_ms(lambda: estimate_homography([pick(frames)]), n)
     return {
         "detect_ms_per_frame_1080p": round(detect, 2),
         "detect_target_ms": TARGET_DETECT_MS,
@@ -82,8 +73,8 @@ def _camera_cost(n: int) -> dict[str, Any]:
     for cam in (TOP_CAMERA, SIDE_CAMERA):
         r = Renderer(cam, 2)
         frame = r.render(snap, HOME, 100.0)  # builds the static layer and noise once
-        enc = _median_ms(lambda f=frame: cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 80]), n)
-        both = _median_ms(
+        enc = median_ms(lambda f=frame: cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 80]), n)
+        both = median_ms(
             lambda r=r: cv2.imencode(
                 ".jpg", r.render(snap, HOME, 100.0), [cv2.IMWRITE_JPEG_QUALITY, 80]
             ),

@@ -16,12 +16,12 @@ import hashlib
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import mecharm_common.kinematics
 import mecharm_runtime.lookup.build
+from bench import median_ms
 from mecharm_common.layout import TRACE_SUFFIX
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
@@ -38,15 +38,6 @@ def _table_dir() -> Path:
     for mod in (mecharm_runtime.lookup.build, mecharm_common.kinematics):
         h.update(Path(str(mod.__file__)).read_bytes())
     return Path(tempfile.gettempdir()) / f"mecharm_bench_replay_fk_{h.hexdigest()[:12]}"
-
-
-def _median_ms(fn: Any, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000.0
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -73,8 +64,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             return asyncio.run(replay(rec, settings, table, *arcs, notes)).identical
 
         assert full(), f"{name} does not replay identical: the figures would be meaningless"
-        parse_ms = _median_ms(parse, reps)
-        replay_ms = _median_ms(full, reps)
+        parse_ms = median_ms(parse, reps)
+        replay_ms = median_ms(full, reps)
         rec = read_recorded(path)
         span = float(rec.result.get("ts", 0.0)) - float(rec.header.get("ts", 0.0))
         real_s = span * float(rec.constants.get("time_scale", 1.0))
