@@ -14,7 +14,7 @@ from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.scene import Pose, SceneLayout
 from mecharm_sim.workcell import Workcell, WorkcellConfig
 
-__all__ = ["HOME", "HandheldCell", "exact_arm"]
+__all__ = ["HOME", "HandheldCell", "exact_arm", "lay_out"]
 
 Angles6 = tuple[float, float, float, float, float, float]
 
@@ -32,6 +32,22 @@ def exact_arm(initial: Angles6 = HOME) -> SimArm:
             read_latency_s=0,
             write_latency_s=0,
             initial_angles=initial,
+        )
+    )
+
+
+def lay_out(
+    wc: Workcell,
+    block: tuple[float, float],
+    box: tuple[float, float],
+    block_yaw: float = 0.0,
+    box_yaw: float = 0.0,
+) -> None:
+    """Put the block and the box of ``wc`` where given (x, z in metres), as the operator does."""
+    wc.next_scene(
+        layout=SceneLayout(
+            block=Pose(x=block[0], z=block[1], yaw_deg=block_yaw),
+            box=Pose(x=box[0], z=box[1], yaw_deg=box_yaw),
         )
     )
 
@@ -67,12 +83,7 @@ class HandheldCell:
         box_yaw: float = 0.0,
     ) -> None:
         """A scene with the block and the box where given (x, z in metres)."""
-        self.wc.next_scene(
-            layout=SceneLayout(
-                block=Pose(x=block[0], z=block[1], yaw_deg=block_yaw),
-                box=Pose(x=box[0], z=box[1], yaw_deg=box_yaw),
-            )
-        )
+        lay_out(self.wc, block, box, block_yaw, box_yaw)
 
     def frames(self, n: int, camera: str = "top") -> list[Any]:
         return [self.wc.render(camera) for _ in range(n)]

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from mecharm_common.logging import get_logger
 from mecharm_sim.contact import ContactProfile
-from mecharm_sim.physics import GRIP_CONTACT, ArmState, MissedGraspFault
+from mecharm_sim.physics import GRIP_CONTACT, ArmState, ContactEngineBase
 from mecharm_sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
@@ -175,7 +175,7 @@ def _yaw_near(R_w: NDArray[np.float64], prev: float) -> float:
     return yaw + 90.0 * round((prev - yaw) / 90.0)
 
 
-class MujocoPhysics(MissedGraspFault):
+class MujocoPhysics(ContactEngineBase):
     """MuJoCo contacts for the workcell; same interface as ``physics.Physics``."""
 
     def __init__(
@@ -351,18 +351,11 @@ class MujocoPhysics(MissedGraspFault):
         d.mocap_quat[ids] = _quat_of(R) if quat is None else quat
 
     # ---------------------------------------------------------------- events from the arm
-    def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind != "gripper":
-            return
-        before = self.scene.gripper
-        self.step()
-        target = float(data.get("target", 100.0))
-        with self.scene.lock:
-            held = self._held or self._slipping
-            if target < GRIP_CONTACT and not held:
-                self._try_grasp(max(before, self.scene.gripper))
-            elif target > GRIP_CONTACT and held:
-                self._let_go("release")
+    def _holding(self) -> bool:
+        return self._held or self._slipping
+
+    def _open(self) -> None:
+        self._let_go("release")
 
     def _event(self, kind: str, **data: Any) -> dict[str, Any]:
         ev = {"kind": kind, "ts": self.clock(), **data}

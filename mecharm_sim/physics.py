@@ -139,12 +139,41 @@ def _wall_contact(
     return (cheb >= BOX_INNER_M / 2 - r) & (cheb <= BOX_OUTER_M / 2 + r)
 
 
-class MissedGraspFault:
-    """The ``missed_grasp`` fault, the same for both contact engines (``Physics`` and
-    ``mujoco_physics.MujocoPhysics``): each checks ``_forced_miss`` when the jaws close."""
+class ContactEngineBase:
+    """What both contact engines (``Physics`` and ``mujoco_physics.MujocoPhysics``) do alike:
+    react to the gripper's commands, and the ``missed_grasp`` fault (each engine checks
+    ``_forced_miss`` when the jaws close). An engine says whether it holds the block
+    (``_holding``), how it tries a grasp and how it lets go."""
 
     scene: SceneState
     _forced_miss: bool
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def _holding(self) -> bool:
+        raise NotImplementedError
+
+    def _try_grasp(self, jaws: float) -> None:
+        raise NotImplementedError
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind != "gripper":
+            return
+        # the jaws may already be moving when we hear of it (the arm reacts within a few ms of
+        # real time at high time scales): take the wider of the last sample and now
+        before = self.scene.gripper
+        self.step()
+        target = float(data.get("target", 100.0))
+        with self.scene.lock:
+            held = self._holding()
+            if target < GRIP_CONTACT and not held:
+                self._try_grasp(max(before, self.scene.gripper))
+            elif target > GRIP_CONTACT and held:
+                self._open()
 
     def force_miss_next_grasp(self) -> None:
         """Fault: the next close misses (the jaws close past the block, which stays)."""
@@ -162,7 +191,7 @@ class MissedGraspFault:
         return self._forced_miss
 
 
-class Physics(MissedGraspFault):
+class Physics(ContactEngineBase):
     """Advances the scene from the arm's true state. Thread-safe through the scene lock."""
 
     def __init__(
@@ -195,19 +224,11 @@ class Physics(MissedGraspFault):
         self.step()
 
     # ---------------------------------------------------------------- events from the arm
-    def on_arm_event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind != "gripper":
-            return
-        # the jaws may already be moving when we hear of it (the arm reacts within a few ms of
-        # real time at high time scales): take the wider of the last sample and now
-        before = self.scene.gripper
-        self.step()
-        target = float(data.get("target", 100.0))
-        with self.scene.lock:
-            if target < GRIP_CONTACT and not self.scene.grasped:
-                self._try_grasp(max(before, self.scene.gripper))
-            elif target > GRIP_CONTACT and self.scene.grasped:
-                self._release()
+    def _holding(self) -> bool:
+        return self.scene.grasped
+
+    def _open(self) -> None:
+        self._release()
 
     def _event(self, kind: str, **data: Any) -> None:
         ev = {"kind": kind, "ts": self.clock(), **data}

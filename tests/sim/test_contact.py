@@ -18,6 +18,7 @@ import pytest
 from mecharm_common.kinematics import fk_frames, fk_tip
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.contact import CONTACT_PROFILES, ContactProfile
+from mecharm_sim.handheld import lay_out
 from mecharm_sim.mujoco_physics import MujocoPhysics
 from mecharm_sim.physics import Physics
 from mecharm_sim.profile import SimProfile, load_profile
@@ -27,8 +28,6 @@ from mecharm_sim.scene import (
     BOX_HEIGHT_M,
     BOX_INNER_M,
     BOX_WALL_M,
-    Pose,
-    SceneLayout,
 )
 from mecharm_sim.workcell import Workcell
 
@@ -109,12 +108,7 @@ class SteppedCell:
         block_yaw: float = 0.0,
         box_yaw: float = 0.0,
     ) -> None:
-        self.wc.next_scene(
-            layout=SceneLayout(
-                block=Pose(x=block[0], z=block[1], yaw_deg=block_yaw),
-                box=Pose(x=box[0], z=box[1], yaw_deg=box_yaw),
-            )
-        )
+        lay_out(self.wc, block, box, block_yaw, box_yaw)
 
     def close(self) -> None:
         self.wc.close()
