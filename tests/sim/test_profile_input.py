@@ -62,3 +62,16 @@ def test_builtin_profiles_calibrations_are_valid() -> None:
         cal = load_profile(name).top_camera_calibration()
         if cal is not None:
             CameraCalibration.model_validate(cal)
+
+
+def test_the_demo_refuses_an_unknown_profile_before_starting_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from mecharm_tools import demo
+
+    with pytest.raises(SystemExit) as exc:
+        demo.main(["--sim-profile", "rgi", "--data-root", str(tmp_path / "root")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "sim profile 'rgi': unknown name" in err and "'rig'" in err
+    assert not (tmp_path / "root").exists()  # nothing was started or created
