@@ -253,7 +253,11 @@ async def test_abort_after_a_servo_step_that_did_not_arrive_goes_up_within_the_b
         assert c["path"]["ok"], c
     assert retreat[0]["joint_step"]["ref_source"] == "measured"  # where the fault left it
     cmds = [c["note"] for c in _decisions(t, "command")]
-    assert cmds[-1] == "abort: retreat" or cmds[-2:] == ["abort: retreat", "abort: home"], cmds
+    way_up = cmds[cmds.index(retreat[0]["note"]) :]
+    # after the fault only the way up is commanded: its steps, then home; on a loaded machine
+    # a step of it may stall, and the abort then stops there rather than pressing on
+    assert all(n.startswith("abort: retreat") or n == "abort: home" for n in way_up), cmds
+    assert not any(n.startswith("pick servo") for n in way_up), cmds
 
 
 @pytest.mark.asyncio
