@@ -30,6 +30,9 @@ __all__ = [
     "META",
     "ORPHAN_FRAMES",
     "RECORDING",
+    "LOGS_DIR",
+    "REPORT",
+    "RERUN_SUFFIX",
     "RUNLOG_SUFFIX",
     "RUNS_DIR",
     "RUN_FOLDERS",
@@ -67,6 +70,12 @@ FK_ARCHIVE = "archive"
 ORPHAN_FRAMES = ("diag", "recorder_orphan_frames")
 TRACE_SUFFIX = ".trace.jsonl"
 RUNLOG_SUFFIX = ".json"
+#: the trial's Rerun recording (docs/viewing.md), next to its trace
+RERUN_SUFFIX = ".rrd"
+#: the processes' log files (the console shows the operator what matters, the file the rest)
+LOGS_DIR = "logs"
+#: ``mecharm report ROOT`` writes this page at the root
+REPORT = "report.html"
 
 #: ``run_NNNN_YYYYmmdd_HHMMSS``; NNNN counts up from 0001 and may grow past four digits.
 RUN_STEM_RE = re.compile(r"^run_(\d{4,})_\d{8}_\d{6}$")
@@ -187,6 +196,10 @@ class DataRoot:
     def runlog(self, run_stem: str) -> Path:
         return self.run_dir(run_stem) / f"{run_stem}{RUNLOG_SUFFIX}"
 
+    def rerun(self, run_stem: str) -> Path:
+        """The trial's Rerun recording, built after the trial from its files."""
+        return self.run_dir(run_stem) / f"{run_stem}{RERUN_SUFFIX}"
+
     @staticmethod
     def recording_rel(run_stem: str) -> PurePosixPath:
         """The recording folder relative to the root (as written in the meta and the ledger)."""
@@ -220,6 +233,15 @@ class DataRoot:
     def fk_table(self) -> Path:
         """The default FK table of a data directory (the runtime's ``fk_data_dir``)."""
         return self.root / FK_DIR / FK_TABLE
+
+    @property
+    def logs(self) -> Path:
+        """Log files of the processes writing to this root (one per process and session)."""
+        return self.root / LOGS_DIR
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT
 
     @property
     def orphan_frames(self) -> Path:
