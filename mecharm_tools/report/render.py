@@ -17,6 +17,7 @@ from urllib.parse import quote
 from mecharm_tools.report.collect import MemoryEvent, RunData, TrialData
 from mecharm_tools.report.stats import (
     failure_groups,
+    reason_group,
     stage_spreads,
     summarize,
 )
@@ -39,7 +40,8 @@ h3 { font-size:14px; margin:14px 0 6px; color:var(--muted); font-weight:600; }
 .card { background:#fff; border:1px solid var(--line); border-radius:8px; padding:10px 16px; min-width:130px; }
 .card .v { font-size:24px; font-weight:650; }
 .card .k { color:var(--muted); font-size:12px; text-transform:uppercase; letter-spacing:.04em; }
-.card.good .v { color:var(--ok); } .card.bad .v { color:var(--bad); }
+.card.good .v { color:var(--ok); } .card.bad .v { color:var(--bad); } .card.warn .v { color:var(--warn); }
+.card.warn .meter > span { background:var(--warn); } .card.bad .meter > span { background:var(--bad); }
 .meter { height:8px; background:#e9ecf1; border-radius:4px; overflow:hidden; margin-top:6px; }
 .meter > span { display:block; height:100%; background:var(--ok); }
 table { border-collapse:collapse; background:#fff; border:1px solid var(--line); width:100%; }
@@ -72,7 +74,9 @@ td.link { white-space:nowrap; }
 .reason { color:var(--muted); font-size:12px; max-width:360px; }
 a { color:var(--accent); text-decoration:none; } a:hover { text-decoration:underline; }
 code { font-size:12px; }
-details { margin-top:12px; } summary { cursor:pointer; color:var(--muted); font-weight:600; margin-bottom:6px; }
+details { margin-top:12px; } td details.reason { margin:0; } td details.reason summary { font-weight:400; margin:0; }
+td.notes { min-width:150px; }
+#trials th, #trials td { padding:5px 7px; } summary { cursor:pointer; color:var(--muted); font-weight:600; margin-bottom:6px; }
 footer { margin-top:28px; color:var(--muted); font-size:12px; }
 """
 
@@ -141,13 +145,20 @@ def render(data: RunData, page: Path, now: float | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _rate_class(part: int, whole: int) -> str:
+    """Green when every trial succeeded, amber from 80 %, red below."""
+    if whole and part == whole:
+        return "good"
+    return "warn" if whole and part / whole >= 0.8 else "bad"
+
+
 def _success(s: Any) -> str:
     cards = [
         _card("trials", str(s.trials)),
         _card(
             "success",
             _pct(s.success, s.trials),
-            "good" if s.success == s.trials else "bad",
+            _rate_class(s.success, s.trials),
             s.success / s.trials if s.trials else 0.0,
         ),
         _card("completed", f"{s.completed} / {s.trials}"),
@@ -281,7 +292,7 @@ def _memory(trials: Sequence[TrialData]) -> str:
     )
     return (
         '<section id="memory"><h2>Memory learning</h2><div class="grid2">'
-        '<div class="panel"><h3>Pick error at the first descent, and the correction the memory applied</h3>'
+        '<div class="panel"><h3>Pick error at the first descent, and the correction applied</h3>'
         '<div class="legend"><span><i class="s1"></i>first-attempt tip error (mm)</span>'
         f'<span><i class="s2"></i>correction applied (mm)</span></div>{err}</div>'
         '<div class="panel"><h3>Memory entries when the trial started</h3>'
@@ -318,7 +329,11 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
         status = r.get("status", "")
         notes = []
         if r.get("reason"):
-            notes.append(f'<div class="reason">{escape(r["reason"])}</div>')
+            # the head in the row, the whole reason one click away (a <details>, no script)
+            notes.append(
+                f'<details class="reason"><summary>{escape(reason_group(r["reason"]))}</summary>'
+                f'{escape(r["reason"])}</details>'
+            )
         if t.rec_note:
             notes.append(f'<div class="reason">recording: {escape(t.rec_note)}</div>')
         for p in t.problems:
@@ -338,7 +353,7 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
             f'<td class="n">{_f(t.rec_fps, 1)}</td>'
             f'<td class="link">{_link(t.video, page_dir, "video", "no video", "video")}</td>'
             f'<td class="link">{_link(t.rerun, page_dir, "rerun", "not built", "rerun")}</td>'
-            f"<td>{''.join(notes)}</td></tr>"
+            f'<td class="notes">{"".join(notes)}</td></tr>'
         )
     return (
         '<section id="trials"><h2>Trials</h2><table><thead><tr><th class="n">#</th>'
