@@ -332,7 +332,7 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
             # the head in the row, the whole reason one click away (a <details>, no script)
             notes.append(
                 f'<details class="reason"><summary>{escape(reason_group(r["reason"]))}</summary>'
-                f'{escape(r["reason"])}</details>'
+                f"{escape(r['reason'])}</details>"
             )
         if t.rec_note:
             notes.append(f'<div class="reason">recording: {escape(t.rec_note)}</div>')
