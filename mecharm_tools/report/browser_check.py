@@ -151,7 +151,7 @@ def check_dom(dom: str, root: Path) -> list[str]:
         problems.append(f"trial count {n} not shown")
     if rate not in text:
         problems.append(f"success rate {rate} not shown")
-    want = [t.stem for t in data.trials]
+    want = list(dict.fromkeys(t.stem for t in data.trials))
     if p.trial_rows != want:
         problems.append(f"trial rows {p.trial_rows} are not the ledger's {want}")
     if p.svgs < 3:
@@ -185,7 +185,9 @@ def _demo_root(where: Path, trials: int) -> Path:
         "--data-root",
         str(root),
     ]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # the demo reads the repository's configs/ (relative paths), so it runs from there
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise SystemExit(
             f"report-check: the demo failed (exit {res.returncode}):\n{res.stderr[-2000:]}"

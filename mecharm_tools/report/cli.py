@@ -8,6 +8,7 @@ with trials (one line saying what to give instead).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,10 @@ def run(root: Path, out: Path | None = None) -> int:
     out = out if out is not None else DataRoot(root).report
     try:
         atomic_write_bytes(out, render(data, out).encode("utf-8"))
+        # the temp file was private (0600); a page is for anyone who may read the root
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(out, 0o666 & ~mask)
     except OSError as exc:
         print(f"report: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

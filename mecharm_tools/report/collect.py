@@ -113,7 +113,15 @@ def collect(root: Path) -> RunData:
         raise BadRootError(f"{exc}; check it with `mecharm ledger verify {dr.ledger}`") from None
     if not rows:
         raise BadRootError(f"ledger {dr.ledger} has no trials yet: run trials first")
-    return RunData(root, [_trial(dr, lineno, row) for lineno, row in rows])
+    trials: list[TrialData] = []
+    seen: dict[str, int] = {}
+    for lineno, row in rows:
+        t = _trial(dr, lineno, row)
+        if t.stem in seen:  # one row per trial: a second one is the ledger's problem, shown
+            t.problems.append(f"ledger line {lineno} repeats the run stem of line {seen[t.stem]}")
+        seen.setdefault(t.stem, lineno)
+        trials.append(t)
+    return RunData(root, trials)
 
 
 def _trial(dr: DataRoot, lineno: int, row: dict[str, str]) -> TrialData:

@@ -323,7 +323,8 @@ def _link(path: Path | None, page_dir: Path, text: str, absent: str, what: str) 
 
 
 def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
-    rows = []
+    rows: list[str] = []
+    anchors: set[str] = set()
     for i, t in enumerate(trials):
         r = t.row
         status = r.get("status", "")
@@ -339,8 +340,12 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
         for p in t.problems:
             notes.append(f'<div class="problem">unreadable: {escape(p)}</div>')
         cls = ' class="unreadable"' if t.problems else ""
+        # a repeated stem (a damaged ledger) gets no second id: anchors stay unique
+        anchor = f' id="{escape(t.stem)}"' if t.stem not in anchors else ""
+        anchors.add(t.stem)
         rows.append(
-            f'<tr id="{escape(t.stem)}"{cls}><td class="n">{i + 1}</td>'
+            f"<tr{anchor}{cls}>"
+            f'<td class="n">{i + 1}</td>'
             f"<td>{_link(t.run_dir, page_dir, t.stem, t.stem + ' (no folder)', 'run_dir')}</td>"
             f'<td class="n">{escape(r.get("scene_seed", ""))}</td>'
             f"<td>{_pill(status or '?', 'ok' if status == 'completed' else 'bad')}</td>"

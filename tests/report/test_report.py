@@ -193,6 +193,20 @@ def test_an_unreadable_run_log_and_trace_mark_their_row(
     assert page.rows == stems
 
 
+def test_a_repeated_run_stem_is_marked_and_keeps_anchors_unique(
+    data_root: tuple[Path, list[str]],
+) -> None:
+    root, stems = data_root
+    ledger = DataRoot(root).ledger
+    lines = ledger.read_text(encoding="utf-8").splitlines(keepends=True)
+    ledger.write_text("".join([*lines, lines[1]]), encoding="utf-8")  # trial 1's row again
+    page = _page(root)
+    assert page.rows == stems  # the second row of the stem has no id
+    assert [tag for tag, a in page.tags if a.get("id") == stems[0]] == ["tr"]
+    assert "ledger line 6 repeats the run stem of line 2" in page.plain
+    assert "5 trial(s)" in page.plain
+
+
 def _bad(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = mecharm(["report", str(root)])
     captured = capsys.readouterr()
@@ -245,12 +259,14 @@ def test_the_command_runs_from_anywhere(data_root: tuple[Path, list[str]], tmp_p
     out = tmp_path / "r.html"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run(
-        [sys.executable, "-m", "mecharm_tools.cli", "report", str(root), "--out", str(out)],
+        ["sh", "-c", 'umask 022 && exec "$0" "$@"', sys.executable, "-m", "mecharm_tools.cli",
+         "report", str(root), "--out", str(out)],
         cwd="/", capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"report: {out} (4 trials, 2 succeeded)"
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert out.stat().st_mode & 0o044 == 0o044  # readable by others (umask 022 here)
 
 
 def test_quantile_reason_group_and_axis_ticks() -> None:
@@ -273,6 +289,7 @@ def test_a_real_demo_root(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run(
         [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--data-root", str(root)],
+        cwd=REPO,
         capture_output=True, text=True, env=env, check=False, timeout=600,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
