@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from mecharm_tools.report.collect import MemoryEvent, RunData, TrialData
 from mecharm_tools.report.stats import (
+    Summary,
     failure_groups,
     reason_group,
     stage_spreads,
@@ -134,7 +135,7 @@ def render(data: RunData, page: Path, now: float | None = None) -> str:
         f"{s.trials} trial(s), {escape(span)} · written {escape(stamp)}</p>",
         _success(s),
         _failures(trials),
-        _stages(trials, s),
+        _stages(trials),
         _memory(trials),
         _recording(s),
         _trial_table(trials, page_dir),
@@ -152,7 +153,7 @@ def _rate_class(part: int, whole: int) -> str:
     return "warn" if whole and part / whole >= 0.8 else "bad"
 
 
-def _success(s: Any) -> str:
+def _success(s: Summary) -> str:
     cards = [
         _card("trials", str(s.trials)),
         _card(
@@ -207,7 +208,7 @@ def _failures(trials: Sequence[TrialData]) -> str:
     return f'<section id="failures"><h2>Failure reasons</h2>{body}</section>'
 
 
-def _stages(trials: Sequence[TrialData], s: Any) -> str:
+def _stages(trials: Sequence[TrialData]) -> str:
     spreads = stage_spreads(trials)
     if not spreads:
         return '<section id="stages"><h2>Stage durations</h2><p class="sub">No run log with stage durations.</p></section>'
@@ -303,7 +304,7 @@ def _memory(trials: Sequence[TrialData]) -> str:
     )
 
 
-def _recording(s: Any) -> str:
+def _recording(s: Summary) -> str:
     cards = "".join(
         _card(f"recording {status}", str(n), "good" if status == "ok" else "bad")
         for status, n in sorted(s.recording.items())
