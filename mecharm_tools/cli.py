@@ -1,4 +1,4 @@
-"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report.
+"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report, view.
 
 Each tool group lives in its own module and registers its sub-commands through
 ``register(subparsers)``; this file only dispatches. A group is imported only
@@ -31,6 +31,7 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
         "mecharm_tools.report.cli",
         "run report: one HTML page (success, failures, stages, memory, recordings)",
     ),
+    "view": ("mecharm_tools.view.cli", "Rerun recording of a trial (open, --save, --follow live)"),
 }
 
 
