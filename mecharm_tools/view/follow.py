@@ -115,8 +115,11 @@ def follow(rec: rr.RecordingStream, root: DataRoot, stopped: Callable[[], bool],
                 lines += 1
                 trial_lines += 1
                 if e.get("event") == "result":
+                    logger.flush()
                     say(f"{stem}: {e.get('status')} ({trial_lines} trace lines)")
+            logger.flush()
         time.sleep(POLL_S)
     if logger is not None:  # images written after the last stage end
         logger.images()
+        logger.flush()
     return lines

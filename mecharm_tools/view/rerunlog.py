@@ -132,6 +132,8 @@ class TrialLogger:
     _homography: Any = None
     _homography_tried: bool = False
     _measured_seen: bool = False
+    _grid_done: bool = False
+    _measured_buf: list[tuple[float, list[float]]] = field(default_factory=list)
     _static_done: bool = False
 
     # ------------------------------------------------------------------ helpers
@@ -163,6 +165,11 @@ class TrialLogger:
                             colors=[(150, 150, 150)]),
             static=True,
         )  # fmt: skip
+        self.rec.log(
+            ENTITIES["arm"],
+            rr.LineStrips3D.from_fields(colors=[(60, 140, 230)], radii=[0.004]),
+            static=True,
+        )
         for i in range(6):
             for kind, color in (("measured", (60, 140, 230)), ("commanded", (240, 140, 40))):
                 self.rec.log(
@@ -285,14 +292,26 @@ class TrialLogger:
 
     # ------------------------------------------------------------------ joints and 3D
     def measured(self, ts: float, angles: Sequence[float]) -> None:
-        self._t(ts)
-        for i, a in enumerate(angles):
-            self.rec.log(ENTITIES["measured"].format(i=i), rr.Scalars(a))
-        pts = fk_frames(np.asarray(angles, dtype=np.float64))
-        self.rec.log(
-            ENTITIES["arm"], rr.LineStrips3D([pts], colors=[(60, 140, 230)], radii=[0.004])
-        )
+        """Buffer one reading; ``flush`` sends the buffer as columns (one call per entity
+        instead of seven per reading: the readings are most of a trial's lines)."""
+        self._measured_buf.append((ts, list(angles)))
         self._count("measured")
+
+    def flush(self) -> None:
+        """Send the buffered readings: joint scalars and the arm's links from the FK."""
+        if not self._measured_buf:
+            return
+        ts = np.array([t for t, _a in self._measured_buf], dtype=np.float64)
+        q = np.array([a for _t, a in self._measured_buf], dtype=np.float64)
+        self._measured_buf.clear()
+        index = [rr.TimeColumn(TIMELINE, timestamp=ts)]
+        for i in range(6):
+            self.rec.send_columns(
+                ENTITIES["measured"].format(i=i), index, rr.Scalars.columns(scalars=q[:, i])
+            )
+        self.rec.send_columns(
+            ENTITIES["arm"], index, rr.LineStrips3D.columns(strips=list(fk_frames(q)))
+        )
 
     def commanded(self, ts: float, angles: Sequence[float]) -> None:
         self._t(ts)
@@ -396,7 +415,7 @@ class TrialLogger:
         block, box = det.get("block") or {}, det.get("box") or {}
         logged: set[str] = set()
         if H is not None:
-            logged |= self._grid_overlays(H)
+            self._grid_overlays(H)
         if block.get("u") is not None:
             self.rec.log(ENTITIES["block_px"], rr.Points2D(
                 [[block["u"], block["v"]]], radii=[6], colors=[(255, 40, 40)],
@@ -418,11 +437,16 @@ class TrialLogger:
         obs = img.observation
         if obs is not None and H is not None:
             logged |= self._error_overlays(H, obs, scene, block)
-        for key in ("markers", "grid", "block_px", "box_px", "tip_px", "error_px"):
+        for key in ("block_px", "box_px", "tip_px", "error_px"):
             if key not in logged:
                 self.rec.log(ENTITIES[key], rr.Clear(recursive=False))
 
-    def _grid_overlays(self, H: Any) -> set[str]:
+    def _grid_overlays(self, H: Any) -> None:
+        """The mat grid and markers, once per trial at its first image (the top camera does
+        not move, and the viewer shows the latest value at every later time)."""
+        if self._grid_done:
+            return
+        self._grid_done = True
         corners = [np.asarray(m.corners_xz, dtype=np.float64) for m in self._markers()]
         px = [H.xzs_to_pixels(c) for c in corners]
         self.rec.log(ENTITIES["markers"], rr.LineStrips2D(
@@ -441,7 +465,6 @@ class TrialLogger:
         self.rec.log(
             ENTITIES["grid"], rr.LineStrips2D(strips, colors=[(255, 255, 0, 90)], radii=[0.8])
         )
-        return {"markers", "grid"}
 
     def _error_overlays(self, H: Any, obs: dict[str, Any], scene: dict[str, Any] | None, block: dict[str, Any]) -> set[str]:  # fmt: skip
         """Servo error as an arrow: tip -> block (pick), held block -> box centre (place)."""
@@ -546,6 +569,7 @@ class TrialLogger:
         self._flush_command()
         self.images()
         self.states_fallback(tf)
+        self.flush()
         self.side_video(tf)
 
 

@@ -34,7 +34,9 @@ CORPUS = sorted((REPLAY / "corpus").glob(f"*{TRACE_SUFFIX}"))
 
 
 def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
-    """(temporal rows per entity, TextLog texts per entity) of a .rrd, via RrdReader."""
+    """(temporal rows per entity, TextLog texts per entity) of a .rrd, via RrdReader.
+
+    ``rows`` also counts ``entity:Archetype:field`` keys: the rows where that field is set."""
     rows: Counter[str] = Counter()
     texts: dict[str, list[str]] = {}
     for chunk in rrc.RrdReader(path).stream().to_chunks():
@@ -42,6 +44,10 @@ def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
             continue
         rows[chunk.entity_path] += chunk.num_rows
         batch = chunk.to_record_batch()
+        for name in batch.schema.names:
+            if ":" in name:
+                col = batch.column(name)
+                rows[f"{chunk.entity_path}:{name}"] += len(col) - col.null_count
         if "TextLog:text" in batch.schema.names:
             col = batch.column("TextLog:text").to_pylist()
             texts.setdefault(chunk.entity_path, []).extend(str(v[0]) for v in col if v)
@@ -102,8 +108,13 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert rows["/world/arm"] == rows["/joints/j0/measured"]
     assert rows["/camera/side"] == len(frames)  # one frame reference per frame_log row
     assert rows["/camera/top"] == len(images)
-    for overlay in ("markers", "mat_grid", "block", "box", "tip", "servo_error"):
+    assert rows["/camera/top/markers"] == rows["/camera/top/mat_grid"] == 1  # fixed camera
+    for overlay in ("block", "box", "tip", "servo_error"):  # drawn or cleared at each image
         assert rows[f"/camera/top/{overlay}"] == len(images), overlay
+    tips = sum(1 for i in images if i.name.startswith("descend_pick_"))  # tip measurements
+    assert rows["/camera/top/tip:Points2D:positions"] == tips > 0
+    assert rows["/camera/top/servo_error:Arrows2D:vectors"] >= tips
+    assert rows["/camera/top/block:Points2D:positions"] == len(images)
     assert rows["/gripper/commanded"] >= 2
     assert rows["/world/block"] == 1 and rows["/world/box"] == 1
     stages = "\n".join(texts["/events/stages"])
