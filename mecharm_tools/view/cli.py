@@ -16,8 +16,9 @@ from pathlib import Path
 
 import rerun as rr
 
-from mecharm_common.layout import RECORDING, DataRoot, RecordingFiles
+from mecharm_common.layout import RECORDING, RUNS_DIR, DataRoot, RecordingFiles
 from mecharm_tools.view.follow import follow, stop_signals
+from mecharm_tools.view.layout import default_blueprint
 from mecharm_tools.view.rerunlog import log_trial
 from mecharm_tools.view.trialfiles import ViewInputError, find_trace, read_trial
 
@@ -79,9 +80,9 @@ def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, st
     try:
         if tmp is not None:
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            rec.save(tmp)
+            rec.save(tmp, default_blueprint=default_blueprint())
         else:
-            rec.spawn()
+            rec.spawn(default_blueprint=default_blueprint())
         lg = log_trial(rec, tf)
         rec.flush()
         rec.disconnect()
@@ -105,7 +106,7 @@ def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, st
 def run_follow(root_path: Path, save: Path | None, connect: str | None) -> int:
     root = DataRoot(root_path)
     if not root.root.is_dir():
-        _say(f"{root.root}: no such data root (give the folder that holds runs/)")
+        _say(f"{root.root}: no such data root (give the folder that holds {RUNS_DIR}/)")
         return EXIT_BAD_INPUT
     rec = rr.RecordingStream(APP_ID)
     sinks: list[rr.FileSink | rr.GrpcSink] = []
@@ -116,9 +117,9 @@ def run_follow(root_path: Path, save: Path | None, connect: str | None) -> int:
         sinks.append(rr.GrpcSink(connect))
     try:
         if sinks:
-            rec.set_sinks(*sinks)
+            rec.set_sinks(*sinks, default_blueprint=default_blueprint())
         else:
-            rec.spawn()
+            rec.spawn(default_blueprint=default_blueprint())
     except Exception as exc:
         _say(f"cannot reach the viewer: {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -155,4 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mecharm view")
     register(parser)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C while building: nothing half-written is left (tmp file)
+        _say("interrupted")
+        return 130

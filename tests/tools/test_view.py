@@ -93,6 +93,7 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert "Traceback" not in proc.stderr
     assert f"wrote {out}" in proc.stdout
     rows, texts = read_rrd(out)
+    assert rrc.RrdReader(out).blueprints()  # the default layout travels with the file
 
     rec = RecordingFiles(demo_run_dir / RECORDING)
     states = _csv_rows(rec.states)
