@@ -89,9 +89,10 @@ def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, st
         if tmp is not None and save is not None:
             os.replace(tmp, save)
     except Exception as exc:  # writing the file or talking to the viewer failed
+        return EXIT_FAILED, f"{tf.trace}: recording not built: {type(exc).__name__}: {exc}"
+    finally:  # a failure or Ctrl-C leaves no half-written file behind
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-        return EXIT_FAILED, f"{tf.trace}: recording not built: {type(exc).__name__}: {exc}"
     c = lg.counts
     where = f"wrote {save}" if save is not None else "sent to the viewer"
     summary = (

@@ -269,3 +269,13 @@ def _until(lines: Iterator[str], needle: str) -> str:
         if needle in line:
             return line
     raise AssertionError(f"{needle!r} never said; stderr: {''.join(seen)}")
+
+
+def test_unwritable_save_path_is_exit_1_and_leaves_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    proc = run_view(str(CORPUS[0]), "--save", str(blocker / "t.rrd"))
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "recording not built" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
