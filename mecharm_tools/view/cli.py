@@ -9,6 +9,7 @@ one-line message. Without ``--save`` the Rerun viewer is spawned (docs/viewing.m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -92,7 +93,8 @@ def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, st
         return EXIT_FAILED, f"{tf.trace}: recording not built: {type(exc).__name__}: {exc}"
     finally:  # a failure or Ctrl-C leaves no half-written file behind
         if tmp is not None:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
     c = lg.counts
     where = f"wrote {save}" if save is not None else "sent to the viewer"
     summary = (
