@@ -18,6 +18,7 @@ from pathlib import Path
 import rerun as rr
 
 from mecharm_common.layout import RECORDING, RUNS_DIR, DataRoot, RecordingFiles
+from mecharm_common.logging import configure_logging
 from mecharm_tools.view.follow import follow, stop_signals
 from mecharm_tools.view.layout import default_blueprint
 from mecharm_tools.view.rerunlog import log_trial
@@ -136,6 +137,8 @@ def run_follow(root_path: Path, save: Path | None, connect: str | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # stderr carries the one-line messages; only warnings (e.g. a mat grid not drawn) join them
+    configure_logging("warning")
     if args.follow is not None:
         if args.target is not None:
             _say("give either RUN_DIR|TRACE or --follow DATA_ROOT, not both")
