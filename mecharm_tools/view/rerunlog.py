@@ -121,6 +121,7 @@ class TrialLogger:
     counts: dict[str, int] = field(default_factory=dict)
     _stage: str | None = None
     _stage_start: float | None = None
+    _stage_end: float | None = None
     _first_ts: float | None = None
     _last_ts: float | None = None
     _pending_command: tuple[float, list[float]] | None = None
@@ -200,9 +201,13 @@ class TrialLogger:
                 self.constants = dict(e["constants"])
             return
         if stage and stage != self._stage and ev != "result" and stage not in ("start", "end"):
-            self._stage, self._stage_start = stage, ts
-            self._stage_starts.append((ts, stage))
-            self._text("stages", ts, f"▶ {stage}")
+            # stages follow each other: one starts where the previous one ended (its first
+            # line may come late, e.g. detect's scene input once detection is done)
+            start = self._stage_end if self._stage_end is not None else ts
+            self._stage, self._stage_start = stage, start
+            self._stage_starts.append((start, stage))
+            self._text("stages", start, f"▶ {stage}")
+            self._t(ts)
         if ev == "input":
             self._input(str(e.get("kind")), e.get("value"), ts, stage)
         elif ev == "decision":
@@ -213,7 +218,7 @@ class TrialLogger:
             took = f" in {ts - self._stage_start:.2f} s" if self._stage_start is not None else ""
             level = "INFO" if outcome == "ok" else "WARN"
             self._text("stages", ts, f"■ {frm} {outcome}{took}{': ' + reason if reason else ''} → {e.get('to')}", level)  # fmt: skip
-            self._stage = None
+            self._stage, self._stage_end = None, ts
             self.images(upto=ts)
         elif ev == "result":
             self._flush_command()

@@ -181,7 +181,7 @@ def read_trial(path: Path) -> TrialFiles:
         notes.append("dry run: the arm never moved; no side video or stage images expected")
     read_recording(tf)
     tf.images = stage_images(tf.run_dir) if tf.run_dir.name == stem else []
-    if not tf.images and not tf.header.get("dry_run"):
+    if not tf.images and not tf.header.get("dry_run") and tf.run_dir.name == stem:
         notes.append("no stage images in the run folder")
     return tf
 
