@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -23,7 +24,15 @@ from pathlib import Path
 import pytest
 import rerun.chunk as rrc
 
-from mecharm_common.layout import FK_DIR, META, RECORDING, TRACE_SUFFIX, DataRoot, RecordingFiles
+from mecharm_common.layout import (
+    FK_DIR,
+    META,
+    RECORDING,
+    RUNLOG_SUFFIX,
+    TRACE_SUFFIX,
+    DataRoot,
+    RecordingFiles,
+)
 from mecharm_tools.cli import main as mecharm_main
 from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK, build
 
@@ -112,7 +121,8 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert rows["/camera/top/markers"] == rows["/camera/top/mat_grid"] == 1  # fixed camera
     for overlay in ("block", "box", "tip", "servo_error"):  # drawn or cleared at each image
         assert rows[f"/camera/top/{overlay}"] == len(images), overlay
-    tips = sum(1 for i in images if i.name.startswith("descend_pick_"))  # tip measurements
+    trace = [json.loads(x) for x in next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).open()]
+    tips = sum(1 for e in trace if e.get("kind") == "tip" and e["value"].get("ok"))
     assert rows["/camera/top/tip:Points2D:positions"] == tips > 0
     assert rows["/camera/top/servo_error:Arrows2D:vectors"] >= tips
     assert rows["/camera/top/block:Points2D:positions"] == len(images)
@@ -122,6 +132,13 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     for stage in ("open_gripper_home", "detect", "approach_pick", "descend_pick", "grasp"):
         assert f"▶ {stage}" in stages and f"■ {stage} ok" in stages
     assert "result: " in stages
+    runlog = json.loads(next(demo_run_dir.glob(f"*{RUNLOG_SUFFIX}")).read_text())
+    spans = re.findall(r"^■ (\w+) \w+ in ([\d.]+) s", stages, flags=re.M)
+    assert [name for name, _s in spans] == [st["stage"] for st in runlog["stages"]]
+    for (name, took), st in zip(spans, runlog["stages"], strict=True):
+        # transition to transition vs the runtime's own stage timer: equal but for the
+        # bookkeeping between two stages (a loaded box stretches that, not the stage)
+        assert float(took) == pytest.approx(st["duration_s"], abs=0.3), name
     assert any(t.startswith("lookup:") for t in texts["/events/lookups"])
     assert any(t.startswith("guard:") for t in texts["/events/guards"])
     assert any(t.startswith("pick_verdict:") for t in texts["/events/verdicts"])
