@@ -121,7 +121,8 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert rows["/camera/top/markers"] == rows["/camera/top/mat_grid"] == 1  # fixed camera
     for overlay in ("block", "box", "tip", "servo_error"):  # drawn or cleared at each image
         assert rows[f"/camera/top/{overlay}"] == len(images), overlay
-    trace = [json.loads(x) for x in next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).open()]
+    trace_text = next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).read_text(encoding="utf-8")
+    trace = [json.loads(x) for x in trace_text.splitlines()]
     tips = sum(1 for e in trace if e.get("kind") == "tip" and e["value"].get("ok"))
     assert rows["/camera/top/tip:Points2D:positions"] == tips > 0
     assert rows["/camera/top/servo_error:Arrows2D:vectors"] >= tips
