@@ -17,14 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import rerun as rr
 
 from mecharm_common.kinematics import fk_frames
 from mecharm_common.logging import get_logger
-from mecharm_runtime.perception import PerceptionConfig, estimate_homography
-from mecharm_runtime.perception.config import MarkerSpec, default_markers
+from mecharm_runtime.perception import MatHomography
+from mecharm_tools.view.overlays import (
+    BLOCK_M,
+    BOX_RIM_M,
+    MAT_X,
+    MAT_Z,
+    box_outline,
+    box_rim_xz,
+    find_homography,
+    grid_strips,
+    marker_strips,
+)
 from mecharm_tools.view.trialfiles import TrialFiles, stage_images
 
 __all__ = ["ENTITIES", "TIMELINE", "TrialLogger", "log_trial"]
@@ -73,12 +82,9 @@ _GUARDS = {"guard", "motion_check", "home_needed", "release_check", "release_ove
 _VERDICTS = {"pick_verdict", "place_verdict", "release_answer", "release_view"}
 #: inputs a stage image may be the evidence of (the observation follows its capture)
 _OBSERVATIONS = {"tip", "block_xz", "release_view", "pick_verdict", "place_verdict", "scene"}
-#: the mat's extent (x -0.36..0.36, z 0.04..0.42 m: the standard mat, docs/perception.md)
-_MAT_X, _MAT_Z = (-0.36, 0.36), (0.04, 0.42)
-_GRID_STEP_M = 0.04
 #: an image file written later than this after the trial's start was copied, not captured
 _MAX_TRIAL_S = 3600.0
-_OK, _WARN, _BAD = (80, 200, 120), (240, 180, 40), (230, 60, 60)
+_WARN = (240, 180, 40)
 
 
 def _num_list(v: Any, n: int) -> list[float] | None:
@@ -130,7 +136,7 @@ class TrialLogger:
     _named: dict[str, float] = field(default_factory=dict)
     _stage_starts: list[tuple[float, str]] = field(default_factory=list)
     _logged_images: set[str] = field(default_factory=set)
-    _homography: Any = None
+    _homography: MatHomography | None = None
     _homography_tried: bool = False
     _measured_seen: bool = False
     _grid_done: bool = False
@@ -159,7 +165,7 @@ class TrialLogger:
         self._static_done = True
         # the rig's frame: x right, y up, z away from the base (a left-handed frame, docs/kinematics.md)
         self.rec.log(ENTITIES["world"], rr.ViewCoordinates.RUF, static=True)
-        (x0, x1), (z0, z1) = _MAT_X, _MAT_Z
+        (x0, x1), (z0, z1) = MAT_X, MAT_Z
         self.rec.log(
             ENTITIES["mat"],
             rr.LineStrips3D([[[x0, 0, z0], [x1, 0, z0], [x1, 0, z1], [x0, 0, z1], [x0, 0, z0]]],
@@ -338,21 +344,21 @@ class TrialLogger:
         block, box = det.get("block") or {}, det.get("box") or {}
         bxz = _num_list(scene.get("block_xz"), 2)
         if bxz is not None:
-            h = float(block.get("height_m") or 0.025)
+            h = float(block.get("height_m") or BLOCK_M)
             yaw = math.radians(float(block.get("yaw_deg") or 0.0))
             self.rec.log(ENTITIES["block"], rr.Boxes3D(
-                centers=[[bxz[0], h / 2, bxz[1]]], half_sizes=[[0.0125, h / 2, 0.0125]],
+                centers=[[bxz[0], h / 2, bxz[1]]], half_sizes=[[BLOCK_M / 2, h / 2, BLOCK_M / 2]],
                 rotation_axis_angles=[rr.RotationAxisAngle(axis=[0, 1, 0], radians=yaw)],
                 colors=[(220, 40, 40)], labels=["block"]))  # fmt: skip
         xxz = _num_list(scene.get("box_xz"), 2)
-        if xxz is not None:
-            size = _num_list(box.get("size_mm"), 2) or [78.0, 78.0]
-            yaw = math.radians(float(box.get("yaw_deg") or 0.0))
-            self.rec.log(ENTITIES["box"], rr.Boxes3D(
-                centers=[[xxz[0], 0.0215, xxz[1]]],
-                half_sizes=[[size[0] / 2000, 0.0215, size[1] / 2000]],
-                rotation_axis_angles=[rr.RotationAxisAngle(axis=[0, 1, 0], radians=yaw)],
-                colors=[(235, 235, 235)], labels=["box"]))  # fmt: skip
+        if xxz is not None:  # its rim as a closed line at rim height, the posts down to the mat
+            rim = box_rim_xz(
+                xxz, _num_list(box.get("size_mm"), 2), float(box.get("yaw_deg") or 0.0)
+            )
+            top = [[x, BOX_RIM_M, z] for x, z in rim]
+            posts = [[[x, 0.0, z], [x, BOX_RIM_M, z]] for x, z in rim[:4]]
+            self.rec.log(ENTITIES["box"], rr.LineStrips3D(
+                [top, *posts], colors=[(235, 235, 235)], labels=["box"]))  # fmt: skip
 
     # ------------------------------------------------------------------ top camera
     def images(self, upto: float | None = None) -> None:
@@ -360,14 +366,15 @@ class TrialLogger:
         ``upto=None`` (the finish) logs every one left."""
         if self.run_dir is None or self.run_dir.name != self.stem:
             return
+        ready: list[tuple[float, Path]] = []
         for path in stage_images(self.run_dir):
             if path.name in self._logged_images:
                 continue
             ts = self._image_time(path)
             if upto is not None and (ts is None or ts > upto):
                 continue  # a later stage's image (or not yet placeable): at its stage end
-            if ts is None:
-                ts = self._last_ts if self._last_ts is not None else 0.0
+            ready.append((ts if ts is not None else (self._last_ts or 0.0), path))
+        for ts, path in sorted(ready):  # in time order: the grid goes with the first one
             self._logged_images.add(path.name)
             self.image(_Image(path, ts, self._observation_for(path.name, ts)))
 
@@ -414,6 +421,7 @@ class TrialLogger:
         return self._scenes[0][1] if self._scenes else None
 
     def _overlays(self, img: _Image) -> None:
+        """Detections on the image, or a Clear where it has none (no arrow lingers)."""
         H = self._mat_homography()
         scene = self._scene_at(img.ts)
         det = _last_repeat(scene) if scene else {}
@@ -428,8 +436,11 @@ class TrialLogger:
             logged.add("block_px")
         if box.get("u") is not None:
             outline = None
-            if H is not None and scene is not None:
-                outline = _box_outline(H, box, _num_list(scene.get("box_xz"), 2))
+            box_xz = _num_list(scene.get("box_xz"), 2) if scene is not None else None
+            if H is not None and box_xz is not None:
+                outline = box_outline(
+                    H, box_xz, _num_list(box.get("size_mm"), 2), float(box.get("yaw_deg") or 0.0)
+                )
             color = (60, 220, 255) if box.get("trusted", True) else _WARN
             label = f"box {box.get('method', '')} {box.get('score', 0):.2f}"
             if outline is not None:
@@ -446,44 +457,34 @@ class TrialLogger:
             if key not in logged:
                 self.rec.log(ENTITIES[key], rr.Clear(recursive=False))
 
-    def _grid_overlays(self, H: Any) -> None:
+    def _grid_overlays(self, H: MatHomography) -> None:
         """The mat grid and markers, once per trial at its first image (the top camera does
         not move, and the viewer shows the latest value at every later time)."""
         if self._grid_done:
             return
         self._grid_done = True
-        corners = [np.asarray(m.corners_xz, dtype=np.float64) for m in self._markers()]
-        px = [H.xzs_to_pixels(c) for c in corners]
-        self.rec.log(ENTITIES["markers"], rr.LineStrips2D(
-            [np.vstack([p, p[:1]]) for p in px], colors=[(255, 0, 255)],
-            labels=[m.name for m in self._markers()]))  # fmt: skip
-        strips = []
-        (x0, x1), (z0, z1) = _MAT_X, _MAT_Z
-        for x in np.arange(x0, x1 + 1e-9, _GRID_STEP_M):
-            strips.append(
-                H.xzs_to_pixels(np.column_stack([np.full(12, x), np.linspace(z0, z1, 12)]))
-            )
-        for z in np.arange(z0, z1 + 1e-9, _GRID_STEP_M):
-            strips.append(
-                H.xzs_to_pixels(np.column_stack([np.linspace(x0, x1, 12), np.full(12, z)]))
-            )
+        strips, names = marker_strips(H)
         self.rec.log(
-            ENTITIES["grid"], rr.LineStrips2D(strips, colors=[(255, 255, 0, 90)], radii=[0.8])
+            ENTITIES["markers"], rr.LineStrips2D(strips, colors=[(255, 0, 255)], labels=names)
+        )
+        self.rec.log(
+            ENTITIES["grid"],
+            rr.LineStrips2D(grid_strips(H), colors=[(255, 255, 0, 90)], radii=[0.8]),
         )
 
-    def _error_overlays(self, H: Any, obs: dict[str, Any], scene: dict[str, Any] | None, block: dict[str, Any]) -> set[str]:  # fmt: skip
+    def _error_overlays(self, H: MatHomography, obs: dict[str, Any], scene: dict[str, Any] | None, block: dict[str, Any]) -> set[str]:  # fmt: skip
         """Servo error as an arrow: tip -> block (pick), held block -> box centre (place)."""
         kind, v = obs["kind"], obs["value"]
         bxz = _num_list(scene.get("block_xz"), 2) if scene else None
         box_xz = _num_list(scene.get("box_xz"), 2) if scene else None
-        h_block = float(block.get("height_m") or 0.025)
+        h_block = float(block.get("height_m") or BLOCK_M)
         if kind == "tip" and isinstance(v, dict) and v.get("ok") and bxz is not None:
             tip = (
                 bxz[0] + float(v.get("dx_mm", 0)) / 1000,
                 bxz[1] + float(v.get("dz_mm", 0)) / 1000,
             )
-            tu, tv = H.xz_to_pixel(*tip, height=h_block)
-            bu, bv = H.xz_to_pixel(*bxz, height=h_block)
+            tu, tv = H.xz_to_pixel(tip[0], tip[1], height=h_block)
+            bu, bv = H.xz_to_pixel(bxz[0], bxz[1], height=h_block)
             self.rec.log(ENTITIES["tip_px"], rr.Points2D([[tu, tv]], radii=[6], colors=[(40, 255, 40)],
                                                           labels=[f"tip {float(v.get('dist_mm', 0)):.1f} mm off"]))  # fmt: skip
             self.rec.log(ENTITIES["error_px"], rr.Arrows2D(vectors=[[bu - tu, bv - tv]], origins=[[tu, tv]], colors=[_WARN]))  # fmt: skip
@@ -494,38 +495,26 @@ class TrialLogger:
         elif kind == "release_view" and isinstance(v, dict):
             seen = _num_list(v.get("block_xz"), 2)
         if seen is not None and box_xz is not None:
-            su, sv = H.xz_to_pixel(*seen, height=0.043)
-            cu, cv = H.xz_to_pixel(*box_xz, height=0.043)
+            su, sv = H.xz_to_pixel(seen[0], seen[1], height=BOX_RIM_M)
+            cu, cv = H.xz_to_pixel(box_xz[0], box_xz[1], height=BOX_RIM_M)
             dist = math.hypot(seen[0] - box_xz[0], seen[1] - box_xz[1]) * 1000
             self.rec.log(ENTITIES["error_px"], rr.Arrows2D(vectors=[[cu - su, cv - sv]], origins=[[su, sv]], colors=[_WARN],
                                                             labels=[f"held block {dist:.1f} mm from the box centre"]))  # fmt: skip
             return {"error_px"}
         return set()
 
-    def _markers(self) -> Sequence[MarkerSpec]:
-        return default_markers()
-
-    def _mat_homography(self) -> Any:
-        """The mat homography, found again from the trial's mat image (the trace keeps only
-        its results); None when there is no mat image or its markers are not all seen."""
-        if self._homography_tried:
+    def _mat_homography(self) -> MatHomography | None:
+        """The mat homography, found again from the trial's mat image once it exists."""
+        if self._homography_tried or self.run_dir is None:
             return self._homography
-        if self.run_dir is None:
-            return None
-        mats = sorted(self.run_dir.glob("*_mat.jpg"))
-        if not mats:
-            return None
-        self._homography_tried = True
-        try:
-            frame = cv2.imread(str(mats[0]), cv2.IMREAD_COLOR)
-            if frame is None:
-                raise ValueError("not a readable JPEG")
-            config = PerceptionConfig(top_camera=self.constants.get("top_camera_calibration"))
-            self._homography = estimate_homography([np.asarray(frame, dtype=np.uint8)], config)
-        except Exception as exc:  # an overlay, never a reason to fail the recording
-            log.warning("mat_grid_not_drawn", image=str(mats[0]), error=str(exc))
-            self.note(f"mat grid not drawn: {mats[0].name}: {exc}")
-        return self._homography
+        H, why = find_homography(self.run_dir, self.constants)
+        if H is None and why is None:
+            return None  # no mat image (yet)
+        self._homography_tried, self._homography = True, H
+        if why is not None:
+            log.warning("mat_grid_not_drawn", run_dir=str(self.run_dir), error=why)
+            self.note(f"mat grid not drawn: {why}")
+        return H
 
     # ------------------------------------------------------------------ recording files
     def side_video(self, tf: TrialFiles) -> None:
@@ -581,18 +570,6 @@ class TrialLogger:
 def _last_repeat(scene: dict[str, Any] | None) -> dict[str, Any]:
     reps = scene.get("repeats") if isinstance(scene, dict) else None
     return reps[-1] if isinstance(reps, list) and reps and isinstance(reps[-1], dict) else {}
-
-
-def _box_outline(H: Any, box: dict[str, Any], xz: list[float] | None) -> Any:
-    """The box's rim (its detected size and yaw, at rim height) in pixels."""
-    if xz is None:
-        return None
-    size = _num_list(box.get("size_mm"), 2) or [78.0, 78.0]
-    yaw = math.radians(float(box.get("yaw_deg") or 0.0))
-    hx, hz = size[0] / 2000, size[1] / 2000
-    c, s = math.cos(yaw), math.sin(yaw)
-    pts = [(xz[0] + c * dx - s * dz, xz[1] + s * dx + c * dz) for dx, dz in ((hx, hz), (-hx, hz), (-hx, -hz), (hx, -hz), (hx, hz))]  # fmt: skip
-    return H.xzs_to_pixels(np.asarray(pts), height=0.043)
 
 
 def log_trial(rec: rr.RecordingStream, tf: TrialFiles) -> TrialLogger:

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import rerun.chunk as rrc
 
@@ -61,6 +62,15 @@ def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
             col = batch.column("TextLog:text").to_pylist()
             texts.setdefault(chunk.entity_path, []).extend(str(v[0]) for v in col if v)
     return rows, texts
+
+
+def entity_times(path: Path, entity: str) -> list[int]:
+    """The ``time`` index (ns) of every temporal row of one entity."""
+    out: list[int] = []
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if chunk.entity_path == entity and not chunk.is_static:
+            out += chunk.to_record_batch().column("time").cast(pa.int64()).to_pylist()
+    return sorted(out)
 
 
 def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -119,6 +129,8 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert rows["/camera/side"] == len(frames)  # one frame reference per frame_log row
     assert rows["/camera/top"] == len(images)
     assert rows["/camera/top/markers"] == rows["/camera/top/mat_grid"] == 1  # fixed camera
+    # drawn with the first image, so the viewer shows it on every image
+    assert entity_times(out, "/camera/top/mat_grid") == entity_times(out, "/camera/top")[:1]
     for overlay in ("block", "box", "tip", "servo_error"):  # drawn or cleared at each image
         assert rows[f"/camera/top/{overlay}"] == len(images), overlay
     trace_text = next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).read_text(encoding="utf-8")
