@@ -384,8 +384,8 @@ async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> Re
     this data root (docs/recorder.md, "Ping: proving the data root"). When none does, a loud
     warning on the console and in the log naming what was found and what to do, or, with
     ``require_recorder``, RecorderRequired (exit 8). Nothing when the recorder is off."""
-    link = getattr(rig, "recorder", None)
-    if not isinstance(link, RecorderLink) or not link.enabled:
+    link = rig.recorder
+    if not link.enabled:
         return None
     probe = await link.probe(settings.recorder_probe_timeout_s)
     if probe.ok:

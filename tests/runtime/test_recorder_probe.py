@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.layout import DataRoot
+from mecharm_common.layout import META, DataRoot
 from mecharm_runtime.recorder_link import RecorderLink, recording_text
 from mecharm_runtime.records.ledger import RecordingInfo
 from mecharm_runtime.service import RecorderRequired, run_service
@@ -121,10 +121,8 @@ def test_the_trial_line_says_whether_side_video_was_recorded() -> None:
     assert recording_text(ok, None) == "rec ok 120 frames 25.0 fps"
     link = RecorderLink(None)
     link.sender = object()  # type: ignore[assignment]  # enabled, never probed
-    none = RecordingInfo(status="none", note="no recording_meta.json within the wait")
-    assert recording_text(none, link) == (
-        "rec none (NO SIDE VIDEO: no recording_meta.json within the wait)"
-    )
+    none = RecordingInfo(status="none", note=f"no {META} within the wait")
+    assert recording_text(none, link) == f"rec none (NO SIDE VIDEO: no {META} within the wait)"
     assert recording_text(none, None) == "rec none"  # callers without the link: as before
 
 
