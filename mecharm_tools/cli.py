@@ -1,4 +1,4 @@
-"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report.
+"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report, doctor.
 
 Each tool group lives in its own module and registers its sub-commands through
 ``register(subparsers)``; this file only dispatches. A group is imported only
@@ -30,6 +30,10 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
     "report": (
         "mecharm_tools.report.cli",
         "run report: one HTML page (success, failures, stages, memory, recordings)",
+    ),
+    "doctor": (
+        "mecharm_tools.doctor",
+        "check the whole rig (daemon, envelope, camera, recorder, data root, FK table, arcs)",
     ),
 }
 
