@@ -6,7 +6,6 @@ never moves."""
 from __future__ import annotations
 
 import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from mecharm_common.layout import DataRoot
 from mecharm_tools.cli import main as mecharm
 from mecharm_tools.doctor import Check, render
-from mecharm_tools.simrig import Child, SimRig, free_port, start_recorder, start_sim_daemon
+from mecharm_tools.simrig import Child, SimRig, start_recorder, start_sim_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -121,8 +120,10 @@ def test_each_failure_names_its_fix(
     rig: Rig, capsys: Any, tmp_path: Path, case: str, check: str, detail: str, fix: str
 ) -> None:
     flags: list[str] = []
-    if case == "recorder down":  # nothing listens on the port the runtime would use
-        flags = ["--recorder-port", str(free_port(socket.SOCK_DGRAM))]
+    if case == "recorder down":  # a recorder on this root that was stopped
+        down, port = start_recorder(tmp_path / "logs", rig.root, "synthetic?fps=15&w=320&h=240")
+        assert down.stop() == 0
+        flags = ["--recorder-port", str(port)]
     elif case == "recorder on another root":  # the running recorder writes to rig.root
         flags = ["--data-root", str(rig.other_root)]
     elif case == "data root missing":

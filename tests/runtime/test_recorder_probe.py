@@ -116,14 +116,14 @@ async def test_a_disabled_link_sends_nothing_and_says_why() -> None:
     assert recording_text(RecordingInfo(), link) == "rec none (recorder off: --no-recorder)"
 
 
-def test_the_trial_line_says_whether_side_video_was_recorded() -> None:
+def test_the_trial_line_says_whether_side_video_was_recorded(udp_port: int) -> None:
     ok = RecordingInfo(status="ok", frames=120, fps=25.04)
     assert recording_text(ok, None) == "rec ok 120 frames 25.0 fps"
-    link = RecorderLink(None)
-    link.sender = object()  # type: ignore[assignment]  # enabled, never probed
+    link = RecorderLink(RecorderSender(port=udp_port))  # enabled, never probed
     none = RecordingInfo(status="none", note=f"no {META} within the wait")
     assert recording_text(none, link) == f"rec none (NO SIDE VIDEO: no {META} within the wait)"
     assert recording_text(none, None) == "rec none"  # callers without the link: as before
+    link.close()
 
 
 async def _service(
