@@ -424,24 +424,32 @@ def render(checks: Sequence[Check], out: TextIO, *, rich: bool | None = None) ->
 def register(parser: argparse.ArgumentParser) -> None:
     """The ``mecharm doctor`` flags: the runtime's, for the parts of the rig it checks."""
     p = parser
-    p.add_argument("--config", type=Path, help="runtime YAML settings (as mecharm-runtime)")
-    p.add_argument("--data-root", dest="data_root", type=Path)
-    p.add_argument("--daemon-host", dest="daemon_host")
-    p.add_argument("--daemon-port", dest="daemon_port", type=int)
-    p.add_argument("--token-file", dest="daemon_token_file", type=Path)
-    p.add_argument("--top-camera", dest="top_camera")
-    p.add_argument("--recorder-port", dest="recorder_port", type=int)
-    p.add_argument("--recorder-key-file", dest="recorder_key_file", type=Path)
+    p.description = (
+        "Check the rig with the runtime's own settings and checks; one line per check, "
+        "with what to do for each failure. Never moves the arm. Exit 0 all ok, 1 a "
+        "failure, 2 bad flags (docs/doctor.md)."
+    )
+    p.add_argument(
+        "--config", type=Path, metavar="FILE",
+        help="runtime YAML settings (default configs/runtime.yaml when present, as mecharm-runtime)",
+    )  # fmt: skip
+    p.add_argument("--data-root", dest="data_root", type=Path, metavar="DIR")
+    p.add_argument("--daemon-host", dest="daemon_host", metavar="HOST")
+    p.add_argument("--daemon-port", dest="daemon_port", type=int, metavar="PORT")
+    p.add_argument("--token-file", dest="daemon_token_file", type=Path, metavar="FILE")
+    p.add_argument("--top-camera", dest="top_camera", metavar="SRC")
+    p.add_argument("--recorder-port", dest="recorder_port", type=int, metavar="PORT")
+    p.add_argument("--recorder-key-file", dest="recorder_key_file", type=Path, metavar="FILE")
     p.add_argument(
         "--no-recorder", dest="recorder_enabled", action="store_const", const=False,
         help="the session runs without a recorder: its check is skipped",
     )  # fmt: skip
     p.add_argument(
-        "--min-free-mb", type=float, default=1024,
+        "--min-free-mb", type=float, default=1024, metavar="MB",
         help="free space the data root must have (default 1024 MB)",
     )  # fmt: skip
     p.add_argument(
-        "--camera-timeout", type=float, default=10.0,
+        "--camera-timeout", type=float, default=10.0, metavar="S",
         help="seconds to wait for the top camera's frames (default 10)",
     )  # fmt: skip
     p.set_defaults(func=run)
