@@ -1,34 +1,37 @@
 # Two commands from a fresh machine: `make run` and `make test`.
 # Both create .venv and install the project when it is missing.
+# Every path is the checkout's, so `make -f /path/to/Makefile run` works from any directory
+# (docs/setup.md): the demo writes the checkout's data/demo.
+ROOT   := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 PYTHON ?= python3.11
-VENV   := .venv
+VENV   := $(ROOT)/.venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: run test test-fast test-chaos bench lint venv clean report-check
 
-$(STAMP): pyproject.toml
+$(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '$(ROOT)[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m mecharm_tools.demo
+	cd $(ROOT) && $(BIN)/python -m mecharm_tools.demo --data-root $(ROOT)/data/demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not chaos"
+	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not chaos"
 
 test-chaos: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -m chaos -rs
+	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile -m chaos -rs
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	cd $(ROOT) && $(BIN)/python -m bench
 
 # Not part of `make test`: renders the run report in headless Chromium (Debian's package,
 # installed when missing and run as root) and checks the DOM and the page's loads;
@@ -37,9 +40,9 @@ report-check: $(STAMP)
 	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(ROOT),--root $(ROOT))
 
 lint: $(STAMP)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	cd $(ROOT) && $(BIN)/ruff check .
+	cd $(ROOT) && $(BIN)/ruff format --check .
+	cd $(ROOT) && $(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results
+	cd $(ROOT) && rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results

@@ -13,6 +13,7 @@ from daemon_pi.backends.base import ArmBackend, BackendError
 from daemon_pi.config import DaemonSettings, is_loopback, read_token
 from daemon_pi.server import ArmServer
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.defaults import DAEMON_CONFIG
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import ShutdownSignals, capture_signals
 
@@ -24,7 +25,8 @@ __all__ = ["build_parser", "main", "serve", "settings_from_args"]
 
 log = get_logger("daemon_pi.cli")
 
-DEFAULT_CONFIG = Path("configs/daemon.yaml")
+#: shipped in the package: the same from any directory (docs/setup.md)
+DEFAULT_CONFIG = DAEMON_CONFIG
 
 
 class StartupError(RuntimeError):
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the mechArm 270 over TCP (newline-delimited JSON, one control client at a time).",
     )
     p.add_argument(
-        "--config", type=Path, help=f"YAML settings file (default {DEFAULT_CONFIG} when present)"
+        "--config", type=Path, help="YAML settings file (default: the shipped daemon.yaml, docs/setup.md)"
     )
     p.add_argument("--backend", choices=["sim", "mycobot"], help="arm backend (default sim)")
     p.add_argument("--host", help="listen address (default 127.0.0.1 for sim, 0.0.0.0 for mycobot)")

@@ -243,6 +243,10 @@ class HelloResult(BaseModel):
     #: the safety envelope every send_angles must keep to (``Envelope.to_wire()``);
     #: absent from daemons older than it (docs/protocol.md, "hello")
     envelope: dict[str, Any] | None = None
+    #: how many times faster than real time the arm moves: 1.0 for the real arm, the sim arm's
+    #: scale; the runtime divides its waits by it (docs/setup.md, "Time scale"); absent from
+    #: daemons older than it (then ``capabilities.time_scale``, else 1.0)
+    time_scale: float = 1.0
 
 
 # ---------------------------------------------------------------- helpers

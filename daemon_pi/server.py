@@ -717,6 +717,7 @@ class ArmServer:
             capabilities=caps,
             authenticated=conn.authed or self.token is None,
             envelope=self.envelope.to_wire(),
+            time_scale=self.backend.time_scale(),
         ).model_dump()
 
     async def _cmd_get_angles(self, conn: _Conn, args: Any) -> list[float]:

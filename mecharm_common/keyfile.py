@@ -22,8 +22,10 @@ __all__ = [
     "KEY_MIN_CHARS",
     "KeyFileError",
     "config_dir",
+    "default_daemon_token_file",
     "default_recorder_key_file",
     "load_or_create_key",
+    "read_daemon_token",
     "read_key",
 ]
 
@@ -47,6 +49,33 @@ def config_dir() -> Path:
 def default_recorder_key_file() -> Path:
     """Where the runtime and the recorder look for their shared secret unless told otherwise."""
     return config_dir() / "recorder.key"
+
+
+def default_daemon_token_file() -> Path:
+    """The daemon's shared secret, beside the recorder key: the runtime sends it when it
+    exists (docs/setup.md, "Defaults"); the daemon requires it with ``--token-file``."""
+    return config_dir() / "daemon.token"
+
+
+def read_daemon_token(path: Path | None) -> str | None:
+    """The token the runtime says hello with: from ``path``; None: from the default file when
+    it exists, else no token. Raises KeyFileError naming the file and what to do."""
+    if path is None:
+        path = default_daemon_token_file()
+        if not path.is_file():
+            return None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise KeyFileError(
+            f"token file {path} does not exist; copy the daemon's token there "
+            f"(default {default_daemon_token_file()}) or pass --token-file"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyFileError(f"token file {path}: cannot read: {exc}") from None
+    if not token:
+        raise KeyFileError(f"token file {path} is empty; copy the daemon's token there")
+    return token
 
 
 def read_key(path: Path) -> bytes:

@@ -9,6 +9,7 @@ docs/data-root.md.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ __all__ = [
     "RECORDING",
     "REPORT",
     "RERUN_SUFFIX",
+    "RIG_DATA_ROOT",
     "RUNLOG_SUFFIX",
     "RUNS_DIR",
     "RUN_FOLDERS",
@@ -45,6 +47,7 @@ __all__ = [
     "DataRoot",
     "FkTableFiles",
     "RecordingFiles",
+    "default_demo_root",
     "format_run_stem",
     "run_number",
 ]
@@ -76,6 +79,19 @@ RERUN_SUFFIX = ".rrd"
 LOGS_DIR = "logs"
 #: ``mecharm report ROOT`` writes this page at the root
 REPORT = "report.html"
+
+#: the one data root every process defaults to: the rig's external SSD on the control
+#: computer (docs/setup.md, "Defaults"); elsewhere pass --data-root (it must exist)
+RIG_DATA_ROOT = Path("/Volumes/RigSSD")
+
+
+def default_demo_root() -> Path:
+    """Where ``python -m mecharm_tools.demo`` writes without ``--data-root``, whatever the
+    working directory: ``$XDG_DATA_HOME/mecharm/demo`` (``make run``: the checkout's data/demo)."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
+    return root / "mecharm" / "demo"
+
 
 #: ``run_NNNN_YYYYmmdd_HHMMSS``; NNNN counts up from 0001 and may grow past four digits.
 RUN_STEM_RE = re.compile(r"^run_(\d{4,})_\d{8}_\d{6}$")

@@ -16,7 +16,8 @@ from pathlib import Path
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
-from mecharm_common.keyfile import KeyFileError, load_or_create_key
+from mecharm_common.defaults import RUNTIME_CONFIG
+from mecharm_common.keyfile import KeyFileError, load_or_create_key, read_daemon_token
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -26,7 +27,8 @@ from mecharm_runtime.trial import DataRootError
 
 __all__ = ["build_parser", "main"]
 
-DEFAULT_CONFIG = Path("configs/runtime.yaml")
+#: shipped in the package: the same from any directory (docs/setup.md)
+DEFAULT_CONFIG = RUNTIME_CONFIG
 #: exit codes (README, "Runtime: running trials"; docs/runtime.md, "Start-up checks")
 EXIT_FAILED, EXIT_CONFIG, EXIT_DATA_ROOT, EXIT_LEDGER, EXIT_TABLE = 1, 2, 3, 4, 5
 #: the data root failed mid-session and did not come back (records pending or lost)
@@ -43,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mecharm-runtime", description=__doc__.splitlines()[0] if __doc__ else None
     )
     p.add_argument(
-        "--config", type=Path, help=f"YAML settings (default {DEFAULT_CONFIG} when present)"
+        "--config", type=Path, help="YAML settings (default: the shipped runtime.yaml, docs/setup.md)"
     )
     p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
     p.add_argument(
@@ -101,12 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
         dest="vlm_base_url",
         help="VLM judge: Messages API base URL (default $ANTHROPIC_BASE_URL, else the vendor's)",
     )
-    p.add_argument(
-        "--time-scale",
-        dest="time_scale",
-        type=float,
-        help="divide sleeps and arrival timeouts (simulator run faster; 1.0 on the rig)",
-    )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -159,6 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyFileError as exc:
             print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
             return EXIT_CONFIG
+    if not settings.dry_run:
+        try:  # a missing --token-file is a configuration error, before any set-up
+            read_daemon_token(settings.daemon_token_file)
+        except KeyFileError as exc:
+            print(f"mecharm-runtime: daemon {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     if settings.judge == "vlm":
         from mecharm_runtime.perception.vlm import VlmConfigError, vlm_env
 
@@ -168,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     configure_logging(settings.log_level)
+    from mecharm_runtime.client import TimeScaleMismatch
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
     from mecharm_runtime.service import EnvelopeRefused, RecorderRequired
 
@@ -184,6 +187,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("fk_table_refused", error=str(exc))
         print(f"mecharm-runtime: FK table refused: {exc}", file=sys.stderr)
         return EXIT_TABLE
+    except TimeScaleMismatch as exc:  # the time_scale key is a check (docs/setup.md)
+        log.error("time_scale_refused", error=str(exc))
+        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except EnvelopeRefused as exc:
         log.error("envelope_refused", error=str(exc))
         print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)

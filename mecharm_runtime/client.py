@@ -44,6 +44,7 @@ __all__ = [
     "DaemonError",
     "DaemonTimeout",
     "OutsideEnvelope",
+    "TimeScaleMismatch",
     "Unauthorized",
 ]
 
@@ -97,6 +98,11 @@ class OutsideEnvelope(ArmRefused):
     """The daemon refused a pose outside its safety envelope; the arm did not move."""
 
 
+class TimeScaleMismatch(DaemonError):
+    """The daemon's time scale is not the one this session expects (docs/setup.md, "Time
+    scale"); the connection is closed before any motion."""
+
+
 class ArmNoReply(DaemonError):
     """The arm did not answer (SDK -1 / empty reading) or the serial line failed."""
 
@@ -143,6 +149,10 @@ class DaemonClient:
     daemon (a stale one is dropped after the daemon's idle timeout); 0 = fail at once.
     ``keepalive_s``: the interval of ``keepalive()``'s pings; None = a third of the idle
     timeout the daemon announces in its hello (no pings when it has none).
+    ``time_scale``: the scale this session expects the daemon to announce; None = whatever
+    the first hello says. Either way a later hello (a reconnect to a restarted daemon) must
+    announce the same, or connect() raises TimeScaleMismatch: the session's waits are scaled
+    by it (docs/setup.md, "Time scale").
     """
 
     def __init__(
@@ -156,6 +166,7 @@ class DaemonClient:
         client_name: str = "mecharm-runtime",
         busy_wait_s: float = 0.0,
         keepalive_s: float | None = None,
+        time_scale: float | None = None,
     ) -> None:
         self.host, self.port = host, port
         self.token = token
@@ -164,9 +175,11 @@ class DaemonClient:
         self.client_name = client_name
         self.busy_wait_s = busy_wait_s
         self.keepalive_s = keepalive_s
+        self.expected_time_scale = time_scale
         self.pings = 0
         self._last_reply = 0.0  # monotonic time the daemon last answered us
         self.hello: dict[str, Any] | None = None
+        self.hello_seen = False  # a hello was answered: its time scale is the session's
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -227,10 +240,38 @@ class DaemonClient:
             args["token"] = self.token
         try:
             self.hello = await self.request("hello", args, timeout=self.connect_timeout)
+            self._check_time_scale()
         except DaemonError:
             await self.aclose()
             raise
         return self.hello
+
+    @property
+    def time_scale(self) -> float:
+        """The time scale the daemon announced in its last hello: its ``time_scale``, else
+        (older daemons) ``capabilities.time_scale``, else 1.0 (real time)."""
+        hello = self.hello or {}
+        value = hello.get("time_scale", (hello.get("capabilities") or {}).get("time_scale", 1.0))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+            raise ConnectionLost(
+                f"daemon {self.host}:{self.port} announced an invalid time scale {value!r}"
+            )
+        return float(value)
+
+    def _check_time_scale(self) -> None:
+        got, want = self.time_scale, self.expected_time_scale
+        if want is not None and abs(got - want) > 1e-9 * max(got, want):
+            raise TimeScaleMismatch(
+                f"daemon {self.host}:{self.port} runs at time scale {got:g}, this session at "
+                f"{want:g}; "
+                + (
+                    "restart the runtime to take the daemon's"
+                    if self.hello_seen
+                    else "drop time_scale from the runtime's settings (it takes the daemon's) "
+                    f"or start the daemon with --time-scale {want:g}"
+                )
+            )
+        self.expected_time_scale, self.hello_seen = got, True
 
     def envelope(self) -> Envelope | None:
         """The safety envelope the daemon announced in its last hello; None when it announced

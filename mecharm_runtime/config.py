@@ -1,10 +1,11 @@
 """Typed runtime settings: the reference rig's constants (docs/runtime.md) plus where things are.
 
 Loaded with ``mecharm_common.config.load_settings(RuntimeSettings, "configs/runtime.yaml",
-overrides)``; environment variables use the ``MECHARM_RUNTIME_`` prefix. ``time_scale``
+overrides)``; environment variables use the ``MECHARM_RUNTIME_`` prefix. The time scale
 divides every sleep and every arrival timeout so the simulated rig (which can run its
 motions K times faster) and the tests can run whole trials in seconds; it never
-changes a decision.
+changes a decision. It comes from the daemon's hello (docs/setup.md, "Time scale"): the
+``time_scale`` key is only a check (None: take the daemon's).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
+from mecharm_common.defaults import APPROACH_PICK_ARC, APPROACH_PLACE_ARC
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm_common.layout import RIG_DATA_ROOT
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 from mecharm_runtime.perception.config import CameraCalibration
 
@@ -67,7 +70,7 @@ class RuntimeSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
 
     # ---- where things are
-    data_root: Path = Path("data")
+    data_root: Path = RIG_DATA_ROOT
     require_mount: bool = False
     daemon_host: str = "127.0.0.1"
     daemon_port: int = Field(5555, ge=1, le=65535)
@@ -103,8 +106,8 @@ class RuntimeSettings(RigSettings):
     fk_data_dir: Path | None = (
         None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root
     )
-    approach_pick_arc: Path = Path("configs/poses/approach_pick.json")
-    approach_place_arc: Path = Path("configs/poses/approach_place.json")
+    approach_pick_arc: Path = APPROACH_PICK_ARC  # shipped in the package (docs/setup.md)
+    approach_place_arc: Path = APPROACH_PLACE_ARC
     judge: Literal["geometric", "human", "vlm"] = "geometric"
     human_judge_timeout_s: float = Field(30.0, gt=0)
     # the VLM judge (docs/perception.md, "VLM judge"); key from ANTHROPIC_API_KEY. Real seconds:
@@ -124,7 +127,9 @@ class RuntimeSettings(RigSettings):
     trials: int | None = Field(None, ge=1)
     confirm: bool = False
     dry_run: bool = False
-    time_scale: float = Field(1.0, gt=0, le=1000)
+    #: None: the daemon's (its hello); set: the daemon must announce this one, or the runtime
+    #: refuses to start (docs/setup.md, "Time scale"). A dry run talks to no daemon: this, else 1.0
+    time_scale: float | None = Field(None, gt=0, le=1000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     # ---- the reference rig's constants (docs/runtime.md)
@@ -276,9 +281,19 @@ class RuntimeSettings(RigSettings):
         return self
 
     # ---- derived
+    @property
+    def scale(self) -> float:
+        """The time scale in force: the daemon's once connected (``at_time_scale``), before
+        that the ``time_scale`` setting, else 1.0 (real time)."""
+        return self.time_scale if self.time_scale is not None else 1.0
+
+    def at_time_scale(self, scale: float) -> RuntimeSettings:
+        """These settings at the session's effective time scale (recorded in the constants)."""
+        return self.model_copy(update={"time_scale": float(scale)})
+
     def scaled(self, seconds: float) -> float:
-        """A real-rig duration in this run's time (divided by ``time_scale``)."""
-        return seconds / self.time_scale
+        """A real-rig duration in this run's time (divided by the time scale)."""
+        return seconds / self.scale
 
     @property
     def fk_dir(self) -> Path:

@@ -230,7 +230,7 @@ class TrialContext:
         return MotionPolicy(
             arrival_min_s=s.arrival_min_s, arrival_base_s=s.arrival_base_s,
             arrival_per_deg_s=s.arrival_per_deg_s, ignored_move_deg=s.ignored_move_deg,
-            send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.time_scale,
+            send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.scale,
         )  # fmt: skip
 
     async def sleep(self, real_rig_seconds: float) -> None:

@@ -25,6 +25,7 @@ import anyio
 from mecharm_cameras import CameraError, open_camera
 from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault
+from mecharm_common.keyfile import read_daemon_token
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.arm import DaemonArm, DryRunArm
@@ -184,15 +185,12 @@ async def open_rig(
             release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
         )
         if s.dry_run:
+            s = s.at_time_scale(s.scale)  # no daemon to ask (docs/setup.md, "Time scale")
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
             eyes: Any = DryRunEyes(arm, cam_eyes)
             alive: Callable[[], bool] = lambda: True  # noqa: E731
         else:
-            token = (
-                s.daemon_token_file.read_text(encoding="utf-8").strip()
-                if s.daemon_token_file
-                else None
-            )
+            token = read_daemon_token(s.daemon_token_file)  # docs/setup.md, "Defaults"
             client = DaemonClient(
                 s.daemon_host,
                 s.daemon_port,
@@ -201,8 +199,11 @@ async def open_rig(
                 connect_timeout=s.connect_timeout_s,
                 busy_wait_s=s.daemon_busy_wait_s,
                 keepalive_s=s.daemon_keepalive_s or None,
+                time_scale=s.time_scale,  # set: a check, refused when the daemon's differs
             )
             await client.connect()
+            s = s.at_time_scale(client.time_scale)  # the daemon's (docs/setup.md, "Time scale")
+            log.info("time_scale", scale=s.scale, source="daemon")
             # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
             envelope = check_envelope(s, client, arcs=(arc_pick, arc_place))
             arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.defaults import RUNTIME_CONFIG
 from mecharm_common.kinematics import fk_tip
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import (
@@ -222,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--config",
         type=Path,
-        default=Path("configs/runtime.yaml"),
+        default=RUNTIME_CONFIG,
         help="the runtime's settings file: bands and limits of its lookups "
-        "(configs/runtime.yaml; defaults when it does not exist)",
+        "(default: the shipped runtime.yaml, docs/setup.md)",
     )
     p.add_argument("--step", type=float, default=0.02, help="grid step, m (0.02)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
+from mecharm_common.defaults import RUNTIME_CONFIG
+from mecharm_common.layout import DataRoot, default_demo_root
 from mecharm_common.logging import configure_logging
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -66,7 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=5.0,
         help="sim arm speed-up (sleeps/timeouts scaled alike)",
     )
-    p.add_argument("--data-root", type=Path, default=Path("data/demo"))
+    p.add_argument(
+        "--data-root",
+        type=Path,
+        default=default_demo_root(),
+        help="created if missing (default %(default)s; make run: the checkout's data/demo)",
+    )
     p.add_argument(
         "--sim-profile",
         default="rig",
@@ -111,14 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             children.append(rec)
         settings = load_settings(
             RuntimeSettings,
-            Path("configs/runtime.yaml"),
+            RUNTIME_CONFIG,
             {
                 "data_root": root,
                 "daemon_port": rig.daemon_port,
                 "top_camera": rig.top_url,
                 "recorder_port": udp,
                 "recorder_enabled": not args.no_recorder,
-                "time_scale": args.time_scale,
+                # no time_scale: the runtime takes the daemon's from its hello (docs/setup.md)
                 "trials": args.trials,
                 "sim_control_url": rig.control_url,
                 # what the operator's checkerboard calibration of this camera would give

@@ -35,6 +35,7 @@ import cv2
 import numpy as np
 
 from mecharm_common.config import load_settings
+from mecharm_common.defaults import RUNTIME_CONFIG
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
@@ -409,10 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             logs, seed=args.seed, time_scale=args.time_scale, extra_args=["--sim-profile", spec]
         )
         daemon = rig.daemon
-        cfg = Path("configs/runtime.yaml")
         settings = load_settings(
             RuntimeSettings,
-            cfg if cfg.is_file() else None,
+            RUNTIME_CONFIG,
             {
                 **overrides,
                 **rig.runtime_overrides(

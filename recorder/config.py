@@ -10,6 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.keyfile import default_recorder_key_file
+from mecharm_common.layout import RIG_DATA_ROOT
 
 __all__ = ["RecorderSettings", "VideoSettings"]
 
@@ -47,7 +48,7 @@ class RecorderSettings(RigSettings):
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_RECORDER_")
 
-    data_root: Path = Path("./data")
+    data_root: Path = RIG_DATA_ROOT  # the runtime's default too (docs/setup.md)
     #: refuse to write unless data_root is a real mount point (the rig's external SSD)
     require_mount: bool = False
     camera: str = "synthetic"

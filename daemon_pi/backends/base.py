@@ -68,6 +68,11 @@ class ArmBackend(ABC):
     def capabilities(self) -> dict[str, Any]:
         return {}
 
+    def time_scale(self) -> float:
+        """How many times faster than real time this arm moves (``hello`` announces it, the
+        runtime scales its waits by it): 1.0 for a real arm."""
+        return 1.0
+
     def blocks(self, call: str) -> bool:
         """Whether method ``call`` may sleep or do I/O. The server runs blocking calls in a
         worker thread (``anyio.to_thread``) and the others inline on the event loop, which

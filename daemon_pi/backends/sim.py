@@ -33,6 +33,9 @@ class SimBackend(SdkBackend):
             "reject_j1_above": c.reject_j1_above,
         }
 
+    def time_scale(self) -> float:
+        return self.arm.config.time_scale
+
     def blocks(self, call: str) -> bool:
         """Calls sleep only for their configured latency (or a pending no-reply fault)."""
         c = self.arm.config

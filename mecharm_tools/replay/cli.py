@@ -19,6 +19,7 @@ import anyio
 import yaml
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.defaults import REPLAY_CONFIG, shipped_arc
 from mecharm_common.layout import FK_DIR, FK_TABLE
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import TableError, ensure_table, load_arc, load_table
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_MALFORMED, EXIT_CANNOT = 0, 1, 2, 3
-_DEFAULT_CONFIG = Path("configs/replay.yaml")
+_DEFAULT_CONFIG = REPLAY_CONFIG  # shipped in the package (docs/setup.md)
 #: a replay takes milliseconds; this only guards against code that now waits forever
 REPLAY_TIMEOUT_S = 60.0
 
@@ -148,6 +149,9 @@ class _Resources:
             raise CannotReplay(
                 f"the trace records no {name} arc path; pass --{name.replace('_', '-')}"
             )
+        if flag is None and not path.is_file():
+            # the default arc of an older checkout or of another installation: the shipped one
+            path = shipped_arc(path) or path
         if path not in self._arcs:
             try:
                 self._arcs[path] = load_arc(path)

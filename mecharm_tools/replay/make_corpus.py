@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.config import load_settings
-from mecharm_common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX
+from mecharm_common.layout import FK_DIR, FK_TABLE, RIG_DATA_ROOT, TRACE_SUFFIX
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.ports import VerdictObservation
@@ -135,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--data-dir",
         type=Path,
-        default=Path("data"),
-        help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing (default data)",
+        default=RIG_DATA_ROOT,
+        help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing "
+        f"(default {RIG_DATA_ROOT})",
     )
     p.add_argument("--only", nargs="*", choices=list(SCENARIOS), help="record only these scenarios")
     p.add_argument(
