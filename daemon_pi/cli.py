@@ -12,7 +12,7 @@ import anyio
 from daemon_pi.backends.base import ArmBackend, BackendError
 from daemon_pi.config import DaemonSettings, is_loopback, read_token
 from daemon_pi.server import ArmServer
-from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.config import ConfigError, cannot_listen, load_settings
 from mecharm_common.defaults import DAEMON_CONFIG
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import ShutdownSignals, capture_signals
@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve the mechArm 270 over TCP (newline-delimited JSON, one control client at a time).",
     )
     p.add_argument(
-        "--config", type=Path, help="YAML settings file (default: the shipped daemon.yaml, docs/setup.md)"
+        "--config",
+        type=Path,
+        help="YAML settings file (default: the shipped daemon.yaml, docs/setup.md)",
     )
     p.add_argument("--backend", choices=["sim", "mycobot"], help="arm backend (default sim)")
     p.add_argument("--host", help="listen address (default 127.0.0.1 for sim, 0.0.0.0 for mycobot)")
@@ -252,6 +254,10 @@ def _start_workcell(
         )
     except SceneError as exc:  # a bad scene flag or file (or its faults:): exit 2, no traceback
         raise ConfigError(str(exc)) from None
+    except OSError as exc:  # the camera server cannot listen (a port in use): say which flag
+        raise StartupError(
+            cannot_listen("camera port", host, settings.camera_port, "--camera-port", exc)
+        ) from None
     log.info(
         "workcell_started",
         scene=settings.scene,
@@ -322,7 +328,7 @@ async def _serve_until_signal(
                 f"backend {server.backend.name} failed to open: {exc.message}"
             )
         except OSError as exc:
-            failed = StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+            failed = StartupError(cannot_listen("arm port", host, port, "--port", exc))
         else:
             failed = None
         if failed is None:
@@ -368,9 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(serve, settings, profile)
     except ConfigError as exc:  # a bad scene: bad input, as a bad flag (README: exit 2)
         log.error("daemon_start_failed", reason=str(exc))
+        print(f"mecharm-daemon: {exc}", file=sys.stderr)  # the operator's line (docs/setup.md)
         return 2
     except StartupError as exc:
         log.error("daemon_start_failed", reason=str(exc))
+        print(f"mecharm-daemon: {exc}", file=sys.stderr)
         return 1
 
 

@@ -14,14 +14,18 @@ prints the message and exits 2, never with a traceback (docs/architecture.md,
 from __future__ import annotations
 
 import contextvars
+import difflib
+import errno
 import os
 import stat
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -34,7 +38,10 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "ConfigError",
     "RigSettings",
+    "cannot_listen",
+    "closest",
     "describe_errors",
+    "did_you_mean",
     "load_settings",
     "read_yaml",
 ]
@@ -199,19 +206,77 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def describe_errors(exc: ValidationError) -> str:
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to a mistyped ``name`` (``difflib``), None when none is close."""
+    close = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, known: Iterable[str], what: str = "") -> str:
+    """``; did you mean 'x'?`` for the known name closest to a mistyped ``name``, else the
+    known names (``what``: how to call them; empty: nothing) (docs/setup.md, "Traps")."""
+    names = list(known)
+    match = closest(name, names)
+    if match is not None:
+        return f"; did you mean {match!r}?"
+    return f"; {what}: {', '.join(names)}" if what and names else ""
+
+
+def cannot_listen(what: str, host: str, port: int, flag: str, exc: OSError) -> str:
+    """The one line a process prints when it cannot listen on its ``port``: which port, and
+    the flag that moves it (a port already in use is the usual cause; docs/setup.md)."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{what} {host}:{port} is already in use (another instance still running?): stop "
+            f"it or pass {flag} with a free port"
+        )
+    return f"cannot listen on {what} {host}:{port}: {exc.strerror or exc} (change it with {flag})"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside a field's annotation (``M``, ``M | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_of(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _known_keys(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> Collection[str]:
+    """The keys ``model`` accepts at ``loc`` (the path of the parent of an unknown key)."""
+    for part in loc:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return ()
+        model = _model_of(model.model_fields[part].annotation)
+    return tuple(model.model_fields) if model is not None else ()
+
+
+def _message(err: Any, model: type[BaseModel] | None) -> str:
+    if err["type"] != "extra_forbidden":
+        return str(err["msg"])
+    loc = tuple(err["loc"])
+    name = str(loc[-1]) if loc else ""
+    return "unknown key" + did_you_mean(name, _known_keys(model, loc[:-1]))
+
+
+def describe_errors(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     """Every error of a pydantic validation as ``field.path: message``, joined by ``; ``:
-    the one-line reason a file or request was refused (sim profiles, scenes, faults)."""
+    the one-line reason a file or request was refused (sim profiles, scenes, faults).
+    ``model``: the validated model, so an unknown key gets a "did you mean"."""
     return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {_message(e, model)}"
+        for e in exc.errors()
     )
 
 
-def _describe(exc: ValidationError, source: str) -> str:
+def _describe(exc: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
     parts = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<root>"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = _message(err, model)
         got = repr(err.get("input"))
         parts.append(f"{key}: {msg} (got {got if len(got) <= 80 else got[:77] + '...'})")
     return (
@@ -238,7 +303,7 @@ def load_settings(
     try:
         return model(**cli)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source)) from None
+        raise ConfigError(_describe(exc, source, model)) from None
     except SettingsError as exc:  # an environment value that is not valid JSON for its key
         prefix = model.model_config.get("env_prefix", "")
         raise ConfigError(

@@ -93,4 +93,4 @@ def load_profile(spec: str) -> SimProfile:
     try:  # model_validate: a non-string key (``1: 2``) is an error naming it, not a TypeError
         return SimProfile.model_validate(merged)
     except ValidationError as exc:
-        raise ProfileError(f"sim profile file {path}: {describe_errors(exc)}") from None
+        raise ProfileError(f"sim profile file {path}: {describe_errors(exc, SimProfile)}") from None

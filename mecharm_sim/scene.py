@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from mecharm_common.config import describe_errors
+from mecharm_common.config import describe_errors, did_you_mean
 
 __all__ = [
     "BLOCK_SIZE_M",
@@ -210,10 +210,14 @@ def load_layout(
     if not path.suffix:
         path = SCENES_DIR / f"{scene}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in SCENES_DIR.glob("*.yaml"))
-        raise SceneError(
-            f"scene {scene!r}: no such file {path} (use 'random', one of {known}, or a path)"
-        )
+        known = ["random", *sorted(p.stem for p in SCENES_DIR.glob("*.yaml"))]
+        if path.parent == SCENES_DIR:  # a name, not a path: suggest the closest known one
+            hint = did_you_mean(scene, known)
+            raise SceneError(
+                f"unknown scene {scene!r}{hint or ';'} known: {', '.join(known)} "
+                "(or a scene file path)"
+            )
+        raise SceneError(f"scene file {path} does not exist (or use one of {', '.join(known)})")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
@@ -223,7 +227,7 @@ def load_layout(
     try:  # model_validate: a non-string key (``1: 2``) is an error naming it, not a TypeError
         return SceneLayout.model_validate({**data, "source": str(path)})
     except ValidationError as exc:
-        raise SceneError(f"scene file {path}: {describe_errors(exc)}") from None
+        raise SceneError(f"scene file {path}: {describe_errors(exc, SceneLayout)}") from None
 
 
 def yaw_rotation(yaw_deg: float) -> tuple[float, ...]:

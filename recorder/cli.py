@@ -9,7 +9,7 @@ from pathlib import Path
 
 import anyio
 
-from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.config import ConfigError, cannot_listen, load_settings
 from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
@@ -66,11 +66,12 @@ async def _run(settings: RecorderSettings) -> int:
             try:
                 await tg.start(service.run)
             except OSError as exc:
-                log.error(
-                    "recorder_start_failed",
-                    reason=f"cannot bind UDP {settings.host}:"
-                    f"{settings.udp_port}: {exc.strerror or exc}",
+                why = (
+                    cannot_listen("UDP port", settings.host, settings.udp_port, "--udp-port", exc)
+                    + " (and the runtime's --recorder-port alike)"
                 )
+                log.error("recorder_start_failed", reason=why)
+                print(f"mecharm-recorder: {why}", file=sys.stderr)  # the operator's line
                 return 2
             await sigs.stop.wait()
             log.info("shutdown_requested", signals=sigs.received)

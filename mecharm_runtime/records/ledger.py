@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from mecharm_common.config import closest, did_you_mean
 from mecharm_common.dirlock import dir_held
 from mecharm_common.fsutil import LineFile, atomic_write_bytes
 from mecharm_common.layout import (
@@ -105,6 +106,12 @@ def _encode_row(cells: Sequence[str]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
+def unknown_column(name: str, columns: Sequence[str] = LEDGER_COLUMNS) -> str:
+    """``unknown ledger column 'x'; did you mean 'y'?`` (else the column list): the one
+    message for a column name that is not one of ``columns`` (docs/setup.md, "Traps")."""
+    return f"unknown ledger column {name!r}" + did_you_mean(name, columns, "columns")
+
+
 def read_header(path: Path) -> list[str] | None:
     """The header row of a ledger, or None when the file does not exist or is empty."""
     try:
@@ -142,7 +149,11 @@ def header_problem(
     if missing:
         parts.append(f"missing {', '.join(missing)}")
     if extra:
-        parts.append(f"extra {', '.join(repr(c) for c in extra)}")
+        named = [(c, closest(c, missing)) for c in extra]  # a renamed column: say which
+        parts.append(
+            "extra "
+            + ", ".join(f"{c!r}" + (f" (did you mean {m!r}?)" if m else "") for c, m in named)
+        )
     if repeated:
         parts.append(f"repeated {', '.join(repeated)}")
     if not parts:
@@ -258,7 +269,9 @@ def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDG
     """
     unknown = set(row) - set(columns)
     if unknown:
-        raise LedgerError(f"ledger row has unknown columns {sorted(unknown)}")
+        raise LedgerError(
+            "ledger row: " + "; ".join(unknown_column(c, columns) for c in sorted(unknown))
+        )
     path = Path(path)
     records = _read_records(path)
     header = records[0] if records and any(c.strip() for c in records[0]) else None

@@ -28,7 +28,7 @@ from mecharm_runtime.lookup.table import FkTable
 from mecharm_tools.replay.compare import render_diff
 from mecharm_tools.replay.config import ReplaySettings
 from mecharm_tools.replay.runner import ReplayResult, replay, replay_settings
-from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
+from mecharm_tools.replay.tracefile import NotATrace, TraceFormatError, read_recorded
 
 __all__ = [
     "EXIT_CANNOT",
@@ -168,6 +168,8 @@ def replay_one(
     """(exit code, text to print, result) for one trace."""
     try:
         recorded = read_recorded(path)
+    except NotATrace as exc:  # the run log or folder given: name the trace (docs/setup.md)
+        return EXIT_MALFORMED, str(exc), None
     except TraceFormatError as exc:
         return EXIT_MALFORMED, f"{path}: malformed trace: {exc}", None
     try:

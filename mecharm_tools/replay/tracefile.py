@@ -24,6 +24,7 @@ from typing import Any
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
+from mecharm_common.layout import RUNLOG_SUFFIX, TRACE_SUFFIX
 from mecharm_runtime.machine import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
@@ -342,7 +343,32 @@ def upgrade_lines(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, di
     return out
 
 
+class NotATrace(TraceFormatError):
+    """Another file of the trial was given (its run log, its folder): the message names the
+    trace to pass instead (docs/setup.md, "Traps")."""
+
+
+def _not_a_trace(path: Path) -> str | None:
+    """What to pass instead when ``path`` is a trial's run log or run folder, else None."""
+    if path.is_dir():
+        traces = sorted(path.glob("*" + TRACE_SUFFIX))
+        if traces:
+            return f"{path} is a run folder; replay takes the trace: {traces[0]}"
+        return None
+    if path.name.endswith(RUNLOG_SUFFIX) and not path.name.endswith(TRACE_SUFFIX):
+        stem = path.name[: -len(RUNLOG_SUFFIX)]
+        return (
+            f"{path} is the run log; replay takes the trace: {stem}{TRACE_SUFFIX} beside it "
+            f"({path.with_name(stem + TRACE_SUFFIX)})"
+        )
+    return None
+
+
 def read_recorded(path: Path) -> Recorded:
-    """Read and check ``path``; raise TraceFormatError naming the line that is wrong."""
+    """Read and check ``path``; raise TraceFormatError naming the line that is wrong
+    (NotATrace when it is the trial's run log or folder)."""
     path = Path(path)
+    instead = _not_a_trace(path)
+    if instead is not None:
+        raise NotATrace(instead)
     return parse_trace(path, upgrade_lines(read_lines(path)))
