@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -278,7 +280,6 @@ def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[
     Raises SimControlError (one line: the URL, why, what to check), never a raw URLError:
     the usual cause is a daemon that stopped between trials (docs/setup.md, "Traps")."""
     import json
-    import urllib.error
 
     target = url.rstrip("/") + "/scene/next" + (f"?seed={seed}" if seed is not None else "")
     req = urllib.request.Request(target, data=b"", method="POST")

@@ -1,0 +1,302 @@
+"""Set-up that cannot be got wrong (docs/setup.md): the time scale comes from the daemon,
+every command starts from any directory, and each set-up trap gets one line that says what
+to do, never a traceback. Every test drives the real processes (the CLIs as subprocesses,
+the simulated daemon as a process) from ``/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mecharm_common.defaults import APPROACH_PICK_ARC, RUNTIME_CONFIG
+from mecharm_common.layout import LEDGER, RUNS_DIR, DataRoot
+from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
+from mecharm_runtime.records.ledger import LEDGER_COLUMNS
+from mecharm_runtime.records.trace import read_trace
+from mecharm_tools.cli import TOOL_GROUPS
+from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
+
+REPO = Path(__file__).resolve().parents[1]
+SCALE = 20.0
+#: the checkout first on the path, so a process started in / runs this code
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def run_from_root(
+    module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` with the working directory ``/``."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**ENV, **(env or {})},
+    )
+
+
+def one_line(r: subprocess.CompletedProcess[str], prog: str) -> str:
+    """The operator's line: ``prog: ...`` on stderr; no traceback anywhere."""
+    assert "Traceback" not in r.stderr + r.stdout, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith(f"{prog}: ")]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def sim_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimRig]:
+    rig = start_sim_daemon(tmp_path_factory.mktemp("setup") / "logs", seed=7, time_scale=SCALE)
+    yield rig
+    rig.daemon.stop()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    r.mkdir()
+    return r
+
+
+# ---------------------------------------------------------------- the time scale
+
+
+def test_the_runtime_has_no_time_scale_flag() -> None:
+    r = run_from_root("mecharm_runtime.cli", "--time-scale", "20")
+    assert r.returncode == 2 and "unrecognized arguments: --time-scale" in r.stderr
+    assert "time_scale: 1.0\n" not in RUNTIME_CONFIG.read_text()  # a set key would be a check
+
+
+def test_hello_announces_the_time_scale_and_a_reconnect_must_keep_it(tmp_path: Path) -> None:
+    fast = start_sim_daemon(tmp_path / "a", scene=None, time_scale=SCALE)
+    slow = start_sim_daemon(tmp_path / "b", scene=None, time_scale=5.0)
+    try:
+
+        async def main() -> None:
+            c = DaemonClient(port=fast.daemon_port)
+            hello = await c.connect()
+            assert hello["time_scale"] == SCALE and c.time_scale == SCALE
+            await c.aclose()
+            c.port = slow.daemon_port  # "the daemon restarted" with another scale
+            with pytest.raises(TimeScaleMismatch, match="restart the runtime"):
+                await c.connect()
+            assert not c.is_connected
+            checked = DaemonClient(port=slow.daemon_port, time_scale=5.0)
+            assert (await checked.connect())["time_scale"] == 5.0
+            await checked.aclose()
+
+        anyio.run(main)
+    finally:
+        fast.daemon.stop()
+        slow.daemon.stop()
+
+
+def test_a_time_scale_setting_the_daemon_does_not_announce_is_refused(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path
+) -> None:
+    r = run_from_root(
+        "mecharm_runtime.cli",
+        *("--trials", "1", "--no-recorder", "--data-root", str(root)),
+        *("--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url),
+        env={"MECHARM_RUNTIME_TIME_SCALE": "1", "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
+    )
+    line = one_line(r, "mecharm-runtime")
+    assert r.returncode == 2, r.stderr
+    assert "runs at time scale 20" in line and "drop time_scale" in line
+    assert not DataRoot(root).run_folders.exists() or not any(DataRoot(root).run_folders.iterdir())
+
+
+@pytest.mark.slow
+def test_a_trial_from_root_takes_the_daemons_time_scale(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path
+) -> None:
+    """The strong test: a real trial, started in /, with the packaged config and arcs and no
+    time scale given: the trace records the daemon's."""
+    r = run_from_root(
+        "mecharm_runtime.cli",
+        *("--trials", "1", "--no-recorder", "--data-root", str(root)),
+        *("--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url),
+        *("--sim-control", sim_rig.control_url, "--log-level", "warning"),
+        env={"MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert "1 completed" in r.stdout, r.stdout
+    constants = _constants(root)
+    assert constants["time_scale"] == SCALE
+    assert constants["approach_pick_arc"] == str(APPROACH_PICK_ARC)
+
+
+def test_a_dry_run_from_root_uses_the_setting_else_real_time(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path
+) -> None:
+    """A dry run talks to no daemon: the time_scale key (here through the environment)."""
+    r = run_from_root(
+        "mecharm_runtime.cli",
+        *("--dry-run", "--trials", "1", "--data-root", str(root)),
+        *("--top-camera", sim_rig.top_url, "--log-level", "warning"),
+        env={
+            "MECHARM_RUNTIME_TIME_SCALE": str(SCALE),
+            "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir),
+        },
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _constants(root)["time_scale"] == SCALE
+
+
+def _constants(root: Path) -> dict[str, object]:
+    """The constants the one trial under ``root`` recorded in its trace."""
+    (run_dir,) = DataRoot(root).run_folders.iterdir()
+    head = next(read_trace(DataRoot(root).trace(run_dir.name)))
+    assert head["event"] == "trial"
+    return dict(head["constants"])
+
+
+# ---------------------------------------------------------------- every command from /
+
+
+@pytest.mark.parametrize(
+    "module, args",
+    [
+        ("mecharm_runtime.cli", ["--help"]),
+        ("daemon_pi.cli", ["--help"]),
+        ("recorder.cli", ["--help"]),
+        ("mecharm_tools.cli", ["--help"]),
+        *[("mecharm_tools.cli", [group, "--help"]) for group in TOOL_GROUPS],
+        ("mecharm_tools.demo", ["--help"]),
+    ],
+)
+def test_every_entry_point_starts_from_root(module: str, args: list[str]) -> None:
+    r = run_from_root(module, *args, timeout=120)
+    assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_defaults_are_found_from_root(tmp_path: Path) -> None:
+    """From /, the runtime loads the shipped settings and arcs and stops at the first thing
+    the operator must give: a data root (the default, the rig's SSD, is not mounted here)."""
+    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert "does not exist" in one_line(r, "mecharm-runtime")
+    assert APPROACH_PICK_ARC.is_file() and APPROACH_PICK_ARC.parent.parent == RUNTIME_CONFIG.parent
+
+
+# ---------------------------------------------------------------- the traps, one line each
+
+
+def test_unknown_scene_suggests_the_closest() -> None:
+    r = run_from_root(
+        "daemon_pi.cli", "--backend", "sim", "--scene", "randm", "--port", "0",
+        "--camera-port", "0", "--log-level", "error", timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2
+    line = one_line(r, "mecharm-daemon")
+    assert "unknown scene 'randm'; did you mean 'random'? known: random" in line
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("flag", ["--camera-port", "--port"])
+def test_a_daemon_port_in_use_names_the_port_and_its_flag(busy_port: int, flag: str) -> None:
+    ports = {"--port": str(free_port()), "--camera-port": str(free_port())}
+    ports[flag] = str(busy_port)
+    r = run_from_root(
+        "daemon_pi.cli", "--backend", "sim", "--scene", "random", "--log-level", "error",
+        *[a for kv in ports.items() for a in kv], timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1
+    line = one_line(r, "mecharm-daemon")
+    assert f"127.0.0.1:{busy_port} is already in use" in line and f"pass {flag}" in line
+
+
+def test_a_recorder_port_in_use_names_the_port_and_its_flag(tmp_path: Path, root: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        r = run_from_root(
+            "recorder.cli", "--data-root", str(root), "--udp-port", str(port),
+            "--key-file", str(tmp_path / "key"), "--log-level", "error", timeout=120,
+        )  # fmt: skip
+    assert r.returncode == 2
+    line = one_line(r, "mecharm-recorder")
+    assert f"UDP port 127.0.0.1:{port} is already in use" in line and "--udp-port" in line
+
+
+def test_a_stopped_sim_daemon_is_one_line_not_a_url_error(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path, tmp_path: Path
+) -> None:
+    """The scene for trial 2 is asked of a simulated rig that has stopped."""
+    gone = start_sim_daemon(tmp_path / "gone", seed=3, time_scale=SCALE)
+    gone.daemon.stop()
+    r = run_from_root(
+        "mecharm_runtime.cli",
+        *("--dry-run", "--trials", "2", "--data-root", str(root)),
+        *("--top-camera", sim_rig.top_url, "--sim-control", gone.control_url),
+        *("--log-level", "error"),
+        env={
+            "MECHARM_RUNTIME_TIME_SCALE": str(SCALE),
+            "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir),
+        },
+    )
+    assert r.returncode != 0
+    line = one_line(r, "mecharm-runtime")
+    assert f"sim control {gone.control_url} does not answer" in line, line
+    assert "URLError" not in r.stderr + r.stdout
+
+
+def test_an_unknown_settings_key_suggests_the_closest(tmp_path: Path) -> None:
+    cfg = tmp_path / "runtime.yaml"
+    cfg.write_text("time_scle: 2\n")
+    r = run_from_root("mecharm_runtime.cli", "--config", str(cfg), timeout=120)
+    assert r.returncode == 2
+    assert "time_scle: unknown key; did you mean 'time_scale'?" in one_line(r, "mecharm-runtime")
+    cfg.write_text("sim:\n  time_scal: 3\n")  # nested: the daemon's sim block
+    r = run_from_root("daemon_pi.cli", "--config", str(cfg), timeout=120)
+    assert r.returncode == 2
+    assert "sim.time_scal: unknown key; did you mean 'time_scale'?" in one_line(r, "mecharm-daemon")
+
+
+def test_an_unknown_ledger_column_suggests_the_closest(tmp_path: Path, root: Path) -> None:
+    """A ledger whose header has a renamed column stops the runtime before the arm moves
+    (exit 4); a mistyped column in the export's --select is named with the right one."""
+    header = ["recording_stauts" if c == "recording_status" else c for c in LEDGER_COLUMNS]
+    (root / RUNS_DIR).mkdir()
+    (root / RUNS_DIR / LEDGER).write_text(",".join(header) + "\n")
+    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", "--data-root", str(root))
+    assert r.returncode == 4
+    assert "extra 'recording_stauts' (did you mean 'recording_status'?)" in one_line(
+        r, "mecharm-runtime"
+    )
+    r = run_from_root(
+        "mecharm_tools.cli", "export", "lerobot", "--root", str(root),
+        "--out", str(tmp_path / "ds"), "--select", "recording_stauts=ok", "--no-progress",
+    )  # fmt: skip
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "unknown ledger column 'recording_stauts'; did you mean 'recording_status'?" in r.stderr
+
+
+def test_replaying_the_run_log_names_the_trace(tmp_path: Path) -> None:
+    stem = "run_0001_20260101_000000"
+    run_dir = DataRoot(tmp_path).run_dir(stem)
+    run_dir.mkdir(parents=True)
+    runlog = DataRoot(tmp_path).runlog(stem)
+    runlog.write_text(json.dumps({"run_stem": stem}))
+    r = run_from_root("mecharm_tools.cli", "replay", str(runlog), timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    trace = DataRoot(tmp_path).trace(stem)
+    assert f"is the run log; replay takes the trace: {trace.name} beside it" in r.stderr + r.stdout
