@@ -95,3 +95,36 @@ def test_readme_names_every_config_key() -> None:
         )
     }
     assert not any(missing.values()), f"README.md does not name these config keys: {missing}"
+
+
+#: a rig data root or a daemon token spelled in the operator's texts (absolute or from ~)
+_ROOT_PATH = re.compile(r"/Volumes/[\w.-]+|/mnt/[\w.-]+|/media/[\w.-]+")
+_TOKEN_PATH = re.compile(r"[\w~$/{}.-]*(?:mecharm_token|\.mecharm/token|mecharm/token|\.token)\b")
+
+
+def _operator_texts() -> list[Path]:
+    """README, docs and the shipped settings files (their comments show paths too)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "mecharm_common" / "defaults").glob("*.yaml"))]  # fmt: skip
+
+
+def test_one_data_root_and_one_token_path() -> None:
+    """The README's rig examples, docs and config comments name one data root (the default)
+    and one daemon token file (beside the recorder key): two spellings of either would have
+    a runtime and a recorder, or a daemon and a runtime, disagree (docs/setup.md)."""
+    from mecharm_common.keyfile import default_daemon_token_file
+    from mecharm_common.layout import RIG_DATA_ROOT
+
+    roots: dict[str, set[str]] = {}
+    tokens: dict[str, set[str]] = {}
+    for path in _operator_texts():
+        text = path.read_text(encoding="utf-8")
+        for m in _ROOT_PATH.findall(text):
+            roots.setdefault(m, set()).add(path.name)
+        for m in _TOKEN_PATH.findall(text):
+            tokens.setdefault(m.rsplit("/", 2)[-2] + "/" + m.rsplit("/", 1)[-1], set()).add(path.name)
+    assert set(roots) == {str(RIG_DATA_ROOT)}, f"data roots named: {roots}"
+    want = f"{default_daemon_token_file().parent.name}/{default_daemon_token_file().name}"
+    assert set(tokens) == {want}, f"token paths named: {tokens}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert str(RIG_DATA_ROOT) in readme and f"~/.config/{want}" in readme
