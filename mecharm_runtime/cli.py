@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mecharm-runtime", description=__doc__.splitlines()[0] if __doc__ else None
     )
     p.add_argument(
-        "--config", type=Path, help="YAML settings (default: the shipped runtime.yaml, docs/setup.md)"
+        "--config",
+        type=Path,
+        help="YAML settings (default: the shipped runtime.yaml, docs/setup.md)",
     )
     p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
     p.add_argument(

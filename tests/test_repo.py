@@ -122,7 +122,9 @@ def test_one_data_root_and_one_token_path() -> None:
         for m in _ROOT_PATH.findall(text):
             roots.setdefault(m, set()).add(path.name)
         for m in _TOKEN_PATH.findall(text):
-            tokens.setdefault(m.rsplit("/", 2)[-2] + "/" + m.rsplit("/", 1)[-1], set()).add(path.name)
+            tokens.setdefault(m.rsplit("/", 2)[-2] + "/" + m.rsplit("/", 1)[-1], set()).add(
+                path.name
+            )
     assert set(roots) == {str(RIG_DATA_ROOT)}, f"data roots named: {roots}"
     want = f"{default_daemon_token_file().parent.name}/{default_daemon_token_file().name}"
     assert set(tokens) == {want}, f"token paths named: {tokens}"

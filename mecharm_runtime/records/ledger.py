@@ -270,7 +270,8 @@ def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDG
     unknown = set(row) - set(columns)
     if unknown:
         raise LedgerError(
-            "ledger row: " + "; ".join(unknown_column(c, columns) for c in sorted(unknown))
+            f"ledger row has unknown columns {sorted(unknown)}"
+            + "".join(did_you_mean(c, columns) for c in sorted(unknown))
         )
     path = Path(path)
     records = _read_records(path)

@@ -333,9 +333,12 @@ def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
         timeout=30,
     )
     assert p.returncode == 1
-    events = [json.loads(x) for x in p.stderr.splitlines() if x.strip()]
+    # the log's JSON lines, and one plain line for the operator (docs/setup.md)
+    events = [json.loads(x) for x in p.stderr.splitlines() if x.startswith("{")]
     failed = [e for e in events if e["event"] == "daemon_start_failed"]
     assert failed and "cannot open serial port" in failed[0]["reason"]
+    plain = [x for x in p.stderr.splitlines() if x.startswith("mecharm-daemon: ")]
+    assert len(plain) == 1 and "cannot open serial port" in plain[0]
 
 
 @pytest.mark.asyncio

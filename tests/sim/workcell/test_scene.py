@@ -49,7 +49,7 @@ def test_scene_files_load() -> None:
         ("block: {x: 0.2, z: 0.26}\n", "box: Field required"),
         (
             "block: {x: 0.2, z: 0.26}\nbox: {x: -0.2, z: 0.18}\ncolour: red\n",
-            "colour: Extra inputs",
+            "colour: unknown key",
         ),
         (
             "block: {x: 0.9, z: 0.26}\nbox: {x: -0.2, z: 0.18}\n",
