@@ -96,7 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim = p.add_argument_group("sim backend")
     sim.add_argument(
-        "--time-scale", dest="time_scale", type=float, help="sim speed-up (1.0 = real time)"
+        "--time-scale",
+        dest="time_scale",
+        type=float,
+        help="sim speed-up (1.0 = real time); announced in hello, the runtime follows it",
     )
     sim.add_argument(
         "--read-latency",

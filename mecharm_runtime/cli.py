@@ -18,6 +18,7 @@ import anyio
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.defaults import RUNTIME_CONFIG
 from mecharm_common.keyfile import KeyFileError, load_or_create_key, read_daemon_token
+from mecharm_common.layout import RIG_DATA_ROOT
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -61,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run detection, lookups, guards and decisions without moving the arm",
     )
     p.add_argument(
-        "--data-root", dest="data_root", type=Path, help="data root (must exist; SSD on the rig)"
+        "--data-root",
+        dest="data_root",
+        type=Path,
+        help=f"data root (default {RIG_DATA_ROOT}, the rig's SSD; must exist)",
     )
     p.add_argument("--daemon-host", dest="daemon_host")
     p.add_argument("--daemon-port", dest="daemon_port", type=int)

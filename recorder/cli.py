@@ -11,6 +11,7 @@ import anyio
 
 from mecharm_common.config import ConfigError, cannot_listen, load_settings
 from mecharm_common.keyfile import KeyFileError, load_or_create_key
+from mecharm_common.layout import RIG_DATA_ROOT
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from recorder.config import RecorderSettings
@@ -25,7 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Record the side camera and the runtime's UDP events, one folder per trial.",
     )
     p.add_argument("--config", type=Path, help="YAML settings file (e.g. configs/recorder.yaml)")
-    p.add_argument("--data-root", type=Path, help="data root (default ./data; must exist)")
+    p.add_argument(
+        "--data-root",
+        type=Path,
+        help=f"data root (default {RIG_DATA_ROOT}, the runtime's too; must exist)",
+    )
     p.add_argument(
         "--camera",
         help="camera source: synthetic[?fps=..], 0, name:Iriun, "
