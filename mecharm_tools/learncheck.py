@@ -349,7 +349,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--fk-data-dir", type=Path, default=None, help="where the FK table is (default: data root)"
     )
-    p.add_argument("--plot", type=Path, default=Path("docs/img/learning_curve.png"))
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="the curve's PNG (default: the checkout's docs/img/learning_curve.png, from any "
+        "directory; installed without the docs: learning_curve.png in the data root)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -440,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         w.writeheader()
         for r in rows:
             w.writerow(asdict(r))
+    if args.plot is None:
+        docs_img = Path(__file__).resolve().parents[1] / "docs" / "img"
+        args.plot = (docs_img if docs_img.is_dir() else root) / "learning_curve.png"
     sm = summary(rows, args.warmup)
     (root / "learncheck.json").write_text(
         json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, **sm}, indent=2),
