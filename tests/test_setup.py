@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from mecharm_common.defaults import APPROACH_PICK_ARC, RUNTIME_CONFIG
-from mecharm_common.layout import LEDGER, RUNS_DIR, DataRoot
+from mecharm_common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
 from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS
 from mecharm_runtime.records.trace import read_trace
@@ -300,3 +300,12 @@ def test_replaying_the_run_log_names_the_trace(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     trace = DataRoot(tmp_path).trace(stem)
     assert f"is the run log; replay takes the trace: {trace.name} beside it" in r.stderr + r.stdout
+
+
+def test_a_legacy_trace_replays_identically_from_root(fk_data_dir: Path) -> None:
+    """Its recorded arcs are the old relative defaults (configs/poses/...): from / the
+    replay reads the shipped ones, and every decision comes out the same (exit 0)."""
+    trace = REPO / "tests" / "replay" / "legacy_v1" / f"success_seed7{TRACE_SUFFIX}"
+    assert '"approach_pick_arc": "configs/poses/approach_pick.json"' in trace.read_text()
+    r = run_from_root("mecharm_tools.cli", "replay", str(trace), "--data-dir", str(fk_data_dir))
+    assert r.returncode == 0, r.stdout + r.stderr
