@@ -64,8 +64,9 @@ def read_daemon_token(path: Path | None) -> str | None:
         path = default_daemon_token_file()
         if not path.is_file():
             return None
+    path = Path(path).expanduser()
     try:
-        token = Path(path).read_text(encoding="utf-8").strip()
+        token = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         raise KeyFileError(
             f"token file {path} does not exist; copy the daemon's token there "

@@ -26,7 +26,7 @@ import anyio
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.fsutil import check_data_root
-from mecharm_common.keyfile import KeyFileError, read_key
+from mecharm_common.keyfile import KeyFileError, read_daemon_token, read_key
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
@@ -188,26 +188,24 @@ class Doctor:
             DaemonBusy,
             DaemonClient,
             DaemonError,
+            TimeScaleMismatch,
             Unauthorized,
         )
         from mecharm_runtime.service import EnvelopeRefused, check_envelope
 
         s = self.s
         where = f"{s.daemon_host}:{s.daemon_port}"
-        token = None
-        if s.daemon_token_file is not None:
-            try:
-                token = Path(s.daemon_token_file).expanduser().read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError) as exc:
-                why = getattr(exc, "strerror", None) or exc
-                return (
-                    _fail(
-                        "daemon",
-                        f"token file {s.daemon_token_file}: cannot read: {why}",
-                        "--token-file must name a readable copy of the daemon's token file",
-                    ),
-                    _skip("envelope", "daemon not reached"),
-                )
+        try:  # as the runtime: --token-file, else the default file when it exists (docs/setup.md)
+            token = read_daemon_token(s.daemon_token_file)
+        except KeyFileError as exc:
+            return (
+                _fail(
+                    "daemon",
+                    str(exc),
+                    "--token-file must name a readable copy of the daemon's token file",
+                ),
+                _skip("envelope", "daemon not reached"),
+            )
         client = DaemonClient(
             s.daemon_host,
             s.daemon_port,
@@ -216,6 +214,7 @@ class Doctor:
             connect_timeout=s.connect_timeout_s,
             client_name="mecharm-doctor",
             busy_wait_s=0.0,
+            time_scale=s.time_scale,  # the runtime's check (docs/setup.md, "Time scale")
         )
         try:
             try:
@@ -231,6 +230,9 @@ class Doctor:
                 return _fail("daemon", f"{where} refused the hello: {exc.message}", fix), _skip(
                     "envelope", "daemon not authenticated"
                 )
+            except TimeScaleMismatch as exc:
+                why, _, fix = str(exc).partition("; ")
+                return _fail("daemon", why, fix), _skip("envelope", "time scale refused")
             except DaemonBusy as exc:
                 return _fail(
                     "daemon",
@@ -431,7 +433,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--config", type=Path, metavar="FILE",
-        help="runtime YAML settings (default configs/runtime.yaml when present, as mecharm-runtime)",
+        help="runtime YAML settings (default: the shipped runtime.yaml, as mecharm-runtime)",
     )  # fmt: skip
     p.add_argument("--data-root", dest="data_root", type=Path, metavar="DIR")
     p.add_argument("--daemon-host", dest="daemon_host", metavar="HOST")

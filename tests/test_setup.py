@@ -309,3 +309,17 @@ def test_a_legacy_trace_replays_identically_from_root(fk_data_dir: Path) -> None
     assert '"approach_pick_arc": "configs/poses/approach_pick.json"' in trace.read_text()
     r = run_from_root("mecharm_tools.cli", "replay", str(trace), "--data-dir", str(fk_data_dir))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_doctor_fails_the_daemon_check_on_a_time_scale_setting_it_does_not_announce(
+    sim_rig: SimRig, root: Path, fk_data_dir: Path
+) -> None:
+    r = run_from_root(
+        "mecharm_tools.cli", "doctor", "--data-root", str(root), "--no-recorder",
+        "--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url,
+        env={"MECHARM_RUNTIME_TIME_SCALE": "1", "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL") and "daemon" in ln]
+    assert "runs at time scale 20, this session at 1" in line
+    assert "drop time_scale" in r.stdout and "Traceback" not in r.stderr

@@ -239,7 +239,7 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
             [
                 sys.executable, "-m", "mecharm_runtime.cli", "--config", str(cfg),
                 "--data-root", str(root), "--daemon-port", str(rig.daemon_port),
-                "--top-camera", TOP, "--time-scale", "20", "--trials", "1",
+                "--top-camera", TOP, "--trials", "1",
                 "--recorder-port", str(udp_port), "--require-recorder", "--log-level", "error",
             ],
             capture_output=True, text=True, timeout=120,
