@@ -46,6 +46,11 @@ TOLD_ON_CONSOLE = frozenset(
         "trial_not_started",
         "view_failed",
         "view_not_started",
+        # mecharm-runtime prints these on stderr as it exits
+        "runtime_failed",
+        "ledger_refused",
+        "fk_table_refused",
+        "envelope_refused",
     }
 )
 
@@ -187,7 +192,7 @@ class RuntimeConsole:
         if outcome == "holding":  # the exit path kept the block: the statement says what to do
             if self.stage != "abort":
                 self.stage_start("abort")
-            self.line("  abort                  holding the block: the gripper stays closed")
+            self.line("  abort                  BLOCK STILL IN THE GRIPPER (what to do: below)")
             return
         took = time.monotonic() - self.stage_t0 if self.stage == stage else None
         if took is not None and outcome == "ok":

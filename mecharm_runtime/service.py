@@ -379,10 +379,11 @@ async def run_service(
 
     told = sigs.on_first, sigs.on_force
     sigs.on_first, sigs.on_force = con.stop_requested, con.force_requested
-    views = ViewJobs(Path(settings.data_root), con.line, module=view_module)
+    views = ViewJobs(Path(settings.data_root), con.line, module=view_module, guard=guard)
     try:
         async with open_rig(settings, guard) as (rig, client):
-            con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
+            if con.heartbeat is None:  # the recorder's last probe (docs/console.md)
+                con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
             con.start(settings.trials, settings.time_scale)
             if settings.display:
                 views.follow(settings.display_url)
@@ -488,9 +489,14 @@ async def _trials(
         report.trials.append(summary)
         alive = getattr(rig, "arm_alive", lambda: True)()
         con.trial_end(summary, summary_line(summary), arm_alive=alive)
-        if settings.rerun_after_trial:  # the trial's records are written: build its Rerun file
+        # the trial's records are written (none pending on a failed root): build its Rerun file
+        if settings.rerun_after_trial and not summary.records_pending:
             # no recorder: no side video to wait for
-            wait = POST_TRIAL_VIDEO_WAIT_S if getattr(rig.recorder, "enabled", False) else 0.0
+            wait = (
+                POST_TRIAL_VIDEO_WAIT_S
+                if getattr(getattr(rig, "recorder", None), "enabled", False)
+                else 0.0
+            )
             views.build(summary.run_dir, summary.run_stem, wait)
         if summary.block_held:  # the next trial would open the gripper at HOME: stop here
             report.stopped_by = "block held in the gripper (take it out by hand)"

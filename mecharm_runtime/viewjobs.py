@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 
+from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 
@@ -29,6 +30,11 @@ log = get_logger("mecharm_runtime.viewjobs")
 
 #: the module run as ``python -m``; tests point it at one that fails
 VIEW_MODULE = "mecharm_tools.view"
+
+
+#: builders a session left running when it ended (they finish on their own); kept referenced
+#: so their ``Popen`` objects are not collected while the process runs
+_LEFT_RUNNING: list[subprocess.Popen[bytes]] = []
 
 
 @dataclass
@@ -49,8 +55,11 @@ class ViewJobs:
         *,
         module: str | None = None,
         python: str = sys.executable,
+        guard: DataRootGuard | None = None,
     ) -> None:
         self.layout = DataRoot(root)
+        #: nothing is written (not even a log file) unless the root is still the session's
+        self.guard = guard
         self.say = say
         self.module = module or VIEW_MODULE
         self.python = python
@@ -64,7 +73,10 @@ class ViewJobs:
         argv = [*([nice, "-n", "10"] if nice else []), self.python, "-m", self.module, *args]
         log_path = self.layout.logs / log_name
         try:
-            log_path.parent.mkdir(exist_ok=True)
+            if self.guard is not None:
+                self.guard.mkdir(log_path.parent)
+            else:
+                log_path.parent.mkdir(exist_ok=True)
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(
                     argv,
@@ -73,7 +85,7 @@ class ViewJobs:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # the operator's Ctrl-C is for the runtime
                 )
-        except OSError as exc:
+        except (OSError, StorageFault) as exc:
             log.warning("view_not_started", what=what, argv=argv, error=str(exc))
             self.say(f"warning: {what} not started ({exc}); the trials go on without it")
             return None
@@ -135,6 +147,8 @@ class ViewJobs:
                 f"{len(left)} Rerun file(s) still being built in the background: "
                 + ", ".join(str(j.log_path) for j in left)
             )
+            _LEFT_RUNNING[:] = [p for p in _LEFT_RUNNING if p.poll() is None]
+            _LEFT_RUNNING.extend(j.proc for j in left)
 
 
 async def _stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
