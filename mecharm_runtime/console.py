@@ -288,22 +288,19 @@ class RuntimeConsole:
 
             x, y, z = (float(v) for v in fk_tip(a))
             pose += f", tip x {x:.3f} y {y:.3f} z {z:.3f} m"
+        steps_todo = []
         if holding:
-            todo = (
-                "take the block out of the gripper by hand (it stays closed; the next trial "
-                "opens it at HOME), then restart"
+            steps_todo.append(
+                "take the block out of the gripper by hand (the next trial opens it at HOME)"
             )
-        elif lost:
-            todo = (
-                "check the daemon (power, network, its log) and that the arm is clear, then "
-                "restart; the next trial starts by moving HOME"
-            )
-        elif forced:
-            todo = (
-                "check the arm is clear of the box and the mat, then restart (it moves HOME first)"
-            )
-        elif storage:
-            todo = "free space on the data root or reconnect the disk, then restart"
+        if lost:
+            steps_todo.append("check the daemon (power, network, its log)")
+        if forced or lost:
+            steps_todo.append("check the arm is clear of the box and the mat")
+        if storage:
+            steps_todo.append("free space on the data root or reconnect the disk")
+        if steps_todo:
+            todo = "; ".join(steps_todo) + "; then restart (the next trial moves HOME first)"
         else:
             todo = "check the block and the box on the mat, then start the next trial"
         self.line(f"ARM STATE after the stop ({kind}):", style="bold red")
@@ -323,7 +320,7 @@ class RuntimeConsole:
             parts.append(f"trial {self.trial_no}{n} {now - self.trial_t0:.0f} s")
         stage = self.stage
         if stage is not None:
-            parts.append(f"{stage} {now - self.stage_t0:.1f} s ({self.expected(stage)})")
+            parts.append(f"{stage} {now - self.stage_t0:.1f} s of {self.expected(stage)}")
         parts.append(f"joints {_angles(self.arm.measured)}")
         parts.append(f"gripper {self.arm.gripper}")
         try:
