@@ -22,6 +22,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import ServiceReport, run_service
+from mecharm_runtime.viewjobs import ViewJobs
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm_tools.simrig import start_sim_daemon
 
@@ -300,3 +301,53 @@ def test_cli_exits_8_when_no_trial_completed_and_logs_to_a_file(
     events = [json.loads(s)["event"] for s in log.read_text().splitlines()]
     assert "stage_done" in events and "trial_end" in events
     assert f"log: {log}" in text
+
+
+def _fake_module(tmp_path: Path, name: str, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = tmp_path / "fakemods"
+    mod.mkdir(exist_ok=True)
+    (mod / f"{name}.py").write_text(body)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(mod), os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.mark.asyncio
+async def test_display_starts_the_follower_with_its_url_and_stops_it_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = tmp_path / "argv.json"
+    _fake_module(
+        tmp_path,
+        "console_fake_follow",
+        "import json, sys, time\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+        "time.sleep(120)\n",
+        monkeypatch,
+    )
+    root = tmp_path / "root"
+    root.mkdir()
+    said: list[str] = []
+    jobs = ViewJobs(root, said.append, module="console_fake_follow")
+    jobs.follow("rerun+http://127.0.0.1:9876/proxy")
+    assert jobs.follower is not None
+    while not seen.exists() and jobs.follower.proc.poll() is None:
+        await asyncio.sleep(0.05)
+    await jobs.finish(5.0)
+    assert json.loads(seen.read_text()) == [
+        "--follow", str(root), "--connect", "rerun+http://127.0.0.1:9876/proxy"
+    ]  # fmt: skip
+    assert jobs.follower.proc.returncode is not None  # stopped with the session
+    assert said == []  # stopped by us: no warning
+    assert list(DataRoot(root).logs.glob("view_follow_*.log"))
+
+
+@pytest.mark.asyncio
+async def test_a_follower_that_fails_gives_one_warning_line(tmp_path: Path) -> None:
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module=NO_VIEW)
+    jobs.follow(None)
+    assert jobs.follower is not None
+    while jobs.follower.proc.poll() is None:
+        await asyncio.sleep(0.05)
+    jobs.reap()
+    await jobs.finish(5.0)
+    assert len(said) == 1 and "live view (--display) failed (exit 1)" in said[0], said
