@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast test-chaos bench lint venv clean
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ test-chaos: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Not part of `make test`: renders the run report in headless Chromium (Debian's package,
+# installed when missing and run as root) and checks the DOM and the page's loads;
+# docs/report.md. ROOT=path reports on an existing data root instead of a fresh demo.
+report-check: $(STAMP)
+	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(ROOT),--root $(ROOT))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -3,7 +3,8 @@
 Exit codes (docs/runtime.md, "Start-up checks"): 0 done, 1 failure during the run,
 2 invalid configuration, 3 data root refused, 4 ledger refused, 5 FK table refused,
 6 storage failed mid-session, 7 settings wider than the daemon's safety envelope,
-8 no trial completed (every trial stopped, or none could start).
+8 no recorder proved it records into the data root and ``--require-recorder`` is set,
+9 no trial completed (every trial stopped, or none could start).
 
 The console shows what happens (docs/console.md); the full log goes to
 ``{data root}/logs/runtime_YYYYmmdd_HHMMSS.log``, one file per session.
@@ -41,8 +42,10 @@ EXIT_FAILED, EXIT_CONFIG, EXIT_DATA_ROOT, EXIT_LEDGER, EXIT_TABLE = 1, 2, 3, 4, 
 EXIT_STORAGE = 6
 #: the runtime's settings reach beyond the daemon's safety envelope (docs/daemon.md)
 EXIT_ENVELOPE = 7
+#: --require-recorder and no recorder answered on the data root (docs/recorder.md)
+EXIT_RECORDER = 8
 #: trials were asked for and none completed (all stopped, or the first could not start)
-EXIT_NO_TRIAL = 8
+EXIT_NO_TRIAL = 9
 log = get_logger("mecharm_runtime.cli")
 
 
@@ -83,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_const",
         const=False,
         help="send no recorder events (recording_status none)",
+    )
+    p.add_argument(
+        "--require-recorder",
+        dest="require_recorder",
+        action="store_const",
+        const=True,
+        help="refuse to start (exit 8) unless a recorder answers on --recorder-port and "
+        "records into this data root (default: a loud warning)",
     )
     p.add_argument(
         "--top-camera", dest="top_camera", help="top camera source (index, name, URL, file)"
@@ -209,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.display_url:
         settings = settings.model_copy(update={"display": True})
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
-    from mecharm_runtime.service import EnvelopeRefused, session_console
+    from mecharm_runtime.service import EnvelopeRefused, RecorderRequired, session_console
 
     try:
         log_file, log_path = open_session_log(settings)
@@ -236,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("envelope_refused", error=str(exc))
         print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
         return EXIT_ENVELOPE
+    except RecorderRequired as exc:
+        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_RECORDER
     except Exception as exc:
         log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
         print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)

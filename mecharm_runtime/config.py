@@ -84,6 +84,12 @@ class RuntimeSettings(RigSettings):
     recorder_port: int = Field(5556, ge=1, le=65535)
     #: the secret shared with the recorder (docs/recorder.md, "The key file")
     recorder_key_file: Path = Field(default_factory=default_recorder_key_file)
+    #: refuse to start (exit 8) when no recorder answers on recorder_port or it writes to
+    #: another data root; off: a loud warning and flagged trial lines (docs/recorder.md,
+    #: "Ping: proving the data root")
+    require_recorder: bool = False
+    #: how long the start-up ping waits for the recorder's answer
+    recorder_probe_timeout_s: float = Field(1.0, gt=0, le=30)
     frame_timeout_s: float = Field(2.0, gt=0)
     recording_wait_s: float = Field(2.0, ge=0)
     recording_poll_s: float = Field(0.1, gt=0)

@@ -46,7 +46,9 @@ TOLD_ON_CONSOLE = frozenset(
         "trial_not_started",
         "view_failed",
         "view_not_started",
-        # mecharm-runtime prints these on stderr as it exits
+        # said in full by check_recorder (service.py) / on stderr as mecharm-runtime exits
+        "recorder_not_ready",
+        "recorder_required",
         "runtime_failed",
         "ledger_refused",
         "fk_table_refused",

@@ -45,7 +45,7 @@ from mecharm_runtime.perception import (
     make_judge,
 )
 from mecharm_runtime.ports import RealClock
-from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
 from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
@@ -55,9 +55,11 @@ from recorder.sender import RecorderSender
 
 __all__ = [
     "EnvelopeRefused",
+    "RecorderRequired",
     "ServiceReport",
     "ask_release",
     "check_envelope",
+    "check_recorder",
     "open_rig",
     "release_prompt",
     "rig_judge",
@@ -73,6 +75,10 @@ log = get_logger("mecharm_runtime.service")
 
 class EnvelopeRefused(RuntimeError):
     """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
+
+
+class RecorderRequired(RuntimeError):
+    """``require_recorder`` and no recorder proved it records into this data root (exit 8)."""
 
 
 def runtime_limits(s: RuntimeSettings, arcs: Sequence[ArcPose] = ()) -> RuntimeLimits:
@@ -210,11 +216,17 @@ async def open_rig(
         if s.recorder_enabled and not s.dry_run:
             # signs every event; a key file that is too open stops the start here
             sender = RecorderSender(s.recorder_host, s.recorder_port, key_file=s.recorder_key_file)
+        link = RecorderLink(
+            sender,
+            s.frame_timeout_s,
+            data_root=s.data_root,
+            off_reason="recorder off: dry run" if s.dry_run else "recorder off: --no-recorder",
+        )
         rig = Rig(
             s,
             arm,
             eyes,
-            RecorderLink(sender, s.frame_timeout_s),
+            link,
             clock,
             table,
             arc_pick,
@@ -275,11 +287,10 @@ def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[
     return out if isinstance(out, dict) else {"result": out}
 
 
-def summary_line(t: TrialSummary) -> str:
-    rec = t.recording
-    rec_txt = f"rec {rec.status}" + (
-        f" {rec.frames} frames {rec.fps:.1f} fps" if rec.frames and rec.fps else ""
-    )
+def summary_line(t: TrialSummary, recorder: RecorderLink | None = None) -> str:
+    """One line per trial; ``recorder``: the session's link, so a trial without side video
+    says why (recorder_link.recording_text)."""
+    rec_txt = recording_text(t.recording, recorder)
     verdicts = f"pick {t.pick_verdict or '-'} place {t.place_verdict or '-'}"
     why = f" ({t.reason})" if t.reason else ""
     pending = f"; NOT WRITTEN YET: {', '.join(t.records_pending)}" if t.records_pending else ""
@@ -384,6 +395,7 @@ async def run_service(
         async with open_rig(settings, guard) as (rig, client):
             if con.heartbeat is None:  # the recorder's last probe (docs/console.md)
                 con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
+            await check_recorder(rig, settings, out)
             con.start(settings.trials, settings.time_scale)
             if settings.display:
                 views.follow(settings.display_url)
@@ -408,6 +420,34 @@ async def run_service(
 
 #: at the end of a session, how long to wait for the trials' Rerun files still being built
 VIEW_FINISH_WAIT_S = 60.0
+
+
+async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> RecorderProbe | None:
+    """Before the first trial (the arm has not moved): prove a recorder listens and writes into
+    this data root (docs/recorder.md, "Ping: proving the data root"). When none does, a loud
+    warning on the console and in the log naming what was found and what to do, or, with
+    ``require_recorder``, RecorderRequired (exit 8). Nothing when the recorder is off."""
+    link = rig.recorder
+    if not link.enabled:
+        return None
+    probe = await link.probe(settings.recorder_probe_timeout_s)
+    if probe.ok:
+        log.info("recorder_ok", detail=probe.detail, root=probe.root, rtt_ms=probe.rtt_ms)
+        print(f"side video: {probe.detail}", file=out, flush=True)
+        return probe
+    if settings.require_recorder:
+        log.error("recorder_required", reason=probe.detail, why=probe.why, fix=probe.fix)
+        raise RecorderRequired(f"{probe.sentence()} (require_recorder is set)")
+    log.warning("recorder_not_ready", reason=probe.detail, why=probe.why, fix=probe.fix)
+    print(
+        f"WARNING: NO SIDE VIDEO: {probe.detail}\n"
+        f"  why: {probe.why}\n"
+        f"  do:  {probe.fix}\n"
+        "  trials run without side video; --require-recorder refuses to start instead",
+        file=out,
+        flush=True,
+    )
+    return probe
 
 
 def _account_backlog(rig: Rig, report: ServiceReport, out: TextIO) -> None:
@@ -488,7 +528,9 @@ async def _trials(
         refused = 0
         report.trials.append(summary)
         alive = getattr(rig, "arm_alive", lambda: True)()
-        con.trial_end(summary, summary_line(summary), arm_alive=alive)
+        con.trial_end(
+            summary, summary_line(summary, getattr(rig, "recorder", None)), arm_alive=alive
+        )
         # the trial's records are written (none pending on a failed root): build its Rerun file
         if settings.rerun_after_trial and not summary.records_pending:
             # no recorder: no side video to wait for

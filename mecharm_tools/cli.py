@@ -1,4 +1,4 @@
-"""`mecharm` — the offline tools: fk, ledger, recording, export, replay.
+"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report, view, doctor.
 
 Each tool group lives in its own module and registers its sub-commands through
 ``register(subparsers)``; this file only dispatches. A group is imported only
@@ -27,6 +27,15 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
     ),
     "export": ("mecharm_tools.export.cli", "datasets: lerobot export, verify"),
     "replay": ("mecharm_tools.replay.cli", "re-run a dry-run trace and compare every decision"),
+    "report": (
+        "mecharm_tools.report.cli",
+        "run report: one HTML page (success, failures, stages, memory, recordings)",
+    ),
+    "view": ("mecharm_tools.view.cli", "Rerun recording of a trial (open, --save, --follow live)"),
+    "doctor": (
+        "mecharm_tools.doctor",
+        "check the whole rig (daemon, envelope, camera, recorder, data root, FK table, arcs)",
+    ),
 }
 
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import time
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -35,9 +38,13 @@ from mecharm_common.gripper import GRIPPER_MAX, GRIPPER_MIN
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "DROP_PING_RATE",
+    "DROP_PING_SOURCE",
     "EVENT_TYPES",
     "FRAME_LOG_COLUMNS",
     "MAX_EVENT_BYTES",
+    "MAX_PONG_BYTES",
+    "PINGS_PER_SEC",
     "REASONS",
     "REASON_IMWRITE_FAILED",
     "REASON_MALFORMED_REPLY",
@@ -59,6 +66,8 @@ __all__ = [
     "FrameRequest",
     "Gripper",
     "Measured",
+    "Ping",
+    "Pong",
     "RecordingMeta",
     "RecordingStatus",
     "Stage",
@@ -68,7 +77,9 @@ __all__ = [
     "is_known_reason",
     "parse_event",
     "parse_frame_reply",
+    "parse_pong",
     "parse_recording_meta",
+    "root_identity",
 ]
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -267,12 +278,22 @@ class FrameRequest(_Event):
         return _safe_name(v, "tag")
 
 
+class Ping(_Event):
+    """ "Are you there, and where do you write?" (docs/recorder.md, "Ping: proving the data
+    root"). Answered with a signed ``Pong`` to the datagram's source, bound to this ping's
+    session and sequence number; ``nonce`` is echoed so the asker can match it too."""
+
+    type: Literal["ping"] = "ping"
+    nonce: Annotated[str, Field(pattern=r"^[0-9a-f]{16,64}$")]
+
+
 Event = Annotated[
-    TrialStart | TrialEnd | Stage | Commanded | Arrival | Gripper | Measured | FrameRequest,
+    TrialStart | TrialEnd | Stage | Commanded | Arrival | Gripper | Measured | FrameRequest | Ping,
     Field(discriminator="type"),
 ]
 EVENT_TYPES: Final = (
-    "trial_start", "trial_end", "stage", "commanded", "arrival", "gripper", "measured", "frame_request",
+    "trial_start", "trial_end", "stage", "commanded", "arrival", "gripper", "measured",
+    "frame_request", "ping",
 )  # fmt: skip
 
 _EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
@@ -407,3 +428,75 @@ def parse_recording_meta(data: bytes | str) -> RecordingMeta:
             loc = ".".join(str(p) for p in err["loc"])
             parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
         raise EventError("not a valid recording meta: " + "; ".join(parts)) from None
+
+
+# --- ping / pong (docs/recorder.md, "Ping: proving the data root") --------------------------
+#: the largest pong the recorder sends (envelope included): an answer never grows with input
+MAX_PONG_BYTES: Final = 1024
+#: pongs a second, whoever asks (burst: one second's worth); beyond, pings are dropped, counted
+PINGS_PER_SEC: Final = 10
+#: drop reasons of a ping the recorder did not answer (counted like the envelope's)
+DROP_PING_RATE: Final = "ping_rate"
+DROP_PING_SOURCE: Final = "ping_source"
+_ROOT_MAX: Final = 512
+_PROBLEM_MAX: Final = 200
+
+
+def root_identity(path: Path | str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the folder at ``path`` (symlinks followed), None when it cannot be
+    read. Two processes of one computer write to the same data root exactly when their roots'
+    identities are equal, however the paths are spelled (symlinks, ``..``, relative paths)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+class Pong(BaseModel):
+    """The recorder's answer to a ``Ping``: where it writes and whether it can record now."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, allow_inf_nan=False)
+
+    type: Literal["pong"] = "pong"
+    nonce: Annotated[str, Field(max_length=64)]
+    #: the data root, resolved (cut to 512 characters; the identity below decides)
+    root: Annotated[str, Field(max_length=_ROOT_MAX)]
+    root_dev: int | None = None
+    root_ino: int | None = None
+    #: the root takes writes now (the recorder's mount guard); else ``root_problem`` says why
+    root_ok: bool
+    root_problem: Annotated[str, Field(max_length=_PROBLEM_MAX)] = ""
+    udp_port: Annotated[int, Field(ge=1, le=65535)]
+    #: the side camera's state: starting, open, lost, stopped
+    camera: Annotated[str, Field(max_length=16)]
+    camera_frozen: bool = False
+    #: age of the newest side frame (None: no frame)
+    frame_age_ms: Finite | None = None
+    #: a trial is open and being recorded
+    recording: bool = False
+    trial: Annotated[str, Field(max_length=128)] | None = None
+
+    @property
+    def identity(self) -> tuple[int, int] | None:
+        if self.root_dev is None or self.root_ino is None:
+            return None
+        return (self.root_dev, self.root_ino)
+
+    @classmethod
+    def describe(cls, nonce: str, root: str, problem: str = "", **fields: Any) -> Pong:
+        """A pong whose free-text fields are cut to their bounds (the reply size is bounded)."""
+        return cls(
+            nonce=nonce,
+            root=root if len(root) <= _ROOT_MAX else root[: _ROOT_MAX - 3] + "...",
+            root_problem=problem[:_PROBLEM_MAX],
+            **fields,
+        )
+
+
+def parse_pong(data: bytes) -> Pong:
+    """Parse a pong's JSON (after its MAC held); raise EventError naming what is wrong."""
+    try:
+        return Pong.model_validate_json(data)
+    except ValidationError as exc:
+        raise EventError(_describe(exc, "malformed pong")) from None

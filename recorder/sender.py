@@ -13,6 +13,11 @@ events") with the key from the key file, under this sender's session id and the
 next sequence number, naming the trial the sender has open. A reply is taken only
 if its MAC holds and it answers this request's sequence number; anything else on
 the reply socket is counted in ``replies_ignored`` and the wait goes on.
+
+``ping``/``ping_async`` ask the recorder where it writes (docs/recorder.md, "Ping: proving
+the data root"). The ping goes out on a socket *connected* to the recorder's address, so
+the kernel hands back only datagrams from that address, and a port nobody listens on is
+known at once (ICMP port unreachable → ``refused``) instead of after the timeout.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 import socket
 import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
@@ -47,11 +54,35 @@ from recorder.events import (
     EventError,
     FrameReply,
     FrameRequest,
+    Ping,
+    Pong,
     exception_reason,
     parse_frame_reply,
+    parse_pong,
 )
 
-__all__ = ["RecorderSender"]
+__all__ = ["PING_REFUSED", "PingResult", "RecorderSender"]
+
+#: ping outcomes besides ok / timeout / malformed_reply / exception:{Type}: nothing listens
+PING_REFUSED: Final = "refused"
+#: while nothing listens, ask again this often until the deadline (a recorder starting up)
+_PING_RETRY_S: Final = 0.1
+
+
+@dataclass(frozen=True)
+class PingResult:
+    """What a ping found: the pong (``reason`` ok), or why there is none."""
+
+    reason: str
+    pong: Pong | None = None
+    rtt_ms: float | None = None
+    #: pings sent (more than one when nothing listened at first)
+    tries: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.pong is not None
+
 
 _REPLY_MAX = 65_535
 FrameResult = tuple[str | None, float | None, str]
@@ -248,3 +279,97 @@ class RecorderSender:
         """Async twin of request_frame: ``(path, capture_ts, reason)``."""
         r = await self.request_frame_reply_async(tag, timeout)
         return r.path, r.capture_ts, r.reason
+
+    # --- ping ----------------------------------------------------------------------------------
+    def _ping_datagram(self) -> tuple[int, str, bytes]:
+        nonce = secrets.token_hex(8)
+        seq, data = self.seal_event(Ping(nonce=nonce).model_dump_json().encode(), self.trial)
+        return seq, nonce, data
+
+    def _pong(self, data: bytes, seq: int, nonce: str) -> Pong | None:
+        """The pong if ``data`` answers this ping; None (counted) otherwise. Raises EventError
+        for a pong signed for this ping whose body is not a valid pong."""
+        try:
+            sealed = unseal(self._key, REPLY_LABEL, data)
+        except EnvelopeError:
+            self.replies_ignored += 1
+            return None
+        if sealed.sid != self.session or sealed.seq != seq:
+            self.replies_ignored += 1
+            return None
+        pong = parse_pong(sealed.body)
+        return pong if pong.nonce == nonce else None
+
+    def _ping_socket(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.connect(self._addr)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    async def ping_async(self, timeout: float = 1.0) -> PingResult:
+        """Ask the recorder where it writes; never raises (every failure is a ``reason``).
+
+        While nothing listens (``refused``) it asks again every 0.1 s until ``timeout``, so a
+        recorder started at the same moment is still found."""
+        loop = asyncio.get_running_loop()
+        tries, refused = 0, False
+        try:
+            with self._ping_socket() as sock, anyio.move_on_after(timeout):
+                while True:
+                    seq, nonce, data = self._ping_datagram()
+                    tries, refused = tries + 1, False
+                    sent = time.monotonic()
+                    try:
+                        await loop.sock_sendall(sock, data)
+                        while True:
+                            pong = self._pong(await loop.sock_recv(sock, _REPLY_MAX), seq, nonce)
+                            if pong is not None:
+                                rtt = (time.monotonic() - sent) * 1e3
+                                return PingResult("ok", pong, round(rtt, 2), tries)
+                    except ConnectionRefusedError:  # ICMP port unreachable: nobody listens
+                        refused = True
+                        await anyio.sleep(_PING_RETRY_S)
+            return PingResult(PING_REFUSED if refused else REASON_TIMEOUT, tries=tries)
+        except EventError:
+            return PingResult(REASON_MALFORMED_REPLY, tries=tries)
+        except Exception as exc:
+            return PingResult(exception_reason(exc), tries=tries)
+
+    def ping(self, timeout: float = 1.0) -> PingResult:
+        """Blocking twin of ``ping_async`` (tools and scripts without an event loop)."""
+        deadline = time.monotonic() + timeout
+        tries, refused = 0, False
+        try:
+            with self._ping_socket() as sock:
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return PingResult(PING_REFUSED if refused else REASON_TIMEOUT, tries=tries)
+                    seq, nonce, data = self._ping_datagram()
+                    tries, refused = tries + 1, False
+                    sent = time.monotonic()
+                    try:
+                        sock.send(data)
+                        while True:
+                            left = deadline - time.monotonic()
+                            if left <= 0:
+                                break
+                            sock.settimeout(left)
+                            try:
+                                pong = self._pong(sock.recv(_REPLY_MAX), seq, nonce)
+                            except TimeoutError:
+                                break
+                            if pong is not None:
+                                rtt = (time.monotonic() - sent) * 1e3
+                                return PingResult("ok", pong, round(rtt, 2), tries)
+                    except ConnectionRefusedError:
+                        refused = True
+                        time.sleep(max(0.0, min(_PING_RETRY_S, deadline - time.monotonic())))
+        except EventError:
+            return PingResult(REASON_MALFORMED_REPLY, tries=tries)
+        except Exception as exc:
+            return PingResult(exception_reason(exc), tries=tries)

@@ -8,7 +8,8 @@ camera blocks in ``read()``)::
           └─ offer(frame) ─▶ frame-writer thread │  reads it, never waits on the camera
                              (H.264 + frame_log) │
     UDP 5556 ─ receiver ─▶ bounded event stream ─▶ dispatcher task ─┘ events → states.csv;
-      (never blocks: full → dropped, counted)                         frame_request → jpg + reply
+      (never blocks: full → dropped, counted)                         frame_request → jpg + reply;
+                                                                      ping → pong (data root, camera)
 
 Only the camera thread waits on the device, only the writer thread waits on the
 encoder; the dispatcher does bounded work per datagram (parse, a CSV row, or
@@ -61,7 +62,11 @@ from recorder.envelope import (
     unseal,
 )
 from recorder.events import (
+    DROP_PING_RATE,
+    DROP_PING_SOURCE,
     MAX_EVENT_BYTES,
+    MAX_PONG_BYTES,
+    PINGS_PER_SEC,
     REASON_IMWRITE_FAILED,
     REASON_MOUNT_LOST,
     REASON_NO_FRAME,
@@ -77,11 +82,14 @@ from recorder.events import (
     FrameRequest,
     Gripper,
     Measured,
+    Ping,
+    Pong,
     Stage,
     TrialEnd,
     TrialStart,
     exception_reason,
     parse_event,
+    root_identity,
 )
 from recorder.quota import HourlyQuota
 from recorder.repair import RepairScan, unrepaired_recordings
@@ -114,6 +122,24 @@ def _folder_bytes(folder: Path) -> int:
         return sum(_size(p) for p in folder.rglob("*") if p.is_file())
     except OSError:
         return 0
+
+
+class _Bucket:
+    """Token bucket: at most ``rate`` a second, bursts of one second's worth."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.refill = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self.refill) * self.rate)
+        self.refill = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -179,8 +205,10 @@ class RecorderService:
         self._key = load_or_create_key(settings.key_file)
         self._replay = ReplayGuard()
         self._refused = RateLimitedLog(log, "event_refused")
-        #: the envelope of the datagram being handled, and the session that opened the trial
+        #: the envelope of the datagram being handled and its source address, and the
+        #: session that opened the trial
         self._origin: Sealed | None = None
+        self._peer: Any = None
         self._owner: str | None = None
         self._owner_seen = 0.0
         self._orphan_quota = HourlyQuota(
@@ -192,6 +220,10 @@ class RecorderService:
         self._overflow = RateLimitedLog(log, "event_dropped", per_sec=1)
         self._fr_tokens = settings.max_frame_requests_per_sec
         self._fr_refill = time.monotonic()
+        #: pongs answered; their budget (docs/recorder.md, "Ping: proving the data root")
+        self.pings = 0
+        self._ping_bucket = _Bucket(PINGS_PER_SEC)
+        self._root_text = str(self.root.resolve())
         #: one event per trial whose media and meta are still being finished
         self._closing: set[anyio.Event] = set()
         self.repair_scan = RepairScan(self.root, [])
@@ -211,6 +243,7 @@ class RecorderService:
             Arrival: self._trial_event,
             Gripper: self._trial_event,
             Measured: self._trial_event,
+            Ping: self._ping,
         }
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -402,11 +435,11 @@ class RecorderService:
         if why is not None:
             self._refuse(why, f"{event.type} for trial {sealed.trial}", len(data), peer)
             return
-        self._origin = sealed
+        self._origin, self._peer = sealed, addr
         try:
             self._handlers[type(event)](event)
         finally:
-            self._origin = None
+            self._origin = self._peer = None
 
     def _refuse(self, reason: str, error: str, size: int, peer: str) -> None:
         """Drop a datagram unacted on: counted (status line, the open trial's meta), logged 10/s."""
@@ -427,8 +460,10 @@ class RecorderService:
             # runtime) is taken over and its trial closed truncated by _trial_start
             quiet = time.monotonic() - self._owner_seen
             return DROP_FOREIGN_TRIAL_START if quiet < self.settings.session_takeover_sec else None
-        if isinstance(ev, FrameRequest) or (sealed.trial is None and not isinstance(ev, TrialEnd)):
-            return None  # served as an orphan frame / counted as outside a trial
+        if isinstance(ev, FrameRequest | Ping) or (
+            sealed.trial is None and not isinstance(ev, TrialEnd)
+        ):
+            return None  # served as an orphan frame / answered / counted as outside a trial
         return DROP_FOREIGN_TRIAL
 
     def _scoped(self) -> TrialRecording | None:
@@ -618,6 +653,55 @@ class RecorderService:
             tag=tag,
         )
 
+    # --- ping ----------------------------------------------------------------------------------
+    def pong(self, nonce: str) -> Pong:
+        """Where this recorder writes and whether it can record now (stat calls, no write)."""
+        ident = root_identity(self.root)
+        guard_problem = self.guard.problem() if self.guard is not None else None
+        problem = guard_problem or ("" if self.mount_ok else "failed the recorder's mount check")
+        newest = self.camera.latest
+        age = None if newest is None else (time.monotonic_ns() - newest.mono_ns) / 1e6
+        trial = self.trial
+        return Pong.describe(
+            nonce,
+            self._root_text,
+            problem,
+            root_dev=ident[0] if ident else None,
+            root_ino=ident[1] if ident else None,
+            root_ok=not problem and ident is not None,
+            udp_port=self.port or self.settings.udp_port,
+            camera=self.camera.state,
+            camera_frozen=self.camera.frozen,
+            frame_age_ms=None if age is None else round(age, 1),
+            recording=trial is not None,
+            trial=trial.run_stem if trial else None,
+        )
+
+    def _ping(self, ev: Ping) -> None:
+        """Answer an authenticated ping to its source: loopback only, a bounded size, at most
+        PINGS_PER_SEC a second (a spoofed or flooding sender gets nothing to reflect)."""
+        origin, peer = self._origin, self._peer
+        if origin is None or self._transport is None:
+            return
+        if not (isinstance(peer, tuple) and peer[0] == "127.0.0.1" and int(peer[1]) >= 1024):
+            self._refuse(DROP_PING_SOURCE, f"pong not sent to {peer!r}", 0, str(peer))
+            return
+        if not self._ping_bucket.take():
+            self._refuse(DROP_PING_RATE, f"more than {PINGS_PER_SEC} pings a second", 0, peer[0])
+            return
+        body = self.pong(ev.nonce).model_dump_json().encode()
+        data = seal(self._key, REPLY_LABEL, origin.sid, origin.seq, None, body)
+        if len(data) > MAX_PONG_BYTES:  # the model's bounds keep it far below; never sent larger
+            log.error("pong_too_large", size=len(data), limit=MAX_PONG_BYTES)
+            return
+        try:
+            self._transport.sendto(data, (peer[0], int(peer[1])))
+        except OSError as exc:
+            log.warning("pong_failed", error=str(exc))
+            return
+        self.pings += 1
+        log.debug("pong", to=peer[1], size=len(data))
+
     # --- closing a trial ------------------------------------------------------------------------
     def _close_trial(self, status: str | None, reason: str) -> None:
         trial, self.trial = self.trial, None
@@ -752,6 +836,7 @@ class RecorderService:
             "rejected": c.rejected,
             "dropped_events": c.dropped_events,
             "frame_requests": c.frame_requests,
+            "pings": self.pings,
             "refused": dict(c.refused),
             "sessions": len(self._replay),
             "last_event_age_s": c.last_event_age(),

@@ -246,7 +246,7 @@ async def test_daemon_stopped_mid_trial_the_loss_is_told_once_then_the_state(
 
 
 @pytest.mark.slow
-def test_cli_exits_8_when_no_trial_completed_and_logs_to_a_file(
+def test_cli_exits_9_when_no_trial_completed_and_logs_to_a_file(
     tmp_path: Path, fk_data_dir: Path
 ) -> None:
     """``mecharm-runtime`` as a process: the daemon killed in the first trial."""
@@ -293,8 +293,8 @@ def test_cli_exits_8_when_no_trial_completed_and_logs_to_a_file(
     finally:
         rig.daemon.stop()
     text = "".join(lines)
-    assert rc == 8, text + err
-    assert "0 completed" in text and "no trial completed (exit 8)" in err
+    assert rc == 9, text + err
+    assert "0 completed" in text and "no trial completed (exit 9)" in err
     assert text.count("daemon connection lost") == 1, text
     assert "ARM STATE after the stop (daemon lost)" in text
     (log,) = DataRoot(root).logs.glob("runtime_*.log")

@@ -25,6 +25,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import build_table, load_table
 from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import file_checksum
+from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.backlog import Backlog
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS, LedgerError, RecordingInfo, append_row
 from mecharm_runtime.trial import TrialSummary
@@ -172,7 +173,7 @@ async def test_service_stops_when_a_trials_row_did_not_reach_the_ledger(
 
     @asynccontextmanager
     async def fake_rig(settings: RuntimeSettings, guard: Any) -> AsyncIterator[tuple[Any, None]]:
-        yield SimpleNamespace(guard=None, backlog=Backlog()), None
+        yield SimpleNamespace(guard=None, backlog=Backlog(), recorder=RecorderLink(None)), None
 
     async def fake_trial(rig: Any, **kw: Any) -> TrialSummary:
         i = len(ran) + 1

@@ -166,13 +166,14 @@ async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
 
     from mecharm_runtime import service
     from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.recorder_link import RecorderLink
     from mecharm_runtime.trial import DataRootError
 
     calls: list[int] = []
 
     @asynccontextmanager
     async def fake_rig(settings: RuntimeSettings, guard: Any) -> AsyncIterator[tuple[Any, None]]:
-        yield SimpleNamespace(guard=guard, backlog=Backlog()), None
+        yield SimpleNamespace(guard=guard, backlog=Backlog(), recorder=RecorderLink(None)), None
 
     async def refused_trial(rig: Any, **kw: Any) -> Any:
         calls.append(1)

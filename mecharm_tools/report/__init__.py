@@ -1,0 +1,13 @@
+"""`mecharm report ROOT`: one self-contained HTML page about a data root's trials (docs/report.md).
+
+``collect`` reads the ledger, run logs, traces and recording metas; ``stats`` computes the
+numbers; ``svg`` draws the charts; ``render`` writes the page; ``cli`` is the command;
+``browser_check`` renders the page in headless Chromium (``make report-check``).
+"""
+
+from __future__ import annotations
+
+from mecharm_tools.report.collect import BadRootError, RunData, TrialData, collect
+from mecharm_tools.report.render import render
+
+__all__ = ["BadRootError", "RunData", "TrialData", "collect", "render"]

@@ -1,0 +1,250 @@
+"""Render the run report in a real browser (headless Chromium) and check what it shows.
+
+Outside ``make test`` (it needs Debian's ``chromium``; ``make report-check`` runs it and
+installs the package when it is missing and we are root). It builds a report from a data
+root (by default a fresh ``mecharm_tools.demo`` root of a few trials), then asks Chromium
+for the DOM after rendering (``--dump-dom``) and for a PNG screenshot, and checks:
+
+* the page's headings and the ledger's numbers (trial count, success rate, one table row
+  per trial) are in the rendered DOM, with its SVG charts;
+* the page loaded nothing but itself: Chromium's verbose log names every file it opened
+  and every network request; the page's only load is its own ``file://`` URL (the
+  requests Chromium makes for itself to Google hosts are not the page's and are ignored);
+* the screenshot is a real picture (not blank).
+
+    python -m mecharm_tools.report.browser_check [--root ROOT] [--png FILE] [--height PX]
+
+Exit 0 when every check passes, 1 when one fails, 2 when Chromium is missing and cannot
+be installed. docs/report.md describes the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from html.parser import HTMLParser
+from pathlib import Path
+
+from mecharm_common.layout import DataRoot
+from mecharm_tools.report.cli import run as run_report
+from mecharm_tools.report.collect import collect
+
+__all__ = ["FLAGS", "chromium_path", "main", "render_page"]
+
+#: headless flags that work on a closed network: without the background-networking ones
+#: Chromium keeps trying to reach its update and sync services
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+#: hosts Chromium itself contacts at start even with the flags above (clock, account probes)
+BROWSER_OWN_HOSTS = ("google.com", "googleapis.com", "gstatic.com")
+HEADINGS = (
+    "mechArm run report",
+    "Success rate",
+    "Failure reasons",
+    "Stage durations",
+    "Memory learning",
+    "Recording status",
+    "Trials",
+)
+_NET = re.compile(r"NotifyBeforeURLRequest: (\S+)")
+_FILE = re.compile(r"FileURLLoader::Start: (\S+)")
+
+
+def chromium_path(install: bool) -> Path | None:
+    """Chromium's executable; with ``install``, ``apt-get install chromium`` when missing (root only)."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    if install and shutil.which("apt-get") and os.geteuid() == 0:
+        print("report-check: chromium missing; apt-get install -y chromium", flush=True)
+        subprocess.run(["apt-get", "install", "-y", "chromium"], check=False)
+        found = shutil.which("chromium")
+        return Path(found) if found else None
+    return None
+
+
+def render_page(
+    chromium: Path, page: Path, profile: Path, *, png: Path | None = None, height: int = 2400
+) -> tuple[str, list[str]]:
+    """(rendered DOM, URLs the page loaded) of ``page``; writes a 1280-wide screenshot to ``png``."""
+    url = page.resolve().as_uri()
+    base = [str(chromium), *FLAGS, f"--user-data-dir={profile}"]
+    dom = subprocess.run(
+        [*base, "--enable-logging=stderr", "--v=1", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    loads = _FILE.findall(dom.stderr) + [u for u in _NET.findall(dom.stderr) if not _browser_own(u)]
+    if png is not None:
+        png.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [*base, f"--window-size=1280,{height}", f"--screenshot={png}", url],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+    return dom.stdout, loads
+
+
+def _browser_own(url: str) -> bool:
+    host = re.sub(r"^[a-z]+://([^/:]+).*$", r"\1", url)
+    return any(host == h or host.endswith("." + h) for h in BROWSER_OWN_HOSTS)
+
+
+class _Text(HTMLParser):
+    """The DOM's visible text, its trial rows (``tr`` with an id) and its SVG count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.trial_rows: list[str] = []
+        self.svgs = 0
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag in ("style", "title"):
+            self._skip += 1
+        if tag == "svg":
+            self.svgs += 1
+        if tag == "tr" and a.get("id"):
+            self.trial_rows.append(a["id"] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("style", "title") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.text.append(data)
+
+
+def check_dom(dom: str, root: Path) -> list[str]:
+    """What the rendered page lacks compared with the data root's ledger (empty: all there)."""
+    data = collect(root)
+    p = _Text()
+    p.feed(dom)
+    text = " ".join(" ".join(p.text).split())
+    problems = [f"heading {h!r} not rendered" for h in HEADINGS if h not in text]
+    n = len(data.trials)
+    ok = sum(t.success for t in data.trials)
+    rate = f"{100.0 * ok / n:.0f}%"
+    if f"{n} trial(s)" not in text:
+        problems.append(f"trial count {n} not shown")
+    if rate not in text:
+        problems.append(f"success rate {rate} not shown")
+    want = list(dict.fromkeys(t.stem for t in data.trials))
+    if p.trial_rows != want:
+        problems.append(f"trial rows {p.trial_rows} are not the ledger's {want}")
+    if p.svgs < 3:
+        problems.append(f"{p.svgs} SVG chart(s) rendered, expected 3")
+    return problems
+
+
+def _png_ok(png: Path) -> str | None:
+    try:
+        import cv2
+
+        img = cv2.imread(str(png))
+    except ImportError:  # pragma: no cover - cv2 is a project dependency
+        return None
+    if img is None:
+        return f"{png} is not a readable PNG"
+    if float(img.std()) < 5.0:
+        return f"{png} is blank (pixel spread {float(img.std()):.1f})"
+    return None
+
+
+def _demo_root(where: Path, trials: int) -> Path:
+    root = where / "demo"
+    print(f"report-check: making a demo root with {trials} trials in {root}", flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mecharm_tools.demo",
+        "--trials",
+        str(trials),
+        "--data-root",
+        str(root),
+    ]
+    # the demo reads the repository's configs/ (relative paths), so it runs from there
+    repo = Path(__file__).resolve().parents[2]
+    res = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(
+            f"report-check: the demo failed (exit {res.returncode}):\n{res.stderr[-2000:]}"
+        )
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m mecharm_tools.report.browser_check", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument("--root", help="data root to report on (default: a fresh demo root)")
+    ap.add_argument("--trials", type=int, default=3, help="trials of the demo root (default 3)")
+    ap.add_argument(
+        "--png", help="where to write the screenshot (default: report.png beside the page)"
+    )
+    ap.add_argument("--height", type=int, default=2400, help="screenshot height in pixels")
+    ap.add_argument("--no-install", action="store_true", help="do not apt-get install chromium")
+    args = ap.parse_args(argv)
+    chromium = chromium_path(install=not args.no_install)
+    if chromium is None:
+        print(
+            "report-check: chromium not found; install Debian's package (apt-get install chromium) "
+            "as root, or run without --no-install as root",
+            file=sys.stderr,
+        )
+        return 2
+    # the demo root is kept (its report.html and the screenshot are there to look at)
+    root = (
+        Path(args.root)
+        if args.root
+        else _demo_root(Path(tempfile.mkdtemp(prefix="mecharm_report_check_")), args.trials)
+    )
+    with tempfile.TemporaryDirectory(prefix="report_check_profile_") as tmp:
+        if run_report(root) != 0:
+            return 1
+        page = DataRoot(root).report
+        png = Path(args.png) if args.png else page.with_suffix(".png")
+        dom, loads = render_page(chromium, page, Path(tmp) / "profile", png=png, height=args.height)
+        problems = check_dom(dom, root) if dom.strip() else ["chromium printed no DOM"]
+        extra = [u for u in loads if u != page.resolve().as_uri()]
+        problems += [f"the page loaded {u}" for u in extra]
+        if not any(u == page.resolve().as_uri() for u in loads):
+            problems.append("chromium's log does not show the page being opened")
+        png_problem = _png_ok(png)
+        if png_problem:
+            problems.append(png_problem)
+        for p in problems:
+            print(f"report-check: FAIL {p}", file=sys.stderr)
+        if problems:
+            return 1
+        print(
+            f"report-check: ok: {page} rendered in {chromium.name}: headings, trial rows and "
+            f"numbers present, nothing loaded but the page; screenshot {png}"
+        )
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

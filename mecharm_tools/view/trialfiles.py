@@ -1,0 +1,211 @@
+"""Find and read one trial's files for the viewer, tolerating what is missing.
+
+A recording is for looking, not for replaying, so unlike ``mecharm replay`` this
+reader builds from whatever is there: a trace without its result line (the runtime
+was killed), a trial without side video (recorder off, or still finishing the mp4),
+a dry run without stage images, a first-format trace. Each gap becomes one line in
+``TrialFiles.notes``; only input that is not a trial at all (no such path, the run
+log given instead of the trace, a line in the middle of the trace that is not JSON)
+raises ``ViewInputError`` (docs/viewing.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.layout import (
+    RECORDING,
+    RERUN_SUFFIX,
+    RUN_FOLDERS,
+    RUNLOG_SUFFIX,
+    RUNS_DIR,
+    TRACE_SUFFIX,
+    RecordingFiles,
+)
+from mecharm_tools.replay.tracefile import upgrade_lines
+
+__all__ = [
+    "TrialFiles",
+    "ViewInputError",
+    "find_trace",
+    "parse_line",
+    "read_csv",
+    "read_trial",
+    "stage_images",
+]
+
+
+class ViewInputError(ValueError):
+    """The path given is not a trial the viewer can read; the message says what to give."""
+
+
+def find_trace(path: Path) -> Path:
+    """The trace of ``path`` (a run folder or a trace file); ViewInputError names the mistake."""
+    path = Path(path)
+    if not path.exists():
+        raise ViewInputError(
+            f"{path}: no such file or folder (give a run folder or its *{TRACE_SUFFIX})"
+        )
+    if path.is_dir():
+        own = path / f"{path.name}{TRACE_SUFFIX}"
+        if own.is_file():
+            return own
+        found = sorted(path.glob(f"*{TRACE_SUFFIX}"))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise ViewInputError(
+                f"{path}: {len(found)} traces in this folder; give one of them, e.g. {found[0]}"
+            )
+        raise ViewInputError(
+            f"{path}: not a trial folder (no *{TRACE_SUFFIX} in it); give a run folder "
+            f"under {RUNS_DIR}/{RUN_FOLDERS} or a trace file"
+        )
+    if path.name.endswith(TRACE_SUFFIX):
+        return path
+    if path.name.endswith(RERUN_SUFFIX):
+        raise ViewInputError(
+            f"{path}: this is a Rerun recording already; open it with `rerun {path}`"
+        )
+    if path.suffix == RUNLOG_SUFFIX:
+        trace = path.with_name(path.name[: -len(RUNLOG_SUFFIX)] + TRACE_SUFFIX)
+        hint = f"give the trace {trace}" if trace.is_file() else "give the trial's trace"
+        raise ViewInputError(
+            f"{path}: this is the run log, not the trace; {hint} or the run folder"
+        )
+    raise ViewInputError(f"{path}: not a trial trace (expected *{TRACE_SUFFIX} or a run folder)")
+
+
+def parse_line(path: Path, n: int, raw: str) -> dict[str, Any]:
+    """One trace line as an object; ViewInputError naming the file and line when it is not one."""
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ViewInputError(
+            f"{path}:{n}: corrupt trace line (not JSON: {exc.msg} at column {exc.colno})"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ViewInputError(f"{path}:{n}: corrupt trace line (not a JSON object)")
+    return obj
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """Rows of a CSV as dicts; a row cut short by a killed writer is dropped."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = len(reader.fieldnames or ())
+        return [row for row in reader if None not in row.values() and len(row) == cols]
+
+
+def stage_images(run_dir: Path) -> list[Path]:
+    """The top-camera stage JPEGs the runtime saved in the run folder, by name."""
+    return sorted(p for p in run_dir.glob("*.jpg") if p.is_file())
+
+
+@dataclass
+class TrialFiles:
+    """What one trial left on disk, as far as it could be read."""
+
+    trace: Path
+    run_dir: Path
+    stem: str
+    events: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    states: list[dict[str, str]] = field(default_factory=list)
+    frame_log: list[dict[str, str]] = field(default_factory=list)
+    meta: dict[str, Any] | None = None
+    video: Path | None = None
+    images: list[Path] = field(default_factory=list)
+
+    @property
+    def header(self) -> dict[str, Any]:
+        first = self.events[0] if self.events else {}
+        return first if first.get("event") == "trial" else {}
+
+    @property
+    def constants(self) -> dict[str, Any]:
+        c = self.header.get("constants")
+        return c if isinstance(c, dict) else {}
+
+
+def read_events(trace: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """Every trace line, first-format stage names upgraded; an unfinished last line is noted."""
+    try:
+        text = trace.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ViewInputError(f"{trace}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ViewInputError(f"{trace}: not a trace (not UTF-8 text at byte {exc.start})") from None
+    raw_lines = text.split("\n")
+    numbered: list[tuple[int, dict[str, Any]]] = []
+    for n, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        if n == len(raw_lines):  # no newline after it: the writer was stopped mid-line
+            try:
+                numbered.append((n, parse_line(trace, n, raw)))
+            except ViewInputError:
+                notes.append(
+                    f"trace line {n} is cut short (the trial did not finish writing it); skipped"
+                )
+            continue
+        numbered.append((n, parse_line(trace, n, raw)))
+    if not numbered:
+        raise ViewInputError(f"{trace}: empty file, not a trial trace")
+    if numbered[0][1].get("event") != "trial":
+        raise ViewInputError(
+            f"{trace}:1: not a trial trace (its first line is not the 'trial' line)"
+        )
+    if "format" not in numbered[0][1]:
+        notes.append("first-format trace: stage names upgraded to today's")
+    events = [e for _n, e in upgrade_lines(numbered)]
+    if not any(e.get("event") == "result" for e in events):
+        notes.append(
+            "trace has no result line (the trial was cut short); shown up to its last line"
+        )
+    return events
+
+
+def read_trial(path: Path) -> TrialFiles:
+    """Read the trial at ``path`` (run folder or trace); ViewInputError when it is no trial."""
+    trace = find_trace(Path(path))
+    notes: list[str] = []
+    events = read_events(trace, notes)
+    stem = trace.name[: -len(TRACE_SUFFIX)]
+    tf = TrialFiles(trace=trace, run_dir=trace.parent, stem=stem, events=events, notes=notes)
+    if tf.header.get("dry_run"):
+        notes.append("dry run: the arm never moved; no side video or stage images expected")
+    read_recording(tf)
+    tf.images = stage_images(tf.run_dir) if tf.run_dir.name == stem else []
+    if not tf.images and not tf.header.get("dry_run") and tf.run_dir.name == stem:
+        notes.append("no stage images in the run folder")
+    return tf
+
+
+def read_recording(tf: TrialFiles) -> None:
+    """The side recording's meta, frame log, states and video, each only if readable."""
+    rec = RecordingFiles(tf.run_dir / RECORDING)
+    if tf.run_dir.name != tf.stem or not rec.dir.is_dir():
+        tf.notes.append("no side recording (recorder off, or a trace outside its run folder)")
+        return
+    try:
+        meta = json.loads(rec.meta.read_text(encoding="utf-8"))
+        tf.meta = meta if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        tf.notes.append(
+            f"no readable {rec.meta.name}: the recording did not end normally (or is still being "
+            "finished)"
+        )
+    for attr, p in (("states", rec.states), ("frame_log", rec.frame_log)):
+        try:
+            setattr(tf, attr, read_csv(p))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            tf.notes.append(f"{p.name} not read ({type(exc).__name__}: {exc})")
+    if rec.video.is_file() and rec.video.stat().st_size > 0:
+        tf.video = rec.video
+    else:
+        tf.notes.append(f"no side video ({rec.video.name} missing)")

@@ -1,0 +1,311 @@
+"""`mecharm view`: a trial's Rerun recording, read back with Rerun's own reader.
+
+One real demo trial (simulated rig, recorder, side video) is recorded per module and
+built into a .rrd; ``rerun.chunk.RrdReader`` reads it back and the entity counts are
+checked against the trial's own files. The first-format and corpus traces (dry runs,
+no video) must build too; bad input exits 2 with one line; follow mode streams lines
+appended to a growing trace into a file until SIGINT.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import rerun.chunk as rrc
+
+from mecharm_common.layout import (
+    FK_DIR,
+    META,
+    RECORDING,
+    RUNLOG_SUFFIX,
+    TRACE_SUFFIX,
+    DataRoot,
+    RecordingFiles,
+)
+from mecharm_tools.cli import main as mecharm_main
+from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK, build
+
+REPO = Path(__file__).resolve().parents[2]
+REPLAY = REPO / "tests" / "replay"
+LEGACY = sorted((REPLAY / "legacy_v1").glob(f"*{TRACE_SUFFIX}"))
+CORPUS = sorted((REPLAY / "corpus").glob(f"*{TRACE_SUFFIX}"))
+
+
+def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
+    """(temporal rows per entity, TextLog texts per entity) of a .rrd, via RrdReader.
+
+    ``rows`` also counts ``entity:Archetype:field`` keys: the rows where that field is set."""
+    rows: Counter[str] = Counter()
+    texts: dict[str, list[str]] = {}
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if chunk.is_static:
+            continue
+        rows[chunk.entity_path] += chunk.num_rows
+        batch = chunk.to_record_batch()
+        for name in batch.schema.names:
+            if ":" in name:
+                col = batch.column(name)
+                rows[f"{chunk.entity_path}:{name}"] += len(col) - col.null_count
+        if "TextLog:text" in batch.schema.names:
+            col = batch.column("TextLog:text").to_pylist()
+            texts.setdefault(chunk.entity_path, []).extend(str(v[0]) for v in col if v)
+    return rows, texts
+
+
+def entity_times(path: Path, entity: str) -> list[int]:
+    """The ``time`` index (ns) of every temporal row of one entity."""
+    out: list[int] = []
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if chunk.entity_path == entity and not chunk.is_static:
+            out += chunk.to_record_batch().column("time").cast(pa.int64()).to_pylist()
+    return sorted(out)
+
+
+def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mecharm_tools.view", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Path:
+    """One real demo trial (sim rig + recorder) in a fresh data root, the FK table copied in."""
+    root = tmp_path_factory.mktemp("view_demo")
+    shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mecharm_tools.demo", "--trials", "1", "--data-root", str(root)],
+        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def demo_run_dir(demo_root: Path) -> Path:
+    (run_dir,) = sorted(DataRoot(demo_root).run_folders.iterdir())
+    return run_dir
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trial.rrd"
+    proc = run_view(str(demo_run_dir), "--save", str(out))
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"wrote {out}" in proc.stdout
+    rows, texts = read_rrd(out)
+    assert rrc.RrdReader(out).blueprints()  # the default layout travels with the file
+
+    rec = RecordingFiles(demo_run_dir / RECORDING)
+    states = _csv_rows(rec.states)
+    frames = _csv_rows(rec.frame_log)
+    measured = sum(1 for r in states if r["event_type"] == "measured")
+    commanded = sum(1 for r in states if r["event_type"] == "commanded")
+    images = sorted(demo_run_dir.glob("*.jpg"))
+    assert measured > 20 and frames and images
+    for i in range(6):
+        # the trace's readings are the ones the recorder wrote as states rows
+        assert abs(rows[f"/joints/j{i}/measured"] - measured) <= 2, (i, rows, measured)
+        assert rows[f"/joints/j{i}/commanded"] == commanded
+    assert rows["/world/arm"] == rows["/joints/j0/measured"]
+    assert rows["/camera/side"] == len(frames)  # one frame reference per frame_log row
+    assert rows["/camera/top"] == len(images)
+    assert rows["/camera/top/markers"] == rows["/camera/top/mat_grid"] == 1  # fixed camera
+    # drawn with the first image, so the viewer shows it on every image
+    assert entity_times(out, "/camera/top/mat_grid") == entity_times(out, "/camera/top")[:1]
+    for overlay in ("block", "box", "tip", "servo_error"):  # drawn or cleared at each image
+        assert rows[f"/camera/top/{overlay}"] == len(images), overlay
+    trace_text = next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).read_text(encoding="utf-8")
+    trace = [json.loads(x) for x in trace_text.splitlines()]
+    tips = sum(1 for e in trace if e.get("kind") == "tip" and e["value"].get("ok"))
+    assert rows["/camera/top/tip:Points2D:positions"] == tips > 0
+    assert rows["/camera/top/servo_error:Arrows2D:vectors"] >= tips
+    assert rows["/camera/top/block:Points2D:positions"] == len(images)
+    assert rows["/gripper/commanded"] >= 2
+    assert rows["/world/block"] == 1 and rows["/world/box"] == 1
+    stages = "\n".join(texts["/events/stages"])
+    for stage in ("open_gripper_home", "detect", "approach_pick", "descend_pick", "grasp"):
+        assert f"▶ {stage}" in stages and f"■ {stage} ok" in stages
+    assert "result: " in stages
+    runlog = json.loads(next(demo_run_dir.glob(f"*{RUNLOG_SUFFIX}")).read_text())
+    spans = re.findall(r"^■ (\w+) \w+ in ([\d.]+) s", stages, flags=re.M)
+    assert [name for name, _s in spans] == [st["stage"] for st in runlog["stages"]]
+    for (name, took), st in zip(spans, runlog["stages"], strict=True):
+        # transition to transition vs the runtime's own stage timer: equal but for the
+        # bookkeeping between two stages (a loaded box stretches that, not the stage)
+        assert float(took) == pytest.approx(st["duration_s"], abs=0.3), name
+    assert any(t.startswith("lookup:") for t in texts["/events/lookups"])
+    assert any(t.startswith("guard:") for t in texts["/events/guards"])
+    assert any(t.startswith("pick_verdict:") for t in texts["/events/verdicts"])
+
+
+@pytest.mark.slow
+def test_mecharm_view_saves_through_the_tools_cli(
+    demo_run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = next(demo_run_dir.glob(f"*{TRACE_SUFFIX}"))
+    out = tmp_path / "by_trace.rrd"
+    assert mecharm_main(["view", str(trace), "--save", str(out)]) == EXIT_OK
+    assert "joint readings" in capsys.readouterr().out
+    rows, _ = read_rrd(out)
+    assert rows["/camera/side"] > 0 and rows["/joints/j0/measured"] > 0
+
+
+@pytest.mark.slow
+def test_wait_builds_without_video_when_the_recording_never_finishes(
+    demo_run_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / demo_run_dir.name
+    shutil.copytree(demo_run_dir, copy)
+    RecordingFiles(copy / RECORDING).meta.unlink()
+    out = tmp_path / "no_meta.rrd"
+    code, text = build(copy, out, wait_s=0.3)
+    assert code == EXIT_OK
+    assert f"waited 0.3 s for {META}; built without the side video" in text
+    rows, texts = read_rrd(out)
+    assert "/camera/side" not in rows
+    assert rows["/joints/j0/measured"] > 0 and rows["/camera/top"] > 0
+    assert any("built without the side video" in t for t in texts["/events/notes"])
+
+
+@pytest.mark.parametrize("trace", LEGACY + CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_older_and_dry_run_traces_build(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "old.rrd"
+    code, text = build(trace, out)
+    assert code == EXIT_OK, text
+    assert "note: no side recording" in text  # says what was missing
+    if trace in LEGACY:
+        assert "note: first-format trace" in text
+    rows, texts = read_rrd(out)
+    angles = sum(
+        1 for line in trace.read_text().splitlines() if json.loads(line).get("kind") == "angles"
+    )
+    assert rows["/joints/j0/measured"] == angles > 0
+    assert rows["/joints/j3/commanded"] > 0
+    assert "/camera/side" not in rows and "/camera/top" not in rows
+    assert any(t.startswith("result: ") for t in texts["/events/stages"])
+    assert any("no side recording" in t for t in texts["/events/notes"])
+
+
+@pytest.fixture
+def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (path, what the message must say)."""
+    trace = CORPUS[0]
+    stem = trace.name[: -len(TRACE_SUFFIX)]
+    runlog = tmp_path / f"{stem}.json"
+    runlog.write_text("{}\n")
+    shutil.copy(trace, tmp_path / trace.name)
+    lines = trace.read_text().splitlines(keepends=True)
+    corrupt = tmp_path / "corrupt" / trace.name
+    corrupt.parent.mkdir()
+    corrupt.write_text("".join(lines[:5]) + '{"seq": 6, "event": \n' + "".join(lines[6:]))
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    return {
+        "missing": (tmp_path / "nope", "no such file or folder"),
+        "runlog": (runlog, f"this is the run log, not the trace; give the trace {tmp_path / trace.name}"),
+        "not_a_trial": (empty_dir, "not a trial folder"),
+        "corrupt": (corrupt, f"{corrupt}:6: corrupt trace line (not JSON"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["missing", "runlog", "not_a_trial", "corrupt"])
+def test_bad_input_is_one_line_and_exit_2(
+    case: str, bad_inputs: dict[str, tuple[Path, str]], tmp_path: Path
+) -> None:
+    path, message = bad_inputs[case]
+    out = tmp_path / "never.rrd"
+    proc = run_view(str(path), "--save", str(out))
+    assert proc.returncode == EXIT_BAD_INPUT
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists()
+
+
+def test_follow_streams_lines_appended_to_a_growing_trace(tmp_path: Path) -> None:
+    """Follow a trial whose trace grows, then a second trial; SIGINT; the file holds both."""
+    root = DataRoot(tmp_path / "root")
+    src = CORPUS[0].read_text().splitlines(keepends=True)
+    angles = sum(1 for line in src if json.loads(line).get("kind") == "angles")
+    stems = ["run_0001_20261201_100000", "run_0002_20261201_100100"]
+    traces = [root.trace(s) for s in stems]
+    traces[0].parent.mkdir(parents=True)
+    half = len(src) // 2
+    traces[0].write_text("".join(src[:half]))
+    out = tmp_path / "live.rrd"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecharm_tools.view", "--follow", str(root.root), "--save", str(out)],
+        stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        said = _stderr_lines(proc)
+        assert f"following {stems[0]}" in _until(said, f"following {stems[0]}")
+        with open(traces[0], "a") as fh:  # the trial goes on: written in pieces, one cut mid-line
+            fh.write("".join(src[half:-1]) + src[-1][:10])
+            fh.flush()
+            time.sleep(0.5)
+            fh.write(src[-1][10:])
+        assert f"{stems[0]}: " in _until(said, f"{stems[0]}: ")
+        traces[1].parent.mkdir(parents=True)
+        traces[1].write_text("".join(src))
+        assert f"following {stems[1]}" in _until(said, f"following {stems[1]}")
+        assert f"{stems[1]}: " in _until(said, f"{stems[1]}: ")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        rest = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+    assert "Traceback" not in rest and f"{2 * len(src)} trace lines streamed" in rest
+    rows, texts = read_rrd(out)
+    assert rows["/joints/j0/measured"] == 2 * angles
+    results = [t for t in texts["/events/stages"] if t.startswith("result: ")]
+    assert len(results) == 2  # the result line was among the appended ones, for both trials
+    assert not texts.get("/events/notes")  # the line cut mid-write was read whole
+
+
+def _stderr_lines(proc: subprocess.Popen[str]) -> Iterator[str]:
+    assert proc.stderr is not None
+    yield from proc.stderr
+
+
+def _until(lines: Iterator[str], needle: str) -> str:
+    """Read the process's stderr until a line contains ``needle`` (the suite timeout bounds it)."""
+    seen = []
+    for line in lines:
+        seen.append(line)
+        if needle in line:
+            return line
+    raise AssertionError(f"{needle!r} never said; stderr: {''.join(seen)}")
+
+
+def test_unwritable_save_path_is_exit_1_and_leaves_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    proc = run_view(str(CORPUS[0]), "--save", str(blocker / "t.rrd"))
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "recording not built" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
