@@ -43,6 +43,8 @@ class _Job:
     proc: subprocess.Popen[bytes]
     log_path: Path
     told: bool = False
+    #: said when it ends well (None: nothing to say)
+    done: str | None = None
 
 
 class ViewJobs:
@@ -99,6 +101,7 @@ class ViewJobs:
         args = [str(run_dir), "--save", str(rrd), "--wait", f"{wait_s:g}"]
         job = self._spawn(f"Rerun file of {run_stem}", args, f"view_{run_stem}.log")
         if job is not None:
+            job.done = f"Rerun file of {run_stem} written: {rrd}"
             self.builds.append(job)
 
     def follow(self, url: str | None) -> None:
@@ -108,7 +111,7 @@ class ViewJobs:
         self.follower = self._spawn("live view (--display)", args, f"view_follow_{stamp}.log")
 
     def reap(self) -> None:
-        """One warning line for each helper that ended with an error (once each)."""
+        """One line for each helper that ended: the file it wrote, or a warning (once each)."""
         for job in [*self.builds, *([self.follower] if self.follower else [])]:
             rc = job.proc.poll()
             if rc is None or job.told:
@@ -117,6 +120,8 @@ class ViewJobs:
             if rc != 0:
                 log.warning("view_failed", what=job.what, exit_code=rc, log=str(job.log_path))
                 self.say(f"warning: {job.what} failed (exit {rc}); see {job.log_path}")
+            elif job.done:
+                self.say(job.done)
         self.builds = [j for j in self.builds if j.proc.poll() is None or not j.told]
 
     @property
