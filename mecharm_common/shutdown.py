@@ -2,13 +2,15 @@
 
 The first SIGINT/SIGTERM sets ``stop`` (finish what is in flight, then exit);
 a second one sets ``force`` (stop now). Old handlers are restored on exit.
+``on_first`` / ``on_force`` are told at once, so the operator sees the first Ctrl-C
+was heard and does not press it again by mistake (docs/console.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -20,12 +22,19 @@ class ShutdownSignals:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     force: asyncio.Event = field(default_factory=asyncio.Event)
     received: list[str] = field(default_factory=list)
+    #: called with the signal's name when the first one arrives / when a later one forces
+    on_first: Callable[[str], None] | None = None
+    on_force: Callable[[str], None] | None = None
 
     def trigger(self, name: str) -> None:
         self.received.append(name)
-        if self.stop.is_set():
+        first = not self.stop.is_set()
+        if not first:
             self.force.set()
         self.stop.set()
+        tell = self.on_first if first else self.on_force
+        if tell is not None:
+            tell(name)
 
 
 @contextmanager

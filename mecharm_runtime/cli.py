@@ -3,25 +3,33 @@
 Exit codes (docs/runtime.md, "Start-up checks"): 0 done, 1 failure during the run,
 2 invalid configuration, 3 data root refused, 4 ledger refused, 5 FK table refused,
 6 storage failed mid-session, 7 settings wider than the daemon's safety envelope,
-8 no recorder proved it records into the data root and ``--require-recorder`` is set.
+8 no recorder proved it records into the data root and ``--require-recorder`` is set,
+9 no trial completed (every trial stopped, or none could start).
+
+The console shows what happens (docs/console.md); the full log goes to
+``{data root}/logs/runtime_YYYYmmdd_HHMMSS.log``, one file per session.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.defaults import RUNTIME_CONFIG
+from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.keyfile import KeyFileError, load_or_create_key, read_daemon_token
-from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.layout import RIG_DATA_ROOT, DataRoot
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.records.ledger import LedgerError
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError
@@ -38,6 +46,8 @@ EXIT_STORAGE = 6
 EXIT_ENVELOPE = 7
 #: --require-recorder and no recorder answered on the data root (docs/recorder.md)
 EXIT_RECORDER = 8
+#: trials were asked for and none completed (all stopped, or the first could not start)
+EXIT_NO_TRIAL = 9
 log = get_logger("mecharm_runtime.cli")
 
 
@@ -109,11 +119,46 @@ def build_parser() -> argparse.ArgumentParser:
         dest="vlm_base_url",
         help="VLM judge: Messages API base URL (default $ANTHROPIC_BASE_URL, else the vendor's)",
     )
-    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--display",
+        action="store_const",
+        const=True,
+        help="stream the trials live to a Rerun viewer (spawns one; see --display-url)",
+    )
+    p.add_argument(
+        "--display-url",
+        dest="display_url",
+        help="--display into a running Rerun viewer at this gRPC URL (implies --display)",
+    )
+    p.add_argument(
+        "--no-rerun",
+        dest="rerun_after_trial",
+        action="store_const",
+        const=False,
+        help="do not build each trial's Rerun file after it",
+    )
+    p.add_argument(
+        "--log-level",
+        dest="log_level",
+        choices=["debug", "info", "warning", "error"],
+        help="level of the log file (the console shows warnings and errors)",
+    )
     return p
 
 
-async def _amain(settings: RuntimeSettings) -> int:
+def open_session_log(settings: RuntimeSettings) -> tuple[TextIO, Path]:
+    """This session's log file in the data root's logs folder, once the root passes its guard
+    (never a folder created anywhere else). Raises DataRootError."""
+    try:
+        guard = DataRootGuard(Path(settings.data_root), settings.require_mount)
+        logs = guard.mkdir(DataRoot(Path(settings.data_root)).logs)
+        path = logs / f"runtime_{time.strftime('%Y%m%d_%H%M%S')}.log"
+        return open(path, "a", encoding="utf-8", buffering=1), path
+    except (StorageFault, OSError) as exc:
+        raise DataRootError(str(exc)) from None
+
+
+async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
     from mecharm_runtime.service import ask_yes, run_service, scene_next
 
     between = None
@@ -134,8 +179,9 @@ async def _amain(settings: RuntimeSettings) -> int:
             signals=sigs,
             confirm=ask_yes if settings.confirm else None,
             between_trials=between,
+            console=console,
         )
-    done = sum(t.status == "completed" for t in report.trials)
+    done = report.completed
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
     print(
         f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
@@ -143,6 +189,9 @@ async def _amain(settings: RuntimeSettings) -> int:
     )
     if report.storage_problem or report.records_lost:
         return EXIT_STORAGE
+    if done == 0:
+        print(f"mecharm-runtime: no trial completed (exit {EXIT_NO_TRIAL})", file=sys.stderr)
+        return EXIT_NO_TRIAL
     return 0
 
 
@@ -175,13 +224,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except VlmConfigError as exc:
             print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    configure_logging(settings.log_level)
+    if settings.display_url:
+        settings = settings.model_copy(update={"display": True})
     from mecharm_runtime.client import TimeScaleMismatch
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
-    from mecharm_runtime.service import EnvelopeRefused, RecorderRequired
+    from mecharm_runtime.service import EnvelopeRefused, RecorderRequired, session_console
 
     try:
-        return anyio.run(_amain, settings)
+        log_file, log_path = open_session_log(settings)
+    except DataRootError as exc:
+        print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
+        return EXIT_DATA_ROOT
+    console = session_console(settings)
+    configure_logging(settings.log_level, json=True, stream=log_file, echo=console.log_event)
+    console.line(f"log: {log_path}")
+    try:
+        return anyio.run(_amain, settings, console)
     except DataRootError as exc:
         print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
         return EXIT_DATA_ROOT
@@ -208,6 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
         print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        console.close()
+        configure_logging(settings.log_level)  # the file closes below: back to stderr
+        log_file.close()
 
 
 if __name__ == "__main__":

@@ -131,6 +131,13 @@ class RuntimeSettings(RigSettings):
     #: refuses to start (docs/setup.md, "Time scale"). A dry run talks to no daemon: this, else 1.0
     time_scale: float | None = Field(None, gt=0, le=1000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # ---- what the operator sees (docs/console.md); none of these changes a decision
+    #: after each trial, build its Rerun file in a niced background process (docs/console.md)
+    rerun_after_trial: bool = True
+    #: stream the trials live to a Rerun viewer while they run (``--display``)
+    display: bool = False
+    #: ``--display`` into a running viewer at this gRPC URL instead of spawning one
+    display_url: str | None = None
 
     # ---- the reference rig's constants (docs/runtime.md)
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
@@ -301,5 +308,8 @@ class RuntimeSettings(RigSettings):
 
     def constants(self) -> dict[str, object]:
         """The constants block of the run log (everything that shapes a decision)."""
-        skip = {"daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level"}
+        skip = {
+            "daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level",
+            "rerun_after_trial", "display", "display_url",
+        }  # fmt: skip
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}

@@ -211,6 +211,8 @@ class TrialContext:
     state: TrialState = field(default_factory=TrialState)
     stage: Stage = Stage.OPEN_GRIPPER_HOME
     on_stage: Callable[[str, str, str], None] | None = None  # (stage, outcome, detail) status lines
+    #: told the stage's name as it starts (the operator's console, docs/console.md); never a decision
+    on_stage_start: Callable[[str], None] | None = None
     #: the data root's fault, if any (records/trace.py); read before each stage (docs/reliability.md)
     storage_fault: Callable[[], str | None] = lambda: None
     #: the daemon's safety envelope as the trial started (None: none announced); every guard
@@ -1332,6 +1334,8 @@ async def run_stages(
         ctx.stage = stage
         ctx.trace.stage = stage.value
         ctx.recorder.stage(stage.value)
+        if ctx.on_stage_start is not None:
+            ctx.on_stage_start(stage.value)
         t0 = time.monotonic()
         # a storage fault ends the trial at the next stage boundary through the exit path,
         # but never while the block is in the gripper: the place goes on to the release

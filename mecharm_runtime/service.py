@@ -2,9 +2,11 @@
 
 Life cycle (uvicorn-style): ``open_rig`` (FK table, arcs, top camera, daemon,
 recorder link) → trials → close. Signals: the first Ctrl-C lets the current trial
-finish and then stops; the second stops the arm at once (the trial aborts through
-its exit path with ``stop`` instead of a retreat). A daemon lost during a trial
-aborts that trial; the service reconnects only *between* trials, and says so.
+finish and then stops (the console says so at once); the second stops the arm at once
+(the trial aborts through its exit path with ``stop`` instead of a retreat). A daemon
+lost during a trial aborts that trial; the service reconnects only *between* trials,
+and says so. Everything the operator reads goes through the console (console.py,
+docs/console.md); each trial's Rerun file is built in the background (viewjobs.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.arm import DaemonArm, DryRunArm
 from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.console import RuntimeConsole, recorder_heartbeat
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.descent import pick_descent_table
@@ -49,6 +52,7 @@ from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row,
 from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
+from mecharm_runtime.viewjobs import ViewJobs
 from recorder.sender import RecorderSender
 
 __all__ = [
@@ -65,6 +69,7 @@ __all__ = [
     "run_service",
     "runtime_limits",
     "scene_next",
+    "session_console",
     "summary_line",
 ]
 
@@ -317,6 +322,13 @@ def summary_line(t: TrialSummary, recorder: RecorderLink | None = None) -> str:
     )
 
 
+def session_console(settings: RuntimeSettings, out: TextIO | None = None) -> RuntimeConsole:
+    """The operator's console on ``out`` (stdout); its status line only on a terminal, and
+    not when a question may be asked on it mid-trial (it would redraw over the question)."""
+    asks = settings.confirm or settings.judge == "human" or settings.vlm_ask_human
+    return RuntimeConsole(out or sys.stdout, live=False if asks else None)
+
+
 @dataclass
 class ServiceReport:
     trials: list[TrialSummary] = field(default_factory=list)
@@ -325,6 +337,10 @@ class ServiceReport:
     storage_problem: str = ""
     #: records that never reached the data root (empty when none were lost)
     records_lost: str = ""
+
+    @property
+    def completed(self) -> int:
+        return sum(t.status == "completed" for t in self.trials)
 
 
 async def wait_for_storage(
@@ -375,10 +391,15 @@ async def run_service(
     out: TextIO | None = None,
     confirm: Callable[[], Awaitable[bool]] | None = None,
     between_trials: Callable[[int], Awaitable[int | None]] | None = None,
+    console: RuntimeConsole | None = None,
+    view_module: str | None = None,
 ) -> ServiceReport:
     """Run ``settings.trials`` trials (or until stopped). ``between_trials(i)`` may prepare the
-    next scene and return its seed; ``confirm()`` is asked before every trial but the first."""
-    out = out or sys.stdout
+    next scene and return its seed; ``confirm()`` is asked before every trial but the first.
+    ``console``: where the operator reads what happens (default: one on ``out``, stdout).
+    ``view_module``: the Rerun tool run after each trial (tests point it elsewhere)."""
+    con = console or session_console(settings, out)
+    out = con.writer
     sigs = signals or ShutdownSignals()
     report = ServiceReport()
     try:  # before any set-up: never write anywhere else
@@ -389,16 +410,38 @@ async def run_service(
     # (docs/runtime.md, "Start-up checks"); so does a trial whose row did not reach it
     check_ledger_ready(ledger_path(Path(settings.data_root)))
 
-    def status(stage: str, outcome: str, reason: str) -> None:
-        print(f"  {stage:<22} {outcome}{'  ' + reason if reason else ''}", file=out, flush=True)
-
-    async with open_rig(settings, guard) as (rig, client):
-        await check_recorder(rig, settings, out)
-        try:
-            await _trials(rig, client, settings, sigs, report, out, status, confirm, between_trials)
-        finally:
-            _account_backlog(rig, report, out)
+    told = sigs.on_first, sigs.on_force
+    sigs.on_first, sigs.on_force = con.stop_requested, con.force_requested
+    views = ViewJobs(Path(settings.data_root), con.line, module=view_module, guard=guard)
+    try:
+        async with open_rig(settings, guard) as (rig, client):
+            if con.heartbeat is None:  # the recorder's last probe (docs/console.md)
+                con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
+            await check_recorder(rig, settings, out)
+            con.start(settings.trials, rig.settings.scale)  # the daemon's, once connected
+            if settings.display:
+                views.follow(settings.display_url)
+            try:
+                await _trials(
+                    rig, client, settings, sigs, report, con, views, confirm, between_trials
+                )
+            finally:
+                _account_backlog(rig, report, out)
+                last = report.trials[-1] if report.trials else None
+                con.session_end(
+                    report.stopped_by,
+                    last.run_stem if last else None,
+                    bool(last and last.block_held),
+                )
+                await views.finish(VIEW_FINISH_WAIT_S, give_up=sigs.force.is_set)
+    finally:
+        con.close()
+        sigs.on_first, sigs.on_force = told
     return report
+
+
+#: at the end of a session, how long to wait for the trials' Rerun files still being built
+VIEW_FINISH_WAIT_S = 60.0
 
 
 async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> RecorderProbe | None:
@@ -447,11 +490,12 @@ async def _trials(
     settings: RuntimeSettings,
     sigs: ShutdownSignals,
     report: ServiceReport,
-    out: TextIO,
-    status: Callable[[str, str, str], None],
+    con: RuntimeConsole,
+    views: ViewJobs,
     confirm: Callable[[], Awaitable[bool]] | None,
     between_trials: Callable[[int], Awaitable[int | None]] | None,
 ) -> None:
+    out = con.writer
     i = refused = 0
     while settings.trials is None or i < settings.trials:
         if sigs.stop.is_set():
@@ -482,13 +526,17 @@ async def _trials(
                     warn_missing=had is not None,
                     arcs=(rig.arc_pick, rig.arc_place),
                 )
-        print(
-            f"trial {i + 1}" + (f"/{settings.trials}" if settings.trials else "") + ":",
-            file=out,
-            flush=True,
-        )
+        views.reap()
+        con.trial_start(i + 1)
         try:
-            summary = await run_trial(rig, force=sigs.force, scene_seed=seed, on_stage=status)
+            summary = await run_trial(
+                rig,
+                force=sigs.force,
+                scene_seed=seed,
+                on_stage=con.stage_end,
+                on_stage_start=con.stage_start,
+                on_trace=con.on_trace,
+            )
         except DataRootError as exc:
             # the root failed between the check and the trial's first file: the arm has not
             # moved and nothing was written; wait for it like after any storage fault
@@ -501,7 +549,19 @@ async def _trials(
             continue
         refused = 0
         report.trials.append(summary)
-        print(summary_line(summary, rig.recorder), file=out, flush=True)
+        alive = getattr(rig, "arm_alive", lambda: True)()
+        con.trial_end(
+            summary, summary_line(summary, getattr(rig, "recorder", None)), arm_alive=alive
+        )
+        # the trial's records are written (none pending on a failed root): build its Rerun file
+        if settings.rerun_after_trial and not summary.records_pending:
+            # no recorder: no side video to wait for
+            wait = (
+                POST_TRIAL_VIDEO_WAIT_S
+                if getattr(getattr(rig, "recorder", None), "enabled", False)
+                else 0.0
+            )
+            views.build(summary.run_dir, summary.run_stem, wait)
         if summary.block_held:  # the next trial would open the gripper at HOME: stop here
             report.stopped_by = "block held in the gripper (take it out by hand)"
             break
@@ -511,6 +571,11 @@ async def _trials(
         if sigs.force.is_set():
             report.stopped_by = "forced stop"
             break
+
+
+#: how long the post-trial Rerun builder waits for the side video (the recorder finishes the
+#: mp4 after the trial)
+POST_TRIAL_VIDEO_WAIT_S = 30.0
 
 
 async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:

@@ -260,8 +260,14 @@ async def run_trial(
     force: asyncio.Event | None = None,
     scene_seed: int | None = None,
     on_stage: Callable[[str, str, str], None] | None = None,
+    on_stage_start: Callable[[str], None] | None = None,
+    on_trace: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrialSummary:
     """Run one trial. Raises DataRootError (before the arm moves) when the root is unusable.
+
+    ``on_stage_start(stage)``, ``on_stage(stage, outcome, reason)`` and ``on_trace(line)``
+    (every trace line as written) let the operator's console follow the trial; they are told,
+    never asked (docs/console.md).
 
     A storage fault later on never raises: the trial ends safely with reason
     ``storage (...)`` and what could not be written waits in ``rig.backlog``.
@@ -279,7 +285,7 @@ async def run_trial(
     trace_path = layout.trace(stem)
     try:
         guard.mkdir(run_dir, exist_ok=False)
-        trace = TraceWriter(trace_path, guard)
+        trace = TraceWriter(trace_path, guard, on_line=on_trace)
     except (OSError, StorageFault) as exc:
         raise DataRootError(describe_os_error(exc, f"creating {run_dir}")) from None
     started_wall = rig.clock.wall()
@@ -311,6 +317,7 @@ async def run_trial(
         heights=HeightMemory(layout.height_memory),
         run_dir=run_dir,
         on_stage=on_stage,
+        on_stage_start=on_stage_start,
         storage_fault=trace.check_storage,
         envelope=envelope,
     )

@@ -19,7 +19,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,15 @@ class TraceWriter:
     library buffer can hold half a line.
     """
 
-    def __init__(self, path: Path | None, guard: DataRootGuard | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        guard: DataRootGuard | None = None,
+        on_line: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.path = path
+        #: told every line once written (the operator's console); its failure is only logged
+        self.on_line = on_line
         self.guard = guard
         self.seq = 0
         self.stage: str | None = None
@@ -101,6 +108,11 @@ class TraceWriter:
         }
         self.lines.append(line)
         self._persist()
+        if self.on_line is not None:
+            try:
+                self.on_line(line)
+            except Exception as exc:  # a listener never changes the trial
+                log.warning("trace_listener_failed", error=f"{type(exc).__name__}: {exc}")
         return line
 
     def _persist(self) -> None:
