@@ -269,8 +269,6 @@ def test_cli_exits_9_when_no_trial_completed_and_logs_to_a_file(
                 str(rig.daemon_port),
                 "--no-recorder",
                 "--no-rerun",
-                "--time-scale",
-                "20",
                 "--sim-control",
                 rig.control_url,
             ],
