@@ -351,6 +351,12 @@ def _wrap(text: str, width: int) -> list[str]:
     return [*out, cur] if cur else out
 
 
+def _finite(what: str, *values: float) -> None:
+    """A non-finite figure cannot be drawn (OpenCV would put it at pixel 0, 0): refuse it."""
+    if not all(math.isfinite(float(v)) for v in values):
+        raise ValueError(f"{what}: non-finite value in {values}")
+
+
 def draw_stage(
     frame: NDArray[np.uint8], marks: StageMarks, config: PerceptionConfig = DEFAULT_CONFIG
 ) -> NDArray[np.uint8]:
@@ -370,6 +376,7 @@ def draw_stage(
     if marks.markers:
         _markers(img, frame, H, config, s)
     if H is not None:
+        _check(marks)
         scene = marks.scene
         if scene is not None:
             _box(img, H, scene.box, config, s)
@@ -385,6 +392,20 @@ def draw_stage(
             _tip(img, H, marks.tip, s)
     _header(img, marks, s)
     return img
+
+
+def _check(m: StageMarks) -> None:
+    blocks = [b for b in (m.block, m.scene.block if m.scene else None) if b is not None]
+    for b in blocks:
+        _finite("block", b.x, b.z, b.yaw_deg, b.height_m)
+    for x in (m.box, m.scene.box if m.scene else None):
+        if x is not None:
+            _finite("box", x.x, x.z, x.yaw_deg)
+    if m.tip is not None:
+        t = m.tip
+        _finite("tip", t.u, t.v, t.block_x, t.block_z, t.tip_height_m)
+    if m.target_xz is not None:
+        _finite("servo target", *m.target_xz)
 
 
 # ------------------------------------------------------------------------------ encoding
