@@ -53,7 +53,7 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "box": (0, 165, 255),  # orange: the box's rim
     "box_doubt": (0, 0, 255),
     "tip": (0, 255, 255),  # yellow: the tip marker and the tip -> block error
-    "target": (255, 0, 128),  # servo: held block -> box centre
+    "target": (180, 105, 255),  # pink: servo, held block -> box centre
     "yes": (0, 200, 0),
     "no": (0, 0, 230),
     "text": (255, 255, 255),
