@@ -21,7 +21,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from mecharm_runtime.eyes import CameraEyes, _Capture
+from mecharm_runtime.eyes import CameraEyes, StageCapture
 from mecharm_runtime.perception import DEFAULT_CONFIG, detect_scene, estimate_homography
 from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, draw_stage
 from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
@@ -61,7 +61,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         for name, marks in kinds.items():
-            cap = _Capture(marks.stage, [frame], jpeg, time.time())
+            cap = StageCapture(marks.stage, [frame], jpeg, time.time())
             before, after, draw = [], [], []
             for _ in range(n):
                 before.append(_timed(lambda: cv2.imwrite(str(d / "old.jpg"), frame)))

@@ -60,7 +60,7 @@ from mecharm_runtime.ports import (
 from mecharm_runtime.records.trace import TraceWriter
 from mecharm_runtime.threads import to_thread
 
-__all__ = ["CameraEyes", "DryRunEyes", "EyesError", "TracedEyes"]
+__all__ = ["CameraEyes", "DryRunEyes", "EyesError", "StageCapture", "TracedEyes"]
 
 log = get_logger("mecharm_runtime.eyes")
 
@@ -189,22 +189,25 @@ class CameraEyes:
             )
         return True
 
-    async def grab(self, n: int, tag: str) -> _Capture:
+    async def grab(self, n: int, tag: str) -> StageCapture:
         """``n`` fresh frames; the first becomes the stage image ``tag`` once ``save`` is called."""
         frames = await to_thread(self._grab_frames_sync, n)
         images = [np.asarray(f.image, dtype=np.uint8) for f in frames]
-        return _Capture(tag, images, frames[0].jpeg, frames[0].wall_ts)
+        return StageCapture(tag, images, frames[0].jpeg, frames[0].wall_ts)
 
-    async def save(self, cap: _Capture, marks: StageMarks | None) -> str:
+    async def save(self, cap: StageCapture, marks: StageMarks | None) -> str:
         """Write the capture's stage image (``marks`` drawn on its first frame) and its raw frame;
         the stage image's file name, or "" when nothing could be written. Called after the stage
         decided, so the marks show the decision; drawing and encoding run in a worker thread,
         and a failure to draw writes the raw frame instead (perception/overlay.py)."""
         if self.run_dir is None or (self.guard is not None and self.guard.problem() is not None):
             return ""
-        return await to_thread(self._save_sync, self.run_dir, cap, marks)
+        t0 = time.perf_counter()
+        name = await to_thread(self._save_sync, self.run_dir, cap, marks)
+        log.debug("stage_image", tag=cap.tag, ms=round((time.perf_counter() - t0) * 1000.0, 2))
+        return name
 
-    def _save_sync(self, run_dir: Path, cap: _Capture, marks: StageMarks | None) -> str:
+    def _save_sync(self, run_dir: Path, cap: StageCapture, marks: StageMarks | None) -> str:
         stage, raw = stage_jpegs(cap.frames[0], cap.jpeg, marks, self.config)
         p = run_dir / f"{cap.tag}.jpg"
         try:
@@ -328,7 +331,7 @@ class CameraEyes:
 
     async def _evidence(
         self, tag: str, tip_height_m: float | None, side_frame: str | None
-    ) -> tuple[JudgeEvidence, _Capture] | None:
+    ) -> tuple[JudgeEvidence, StageCapture] | None:
         if self.H is None or self.scene is None:
             return None
         cap = await self.grab(self.judge_frames, tag)
@@ -346,7 +349,9 @@ class CameraEyes:
         )
         return ev, cap
 
-    async def _judged(self, what: str, found: tuple[JudgeEvidence, _Capture], v: Verdict) -> None:
+    async def _judged(
+        self, what: str, found: tuple[JudgeEvidence, StageCapture], v: Verdict
+    ) -> None:
         """The judge capture's stage image, with the verdict; drawn after the judge answered."""
         ev, cap = found
         marks = StageMarks(
@@ -445,7 +450,7 @@ class CameraEyes:
 
 
 @dataclass
-class _Capture:
+class StageCapture:
     """Frames grabbed for one stage capture; the first becomes its stage image."""
 
     tag: str
@@ -454,7 +459,7 @@ class _Capture:
     wall_ts: float
 
 
-def _detect_marks(cap: _Capture, H: MatHomography, scene: SceneDetection) -> StageMarks:
+def _detect_marks(cap: StageCapture, H: MatHomography, scene: SceneDetection) -> StageMarks:
     """The detect capture's overlay: block and box as combined over the capture's frames."""
     found = sum(b is not None for b in scene.block_samples)
     lines = [f"block found in {found}/{len(scene.block_samples)} frames"

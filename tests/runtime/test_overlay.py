@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from structlog.testing import capture_logs
 
 from mecharm_common.layout import STAGE_RAW
-from mecharm_runtime.eyes import CameraEyes, _Capture
+from mecharm_runtime.eyes import CameraEyes, StageCapture
 from mecharm_runtime.perception import (
     DEFAULT_CONFIG,
     MatHomography,
@@ -132,7 +132,7 @@ def test_missing_or_odd_data_still_gives_an_image(scene: Any, tmp_path: Path) ->
     eyes.config = DEFAULT_CONFIG
     grey = np.zeros((120, 160), np.uint8)
     with capture_logs() as logs:
-        name = eyes._save_sync(tmp_path, _Capture("odd", [grey], None, 0.0), StageMarks("odd", H=H, scene=sc))  # type: ignore[list-item]  # fmt: skip
+        name = eyes._save_sync(tmp_path, StageCapture("odd", [grey], None, 0.0), StageMarks("odd", H=H, scene=sc))  # type: ignore[list-item]  # fmt: skip
     assert (
         name == "odd.jpg"
         and (tmp_path / name).is_file()
@@ -140,7 +140,7 @@ def test_missing_or_odd_data_still_gives_an_image(scene: Any, tmp_path: Path) ->
     )
     assert any(e["event"] == "stage_overlay_failed" for e in logs)
     # no marks at all: the raw frame is the stage image
-    name = eyes._save_sync(tmp_path, _Capture("plain", [frames[0]], raw, 0.0), None)
+    name = eyes._save_sync(tmp_path, StageCapture("plain", [frames[0]], raw, 0.0), None)
     assert (tmp_path / name).read_bytes() == raw == (tmp_path / STAGE_RAW / name).read_bytes()
 
 
@@ -152,7 +152,7 @@ async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception
     used: dict[str, NDArray[np.uint8]] = {}
     grab = CameraEyes.grab
 
-    async def recording_grab(self: CameraEyes, n: int, tag: str) -> _Capture:
+    async def recording_grab(self: CameraEyes, n: int, tag: str) -> StageCapture:
         cap = await grab(self, n, tag)
         used[tag] = cap.frames[0].copy()  # the frame perception is handed, before anything else
         return cap
