@@ -12,10 +12,12 @@ verdicts) from the commanded pose, because in a dry run the arm never moves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +44,7 @@ from mecharm_runtime.perception import (
     locate_block,
 )
 from mecharm_runtime.perception.judge import inside_margin_mm
-from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, stage_jpegs
+from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, stage_jpegs, warm_up
 from mecharm_runtime.perception.results import (
     BoxDetection,
     SceneDetection,
@@ -125,6 +127,12 @@ class CameraEyes:
         self.run_dir: Path | None = None
         self.H: MatHomography | None = None
         self.scene: SceneDetection | None = None
+        # the stage images are drawn and written in one long-lived thread: OpenCV loads its
+        # font once per thread (~45 ms), and the shared pool's threads end after 10 s idle, so
+        # there every trial would pay it again (docs/stage-images.md, "What it costs")
+        self._drawer = ThreadPoolExecutor(1, thread_name_prefix="stage-images")
+        self._drawer.submit(warm_up)  # now, not in the first trial
+        self._pending: Future[str] | None = None
 
     def start_trial(self, run_dir: Path | None) -> None:
         self.run_dir, self.H, self.scene = run_dir, None, None
@@ -196,18 +204,31 @@ class CameraEyes:
         return StageCapture(tag, images, frames[0].jpeg, frames[0].wall_ts)
 
     async def save(self, cap: StageCapture, marks: StageMarks | None) -> str:
-        """Write the capture's stage image (``marks`` drawn on its first frame) and its raw frame;
-        the stage image's file name, or "" when nothing could be written. Called after the stage
-        decided, so the marks show the decision; drawing and encoding run in a worker thread,
-        and a failure to draw writes the raw frame instead (perception/overlay.py)."""
+        """Hand the capture's stage image (``marks`` drawn on its first frame) and its raw frame
+        to the drawing thread; returns the stage image's file name ("" when the data root may
+        not be written). Called after the stage decided, so the marks show the decision. The
+        stage does not wait for the drawing: only the previous capture's image, if it is still
+        being written, is waited for first, so images are written in order and never pile up
+        (``settle`` waits for the last one). A failure to draw writes the raw frame instead."""
         if self.run_dir is None or (self.guard is not None and self.guard.problem() is not None):
             return ""
-        t0 = time.perf_counter()
-        name = await to_thread(self._save_sync, self.run_dir, cap, marks)
-        log.debug("stage_image", tag=cap.tag, ms=round((time.perf_counter() - t0) * 1000.0, 2))
-        return name
+        await self.settle()
+        self._pending = self._drawer.submit(self._save_sync, self.run_dir, cap, marks)
+        return f"{cap.tag}.jpg"
+
+    async def settle(self) -> None:
+        """Wait until the last stage image is written (the trial's end); never raises: an image
+        that could not be written is logged, the trial goes on."""
+        job, self._pending = self._pending, None
+        if job is None:
+            return
+        try:
+            await asyncio.wrap_future(job)
+        except Exception as exc:  # the writer's own errors are caught there; anything else
+            log.warning("image_not_written", error=f"{type(exc).__name__}: {exc}"[:200])
 
     def _save_sync(self, run_dir: Path, cap: StageCapture, marks: StageMarks | None) -> str:
+        t0 = time.perf_counter()
         stage, raw = stage_jpegs(cap.frames[0], cap.jpeg, marks, self.config)
         p = run_dir / f"{cap.tag}.jpg"
         try:
@@ -217,6 +238,7 @@ class CameraEyes:
         except OSError as exc:  # a full or read-only disk: the image is lost, not the trial
             log.warning("image_not_written", path=str(p), error=str(exc).strip()[:200])
             return ""
+        log.debug("stage_image", tag=cap.tag, ms=round((time.perf_counter() - t0) * 1000.0, 2))
         return p.name
 
     # ------------------------------------------------------------ EyesPort
@@ -446,6 +468,8 @@ class CameraEyes:
         )
 
     async def close(self) -> None:
+        await self.settle()
+        self._drawer.shutdown(wait=False)
         await to_thread(self.camera.close)
 
 
@@ -498,6 +522,10 @@ class DryRunEyes:
     def start_trial(self, run_dir: Path | None) -> None:
         if self.eyes is not None:
             self.eyes.start_trial(run_dir)
+
+    async def settle(self) -> None:
+        if self.eyes is not None:
+            await self.eyes.settle()
 
     def _tip(self) -> tuple[float, float, float]:
         x, y, z = (float(v) for v in fk_tip(self.arm.pose))

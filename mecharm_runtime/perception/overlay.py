@@ -40,6 +40,7 @@ __all__ = [
     "VerdictMark",
     "draw_stage",
     "stage_jpegs",
+    "warm_up",
 ]
 
 log = get_logger("mecharm_runtime.perception.overlay")
@@ -186,21 +187,17 @@ def _grid(img: NDArray[np.uint8], H: MatHomography, cfg: PerceptionConfig, s: fl
     """The mat's outline and a 50 mm grid, through the homography (bent by the lens if any)."""
     (x0, x1), (z0, z1) = cfg.mat_x, cfg.mat_z
     t = max(1, round(s))
-    n = 24
-    for x in np.arange(math.ceil(x0 / GRID_M) * GRID_M, x1 + 1e-9, GRID_M):
-        _line(
-            img,
-            H.xzs_to_pixels(np.column_stack([np.full(n, x), np.linspace(z0, z1, n)])),
-            COLOURS["grid"],
-            t,
-        )
-    for z in np.arange(math.ceil(z0 / GRID_M) * GRID_M, z1 + 1e-9, GRID_M):
-        _line(
-            img,
-            H.xzs_to_pixels(np.column_stack([np.linspace(x0, x1, n), np.full(n, z)])),
-            COLOURS["grid"],
-            t,
-        )
+    n = 24  # points per line: the lens bends them
+    xs = np.arange(math.ceil(x0 / GRID_M) * GRID_M, x1 + 1e-9, GRID_M)
+    zs = np.arange(math.ceil(z0 / GRID_M) * GRID_M, z1 + 1e-9, GRID_M)
+    along_z, along_x = np.linspace(z0, z1, n), np.linspace(x0, x1, n)
+    lines = [np.column_stack([np.full(n, x), along_z]) for x in xs]
+    lines += [np.column_stack([along_x, np.full(n, z)]) for z in zs]
+    # one mapping and one drawing call for the whole grid: every OpenCV call gives up the
+    # GIL, and a busy process makes each one wait for it again
+    uv = H.xzs_to_pixels(np.vstack(lines)).reshape(len(lines), n, 2)
+    ok = [_pts(line) for line in uv if np.all(np.isfinite(line))]
+    cv2.polylines(img, ok, False, COLOURS["grid"], t, cv2.LINE_AA, shift=4)
     edge = np.array([[x0, z0], [x1, z0], [x1, z1], [x0, z1]])
     _poly(img, H.xzs_to_pixels(edge), COLOURS["grid"], 2 * t)
     for x in (-0.2, 0.0, 0.2):
@@ -240,10 +237,13 @@ def _markers(
 def _find_markers(
     frame: NDArray[np.uint8], H: MatHomography | None, cfg: PerceptionConfig
 ) -> dict[int, NDArray[np.float64]]:
-    """The markers in this frame: searched only around where the homography puts each one
-    (a whole-frame search costs ~10x more); the whole frame when there is no homography."""
+    """The markers in this frame: as the homography's own search found them in its first frame
+    (the frame drawn), else searched around where the homography puts each one (a whole-frame
+    search costs ~10x more), else, with no homography, in the whole frame."""
     if H is None:
         return detect_markers(frame)
+    if H.first_frame_markers:
+        return dict(H.first_frame_markers)
     out: dict[int, NDArray[np.float64]] = {}
     h, w = frame.shape[:2]
     for m in cfg.markers:
@@ -435,6 +435,13 @@ def _check(m: StageMarks) -> None:
         _finite("tip", t.u, t.v, t.block_x, t.block_z, t.tip_height_m)
     if m.target_xz is not None:
         _finite("servo target", *m.target_xz)
+
+
+def warm_up() -> None:
+    """Load OpenCV's font once, outside any trial: its first use costs ~25 ms, which would
+    otherwise land on a trial's first stage image."""
+    cv2.putText(np.zeros((8, 8, 3), np.uint8), "0", (0, 7), cv2.FONT_HERSHEY_SIMPLEX, 0.2,
+                (255, 255, 255), 1, cv2.LINE_AA)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ encoding
