@@ -150,11 +150,13 @@ async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     used: dict[str, NDArray[np.uint8]] = {}
+    handed: dict[str, NDArray[np.uint8]] = {}
     grab = CameraEyes.grab
 
     async def recording_grab(self: CameraEyes, n: int, tag: str) -> StageCapture:
         cap = await grab(self, n, tag)
         used[tag] = cap.frames[0].copy()  # the frame perception is handed, before anything else
+        handed[tag] = cap.frames[0]
         return cap
 
     monkeypatch.setattr(CameraEyes, "grab", recording_grab)
@@ -179,6 +181,9 @@ async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception
         stage = cv2.imread(str(t.run_dir / f"{name}.jpg"))
         raw = cv2.imread(str(t.run_dir / STAGE_RAW / f"{name}.jpg"))
         assert np.array_equal(raw, frame), f"{name}: the raw image is not what perception used"
+        assert np.array_equal(handed[name], frame), (
+            f"{name}: the overlay drew on perception's frame"
+        )
         assert _changed(stage, raw).mean() > 0.001, f"{name}: no overlay drawn"
     # the detect image marks the block where the trace says detect found it
     tr = read_trace(t.trace_path)
