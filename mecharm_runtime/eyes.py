@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -235,6 +236,9 @@ class CameraEyes:
             (run_dir / STAGE_RAW).mkdir(exist_ok=True)
             (run_dir / STAGE_RAW / p.name).write_bytes(raw)
             p.write_bytes(stage)
+            if cap.wall_ts > 0:  # both files dated when the frame was taken, not when drawn
+                for f in (run_dir / STAGE_RAW / p.name, p):
+                    os.utime(f, (cap.wall_ts, cap.wall_ts))
         except OSError as exc:  # a full or read-only disk: the image is lost, not the trial
             log.warning("image_not_written", path=str(p), error=str(exc).strip()[:200])
             return ""

@@ -37,6 +37,8 @@ from mecharm_runtime.trial import run_trial
 from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import Pose, SceneLayout, SceneState
 from mecharm_sim.workcell import Workcell, WorkcellConfig
+from mecharm_tools.view.overlays import find_homography
+from mecharm_tools.view.trialfiles import stage_images
 
 from .conftest import SimDaemon, trial_settings
 
@@ -151,12 +153,14 @@ async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception
 ) -> None:
     used: dict[str, NDArray[np.uint8]] = {}
     handed: dict[str, NDArray[np.uint8]] = {}
+    taken: dict[str, float] = {}
     grab = CameraEyes.grab
 
     async def recording_grab(self: CameraEyes, n: int, tag: str) -> StageCapture:
         cap = await grab(self, n, tag)
         used[tag] = cap.frames[0].copy()  # the frame perception is handed, before anything else
         handed[tag] = cap.frames[0]
+        taken[tag] = cap.wall_ts
         return cap
 
     monkeypatch.setattr(CameraEyes, "grab", recording_grab)
@@ -185,6 +189,12 @@ async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception
             f"{name}: the overlay drew on perception's frame"
         )
         assert _changed(stage, raw).mean() > 0.001, f"{name}: no overlay drawn"
+        for f in (t.run_dir / f"{name}.jpg", t.run_dir / STAGE_RAW / f"{name}.jpg"):
+            assert f.stat().st_mtime == pytest.approx(taken[name], abs=0.01), "dated at capture"
+    # the Rerun builder draws its own marks on the raw frames and finds the mat again in them
+    assert [p.parent.name for p in stage_images(t.run_dir)] == [STAGE_RAW] * len(used)
+    H, why = find_homography(t.run_dir, {})
+    assert H is not None, why
     # the detect image marks the block where the trace says detect found it
     tr = read_trace(t.trace_path)
     scene = next(e["value"] for e in tr if e.get("kind") == "scene")
