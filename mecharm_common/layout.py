@@ -41,6 +41,7 @@ __all__ = [
     "RUN_STEM_FORMAT",
     "RUN_STEM_RE",
     "SNAPSHOTS",
+    "STAGE_RAW",
     "STATES",
     "TRACE_SUFFIX",
     "VIDEO",
@@ -79,6 +80,8 @@ RERUN_SUFFIX = ".rrd"
 LOGS_DIR = "logs"
 #: ``mecharm report ROOT`` writes this page at the root
 REPORT = "report.html"
+#: the stage images' raw frames, in a folder of the run folder (docs/stage-images.md)
+STAGE_RAW = "raw"
 
 #: the one data root every process defaults to: the rig's external SSD on the control
 #: computer (docs/setup.md, "Defaults"); elsewhere pass --data-root (it must exist)

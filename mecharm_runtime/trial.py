@@ -349,6 +349,9 @@ async def run_trial(
         backlog.add(stem, "trace", trace.recover, trace.fault or "")
     rig.recorder.trial_end(stem)
     duration = rig.clock.now() - t0
+    settle = getattr(rig.eyes, "settle", None)  # the last stage image (docs/stage-images.md)
+    if settle is not None:
+        await settle()
     if rig.recorder.enabled:
         rec = await wait_recording_meta(
             layout.recording(stem).dir,

@@ -96,6 +96,11 @@ class MatHomography:
     #: the calibrated top camera (None: pinhole, principal point at the centre); H then maps
     #: the mat to UNDISTORTED pixels
     calibration: CameraCalibration | None = None
+    #: the markers as detected in the first frame (id -> (4, 2) raw pixels), for the stage
+    #: image's overlay (docs/stage-images.md); not serialized
+    first_frame_markers: dict[int, NDArray[np.float64]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self.H = np.asarray(self.H, dtype=np.float64)
@@ -343,6 +348,7 @@ def estimate_homography(
     size = None
     sums: dict[int, NDArray[np.float64]] = {}
     counts: dict[int, int] = {}
+    first: dict[int, NDArray[np.float64]] = {}
     for i, frame in enumerate(frames):
         _check_frame(frame, f"frame {i}")
         fsize = (frame.shape[1], frame.shape[0])
@@ -352,7 +358,10 @@ def estimate_homography(
             raise HomographyError(
                 f"frame {i} is {fsize[0]}x{fsize[1]}, frame 0 is {size[0]}x{size[1]}"
             )
-        for mid, c in detect_markers(frame).items():
+        found = detect_markers(frame)
+        if i == 0:
+            first = found
+        for mid, c in found.items():
             sums[mid] = sums.get(mid, 0) + c
             counts[mid] = counts.get(mid, 0) + 1
     assert size is not None
@@ -387,4 +396,5 @@ def estimate_homography(
         n_frames=n,
         reproj_error_px=err,
         markers_seen=seen,
+        first_frame_markers=first,
     )

@@ -24,6 +24,7 @@ from mecharm_runtime.perception import (
     PerceptionConfig,
     estimate_homography,
 )
+from mecharm_tools.view.trialfiles import stage_images
 
 __all__ = [
     "BLOCK_M",
@@ -50,7 +51,7 @@ def find_homography(
 ) -> tuple[MatHomography | None, str | None]:
     """(homography, None) from the first mat image, or (None, why not); (None, None) when
     the folder has no mat image at all (a dry run, a trace outside its folder)."""
-    mats = sorted(run_dir.glob("*_mat.jpg"))
+    mats = [p for p in stage_images(run_dir) if p.name.endswith("_mat.jpg")]  # raw when kept
     if not mats:
         return None, None
     try:

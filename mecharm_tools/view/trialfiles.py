@@ -23,6 +23,7 @@ from mecharm_common.layout import (
     RUN_FOLDERS,
     RUNLOG_SUFFIX,
     RUNS_DIR,
+    STAGE_RAW,
     TRACE_SUFFIX,
     RecordingFiles,
 )
@@ -102,8 +103,16 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def stage_images(run_dir: Path) -> list[Path]:
-    """The top-camera stage JPEGs the runtime saved in the run folder, by name."""
-    return sorted(p for p in run_dir.glob("*.jpg") if p.is_file())
+    """The top-camera images the runtime saved in the run folder, by name: each capture's raw
+    frame (``raw/{tag}.jpg``) when the trial kept one, so the recording's own overlays draw on
+    the pixels perception saw, not over the runtime's drawn marks; else the stage JPEG of a
+    trial from before the overlays (docs/stage-images.md)."""
+    out = []
+    for p in sorted(run_dir.glob("*.jpg")):
+        if p.is_file():
+            raw = run_dir / STAGE_RAW / p.name
+            out.append(raw if raw.is_file() else p)
+    return out
 
 
 @dataclass
