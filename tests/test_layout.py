@@ -143,7 +143,7 @@ def test_pi_modules_never_import_what_the_pi_does_not_install() -> None:
 
 #: distribution name -> import name, for the dependencies whose names differ
 _IMPORT_NAME = {"pyserial": "serial", "opencv-python-headless": "cv2", "pyyaml": "yaml",
-                "pydantic-settings": "pydantic_settings"}  # fmt: skip
+                "pydantic-settings": "pydantic_settings", "rerun-sdk": "rerun"}  # fmt: skip
 #: extra -> the packages (or modules) it installs libraries for
 _EXTRA_USERS = {
     "pi": ("daemon_pi", "mecharm_sim/arm.py", "mecharm_sim/firmware.py"),

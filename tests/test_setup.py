@@ -22,6 +22,7 @@ from mecharm_common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
 from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS
 from mecharm_runtime.records.trace import read_trace
+from mecharm_runtime.service import scene_next
 from mecharm_tools.cli import TOOL_GROUPS
 from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
 
@@ -140,6 +141,8 @@ def test_a_dry_run_from_root_uses_the_setting_else_real_time(
     sim_rig: SimRig, root: Path, fk_data_dir: Path
 ) -> None:
     """A dry run talks to no daemon: the time_scale key (here through the environment)."""
+    # a fresh scene: an earlier test of this module may have left the block in the box
+    scene_next(sim_rig.control_url, seed=3)
     r = run_from_root(
         "mecharm_runtime.cli",
         *("--dry-run", "--trials", "1", "--data-root", str(root)),

@@ -173,7 +173,12 @@ async def test_service_stops_when_a_trials_row_did_not_reach_the_ledger(
 
     @asynccontextmanager
     async def fake_rig(settings: RuntimeSettings, guard: Any) -> AsyncIterator[tuple[Any, None]]:
-        yield SimpleNamespace(guard=None, backlog=Backlog(), recorder=RecorderLink(None)), None
+        yield (
+            SimpleNamespace(
+                guard=None, backlog=Backlog(), recorder=RecorderLink(None), settings=settings
+            ),
+            None,
+        )
 
     async def fake_trial(rig: Any, **kw: Any) -> TrialSummary:
         i = len(ran) + 1

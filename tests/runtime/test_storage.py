@@ -173,7 +173,12 @@ async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
 
     @asynccontextmanager
     async def fake_rig(settings: RuntimeSettings, guard: Any) -> AsyncIterator[tuple[Any, None]]:
-        yield SimpleNamespace(guard=guard, backlog=Backlog(), recorder=RecorderLink(None)), None
+        yield (
+            SimpleNamespace(
+                guard=guard, backlog=Backlog(), recorder=RecorderLink(None), settings=settings
+            ),
+            None,
+        )
 
     async def refused_trial(rig: Any, **kw: Any) -> Any:
         calls.append(1)
