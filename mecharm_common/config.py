@@ -286,6 +286,28 @@ def _describe(exc: ValidationError, source: str, model: type[BaseModel] | None =
     )
 
 
+def _check_environment(model: type[RigSettings], environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a variable with the model's prefix that names no setting: pydantic-settings
+    ignores it, so a mistyped ``MECHARM_RUNTIME_TIME_SCAL`` would change nothing, silently
+    (docs/setup.md, "Traps"). Nested keys (``PREFIX_SIM__X``) are checked by the model."""
+    prefix = str(model.model_config.get("env_prefix") or "")
+    if not prefix:
+        return
+    fields = {name.lower() for name in model.model_fields}
+    for var in sorted(os.environ if environ is None else environ):
+        if not var.upper().startswith(prefix.upper()):
+            continue
+        key = var[len(prefix) :].split("__", 1)[0].lower()
+        if key in fields:
+            continue
+        match = closest(key, fields)
+        hint = f"; did you mean {prefix}{match.upper()}?" if match else ""
+        raise ConfigError(
+            f"environment variable {var}: {key!r} is no setting of this process{hint} "
+            "(unset it or fix its name)"
+        )
+
+
 def load_settings(
     model: type[S],
     config_file: Path | str | None = None,
@@ -299,6 +321,7 @@ def load_settings(
     data = read_yaml(Path(config_file)) if config_file else {}
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     source = f"file {config_file}, environment or flags" if config_file else "environment or flags"
+    _check_environment(model)
     token = _YAML_DATA.set(data)
     try:
         return model(**cli)

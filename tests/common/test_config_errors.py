@@ -143,3 +143,36 @@ def test_runtime_values_that_would_pass_every_comparison_are_refused(
     assert runtime_main(["--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "cli, var, suggestion",
+    [
+        ("mecharm-runtime", "MECHARM_RUNTIME_TIME_SCAL", "MECHARM_RUNTIME_TIME_SCALE"),
+        ("mecharm-daemon", "MECHARM_DAEMON_PROT", "MECHARM_DAEMON_PORT"),
+        ("mecharm-recorder", "MECHARM_RECORDER_UDP_PROT", "MECHARM_RECORDER_UDP_PORT"),
+    ],
+)
+def test_a_mistyped_environment_variable_is_refused_with_its_closest_name(
+    cli: str, var: str, suggestion: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pydantic-settings ignores a variable that names no field: the setting would silently
+    # keep its default
+    main, _module, _key = CLIS[cli]
+    os.environ[var] = "1"
+    try:
+        assert main([]) == 2
+    finally:
+        del os.environ[var]
+    err = capsys.readouterr().err
+    assert var in err and f"did you mean {suggestion}?" in err and "Traceback" not in err
+
+
+def test_variables_of_nested_keys_and_other_prefixes_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MECHARM_RUNTIME_HOME", "[0, 0, 0, 0, 0, -30]")  # a real key
+    monkeypatch.setenv("MECHARM_CHAOS_SEED", "3")  # a test's own variable, no settings prefix
+    monkeypatch.setenv("MECHARM_RUNTIMEX", "1")  # no underscore after the prefix: not ours
+    s = load_settings(RuntimeSettings)
+    assert s.home[5] == -30
