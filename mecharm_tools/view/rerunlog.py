@@ -49,6 +49,7 @@ ENTITIES = {
     "commanded": "joints/j{i}/commanded",
     "gripper": "gripper/commanded",
     "stages": "events/stages",
+    "stage_now": "stage",
     "lookups": "events/lookups",
     "guards": "events/guards",
     "verdicts": "events/verdicts",
@@ -174,6 +175,13 @@ class TrialLogger:
         self.rec.log(ENTITIES[what], rr.TextLog(text, level=level))
         self._count(what)
 
+    def _stage_now(self, ts: float, markdown: str) -> None:
+        """The stage running at each time, as one document the viewer shows at its time
+        cursor: the span of each stage, from its start to its transition."""
+        self._t(ts)
+        self.rec.log(ENTITIES["stage_now"], rr.TextDocument(markdown, media_type="text/markdown"))
+        self._count("stage_now")
+
     def note(self, text: str, ts: float | None = None) -> None:
         """A line about the recording itself (what was missing), on ``events/notes``."""
         self._text("notes", ts if ts is not None else (self._first_ts or 0.0), text, "WARN")
@@ -248,6 +256,7 @@ class TrialLogger:
             self._stage, self._stage_start = stage, start
             self._stage_starts.append((start, stage))
             self._text("stages", start, f"▶ {stage}")
+            self._stage_now(start, f"**{stage}** running (started {start - (self._first_ts or start):.2f} s into the trial)")  # fmt: skip
             self._t(ts)
         if ev == "input":
             self._input(str(e.get("kind")), e.get("value"), ts, stage)
@@ -259,6 +268,7 @@ class TrialLogger:
             took = f" in {ts - self._stage_start:.2f} s" if self._stage_start is not None else ""
             level = "INFO" if outcome == "ok" else "WARN"
             self._text("stages", ts, f"■ {frm} {outcome}{took}{': ' + reason if reason else ''} → {e.get('to')}", level)  # fmt: skip
+            self._stage_now(ts, f"**{frm}** {outcome}{took}{': ' + reason if reason else ''} → {e.get('to')}")  # fmt: skip
             self._stage, self._stage_end = None, ts
             self.images(upto=ts)
         elif ev == "result":
@@ -266,6 +276,7 @@ class TrialLogger:
             status, reason = e.get("status"), e.get("reason") or ""
             level = "INFO" if status == "success" else "WARN"
             self._text("stages", ts, f"result: {status}{': ' + reason if reason else ''}", level)
+            self._stage_now(ts, f"**result: {status}**{': ' + reason if reason else ''}")
             self.images(upto=ts)
 
     def _input(self, kind: str, value: Any, ts: float, stage: str | None) -> None:

@@ -1,7 +1,7 @@
 """`mecharm view`: a trial's Rerun recording, read back with Rerun's own reader.
 
-One real demo trial (simulated rig, recorder, side video) is recorded per module and
-built into a .rrd; ``rerun.chunk.RrdReader`` reads it back and the entity counts are
+A real demo trial (simulated rig, recorder, side video; the suite's shared demo root,
+tests/conftest.py) is built into a .rrd; ``rerun.chunk.RrdReader`` reads it back and the entity counts are
 checked against the trial's own files. The first-format and corpus traces (dry runs,
 no video) must build too; bad input exits 2 with one line; follow mode streams lines
 appended to a growing trace into a file until SIGINT.
@@ -26,7 +26,6 @@ import pytest
 import rerun.chunk as rrc
 
 from mecharm_common.layout import (
-    FK_DIR,
     META,
     RECORDING,
     RUNLOG_SUFFIX,
@@ -86,22 +85,9 @@ def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Path:
-    """One real demo trial (sim rig + recorder) in a fresh data root, the FK table copied in."""
-    root = tmp_path_factory.mktemp("view_demo")
-    shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mecharm_tools.demo", "--trials", "1", "--data-root", str(root)],
-        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return root
-
-
-@pytest.fixture(scope="module")
 def demo_run_dir(demo_root: Path) -> Path:
-    (run_dir,) = sorted(DataRoot(demo_root).run_folders.iterdir())
-    return run_dir
+    """The first trial of the suite's shared demo root (tests/conftest.py)."""
+    return sorted(p for p in DataRoot(demo_root).run_folders.iterdir() if p.is_dir())[0]
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
@@ -208,6 +194,9 @@ def test_older_and_dry_run_traces_build(trace: Path, tmp_path: Path) -> None:
     assert "/camera/side" not in rows and "/camera/top" not in rows
     assert any(t.startswith("result: ") for t in texts["/events/stages"])
     assert any("no side recording" in t for t in texts["/events/notes"])
+    # the stage span document: one per stage start, transition and the result
+    spans = [t for t in texts["/events/stages"] if t[:1] in "▶■" or t.startswith("result: ")]
+    assert rows["/stage:TextDocument:text"] == len(spans) > 2
 
 
 @pytest.fixture
