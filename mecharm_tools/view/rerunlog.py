@@ -175,6 +175,11 @@ class TrialLogger:
         self.rec.log(ENTITIES[what], rr.TextLog(text, level=level))
         self._count(what)
 
+    @property
+    def last_ts(self) -> float | None:
+        """The time of the last line logged (None before the first)."""
+        return self._last_ts
+
     def _stage_now(self, ts: float, markdown: str) -> None:
         """The stage running at each time, as one document the viewer shows at its time
         cursor: the span of each stage, from its start to its transition."""

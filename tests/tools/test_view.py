@@ -472,3 +472,35 @@ def test_one_bad_value_costs_its_line_not_the_recording(tmp_path: Path) -> None:
     rows, texts = read_rrd(out)
     assert rows["/joints/j2/measured"] == len(angles) - 3
     assert any("3 trace line(s) skipped" in t for t in texts["/events/notes"])
+
+
+def test_follow_skips_a_bad_line_with_a_note(tmp_path: Path) -> None:
+    """In follow mode too one bad value costs its line only, and the note says so live."""
+    import rerun as rr
+
+    from mecharm_tools.view.follow import follow
+
+    root = DataRoot(tmp_path / "root")
+    stem = "run_0001_20261201_100000"
+    lines = [json.loads(x) for x in CORPUS[0].read_text().splitlines()]
+    angles = [i for i, e in enumerate(lines) if e.get("kind") == "angles"]
+    lines[angles[1]]["ts"] = 1e30
+    root.trace(stem).parent.mkdir(parents=True)
+    root.trace(stem).write_text("".join(json.dumps(e) + "\n" for e in lines))
+    out = tmp_path / "live.rrd"
+    rec = rr.RecordingStream("mecharm")
+    rec.save(out)
+    polls: list[int] = []
+    said: list[str] = []
+
+    def stopped() -> bool:
+        polls.append(1)
+        return len(polls) > 2
+
+    assert follow(rec, root, stopped, said.append) == len(lines)
+    rec.flush()
+    rec.disconnect()
+    assert any(s.startswith(f"{stem}: ") for s in said), said  # its result line was read
+    rows, texts = read_rrd(out)
+    assert rows["/joints/j0/measured"] == len(angles) - 1
+    assert any("is not a wall-clock time in seconds" in t for t in texts["/events/notes"])
