@@ -69,3 +69,40 @@ def fk_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         load_table(ensure_table(shared))  # builds the table and its cache once
         fcntl.flock(lock, fcntl.LOCK_UN)
     return shared
+
+
+@pytest.fixture(scope="session")
+def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Path:
+    """Two real trials of `make run`'s demo (simulated rig, recorder, side video), recorded
+    once per test session and shared by every xdist worker (file lock): the viewer's and the
+    report's tests read the same root. Read-only for the tests: copy what you change."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from mecharm_common.layout import FK_DIR
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / "demo_root"
+    with open(shared / "demo_root.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / ".recorded"
+        if not done.is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)
+            repo = Path(__file__).resolve().parents[1]
+            proc = subprocess.run(
+                [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--data-root", str(root)],
+                capture_output=True, text=True, cwd=repo, timeout=600, check=False,
+                env={**os.environ, "PYTHONPATH": str(repo)},
+            )  # fmt: skip
+            if proc.returncode != 0:
+                pytest.fail(
+                    f"demo failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+                )
+            done.write_text("ok\n")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return root

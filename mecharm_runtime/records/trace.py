@@ -20,13 +20,23 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mecharm_common.fsutil import DataRootGuard, LineFile, describe_os_error
 from mecharm_common.logging import get_logger
 
-__all__ = ["DECISION_EVENTS", "TRACE_FORMAT", "TraceWriter", "jsonable", "read_trace"]
+__all__ = [
+    "DECISION_EVENTS",
+    "TRACE_FORMAT",
+    "TraceLines",
+    "TraceReadError",
+    "TraceWriter",
+    "jsonable",
+    "read_lines",
+    "read_trace",
+]
 
 log = get_logger("mecharm_runtime.records.trace")
 
@@ -212,26 +222,66 @@ def _cut_partial_tail(path: Path) -> None:
             fh.truncate(data.rfind(b"\n") + 1)
 
 
-def read_trace(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the lines of a trace file; raise ValueError naming a line that is not JSON.
+class TraceReadError(ValueError):
+    """A trace file that cannot be read as JSON lines; the message names the file and line."""
 
-    A last line cut short (no newline and not JSON: the process died or the disk
-    filled mid-write) is not an error: the whole lines before it are yielded and a
-    ``trace_truncated_tail`` warning says how many bytes were dropped.
+
+@dataclass
+class TraceLines:
+    """The whole lines of a trace file, numbered from 1, and how it ended."""
+
+    lines: list[tuple[int, dict[str, Any]]]
+    #: the number of a last line cut short (no newline, not JSON) that was left out
+    cut_tail: int | None = None
+    #: the number of a last line that is whole JSON but has no newline after it
+    unterminated: int | None = None
+
+
+def read_lines(path: Path) -> TraceLines:
+    """Every non-empty line of ``path`` as (line number, object); the one reader of trace files.
+
+    A last line cut short (no newline and not JSON: the process died or the disk filled
+    mid-write) is left out and named in ``cut_tail``; what a reader does about it is its
+    own: the runtime and the viewer go on without it, replay refuses a truncated trace.
+    Raises TraceReadError for an unreadable file, bytes that are not UTF-8, or a line
+    before the last that is not a JSON object.
     """
-    with open(path, encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                if not raw.endswith("\n"):
-                    log.warning(
-                        "trace_truncated_tail", path=str(path), line=n, dropped_bytes=len(raw)
-                    )
-                    return
-                raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
-            if not isinstance(obj, dict) or "event" not in obj:
-                raise ValueError(f"{path}:{n}: not a trace event object")
-            yield obj
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceReadError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    raw_lines = text.split("\n")  # the last piece is "" when the file ends with a newline
+    out = TraceLines([])
+    for n, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
+            continue
+        last = n == len(raw_lines)
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            if last:
+                out.cut_tail = n
+                log.warning("trace_truncated_tail", path=str(path), line=n, dropped_bytes=len(raw))
+                break
+            raise TraceReadError(
+                f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})"
+            ) from None
+        if not isinstance(obj, dict):
+            raise TraceReadError(f"{path}:{n}: not a JSON object")
+        if last:
+            out.unterminated = n
+        out.lines.append((n, obj))
+    return out
+
+
+def read_trace(path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the lines of a trace file (``read_lines``, a cut last line left out); raise
+    ValueError naming a line that is not a trace event."""
+    for n, obj in read_lines(path).lines:
+        if "event" not in obj:
+            raise TraceReadError(f"{path}:{n}: not a trace event object")
+        yield obj

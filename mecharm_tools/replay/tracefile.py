@@ -15,7 +15,6 @@ against today's code. See docs/replay.md ("Trace format").
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
-from mecharm_common.layout import RUNLOG_SUFFIX, TRACE_SUFFIX
+from mecharm_common.layout import RERUN_SUFFIX, RUN_FOLDERS, RUNLOG_SUFFIX, RUNS_DIR, TRACE_SUFFIX
 from mecharm_runtime.machine import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
@@ -34,14 +33,18 @@ from mecharm_runtime.ports import (
     TipObservation,
     VerdictObservation,
 )
+from mecharm_runtime.records.trace import TraceReadError
+from mecharm_runtime.records.trace import read_lines as trace_lines
 
 __all__ = [
     "EVENTS",
     "INPUT_KINDS",
+    "NotATrace",
     "Recorded",
     "RecordedInput",
     "RecordedInstance",
     "TraceFormatError",
+    "find_trace",
     "parse_trace",
     "read_lines",
     "read_recorded",
@@ -160,35 +163,16 @@ class Recorded:
 
 
 def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-empty line; TraceFormatError on the first bad one."""
-    out: list[tuple[int, dict[str, Any]]] = []
+    """(line number, object) for every non-empty line; TraceFormatError on the first bad one,
+    and on a last line without its newline (a trace cut short is never replayed)."""
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with fh:
-        try:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                if not raw.endswith("\n"):
-                    raise TraceFormatError(
-                        f"{path}:{n}: last line has no newline (truncated trace)"
-                    )
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise TraceFormatError(
-                        f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})"
-                    ) from None
-                if not isinstance(obj, dict):
-                    raise TraceFormatError(f"{path}:{n}: not a JSON object")
-                out.append((n, obj))
-        except UnicodeDecodeError as exc:
-            raise TraceFormatError(
-                f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from None
-    return out
+        read = trace_lines(path)
+    except TraceReadError as exc:
+        raise TraceFormatError(str(exc)) from None
+    end = read.cut_tail or read.unterminated
+    if end is not None:
+        raise TraceFormatError(f"{path}:{end}: last line has no newline (truncated trace)")
+    return read.lines
 
 
 def parse_trace(path: Path, lines: list[tuple[int, dict[str, Any]]]) -> Recorded:
@@ -344,31 +328,56 @@ def upgrade_lines(lines: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, di
 
 
 class NotATrace(TraceFormatError):
-    """Another file of the trial was given (its run log, its folder): the message names the
-    trace to pass instead (docs/setup.md, "Traps")."""
+    """The path is not a trace: missing, another file of the trial (its run log, its Rerun
+    file) or a folder that is not one trial's; the message names what to give instead
+    (docs/setup.md, "Traps")."""
 
 
-def _not_a_trace(path: Path) -> str | None:
-    """What to pass instead when ``path`` is a trial's run log or run folder, else None."""
-    if path.is_dir():
-        traces = sorted(path.glob("*" + TRACE_SUFFIX))
-        if traces:
-            return f"{path} is a run folder; replay takes the trace: {traces[0]}"
-        return None
-    if path.name.endswith(RUNLOG_SUFFIX) and not path.name.endswith(TRACE_SUFFIX):
-        stem = path.name[: -len(RUNLOG_SUFFIX)]
-        return (
-            f"{path} is the run log; replay takes the trace: {stem}{TRACE_SUFFIX} beside it "
-            f"({path.with_name(stem + TRACE_SUFFIX)})"
+def find_trace(path: Path, tool: str) -> Path:
+    """The trace the user meant by ``path``: the trace itself, or the run folder's own trace.
+
+    The one answer for every tool that reads a trial (``mecharm replay``, ``mecharm view``);
+    ``tool`` names the command in the message. The run log (``.json``) and the Rerun file
+    (``.rrd``) beside the trace are answered with the trace's name. Any other file is taken
+    as a trace and its content decides.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise NotATrace(
+            f"{path}: cannot read: no such file or folder (give a run folder or its *{TRACE_SUFFIX})"
         )
-    return None
+    if path.is_dir():
+        own = path / f"{path.name}{TRACE_SUFFIX}"
+        if own.is_file():
+            return own
+        found = sorted(path.glob(f"*{TRACE_SUFFIX}"))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise NotATrace(
+                f"{path}: {len(found)} traces in this folder; {tool} takes one of them, e.g. {found[0]}"
+            )
+        raise NotATrace(
+            f"{path}: not a trial folder (no *{TRACE_SUFFIX} in it); give a run folder under "
+            f"{RUNS_DIR}/{RUN_FOLDERS} or a trace file"
+        )
+    if path.name.endswith(TRACE_SUFFIX):
+        return path
+    for suffix, what in ((RUNLOG_SUFFIX, "the run log"), (RERUN_SUFFIX, "a Rerun recording")):
+        if path.name.endswith(suffix):
+            stem = path.name[: -len(suffix)]
+            trace = path.with_name(stem + TRACE_SUFFIX)
+            opened = f" (open it with `rerun {path}`)" if suffix == RERUN_SUFFIX else ""
+            missing = "" if trace.is_file() else ", not there either"
+            raise NotATrace(
+                f"{path} is {what}{opened}; {tool} takes the trace: {trace.name} beside it "
+                f"({trace}{missing})"
+            )
+    return path
 
 
 def read_recorded(path: Path) -> Recorded:
-    """Read and check ``path``; raise TraceFormatError naming the line that is wrong
-    (NotATrace when it is the trial's run log or folder)."""
-    path = Path(path)
-    instead = _not_a_trace(path)
-    if instead is not None:
-        raise NotATrace(instead)
+    """Read and check ``path`` (a trace or a run folder); raise TraceFormatError naming the
+    line that is wrong (NotATrace when it is no trace: ``find_trace``)."""
+    path = find_trace(path, "replay")
     return parse_trace(path, upgrade_lines(read_lines(path)))

@@ -1,34 +1,36 @@
 """`mecharm view RUN_DIR|TRACE [--save FILE.rrd] [--wait S]` and `mecharm view --follow DATA_ROOT`.
 
 Exit codes: 0 the recording was built (or follow mode was stopped by Ctrl-C/SIGTERM);
-1 building failed (e.g. the .rrd could not be written); 2 bad input (no such path, the
-run log instead of the trace, not a trial folder, a corrupt trace line), with a
-one-line message. Without ``--save`` the Rerun viewer is spawned (docs/viewing.md).
+1 building failed (the .rrd could not be written, no viewer to open); 2 bad input (no
+such path, the run log instead of the trace, not a trial folder, a corrupt trace line,
+a bad viewer URL, rerun-sdk not installed), with a one-line message. Without ``--save``
+the Rerun viewer is spawned (docs/viewing.md). This module does not import rerun, so
+an install without it gets that one line (build.py holds the part that needs it).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import time
 from pathlib import Path
 
-import rerun as rr
-
-from mecharm_common.layout import RECORDING, RUNS_DIR, DataRoot, RecordingFiles
+from mecharm_common.layout import RUN_FOLDERS, RUNS_DIR, DataRoot, run_number
 from mecharm_common.logging import configure_logging
-from mecharm_tools.view.follow import follow, stop_signals
-from mecharm_tools.view.layout import default_blueprint
-from mecharm_tools.view.rerunlog import log_trial
-from mecharm_tools.view.trialfiles import ViewInputError, find_trace, read_trial
+from mecharm_tools.view.viewer import NOT_INSTALLED, rerun_available, viewer_url_problem
 
-__all__ = ["APP_ID", "EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "build", "register", "run"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "register", "run", "say"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-#: the Rerun application id: the viewer keeps one layout for all mechArm recordings
-APP_ID = "mecharm"
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v >= 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text}")
+    return v
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,8 +39,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "target", nargs="?", type=Path, metavar="RUN_DIR|TRACE", help="a run folder or its trace"
     )
     parser.add_argument("--save", type=Path, default=None, metavar="FILE.rrd",
-                        help="write the recording to this file instead of opening the viewer")  # fmt: skip
-    parser.add_argument("--wait", type=float, default=0.0, metavar="S",
+                        help="write the recording to this file (its folder must exist) instead of opening the viewer")  # fmt: skip
+    parser.add_argument("--wait", type=_seconds, default=0.0, metavar="S",
                         help="wait up to S s for the side recording to be finished before building")  # fmt: skip
     parser.add_argument("--follow", type=Path, default=None, metavar="DATA_ROOT",
                         help="stream the newest trial of this data root, and every later one, as it runs")  # fmt: skip
@@ -47,114 +49,79 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
     print(f"mecharm view: {text}", file=sys.stderr, flush=True)
 
 
-def wait_for_recording(trace: Path, wait_s: float) -> str | None:
-    """Wait up to ``wait_s`` for the recorder's meta (it finishes the mp4 after the trial);
-    a note when it did not come."""
-    rec = RecordingFiles(trace.parent / RECORDING)
-    if wait_s <= 0 or not rec.dir.is_dir():
-        return None
-    deadline = time.monotonic() + wait_s
-    while not rec.meta.is_file():
-        if time.monotonic() >= deadline:
-            return f"waited {wait_s:g} s for {rec.meta.name}; built without the side video"
-        time.sleep(0.1)
+def save_problem(save: Path) -> str | None:
+    """Why the recording cannot be written to ``save`` (as `mecharm report --out` would
+    fail: no folder is made for it), or None."""
+    if save.is_dir():
+        return f"cannot write {save}: it is a folder; give a file name, e.g. {save / 'trial.rrd'}"
+    if not save.parent.is_dir():
+        return f"cannot write {save}: no such folder {save.parent}"
     return None
 
 
-def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, str]:
-    """Build the recording of one trial; (exit code, summary line)."""
-    try:
-        trace = find_trace(target)
-        waited = wait_for_recording(trace, wait_s)
-        t0, c0 = time.perf_counter(), time.process_time()
-        tf = read_trial(trace)
-    except ViewInputError as exc:
-        return EXIT_BAD_INPUT, str(exc)
-    if waited:
-        tf.notes.append(waited)
-        tf.video = None
-    rec = rr.RecordingStream(APP_ID, recording_id=tf.stem)
-    tmp = save.with_name(f".{save.name}.{os.getpid()}.tmp") if save is not None else None
-    try:
-        if tmp is not None:
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            rec.save(tmp, default_blueprint=default_blueprint())
-        else:
-            rec.spawn(default_blueprint=default_blueprint())
-        lg = log_trial(rec, tf)
-        rec.flush()
-        rec.disconnect()
-        if tmp is not None and save is not None:
-            os.replace(tmp, save)
-    except Exception as exc:  # writing the file or talking to the viewer failed
-        return EXIT_FAILED, f"{tf.trace}: recording not built: {type(exc).__name__}: {exc}"
-    finally:  # a failure or Ctrl-C leaves no half-written file behind
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-    c = lg.counts
-    where = f"wrote {save}" if save is not None else "sent to the viewer"
-    summary = (
-        f"{where}: {c.get('measured', 0)} joint readings, {c.get('commanded', 0)} commands, "
-        f"{c.get('images', 0)} images, {c.get('video_frames', 0)} video frames "
-        f"({time.perf_counter() - t0:.2f} s, {time.process_time() - c0:.2f} s CPU)"
-    )
-    lines = [f"note: {n}" for n in tf.notes] + [summary]
-    return EXIT_OK, "\n".join(lines)
-
-
-def run_follow(root_path: Path, save: Path | None, connect: str | None) -> int:
-    root = DataRoot(root_path)
-    if not root.root.is_dir():
-        _say(f"{root.root}: no such data root (give the folder that holds {RUNS_DIR}/)")
-        return EXIT_BAD_INPUT
-    rec = rr.RecordingStream(APP_ID)
-    sinks: list[rr.FileSink | rr.GrpcSink] = []
-    if save is not None:
-        save.parent.mkdir(parents=True, exist_ok=True)
-        sinks.append(rr.FileSink(str(save)))
-    if connect is not None:
-        sinks.append(rr.GrpcSink(connect))
-    try:
-        if sinks:
-            rec.set_sinks(*sinks, default_blueprint=default_blueprint())
-        else:
-            rec.spawn(default_blueprint=default_blueprint())
-    except Exception as exc:
-        _say(f"cannot reach the viewer: {type(exc).__name__}: {exc}")
-        return EXIT_FAILED
-    _say(f"following trials under {root.run_folders} (Ctrl-C stops)")
-    with stop_signals() as stopped:
-        n = follow(rec, root, stopped, _say)
-    rec.flush()
-    rec.disconnect()
-    _say(f"stopped; {n} trace lines streamed")
-    return EXIT_OK
+def follow_root_problem(root: Path) -> str | None:
+    """Why ``root`` is not a data root to follow, or None. A folder inside a data root (its
+    runs folder, the run folders' folder, one trial's folder) is answered with the root to
+    give, as `mecharm report` refuses them; a root without trials yet is followed."""
+    if not root.is_dir():
+        return f"{root}: no such data root (give the folder that holds {RUNS_DIR}/)"
+    if DataRoot(root).runs.is_dir():
+        return None
+    up = None
+    if root.name == RUNS_DIR:
+        up = root.parent
+    elif root.name == RUN_FOLDERS and root.parent.name == RUNS_DIR:
+        up = root.parent.parent
+    elif run_number(root.name) is not None and root.parent.name == RUN_FOLDERS:
+        up = root.parent.parent.parent
+        return (
+            f"{root} is one trial's folder: `mecharm view {root}` shows it; to follow the "
+            f"trials, give the data root: --follow {up}"
+        )
+    if up is not None:
+        return f"{root} is inside a data root; follow the data root itself: --follow {up}"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
     # stderr carries the one-line messages; only warnings (e.g. a mat grid not drawn) join them
     configure_logging("warning")
+    if not rerun_available():
+        say(NOT_INSTALLED)
+        return EXIT_BAD_INPUT
+    if args.save is not None and (problem := save_problem(args.save)) is not None:
+        say(problem)
+        return EXIT_FAILED
     if args.follow is not None:
         if args.target is not None:
-            _say("give either RUN_DIR|TRACE or --follow DATA_ROOT, not both")
+            say("give either RUN_DIR|TRACE or --follow DATA_ROOT, not both")
             return EXIT_BAD_INPUT
+        if args.connect is not None and (problem := viewer_url_problem(args.connect)):
+            say(f"--connect {problem}")
+            return EXIT_BAD_INPUT
+        if (problem := follow_root_problem(args.follow)) is not None:
+            say(problem)
+            return EXIT_BAD_INPUT
+        from mecharm_tools.view.build import run_follow
+
         return run_follow(args.follow, args.save, args.connect)
     if args.target is None:
-        _say("give a run folder or a trace (or --follow DATA_ROOT)")
+        say("give a run folder or a trace (or --follow DATA_ROOT)")
         return EXIT_BAD_INPUT
     if args.connect is not None:
-        _say("--connect works with --follow only")
+        say("--connect works with --follow only")
         return EXIT_BAD_INPUT
+    from mecharm_tools.view.build import build
+
     code, text = build(args.target, args.save, args.wait)
     if code == EXIT_OK:
         print(text, flush=True)
     else:
-        _say(text)
+        say(text)
     return code
 
 
@@ -165,5 +132,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:  # Ctrl-C while building: nothing half-written is left (tmp file)
-        _say("interrupted")
+        say("interrupted")
         return 130

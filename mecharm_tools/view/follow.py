@@ -111,7 +111,10 @@ def follow(rec: rr.RecordingStream, root: DataRoot, stopped: Callable[[], bool],
                 except ViewInputError as exc:
                     logger.note(str(exc))
                     continue
+                skipped = len(logger.skipped)
                 logger.event(e)
+                for why in logger.skipped[skipped:]:  # said live, as a finished trial's note
+                    logger.note(f"skipped {why}", logger.last_ts)
                 lines += 1
                 trial_lines += 1
                 if e.get("event") == "result":

@@ -22,10 +22,12 @@ def default_blueprint() -> rrb.Blueprint:
                 rrb.Spatial2DView(origin="camera/side", name="side camera"),
             ),
             rrb.Vertical(
+                rrb.TextDocumentView(origin="stage", name="stage at the time cursor"),
                 rrb.Spatial3DView(origin="world", name="arm (forward kinematics)"),
                 rrb.Grid(
                     *joints, rrb.TimeSeriesView(origin="gripper", name="gripper"), grid_columns=2
                 ),
+                row_shares=[0.4, 2, 3],
             ),
             rrb.Tabs(
                 rrb.TextLogView(origin="events", name="all events"),

@@ -49,6 +49,7 @@ ENTITIES = {
     "commanded": "joints/j{i}/commanded",
     "gripper": "gripper/commanded",
     "stages": "events/stages",
+    "stage_now": "stage",
     "lookups": "events/lookups",
     "guards": "events/guards",
     "verdicts": "events/verdicts",
@@ -85,14 +86,31 @@ _OBSERVATIONS = {"tip", "block_xz", "release_view", "pick_verdict", "place_verdi
 #: an image file written later than this after the trial's start was copied, not captured
 _MAX_TRIAL_S = 3600.0
 _WARN = (240, 180, 40)
+#: the latest time a trace line may carry: wall-clock seconds (Rerun holds ns in an int64,
+#: so a time in ms or 1e30 cannot be placed; 4e9 s is the year 2096)
+_MAX_TS = 4.0e9
+#: what one bad value in a line raises while it is logged: that line is skipped, not the file
+_LINE_ERRORS = (ValueError, TypeError, OverflowError, KeyError, IndexError, AttributeError)
+
+
+def _is_time(v: Any) -> bool:
+    """A wall-clock time in seconds Rerun can place on the timeline."""
+    return (
+        isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and 0.0 <= v <= _MAX_TS
+    )
 
 
 def _num_list(v: Any, n: int) -> list[float] | None:
+    """``n`` finite numbers (a NaN or inf would make Rerun drop the whole plot), else None."""
     if isinstance(v, list | tuple) and len(v) == n:
         try:
-            return [float(x) for x in v]
+            out = [float(x) for x in v]
         except (TypeError, ValueError):
             return None
+        return out if all(math.isfinite(x) for x in out) else None
     return None
 
 
@@ -142,6 +160,8 @@ class TrialLogger:
     _grid_done: bool = False
     _measured_buf: list[tuple[float, list[float]]] = field(default_factory=list)
     _static_done: bool = False
+    #: the trace lines left out, each with why (one bad value costs its line, not the file)
+    skipped: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ helpers
     def _t(self, ts: float) -> None:
@@ -154,6 +174,18 @@ class TrialLogger:
         self._t(ts)
         self.rec.log(ENTITIES[what], rr.TextLog(text, level=level))
         self._count(what)
+
+    @property
+    def last_ts(self) -> float | None:
+        """The time of the last line logged (None before the first)."""
+        return self._last_ts
+
+    def _stage_now(self, ts: float, markdown: str) -> None:
+        """The stage running at each time, as one document the viewer shows at its time
+        cursor: the span of each stage, from its start to its transition."""
+        self._t(ts)
+        self.rec.log(ENTITIES["stage_now"], rr.TextDocument(markdown, media_type="text/markdown"))
+        self._count("stage_now")
 
     def note(self, text: str, ts: float | None = None) -> None:
         """A line about the recording itself (what was missing), on ``events/notes``."""
@@ -187,14 +219,30 @@ class TrialLogger:
 
     # ------------------------------------------------------------------ events
     def event(self, e: dict[str, Any]) -> None:
-        """Log one trace line (any format; unknown events are skipped)."""
+        """Log one trace line (any format; unknown events are skipped, and so is a line
+        with a value that cannot be logged: ``skipped`` says which and why)."""
         self._static()
         ts = e.get("ts")
-        if not isinstance(ts, int | float) or isinstance(ts, bool):
-            ts = self._last_ts
+        if ts is None or isinstance(ts, bool) or not isinstance(ts, int | float):
+            ts = self._last_ts  # no time of its own: at the previous line's
             if ts is None:
                 return
-        ts = float(ts)
+        elif not _is_time(ts):
+            self._skip(e, f"ts {ts!r} is not a wall-clock time in seconds")
+            return
+        try:
+            self._event(e, float(ts))
+        except _LINE_ERRORS as exc:
+            self._skip(e, f"{type(exc).__name__}: {exc}")
+
+    def _skip(self, e: dict[str, Any], why: str) -> None:
+        self.skipped.append(
+            f"trace line seq {e.get('seq', '?')} ({e.get('event')} {e.get('kind', '')}".rstrip()
+            + f"): {why}"
+        )
+        self._count("skipped")
+
+    def _event(self, e: dict[str, Any], ts: float) -> None:
         if self._first_ts is None:
             self._first_ts = ts
         self._last_ts = ts
@@ -213,6 +261,7 @@ class TrialLogger:
             self._stage, self._stage_start = stage, start
             self._stage_starts.append((start, stage))
             self._text("stages", start, f"▶ {stage}")
+            self._stage_now(start, f"**{stage}** running (started {start - (self._first_ts or start):.2f} s into the trial)")  # fmt: skip
             self._t(ts)
         if ev == "input":
             self._input(str(e.get("kind")), e.get("value"), ts, stage)
@@ -224,6 +273,7 @@ class TrialLogger:
             took = f" in {ts - self._stage_start:.2f} s" if self._stage_start is not None else ""
             level = "INFO" if outcome == "ok" else "WARN"
             self._text("stages", ts, f"■ {frm} {outcome}{took}{': ' + reason if reason else ''} → {e.get('to')}", level)  # fmt: skip
+            self._stage_now(ts, f"**{frm}** {outcome}{took}{': ' + reason if reason else ''} → {e.get('to')}")  # fmt: skip
             self._stage, self._stage_end = None, ts
             self.images(upto=ts)
         elif ev == "result":
@@ -231,6 +281,7 @@ class TrialLogger:
             status, reason = e.get("status"), e.get("reason") or ""
             level = "INFO" if status == "success" else "WARN"
             self._text("stages", ts, f"result: {status}{': ' + reason if reason else ''}", level)
+            self._stage_now(ts, f"**result: {status}**{': ' + reason if reason else ''}")
             self.images(upto=ts)
 
     def _input(self, kind: str, value: Any, ts: float, stage: str | None) -> None:
@@ -241,6 +292,8 @@ class TrialLogger:
                 self._measured_seen = True
             elif value.get("error"):
                 self._text("decisions", ts, f"angles read failed: {value.get('error')}", "WARN")
+            elif value.get("angles") is not None:
+                raise ValueError(f"angles {value.get('angles')!r} are not 6 finite numbers")
         elif kind == "sent" and isinstance(value, dict):
             angles = _num_list(value.get("angles"), 6)
             if angles is not None:
@@ -537,7 +590,7 @@ class TrialLogger:
                 times.append(float(row["capture_ts"]))
             except (KeyError, TypeError, ValueError):
                 times.append(float("nan"))
-        keep = [i for i in range(n) if math.isfinite(times[i])]
+        keep = [i for i in range(n) if _is_time(times[i])]
         self.rec.send_columns(
             ENTITIES["side"],
             indexes=[rr.TimeColumn(TIMELINE, timestamp=[times[i] for i in keep])],
@@ -552,12 +605,13 @@ class TrialLogger:
         for row in tf.states:
             if row.get("event_type") != "measured":
                 continue
+            angles = _num_list([row.get(f"j{i}") for i in range(6)], 6)
             try:
-                angles = [float(row[f"j{i}"]) for i in range(6)]
                 ts = float(row["ts"])
             except (KeyError, TypeError, ValueError):
                 continue
-            self.measured(ts, angles)
+            if angles is not None and _is_time(ts):
+                self.measured(ts, angles)
 
     def finish(self, tf: TrialFiles) -> None:
         self._flush_command()
@@ -578,6 +632,11 @@ def log_trial(rec: rr.RecordingStream, tf: TrialFiles) -> TrialLogger:
     for e in tf.events:
         lg.event(e)
     lg.finish(tf)
+    if lg.skipped:
+        more = f" (and {len(lg.skipped) - 3} more)" if len(lg.skipped) > 3 else ""
+        tf.notes.append(
+            f"{len(lg.skipped)} trace line(s) skipped: " + "; ".join(lg.skipped[:3]) + more
+        )
     for n in tf.notes:
         lg.note(n)
     return lg

@@ -17,17 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.layout import (
-    RECORDING,
-    RERUN_SUFFIX,
-    RUN_FOLDERS,
-    RUNLOG_SUFFIX,
-    RUNS_DIR,
-    STAGE_RAW,
-    TRACE_SUFFIX,
-    RecordingFiles,
-)
-from mecharm_tools.replay.tracefile import upgrade_lines
+from mecharm_common.layout import RECORDING, STAGE_RAW, TRACE_SUFFIX, RecordingFiles
+from mecharm_runtime.records.trace import TraceReadError, read_lines
+from mecharm_tools.replay.tracefile import NotATrace, upgrade_lines
+from mecharm_tools.replay.tracefile import find_trace as shared_find_trace
 
 __all__ = [
     "TrialFiles",
@@ -45,40 +38,12 @@ class ViewInputError(ValueError):
 
 
 def find_trace(path: Path) -> Path:
-    """The trace of ``path`` (a run folder or a trace file); ViewInputError names the mistake."""
-    path = Path(path)
-    if not path.exists():
-        raise ViewInputError(
-            f"{path}: no such file or folder (give a run folder or its *{TRACE_SUFFIX})"
-        )
-    if path.is_dir():
-        own = path / f"{path.name}{TRACE_SUFFIX}"
-        if own.is_file():
-            return own
-        found = sorted(path.glob(f"*{TRACE_SUFFIX}"))
-        if len(found) == 1:
-            return found[0]
-        if found:
-            raise ViewInputError(
-                f"{path}: {len(found)} traces in this folder; give one of them, e.g. {found[0]}"
-            )
-        raise ViewInputError(
-            f"{path}: not a trial folder (no *{TRACE_SUFFIX} in it); give a run folder "
-            f"under {RUNS_DIR}/{RUN_FOLDERS} or a trace file"
-        )
-    if path.name.endswith(TRACE_SUFFIX):
-        return path
-    if path.name.endswith(RERUN_SUFFIX):
-        raise ViewInputError(
-            f"{path}: this is a Rerun recording already; open it with `rerun {path}`"
-        )
-    if path.suffix == RUNLOG_SUFFIX:
-        trace = path.with_name(path.name[: -len(RUNLOG_SUFFIX)] + TRACE_SUFFIX)
-        hint = f"give the trace {trace}" if trace.is_file() else "give the trial's trace"
-        raise ViewInputError(
-            f"{path}: this is the run log, not the trace; {hint} or the run folder"
-        )
-    raise ViewInputError(f"{path}: not a trial trace (expected *{TRACE_SUFFIX} or a run folder)")
+    """The trace of ``path`` (a run folder or a trace file): the same answer and messages as
+    ``mecharm replay`` (``replay.tracefile.find_trace``); ViewInputError names the mistake."""
+    try:
+        return shared_find_trace(Path(path), "view")
+    except NotATrace as exc:
+        raise ViewInputError(str(exc)) from None
 
 
 def parse_line(path: Path, n: int, raw: str) -> dict[str, Any]:
@@ -86,11 +51,9 @@ def parse_line(path: Path, n: int, raw: str) -> dict[str, Any]:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ViewInputError(
-            f"{path}:{n}: corrupt trace line (not JSON: {exc.msg} at column {exc.colno})"
-        ) from None
+        raise ViewInputError(f"{path}:{n}: not JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
-        raise ViewInputError(f"{path}:{n}: corrupt trace line (not a JSON object)")
+        raise ViewInputError(f"{path}:{n}: not a JSON object")
     return obj
 
 
@@ -142,27 +105,17 @@ class TrialFiles:
 
 
 def read_events(trace: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """Every trace line, first-format stage names upgraded; an unfinished last line is noted."""
+    """Every trace line (the runtime's own reader), first-format stage names upgraded; a last
+    line cut short is left out with a note."""
     try:
-        text = trace.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ViewInputError(f"{trace}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ViewInputError(f"{trace}: not a trace (not UTF-8 text at byte {exc.start})") from None
-    raw_lines = text.split("\n")
-    numbered: list[tuple[int, dict[str, Any]]] = []
-    for n, raw in enumerate(raw_lines, 1):
-        if not raw.strip():
-            continue
-        if n == len(raw_lines):  # no newline after it: the writer was stopped mid-line
-            try:
-                numbered.append((n, parse_line(trace, n, raw)))
-            except ViewInputError:
-                notes.append(
-                    f"trace line {n} is cut short (the trial did not finish writing it); skipped"
-                )
-            continue
-        numbered.append((n, parse_line(trace, n, raw)))
+        read = read_lines(trace)
+    except TraceReadError as exc:
+        raise ViewInputError(str(exc)) from None
+    if read.cut_tail is not None:
+        notes.append(
+            f"trace line {read.cut_tail} is cut short (the trial did not finish writing it); skipped"
+        )
+    numbered = read.lines
     if not numbered:
         raise ViewInputError(f"{trace}: empty file, not a trial trace")
     if numbered[0][1].get("event") != "trial":

@@ -1,7 +1,7 @@
 """`mecharm view`: a trial's Rerun recording, read back with Rerun's own reader.
 
-One real demo trial (simulated rig, recorder, side video) is recorded per module and
-built into a .rrd; ``rerun.chunk.RrdReader`` reads it back and the entity counts are
+A real demo trial (simulated rig, recorder, side video; the suite's shared demo root,
+tests/conftest.py) is built into a .rrd; ``rerun.chunk.RrdReader`` reads it back and the entity counts are
 checked against the trial's own files. The first-format and corpus traces (dry runs,
 no video) must build too; bad input exits 2 with one line; follow mode streams lines
 appended to a growing trace into a file until SIGINT.
@@ -26,7 +26,6 @@ import pytest
 import rerun.chunk as rrc
 
 from mecharm_common.layout import (
-    FK_DIR,
     META,
     RECORDING,
     RUNLOG_SUFFIX,
@@ -34,8 +33,13 @@ from mecharm_common.layout import (
     DataRoot,
     RecordingFiles,
 )
+from mecharm_runtime.records.trace import read_trace
 from mecharm_tools.cli import main as mecharm_main
-from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK, build
+from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
+from mecharm_tools.view import build as view_build
+from mecharm_tools.view.build import build
+from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
+from mecharm_tools.view.viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
 
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "replay"
@@ -81,22 +85,9 @@ def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Path:
-    """One real demo trial (sim rig + recorder) in a fresh data root, the FK table copied in."""
-    root = tmp_path_factory.mktemp("view_demo")
-    shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mecharm_tools.demo", "--trials", "1", "--data-root", str(root)],
-        capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return root
-
-
-@pytest.fixture(scope="module")
 def demo_run_dir(demo_root: Path) -> Path:
-    (run_dir,) = sorted(DataRoot(demo_root).run_folders.iterdir())
-    return run_dir
+    """The first trial of the suite's shared demo root (tests/conftest.py)."""
+    return sorted(p for p in DataRoot(demo_root).run_folders.iterdir() if p.is_dir())[0]
 
 
 def _csv_rows(path: Path) -> list[dict[str, str]]:
@@ -203,6 +194,9 @@ def test_older_and_dry_run_traces_build(trace: Path, tmp_path: Path) -> None:
     assert "/camera/side" not in rows and "/camera/top" not in rows
     assert any(t.startswith("result: ") for t in texts["/events/stages"])
     assert any("no side recording" in t for t in texts["/events/notes"])
+    # the stage span document: one per stage start, transition and the result
+    spans = [t for t in texts["/events/stages"] if t[:1] in "▶■" or t.startswith("result: ")]
+    assert rows["/stage:TextDocument:text"] == len(spans) > 2
 
 
 @pytest.fixture
@@ -221,9 +215,9 @@ def bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     empty_dir.mkdir()
     return {
         "missing": (tmp_path / "nope", "no such file or folder"),
-        "runlog": (runlog, f"this is the run log, not the trace; give the trace {tmp_path / trace.name}"),
+        "runlog": (runlog, f"is the run log; view takes the trace: {trace.name} beside it"),
         "not_a_trial": (empty_dir, "not a trial folder"),
-        "corrupt": (corrupt, f"{corrupt}:6: corrupt trace line (not JSON"),
+        "corrupt": (corrupt, f"{corrupt}:6: not JSON ("),
     }  # fmt: skip
 
 
@@ -304,8 +298,209 @@ def _until(lines: Iterator[str], needle: str) -> str:
 def test_unwritable_save_path_is_exit_1_and_leaves_nothing(tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
-    proc = run_view(str(CORPUS[0]), "--save", str(blocker / "t.rrd"))
-    assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1 and "recording not built" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    for save, said in (
+        (blocker / "t.rrd", "no such folder"),  # as `mecharm report --out`: no folder made
+        (tmp_path / "missing" / "t.rrd", "no such folder"),
+        (tmp_path, "it is a folder; give a file name"),
+    ):
+        proc = run_view(str(CORPUS[0]), "--save", str(save))
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr and ".tmp" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_negative_wait_is_refused(tmp_path: Path) -> None:
+    proc = run_view(str(CORPUS[0]), "--save", str(tmp_path / "t.rrd"), "--wait", "-5")
+    assert proc.returncode == 2 and "must be 0 or more seconds" in proc.stderr
+    assert not (tmp_path / "t.rrd").exists()
+
+
+def test_viewer_is_found_beside_python_without_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An unactivated venv: PATH lacks its bin, the viewer is still the one beside python."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    exe = viewer_executable()
+    assert exe is not None and Path(exe).parent == Path(sys.executable).parent
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert version.returncode == 0 and "rerun" in version.stdout.lower()
+    spawned: list[dict[str, object]] = []
+    monkeypatch.setattr(view_build.rr, "spawn", lambda **kw: spawned.append(kw))
+    code, text = build(CORPUS[0], None)
+    assert code == EXIT_OK, text
+    assert "sent to the viewer" in text
+    assert [kw["executable_path"] for kw in spawned] == [exe]
+    monkeypatch.setattr(view_build, "viewer_executable", lambda: None)
+    code, text = build(CORPUS[0], None)
+    assert code == 1 and "no Rerun viewer (rerun) beside python" in text
+
+
+_NO_RERUN = "import sys; sys.modules['rerun'] = None; "
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "import runpy; sys.argv = ['view', {t!r}]; runpy.run_module('mecharm_tools.view', run_name='__main__')",
+        "from mecharm_tools.cli import main; raise SystemExit(main(['view', {t!r}]))",
+        "from mecharm_tools.cli import main; raise SystemExit(main(['view', '--follow', {r!r}]))",
+    ],
+    ids=["python -m", "mecharm view", "mecharm view --follow"],
+)
+def test_without_rerun_one_line_and_exit_2(entry: str, tmp_path: Path) -> None:
+    code = _NO_RERUN + entry.format(t=str(CORPUS[0]), r=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"mecharm view: {NOT_INSTALLED}\n"
+    assert NOT_INSTALLED == "rerun-sdk is not installed: pip install '.[tools]'"
+
+
+def test_rerun_available_does_not_import_rerun() -> None:
+    code = (
+        "import sys; from mecharm_tools.view.viewer import rerun_available, viewer_executable; "
+        "assert rerun_available() and viewer_executable(); assert 'rerun' not in sys.modules; "
+        + _NO_RERUN
+        + "assert not rerun_available()"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "notaurl",
+        "http://127.0.0.1:9876/proxy",
+        "rerun+http://127.0.0.1:9876",
+        "rerun+http://:9876/proxy",
+        "rerun+http://127.0.0.1:99999/proxy",
+        "rerun+http://127.0.0.1:9876/foo",
+        "rerun+http://127.0.0.1:9876/proxy",
+        "rerun://10.0.0.2:9876/proxy",
+        "rerun+https://viewer.local/proxy/",
+    ],
+)
+def test_viewer_url_check_agrees_with_rerun(url: str) -> None:
+    """The runtime checks --display-url with this before its first trial: it must refuse
+    exactly what rerun refuses."""
+    import rerun as rr
+
+    try:
+        rr.GrpcSink(url)
+        rerun_ok = True
+    except RuntimeError:
+        rerun_ok = False
+    assert (viewer_url_problem(url) is None) == rerun_ok, viewer_url_problem(url)
+
+
+def test_bad_connect_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = run_view("--follow", str(tmp_path), "--connect", "notaurl")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "--connect 'notaurl' is not a viewer URL" in proc.stderr
+    assert "rerun+http://127.0.0.1:9876/proxy" in proc.stderr
+
+
+def test_follow_refuses_a_folder_inside_the_data_root(tmp_path: Path) -> None:
+    root = DataRoot(tmp_path / "root")
+    stem = "run_0001_20261201_100000"
+    root.run_dir(stem).mkdir(parents=True)
+    for inside in (root.runs, root.run_folders, root.run_dir(stem)):
+        proc = run_view("--follow", str(inside), "--save", str(tmp_path / "never.rrd"))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and f"--follow {root.root}" in proc.stderr
+    assert not (tmp_path / "never.rrd").exists()
+
+
+def _cut(trace: Path, dest: Path) -> Path:
+    """A copy of ``trace`` whose writer died mid-line (no result line, a half last line)."""
+    lines = trace.read_text(encoding="utf-8").splitlines(keepends=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text("".join(lines[:-3]) + lines[-3][:15], encoding="utf-8")
+    return dest
+
+
+def test_view_and_replay_read_and_resolve_a_trial_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One reader (records/trace.py read_lines), one "which file did you mean"
+    (replay/tracefile.py find_trace): the same answers, in the tool's own words."""
+    trace = CORPUS[0]
+    stem = trace.name[: -len(TRACE_SUFFIX)]
+    run_dir = tmp_path / stem
+    run_dir.mkdir()
+    shutil.copy(trace, run_dir / trace.name)
+    (run_dir / f"{stem}{RUNLOG_SUFFIX}").write_text("{}\n")
+    (run_dir / f"{stem}.rrd").write_bytes(b"RRF2\x00\x01")
+    # a run folder is the trial for both
+    assert read_recorded(run_dir).path == run_dir / trace.name
+    code, _text = build(run_dir, tmp_path / "f.rrd")
+    assert code == EXIT_OK
+    for other, said in ((f"{stem}{RUNLOG_SUFFIX}", "is the run log"), (f"{stem}.rrd", "is a Rerun recording")):  # fmt: skip
+        for tool in ("replay", "view"):
+            assert mecharm_main([tool, str(run_dir / other)]) == 2
+            err = capsys.readouterr().err
+            assert f"{said}" in err and f"{tool} takes the trace: {trace.name} beside it" in err
+            assert "not UTF-8" not in err and "not JSON" not in err
+    # a trace cut mid-line: the viewer shows what is there, replay refuses it, same line number
+    cut = _cut(trace, tmp_path / "cut" / trace.name)
+    n = len(trace.read_text().splitlines()) - 2
+    code, text = build(cut, tmp_path / "cut.rrd")
+    assert code == EXIT_OK and f"trace line {n} is cut short" in text
+    with pytest.raises(TraceFormatError, match=f":{n}: last line has no newline"):
+        read_recorded(cut)
+    assert [e["seq"] for e in read_trace(cut)] == list(range(1, n))
+
+
+def test_one_bad_value_costs_its_line_not_the_recording(tmp_path: Path) -> None:
+    """A time in ms, a time of 1e30, NaN angles: those lines are skipped with a note; the
+    rest is built, and the summary counts only what was logged."""
+    lines = [json.loads(x) for x in CORPUS[0].read_text().splitlines()]
+    angles = [i for i, e in enumerate(lines) if e.get("kind") == "angles"]
+    lines[angles[1]]["ts"] *= 1000.0  # ms
+    lines[angles[2]]["ts"] = 1e30
+    lines[angles[3]]["value"]["angles"][2] = float("nan")
+    bad = tmp_path / CORPUS[0].name
+    bad.write_text("".join(json.dumps(e) + "\n" for e in lines))  # NaN as JSON's NaN
+    out = tmp_path / "bad.rrd"
+    code, text = build(bad, out)  # a RerunWarning would fail here (warnings are errors)
+    assert code == EXIT_OK, text
+    assert "3 trace line(s) skipped" in text and "is not a wall-clock time in seconds" in text
+    assert "not 6 finite numbers" in text
+    assert f"{len(angles) - 3} joint readings" in text
+    rows, texts = read_rrd(out)
+    assert rows["/joints/j2/measured"] == len(angles) - 3
+    assert any("3 trace line(s) skipped" in t for t in texts["/events/notes"])
+
+
+def test_follow_skips_a_bad_line_with_a_note(tmp_path: Path) -> None:
+    """In follow mode too one bad value costs its line only, and the note says so live."""
+    import rerun as rr
+
+    from mecharm_tools.view.follow import follow
+
+    root = DataRoot(tmp_path / "root")
+    stem = "run_0001_20261201_100000"
+    lines = [json.loads(x) for x in CORPUS[0].read_text().splitlines()]
+    angles = [i for i, e in enumerate(lines) if e.get("kind") == "angles"]
+    lines[angles[1]]["ts"] = 1e30
+    root.trace(stem).parent.mkdir(parents=True)
+    root.trace(stem).write_text("".join(json.dumps(e) + "\n" for e in lines))
+    out = tmp_path / "live.rrd"
+    rec = rr.RecordingStream("mecharm")
+    rec.save(out)
+    polls: list[int] = []
+    said: list[str] = []
+
+    def stopped() -> bool:
+        polls.append(1)
+        return len(polls) > 2
+
+    assert follow(rec, root, stopped, said.append) == len(lines)
+    rec.flush()
+    rec.disconnect()
+    assert any(s.startswith(f"{stem}: ") for s in said), said  # its result line was read
+    rows, texts = read_rrd(out)
+    assert rows["/joints/j0/measured"] == len(angles) - 1
+    assert any("is not a wall-clock time in seconds" in t for t in texts["/events/notes"])
