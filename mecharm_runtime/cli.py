@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -185,20 +185,24 @@ def session_logging(settings: RuntimeSettings, console: RuntimeConsole) -> Itera
             console.line(f"{told}: {log_path}")
 
 
+def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
+    """Simulated rig: before every trial, the first too (an earlier session may have left the
+    block in the box), a fresh scene from the workcell at ``url``; returns its seed."""
+    from mecharm_runtime.service import scene_next
+
+    async def between(i: int) -> int | None:
+        info = await to_thread(scene_next, url)
+        layout = info.get("layout")
+        seed = layout.get("seed") if isinstance(layout, dict) else None
+        return seed if isinstance(seed, int) else None
+
+    return between
+
+
 async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
-    from mecharm_runtime.service import ask_yes, run_service, scene_next
+    from mecharm_runtime.service import ask_yes, run_service
 
-    between = None
-    if settings.sim_control_url:
-        url = settings.sim_control_url
-
-        async def between(i: int) -> int | None:
-            # every trial, the first too: an earlier session may have left the block in the box
-            info = await to_thread(scene_next, url)
-            layout = info.get("layout")
-            seed = layout.get("seed") if isinstance(layout, dict) else None
-            return seed if isinstance(seed, int) else None
-
+    between = fresh_scenes(settings.sim_control_url) if settings.sim_control_url else None
     with capture_signals() as sigs:
         report = await run_service(
             settings,

@@ -540,3 +540,36 @@ def test_the_status_line_keeps_the_recorder_at_80_columns_in_its_own_colours() -
     assert "recorder NOT RECORDING (no answer)" in plain, plain
     # its own colours (black on white), not the terminal's current ones (reverse video)
     assert out.startswith("\x1b[30;47m"), repr(out)
+
+
+# ---------------------------------------------------------------- dry run; no fresh scene
+
+
+@pytest.mark.asyncio
+async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_ends_the_session(
+    tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """A top camera without the mat: the dry trial stops at detect. Then the scene server is
+    gone: the session ends with its report (the CLI's summary line), not an exception."""
+    from mecharm_runtime.service import SimControlError
+
+    async def between(i: int) -> int | None:
+        if i == 1:
+            raise SimControlError("sim control http://127.0.0.1:1 does not answer (refused)")
+        return None
+
+    out = io.StringIO()
+    settings = trial_settings(
+        tmp_path, fk_data_dir, dry_run=True, trials=2, rerun_after_trial=False,
+        top_camera="synthetic?fps=30&w=320&h=240",
+    )  # fmt: skip
+    report = await run_service(settings, out=out, between_trials=between)
+    text = out.getvalue()
+    (t,) = report.trials
+    assert t.status == "stopped", text
+    said = _state_statement(text)
+    assert "where:    where it was: a dry run sends no motion" in said, said
+    assert "at HOME" not in text
+    assert report.stopped_by.startswith("no fresh scene: sim control"), report.stopped_by
+    assert text.count("ARM STATE after the stop") == 1
+    assert "no fresh scene: sim control http://127.0.0.1:1 does not answer" in text
