@@ -476,10 +476,10 @@ async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> Re
         raise RecorderRequired(f"{probe.sentence()} (require_recorder is set)")
     muted = ""
     if link.muted and probe.root:  # it would record into its own root: it gets no events
-        where = DataRoot(Path(probe.root)).recording_rel("run_STEM")
+        where = DataRoot(Path(probe.root)).recording("run_STEM").dir
         muted = (
             "  it gets no trial events from this session (its video would have gone to "
-            f"{Path(probe.root) / where}, a root this session's ledger does not index)\n"
+            f"{where}, a root this session's ledger does not index)\n"
         )
     log.warning(
         "recorder_not_ready", reason=probe.detail, why=probe.why, fix=probe.fix, muted=link.muted
