@@ -1,9 +1,10 @@
 """structlog set-up: one event per line; JSON when stderr is not a TTY, key=value otherwise.
 
 A process with an operator in front of it (the runtime) sends the log to a file and
-gets only the warnings and errors back, through ``echo``, to show on its console in
-one short line each (docs/console.md): the console says what happens, the file keeps
-everything.
+gets the warnings and errors back through ``echo``. Its console shows only the events
+logged with ``operator=True`` (``FOR_OPERATOR``), one short line each: everything else the
+console either says in its own words or leaves to the file, so nothing is shown twice
+(docs/console.md, "Log lines").
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger", "short_line"]
+__all__ = ["FOR_OPERATOR", "configure_logging", "for_operator", "get_logger", "short_line"]
+
+#: the key that marks a log event for the operator's console (``log.warning(..., operator=True)``)
+FOR_OPERATOR = "operator"
 
 #: a warning or error as a plain dict (level, event, its fields), for a console
 Echo = Callable[[dict[str, Any]], None]
@@ -76,9 +80,15 @@ def _echo(echo: Echo, min_level: int) -> Callable[[Any, str, MutableMapping[str,
     return processor
 
 
+def for_operator(event: dict[str, Any]) -> bool:
+    """Whether a console shows this event: only when its call marked it (never by a list of
+    names, which misses the next new event)."""
+    return event.get(FOR_OPERATOR) is True
+
+
 def short_line(event: dict[str, Any]) -> str:
     """``warning not_at_rest: stage=detect note=...``: one line for a console."""
-    skip = {"event", "level", "logger_name", "timestamp"}
+    skip = {"event", "level", "logger_name", "timestamp", FOR_OPERATOR}
     fields = " ".join(f"{k}={v}" for k, v in event.items() if k not in skip and v is not None)
     return f"{event.get('level', 'log')} {event.get('event', '')}" + (
         f": {fields}" if fields else ""

@@ -13,9 +13,10 @@ The console shows what happens (docs/console.md); the full log goes to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
         const=False,
         help="do not build each trial's Rerun file after it",
     )
+    # not an option: the time scale is the daemon's; a hint instead of argparse's bare refusal
+    p.add_argument("--time-scale", dest="time_scale_flag", help=argparse.SUPPRESS)
     p.add_argument(
         "--log-level",
         dest="log_level",
@@ -144,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="level of the log file (the console shows warnings and errors)",
     )
     return p
+
+
+#: what ``--time-scale`` answers (exit 2)
+TIME_SCALE_FLAG = (
+    "--time-scale: the runtime takes the daemon's time scale; start the daemon with --time-scale K"
+)
 
 
 def open_session_log(settings: RuntimeSettings) -> tuple[TextIO, Path]:
@@ -158,21 +167,42 @@ def open_session_log(settings: RuntimeSettings) -> tuple[TextIO, Path]:
         raise DataRootError(str(exc)) from None
 
 
+@contextlib.contextmanager
+def session_logging(settings: RuntimeSettings, console: RuntimeConsole) -> Iterator[Path]:
+    """The session's log file under the data root's logs folder, with the console echo
+    (docs/console.md, "Log lines"); ``mecharm-runtime`` and the demo share it. Says where
+    the file is, and at the end how many warnings and errors it got. Raises DataRootError."""
+    log_file, log_path = open_session_log(settings)
+    configure_logging(settings.log_level, json=True, stream=log_file, echo=console.log_event)
+    console.line(f"log: {log_path}")
+    try:
+        yield log_path
+    finally:
+        configure_logging(settings.log_level)  # the file closes below: back to stderr
+        log_file.close()
+        told = console.logged_summary()
+        if told:
+            console.line(f"{told}: {log_path}")
+
+
+def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
+    """Simulated rig: before every trial, the first too (an earlier session may have left the
+    block in the box), a fresh scene from the workcell at ``url``; returns its seed."""
+    from mecharm_runtime.service import scene_next
+
+    async def between(i: int) -> int | None:
+        info = await to_thread(scene_next, url)
+        layout = info.get("layout")
+        seed = layout.get("seed") if isinstance(layout, dict) else None
+        return seed if isinstance(seed, int) else None
+
+    return between
+
+
 async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
-    from mecharm_runtime.service import ask_yes, run_service, scene_next
+    from mecharm_runtime.service import ask_yes, run_service
 
-    between = None
-    if settings.sim_control_url:
-        url = settings.sim_control_url
-
-        async def between(i: int) -> int | None:
-            if i == 0:
-                return None
-            info = await to_thread(scene_next, url)
-            layout = info.get("layout")
-            seed = layout.get("seed") if isinstance(layout, dict) else None
-            return seed if isinstance(seed, int) else None
-
+    between = fresh_scenes(settings.sim_control_url) if settings.sim_control_url else None
     with capture_signals() as sigs:
         report = await run_service(
             settings,
@@ -197,8 +227,11 @@ async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.time_scale_flag is not None:
+        print(f"mecharm-runtime: {TIME_SCALE_FLAG}", file=sys.stderr)
+        return EXIT_CONFIG
     cfg = args.config or (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
-    overrides = {k: v for k, v in vars(args).items() if k != "config"}
+    overrides = {k: v for k, v in vars(args).items() if k not in ("config", "time_scale_flag")}
     try:
         settings = load_settings(RuntimeSettings, cfg, overrides)
     except ConfigError as exc:
@@ -228,48 +261,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings.model_copy(update={"display": True})
     from mecharm_runtime.client import TimeScaleMismatch
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
-    from mecharm_runtime.service import EnvelopeRefused, RecorderRequired, session_console
+    from mecharm_runtime.service import (
+        DaemonUnavailable,
+        EnvelopeRefused,
+        RecorderRequired,
+        session_console,
+    )
 
-    try:
-        log_file, log_path = open_session_log(settings)
-    except DataRootError as exc:
-        print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
-        return EXIT_DATA_ROOT
     console = session_console(settings)
-    configure_logging(settings.log_level, json=True, stream=log_file, echo=console.log_event)
-    console.line(f"log: {log_path}")
-    try:
-        return anyio.run(_amain, settings, console)
-    except DataRootError as exc:
-        print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
-        return EXIT_DATA_ROOT
-    except LedgerError as exc:
-        log.error("ledger_refused", error=str(exc))
-        print(f"mecharm-runtime: ledger refused: {exc}", file=sys.stderr)
-        return EXIT_LEDGER
-    except TableError as exc:
-        log.error("fk_table_refused", error=str(exc))
-        print(f"mecharm-runtime: FK table refused: {exc}", file=sys.stderr)
-        return EXIT_TABLE
-    except TimeScaleMismatch as exc:  # the time_scale key is a check (docs/setup.md)
-        log.error("time_scale_refused", error=str(exc))
-        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except EnvelopeRefused as exc:
-        log.error("envelope_refused", error=str(exc))
-        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
-        return EXIT_ENVELOPE
-    except RecorderRequired as exc:
-        print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
-        return EXIT_RECORDER
-    except Exception as exc:
-        log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
-        print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        console.close()
-        configure_logging(settings.log_level)  # the file closes below: back to stderr
-        log_file.close()
+    with contextlib.ExitStack() as session:
+        try:
+            session.enter_context(session_logging(settings, console))
+        except DataRootError as exc:
+            print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
+            return EXIT_DATA_ROOT
+        # each refusal below: logged to the file, said once on stderr (the console echoes only
+        # events marked for the operator)
+        try:
+            return anyio.run(_amain, settings, console)
+        except DataRootError as exc:
+            print(f"mecharm-runtime: {exc}; refusing to write anywhere else", file=sys.stderr)
+            return EXIT_DATA_ROOT
+        except LedgerError as exc:
+            log.error("ledger_refused", error=str(exc))
+            print(f"mecharm-runtime: ledger refused: {exc}", file=sys.stderr)
+            return EXIT_LEDGER
+        except TableError as exc:
+            log.error("fk_table_refused", error=str(exc))
+            print(f"mecharm-runtime: FK table refused: {exc}", file=sys.stderr)
+            return EXIT_TABLE
+        except TimeScaleMismatch as exc:  # the time_scale key is a check (docs/setup.md)
+            log.error("time_scale_refused", error=str(exc))
+            print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        except EnvelopeRefused as exc:
+            log.error("envelope_refused", error=str(exc))
+            print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+            return EXIT_ENVELOPE
+        except RecorderRequired as exc:
+            print(f"mecharm-runtime: refusing to start: {exc}", file=sys.stderr)
+            return EXIT_RECORDER
+        except DaemonUnavailable as exc:
+            log.error("daemon_unavailable", error=str(exc))
+            print(f"mecharm-runtime: cannot start: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        except Exception as exc:
+            log.error("runtime_failed", error=f"{type(exc).__name__}: {exc}")
+            print(f"mecharm-runtime: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        finally:
+            console.close()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ __all__ = [
     "OutsideEnvelope",
     "TimeScaleMismatch",
     "Unauthorized",
+    "connect_fix",
 ]
 
 log = get_logger("mecharm_runtime.client")
@@ -110,6 +111,32 @@ class ArmNoReply(DaemonError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+def connect_fix(exc: DaemonError, *, token_given: bool, token_file: object = None) -> str:
+    """What the operator does when ``connect()`` failed with ``exc``: the one home of these
+    texts, for ``mecharm-runtime``'s start and ``mecharm doctor`` (docs/doctor.md)."""
+    if isinstance(exc, Unauthorized):
+        if not token_given:
+            return (
+                "the daemon requires a token: pass --token-file FILE (a copy of the daemon's "
+                "token file)"
+            )
+        return (
+            f"--token-file {token_file} does not hold the daemon's token: copy the daemon's "
+            "token file (the one its --token-file names)"
+        )
+    if isinstance(exc, DaemonBusy):
+        return (
+            "another client holds the arm (a runtime running?): stop it, or wait for the "
+            "daemon's idle timeout to free the slot"
+        )
+    if isinstance(exc, TimeScaleMismatch):
+        return str(exc).partition("; ")[2]
+    return (
+        "start mecharm-daemon there (on the Pi), or fix --daemon-host/--daemon-port (and the "
+        "network between them)"
+    )
 
 
 _NO_REPLY_CODES = {
@@ -214,6 +241,7 @@ class DaemonClient:
                         daemon=f"{self.host}:{self.port}",
                         wait_s=self.busy_wait_s,
                         reason=str(exc),
+                        operator=True,  # the session seems to hang: say why
                     )
                 await asyncio.sleep(min(_BUSY_RETRY_S, left))
 

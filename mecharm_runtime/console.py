@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from mecharm_common.logging import short_line
+from mecharm_common.logging import for_operator, short_line
 
 __all__ = ["NOMINAL_STAGE_S", "RuntimeConsole", "recorder_heartbeat"]
 
@@ -36,25 +36,8 @@ NOMINAL_STAGE_S = {
     "return_home": 7.0,
 }  # fmt: skip
 
-#: log events the console already tells in its own words (the log file keeps them)
-TOLD_ON_CONSOLE = frozenset(
-    {
-        "block_held_at_stop",
-        "storage_wait",
-        "records_lost",
-        "daemon_reconnect",
-        "trial_not_started",
-        "view_failed",
-        "view_not_started",
-        # said in full by check_recorder (service.py) / on stderr as mecharm-runtime exits
-        "recorder_not_ready",
-        "recorder_required",
-        "runtime_failed",
-        "ledger_refused",
-        "fk_table_refused",
-        "envelope_refused",
-    }
-)
+#: the status line's own colours (reset before and after it: docs/console.md)
+STATUS_STYLE = "black on white"
 
 
 def recorder_heartbeat(recorder: Any) -> str:
@@ -98,6 +81,7 @@ class RuntimeConsole:
         live: bool | None = None,
         heartbeat: Callable[[], str] | None = None,
         refresh_per_second: float = 2.0,
+        dry_run: bool = False,
     ) -> None:
         self.rc = (
             out
@@ -107,6 +91,10 @@ class RuntimeConsole:
             )
         )
         self.want_live = self.rc.is_terminal if live is None else live
+        #: a dry run never moves the arm: a stop leaves it where it was
+        self.dry_run = dry_run
+        #: warnings and errors the log file got ({level: count}), shown or not
+        self.logged: dict[str, int] = {}
         self.heartbeat = heartbeat
         self.time_scale = 1.0
         self.trials: int | None = None
@@ -132,11 +120,23 @@ class RuntimeConsole:
             self.rc.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
     def log_event(self, event: dict[str, Any]) -> None:
-        """A warning or error from the log (the file has the rest), unless told already."""
-        if event.get("event") in TOLD_ON_CONSOLE:
-            return
+        """A warning or error from the log: counted; shown only when its call marked it for
+        the operator (``FOR_OPERATOR``). Everything else is either said by the console in its
+        own words or kept for the file (``logged_summary`` points to it at the end)."""
         level = str(event.get("level", ""))
-        self.line(short_line(event), style="red" if level in ("error", "critical") else "yellow")
+        self.logged[level] = self.logged.get(level, 0) + 1
+        if for_operator(event):
+            self.line(
+                short_line(event), style="red" if level in ("error", "critical") else "yellow"
+            )
+
+    def logged_summary(self) -> str | None:
+        """``log: 2 warning(s), 1 error(s) in the log file`` (None when there were none)."""
+        n = [(self.logged.get(k, 0), k) for k in ("warning", "error")]
+        n[1] = (n[1][0] + self.logged.get("critical", 0), "error")
+        if not any(c for c, _ in n):
+            return None
+        return "log: " + ", ".join(f"{c} {k}(s)" for c, k in n if c) + " in the log file"
 
     # ------------------------------------------------------------------ session
     def start(self, trials: int | None, time_scale: float = 1.0) -> None:
@@ -256,7 +256,11 @@ class RuntimeConsole:
         """A session stopped for the daemon or the storage between trials: the state once more,
         unless the last trial's statement already said it."""
         self.close()
+        # no fresh scene: between trials, the last trial's end (or its statement) told where
+        # the arm is
         if not stopped_by or stopped_by in ("signal", "operator declined"):
+            return
+        if stopped_by.startswith("no fresh scene"):
             return
         if self._told_state_for is not None and self._told_state_for == last_stem:
             return
@@ -273,7 +277,9 @@ class RuntimeConsole:
         kinds = [(lost, "daemon lost"), (forced, "forced stop"), (storage, "storage fault")]
         kind = next((k for hit, k in kinds if hit), "block held" if holding else "trial stopped")
         steps = {s.get("step"): s.get("ok") for s in self.arm.exit_steps if isinstance(s, dict)}
-        if lost:
+        if self.dry_run:
+            where = "where it was: a dry run sends no motion"
+        elif lost:
             where = "where it was when the daemon was lost (nothing more could be sent)"
         elif forced:
             where = "stopped where it was (forced stop)"
@@ -320,17 +326,30 @@ class RuntimeConsole:
         if self.trial_t0 is not None:
             n = f"/{self.trials}" if self.trials else ""
             parts.append(f"trial {self.trial_no}{n} {now - self.trial_t0:.0f} s")
-        stage = self.stage
-        if stage is not None:
-            parts.append(f"{stage} {now - self.stage_t0:.1f} s of {self.expected(stage)}")
-        parts.append(f"joints {_angles(self.arm.measured)}")
-        parts.append(f"gripper {self.arm.gripper}")
         try:
             rec = self.heartbeat() if self.heartbeat is not None else "unknown"
         except Exception:  # a status line never fails
             rec = "unknown"
+        # the recorder next: a narrow terminal cuts the end (the arm's numbers), not the alarm
         parts.append(f"recorder {rec}")
-        return Text(" | ".join(parts), style="reverse")
+        stage = self.stage
+        if stage is not None:
+            done = self.history.get(stage)
+            nominal = NOMINAL_STAGE_S.get(stage)
+            want = (
+                statistics.median(done)
+                if done
+                else (nominal / self.time_scale if nominal is not None else None)
+            )
+            of = f"/~{want:.1f}" if want is not None else ""
+            parts.append(f"{stage} {now - self.stage_t0:.1f}{of} s")
+        parts.append(f"gripper {self.arm.gripper}")
+        parts.append(f"joints {_angles(self.arm.measured)}")
+        # its own colours, and cut to one row (rich would wrap it): never the colour of the
+        # line above, one row at any width
+        text = Text(" | ".join(parts), style=STATUS_STYLE, end="")
+        text.truncate(max(self.rc.width - 1, 10), overflow="ellipsis")
+        return text
 
 
 class _LineWriter:

@@ -102,6 +102,7 @@ class _JsonMemory:
                 path=str(self.path),
                 moved_to=str(aside),
                 error=str(exc),
+                operator=True,  # on the console (docs/console.md, "Log lines")
             )
             return
         for key, entry in entries.items():
@@ -114,6 +115,7 @@ class _JsonMemory:
                     entry=repr(entry)[:200],
                     path=str(self.path),
                     action=f"not applied; fix or delete entry {key!r} in {self.path}",
+                    operator=True,
                 )
                 continue
             bad = self._implausible(entry)
@@ -129,6 +131,7 @@ class _JsonMemory:
                     allowed=allowed,
                     path=str(self.path),
                     action=f"not applied; fix or delete entry {key!r} in {self.path}",
+                    operator=True,
                 )
                 continue
             self.entries[key] = dict(entry)

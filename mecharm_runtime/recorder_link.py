@@ -8,7 +8,9 @@ link (``--no-recorder``, dry run) does nothing at all.
 ``probe`` proves, before the first trial, that a recorder listens and writes into this
 runtime's data root (docs/recorder.md, "Ping: proving the data root"): side video is
 never lost silently. Its last answer (``last_probe``) says on each trial line whether
-side video was recorded, and why not.
+side video was recorded, and why not. A recorder that answers from another data root gets
+nothing more (``muted``): its video would land in a root no ledger points to. One that does
+not answer keeps getting the events: it may start late, into the right root.
 """
 
 from __future__ import annotations
@@ -186,27 +188,38 @@ class RecorderLink:
     def enabled(self) -> bool:
         return self.sender is not None
 
+    @property
+    def muted(self) -> bool:
+        """The last probe found a recorder writing into another data root: it gets no trial
+        events and no frame requests (it would record into that root)."""
+        p = self.last_probe
+        return p is not None and p.answered and not p.same_root
+
+    @property
+    def _sending(self) -> bool:
+        return self.sender is not None and not self.muted
+
     def _send(self, event: object) -> None:
-        if self.sender is not None:
+        if self.sender is not None and not self.muted:
             self.sender.notify(event)
 
     def trial_start(self, run_stem: str) -> None:
-        if self.sender is not None:
+        if self._sending:
             self._send(TrialStart(run_stem=run_stem))
 
     def trial_end(self, run_stem: str) -> None:
-        if self.sender is not None:
+        if self._sending:
             self._send(TrialEnd(run_stem=run_stem))
 
     def stage(self, stage: str) -> None:
-        if self.sender is not None:
+        if self._sending:
             self._send(Stage(stage=stage))
 
     def commanded(
         self, sent_angles: Sequence[float], speed: int, ts_send: float, attempt: int, note: str
     ) -> None:
         """At the send: the angles that went on the wire (the dataset's action)."""
-        if self.sender is not None:
+        if self._sending:
             self._send(
                 Commanded(
                     angles=[float(a) for a in sent_angles],
@@ -221,7 +234,7 @@ class RecorderLink:
         self, ts_send: float, ts_arrival: float | None, attempt: int, arrived: bool, note: str
     ) -> None:
         """When the wait after a send ended."""
-        if self.sender is not None:
+        if self._sending:
             self._send(
                 Arrival(
                     ts_send=ts_send,
@@ -233,12 +246,12 @@ class RecorderLink:
             )
 
     def measured(self, angles: Sequence[float]) -> None:
-        if self.sender is not None:
+        if self._sending:
             self._send(Measured(angles=[float(a) for a in angles]))
 
     def gripper(self, value: int, note: str) -> None:
         """A gripper command with the value it drives the jaws to (0 closed .. 100 open)."""
-        if self.sender is not None:
+        if self._sending:
             self._send(Gripper(state=int(value), note=note[:500]))
 
     async def probe(self, timeout_s: float = 1.0) -> RecorderProbe:
@@ -257,6 +270,8 @@ class RecorderLink:
         """(path, capture_ts, reason); ``(None, None, "recorder_disabled")`` when off."""
         if self.sender is None:
             return None, None, "recorder_disabled"
+        if self.muted:
+            return None, None, "recorder_other_root"
         return await self.sender.request_frame_async(tag, timeout=self.frame_timeout_s)
 
     def close(self) -> None:

@@ -29,10 +29,11 @@ from mecharm_cameras import CameraError, open_camera
 from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.keyfile import read_daemon_token
+from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.arm import DaemonArm, DryRunArm
-from mecharm_runtime.client import DaemonClient, DaemonError
+from mecharm_runtime.client import DaemonClient, DaemonError, TimeScaleMismatch, connect_fix
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole, recorder_heartbeat
 from mecharm_runtime.eyes import CameraEyes, DryRunEyes
@@ -56,6 +57,7 @@ from mecharm_runtime.viewjobs import ViewJobs
 from recorder.sender import RecorderSender
 
 __all__ = [
+    "DaemonUnavailable",
     "EnvelopeRefused",
     "RecorderRequired",
     "ServiceReport",
@@ -78,6 +80,11 @@ log = get_logger("mecharm_runtime.service")
 
 class EnvelopeRefused(RuntimeError):
     """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
+
+
+class DaemonUnavailable(RuntimeError):
+    """The daemon could not be reached or refused this runtime at the start (the CLI exits 1);
+    the message ends with what to do (client.connect_fix)."""
 
 
 class RecorderRequired(RuntimeError):
@@ -140,6 +147,7 @@ def check_envelope(
                 daemon=daemon,
                 reason="the daemon announces no safety envelope (older than it): only the "
                 "runtime's own limits apply, other clients are not held to them",
+                operator=True,
             )
         return None
     problems = wider_than_envelope(runtime_limits(s, arcs), env)
@@ -208,7 +216,13 @@ async def open_rig(
                 keepalive_s=s.daemon_keepalive_s or None,
                 time_scale=s.time_scale,  # set: a check, refused when the daemon's differs
             )
-            await client.connect()
+            try:
+                await client.connect()
+            except TimeScaleMismatch:
+                raise  # its message says what to do; the CLI exits 2
+            except DaemonError as exc:
+                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon_token_file)
+                raise DaemonUnavailable(f"{exc}. Do: {fix}") from None
             s = s.at_time_scale(client.time_scale)  # the daemon's (docs/setup.md, "Time scale")
             log.info("time_scale", scale=s.scale, source="daemon")
             # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
@@ -326,7 +340,7 @@ def session_console(settings: RuntimeSettings, out: TextIO | None = None) -> Run
     """The operator's console on ``out`` (stdout); its status line only on a terminal, and
     not when a question may be asked on it mid-trial (it would redraw over the question)."""
     asks = settings.confirm or settings.judge == "human" or settings.vlm_ask_human
-    return RuntimeConsole(out or sys.stdout, live=False if asks else None)
+    return RuntimeConsole(out or sys.stdout, live=False if asks else None, dry_run=settings.dry_run)
 
 
 @dataclass
@@ -419,8 +433,8 @@ async def run_service(
                 con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
             await check_recorder(rig, settings, out)
             con.start(settings.trials, rig.settings.scale)  # the daemon's, once connected
-            if settings.display:
-                views.follow(settings.display_url)
+            # before the first trial: one line for a Rerun part that cannot run here
+            views.start(settings.rerun_after_trial, settings.display, settings.display_url)
             try:
                 await _trials(
                     rig, client, settings, sigs, report, con, views, confirm, between_trials
@@ -460,11 +474,21 @@ async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> Re
     if settings.require_recorder:
         log.error("recorder_required", reason=probe.detail, why=probe.why, fix=probe.fix)
         raise RecorderRequired(f"{probe.sentence()} (require_recorder is set)")
-    log.warning("recorder_not_ready", reason=probe.detail, why=probe.why, fix=probe.fix)
+    muted = ""
+    if link.muted and probe.root:  # it would record into its own root: it gets no events
+        where = DataRoot(Path(probe.root)).recording("run_STEM").dir
+        muted = (
+            "  it gets no trial events from this session (its video would have gone to "
+            f"{where}, a root this session's ledger does not index)\n"
+        )
+    log.warning(
+        "recorder_not_ready", reason=probe.detail, why=probe.why, fix=probe.fix, muted=link.muted
+    )
     print(
         f"WARNING: NO SIDE VIDEO: {probe.detail}\n"
         f"  why: {probe.why}\n"
         f"  do:  {probe.fix}\n"
+        f"{muted}"
         "  trials run without side video; --require-recorder refuses to start instead",
         file=out,
         flush=True,
@@ -508,7 +532,7 @@ async def _trials(
         if i > 0 and confirm is not None and not await confirm():
             report.stopped_by = "operator declined"
             break
-        seed = await between_trials(i) if between_trials is not None else None
+        # the daemon first: a simulated rig that was lost has lost its scene server too
         if client is not None and not client.is_connected:
             log.warning("daemon_reconnect", reason="connection lost in the previous trial")
             print("reconnecting to the daemon (lost in the previous trial)", file=out, flush=True)
@@ -526,6 +550,13 @@ async def _trials(
                     warn_missing=had is not None,
                     arcs=(rig.arc_pick, rig.arc_place),
                 )
+        try:
+            seed = await between_trials(i) if between_trials is not None else None
+        except SimControlError as exc:  # the session ends with its summary, not a traceback
+            log.error("scene_not_prepared", reason=str(exc))
+            print(f"no fresh scene: {exc}; stopping", file=out, flush=True)
+            report.stopped_by = f"no fresh scene: {exc}"
+            break
         views.reap()
         con.trial_start(i + 1)
         try:

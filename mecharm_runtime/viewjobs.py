@@ -1,14 +1,19 @@
 """The session's Rerun helpers, as background processes that can never hold up or fail a trial.
 
 After each trial its Rerun file is built from its records by ``mecharm_tools.view --save``
-(niced, started once the trial's records are written, never awaited inside a trial);
-``--display`` runs ``mecharm_tools.view --follow`` beside the session. A helper that fails
-gives one warning line on the console and its log file under the data root's logs
-folder; the trials and the exit code are unchanged (docs/console.md, "Rerun").
+(niced, started once the trial's records are written, never awaited inside a trial; one
+builder at a time, the others queued: each takes a few hundred MB); ``--display`` runs
+``mecharm_tools.view --follow`` beside the session. Before the first trial ``start`` checks
+that rerun-sdk is importable and (for ``--display``) that a viewer can be spawned, and says
+in one line what is off otherwise. A helper that fails gives one warning line on the console
+and its log file under the data root's logs folder; the trials and the exit code are
+unchanged (docs/console.md, "Rerun").
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import signal
 import subprocess
@@ -24,12 +29,37 @@ from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 
-__all__ = ["VIEW_MODULE", "ViewJobs"]
+__all__ = ["VIEW_MODULE", "ViewJobs", "rerun_missing", "viewer_missing"]
 
 log = get_logger("mecharm_runtime.viewjobs")
 
 #: the module run as ``python -m``; tests point it at one that fails
 VIEW_MODULE = "mecharm_tools.view"
+
+
+#: installing the tools extra brings rerun-sdk (the library and its viewer)
+INSTALL_HINT = "pip install '.[tools]'"
+
+
+def rerun_missing() -> str | None:
+    """Why no Rerun file can be built by this Python (None: rerun-sdk is importable).
+
+    A cheap look (no import: rerun-sdk takes seconds to import); the builders run this same
+    interpreter."""
+    try:
+        found = importlib.util.find_spec("rerun") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"rerun-sdk not installed ({INSTALL_HINT})"
+
+
+def viewer_missing(python: str = sys.executable) -> str | None:
+    """Why ``--display`` cannot spawn a Rerun viewer (None: the ``rerun`` executable is beside
+    ``python``, as in an installed venv that is not activated, or on PATH)."""
+    beside = Path(python).parent / "rerun"
+    if (beside.is_file() and os.access(beside, os.X_OK)) or shutil.which("rerun"):
+        return None
+    return f"no Rerun viewer (rerun) beside {python} or on PATH ({INSTALL_HINT})"
 
 
 #: builders a session left running when it ended (they finish on their own); kept referenced
@@ -66,7 +96,32 @@ class ViewJobs:
         self.module = module or VIEW_MODULE
         self.python = python
         self.builds: list[_Job] = []
+        #: (run_dir, run_stem, wait_s) of the builds waiting for the running one to end
+        self.queue: list[tuple[Path, str, float]] = []
         self.follower: _Job | None = None
+        #: why no trial's Rerun file is built this session (None: they are)
+        self.builds_off: str | None = None
+
+    def start(self, build: bool, display: bool, url: str | None) -> None:
+        """Before the first trial: what can run. One line for what cannot (then nothing of it
+        is tried); ``--display`` with a viewer at hand starts the live view."""
+        missing = rerun_missing()
+        if build and missing:
+            self.builds_off = missing
+            log.warning("rerun_files_off", reason=missing)
+            self.say(f"Rerun files off: {missing}, or --no-rerun")
+        if not display:
+            return
+        off = missing or (None if url else viewer_missing(self.python))
+        if off:
+            log.warning("live_view_off", reason=off)
+            self.say(
+                f"live view off (--display): {off}; or --display-url URL of a running viewer"
+                if not missing
+                else f"live view off (--display): {off}"
+            )
+            return
+        self.follow(url)
 
     def _spawn(self, what: str, args: list[str], log_name: str) -> _Job | None:
         # niced: the trials keep the CPU (``nice`` rather than a preexec hook: the console's
@@ -95,8 +150,20 @@ class ViewJobs:
         return _Job(what, proc, log_path)
 
     def build(self, run_dir: Path, run_stem: str, wait_s: float) -> None:
-        """Build the trial's Rerun file in the background (``wait_s``: for its side video)."""
+        """Build the trial's Rerun file in the background (``wait_s``: for its side video),
+        after the builds queued before it: never two builders at once."""
+        if self.builds_off:
+            return
+        self.queue.append((run_dir, run_stem, wait_s))
         self.reap()
+
+    def _next_build(self) -> None:
+        """Start the oldest queued build when none is running."""
+        while self.queue and not self.outstanding:
+            run_dir, run_stem, wait_s = self.queue.pop(0)
+            self._spawn_build(run_dir, run_stem, wait_s)
+
+    def _spawn_build(self, run_dir: Path, run_stem: str, wait_s: float) -> None:
         rrd = self.layout.rerun(run_stem)
         args = [str(run_dir), "--save", str(rrd), "--wait", f"{wait_s:g}"]
         job = self._spawn(f"Rerun file of {run_stem}", args, f"view_{run_stem}.log")
@@ -123,6 +190,7 @@ class ViewJobs:
             elif job.done:
                 self.say(job.done)
         self.builds = [j for j in self.builds if j.proc.poll() is None or not j.told]
+        self._next_build()
 
     @property
     def outstanding(self) -> list[_Job]:
@@ -139,13 +207,25 @@ class ViewJobs:
                 -signal.SIGTERM,
                 130,
             )
-        left = self.outstanding
-        if left:
-            self.say(f"waiting up to {timeout_s:g} s for {len(left)} Rerun file(s) to be built ...")
-            deadline = time.monotonic() + timeout_s
-            while self.outstanding and time.monotonic() < deadline and not give_up():
-                await anyio.sleep(0.2)
         self.reap()
+        n = len(self.outstanding) + len(self.queue)
+        if n:
+            self.say(f"waiting up to {timeout_s:g} s for {n} Rerun file(s) to be built ...")
+            deadline = time.monotonic() + timeout_s
+            while (self.outstanding or self.queue) and time.monotonic() < deadline:
+                if give_up():
+                    break
+                await anyio.sleep(0.2)
+                self.reap()  # the next queued one starts as one ends
+        self.reap()
+        if self.queue:
+            stems = ", ".join(stem for _, stem, _ in self.queue)
+            log.warning("view_not_built", runs=stems)
+            self.say(
+                f"Rerun file(s) not built (session over): {stems}; build one later with "
+                "mecharm view RUN_DIR --save FILE"
+            )
+            self.queue.clear()
         left = self.outstanding
         if left:
             self.say(

@@ -2,7 +2,8 @@
 
 Starts the simulated rig (arm daemon + workcell cameras) and the recorder as
 background processes, runs 3 recorded trials through the real runtime service,
-stops everything cleanly and prints a summary table and where the files are.
+stops everything cleanly and prints a summary table and where the files are. The
+session's console and log file are ``mecharm-runtime``'s (docs/console.md).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from mecharm_common.defaults import RUNTIME_CONFIG
 from mecharm_common.layout import DataRoot, default_demo_root
 from mecharm_common.logging import configure_logging
 from mecharm_common.shutdown import capture_signals
+from mecharm_runtime.cli import session_logging
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.service import ServiceReport, run_service, scene_next
+from mecharm_runtime.console import RuntimeConsole
+from mecharm_runtime.service import ServiceReport, run_service, scene_next, session_console
 from mecharm_sim.profile import ProfileError, load_profile
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
 
@@ -42,7 +45,9 @@ def summary_table(report: ServiceReport) -> str:
     return "\n".join(lines)
 
 
-async def _run(settings: RuntimeSettings, control_url: str, seed: int) -> ServiceReport:
+async def _run(
+    settings: RuntimeSettings, control_url: str, seed: int, console: RuntimeConsole
+) -> ServiceReport:
     async def between(i: int) -> int | None:
         if i == 0:
             return seed
@@ -50,7 +55,7 @@ async def _run(settings: RuntimeSettings, control_url: str, seed: int) -> Servic
         return seed + i if info else None
 
     with capture_signals() as sigs:
-        return await run_service(settings, signals=sigs, between_trials=between)
+        return await run_service(settings, signals=sigs, between_trials=between, console=console)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,12 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = load_profile(args.sim_profile)
     except ProfileError as exc:
         p.error(str(exc))
-    configure_logging("warning")
+    configure_logging("warning")  # until the session's log file takes over
     root = args.data_root.resolve()
     root.mkdir(
         parents=True, exist_ok=True
     )  # the demo owns its data root (the runtime never creates one)
-    logs = root / "logs"
+    logs = DataRoot(root).logs
     children: list[Child] = []
     t0 = time.monotonic()
     try:
@@ -136,7 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"running {args.trials} trials (the FK table is built on the first run, ~10 s) ...",
             flush=True,
         )
-        report = asyncio.run(_run(settings, rig.control_url, args.seed))
+        console = session_console(settings)
+        try:
+            # the runtime's log file under logs/ and its console: each thing said once
+            with session_logging(settings, console):
+                report = asyncio.run(_run(settings, rig.control_url, args.seed, console))
+        finally:
+            console.close()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

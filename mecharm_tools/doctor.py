@@ -190,6 +190,7 @@ class Doctor:
             DaemonError,
             TimeScaleMismatch,
             Unauthorized,
+            connect_fix,
         )
         from mecharm_runtime.service import EnvelopeRefused, check_envelope
 
@@ -219,34 +220,20 @@ class Doctor:
         try:
             try:
                 hello = await client.connect()
-            except Unauthorized as exc:
-                fix = (
-                    "the daemon requires a token: pass --token-file FILE (a copy of the "
-                    "daemon's token file)"
-                    if token is None
-                    else f"--token-file {s.daemon_token_file} does not hold the daemon's "
-                    "token: copy the daemon's token file (the one its --token-file names)"
-                )
-                return _fail("daemon", f"{where} refused the hello: {exc.message}", fix), _skip(
-                    "envelope", "daemon not authenticated"
-                )
             except TimeScaleMismatch as exc:
-                why, _, fix = str(exc).partition("; ")
-                return _fail("daemon", why, fix), _skip("envelope", "time scale refused")
-            except DaemonBusy as exc:
-                return _fail(
-                    "daemon",
-                    f"{where}: {exc}",
-                    "another client holds the arm (a runtime running?): stop it, or wait for "
-                    "the daemon's idle timeout to free the slot",
-                ), _skip("envelope", "daemon busy")
+                why = str(exc).partition("; ")[0]
+                return _fail("daemon", why, connect_fix(exc, token_given=bool(token))), _skip(
+                    "envelope", "time scale refused"
+                )
             except DaemonError as exc:
-                return _fail(
-                    "daemon",
-                    f"{where} not reachable: {exc}",
-                    "start mecharm-daemon there (on the Pi), or fix --daemon-host/--daemon-port "
-                    "(and the network between them)",
-                ), _skip("envelope", "daemon not reached")
+                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon_token_file)
+                if isinstance(exc, Unauthorized):
+                    what, skip = f"{where} refused the hello: {exc.message}", "not authenticated"
+                elif isinstance(exc, DaemonBusy):
+                    what, skip = f"{where}: {exc}", "daemon busy"
+                else:
+                    what, skip = f"{where} not reachable: {exc}", "daemon not reached"
+                return _fail("daemon", what, fix), _skip("envelope", skip)
             caps = hello.get("capabilities") or {}
             auth = "authenticated" if caps.get("auth_required") else "no token required"
             scale = caps.get("time_scale")

@@ -6,6 +6,7 @@ the simulated daemon as a process) from ``/``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -71,9 +72,16 @@ def root(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------- the time scale
 
 
-def test_the_runtime_has_no_time_scale_flag() -> None:
+def test_the_runtime_has_no_time_scale_flag_and_says_where_it_is() -> None:
     r = run_from_root("mecharm_runtime.cli", "--time-scale", "20")
-    assert r.returncode == 2 and "unrecognized arguments: --time-scale" in r.stderr
+    assert r.returncode == 2, r.stderr
+    assert one_line(r, "mecharm-runtime") == (
+        "mecharm-runtime: --time-scale: the runtime takes the daemon's time scale; start the "
+        "daemon with --time-scale K"
+    )
+    from mecharm_runtime.cli import build_parser
+
+    assert "--time-scale" not in build_parser().format_help()  # hidden: not an option
     assert "time_scale: 1.0\n" not in RUNTIME_CONFIG.read_text()  # a set key would be a check
 
 
@@ -113,6 +121,9 @@ def test_a_time_scale_setting_the_daemon_does_not_announce_is_refused(
     line = one_line(r, "mecharm-runtime")
     assert r.returncode == 2, r.stderr
     assert "runs at time scale 20" in line and "drop time_scale" in line
+    # said once: the refusal line, not also a log line echoed on the console
+    assert (r.stdout + r.stderr).count("runs at time scale 20") == 1, r.stdout + r.stderr
+    assert "time_scale_refused" not in r.stdout + r.stderr
     assert not DataRoot(root).run_folders.exists() or not any(DataRoot(root).run_folders.iterdir())
 
 
@@ -243,7 +254,8 @@ def test_a_recorder_port_in_use_names_the_port_and_its_flag(tmp_path: Path, root
 def test_a_stopped_sim_daemon_is_one_line_not_a_url_error(
     sim_rig: SimRig, root: Path, fk_data_dir: Path, tmp_path: Path
 ) -> None:
-    """The scene for trial 2 is asked of a simulated rig that has stopped."""
+    """The scene for trial 1 (every trial gets a fresh one) is asked of a simulated rig that
+    has stopped: one line, then the session's summary, no traceback."""
     gone = start_sim_daemon(tmp_path / "gone", seed=3, time_scale=SCALE)
     gone.daemon.stop()
     r = run_from_root(
@@ -256,10 +268,113 @@ def test_a_stopped_sim_daemon_is_one_line_not_a_url_error(
             "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir),
         },
     )
-    assert r.returncode != 0
-    line = one_line(r, "mecharm-runtime")
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "URLError" not in r.stderr + r.stdout
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("no fresh scene: ")]
     assert f"sim control {gone.control_url} does not answer" in line, line
-    assert "URLError" not in r.stderr + r.stdout
+    assert "0 trial(s): 0 completed" in r.stdout and "trial 1" not in r.stdout
+
+
+def test_the_first_trial_gets_a_fresh_scene_too() -> None:
+    """An earlier session may have left the block in the box: ask before trial 1 as well."""
+    import http.server
+    import threading
+
+    from mecharm_runtime.cli import fresh_scenes
+
+    asked: list[str] = []
+
+    class Scene(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            body = json.dumps({"layout": {"seed": 41}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Scene)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        between = fresh_scenes(f"http://127.0.0.1:{server.server_port}")
+        assert anyio.run(between, 0) == 41
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/scene/next"]
+
+
+# ---------------------------------------------------------------- start failures: what to do
+
+
+def test_an_unreachable_daemon_says_what_to_do(root: Path, fk_data_dir: Path) -> None:
+    port = free_port()
+    r = run_from_root(
+        "mecharm_runtime.cli",
+        *("--trials", "1", "--no-recorder", "--no-rerun", "--data-root", str(root)),
+        *("--daemon-port", str(port), "--top-camera", "synthetic?fps=30&w=320&h=240"),
+        env={"MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = one_line(r, "mecharm-runtime")
+    assert line.startswith(
+        f"mecharm-runtime: cannot start: cannot connect to daemon 127.0.0.1:{port}"
+    )
+    assert line.endswith(
+        "Do: start mecharm-daemon there (on the Pi), or fix --daemon-host/--daemon-port (and "
+        "the network between them)"
+    ), line
+
+
+@pytest.mark.parametrize("token", [None, "not-the-daemons-token-0123456789"])
+def test_a_missing_or_wrong_token_says_what_to_do(
+    token: str | None, root: Path, fk_data_dir: Path, tmp_path: Path
+) -> None:
+    """The same fix texts as ``mecharm doctor`` (client.connect_fix)."""
+    from daemon_pi.backends.sim import SimBackend
+    from daemon_pi.server import run_server
+    from mecharm_common.config import load_settings
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.service import DaemonUnavailable, run_service
+    from mecharm_sim.arm import SimArm, SimArmConfig
+
+    token_file = tmp_path / "daemon.token"
+    if token is not None:
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+
+    async def main() -> str:
+        arm = SimArm(SimArmConfig(time_scale=SCALE, seed=3))
+        async with run_server(
+            SimBackend(arm), "127.0.0.1", 0, "the-daemons-token-0123456789"
+        ) as srv:
+            settings = load_settings(
+                RuntimeSettings,
+                overrides={
+                    "data_root": root, "fk_data_dir": fk_data_dir, "trials": 1,
+                    "recorder_enabled": False, "rerun_after_trial": False,
+                    "daemon_port": srv.port, "top_camera": "synthetic?fps=30&w=320&h=240",
+                    **({"daemon_token_file": token_file} if token is not None else {}),
+                },
+            )  # fmt: skip
+            with pytest.raises(DaemonUnavailable) as err:
+                await run_service(settings, out=io.StringIO())
+            return str(err.value)
+
+    said = anyio.run(main)
+    if token is None:
+        assert said.endswith(
+            "Do: the daemon requires a token: pass --token-file FILE (a copy of the daemon's "
+            "token file)"
+        ), said
+    else:
+        assert said.endswith(
+            f"Do: --token-file {token_file} does not hold the daemon's token: copy the "
+            "daemon's token file (the one its --token-file names)"
+        ), said
 
 
 def test_an_unknown_settings_key_suggests_the_closest(tmp_path: Path) -> None:

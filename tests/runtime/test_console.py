@@ -349,3 +349,227 @@ async def test_a_follower_that_fails_gives_one_warning_line(tmp_path: Path) -> N
     jobs.reap()
     await jobs.finish(5.0)
     assert len(said) == 1 and "live view (--display) failed (exit 1)" in said[0], said
+
+
+# ---------------------------------------------------------------- log lines: each thing once
+
+
+def test_the_console_shows_only_log_events_marked_for_the_operator(tmp_path: Path) -> None:
+    """No list of names to keep up to date: an event is on the console only when its call
+    says so; the rest (errors included: the console tells stops in its own words) stays in
+    the session's log file, counted at the end."""
+    import structlog
+
+    from mecharm_runtime.cli import session_logging
+
+    out = io.StringIO()
+    con = RuntimeConsole(out)
+    settings = RuntimeSettings(data_root=tmp_path)
+    log = structlog.get_logger(logger_name="test")
+    with session_logging(settings, con) as log_path:
+        log.error("block_held_at_stop", where="hover")  # the statement says it
+        log.warning("release_refused", reason="not above the box")  # the stage line says it
+        log.warning("a_new_event_nobody_listed")
+        log.info("stage_done", stage="detect")
+        log.warning("daemon_envelope_missing", reason="older daemon", operator=True)
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[0] == f"log: {log_path}"
+    for quiet in ("block_held_at_stop", "release_refused", "a_new_event_nobody_listed", "{"):
+        assert quiet not in text, text
+    assert lines[1] == "warning daemon_envelope_missing: reason=older daemon"
+    assert lines[2] == f"log: 3 warning(s), 1 error(s) in the log file: {log_path}"
+    assert len(lines) == 3
+    assert log_path.parent == DataRoot(tmp_path).logs
+    events = [json.loads(s)["event"] for s in log_path.read_text().splitlines()]
+    assert events == [
+        "block_held_at_stop", "release_refused", "a_new_event_nobody_listed", "stage_done",
+        "daemon_envelope_missing",
+    ]  # fmt: skip
+
+
+def test_the_demo_uses_the_runtimes_log_file_and_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's session (its rig stood in for): no raw log lines on the console, the
+    runtime's log file under the root's logs folder."""
+    import structlog
+
+    from mecharm_tools import demo
+
+    class _Stub:
+        def stop(self) -> None:
+            pass
+
+    class _Rig:
+        daemon, daemon_port, top_url, side_url = _Stub(), 1, "synthetic", "synthetic"
+        control_url = "http://127.0.0.1:1"
+
+    async def session(*_a: Any, **_k: Any) -> ServiceReport:
+        log = structlog.get_logger(logger_name="test")
+        log.error("block_held_at_stop", where="hover")
+        log.warning("release_refused", reason="not above the box")
+        return ServiceReport()
+
+    monkeypatch.setattr(demo, "start_sim_daemon", lambda *a, **k: _Rig())
+    monkeypatch.setattr(demo, "_run", session)
+    root = tmp_path / "demo"
+    demo.main(["--no-recorder", "--trials", "1", "--data-root", str(root)])
+    out = capsys.readouterr()
+    assert "block_held_at_stop" not in out.out + out.err and "{" not in out.out + out.err
+    (log_path,) = DataRoot(root).logs.glob("runtime_*.log")
+    assert f"log: {log_path}" in out.out
+    assert f"log: 1 warning(s), 1 error(s) in the log file: {log_path}" in out.out
+    assert "block_held_at_stop" in log_path.read_text()
+
+
+# ---------------------------------------------------------------- Rerun: checked at the start
+
+
+def test_no_rerun_sdk_one_line_at_the_start_then_no_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "rerun", None)  # as in a runtime-only install
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module=NO_VIEW)
+    jobs.start(build=True, display=True, url=None)
+    assert said == [
+        "Rerun files off: rerun-sdk not installed (pip install '.[tools]'), or --no-rerun",
+        "live view off (--display): rerun-sdk not installed (pip install '.[tools]')",
+    ]
+    jobs.build(tmp_path / "run_0001", "run_0001", 0.0)
+    jobs.reap()
+    assert jobs.builds == [] and jobs.follower is None
+    assert not DataRoot(tmp_path).logs.exists()  # nothing was started
+    said.clear()
+    ViewJobs(tmp_path, said.append).start(build=False, display=False, url=None)
+    assert said == []  # --no-rerun: nothing to say
+
+
+def test_display_without_a_viewer_says_so_before_the_first_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mecharm_runtime.viewjobs import viewer_missing
+
+    bare = tmp_path / "venv" / "bin"
+    bare.mkdir(parents=True)
+    python = str(bare / "python")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module=NO_VIEW, python=python)
+    jobs.start(build=False, display=True, url=None)
+    assert jobs.follower is None
+    assert said == [
+        f"live view off (--display): no Rerun viewer (rerun) beside {python} or on PATH "
+        "(pip install '.[tools]'); or --display-url URL of a running viewer"
+    ]
+    # the venv's own viewer, beside its python, although the venv is not activated
+    (bare / "rerun").write_text("#!/bin/sh\n")
+    (bare / "rerun").chmod(0o755)
+    assert viewer_missing(python) is None
+
+
+@pytest.mark.asyncio
+async def test_display_url_needs_no_local_viewer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = tmp_path / "argv.json"
+    _fake_module(
+        tmp_path,
+        "console_fake_follow2",
+        f"import json, sys\nopen({str(seen)!r}, 'w').write(json.dumps(sys.argv[1:]))\n",
+        monkeypatch,
+    )
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module="console_fake_follow2", python=sys.executable)
+    monkeypatch.setattr("mecharm_runtime.viewjobs.viewer_missing", lambda *_: "no viewer")
+    jobs.start(build=False, display=True, url="rerun+http://127.0.0.1:9876/proxy")
+    assert jobs.follower is not None and said == []
+    jobs.follower.proc.wait(60)
+    assert json.loads(seen.read_text())[-1] == "rerun+http://127.0.0.1:9876/proxy"
+
+
+@pytest.mark.asyncio
+async def test_rerun_builders_run_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each builder takes a few hundred MB: fast trials queue them, never two at once."""
+    spans = tmp_path / "spans.txt"
+    _fake_module(
+        tmp_path,
+        "console_fake_build",
+        "import os, sys, time\n"
+        f"with open({str(spans)!r}, 'a') as f: f.write(f'start {{sys.argv[1]}}\\n')\n"
+        "time.sleep(0.3)\n"
+        f"with open({str(spans)!r}, 'a') as f: f.write(f'end {{sys.argv[1]}}\\n')\n",
+        monkeypatch,
+    )
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module="console_fake_build")
+    for n in (1, 2, 3):
+        jobs.build(tmp_path / f"run_000{n}", f"run_000{n}", 0.0)
+        assert len(jobs.outstanding) <= 1
+    assert len(jobs.queue) >= 1  # the builds after the first wait their turn
+    await jobs.finish(120.0)
+    runs = [tmp_path / f"run_000{n}" for n in (1, 2, 3)]
+    assert spans.read_text().splitlines() == [f"{w} {r}" for r in runs for w in ("start", "end")]
+    assert [s for s in said if "written" in s] == [
+        f"Rerun file of run_000{n} written: {DataRoot(tmp_path).rerun(f'run_000{n}')}"
+        for n in (1, 2, 3)
+    ]
+
+
+# ---------------------------------------------------------------- the status line
+
+
+def test_the_status_line_keeps_the_recorder_at_80_columns_in_its_own_colours() -> None:
+    buf = io.StringIO()
+    rc = Console(file=buf, force_terminal=True, width=80, color_system="standard")
+    con = RuntimeConsole(rc, live=False, heartbeat=lambda: "NOT RECORDING (no answer)")
+    con.start(3)
+    con.trial_start(2)
+    con.stage_start("approach_place")
+    con.arm.measured = (-12.34, 45.6, -78.9, 0.1, 60.2, -30.0)
+    con.arm.gripper = "closed (20)"
+    buf.truncate(0)
+    buf.seek(0)
+    rc.print(con._status())
+    out = buf.getvalue()
+    plain = ANSI.sub("", re.sub(r"\x1b\[[0-9;]*m", "", out))
+    assert plain.count("\n") == 1, plain  # one row, never wrapped
+    assert "recorder NOT RECORDING (no answer)" in plain, plain
+    # its own colours (black on white), not the terminal's current ones (reverse video)
+    assert out.startswith("\x1b[30;47m"), repr(out)
+
+
+# ---------------------------------------------------------------- dry run; no fresh scene
+
+
+@pytest.mark.asyncio
+async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_ends_the_session(
+    tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """A top camera without the mat: the dry trial stops at detect. Then the scene server is
+    gone: the session ends with its report (the CLI's summary line), not an exception."""
+    from mecharm_runtime.service import SimControlError
+
+    async def between(i: int) -> int | None:
+        if i == 1:
+            raise SimControlError("sim control http://127.0.0.1:1 does not answer (refused)")
+        return None
+
+    out = io.StringIO()
+    settings = trial_settings(
+        tmp_path, fk_data_dir, dry_run=True, trials=2, rerun_after_trial=False,
+        top_camera="synthetic?fps=30&w=320&h=240",
+    )  # fmt: skip
+    report = await run_service(settings, out=out, between_trials=between)
+    text = out.getvalue()
+    (t,) = report.trials
+    assert t.status == "stopped", text
+    said = _state_statement(text)
+    assert "where:    where it was: a dry run sends no motion" in said, said
+    assert "at HOME" not in text
+    assert report.stopped_by.startswith("no fresh scene: sim control"), report.stopped_by
+    assert text.count("ARM STATE after the stop") == 1
+    assert "no fresh scene: sim control http://127.0.0.1:1 does not answer" in text

@@ -169,10 +169,21 @@ async def test_a_missing_or_misrooted_recorder_is_flagged_before_and_in_every_tr
         assert ln.endswith(f"rec none (NO SIDE VIDEO: {flag})"), ln
     warned = [e for e in logs if e["event"] == "recorder_not_ready"]
     assert len(warned) == 1 and warned[0]["reason"] == flag and warned[0]["fix"]
-    if wrong == "root":  # the video was not lost on the way: it went to the other root
+    if wrong == "root":  # it gets no trial events: no orphan video in a root no ledger indexes
+        where = DataRoot(other).recording("run_STEM").dir
+        assert (
+            f"it gets no trial events from this session (its video would have gone to {where}"
+            in text
+        )
+        assert warned[0]["muted"] is True
         for t in report.trials:
-            assert DataRoot(other).recording(t.run_stem).dir.is_dir()
+            assert not DataRoot(other).run_dir(t.run_stem).exists()
             assert not DataRoot(ours).recording(t.run_stem).dir.exists()
+        assert not DataRoot(other).run_folders.exists() or not any(
+            DataRoot(other).run_folders.iterdir()
+        )
+    else:  # a silent recorder may start late: it is still sent every event
+        assert warned[0]["muted"] is False and "no trial events" not in text
 
 
 @pytest.mark.asyncio
