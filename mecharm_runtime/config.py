@@ -22,6 +22,7 @@ from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.rerun_viewer import viewer_url_problem
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 from mecharm_runtime.perception.config import CameraCalibration
 
@@ -270,6 +271,15 @@ class RuntimeSettings(RigSettings):
     def _band_ordered(cls, v: tuple[float, float]) -> tuple[float, float]:
         if not v[0] < v[1]:
             raise ValueError(f"band must be (min, max) with min < max, got {v}")
+        return v
+
+    @field_validator("display_url")
+    @classmethod
+    def _viewer_url(cls, v: str | None) -> str | None:
+        # refused at start, not after the first trial in the follower's log (docs/viewing.md)
+        problem = viewer_url_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

@@ -12,8 +12,6 @@ unchanged (docs/console.md, "Rerun").
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
 import signal
 import subprocess
@@ -28,6 +26,7 @@ import anyio
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
+from mecharm_common.rerun_viewer import rerun_available, viewer_executable
 
 __all__ = ["VIEW_MODULE", "ViewJobs", "rerun_missing", "viewer_missing"]
 
@@ -46,18 +45,13 @@ def rerun_missing() -> str | None:
 
     A cheap look (no import: rerun-sdk takes seconds to import); the builders run this same
     interpreter."""
-    try:
-        found = importlib.util.find_spec("rerun") is not None
-    except (ImportError, ValueError):
-        found = False
-    return None if found else f"rerun-sdk not installed ({INSTALL_HINT})"
+    return None if rerun_available() else f"rerun-sdk not installed ({INSTALL_HINT})"
 
 
 def viewer_missing(python: str = sys.executable) -> str | None:
     """Why ``--display`` cannot spawn a Rerun viewer (None: the ``rerun`` executable is beside
     ``python``, as in an installed venv that is not activated, or on PATH)."""
-    beside = Path(python).parent / "rerun"
-    if (beside.is_file() and os.access(beside, os.X_OK)) or shutil.which("rerun"):
+    if viewer_executable(python) is not None:
         return None
     return f"no Rerun viewer (rerun) beside {python} or on PATH ({INSTALL_HINT})"
 

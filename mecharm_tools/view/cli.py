@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mecharm_common.layout import RUN_FOLDERS, RUNS_DIR, DataRoot, run_number
 from mecharm_common.logging import configure_logging
-from mecharm_tools.view.viewer import NOT_INSTALLED, rerun_available, viewer_url_problem
+from mecharm_common.rerun_viewer import NOT_INSTALLED, rerun_available, viewer_url_problem
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "register", "run", "say"]
 

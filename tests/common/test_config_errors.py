@@ -176,3 +176,13 @@ def test_variables_of_nested_keys_and_other_prefixes_are_left_alone(
     monkeypatch.setenv("MECHARM_RUNTIMEX", "1")  # no underscore after the prefix: not ours
     s = load_settings(RuntimeSettings)
     assert s.home[5] == -30
+
+
+def test_a_display_url_that_is_no_viewer_url_is_refused_at_start() -> None:
+    # the live view's follower would otherwise fail after the first trial, in its own log
+    with pytest.raises(ConfigError, match=r"display_url: .*'notaurl' is not a viewer URL"):
+        load_settings(RuntimeSettings, overrides={"display_url": "notaurl"})
+    ok = load_settings(
+        RuntimeSettings, overrides={"display_url": "rerun+http://127.0.0.1:9876/proxy"}
+    )
+    assert ok.display_url == "rerun+http://127.0.0.1:9876/proxy"

@@ -39,7 +39,7 @@ from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
 from mecharm_tools.view import build as view_build
 from mecharm_tools.view.build import build
 from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
-from mecharm_tools.view.viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
+from mecharm_common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
 
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "replay"
@@ -358,7 +358,7 @@ def test_without_rerun_one_line_and_exit_2(entry: str, tmp_path: Path) -> None:
 
 def test_rerun_available_does_not_import_rerun() -> None:
     code = (
-        "import sys; from mecharm_tools.view.viewer import rerun_available, viewer_executable; "
+        "import sys; from mecharm_common.rerun_viewer import rerun_available, viewer_executable; "
         "assert rerun_available() and viewer_executable(); assert 'rerun' not in sys.modules; "
         + _NO_RERUN
         + "assert not rerun_available()"

@@ -1,5 +1,8 @@
 """Is Rerun here, where is its viewer, is a viewer URL well formed: asked without importing rerun.
 
+Shared ground: ``mecharm view`` (mecharm_tools) and the runtime's Rerun jobs
+(mecharm_runtime/viewjobs.py, ``display_url`` in its settings) ask the same questions.
+
 The runtime asks these before its first trial (an install without the tools extra,
 a venv whose ``bin`` is not on PATH, a mistyped ``--display-url``) so it can say so
 once instead of failing after every trial; ``mecharm view`` asks them before it
@@ -43,9 +46,12 @@ def rerun_available() -> bool:
         return False
 
 
-def _dirs() -> list[Path]:
+def _dirs(python: str | None = None) -> list[Path]:
     """Where pip put the viewer: this interpreter's scripts folder, and the folder of
-    ``sys.executable`` itself (a venv's ``bin``, not resolved through its symlink)."""
+    ``sys.executable`` itself (a venv's ``bin``, not resolved through its symlink); for
+    another interpreter ``python``, its folder."""
+    if python is not None:
+        return [Path(python).parent]
     out = []
     scripts = sysconfig.get_path("scripts")
     if scripts:
@@ -55,19 +61,20 @@ def _dirs() -> list[Path]:
     return out
 
 
-def viewer_executable() -> str | None:
-    """The Rerun viewer to spawn: the one installed with this interpreter's rerun-sdk (found
-    even when the venv is not activated), else ``rerun`` on PATH; None when there is none."""
+def viewer_executable(python: str | None = None) -> str | None:
+    """The Rerun viewer to spawn: the one installed with this interpreter's (or ``python``'s)
+    rerun-sdk, found even when the venv is not activated, else ``rerun`` on PATH; None when
+    there is none."""
     exe = VIEWER_NAME + (".exe" if os.name == "nt" else "")
-    for d in _dirs():
+    for d in _dirs(python):
         p = d / exe
         if p.is_file() and os.access(p, os.X_OK):
             return str(p)
     return shutil.which(VIEWER_NAME)
 
 
-def no_viewer_message() -> str:
-    where = ", ".join(str(d) for d in dict.fromkeys(_dirs()))
+def no_viewer_message(python: str | None = None) -> str:
+    where = ", ".join(str(d) for d in dict.fromkeys(_dirs(python)))
     return (
         f"no Rerun viewer ({VIEWER_NAME}) beside python ({where}) or on PATH: "
         "pip install '.[tools]', or write a file with --save and open it elsewhere"
