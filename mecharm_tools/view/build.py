@@ -12,12 +12,12 @@ from pathlib import Path
 import rerun as rr
 
 from mecharm_common.layout import RECORDING, RUNS_DIR, DataRoot, RecordingFiles
+from mecharm_common.rerun_viewer import no_viewer_message, viewer_executable
 from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, say
 from mecharm_tools.view.follow import follow, stop_signals
 from mecharm_tools.view.layout import default_blueprint
 from mecharm_tools.view.rerunlog import log_trial
 from mecharm_tools.view.trialfiles import ViewInputError, find_trace, read_trial
-from mecharm_common.rerun_viewer import no_viewer_message, viewer_executable
 
 __all__ = ["APP_ID", "build", "run_follow", "spawn", "wait_for_recording"]
 

@@ -33,13 +33,13 @@ from mecharm_common.layout import (
     DataRoot,
     RecordingFiles,
 )
+from mecharm_common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
 from mecharm_runtime.records.trace import read_trace
 from mecharm_tools.cli import main as mecharm_main
 from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
 from mecharm_tools.view import build as view_build
 from mecharm_tools.view.build import build
 from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
-from mecharm_common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
 
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "replay"
