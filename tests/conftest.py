@@ -38,6 +38,17 @@ def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     mp.undo()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_rerun_builders() -> Iterator[None]:
+    """Trials of the suite build no Rerun file after them (each builder is a process that
+    imports rerun: seconds of CPU the 2-core box lacks); the tests that are about those
+    files turn them on (test_console, the shared demo root). Child processes inherit it."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MECHARM_RUNTIME_RERUN_AFTER_TRIAL", "false")
+    yield
+    mp.undo()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_structlog() -> Iterator[None]:
     """A test that configures logging (a CLI main, level=error) must not hide the next test's
@@ -73,7 +84,8 @@ def fk_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Path:
-    """Two real trials of `make run`'s demo (simulated rig, recorder, side video), recorded
+    """Two real trials of `make run`'s demo (simulated rig, recorder, side video, a Rerun file
+    per trial), recorded
     once per test session and shared by every xdist worker (file lock): the viewer's and the
     report's tests read the same root. Read-only for the tests: copy what you change."""
     import os
@@ -97,7 +109,8 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Pa
             proc = subprocess.run(
                 [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--data-root", str(root)],
                 capture_output=True, text=True, cwd=repo, timeout=600, check=False,
-                env={**os.environ, "PYTHONPATH": str(repo)},
+                # as `make run`: each trial's Rerun file built after it (tests/tools/test_view.py)
+                env={**os.environ, "PYTHONPATH": str(repo), "MECHARM_RUNTIME_RERUN_AFTER_TRIAL": "true"},
             )  # fmt: skip
             if proc.returncode != 0:
                 pytest.fail(

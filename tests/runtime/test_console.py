@@ -43,8 +43,9 @@ def workcell(sim_daemon: SimDaemon) -> Any:
 
 def _settings(root: Path, fk: Path, d: SimDaemon, wc: Workcell, **kw: Any) -> RuntimeSettings:
     return trial_settings(
-        root, fk, daemon_port=d.port, top_camera=wc.urls["top"], **{"trials": 1, **kw}
-    )
+        root, fk, daemon_port=d.port, top_camera=wc.urls["top"],
+        **{"trials": 1, "rerun_after_trial": True, **kw},  # the suite's default is off
+    )  # fmt: skip
 
 
 class Hooked(RuntimeConsole):

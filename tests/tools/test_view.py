@@ -96,6 +96,26 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
+def test_the_demo_leaves_a_rerun_file_in_every_run_folder_that_rerun_reads(
+    demo_root: Path,
+) -> None:
+    # built by the runtime after each trial (mecharm_runtime/viewjobs.py), as `make run` does
+    layout = DataRoot(demo_root)
+    runs = sorted(p for p in layout.run_folders.iterdir() if p.is_dir())
+    assert runs
+    for run in runs:
+        rrd = layout.rerun(run.name)
+        assert rrd.is_file(), sorted(q.name for q in run.iterdir())
+        rows, texts = read_rrd(rrd)
+        frames = _csv_rows(RecordingFiles(run / RECORDING).frame_log)
+        assert rows["/camera/side"] == len(frames) > 0  # the side video, frame by frame
+        assert rows["/camera/top"] == len(list(run.glob("*.jpg"))) > 0
+        for entity in ("/joints/j0/measured", "/joints/j0/commanded", "/world/arm", "/stage"):
+            assert rows[entity] > 0, (entity, sorted(rows))
+        assert texts["/events/verdicts"] and texts["/events/guards"]
+
+
+@pytest.mark.slow
 def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "trial.rrd"
     proc = run_view(str(demo_run_dir), "--save", str(out))
