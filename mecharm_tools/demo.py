@@ -25,6 +25,7 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.service import ServiceReport, run_service, scene_next, session_console
 from mecharm_sim.profile import ProfileError, load_profile
+from mecharm_tools.report.cli import run as write_report
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
 
 __all__ = ["main", "summary_table"]
@@ -166,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"run folders: {DataRoot(root).run_folders}")
     print(f"ledger:      {DataRoot(root).ledger}")
     print(f"logs:        {logs}")
+    if report.trials:  # the whole root on one page; a trial in the viewer (docs/report.md)
+        write_report(root)
+        print(f"a trial:     mecharm view {DataRoot(root).run_dir(report.trials[-1].run_stem)}")
     # a trial that ends `stopped` is a result the table shows, not a broken demo
     return 0 if report.trials else 1
 
