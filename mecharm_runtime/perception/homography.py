@@ -16,6 +16,7 @@ so all callers keep working in the camera's raw pixels (docs/simulation-optics.m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,6 +168,16 @@ class MatHomography:
         return self.distort(
             np.asarray(cv2.perspectiveTransform(pts, self.plane(height)), dtype=np.float64)
         ).reshape(-1, 2)
+
+    def square_to_pixels(
+        self, x: float, z: float, half: float, yaw_deg: float, height: float = 0.0
+    ) -> NDArray[np.float64]:
+        """The 4 corners of a square (centre x, z, half side, yaw) on the plane y = ``height``,
+        in frame pixels: a block's face or a box's rim as the camera sees it."""
+        a = math.radians(yaw_deg)
+        c, s = math.cos(a), math.sin(a)
+        local = np.array([[half, half], [-half, half], [-half, -half], [half, -half]])
+        return self.xzs_to_pixels(local @ np.array([[c, -s], [s, c]]).T + [x, z], height)
 
     def pixel_to_xz(self, u: float, v: float, height: float = 0.0) -> tuple[float, float]:
         x, z = self.pixels_to_xz(np.array([[u, v]]), height)[0]

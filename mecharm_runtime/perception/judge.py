@@ -223,8 +223,8 @@ class GeometricJudge:
         block standing next to a wall."""
         cfg = self.config
         a, b = cfg.box_outer_m / 2 - 0.0015, cfg.box_inner_m / 2 + 0.0015
-        outer = _square_px(H, box.x, box.z, a, box.yaw_deg, cfg.box_height_m)
-        inner = _square_px(H, box.x, box.z, b, box.yaw_deg, cfg.box_height_m)
+        outer = H.square_to_pixels(box.x, box.z, a, box.yaw_deg, cfg.box_height_m)
+        inner = H.square_to_pixels(box.x, box.z, b, box.yaw_deg, cfg.box_height_m)
         (n_out, n_in), _ = red_counts(f, [outer, inner], config=cfg)
         return (n_out - n_in) * H.mm_per_px(box.x, box.z, cfg.box_height_m) ** 2
 
@@ -346,16 +346,6 @@ def _face_mm2(origin: BlockDetection | None, cfg: PerceptionConfig) -> float:
     return nominal
 
 
-def _square_px(
-    H: MatHomography, cx: float, cz: float, half: float, yaw_deg: float, height: float
-) -> NDArray[np.float64]:
-    a = math.radians(yaw_deg)
-    c, s = math.cos(a), math.sin(a)
-    local = np.array([[half, half], [-half, half], [-half, -half], [half, -half]])
-    xz = local @ np.array([[c, -s], [s, c]]).T + [cx, cz]
-    return H.xzs_to_pixels(xz, height)
-
-
 def _cube_silhouette_px(
     H: MatHomography, x: float, z: float, yaw_deg: float, cfg: PerceptionConfig, grow_m: float
 ) -> NDArray[np.float64]:
@@ -363,8 +353,8 @@ def _cube_silhouette_px(
     half = cfg.block_size_m / 2 + grow_m
     pts = np.vstack(
         [
-            _square_px(H, x, z, half, yaw_deg, 0.0),
-            _square_px(H, x, z, half, yaw_deg, cfg.block_size_m + grow_m),
+            H.square_to_pixels(x, z, half, yaw_deg, 0.0),
+            H.square_to_pixels(x, z, half, yaw_deg, cfg.block_size_m + grow_m),
         ]
     )
     hull = cv2.convexHull(pts.astype(np.float32)).reshape(-1, 2)

@@ -143,16 +143,6 @@ def _label(
     cv2.putText(img, text, (x, y), font, fs, colour, th, cv2.LINE_AA)
 
 
-def _square(
-    H: MatHomography, x: float, z: float, half: float, yaw_deg: float, height: float
-) -> NDArray[np.float64]:
-    """A square's corners on the plane y = ``height``, in frame pixels."""
-    a = math.radians(yaw_deg)
-    c, s = math.cos(a), math.sin(a)
-    local = np.array([[half, half], [-half, half], [-half, -half], [half, -half]])
-    return H.xzs_to_pixels(local @ np.array([[c, -s], [s, c]]).T + [x, z], height)
-
-
 def _cross(
     img: NDArray[np.uint8], u: float, v: float, colour: tuple[int, int, int], s: float
 ) -> None:
@@ -267,7 +257,7 @@ def _block(
     s: float, name: str = "block",
 ) -> tuple[float, float]:  # fmt: skip
     """The block's top face (the plane it was measured on) and its centre; returns the centre pixel."""
-    face = _square(H, b.x, b.z, cfg.block_size_m / 2.0, b.yaw_deg, b.height_m)
+    face = H.square_to_pixels(b.x, b.z, cfg.block_size_m / 2.0, b.yaw_deg, b.height_m)
     _poly(img, face, COLOURS["block"], max(2, round(2 * s)))
     u, v = H.xz_to_pixel(b.x, b.z, b.height_m)
     _cross(img, u, v, COLOURS["block"], s)
@@ -288,10 +278,10 @@ def _box(
     colour = COLOURS["box"] if b.trusted else COLOURS["box_doubt"]
     t = max(2, round(2 * s))
     for half in (cfg.box_outer_m / 2.0, cfg.box_inner_m / 2.0):
-        _poly(img, _square(H, b.x, b.z, half, b.yaw_deg, cfg.box_height_m), colour, t)
+        _poly(img, H.square_to_pixels(b.x, b.z, half, b.yaw_deg, cfg.box_height_m), colour, t)
     u, v = H.xz_to_pixel(b.x, b.z, cfg.box_height_m)
     _cross(img, u, v, colour, s)
-    rim = _square(H, b.x, b.z, cfg.box_outer_m / 2.0, b.yaw_deg, cfg.box_height_m)
+    rim = H.square_to_pixels(b.x, b.z, cfg.box_outer_m / 2.0, b.yaw_deg, cfg.box_height_m)
     text = f"box x {b.x:+.4f} z {b.z:+.4f} m  {b.method} score {b.score:.2f}"
     text += "" if b.trusted else "  NOT TRUSTED"
     _label(img, text, (float(rim[:, 0].min()), float(rim[:, 1].max()) + 24 * s), colour, s)
