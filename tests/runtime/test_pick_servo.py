@@ -59,6 +59,7 @@ class OffsetEyes(TrueStateEyes):
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
     from mecharm_runtime.arm import DaemonArm
     from mecharm_runtime.client import DaemonClient
+    from mecharm_runtime.lookup.descent import pick_descent_table
     from mecharm_runtime.ports import RealClock
     from mecharm_runtime.recorder_link import RecorderLink
 
@@ -66,9 +67,11 @@ async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> Tr
     client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
     await client.connect()
     clock = RealClock()
+    table, arc_pick = load_table(ensure_table(fk)), load_arc(s.approach_pick_arc)
+    pick_descent_table(table, arc_pick)  # as the service does at start: not mid-trial
     rig = Rig(
         s, DaemonArm(client, clock), eyes, RecorderLink(None), clock,
-        load_table(ensure_table(fk)), load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc),
+        table, arc_pick, load_arc(s.approach_place_arc),
         arm_alive=lambda: client.is_connected,
     )  # fmt: skip
     try:
