@@ -19,6 +19,7 @@ from mecharm_common.fsutil import validate_name
 
 __all__ = [
     "CORRECTION_MEMORY",
+    "DATA_ROOT_ENV",
     "FK_ARCHIVE",
     "FK_DIR",
     "FK_TABLE",
@@ -34,7 +35,6 @@ __all__ = [
     "RECORDING",
     "REPORT",
     "RERUN_SUFFIX",
-    "RIG_DATA_ROOT",
     "RUNLOG_SUFFIX",
     "RUNS_DIR",
     "RUN_FOLDERS",
@@ -48,6 +48,7 @@ __all__ = [
     "DataRoot",
     "FkTableFiles",
     "RecordingFiles",
+    "default_data_root",
     "default_demo_root",
     "format_run_stem",
     "run_number",
@@ -83,17 +84,30 @@ REPORT = "report.html"
 #: the stage images' raw frames, in a folder of the run folder (docs/stage-images.md)
 STAGE_RAW = "raw"
 
-#: the one data root every process defaults to: the rig's external SSD on the control
-#: computer (docs/setup.md, "Defaults"); elsewhere pass --data-root (it must exist)
-RIG_DATA_ROOT = Path("/Volumes/RigSSD")
+#: the variable that names the one data root every process defaults to (the rig's SSD on the
+#: control computer, e.g. ``MECHARM_DATA_ROOT=/Volumes/RigSSD``; docs/setup.md, "Defaults")
+DATA_ROOT_ENV = "MECHARM_DATA_ROOT"
+
+
+def _user_data_dir() -> Path:
+    """``$XDG_DATA_HOME/mecharm`` (``~/.local/share/mecharm``): the user's, whatever the cwd."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
+    return root / "mecharm"
+
+
+def default_data_root() -> Path:
+    """The data root of the runtime, the recorder, ``mecharm fk`` and ``mecharm replay``
+    without ``--data-root``: ``$MECHARM_DATA_ROOT`` when set (set it once on the rig: the
+    processes then agree), else ``$XDG_DATA_HOME/mecharm/data``. Never created."""
+    given = os.environ.get(DATA_ROOT_ENV, "").strip()
+    return Path(given).expanduser() if given else _user_data_dir() / "data"
 
 
 def default_demo_root() -> Path:
     """Where ``python -m mecharm_tools.demo`` writes without ``--data-root``, whatever the
     working directory: ``$XDG_DATA_HOME/mecharm/demo`` (``make run``: the checkout's data/demo)."""
-    base = os.environ.get("XDG_DATA_HOME", "").strip()
-    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
-    return root / "mecharm" / "demo"
+    return _user_data_dir() / "demo"
 
 
 #: ``run_NNNN_YYYYmmdd_HHMMSS``; NNNN counts up from 0001 and may grow past four digits.

@@ -26,7 +26,7 @@ from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.defaults import RUNTIME_CONFIG
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.keyfile import KeyFileError, load_or_create_key, read_daemon_token
-from mecharm_common.layout import RIG_DATA_ROOT, DataRoot
+from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-root",
         dest="data_root",
         type=Path,
-        help=f"data root (default {RIG_DATA_ROOT}, the rig's SSD; must exist)",
+        help="data root (default $MECHARM_DATA_ROOT, else ~/.local/share/mecharm/data; must exist)",
     )
     p.add_argument("--daemon-host", dest="daemon_host")
     p.add_argument("--daemon-port", dest="daemon_port", type=int)

@@ -21,7 +21,7 @@ from mecharm_common.defaults import APPROACH_PICK_ARC, APPROACH_PLACE_ARC
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.layout import default_data_root
 from mecharm_common.rerun_viewer import viewer_url_problem
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 from mecharm_runtime.perception.config import CameraCalibration
@@ -71,7 +71,7 @@ class RuntimeSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
 
     # ---- where things are
-    data_root: Path = RIG_DATA_ROOT
+    data_root: Path = Field(default_factory=default_data_root)
     require_mount: bool = False
     daemon_host: str = "127.0.0.1"
     daemon_port: int = Field(5555, ge=1, le=65535)

@@ -11,7 +11,6 @@ import anyio
 
 from mecharm_common.config import ConfigError, cannot_listen, load_settings
 from mecharm_common.keyfile import KeyFileError, load_or_create_key
-from mecharm_common.layout import RIG_DATA_ROOT
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from recorder.config import RecorderSettings
@@ -29,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--data-root",
         type=Path,
-        help=f"data root (default {RIG_DATA_ROOT}, the runtime's too; must exist)",
+        help="data root (default $MECHARM_DATA_ROOT, else ~/.local/share/mecharm/data, the runtime's too; must exist)",
     )
     p.add_argument(
         "--camera",

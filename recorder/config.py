@@ -10,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.keyfile import default_recorder_key_file
-from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.layout import default_data_root
 
 __all__ = ["RecorderSettings", "VideoSettings"]
 
@@ -48,7 +48,9 @@ class RecorderSettings(RigSettings):
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_RECORDER_")
 
-    data_root: Path = RIG_DATA_ROOT  # the runtime's default too (docs/setup.md)
+    data_root: Path = Field(
+        default_factory=default_data_root
+    )  # the runtime's default too (docs/setup.md)
     #: refuse to write unless data_root is a real mount point (the rig's external SSD)
     require_mount: bool = False
     camera: str = "synthetic"

@@ -197,11 +197,38 @@ def test_every_entry_point_starts_from_root(module: str, args: list[str]) -> Non
 
 def test_the_defaults_are_found_from_root(tmp_path: Path) -> None:
     """From /, the runtime loads the shipped settings and arcs and stops at the first thing
-    the operator must give: a data root (the default, the rig's SSD, is not mounted here)."""
-    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", timeout=120)
+    the operator must give: a data root (none set, and the user's default folder is absent)."""
+    env = {"XDG_DATA_HOME": str(tmp_path), "MECHARM_DATA_ROOT": ""}
+    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", env=env, timeout=120)
     assert r.returncode == 3, r.stderr
-    assert "does not exist" in one_line(r, "mecharm-runtime")
+    line = one_line(r, "mecharm-runtime")
+    assert "does not exist" in line and str(tmp_path / "mecharm" / "data") in line
     assert APPROACH_PICK_ARC.is_file() and APPROACH_PICK_ARC.parent.parent == RUNTIME_CONFIG.parent
+
+
+def test_one_variable_sets_every_process_default_data_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MECHARM_DATA_ROOT (docs/setup.md): the runtime, the recorder, `mecharm fk` and
+    `mecharm replay` default to it alike; no machine's mount point is written in the code."""
+    from mecharm_common.config import load_settings
+    from mecharm_common.layout import default_data_root
+    from mecharm_runtime.config import RuntimeSettings
+    from mecharm_runtime.lookup.settings import FkToolSettings
+    from mecharm_tools.replay.config import ReplaySettings
+    from recorder.config import RecorderSettings
+
+    monkeypatch.setenv("MECHARM_DATA_ROOT", str(tmp_path / "ssd"))
+    assert default_data_root() == tmp_path / "ssd"
+    assert load_settings(RuntimeSettings).data_root == tmp_path / "ssd"
+    assert load_settings(RecorderSettings).data_root == tmp_path / "ssd"
+    assert load_settings(FkToolSettings).data_dir == tmp_path / "ssd"
+    assert load_settings(ReplaySettings).data_dir == tmp_path / "ssd"
+    monkeypatch.setenv("MECHARM_DATA_ROOT", "")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert load_settings(RuntimeSettings).data_root == tmp_path / "mecharm" / "data"
+    # a flag still wins over the variable
+    assert load_settings(RuntimeSettings, overrides={"data_root": "/x"}).data_root == Path("/x")
 
 
 # ---------------------------------------------------------------- the traps, one line each

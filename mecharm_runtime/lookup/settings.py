@@ -13,7 +13,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
-from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.layout import default_data_root
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
 from mecharm_runtime.lookup.table import J1_SAFE_MAX, default_table_path
 
@@ -28,7 +28,7 @@ class FkToolSettings(RigSettings):
 
     model_config = SettingsConfigDict(env_prefix="MECHARM_FK_")
 
-    data_dir: Path = RIG_DATA_ROOT
+    data_dir: Path = Field(default_factory=default_data_root)
     table: Path | None = None
     pick_arc: Path = DEFAULT_PICK_ARC
     place_arc: Path = DEFAULT_PLACE_ARC

@@ -16,7 +16,7 @@ from typing import Any
 
 from mecharm_common.config import load_settings
 from mecharm_common.fsutil import atomic_write_json, atomic_write_text
-from mecharm_common.layout import FK_DIR, FK_TABLE, RIG_DATA_ROOT
+from mecharm_common.layout import FK_DIR, FK_TABLE
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup.build import build_table, default_rows, ensure_table
 from mecharm_runtime.lookup.fk_lookup import METHODS, PHASES, fk_lookup
@@ -76,7 +76,7 @@ def _add_table_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--data-dir",
-        help=f"data root; the table is {{data-dir}}/{FK_DIR}/{FK_TABLE} (default {RIG_DATA_ROOT})",
+        help=f"data root; the table is {{data-dir}}/{FK_DIR}/{FK_TABLE} (default $MECHARM_DATA_ROOT, else ~/.local/share/mecharm/data)",
     )
     p.add_argument("--table", help="table CSV path (overrides --data-dir)")
     p.add_argument("--log-level", help="structlog level (default warning)")

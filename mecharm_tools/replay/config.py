@@ -13,7 +13,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from mecharm_common.config import RigSettings
-from mecharm_common.layout import RIG_DATA_ROOT
+from mecharm_common.layout import default_data_root
 
 __all__ = ["ReplaySettings"]
 
@@ -22,7 +22,7 @@ class ReplaySettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_REPLAY_")
 
     #: the FK table is ``{data_dir}/fk/fk_table.csv`` (the default table is built there when missing)
-    data_dir: Path = RIG_DATA_ROOT
+    data_dir: Path = Field(default_factory=default_data_root)
     #: an FK table CSV to use instead of the data dir's
     table: Path | None = None
     #: approach arcs; None = the paths the trace recorded (relative to the working directory)

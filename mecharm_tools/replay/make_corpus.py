@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.config import load_settings
-from mecharm_common.layout import FK_DIR, FK_TABLE, RIG_DATA_ROOT, TRACE_SUFFIX
+from mecharm_common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX, default_data_root
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.ports import VerdictObservation
@@ -135,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--data-dir",
         type=Path,
-        default=RIG_DATA_ROOT,
+        default=default_data_root(),
         help=f"FK data dir: the table is DIR/{FK_DIR}/{FK_TABLE}, built when missing "
-        f"(default {RIG_DATA_ROOT})",
+        "(default $MECHARM_DATA_ROOT, else ~/.local/share/mecharm/data)",
     )
     p.add_argument("--only", nargs="*", choices=list(SCENARIOS), help="record only these scenarios")
     p.add_argument(
