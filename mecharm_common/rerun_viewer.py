@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 __all__ = [
+    "INSTALL_HINT",
     "NOT_INSTALLED",
     "VIEWER_NAME",
     "VIEWER_URL_EXAMPLE",
@@ -30,7 +31,8 @@ __all__ = [
 ]
 
 #: the one line when the SDK is missing (it is in the tools extra, pyproject.toml)
-NOT_INSTALLED = "rerun-sdk is not installed: pip install '.[tools]'"
+INSTALL_HINT = "pip install '.[tools]'"
+NOT_INSTALLED = f"rerun-sdk is not installed: {INSTALL_HINT}"
 #: the viewer binary rerun-sdk installs beside the interpreter
 VIEWER_NAME = "rerun"
 #: a running viewer's gRPC address (the viewer prints it at start)

@@ -26,7 +26,7 @@ import anyio
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
-from mecharm_common.rerun_viewer import rerun_available, viewer_executable
+from mecharm_common.rerun_viewer import INSTALL_HINT, rerun_available, viewer_executable
 
 __all__ = ["VIEW_MODULE", "ViewJobs", "rerun_missing", "viewer_missing"]
 
@@ -34,10 +34,6 @@ log = get_logger("mecharm_runtime.viewjobs")
 
 #: the module run as ``python -m``; tests point it at one that fails
 VIEW_MODULE = "mecharm_tools.view"
-
-
-#: installing the tools extra brings rerun-sdk (the library and its viewer)
-INSTALL_HINT = "pip install '.[tools]'"
 
 
 def rerun_missing() -> str | None:
