@@ -34,6 +34,9 @@ def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     home = tmp_path_factory.mktemp("xdg_config")
     mp = pytest.MonkeyPatch()
     mp.setenv("XDG_CONFIG_HOME", str(home))
+    # nor into the developer's data: the default data root is a fresh, absent folder
+    mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg_data")))
+    mp.delenv("MECHARM_DATA_ROOT", raising=False)
     yield home
     mp.undo()
 
