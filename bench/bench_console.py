@@ -13,11 +13,13 @@ from __future__ import annotations
 import io
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from mecharm_runtime.console import RuntimeConsole
+from mecharm_runtime.records.trace import TraceWriter
 
 
 def trial_shaped() -> list[dict[str, Any]]:
@@ -51,13 +53,30 @@ def per_line_us(lines: list[dict[str, Any]], rounds: int = 20) -> float:
     return (time.perf_counter() - t0) / (rounds * len(lines)) * 1e6
 
 
+def trace_write_us(lines: list[dict[str, Any]], rounds: int = 20) -> float:
+    """The baseline: what the trial already pays per line, the trace writer's own write of
+    it to a real file (``TraceWriter.write``: JSON, ``os.write``), without a listener."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        for r in range(rounds):
+            tw = TraceWriter(Path(d) / f"t{r}.trace.jsonl")
+            for line in lines:
+                tw.write(line["event"], **{k: v for k, v in line.items() if k != "event"})
+            tw.close()
+        return (time.perf_counter() - t0) / (rounds * len(lines)) * 1e6
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     lines = trial_shaped()
-    us = per_line_us(lines, 5 if quick else 20)
+    rounds = 5 if quick else 20
+    us = per_line_us(lines, rounds)
+    base = trace_write_us(lines, rounds)
     return {
         "lines_per_trial": len(lines),
         "us_per_line": round(us, 2),
         "ms_per_trial": round(us * len(lines) / 1000, 2),
+        "baseline_trace_write_us_per_line": round(base, 2),
+        "console_over_trace_write": round(us / base, 3),
     }
 
 
