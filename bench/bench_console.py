@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mecharm_common.layout import TRACE_SUFFIX
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.records.trace import TraceWriter
 
@@ -59,7 +60,7 @@ def trace_write_us(lines: list[dict[str, Any]], rounds: int = 20) -> float:
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         for r in range(rounds):
-            tw = TraceWriter(Path(d) / f"t{r}.trace.jsonl")
+            tw = TraceWriter(Path(d) / f"t{r}{TRACE_SUFFIX}")
             for line in lines:
                 tw.write(line["event"], **{k: v for k, v in line.items() if k != "event"})
             tw.close()
