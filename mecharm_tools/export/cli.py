@@ -83,6 +83,12 @@ def _lerobot(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        print(
+            f"error: {args.dir}: no such folder (give a dataset folder holding meta/info.json)",
+            file=sys.stderr,
+        )
+        return 2
     rep = verify_dataset(
         Path(args.dir), check_video=not args.no_video, progress=not args.no_progress
     )
@@ -93,7 +99,7 @@ def _verify(args: argparse.Namespace) -> int:
         return 0
     for line in rep.errors:
         print(f"{rep.path}: {line}")
-    print(f"{rep.path}: {len(rep.errors)} problem(s)")
+    print(f"{rep.path}: {rep.problems} problem(s)")
     return 1
 
 
@@ -130,7 +136,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     lr.add_argument("--no-progress", action="store_true", help="no progress bar")
     lr.set_defaults(func=_lerobot)
     ve = sub.add_parser(
-        "verify", help="check a dataset without torch (schema, indices, stats, video timestamps)"
+        "verify",
+        help="check a LeRobot v3.0 dataset without torch (schema, indices, ranges, stats, video "
+        "timestamps; docs/lerobot-verify.md); exit 0 clean, 1 problems, 2 no such folder",
     )
     ve.add_argument("dir", help="dataset folder")
     ve.add_argument("--no-video", action="store_true", help="skip decoding the videos")

@@ -179,7 +179,7 @@ def _canonical_codec(name: str) -> str:
     for mode in ("r", "w"):
         try:
             return str(av.codec.Codec(name, mode).canonical_name)
-        except Exception:  # noqa: S112 - not a decoder: try the encoder, else keep the name
+        except Exception:  # not a decoder: try the encoder, else keep the name
             continue
     return name
 
@@ -435,6 +435,7 @@ class _Verifier:
         files = sorted(
             p.relative_to(self.root).as_posix() for p in (self.root / "data").glob("*/*.parquet")
         )
+        users: dict[str, list[str]] = {}
         for ep in self.episodes:
             rel = self._path(
                 "data_path", chunk_index=ep["data/chunk_index"], file_index=ep["data/file_index"]
@@ -447,8 +448,11 @@ class _Verifier:
                 return
             ep["_data"] = rel
             self.used_files.add(rel)
-            if rel not in files:
-                files.append(rel)  # missing: _read_parquet names it
+            users.setdefault(rel, []).append(ep["_where"])
+        for rel, wheres in users.items():
+            if not (self.root / rel).is_file():
+                more = f" and {len(wheres) - 1} more" if len(wheres) > 1 else ""
+                self.p.add("files", f"{rel}: missing (the data of {wheres[0]}{more})")
         cols: dict[str, list[NDArray[Any]]] = {k: [] for k in ("file", "row", *DEFAULT_FEATURES)}
         values: dict[str, list[NDArray[Any]]] = {}
         names: list[str] = []
@@ -513,7 +517,8 @@ class _Verifier:
         self._check_ranges(d)
         self._check_episode_stats(d, vals)
 
-    def where(self, i: int) -> str:
+    def where(self, i: Any) -> str:
+        i = int(i)
         d = self.data
         return f"{d['names'][int(d['file'][i])]} row {int(d['row'][i])} (episode {int(d['episode_index'][i])}, frame {int(d['frame_index'][i])})"
 
@@ -713,7 +718,7 @@ class _Verifier:
             if key not in stats or not isinstance(stats[key], dict):
                 self.p.add("stats.json", f"{STATS_PATH}: no stats for feature {key!r}")
                 continue
-            per_ep = []
+            per_ep: list[dict[str, Any]] = []
             for e in self.episodes:
                 s = {
                     stat: np.asarray(e[f"stats/{key}/{stat}"], dtype=np.float64)
@@ -912,13 +917,13 @@ class _Verifier:
             # lerobot's query: from_timestamp + row timestamp, compared in float32 (torch tensors)
             start = float(e[f"videos/{key}/from_timestamp"])
             q = (start + d["timestamp"][rows].astype(np.float64)).astype(np.float32)
-            j = (
+            nxt = (
                 np.clip(np.searchsorted(sorted32, q), 1, max(1, len(sorted32) - 1))
                 if len(sorted32) > 1
                 else np.zeros(len(q), int)
             )
             dist = (
-                np.minimum(np.abs(sorted32[j] - q), np.abs(sorted32[j - 1] - q))
+                np.minimum(np.abs(sorted32[nxt] - q), np.abs(sorted32[nxt - 1] - q))
                 if len(sorted32) > 1
                 else np.abs(sorted32[0] - q)
             )
@@ -961,7 +966,7 @@ class _Verifier:
             if j > 0 and abs(ft[j - 1] - t) < abs(ft[j] - t):
                 j -= 1
             frame_no = int(by_time[j])
-            if frame_no in kept:
+            if frame_no in kept and abs(ft[j] - t) <= 0.5 / self.fps:  # else: a timestamp problem
                 images.setdefault(n, []).append(kept[frame_no])
         for n, e in enumerate(eps):
             stored = self._stored(e, key)
