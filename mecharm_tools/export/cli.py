@@ -92,6 +92,8 @@ def _verify(args: argparse.Namespace) -> int:
     rep = verify_dataset(
         Path(args.dir), check_video=not args.no_video, progress=not args.no_progress
     )
+    for line in rep.notes:
+        print(f"{rep.path}: note: {line}")
     if rep.ok:
         print(
             f"{rep.path}: ok, {rep.episodes} episodes, {rep.frames} frames, {rep.videos_checked} video file(s) decoded"

@@ -464,3 +464,18 @@ def test_cli_exit_codes(ds: Path, tmp_path: Path) -> None:
     missing = _cli(str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "no such folder" in missing.stderr
     assert main(["export", "verify", str(tmp_path / "nowhere"), "--no-progress"]) == 2
+
+
+OURS_DELETED = Path(__file__).parent / "data" / "ours-deleted-episode1"
+
+
+def test_lerobot_delete_episodes_of_our_export_passes_with_a_codec_note() -> None:
+    """What the old verifier rejected (17 problems): AV1 after lerobot's re-encode, info.json
+    still saying h264, index stats from before the renumbering."""
+    rep = verify_dataset(OURS_DELETED)
+    assert rep.ok, rep.errors
+    assert (rep.episodes, rep.frames) == (2, 70)
+    assert rep.notes and "codec av1" in rep.notes[0] and "says h264" in rep.notes[0]
+    assert episodes(OURS_DELETED)[1]["stats/index/min"] == [60]  # from before: the data says 25
+    result = _cli(str(OURS_DELETED))
+    assert result.returncode == 0 and ": note: videos/" in result.stdout
