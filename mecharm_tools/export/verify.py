@@ -236,7 +236,7 @@ class _Verifier:
     def _path(self, template_key: str, **kw: Any) -> str | None:
         try:
             return str(self.info[template_key]).format(**kw)
-        except (KeyError, IndexError, ValueError):
+        except (KeyError, IndexError, ValueError, TypeError):  # a bad template or index
             return None
 
     # ------------------------------------------------------------------ run

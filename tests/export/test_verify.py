@@ -373,6 +373,20 @@ def test_wrong_dtype(ds: Path) -> None:
     check(ds, DATA, "column 'timestamp': type double, expected float")
 
 
+def test_column_outside_the_features(ds: Path) -> None:
+    table = pq.read_table(ds / DATA)
+    pq.write_table(table.append_column("extra", pa.array(np.zeros(table.num_rows))), ds / DATA)
+    check(ds, DATA, "columns ['extra'] are not features")
+
+
+def test_frame_size_differs_from_info(ds: Path) -> None:
+    meta = info(ds)
+    key = video_key(ds)
+    meta["features"][key]["shape"][1] += 16
+    (ds / "meta/info.json").write_text(json.dumps(meta))
+    check(ds, video_file(ds), f"features.{key}.shape says")
+
+
 def test_truncated_mp4(ds: Path) -> None:
     path = ds / video_file(ds)
     raw = path.read_bytes()
