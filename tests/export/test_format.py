@@ -159,9 +159,10 @@ def test_video_timestamps_are_exact_and_keyframes_dense(dataset: Path) -> None:
 
 def _rewrite_episodes(ds: Path, change: Any) -> None:
     path = ds / "meta/episodes/chunk-000/file-000.parquet"
-    rows = pq.read_table(path).to_pylist()
+    table = pq.read_table(path)
+    rows = table.to_pylist()
     change(rows)
-    pq.write_table(pa.Table.from_pylist(rows, schema=L.episodes_schema()), path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)  # whatever columns it has
 
 
 def _drop_manifest_episode(ds: Path) -> None:

@@ -156,67 +156,61 @@ def test_reindexed_stats_must_be_a_whole_shift(tmp_path: Path) -> None:
 
 
 def _add_features(ds: Path) -> None:
-    """A second camera, lerobot's outcome columns and extra per-episode columns, all consistent."""
-    (ds / "meta/mecharm_export.json").unlink(
-        missing_ok=True
-    )  # written by another tool: no manifest
+    """A second camera, lerobot's outcome columns and an extra per-episode column, consistent.
+
+    Only what the dataset lacks is added (an exporter may already write some of them).
+    """
+    (ds / "meta/mecharm_export.json").unlink(missing_ok=True)  # another tool's dataset
     meta = info(ds)
     side = video_key(ds)
     top = "observation.images.top"
-    scalar: dict[str, Any] = {"shape": [1], "names": None}
-    meta["features"][top] = json.loads(json.dumps(meta["features"][side]))
-    meta["features"] |= {
-        "next.reward": {"dtype": "float32", **scalar},
-        "next.done": {"dtype": "bool", **scalar},
-        "next.success": {"dtype": "bool", **scalar},
-    }
-    (ds / "meta/info.json").write_text(json.dumps(meta, indent=4))
-    shutil.copytree(ds / "videos" / side, ds / "videos" / top)
+    stat_keys = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
     table = pq.read_table(ds / DATA)
     ep = table.column("episode_index").to_numpy()
     done = np.append(ep[1:] != ep[:-1], True)
     success = done & (ep == 1)
-    reward = success.astype(np.float32)
-    for name, values, t in (
-        ("next.reward", reward, pa.float32()),
-        ("next.done", done, pa.bool_()),
-        ("next.success", success, pa.bool_()),
-    ):
+    outcomes = {
+        "next.reward": (success.astype(np.float32), "float32", pa.float32()),
+        "next.done": (done, "bool", pa.bool_()),
+        "next.success": (success, "bool", pa.bool_()),
+    }
+    outcomes = {k: v for k, v in outcomes.items() if k not in meta["features"]}
+    new_top = top not in meta["features"]
+    if new_top:
+        meta["features"][top] = json.loads(json.dumps(meta["features"][side]))
+        shutil.copytree(ds / "videos" / side, ds / "videos" / top)
+    for name, (values, dtype, t) in outcomes.items():
+        meta["features"][name] = {"dtype": dtype, "shape": [1], "names": None}
         table = table.append_column(pa.field(name, t), pa.array(values, t))
+    (ds / "meta/info.json").write_text(json.dumps(meta, indent=4))
     pq.write_table(table, ds / DATA)
-    ep_table = pq.read_table(ds / EPISODES)
-    rows = ep_table.to_pylist()
+    rows = pq.read_table(ds / EPISODES).to_pylist()
     for r in rows:
         sel = ep == r["episode_index"]
-        for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
-            r[f"videos/{top}/{c}"] = r[f"videos/{side}/{c}"]
-        for stat in ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99"):
-            r[f"stats/{top}/{stat}"] = r[f"stats/{side}/{stat}"]
-        for name, values in (
-            ("next.reward", reward),
-            ("next.done", done),
-            ("next.success", success),
-        ):
+        if new_top:
+            for c in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
+                r[f"videos/{top}/{c}"] = r[f"videos/{side}/{c}"]
+            for stat in stat_keys:
+                r[f"stats/{top}/{stat}"] = r[f"stats/{side}/{stat}"]
+        for name, (values, _, _) in outcomes.items():
             for stat, v in vector_stats(values[sel].reshape(-1, 1)).items():
                 r[f"stats/{name}/{stat}"] = np.asarray(
                     v, dtype=np.int64 if stat == "count" else np.float64
                 ).tolist()
-        r["mecharm/place_verdict"] = "yes" if r["episode_index"] == 1 else "no"
+        r["othertool/place_verdict"] = "yes" if r["episode_index"] == 1 else "no"
     pq.write_table(pa.Table.from_pylist(rows), ds / EPISODES)
+    added = [*outcomes, *([top] if new_top else [])]
     per_ep = [
         {
-            k: {
-                s: np.asarray(r[f"stats/{k}/{s}"], dtype=np.float64)
-                for s in ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
-            }
-            for k in meta["features"]
+            k: {s: np.asarray(r[f"stats/{k}/{s}"], dtype=np.float64) for s in stat_keys}
+            for k in added
         }
         for r in rows
     ]
-    agg = aggregate_stats(per_ep)
-    (ds / "meta/stats.json").write_text(
-        json.dumps({k: {s: np.asarray(v).tolist() for s, v in st.items()} for k, st in agg.items()})
-    )
+    stats = json.loads((ds / "meta/stats.json").read_text())
+    for k, st in aggregate_stats(per_ep).items():
+        stats[k] = {s: np.asarray(v).tolist() for s, v in st.items()}
+    (ds / "meta/stats.json").write_text(json.dumps(stats))
 
 
 def test_any_features_two_cameras_and_outcomes(ds: Path) -> None:
