@@ -23,7 +23,8 @@ def _print_report(rep: ExportReport, dry_run: bool) -> None:
     verb = "would export" if dry_run else "exported"
     for ep in rep.exported:
         print(
-            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded)"
+            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded), "
+            f"rig {ep.rig_id}, {'success' if ep.success else 'not placed'}"
             + (f" [{ep.note}]" if ep.note else ""),
             file=out,
         )
@@ -57,6 +58,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "select": args.select,
                 "task": args.task,
                 "include_crashed": True if args.include_crashed else None,
+                "rig_id": args.rig_id,
                 "progress": False if args.no_progress else None,
             },
         )
@@ -128,6 +130,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also export recordings whose recorder died (status crashed, repaired): "
         "the rows their decodable frames cover",
+    )
+    lr.add_argument(
+        "--rig-id",
+        help="rig id of trials whose run log names none (default: the data root's folder "
+        "name); run once per data root to merge several rigs into one dataset",
     )
     lr.add_argument("--config", help="YAML settings file (e.g. configs/export.yaml)")
     lr.add_argument(

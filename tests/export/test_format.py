@@ -32,6 +32,19 @@ needs_ref = pytest.mark.skipif(
 )
 
 
+#: what we add to lerobot's columns (checked against lerobot's own writer in test_outcomes.py)
+OURS = (*L.OUTCOME_FEATURES, *L.EPISODE_FEATURES, *L.EPISODE_COLUMNS)
+
+
+def _is_ours(name: str) -> bool:
+    return name in OURS or any(name.startswith(f"stats/{k}/") for k in L.OUTCOME_FEATURES)
+
+
+def _lerobot_part(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without our outcome / per-episode columns."""
+    return pa.schema([f for f in schema if not _is_ours(f.name)], metadata=schema.metadata)
+
+
 @pytest.fixture(scope="module")
 def built(recs: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     data_root = tmp_path_factory.mktemp("data")
@@ -59,7 +72,7 @@ def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
         "meta/tasks.parquet",
     ):
         ref_schema, our_schema = pq.read_schema(REF / rel), pq.read_schema(dataset / rel)
-        assert our_schema.equals(ref_schema, check_metadata=False), rel
+        assert _lerobot_part(our_schema).equals(ref_schema, check_metadata=False), rel
         assert (our_schema.metadata is None) == (ref_schema.metadata is None), rel
     hf = json.loads(
         pq.read_schema(dataset / "data/chunk-000/file-000.parquet").metadata[b"huggingface"]
@@ -67,7 +80,12 @@ def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
     ref_hf = json.loads(
         pq.read_schema(REF / "data/chunk-000/file-000.parquet").metadata[b"huggingface"]
     )
-    assert hf["info"] == ref_hf["info"]
+    assert {k: v for k, v in hf["info"]["features"].items() if not _is_ours(k)} == ref_hf["info"][
+        "features"
+    ]
+    assert list(hf["info"]["features"]) == [
+        f.name for f in pq.read_schema(dataset / "data/chunk-000/file-000.parquet")
+    ]
     pandas = json.loads(pq.read_schema(dataset / "meta/tasks.parquet").metadata[b"pandas"])
     ref_pandas = json.loads(pq.read_schema(REF / "meta/tasks.parquet").metadata[b"pandas"])
     assert (
@@ -76,7 +94,7 @@ def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
     )
     info, ref_info = (json.loads((d / "meta/info.json").read_text()) for d in (dataset, REF))
     assert list(info) == list(ref_info)
-    assert list(info["features"]) == list(ref_info["features"])
+    assert [k for k in info["features"] if not _is_ours(k)] == list(ref_info["features"])
     for key in (
         "observation.state",
         "action",
@@ -90,8 +108,8 @@ def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
     vid, ref_vid = info["features"][L.VIDEO_KEY], ref_info["features"][L.VIDEO_KEY]
     assert list(vid["info"]) == list(ref_vid["info"]) and vid["names"] == ref_vid["names"]
     stats, ref_stats = (json.loads((d / "meta/stats.json").read_text()) for d in (dataset, REF))
-    assert sorted(stats) == sorted(ref_stats)
-    for feat in stats:
+    assert sorted(k for k in stats if not _is_ours(k)) == sorted(ref_stats)
+    for feat in ref_stats:
         assert list(stats[feat]) == list(ref_stats[feat])
         assert {k: np.shape(v) for k, v in stats[feat].items() if k != "count"} == {
             k: np.shape(v) for k, v in ref_stats[feat].items() if k != "count"
