@@ -288,9 +288,15 @@ def dataset_checks(
     facts: Mapping[str, Any], label: str, *, require_top: bool, expect_meta: bool
 ) -> list[Check]:
     """Judge one dataset as lerobot loaded it (the probe's facts) against our contract."""
-    where = f"{label} ({facts.get('root', '?')})"
+    where = label  # the folder is named once, in the report's sections
     if facts.get("load_error"):
-        return [Check(f"{label} loads in lerobot", False, f"{where}: {facts['load_error']}")]
+        return [
+            Check(
+                f"{label} loads in lerobot",
+                False,
+                f"{label}: LeRobotDataset(root={facts.get('root')}): {facts['load_error']}",
+            )
+        ]
     checks = [Check(f"{label} loads in lerobot", True, f"LeRobotDataset(root={facts.get('root')})")]
     eps = facts.get("episodes", [])
     # frames: every one read, counts agree, indices contiguous
@@ -452,10 +458,11 @@ def compare_success(
     probs = []
     if any(r.success is None for r in records):
         probs.append(f"{label}: no next.success feature, success cannot be read")
+    nameless = [r.index for r in records if r.run_stem is None]
+    if nameless:
+        probs.append(f"{label}: episodes {nameless} have no run stem (mecharm.run_stem)")
     for r in records:
-        if r.run_stem is None:
-            probs.append(f"{label} episode {r.index}: no run stem (mecharm.run_stem)")
-        elif r.run_stem not in placed:
+        if r.run_stem is not None and r.run_stem not in placed:
             probs.append(f"{label} {r.label()}: run stem not in the ledger")
     exported = {r.run_stem for r in records}
     left = [s for s, ok in placed.items() if ok and s not in exported]
@@ -547,7 +554,9 @@ def merge_check(
             probs.append(
                 f"{label} {g.label()}: meta mecharm/success {g.meta_success}, frames {g.success}"
             )
-    ids = [(r.rig_id, r.run_stem) for r in merged]
+    ids = [
+        (r.rig_id, r.run_stem) for r in merged if r.rig_id is not None and r.run_stem is not None
+    ]
     dup = sorted({f"{a}/{b}" for a, b in ids if ids.count((a, b)) > 1})
     if dup:
         probs.append(f"{label}: (rig id, run stem) not unique: {dup}")
@@ -775,7 +784,12 @@ def verify(dataset: Path) -> tuple[list[str], str]:
         "--no-progress",
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=project_env())
-    lines = [ln for ln in res.stdout.strip().splitlines() if ln.strip()]
+    prefix = f"{dataset}: "
+    lines = [
+        ln[len(prefix) :] if ln.startswith(prefix) else ln
+        for ln in res.stdout.strip().splitlines()
+        if ln.strip()
+    ]
     if res.returncode == 0:
         return [], lines[-1] if lines else "exit 0"
     if not lines:

@@ -26,6 +26,7 @@ import math
 import sys
 import time
 import traceback
+import warnings
 from typing import Any
 
 #: lerobot's own default tolerance when it decodes a frame by timestamp
@@ -52,7 +53,7 @@ def pick_backend(wanted: str) -> tuple[str, str]:
         importlib.import_module("torchcodec.decoders")
     except Exception as exc:  # torchcodec raises RuntimeError when no FFmpeg shared libs load
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return "pyav", f"torchcodec cannot load ({first[:120]})"
+        return "pyav", f"torchcodec does not load here: {first[:100].rstrip(' .:')}"
     return "torchcodec", "lerobot's default"
 
 
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="auto", choices=("auto", "pyav", "torchcodec"))
     p.add_argument("--filter", action="store_true", help="also load the successful episodes alone")
     args = p.parse_args(argv)
+    warnings.simplefilter("ignore")  # torchvision's deprecation notes are not findings
     try:
         facts = inspect(args.repo_id, args.root, args.backend, args.filter)
     except Exception as exc:  # report, do not crash: the caller prints one clear line
