@@ -79,6 +79,8 @@ META_FIELDS = (*(k.replace("mecharm.", "mecharm/") for k in EXPORT_STRINGS), "me
 OUTCOMES = {"next.success": "bool", "next.done": "bool", "next.reward": "float32"}
 #: lerobot decodes a frame by timestamp within this tolerance
 TIMESTAMP_TOLERANCE_S = 1e-4
+#: what a run writes into its work folder (cleared when --work is reused)
+WORK_PARTS = ("roots", "lerobot_home", "facts", "logs", "hf_datasets_cache")
 #: problems listed per check before "and N more"
 MAX_LINES = 6
 
@@ -631,9 +633,18 @@ def _say(text: str) -> None:
     print(f"lerobot-check: {text}", file=sys.stderr, flush=True)
 
 
-def _tail(text: str, n: int = 1500) -> str:
-    text = text.strip()
-    return ("..." + text[-n:]) if len(text) > n else text
+def _gist(text: str, log: Path | None = None) -> str:
+    """The last meaningful line of a process's output (its error), and where the rest went."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    gist = lines[-1] if lines else "no output"
+    if log is not None and text.strip():
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(text, encoding="utf-8")
+            gist += f" (full output: {log})"
+        except OSError:
+            pass
+    return gist[:1000]
 
 
 def _venv_python(venv: Path) -> Path:
@@ -738,7 +749,7 @@ def make_demo_root(where: Path, trials: int, seed: int, rig_id: str) -> Path:
     res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=project_env(extra))
     if res.returncode != 0:
         raise CheckError(
-            f"the demo into {root} failed (exit {res.returncode}): {_tail(res.stderr or res.stdout)}"
+            f"the demo into {root} failed (exit {res.returncode}): {_gist(res.stderr or res.stdout, where.parent / 'logs' / f'demo-{rig_id}.log')}"
         )
     return root
 
@@ -766,7 +777,7 @@ def export(root: Path, out: Path, select: str, rig_id: str | None) -> tuple[list
     summary = lines[-1] if lines else ""
     if res.returncode != 0:
         return [
-            f"mecharm export lerobot --root {root} exit {res.returncode}: {_tail(res.stderr or res.stdout, 600)}"
+            f"mecharm export lerobot --root {root} exit {res.returncode}: {_gist(res.stderr or res.stdout)}"
         ], summary
     refused = [ln for ln in lines if ln.startswith("REFUSED")]
     return [f"{root}: {ln}" for ln in refused], summary
@@ -793,9 +804,7 @@ def verify(dataset: Path) -> tuple[list[str], str]:
     if res.returncode == 0:
         return [], lines[-1] if lines else "exit 0"
     if not lines:
-        return [
-            f"mecharm export verify {dataset} exit {res.returncode}: {_tail(res.stderr, 600)}"
-        ], ""
+        return [f"mecharm export verify {dataset} exit {res.returncode}: {_gist(res.stderr)}"], ""
     return [*lines[:-1], f"exit {res.returncode}: {lines[-1]}"], ""
 
 
@@ -820,13 +829,19 @@ def probe(
     ]
     if do_filter:
         cmd.append("--filter")
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=lerobot_env(work))
+    out.unlink(missing_ok=True)  # never judge an earlier run's facts
+    try:
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, env=lerobot_env(work)
+        )
+    except OSError as exc:
+        return {"root": str(dataset), "load_error": f"cannot run the lerobot probe: {exc}"}
     try:
         facts: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return {
             "root": str(dataset),
-            "load_error": f"the lerobot probe wrote no facts ({exc}); exit {res.returncode}: {_tail(res.stderr, 800)}",
+            "load_error": f"the lerobot probe wrote no facts ({exc}); exit {res.returncode}: {_gist(res.stderr, out.with_suffix('.log'))}",
         }
     return facts
 
@@ -839,7 +854,8 @@ def edit_dataset(venv: Path, work: Path, args: Sequence[str]) -> tuple[int, str]
     res = subprocess.run(
         [str(tool), *args], capture_output=True, text=True, check=False, env=lerobot_env(work)
     )
-    return res.returncode, _tail(res.stderr or res.stdout, 800)
+    log = work / "logs" / f"lerobot-edit-dataset-{args[args.index('--operation.type') + 1]}.log"
+    return res.returncode, _gist(res.stderr or res.stdout, log if res.returncode else None)
 
 
 def read_ledger(root: Path) -> list[dict[str, str]]:
@@ -922,7 +938,7 @@ def run_check(args: argparse.Namespace, work: Path, run: Run) -> None:
             )
         )
     _delete_step(args, work, facts, records, run)
-    _merge_step(args, work, records, run)
+    _merge_step(args, work, facts, records, run)
 
 
 def _delete_step(
@@ -985,7 +1001,11 @@ def _delete_step(
 
 
 def _merge_step(
-    args: argparse.Namespace, work: Path, records: Mapping[str, list[EpisodeRecord]], run: Run
+    args: argparse.Namespace,
+    work: Path,
+    facts: Mapping[str, Any],
+    records: Mapping[str, list[EpisodeRecord]],
+    run: Run,
 ) -> None:
     name = "merge with lerobot-edit-dataset"
     if "rig-a" not in records or "rig-b" not in records:
@@ -1009,7 +1029,8 @@ def _merge_step(
     out = work / "lerobot_home" / "mecharm" / "merged"
     f = probe(args.venv, "mecharm/merged", out, work, args.backend, do_filter=True)
     label = "after merge"
-    run.checks += dataset_checks(f, label, require_top=False, expect_meta=True)
+    both_top = all(TOP in facts[r].get("cameras", []) for r in ("rig-a", "rig-b"))
+    run.checks += dataset_checks(f, label, require_top=both_top, expect_meta=True)
     if f.get("load_error"):
         return
     merged = episode_records(f)
@@ -1028,8 +1049,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     made = args.work is None
     work = Path(tempfile.mkdtemp(prefix="mecharm_lerobot_check_")) if made else args.work.resolve()
-    if not made and (work / "lerobot_home").exists():
-        shutil.rmtree(work / "lerobot_home")  # a re-run over the same --work starts clean
+    if not made:  # a re-run over the same --work starts clean
+        for sub in WORK_PARTS:
+            shutil.rmtree(work / sub, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     run = Run()
     t0 = time.monotonic()
