@@ -729,33 +729,51 @@ def _setting_exists(module: str, cls: str, name: str) -> bool:
 
 
 def make_demo_root(where: Path, trials: int, seed: int, rig_id: str) -> Path:
-    """A fresh demo data root (``python -m mecharm_tools.demo``) recorded as rig ``rig_id``."""
+    """A fresh demo data root (``python -m mecharm_tools.demo``) recorded as rig ``rig_id``.
+
+    A demo session ends early when a trial leaves the block in the gripper; further
+    sessions (next seeds) run until the ledger holds ``trials`` trials, at most
+    ``trials`` sessions.
+    """
     root = where / rig_id
     extra = {}
     if _setting_exists("mecharm_runtime.config", "RuntimeSettings", "rig_id"):
         extra["MECHARM_RUNTIME_RIG_ID"] = rig_id
-    _say(f"demo: {trials} trial(s), seed {seed}, into {root}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "mecharm_tools.demo",
-        "--data-root",
-        str(root),
-        "--trials",
-        str(trials),
-        "--seed",
-        str(seed),
-    ]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=project_env(extra))
-    if res.returncode != 0:
-        raise CheckError(
-            f"the demo into {root} failed (exit {res.returncode}): {_gist(res.stderr or res.stdout, where.parent / 'logs' / f'demo-{rig_id}.log')}"
+    done = 0
+    for _ in range(trials):
+        _say(f"demo: {trials - done} trial(s), seed {seed + done}, into {root}")
+        cmd = [
+            sys.executable,
+            "-m",
+            "mecharm_tools.demo",
+            "--data-root",
+            str(root),
+            "--trials",
+            str(trials - done),
+            "--seed",
+            str(seed + done),
+        ]
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, env=project_env(extra)
         )
+        if res.returncode != 0:
+            log = where.parent / "logs" / f"demo-{rig_id}.log"
+            why = _gist(res.stderr or res.stdout, log)
+            raise CheckError(f"the demo into {root} failed (exit {res.returncode}): {why}")
+        done = len(read_ledger(root))
+        if done >= trials:
+            break
     return root
 
 
-def export(root: Path, out: Path, select: str, rig_id: str | None) -> tuple[list[str], str]:
-    """(problems, summary) of ``mecharm export lerobot --root ROOT --out OUT --select SELECT``."""
+def export(
+    root: Path, out: Path, select: str, rig_id: str | None
+) -> tuple[list[str], str, list[str]]:
+    """(problems, summary, notes) of ``mecharm export lerobot --root ROOT --out OUT --select ...``.
+
+    A refused trial is the export doing its job (a broken recording is never half-exported):
+    it is a note; the check goes on with the episodes that were exported, if any.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -775,12 +793,22 @@ def export(root: Path, out: Path, select: str, rig_id: str | None) -> tuple[list
     res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=project_env())
     lines = res.stdout.strip().splitlines()
     summary = lines[-1] if lines else ""
+    notes = [ln for ln in lines if ln.startswith(("REFUSED", "skipped"))]
     if res.returncode != 0:
-        return [
-            f"mecharm export lerobot --root {root} exit {res.returncode}: {_gist(res.stderr or res.stdout)}"
-        ], summary
-    refused = [ln for ln in lines if ln.startswith("REFUSED")]
-    return [f"{root}: {ln}" for ln in refused], summary
+        why = _gist(res.stderr or res.stdout)
+        return (
+            [f"mecharm export lerobot --root {root} exit {res.returncode}: {why}"],
+            summary,
+            notes,
+        )
+    try:
+        info = json.loads((out / "meta" / "info.json").read_text(encoding="utf-8"))
+        episodes = int(info.get("total_episodes", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        episodes = 0
+    if episodes < 1:
+        return [f"{root}: no episode exported ({len(notes)} not: {notes[:3]})"], summary, notes
+    return [], summary, notes
 
 
 def verify(dataset: Path) -> tuple[list[str], str]:
@@ -897,7 +925,8 @@ def run_check(args: argparse.Namespace, work: Path, run: Run) -> None:
         )
         out = home / "mecharm" / rig
         _say(f"export {root} -> {out}")
-        probs, summary = export(root, out, args.select, rig if is_demo else None)
+        probs, summary, notes = export(root, out, args.select, rig if is_demo else None)
+        run.sections += [f"{label} export: {n}" for n in notes]
         if not run.add(f"{label} export", probs, summary):
             continue
         probs, summary = verify(out)
