@@ -629,6 +629,10 @@ def format_report(header: Sequence[str], sections: Sequence[str], checks: Sequen
 # --------------------------------------------------------------------------- steps
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _say(text: str) -> None:
     print(f"lerobot-check: {text}", file=sys.stderr, flush=True)
 
@@ -949,7 +953,7 @@ def run_check(args: argparse.Namespace, work: Path, run: Run) -> None:
         cams = f.get("cameras", [])
         run.sections += [
             "",
-            f"{label}: {len(recs)} episodes, {f.get('frames_seen')} frames, {len(cams)} camera{'s' if len(cams) != 1 else ''} "
+            f"{label}: {_n(len(recs), 'episode')}, {f.get('frames_seen')} frames, {_n(len(cams), 'camera')} "
             f"({', '.join(cams)}), read in {f.get('seconds')} s",
             *episode_table(recs),
         ]
@@ -966,8 +970,8 @@ def run_check(args: argparse.Namespace, work: Path, run: Run) -> None:
                 else str(flt.get("skipped") or flt.get("error"))
             )
         )
-    _delete_step(args, work, facts, records, run)
     _merge_step(args, work, facts, records, run)
+    _delete_step(args, work, facts, records, run)
 
 
 def _delete_step(
@@ -977,44 +981,48 @@ def _delete_step(
     records: Mapping[str, list[EpisodeRecord]],
     run: Run,
 ) -> None:
+    """Delete one episode of A with lerobot's tool (of the merged dataset when A has one)."""
     name = "delete with lerobot-edit-dataset"
-    before = records.get("rig-a")
-    if before is None:
-        run.add(name, ["not run: dataset A did not load"], "")
-        return
     k = args.delete_episode
-    if len(before) < 2 or k >= len(before):
-        run.add(
-            name,
-            [
-                f"not run: dataset A has {len(before)} episode(s), deleting episode {k} needs at least 2 and k < {len(before)}"
-            ],
-            "",
+    usable = [s for s in ("rig-a", "merged") if s in records and len(records[s]) >= max(2, k + 1)]
+    if not usable:
+        counts = {s: len(r) for s, r in records.items()}
+        why = (
+            f"episode {k} of a dataset of at least 2 episodes is needed; loaded: {counts or 'none'}"
         )
+        run.add(name, [f"not run: {why}"], "")
         return
-    _say(f"lerobot-edit-dataset delete_episodes [{k}] of mecharm/rig-a")
+    source = usable[0]
+    before = records[source]
+    if source != "rig-a":
+        run.sections.append(
+            f"\ndataset A has {len(records.get('rig-a', []))} episode(s): deleting from the merged dataset"
+        )
+    _say(f"lerobot-edit-dataset delete_episodes [{k}] of mecharm/{source}")
     rc, tail = edit_dataset(
         args.venv,
         work,
         [
             "--repo_id",
-            "mecharm/rig-a",
+            f"mecharm/{source}",
             "--new_repo_id",
-            "mecharm/rig-a-deleted",
+            f"mecharm/{source}-deleted",
             "--operation.type",
             "delete_episodes",
             "--operation.episode_indices",
             f"[{k}]",
         ],
     )
-    if not run.add(name, [f"exit {rc}: {tail}"] if rc else [], f"episode {k} deleted"):
+    if not run.add(
+        name, [f"exit {rc}: {tail}"] if rc else [], f"episode {k} of mecharm/{source} deleted"
+    ):
         return
-    out = work / "lerobot_home" / "mecharm" / "rig-a-deleted"
-    f = probe(args.venv, "mecharm/rig-a-deleted", out, work, args.backend, do_filter=False)
+    out = work / "lerobot_home" / "mecharm" / f"{source}-deleted"
+    f = probe(args.venv, f"mecharm/{source}-deleted", out, work, args.backend, do_filter=False)
     label = "after delete"
     # lerobot's delete rebuilds meta/episodes with its own columns only: the per-frame fields carry on
     run.checks += dataset_checks(
-        f, label, require_top=TOP in facts["rig-a"].get("cameras", []), expect_meta=False
+        f, label, require_top=TOP in facts[source].get("cameras", []), expect_meta=False
     )
     if f.get("load_error"):
         return
@@ -1024,7 +1032,8 @@ def _delete_step(
     run.add(f"{label} export verify", probs, summary)
     run.sections += [
         "",
-        f"after delete of episode {k}: {len(after)} episodes, {f.get('frames_seen')} frames ({out})",
+        f"after delete of episode {k} of mecharm/{source}: {_n(len(after), 'episode')}, "
+        f"{f.get('frames_seen')} frames ({out})",
         *episode_table(after),
     ]
 
@@ -1032,8 +1041,8 @@ def _delete_step(
 def _merge_step(
     args: argparse.Namespace,
     work: Path,
-    facts: Mapping[str, Any],
-    records: Mapping[str, list[EpisodeRecord]],
+    facts: dict[str, Any],
+    records: dict[str, list[EpisodeRecord]],
     run: Run,
 ) -> None:
     name = "merge with lerobot-edit-dataset"
@@ -1063,13 +1072,14 @@ def _merge_step(
     if f.get("load_error"):
         return
     merged = episode_records(f)
+    facts["merged"], records["merged"] = f, merged
     run.checks.append(merge_check([records["rig-a"], records["rig-b"]], merged, label))
     run.checks.append(filter_check(f, label))
     probs, summary = verify(out)
     run.add(f"{label} export verify", probs, summary)
     run.sections += [
         "",
-        f"after merge of A and B: {len(merged)} episodes, {f.get('frames_seen')} frames ({out})",
+        f"after merge of A and B: {_n(len(merged), 'episode')}, {f.get('frames_seen')} frames ({out})",
         *episode_table(merged),
     ]
 
