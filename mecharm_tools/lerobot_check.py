@@ -50,6 +50,7 @@ __all__ = [
     "dataset_checks",
     "default_venv",
     "delete_check",
+    "delete_source",
     "episode_records",
     "filter_check",
     "format_report",
@@ -974,6 +975,15 @@ def run_check(args: argparse.Namespace, work: Path, run: Run) -> None:
     _delete_step(args, work, facts, records, run)
 
 
+def delete_source(records: Mapping[str, Sequence[EpisodeRecord]], k: int) -> str | None:
+    """Which dataset lerobot deletes episode ``k`` from: A, else the merged one (lerobot
+    refuses to delete a dataset's only episode), else none."""
+    for name in ("rig-a", "merged"):
+        if len(records.get(name, ())) >= max(2, k + 1):
+            return name
+    return None
+
+
 def _delete_step(
     args: argparse.Namespace,
     work: Path,
@@ -984,15 +994,14 @@ def _delete_step(
     """Delete one episode of A with lerobot's tool (of the merged dataset when A has one)."""
     name = "delete with lerobot-edit-dataset"
     k = args.delete_episode
-    usable = [s for s in ("rig-a", "merged") if s in records and len(records[s]) >= max(2, k + 1)]
-    if not usable:
+    source = delete_source(records, k)
+    if source is None:
         counts = {s: len(r) for s, r in records.items()}
         why = (
             f"episode {k} of a dataset of at least 2 episodes is needed; loaded: {counts or 'none'}"
         )
         run.add(name, [f"not run: {why}"], "")
         return
-    source = usable[0]
     before = records[source]
     if source != "rig-a":
         run.sections.append(

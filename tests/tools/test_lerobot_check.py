@@ -399,6 +399,14 @@ def test_delete_keeps_the_others_in_order() -> None:
     assert "x: 1 episodes, expected 2" in short.detail
 
 
+def test_delete_takes_a_and_falls_back_to_the_merged_dataset() -> None:
+    three = lc.episode_records(_facts(MIXED))
+    assert lc.delete_source({"rig-a": three, "merged": three}, 0) == "rig-a"
+    assert lc.delete_source({"rig-a": three[:1], "merged": three}, 0) == "merged"
+    assert lc.delete_source({"rig-a": three, "merged": three}, 3) is None  # no episode 3
+    assert lc.delete_source({"rig-a": three[:1]}, 0) is None
+
+
 def test_merge_keeps_every_rig_and_outcome() -> None:
     a = lc.episode_records(_facts(MIXED))
     b_eps = [(20, "run_0001_a", "rig-b", False), (25, "run_0002_b", "rig-b", True)]
