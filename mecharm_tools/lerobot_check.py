@@ -525,7 +525,7 @@ def delete_check(
 ) -> Check:
     """After lerobot deleted episode ``deleted``, the others keep their fields and outcome, in order."""
     want = [r for r in before if r.index != deleted]
-    probs = []
+    probs = _unlabelled(after, label)
     if len(after) != len(want):
         probs.append(f"{label}: {len(after)} episodes, expected {len(want)}")
     for new_index, (w, g) in enumerate(zip(want, after, strict=False)):
@@ -545,7 +545,7 @@ def merge_check(
 ) -> Check:
     """The merged dataset holds every part's episodes in order, each with its rig id and outcome."""
     want = [r for part in parts for r in part]
-    probs = []
+    probs = _unlabelled(merged, label)
     if len(merged) != len(want):
         probs.append(f"{label}: {len(merged)} episodes, expected {len(want)}")
     for i, (w, g) in enumerate(zip(want, merged, strict=False)):
@@ -569,6 +569,14 @@ def merge_check(
         probs,
         f"{len(merged)} episodes from rigs {rigs}, each with its rig id, run stem, verdicts and next.success",
     )
+
+
+def _unlabelled(records: Sequence[EpisodeRecord], label: str) -> list[str]:
+    """Episodes whose identity or outcome is not in the data: nothing to prove kept."""
+    blind = [r.index for r in records if None in (r.rig_id, r.run_stem, r.success)]
+    if not blind:
+        return []
+    return [f"{label}: episodes {blind[:10]} carry no rig id, run stem or next.success to compare"]
 
 
 def _diff(want: EpisodeRecord, got: EpisodeRecord) -> str:

@@ -424,6 +424,16 @@ def test_merge_keeps_every_rig_and_outcome() -> None:
     assert "(rig id, run stem) not unique: ['rig-a/run_0001_a']" in detail
 
 
+def test_keeping_is_not_proved_by_episodes_without_fields() -> None:
+    facts = _facts(MIXED)
+    del facts["features"]["next.success"]
+    for e in facts["episodes"]:
+        e["strings"], e["meta"] = {}, {}
+    blind = lc.episode_records(facts)
+    assert "episodes [1, 2] carry no rig id" in lc.delete_check(blind, blind[1:], 0, "d").detail
+    assert "carry no rig id" in lc.merge_check([blind], blind, "m").detail
+
+
 def test_merge_notices_a_missing_part() -> None:
     a = lc.episode_records(_facts(MIXED))
     check = lc.merge_check([a, a[:1]], a, "after merge")
