@@ -53,7 +53,9 @@ def pick_backend(wanted: str) -> tuple[str, str]:
         importlib.import_module("torchcodec.decoders")
     except Exception as exc:  # torchcodec raises RuntimeError when no FFmpeg shared libs load
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return "pyav", f"torchcodec does not load here: {first[:100].rstrip(' .:')}"
+        first = first.split(". ")[0].rstrip(" .:")[:100]
+        # lerobot picks torchcodec whenever it is installed, and would fail on the first frame
+        return "pyav", f"torchcodec does not load here: {first}; so video_backend='pyav'"
     return "torchcodec", "lerobot's default"
 
 
