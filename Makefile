@@ -8,7 +8,7 @@ VENV   := $(ROOT)/.venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast test-chaos bench lint venv clean report-check
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check
 
 $(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ bench: $(STAMP)
 # docs/report.md. ROOT=path reports on an existing data root instead of a fresh demo.
 report-check: $(STAMP)
 	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(ROOT),--root $(ROOT))
+
+# Not part of `make test`: loads, filters, deletes from and merges our datasets with the real
+# lerobot 0.4.x in its own venv (created the first time, ~15 min; docs/lerobot-check.md).
+# DATA_ROOT=path checks an existing data root as rig A; LEROBOT_VENV=path uses that venv.
+lerobot-check: $(STAMP)
+	cd $(ROOT) && $(BIN)/python -m mecharm_tools.lerobot_check $(if $(LEROBOT_VENV),--venv $(LEROBOT_VENV)) $(if $(DATA_ROOT),--root $(DATA_ROOT))
 
 lint: $(STAMP)
 	cd $(ROOT) && $(BIN)/ruff check .

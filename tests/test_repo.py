@@ -15,7 +15,7 @@ CITATION = re.compile("SP" + r"EC (?:§|[A-Z][A-Z0-9_]+\b)")
 SUFFIXES = {".py", ".yaml", ".yml", ".md", ".toml"}
 
 #: directories that are not the project's own text: tools' caches and tests' recorded data
-SKIP_DIRS = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+SKIP_DIRS = {".git", ".venv", ".lerobot-venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache",
              ".hypothesis", "build", "data", "results", "corpus"}  # fmt: skip
 
 #: files that still cite it, being rewritten by their owner; empty this set as they are fixed
