@@ -35,9 +35,9 @@ bench: $(STAMP)
 
 # Not part of `make test`: renders the run report in headless Chromium (Debian's package,
 # installed when missing and run as root) and checks the DOM and the page's loads;
-# docs/report.md. ROOT=path reports on an existing data root instead of a fresh demo.
+# docs/report.md. DATA_ROOT=path reports on an existing data root instead of a fresh demo.
 report-check: $(STAMP)
-	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(ROOT),--root $(ROOT))
+	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
 
 # Not part of `make test`: loads, filters, deletes from and merges our datasets with the real
 # lerobot 0.4.x in its own venv (created the first time, ~15 min; docs/lerobot-check.md).
