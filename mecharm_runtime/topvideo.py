@@ -123,8 +123,11 @@ class TopVideoWriter:
         self._q: queue.Queue[Any] = queue.Queue(maxsize=max(1, int(queue_size)))
         self.guard = guard
         self.frames = 0
-        self.dropped = 0
         self.offered = 0
+        # counted by two threads, each its own: the tap (queue full) and the writer (lost
+        # after or in a failure)
+        self._dropped_full = 0
+        self._lost = 0
         self.error: str | None = None
         self._failed = False  # the tap's view of ``error`` (one attribute read, no lock)
         self._closed = False
@@ -151,12 +154,17 @@ class TopVideoWriter:
         self._last_kept = mono_ns
         self.offered += 1
         if self._failed:
-            self.dropped += 1
+            self._dropped_full += 1
             return
         try:
             self._q.put_nowait((data, wall_ts, mono_ns))
         except queue.Full:
-            self.dropped += 1
+            self._dropped_full += 1
+
+    @property
+    def dropped(self) -> int:
+        """Kept frames that never reached the file (queue full, or lost to a failure)."""
+        return self._dropped_full + self._lost
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> None:
@@ -207,11 +215,12 @@ class TopVideoWriter:
                 if item is None:
                     break
                 if self._failed:
-                    self.dropped += 1
+                    self._lost += 1
                     continue
                 try:
                     self._write(*item)
                 except Exception as exc:  # disk full, I/O error, odd data: top frames only
+                    self._lost += 1
                     self._fail(describe_os_error(exc, f"writing {self.video.name}"))
         except BaseException as exc:  # never silent, even for what should not happen
             self._fail(f"writer thread died: {type(exc).__name__}: {exc}")
