@@ -42,7 +42,7 @@ def test_mjpeg_tap_sees_every_part_as_jpeg_bytes_without_reads(mjpeg_server: Any
         parts = cam.parts_received
         _until(lambda: cam.parts_received >= parts + 3, "3 more parts")
         assert len(seen.frames) <= n + 1  # removed: at most the one being handed over
-    data, wall, mono, thread = seen.frames[0]
+    data, wall, _mono, thread = seen.frames[0]
     assert isinstance(data, bytes) and data[:2] == b"\xff\xd8"
     assert thread.startswith("mjpeg-")  # on the reader thread, not the caller's
     monos = [f[2] for f in seen.frames]
