@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -132,6 +133,8 @@ class TopVideoWriter:
         self._failed = False  # the tap's view of ``error`` (one attribute read, no lock)
         self._closed = False
         self._last_kept: int | None = None
+        #: CPU seconds the writer thread used (set when it ends; the bench reports it)
+        self.cpu_s = 0.0
         self._thread = threading.Thread(target=self._run, name="top-video", daemon=True)
         # owned by the writer thread
         self._fh: BinaryIO | None = None
@@ -204,6 +207,7 @@ class TopVideoWriter:
 
     # ------------------------------------------------------------------ the writer thread
     def _run(self) -> None:
+        cpu0 = time.thread_time()
         try:
             while True:
                 try:
@@ -226,6 +230,7 @@ class TopVideoWriter:
             self._fail(f"writer thread died: {type(exc).__name__}: {exc}")
         finally:
             self._close()
+            self.cpu_s = time.thread_time() - cpu0
 
     def _write(self, data: Any, wall_ts: float, mono_ns: int) -> None:
         if self.guard is not None and mono_ns - self._guard_at >= GUARD_EVERY_S * 1e9:
@@ -312,6 +317,7 @@ class TopVideo:
         self.guard, self.stop_wait_s = guard, stop_wait_s
         self._writer: TopVideoWriter | None = None
         self._refused: str | None = None
+        self.last_cpu_s = 0.0
 
     def start(self, video: Path, frame_log: Path) -> None:
         """Record from now on into ``video`` / ``frame_log`` (the trial's run folder exists)."""
@@ -335,7 +341,8 @@ class TopVideo:
             return TopVideoStatus("failed", reason=self._refused or "not started").to_dict()
         self.camera.remove_tap(w.offer)
         st = w.stop(self.stop_wait_s)
-        log.info("top_video", video=str(w.video), **st.to_dict())
+        self.last_cpu_s = w.cpu_s
+        log.info("top_video", video=str(w.video), cpu_s=round(w.cpu_s, 3), **st.to_dict())
         return st.to_dict()
 
     def abandon(self) -> None:

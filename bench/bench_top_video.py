@@ -1,0 +1,218 @@
+"""Trial time with and without the top camera's video (docs/top-camera.md).
+
+Pairs of trials on the simulated rig (daemon + workcell as a real process, its top camera
+over MJPEG as on the rig), the same scene seed and sim seed in both members, one with
+``top_video`` on and one off, interleaved (the order alternates pair by pair) and each on a
+fresh simulated rig so both members meet the same settle errors. Each pair must decide
+the same (the trace's decision events, lookups' table rows, commanded angles within the
+camera noise); the figure is the per-pair and median difference of the trial's time
+(target < 1 %), with what the recording kept (frames, fps, drops, file size).
+
+Run at time scale 4 like the recorder's observer pairs (bench_runtime): at 20x a trial is
+CPU-bound on a 2-core machine and measures the machine, not the observer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import itertools
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mecharm_common.config import load_settings
+from mecharm_common.layout import DataRoot
+from mecharm_common.logging import configure_logging
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.records.trace import read_trace
+from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.trial import TrialSummary, run_trial
+from mecharm_tools.simrig import start_sim_daemon
+
+SCALE = 4.0
+SEED0 = 700
+
+
+def _settings(root: Path, daemon_port: int, top_url: str, top_video: bool) -> RuntimeSettings:
+    return load_settings(
+        RuntimeSettings,
+        overrides={
+            "data_root": root,
+            "daemon_port": daemon_port,
+            "top_camera": top_url,
+            "recorder_enabled": False,
+            "time_scale": SCALE,
+            "log_level": "warning",
+            "top_video": top_video,
+            # a second trial of a scene must decide as the first: no memories carried over
+            "height_rule": "failures",
+        },
+    )
+
+
+async def _one(settings: RuntimeSettings, seed: int) -> tuple[TrialSummary, float, float, float]:
+    """The trial, its run_trial wall time, the runtime process's CPU seconds in it and the
+    top-video writer thread's share of them."""
+    async with open_rig(settings) as (rig, _client):
+        t0, c0 = time.perf_counter(), time.process_time()
+        t = await run_trial(rig, scene_seed=seed)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        writer = rig.top_video.last_cpu_s if rig.top_video is not None else 0.0
+        return t, wall, cpu, writer
+
+
+def decisions(t: TrialSummary) -> list[tuple[Any, ...]]:
+    """What must match within a pair: each decision, transition and result in order, the
+    lookups' rows; commanded angles are compared to within half a degree separately."""
+    out: list[tuple[Any, ...]] = []
+    for e in read_trace(t.trace_path):
+        if e["event"] not in ("decision", "transition", "result"):
+            continue
+        v = e.get("value") if isinstance(e.get("value"), dict) else {}
+        row = v.get("selected_index") if e.get("kind") == "lookup" else None
+        out.append((e["event"], e.get("kind"), e.get("stage"), e.get("outcome"), row))
+    return out
+
+
+def _commands(t: TrialSummary) -> list[list[float]]:
+    return [
+        e["value"]["angles"]
+        for e in read_trace(t.trace_path)
+        if e["event"] == "decision" and e.get("kind") == "command"
+    ]
+
+
+def same_decisions(a: TrialSummary, b: TrialSummary) -> str:
+    """ "" when the two trials decided the same, else the first difference."""
+    da, db = decisions(a), decisions(b)
+    if da != db:
+        k = next((i for i, (x, y) in enumerate(zip(da, db, strict=False)) if x != y), len(da))
+        return f"decision {k}: {da[k] if k < len(da) else None} vs {db[k] if k < len(db) else None}"
+    for k, (x, y) in enumerate(zip(_commands(a), _commands(b), strict=True)):
+        if max(abs(p - q) for p, q in zip(x, y, strict=True)) >= 0.5:
+            return f"command {k}: {x} vs {y}"
+    if (a.status, a.pick_verdict, a.place_verdict) != (b.status, b.pick_verdict, b.place_verdict):
+        return f"outcome {a.status} {a.pick_verdict}/{a.place_verdict} vs {b.status} ..."
+    return ""
+
+
+def _recorded(root: Path, t: TrialSummary) -> dict[str, Any]:
+    layout = DataRoot(root)
+    with open(layout.top_frame_log(t.run_stem), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    ts = [float(r["capture_ts"]) for r in rows]
+    gaps = sorted(b - a for a, b in itertools.pairwise(ts))
+    return {
+        "frames": len(rows),
+        "fps": round((len(ts) - 1) / (ts[-1] - ts[0]), 2) if len(ts) > 1 else 0.0,
+        "max_gap_s": round(gaps[-1], 3) if gaps else None,
+        "mb": round(layout.top_video(t.run_stem).stat().st_size / 1e6, 2),
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    configure_logging("warning")
+    n = 2 if quick else 8
+    load0 = os.getloadavg()[0]
+    pairs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench_top_video_") as tmp:
+        fk = Path(tmp) / "fk"  # one FK table for every trial (built once)
+        for i in range(n):
+            seed = SEED0 + i
+            got: dict[bool, tuple[TrialSummary, float, float, float, Path]] = {}
+            order = [True, False] if i % 2 == 0 else [False, True]
+            for on in order:
+                root = Path(tmp) / f"pair{i}_{'on' if on else 'off'}"
+                root.mkdir()
+                rig = start_sim_daemon(Path(tmp) / f"logs_{i}_{on}", seed=seed, time_scale=SCALE)
+                try:
+                    scene_next(rig.control_url, seed)
+                    s = _settings(root, rig.daemon_port, rig.top_url, on)
+                    s = s.model_copy(update={"fk_data_dir": fk})
+                    t, wall, cpu, writer = asyncio.run(_one(s, seed))
+                finally:
+                    rig.daemon.stop()
+                got[on] = (t, wall, cpu, writer, root)
+            t_on, wall_on, cpu_on, writer_cpu, root_on = got[True]
+            t_off, wall_off, cpu_off, _, _ = got[False]
+            diff = same_decisions(t_on, t_off)
+            runlog = DataRoot(root_on).runlog(t_on.run_stem)
+            tv = json.loads(runlog.read_text())["top_video"]
+            pairs.append(
+                {
+                    "seed": seed,
+                    "first": "on" if order[0] else "off",
+                    "trial_s_on": round(t_on.duration_s, 3),
+                    "trial_s_off": round(t_off.duration_s, 3),
+                    "diff_pct": round(100 * (t_on.duration_s / t_off.duration_s - 1), 2),
+                    "run_trial_wall_s_on": round(wall_on, 3),
+                    "run_trial_wall_s_off": round(wall_off, 3),
+                    "cpu_s_on": round(cpu_on, 3),
+                    "cpu_s_off": round(cpu_off, 3),
+                    "writer_cpu_s": round(writer_cpu, 3),
+                    "status": f"{t_on.status}/{t_off.status}",
+                    "same_decisions": diff == "",
+                    "difference": diff,
+                    "top_video": tv,
+                    "recorded": _recorded(root_on, t_on) if tv["frames"] else {},
+                }
+            )
+            print(
+                f"   pair {i} seed {seed}: on {t_on.duration_s:.3f} s, off {t_off.duration_s:.3f}"
+                f" s ({pairs[-1]['diff_pct']:+.2f} %), decisions "
+                f"{'same' if not diff else 'DIFFER: ' + diff}, top video {tv['status']} "
+                f"{tv['frames']} frames",
+                flush=True,
+            )
+    diffs = [p["diff_pct"] for p in pairs]
+    ratios = [p["trial_s_on"] / p["trial_s_off"] for p in pairs]
+    walls = [p["run_trial_wall_s_on"] / p["run_trial_wall_s_off"] for p in pairs]
+    same = sum(p["same_decisions"] for p in pairs)
+    result = {
+        "time_scale": SCALE,
+        "pairs": n,
+        "loadavg_1m_at_start": round(load0, 2),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        "median_diff_pct": round(100 * (statistics.median(ratios) - 1), 2),
+        "mean_diff_pct": round(100 * (statistics.mean(ratios) - 1), 2),
+        "per_pair_diff_pct": diffs,
+        "median_run_trial_wall_diff_pct": round(100 * (statistics.median(walls) - 1), 2),
+        "target": "median < 1 % (trial time, top video on vs off, same seeds)",
+        # load-independent: CPU the recording adds to the runtime process, per second of trial
+        "runtime_cpu_s_on_off": [(p["cpu_s_on"], p["cpu_s_off"]) for p in pairs],
+        "median_extra_cpu_pct_of_trial": round(
+            100
+            * statistics.median((p["cpu_s_on"] - p["cpu_s_off"]) / p["trial_s_on"] for p in pairs),
+            2,
+        ),
+        "writer_thread_cpu_pct_of_trial": round(
+            100 * statistics.median(p["writer_cpu_s"] / p["trial_s_on"] for p in pairs), 3
+        ),
+        "decisions_identical": f"{same}/{n}",
+        "recorded_fps": [p["recorded"].get("fps") for p in pairs],
+        "recorded_frames": [p["top_video"]["frames"] for p in pairs],
+        "dropped": [p["top_video"]["dropped"] for p in pairs],
+        "statuses": [p["top_video"]["status"] for p in pairs],
+        "mb_per_trial": [p["recorded"].get("mb") for p in pairs],
+        "pair_details": pairs,
+    }
+    bad = [p for p in pairs if not p["same_decisions"]]
+    if bad:  # the figures are printed first: the caller sees what was measured
+        for k, v in result.items():
+            print(f"   {k}: {v}")
+        raise AssertionError(
+            f"{len(bad)} pair(s) decided differently with the top video on: "
+            + "; ".join(f"seed {p['seed']}: {p['difference']}" for p in bad)
+        )
+    return result
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
