@@ -8,8 +8,18 @@ the same (the trace's decision events, lookups' table rows, commanded angles wit
 camera noise); the figure is the per-pair and median difference of the trial's time
 (target < 1 %), with what the recording kept (frames, fps, drops, file size).
 
-Run at time scale 4 like the recorder's observer pairs (bench_runtime): at 20x a trial is
-CPU-bound on a 2-core machine and measures the machine, not the observer.
+Run in real time (time scale 1, the rig's): at 20x a trial is CPU-bound on a 2-core
+machine and measures the machine, not the observer, and even at 4x a shared machine's load
+swings the trial time by tens of %. The CPU the recording adds to the runtime process (and
+the writer thread's own CPU time, an upper bound of how long it can hold the GIL) is the
+load-independent figure beside it.
+
+The simulated camera renders in wall time, so two runs of one scene see different frames
+(sensor noise, the arm caught at another instant) and a decision near a threshold (one more
+servo step) can go either way with the recording on or off alike. A pair that decides
+differently is therefore run again with the recording off in both members: when that
+control differs too, the difference is the simulator's, reported as such; when it does not,
+the bench fails.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from mecharm_runtime.service import open_rig, scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.simrig import start_sim_daemon
 
-SCALE = 4.0
+SCALE = 1.0
 SEED0 = 700
 
 
@@ -141,6 +151,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             t_on, wall_on, cpu_on, writer_cpu, root_on = got[True]
             t_off, wall_off, cpu_off, _, _ = got[False]
             diff = same_decisions(t_on, t_off)
+            control = _control(tmp, fk, seed) if diff else ""
             runlog = DataRoot(root_on).runlog(t_on.run_stem)
             tv = json.loads(runlog.read_text())["top_video"]
             pairs.append(
@@ -158,6 +169,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                     "status": f"{t_on.status}/{t_off.status}",
                     "same_decisions": diff == "",
                     "difference": diff,
+                    "control_differs": bool(control),
+                    "control_difference": control,
                     "top_video": tv,
                     "recorded": _recorded(root_on, t_on) if tv["frames"] else {},
                 }
@@ -165,7 +178,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             print(
                 f"   pair {i} seed {seed}: on {t_on.duration_s:.3f} s, off {t_off.duration_s:.3f}"
                 f" s ({pairs[-1]['diff_pct']:+.2f} %), decisions "
-                f"{'same' if not diff else 'DIFFER: ' + diff}, top video {tv['status']} "
+                f"{'same' if not diff else 'DIFFER: ' + diff}"
+                f"{'' if not diff else (' (off/off control differs too: ' + control + ')' if control else ' (off/off control same)')}"
+                f", top video {tv['status']} "
                 f"{tv['frames']} frames",
                 flush=True,
             )
@@ -194,6 +209,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             100 * statistics.median(p["writer_cpu_s"] / p["trial_s_on"] for p in pairs), 3
         ),
         "decisions_identical": f"{same}/{n}",
+        "differing_pairs_whose_off_off_control_differs_too": sum(
+            p["control_differs"] for p in pairs
+        ),
         "recorded_fps": [p["recorded"].get("fps") for p in pairs],
         "recorded_frames": [p["top_video"]["frames"] for p in pairs],
         "dropped": [p["top_video"]["dropped"] for p in pairs],
@@ -201,15 +219,32 @@ def run(quick: bool = False) -> dict[str, Any]:
         "mb_per_trial": [p["recorded"].get("mb") for p in pairs],
         "pair_details": pairs,
     }
-    bad = [p for p in pairs if not p["same_decisions"]]
+    bad = [p for p in pairs if not p["same_decisions"] and not p["control_differs"]]
     if bad:  # the figures are printed first: the caller sees what was measured
         for k, v in result.items():
             print(f"   {k}: {v}")
         raise AssertionError(
-            f"{len(bad)} pair(s) decided differently with the top video on: "
+            f"{len(bad)} pair(s) decided differently with the top video on, and the same "
+            "seed twice with it off did not: "
             + "; ".join(f"seed {p['seed']}: {p['difference']}" for p in bad)
         )
     return result
+
+
+def _control(tmp: str, fk: Path, seed: int) -> str:
+    """The same seed twice with the recording off: "" when they decide alike."""
+    runs = []
+    for k in range(2):
+        root = Path(tmp) / f"control{seed}_{k}"
+        root.mkdir()
+        rig = start_sim_daemon(Path(tmp) / f"logs_c{seed}_{k}", seed=seed, time_scale=SCALE)
+        try:
+            scene_next(rig.control_url, seed)
+            s = _settings(root, rig.daemon_port, rig.top_url, False)
+            runs.append(asyncio.run(_one(s.model_copy(update={"fk_data_dir": fk}), seed))[0])
+        finally:
+            rig.daemon.stop()
+    return same_decisions(runs[0], runs[1])
 
 
 if __name__ == "__main__":

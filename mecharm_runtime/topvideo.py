@@ -14,6 +14,7 @@ timing never depend on it, and the run log's ``top_video`` says what was lost an
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -48,7 +49,16 @@ TIME_BASE = Fraction(1, 1000)
 #: a raw-frame source's frames are stored as JPEG of this quality
 RAW_JPEG_QUALITY = 90
 #: how often the writer asks the data-root guard whether the root is still the session's own
+#: and how much room is left
 GUARD_EVERY_S = 1.0
+#: the video stops when less than this would stay free on the data root: the trial's own
+#: records (trace, ledger row, run log, stage images) and the side video come first, and
+#: a video must never be what fills the disk under them (docs/top-camera.md)
+MIN_FREE_BYTES = 256 * 1024 * 1024
+
+
+class _Stopped(Exception):
+    """The writer stops on purpose (the data root is not the session's, or nearly full)."""
 
 
 def open_video_file(path: Path) -> BinaryIO:
@@ -143,7 +153,8 @@ class TopVideoWriter:
         self._log: LineFile | None = None
         self._mono0 = 0
         self._last_pts = -1
-        self._guard_at = 0
+        self._guard_at: int | None = None
+        self._room_at: int | None = None
 
     # ------------------------------------------------------------------ the tap
     def offer(self, data: Any, wall_ts: float, mono_ns: int) -> None:
@@ -223,6 +234,9 @@ class TopVideoWriter:
                     continue
                 try:
                     self._write(*item)
+                except _Stopped as exc:
+                    self._lost += 1
+                    self._fail(str(exc))
                 except Exception as exc:  # disk full, I/O error, odd data: top frames only
                     self._lost += 1
                     self._fail(describe_os_error(exc, f"writing {self.video.name}"))
@@ -233,11 +247,21 @@ class TopVideoWriter:
             self.cpu_s = time.thread_time() - cpu0
 
     def _write(self, data: Any, wall_ts: float, mono_ns: int) -> None:
-        if self.guard is not None and mono_ns - self._guard_at >= GUARD_EVERY_S * 1e9:
+        every = GUARD_EVERY_S * 1e9
+        if self.guard is not None and (self._guard_at is None or mono_ns - self._guard_at >= every):
             self._guard_at = mono_ns
             problem = self.guard.problem()
             if problem is not None:
-                raise RuntimeError(f"stopped: {problem}")
+                raise _Stopped(f"stopped: {problem}")
+        if self._room_at is None or mono_ns - self._room_at >= every:
+            self._room_at = mono_ns
+            st = os.statvfs(self.video.parent)
+            free = st.f_bavail * st.f_frsize
+            if free < MIN_FREE_BYTES:
+                raise _Stopped(
+                    f"stopped: {free / 1e6:.0f} MB free on the data root, less than the "
+                    f"{MIN_FREE_BYTES / 1e6:.0f} MB kept for the trial's records"
+                )
         if isinstance(data, (bytes, bytearray, memoryview)):
             jpeg = bytes(data)
         else:

@@ -170,6 +170,18 @@ def test_an_unopenable_video_file_is_failed_with_the_reason(tmp_path: Path) -> N
     assert st.dropped == 5  # the first frame failed to be written, the rest were dropped
 
 
+def test_the_video_never_takes_the_last_free_space_of_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topvideo, "MIN_FREE_BYTES", 1 << 62)  # more than any disk has
+    w = TopVideoWriter(tmp_path / "v.mkv", tmp_path / "v.csv", fps=0.0)
+    w.start()
+    w.offer(_jpeg(0), 1.0, 10**9)
+    st = w.stop(30.0)
+    assert st.status == "failed" and "MB kept for the trial's records" in st.reason, st
+    assert not (tmp_path / "v.mkv").exists()
+
+
 class Stalled(io.RawIOBase):
     """A disk that does not answer until ``go`` is set."""
 
