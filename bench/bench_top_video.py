@@ -247,7 +247,122 @@ def _control(tmp: str, fk: Path, seed: int) -> str:
     return same_decisions(runs[0], runs[1])
 
 
+def _member(args: list[str]) -> None:
+    """One member of a concurrent pair, in its own process: prints its figures as JSON."""
+    root, fk, port, top, seed, on = args
+    configure_logging("warning")
+    s = _settings(Path(root), int(port), top, on == "on")
+    s = s.model_copy(update={"fk_data_dir": Path(fk)})
+    t, wall, cpu, writer = asyncio.run(_one(s, int(seed)))
+    out = {"trace": str(t.trace_path), "run_dir": str(t.run_dir), "duration_s": t.duration_s,
+           "status": t.status, "pick": t.pick_verdict, "place": t.place_verdict,
+           "cpu_s": cpu, "writer_cpu_s": writer, "wall_s": wall}  # fmt: skip
+    print("MEMBER " + json.dumps(out), flush=True)
+
+
+def run_concurrent(quick: bool = False) -> dict[str, Any]:
+    """Both members of a pair at once, each in its own process against its own simulated rig
+    (same seeds): the machine's load, which swings a sequential pair by tens of % here, is
+    then the same for both. What the recording costs its own process (the GIL, its thread)
+    shows in full; its CPU share of the machine is split between the two (the CPU figures
+    of ``run`` give it)."""
+    import subprocess
+    import sys
+
+    from mecharm_runtime.lookup import ensure_table
+
+    configure_logging("warning")
+    n = 2 if quick else 8
+    load0 = os.getloadavg()[0]
+    pairs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench_top_video_cc_") as tmp:
+        fk = Path(tmp) / "fk"
+        ensure_table(fk)  # built once, before both members load it
+        for i in range(n):
+            seed = SEED0 + i
+            rigs = {}
+            procs = {}
+            try:
+                for on in ("on", "off"):
+                    rigs[on] = start_sim_daemon(
+                        Path(tmp) / f"logs_{i}_{on}", seed=seed, time_scale=SCALE
+                    )
+                    scene_next(rigs[on].control_url, seed)
+                for on in ("on", "off") if i % 2 == 0 else ("off", "on"):
+                    root = Path(tmp) / f"pair{i}_{on}"
+                    root.mkdir()
+                    procs[on] = subprocess.Popen(
+                        [sys.executable, "-m", "bench.bench_top_video", "--member", str(root),
+                         str(fk), str(rigs[on].daemon_port), rigs[on].top_url, str(seed), on],
+                        stdout=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+                got = {}
+                for on, proc in procs.items():
+                    text, _ = proc.communicate(timeout=1800)
+                    line = next(x for x in text.splitlines() if x.startswith("MEMBER "))
+                    got[on] = json.loads(line[len("MEMBER ") :])
+            finally:
+                for rig in rigs.values():
+                    rig.daemon.stop()
+            a, b = got["on"], got["off"]
+            ta = _Trace(Path(a["trace"]), a)
+            tb = _Trace(Path(b["trace"]), b)
+            diff = same_decisions(ta, tb)  # type: ignore[arg-type]
+            pairs.append(
+                {
+                    "seed": seed,
+                    "trial_s_on": round(a["duration_s"], 3),
+                    "trial_s_off": round(b["duration_s"], 3),
+                    "diff_pct": round(100 * (a["duration_s"] / b["duration_s"] - 1), 2),
+                    "cpu_s_on": round(a["cpu_s"], 3),
+                    "cpu_s_off": round(b["cpu_s"], 3),
+                    "writer_cpu_s": round(a["writer_cpu_s"], 3),
+                    "same_decisions": diff == "",
+                    "difference": diff,
+                }
+            )
+            print(
+                f"   concurrent pair {i} seed {seed}: on {a['duration_s']:.3f} s, off "
+                f"{b['duration_s']:.3f} s ({pairs[-1]['diff_pct']:+.2f} %), decisions "
+                f"{'same' if not diff else 'DIFFER: ' + diff}",
+                flush=True,
+            )
+    ratios = [p["trial_s_on"] / p["trial_s_off"] for p in pairs]
+    return {
+        "mode": "concurrent pairs (both members at once, separate processes and rigs)",
+        "time_scale": SCALE,
+        "pairs": n,
+        "loadavg_1m_at_start": round(load0, 2),
+        "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        "median_diff_pct": round(100 * (statistics.median(ratios) - 1), 2),
+        "mean_diff_pct": round(100 * (statistics.mean(ratios) - 1), 2),
+        "per_pair_diff_pct": [p["diff_pct"] for p in pairs],
+        "decisions_identical": f"{sum(p['same_decisions'] for p in pairs)}/{n}",
+        "writer_thread_cpu_pct_of_trial": round(
+            100 * statistics.median(p["writer_cpu_s"] / p["trial_s_on"] for p in pairs), 3
+        ),
+        "pair_details": pairs,
+    }
+
+
+class _Trace:
+    """What ``same_decisions`` reads of a trial run in another process."""
+
+    def __init__(self, trace: Path, d: dict[str, Any]) -> None:
+        self.trace_path = trace
+        self.status, self.pick_verdict, self.place_verdict = d["status"], d["pick"], d["place"]
+
+
 if __name__ == "__main__":
     import sys
 
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
+    if "--member" in sys.argv:
+        _member(sys.argv[sys.argv.index("--member") + 1 :])
+    elif "--concurrent" in sys.argv:
+        res = run_concurrent(quick="--quick" in sys.argv)
+        out = Path(__file__).resolve().parent / "results" / "top_video_concurrent.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2, default=str) + "\n")
+        print(json.dumps({k: v for k, v in res.items() if k != "pair_details"}, indent=2))
+    else:
+        print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
