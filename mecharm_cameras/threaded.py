@@ -85,9 +85,14 @@ class ThreadedCamera(CameraSource):
 
     def close(self) -> None:
         self._running = False
-        self.inner.close()  # unblocks a read in progress where the source can
         with self._cond:
             self._cond.notify_all()
         thread, self._thread = self._thread, None
+        # the reader's read in progress ends first: releasing an OpenCV capture under a read
+        # on another thread is not safe in every backend; a read stuck longer than that is
+        # unblocked by closing the source where it can be
         if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+        self.inner.close()
+        if thread is not None and thread.is_alive():
             thread.join(timeout=2.0)
