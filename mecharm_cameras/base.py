@@ -11,10 +11,13 @@ both clocks: wall (``time.time()``, comparable with event ``ts``) and monotonic
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from numpy.typing import NDArray
+
+from mecharm_common.logging import get_logger
 
 __all__ = [
     "CameraError",
@@ -22,7 +25,17 @@ __all__ = [
     "CameraOpenError",
     "CameraSource",
     "Frame",
+    "FrameTap",
 ]
+
+
+log = get_logger("mecharm_cameras")
+
+#: A tap sees every frame a source obtains, on the thread that obtained it: ``(data, wall_ts,
+#: mono_ns)`` where ``data`` is the source's own JPEG bytes (``bytes``) or, for a source that
+#: delivers pixels, the BGR image (not a copy: a tap must not modify it). It must return at
+#: once (hand the frame to a queue, never write or encode there). docs/top-camera.md
+FrameTap = Callable[[Any, float, int], None]
 
 
 class CameraError(ConnectionError):
@@ -61,6 +74,12 @@ class CameraSource(ABC):
 
     #: human-readable description of the source, for logs and the meta file.
     spec: str = ""
+    #: True when the source obtains frames continuously on its own thread (every frame reaches
+    #: the taps whether or not anyone calls read()); False: frames are obtained in read() only,
+    #: so a tap sees only what is read (wrap it in ``ThreadedCamera`` to see every frame)
+    taps_every_frame: ClassVar[bool] = False
+    _taps: tuple[FrameTap, ...] = ()
+    _tap_failed: bool = False
 
     @abstractmethod
     def open(self) -> None:
@@ -77,6 +96,26 @@ class CameraSource(ABC):
     @property
     @abstractmethod
     def is_open(self) -> bool: ...
+
+    # --- taps (docs/top-camera.md) -------------------------------------------------------
+    def add_tap(self, tap: FrameTap) -> None:
+        """Call ``tap`` with every frame from now on (see ``FrameTap``)."""
+        self._taps = (*self._taps, tap)  # swapped by reference: the reader never takes a lock
+
+    def remove_tap(self, tap: FrameTap) -> None:
+        """Stop calling ``tap``; a frame being handed to it may still arrive once."""
+        self._taps = tuple(t for t in self._taps if t is not tap)
+
+    def _tap(self, data: Any, wall_ts: float, mono_ns: int) -> None:
+        """Hand one frame to the taps; never raises into the reader (a failing tap is logged
+        once per source and keeps being called: it decides itself what a failure means)."""
+        for tap in self._taps:
+            try:
+                tap(data, wall_ts, mono_ns)
+            except Exception as exc:
+                if not self._tap_failed:
+                    self._tap_failed = True
+                    log.error("camera_tap_failed", camera=self.spec, error=f"{exc!r}"[:200])
 
     def __enter__(self) -> CameraSource:
         if not self.is_open:

@@ -39,7 +39,10 @@ class MjpegStreamError(ConnectionError):
 
 
 class MjpegHttpCamera(CameraSource):
-    """Newest-frame reader of an HTTP MJPEG stream."""
+    """Newest-frame reader of an HTTP MJPEG stream; every part reaches the taps as JPEG bytes,
+    on the reader thread, before anyone decodes it (docs/top-camera.md)."""
+
+    taps_every_frame = True
 
     def __init__(
         self,
@@ -233,6 +236,8 @@ class MjpegHttpCamera(CameraSource):
                     self._seq += 1
                     self.parts_received += 1
                     self._cond.notify_all()
+                if self._taps:  # outside the lock: a reader of the newest frame never waits on it
+                    self._tap(data, wall, mono)
         except TimeoutError:
             self._fail(f"no data for {self.stall_timeout:g} s")
         except (OSError, MjpegStreamError, ValueError) as exc:

@@ -107,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--top-camera", dest="top_camera", help="top camera source (index, name, URL, file)"
     )
     p.add_argument(
+        "--no-top-video",
+        dest="top_video",
+        action="store_const",
+        const=False,
+        help="do not record the top camera as video (top_camera.mkv in each run folder)",
+    )
+    p.add_argument(
+        "--rig-id", dest="rig_id", help="this rig's name in the run logs (default: host name)"
+    )
+    p.add_argument(
         "--sim-control",
         dest="sim_control_url",
         help="simulated rig: camera-server URL; a fresh scene is requested between trials",

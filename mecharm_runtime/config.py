@@ -10,6 +10,8 @@ changes a decision. It comes from the daemon's hello (docs/setup.md, "Time scale
 
 from __future__ import annotations
 
+import re
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -62,6 +64,15 @@ BEFORE_THE_SETTING: dict[str, object] = {
     # no frozen-feed check: repeated top-camera frames were used as live (docs/perception.md)
     "camera_frozen_frames": 0,
 }
+
+
+RIG_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def default_rig_id() -> str:
+    """This computer's host name, made a valid ``rig_id`` (other characters become '-')."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+    return name or "rig"
 
 
 class RuntimeSettings(RigSettings):
@@ -139,6 +150,18 @@ class RuntimeSettings(RigSettings):
     display: bool = False
     #: ``--display`` into a running viewer at this gRPC URL instead of spawning one
     display_url: str | None = None
+    # ---- the top camera as video of the whole trial (docs/top-camera.md); none of these
+    # changes a decision or the trial's timing
+    #: record the top camera into the run folder (top_camera.mkv + top_frame_log.csv)
+    top_video: bool = True
+    #: at most this many frames per second are kept (a frame at least 0.8/fps s after the
+    #: last kept one); 0 = every frame the camera delivers
+    top_video_fps: float = Field(10.0, ge=0, le=120)
+    #: frames waiting for the writer; when full the newest is dropped (and counted), the
+    #: camera never waits
+    top_video_queue: int = Field(30, ge=1, le=1000)
+    #: this rig's name, written into every run log (datasets of several rigs keep it apart)
+    rig_id: str = Field(default_factory=lambda: default_rig_id())
 
     # ---- the reference rig's constants (docs/runtime.md)
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
@@ -273,6 +296,16 @@ class RuntimeSettings(RigSettings):
             raise ValueError(f"band must be (min, max) with min < max, got {v}")
         return v
 
+    @field_validator("rig_id")
+    @classmethod
+    def _rig_id(cls, v: str) -> str:
+        if not RIG_ID_RE.fullmatch(v):
+            raise ValueError(
+                f"rig_id {v!r} must be 1-64 characters of letters, digits, '.', '_' or '-' "
+                "(it names the rig in run logs and datasets); set rig_id to such a name"
+            )
+        return v
+
     @field_validator("display_url")
     @classmethod
     def _viewer_url(cls, v: str | None) -> str | None:
@@ -321,5 +354,7 @@ class RuntimeSettings(RigSettings):
         skip = {
             "daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level",
             "rerun_after_trial", "display", "display_url",
+            # the top camera's recording only observes (docs/top-camera.md)
+            "top_video", "top_video_fps", "top_video_queue", "rig_id",
         }  # fmt: skip
         return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 import anyio
 
 from mecharm_cameras import CameraError, open_camera
+from mecharm_cameras.threaded import ThreadedCamera
 from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault
 from mecharm_common.keyfile import read_daemon_token
@@ -52,6 +53,7 @@ from mecharm_runtime.recorder_link import RecorderLink, RecorderProbe, recording
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
 from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
+from mecharm_runtime.topvideo import TopVideo
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from mecharm_runtime.viewjobs import ViewJobs
 from recorder.sender import RecorderSender
@@ -181,6 +183,11 @@ async def open_rig(
         camera = await to_thread(open_camera, s.top_camera)
     except CameraError as exc:
         raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
+    if s.top_video and not camera.taps_every_frame:
+        # a source read on demand (a USB webcam) must be read continuously to be recorded
+        # between the stage captures: a reader thread in front of it (docs/top-camera.md)
+        camera = ThreadedCamera(camera)
+        await to_thread(camera.open)
     client: DaemonClient | None = None
     sender: RecorderSender | None = None
     judge: Judge | None = None
@@ -251,6 +258,11 @@ async def open_rig(
             arm_alive=alive,
             dry_run=s.dry_run,
             guard=guard,
+            top_video=TopVideo(
+                camera, fps=s.top_video_fps, queue_size=s.top_video_queue, guard=guard
+            )
+            if s.top_video
+            else None,
         )
         # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
         async with client.keepalive() if client is not None else contextlib.nullcontext():

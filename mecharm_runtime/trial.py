@@ -37,6 +37,8 @@ from mecharm_runtime.records.ledger import (
 )
 from mecharm_runtime.records.runlog import build_runlog, iso, write_runlog
 from mecharm_runtime.records.trace import TRACE_FORMAT, TraceWriter
+from mecharm_runtime.threads import to_thread
+from mecharm_runtime.topvideo import TopVideo, top_video_off
 
 __all__ = ["DataRootError", "Rig", "TrialSummary", "exit_path", "next_run_stem", "run_trial"]
 
@@ -64,6 +66,8 @@ class Rig:
     #: the session's data-root guard and the records still waiting for it (docs/reliability.md)
     guard: DataRootGuard | None = None
     backlog: Backlog = field(default_factory=Backlog)
+    #: the top camera's recording (None: top_video off); observes only (docs/top-camera.md)
+    top_video: TopVideo | None = None
 
     def envelope(self) -> Envelope | None:
         """The daemon's safety envelope as the arm adapter last learned it (None: none known)."""
@@ -323,6 +327,8 @@ async def run_trial(
     )
     trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
     rig.eyes.start_trial(run_dir)
+    if rig.top_video is not None:  # the run folder exists, the arm has not moved yet
+        rig.top_video.start(layout.top_video(stem), layout.top_frame_log(stem))
     rig.recorder.trial_start(stem)
     log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
     try:
@@ -333,6 +339,8 @@ async def run_trial(
         reason = "cancelled"
         trace.result("stopped", reason)
         rig.recorder.trial_end(stem)
+        if rig.top_video is not None:
+            rig.top_video.abandon()
         raise
     status = "completed" if last is Stage.DONE else "stopped"
     backlog = rig.backlog
@@ -349,6 +357,12 @@ async def run_trial(
         backlog.add(stem, "trace", trace.recover, trace.fault or "")
     rig.recorder.trial_end(stem)
     duration = rig.clock.now() - t0
+    # after the last stage, outside the trial's time; never raises (docs/top-camera.md)
+    top_video = (
+        await to_thread(rig.top_video.stop)
+        if rig.top_video is not None
+        else top_video_off("top_video off")
+    )
     settle = getattr(rig.eyes, "settle", None)  # the last stage image (docs/stage-images.md)
     if settle is not None:
         await settle()
@@ -407,6 +421,7 @@ async def run_trial(
         "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
         "storage_fault": trace.fault,
     })  # fmt: skip
+    runlog["top_video"], runlog["rig_id"] = top_video, s.rig_id
     backlog.attempt(guard, stem, "run log", lambda: write_runlog(layout.runlog(stem), runlog))
     summary.records_pending = [i.what for i in backlog.items if i.run_stem == stem]
     log.info(
