@@ -43,6 +43,8 @@ __all__ = [
     "SNAPSHOTS",
     "STAGE_RAW",
     "STATES",
+    "TOP_FRAME_LOG",
+    "TOP_VIDEO",
     "TRACE_SUFFIX",
     "VIDEO",
     "DataRoot",
@@ -83,6 +85,11 @@ LOGS_DIR = "logs"
 REPORT = "report.html"
 #: the stage images' raw frames, in a folder of the run folder (docs/stage-images.md)
 STAGE_RAW = "raw"
+#: the top camera's recording, written by the runtime into the run folder: MJPEG packets as
+#: the camera delivered them in Matroska, frame n = row n of the frame log beside it
+#: (docs/lerobot-top-camera.md)
+TOP_VIDEO = "top_camera.mkv"
+TOP_FRAME_LOG = "top_frame_log.csv"
 
 #: the variable that names the one data root every process defaults to (the rig's SSD on the
 #: control computer, e.g. ``MECHARM_DATA_ROOT=/Volumes/RigSSD``; docs/setup.md, "Defaults")
@@ -228,6 +235,14 @@ class DataRoot:
 
     def runlog(self, run_stem: str) -> Path:
         return self.run_dir(run_stem) / f"{run_stem}{RUNLOG_SUFFIX}"
+
+    def top_video(self, run_stem: str) -> Path:
+        """The top camera's MJPEG recording of the trial (the runtime holds that camera)."""
+        return self.run_dir(run_stem) / TOP_VIDEO
+
+    def top_frame_log(self, run_stem: str) -> Path:
+        """One row per frame of ``top_video``: ``frame_idx,capture_ts,mono_ns``."""
+        return self.run_dir(run_stem) / TOP_FRAME_LOG
 
     def rerun(self, run_stem: str) -> Path:
         """The trial's Rerun recording, built after the trial from its files."""
