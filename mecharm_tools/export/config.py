@@ -16,7 +16,7 @@ __all__ = ["CAMERAS", "DEFAULT_TASK", "ExportSettings"]
 DEFAULT_TASK = "put the red block in the white box"
 #: the cameras a dataset can carry, in the order their features are written; the side
 #: camera's frame log sets the rows, so it is always one of them
-CAMERAS = ("side", "top")
+CAMERAS: tuple[Literal["side", "top"], ...] = ("side", "top")
 
 
 class ExportSettings(RigSettings):

@@ -21,7 +21,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -401,7 +401,7 @@ class _Writer:
             self.files.append(rel)
         return video
 
-    def _row_frames(self, key: str, prep: _Prepared) -> Iterator[av.VideoFrame]:
+    def _row_frames(self, key: str, prep: _Prepared) -> Generator[av.VideoFrame, None, None]:
         """The frame of each row of the episode for camera ``key``, decoded in a worker."""
         ep, rec = prep.ep, prep.rec
         if key == L.TOP_VIDEO_KEY:

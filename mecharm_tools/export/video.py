@@ -260,16 +260,15 @@ def sample_rgb(frame: av.VideoFrame, stride: int) -> NDArray[np.uint8]:
     planes = frame.to_ndarray()  # (h * 3 / 2, w): Y, then U and V at quarter size
     y = planes[:h:stride, ::stride].astype(np.float32)
     cs = max(1, stride // 2)
-    u = (
-        planes[h : h + h // 4].reshape(h // 2, w // 2)[::cs, ::cs]
-        if stride > 1
-        else np.repeat(np.repeat(planes[h : h + h // 4].reshape(h // 2, w // 2), 2, 0), 2, 1)
-    )
-    v = (
-        planes[h + h // 4 :].reshape(h // 2, w // 2)[::cs, ::cs]
-        if stride > 1
-        else np.repeat(np.repeat(planes[h + h // 4 :].reshape(h // 2, w // 2), 2, 0), 2, 1)
-    )
+    flat = planes.reshape(-1)
+    q = (h // 2) * (w // 2)
+    u_full = flat[h * w : h * w + q].reshape(h // 2, w // 2)
+    v_full = flat[h * w + q : h * w + 2 * q].reshape(h // 2, w // 2)
+    if stride > 1:
+        u, v = u_full[::cs, ::cs], v_full[::cs, ::cs]
+    else:
+        u = np.repeat(np.repeat(u_full, 2, 0), 2, 1)
+        v = np.repeat(np.repeat(v_full, 2, 0), 2, 1)
     u = u[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
     v = v[: y.shape[0], : y.shape[1]].astype(np.float32) - 128.0
     luma = (y - 16.0) * 1.164383
