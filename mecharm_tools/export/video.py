@@ -15,10 +15,12 @@ anyway (full-range JPEG colour to the video's yuv420p).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ from mecharm_tools.export.recording import RecordingError
 __all__ = ["ConstantRateWriter", "decode_selected", "decode_top", "sample_rgb", "scaled_size"]
 
 _DONE = object()
+#: threads decoding the top camera's JPEGs (each JPEG decodes on one core)
+TOP_DECODERS = 2
 
 
 class ConstantRateWriter:
@@ -201,33 +205,56 @@ def decode_top(
     """Yield (frame index, yuv420p frame of ``size`` = (width, height)) for the indices in
     ``wanted`` (sorted) of an MJPEG file, in order.
 
-    Only wanted packets are decoded (each JPEG stands alone); the others are counted. The
-    scaling and the JPEG-to-video colour range change are one conversion, in the worker.
-    Raises RecordingError when a wanted frame does not decode or the file holds another
-    number of frames than ``expected``.
+    Only wanted packets are decoded (each JPEG stands alone), by ``TOP_DECODERS``
+    threads with a decoder each (FFmpeg decodes one JPEG on one core; a 1080p frame takes
+    ~4 ms); the others are counted. The scaling and the JPEG-to-video colour range change
+    are one conversion, in the decoding thread. Raises RecordingError when a wanted
+    frame does not decode or the file holds another number of frames than ``expected``.
     """
     want = set(int(i) for i in wanted)
     width, height = size
+    local = threading.local()
+
+    def decode_one(data: bytes, n: int) -> av.VideoFrame:
+        codec = getattr(local, "codec", None)
+        if codec is None:
+            codec = local.codec = av.CodecContext.create("mjpeg", "r")
+        try:
+            frames = codec.decode(av.Packet(data))
+        except av.error.FFmpegError as exc:
+            raise RecordingError(f"{path.name} frame {n} cannot be decoded: {exc}") from None
+        if len(frames) != 1:
+            raise RecordingError(f"{path.name} frame {n} does not decode")
+        return _to_video(frames[0], width, height)
 
     def produce(put: Callable[[object], None], stop: threading.Event) -> None:
         n = 0
-        try:
-            with av.open(str(path)) as container:
-                stream = container.streams.video[0]
-                for packet in container.demux(stream):
-                    if stop.is_set():
-                        return
-                    if not packet.size:
-                        continue
-                    if n in want:
-                        frames = stream.decode(packet)
-                        if len(frames) != 1:
-                            raise RecordingError(f"{path.name} frame {n} does not decode")
-                        put((n, _to_video(frames[0], width, height)))
-                    n += 1
-        except av.error.FFmpegError as exc:
-            put(RecordingError(f"{path.name} frame {n} cannot be decoded: {exc}"))
-            return
+        pending: collections.deque[tuple[int, Future[av.VideoFrame]]] = collections.deque()
+        with ThreadPoolExecutor(TOP_DECODERS, thread_name_prefix="decode-top") as pool:
+            try:
+                with av.open(str(path)) as container:
+                    stream = container.streams.video[0]
+                    for packet in container.demux(stream):
+                        if stop.is_set():
+                            return
+                        if not packet.size:
+                            continue
+                        if n in want:
+                            pending.append((n, pool.submit(decode_one, bytes(packet), n)))
+                            if len(pending) > 2 * TOP_DECODERS:
+                                i, job = pending.popleft()
+                                put((i, job.result()))
+                        n += 1
+            except av.error.FFmpegError as exc:
+                put(RecordingError(f"{path.name} cannot be read after frame {n}: {exc}"))
+                return
+            finally:
+                if stop.is_set():
+                    for _, job in pending:
+                        job.cancel()
+            while pending:
+                i, job = pending.popleft()
+                put((i, job.result()))
         if n != expected:
             put(RecordingError(f"{path.name} holds {n} frames, its frame log lists {expected}"))
 
