@@ -271,3 +271,37 @@ def test_jpeg_size_reads_headers_only() -> None:
     assert jpeg_size(jpg.tobytes()[:-200]) is None  # cut: no end marker
     assert jpeg_size(b"\x89PNG\r\n\x1a\n" + bytes(100)) is None
     assert jpeg_size(b"") is None
+
+
+def test_two_camera_tables_are_the_one_camera_tables_plus_the_top_columns(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """Every top column has the type of its side twin, sits right after the side's, and
+    without them the tables are the one-camera tables (checked against lerobot's own
+    dataset in test_format.py)."""
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.0))
+    out = tmp_path / "ds"
+    export_lerobot(data_root, out, _settings())
+    schema = pq.read_schema(out / "meta/episodes/chunk-000/file-000.parquet")
+    names = schema.names
+    top = [n for n in names if L.TOP_VIDEO_KEY in n]
+    assert len(top) == 4 + 10  # chunk, file, from, to; min max mean std count q01..q99
+    for name in top:
+        twin = name.replace(L.TOP_VIDEO_KEY, L.VIDEO_KEY)
+        assert schema.field(name).type == schema.field(twin).type, name
+    assert (
+        names.index(f"videos/{L.TOP_VIDEO_KEY}/chunk_index")
+        == names.index(f"videos/{L.VIDEO_KEY}/to_timestamp") + 1
+    )
+    assert (
+        names.index(f"stats/{L.TOP_VIDEO_KEY}/min") == names.index(f"stats/{L.VIDEO_KEY}/q99") + 1
+    )
+    one_camera = [n for n in names if n not in top]
+    assert one_camera == L.episodes_schema().names
+    assert pq.read_schema(out / "data/chunk-000/file-000.parquet").equals(L.data_schema())
+    info = json.loads((out / L.INFO_PATH).read_text())
+    assert {k: v for k, v in info["features"].items() if k != L.TOP_VIDEO_KEY} == L.features(
+        96, 192, FPS
+    )
+    side, topf = info["features"][L.VIDEO_KEY], info["features"][L.TOP_VIDEO_KEY]
+    assert list(topf) == list(side) and list(topf["info"]) == list(side["info"])
