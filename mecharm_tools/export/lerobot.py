@@ -506,8 +506,8 @@ class _Writer:
             meta[f"videos/{key}/from_timestamp"] = from_ts[key]
             meta[f"videos/{key}/to_timestamp"] = to_ts[key]
         for feat in L.feature_order(keys):
-            for key, value in stats[feat].items():
-                meta[f"stats/{feat}/{key}"] = np.asarray(value).tolist()
+            for stat, value in stats[feat].items():
+                meta[f"stats/{feat}/{stat}"] = np.asarray(value).tolist()
         meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
         self.rows.append(meta)
         self._roll()
