@@ -343,8 +343,8 @@ _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0x
 #: a camera may pad a frame after its end marker; the marker must lie in this tail
 _EOI_TAIL = 4096
 _NO_TOP = (
-    "re-record the trial with the top camera on (runtime setting top_video), "
-    "or export it into a side-only dataset (--cameras side)"
+    "the runtime records the top camera while its setting top_video is on; export this "
+    "trial into a side-only dataset (--cameras side) instead"
 )
 
 
