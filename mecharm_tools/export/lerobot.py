@@ -409,7 +409,11 @@ class _Writer:
             rows = ep.top_frames
             height, width = self.sizes[key]
             frames = decode_top(
-                prep.top.video_path, np.unique(rows), len(prep.top.frame_ts), (width, height)
+                prep.top.video_path,
+                np.unique(rows),
+                len(prep.top.frame_ts),
+                (width, height),
+                prep.top.width,
             )
         else:
             rows = ep.source_frames

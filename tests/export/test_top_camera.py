@@ -25,6 +25,7 @@ from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, export_lerobot
 from mecharm_tools.export.recording import jpeg_size
 from mecharm_tools.export.verify import verify_dataset
+from mecharm_tools.export.video import jpeg_lowres
 
 FPS = 10
 TOP_DIR = "videos/observation.images.top/chunk-000"
@@ -102,23 +103,36 @@ def test_top_rows_show_the_top_frame_nearest_each_row(
     assert {TOP_VIDEO, TOP_FRAME_LOG, VIDEO} <= set(sources)
 
 
-def test_top_width_scales_the_top_video_only(recs: Any, data_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("top_width", "size"), [(160, (160, 90)), (80, (80, 44))])
+def test_top_width_scales_the_top_video_only(
+    recs: Any, data_root: Path, tmp_path: Path, top_width: int, size: tuple[int, int]
+) -> None:
+    """160: scaled from the full decode; 80: a quarter of 320, decoded at 1/4 (lowres)."""
+    assert jpeg_lowres(320, top_width) == (2 if top_width == 80 else 0)
     trial = recs.write(data_root, recs.stem(1), seed=1, duration=3.0)
     recs.ledger(data_root, trial)
     out = tmp_path / "ds"
-    rep = export_lerobot(data_root, out, _settings(top_width=160))
+    rep = export_lerobot(data_root, out, _settings(top_width=top_width))
     assert len(rep.exported) == 1, rep.refused
     info = json.loads((out / L.INFO_PATH).read_text())
-    assert info["features"][L.TOP_VIDEO_KEY]["shape"] == [90, 160, 3]
+    assert info["features"][L.TOP_VIDEO_KEY]["shape"] == [size[1], size[0], 3]
     assert info["features"][L.VIDEO_KEY]["shape"] == [96, 192, 3]
-    top = _decode(recs, out / TOP_DIR / "file-000.mp4", 8)  # scaled by 1/2: 8-px blocks
-    assert {size for _, _, size in top} == {(160, 90)}
+    top = _decode(recs, out / TOP_DIR / "file-000.mp4", 16 * top_width / 320)
+    assert {s for _, _, s in top} == {size}
     for k, (_, shown, _) in enumerate(top):
         assert shown == _nearest(trial.top_ts, trial.frame_ts[0] + k / FPS), k
     # a later run at another top_width cannot join this dataset
     recs.ledger(data_root, recs.write(data_root, recs.stem(2), seed=2, duration=3.0))
-    with pytest.raises(DatasetError, match=r"top_width 160 .*--top-width 160"):
+    with pytest.raises(DatasetError, match=rf"top_width {top_width} .*--top-width {top_width}"):
         export_lerobot(data_root, out, _settings())
+
+
+def test_jpeg_lowres_only_where_the_reduced_size_covers_the_width() -> None:
+    assert jpeg_lowres(1920, 640) == 0  # 1/2 would do, but FFmpeg's 1/2 is slower
+    assert jpeg_lowres(1920, 480) == 2
+    assert jpeg_lowres(1920, 240) == 3
+    assert jpeg_lowres(1920, 481) == 0
+    assert jpeg_lowres(0, 640) == 0
 
 
 def test_the_top_video_keeps_colours(recs: Any, data_root: Path, tmp_path: Path) -> None:
