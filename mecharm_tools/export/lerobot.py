@@ -329,6 +329,16 @@ def _prepare(
     return ready
 
 
+def _top_provenance(prep: _Prepared) -> dict[str, Any]:
+    """The top recording's frame count and worst row distance, for the manifest."""
+    if prep.top is None or prep.ep.top_offsets is None:
+        return {}
+    return {
+        "top_source_frames": len(prep.top.frame_ts),
+        "top_max_frame_offset_s": round(float(prep.ep.top_offsets.max()), 6),
+    }
+
+
 def _note(rec: Recording) -> str:
     if not rec.crashed:
         return ""
@@ -757,6 +767,7 @@ def _export(
                         "max_frame_offset_s": round(float(prep.ep.frame_offsets.max()), 6),
                         "sources_sha256": prep.rec.checksums()
                         | (prep.top.checksums() if prep.top else {}),
+                        **_top_provenance(prep),
                     }
                 )
                 log.info(

@@ -99,6 +99,9 @@ def test_top_rows_show_the_top_frame_nearest_each_row(
     manifest = json.loads((out / L.MANIFEST_PATH).read_text())
     assert manifest["cameras"] == ["side", "top"]
     assert manifest["top_video"]["width"] == 320 and manifest["top_video"]["height"] == 180
+    for entry, trial in zip(manifest["episodes"], trials, strict=True):
+        assert entry["top_source_frames"] == len(trial.top_ts)
+        assert 0 < entry["top_max_frame_offset_s"] <= 0.08  # ~10 fps with 20 % jitter
     sources = manifest["episodes"][0]["sources_sha256"]
     assert {TOP_VIDEO, TOP_FRAME_LOG, VIDEO} <= set(sources)
 
