@@ -23,7 +23,8 @@ def _print_report(rep: ExportReport, dry_run: bool) -> None:
     verb = "would export" if dry_run else "exported"
     for ep in rep.exported:
         print(
-            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded)"
+            f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded), "
+            f"rig {ep.rig_id}, {'success' if ep.success else 'not placed'}"
             + (f" [{ep.note}]" if ep.note else ""),
             file=out,
         )
@@ -59,6 +60,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "include_crashed": True if args.include_crashed else None,
                 "cameras": args.cameras,
                 "top_width": args.top_width,
+                "rig_id": args.rig_id,
                 "progress": False if args.no_progress else None,
             },
         )
@@ -85,9 +87,17 @@ def _lerobot(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    if not Path(args.dir).is_dir():
+        print(
+            f"error: {args.dir}: no such folder (give a dataset folder holding meta/info.json)",
+            file=sys.stderr,
+        )
+        return 2
     rep = verify_dataset(
         Path(args.dir), check_video=not args.no_video, progress=not args.no_progress
     )
+    for line in rep.notes:
+        print(f"{rep.path}: note: {line}")
     if rep.ok:
         print(
             f"{rep.path}: ok, {rep.episodes} episodes, {rep.frames} frames, {rep.videos_checked} video file(s) decoded"
@@ -95,7 +105,7 @@ def _verify(args: argparse.Namespace) -> int:
         return 0
     for line in rep.errors:
         print(f"{rep.path}: {line}")
-    print(f"{rep.path}: {len(rep.errors)} problem(s)")
+    print(f"{rep.path}: {rep.problems} problem(s)")
     return 1
 
 
@@ -134,6 +144,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="PX",
         help="top camera video width in the dataset (default 640, aspect kept; 0 = as recorded)",
     )
+    lr.add_argument(
+        "--rig-id",
+        help="rig id of trials whose run log names none (default: the data root's folder "
+        "name); run once per data root to merge several rigs into one dataset",
+    )
     lr.add_argument("--config", help="YAML settings file (e.g. configs/export.yaml)")
     lr.add_argument(
         "--dry-run",
@@ -143,7 +158,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     lr.add_argument("--no-progress", action="store_true", help="no progress bar")
     lr.set_defaults(func=_lerobot)
     ve = sub.add_parser(
-        "verify", help="check a dataset without torch (schema, indices, stats, video timestamps)"
+        "verify",
+        help="check a LeRobot v3.0 dataset without torch (schema, indices, ranges, stats, video "
+        "timestamps; docs/lerobot-verify.md); exit 0 clean, 1 problems, 2 no such folder",
     )
     ve.add_argument("dir", help="dataset folder")
     ve.add_argument("--no-video", action="store_true", help="skip decoding the videos")

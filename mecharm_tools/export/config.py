@@ -33,6 +33,10 @@ class ExportSettings(RigSettings):
     #: also export recordings whose recorder died (meta status crashed, written by the
     #: repair): only the rows their decodable frames cover (docs/lerobot.md, "Crashed recordings")
     include_crashed: bool = False
+    #: rig id of trials whose run log names none (recorded before the runtime wrote it);
+    #: "" = the data root folder's name. Episodes are identified by (rig id, run stem), so
+    #: several rigs' datasets can go into one (docs/lerobot-outcomes.md)
+    rig_id: str = Field("", max_length=64)
 
     # --- state / action definitions ---
     #: linear interpolation between two measured rows at most this far apart; beyond
@@ -88,6 +92,14 @@ class ExportSettings(RigSettings):
                 raise ValueError(f"{names} names a camera twice")
             names = sorted(names, key=lambda c: CAMERAS.index(c) if c in CAMERAS else len(CAMERAS))
         return names
+
+    @field_validator("rig_id")
+    @classmethod
+    def _rig_id(cls, v: str) -> str:
+        v = v.strip()
+        if v and not v.isprintable():
+            raise ValueError("must be printable text (or empty: the data root's folder name)")
+        return v
 
     @field_validator("task", "robot_type")
     @classmethod

@@ -20,12 +20,17 @@ __all__ = [
     "CODEBASE_VERSION",
     "DATA_PATH",
     "EPISODES_PATH",
+    "EPISODE_COLUMNS",
+    "EPISODE_FEATURES",
+    "EPISODE_FIELDS",
     "FEATURE_ORDER",
     "INDEX_FEATURES",
     "INFO_PATH",
     "JOINT_NAMES",
     "MANIFEST_PATH",
+    "OUTCOME_FEATURES",
     "STATS_PATH",
+    "SUCCESS_COLUMN",
     "TASKS_PATH",
     "TOP_VIDEO_KEY",
     "VIDEO_KEY",
@@ -59,7 +64,27 @@ TASKS_PATH = "meta/tasks.parquet"
 #: our provenance sidecar (lerobot ignores unknown files in meta/)
 MANIFEST_PATH = "meta/mecharm_export.json"
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-FEATURE_ORDER = ("observation.state", "action", VIDEO_KEY, *INDEX_FEATURES)
+#: the trial's outcome per frame, lerobot's simulation-dataset convention (docs/lerobot-outcomes.md):
+#: next.reward float32, next.done bool, next.success bool
+OUTCOME_FEATURES = ("next.reward", "next.done", "next.success")
+_OUTCOME_DTYPES = {"next.reward": "float32", "next.done": "bool", "next.success": "bool"}
+#: per-episode fields, written twice (docs/lerobot-outcomes.md): as constant per-frame string
+#: features ``mecharm.<field>`` (every lerobot tool keeps data columns) and as meta/episodes
+#: columns ``mecharm/<field>`` plus ``mecharm/success`` (what lerobot's loader exposes per episode)
+EPISODE_FIELDS = (
+    "run_stem",
+    "rig_id",
+    "pick_verdict",
+    "place_verdict",
+    "judge",
+    "recording_status",
+)
+EPISODE_FEATURES = tuple(f"mecharm.{k}" for k in EPISODE_FIELDS)
+SUCCESS_COLUMN = "mecharm/success"
+EPISODE_COLUMNS = (*(f"mecharm/{k}" for k in EPISODE_FIELDS), SUCCESS_COLUMN)
+#: features with statistics, in info.json order (lerobot: the dataset's own features in the
+#: order given, then its default index features; string features have no statistics)
+FEATURE_ORDER = ("observation.state", "action", VIDEO_KEY, *OUTCOME_FEATURES, *INDEX_FEATURES)
 
 
 def camera_keys(cameras: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -68,8 +93,9 @@ def camera_keys(cameras: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 def feature_order(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> tuple[str, ...]:
-    """The features with statistics, in lerobot's order, for a dataset of these cameras."""
-    return ("observation.state", "action", *video_keys, *INDEX_FEATURES)
+    """The features with statistics, in lerobot's order, for a dataset of these cameras
+    (``FEATURE_ORDER`` for the side camera alone)."""
+    return ("observation.state", "action", *video_keys, *OUTCOME_FEATURES, *INDEX_FEATURES)
 
 
 def _video_feature(height: int, width: int, fps: int, codec: str) -> dict[str, Any]:
@@ -110,6 +136,8 @@ def features(
         "observation.state": dict(vec, names=list(JOINT_NAMES)),
         "action": dict(vec, names=list(JOINT_NAMES)),
         **videos,
+        **{k: {"dtype": _OUTCOME_DTYPES[k], **scalar} for k in OUTCOME_FEATURES},
+        **{k: {"dtype": "string", **scalar} for k in EPISODE_FEATURES},
         "timestamp": {"dtype": "float32", **scalar},
         "frame_index": {"dtype": "int64", **scalar},
         "episode_index": {"dtype": "int64", **scalar},
@@ -163,6 +191,10 @@ def data_schema() -> pa.Schema:
     fields = [
         pa.field("observation.state", vec),
         pa.field("action", vec),
+        pa.field("next.reward", pa.float32()),
+        pa.field("next.done", pa.bool_()),
+        pa.field("next.success", pa.bool_()),
+        *(pa.field(k, pa.string()) for k in EPISODE_FEATURES),
         pa.field("timestamp", pa.float32()),
         pa.field("frame_index", pa.int64()),
         pa.field("episode_index", pa.int64()),
@@ -179,6 +211,8 @@ def data_schema() -> pa.Schema:
             "features": {
                 "observation.state": value,
                 "action": value,
+                **{k: {"dtype": _OUTCOME_DTYPES[k], "_type": "Value"} for k in OUTCOME_FEATURES},
+                **{k: {"dtype": "string", "_type": "Value"} for k in EPISODE_FEATURES},
                 **{
                     k: {"dtype": "float32" if k == "timestamp" else "int64", "_type": "Value"}
                     for k in INDEX_FEATURES
@@ -192,6 +226,8 @@ def data_schema() -> pa.Schema:
 def _stat_type(feature: str, stat: str) -> pa.DataType:
     if feature in VIDEO_KEYS.values() and stat != "count":
         return _list(_list(_list(pa.float64())))
+    if stat in ("min", "max") and _OUTCOME_DTYPES.get(feature) == "bool":
+        return _list(pa.bool_())  # lerobot keeps a bool column's min/max bool
     if stat == "count" or (
         stat in ("min", "max") and feature in INDEX_FEATURES and feature != "timestamp"
     ):
@@ -200,7 +236,9 @@ def _stat_type(feature: str, stat: str) -> pa.DataType:
 
 
 def episodes_schema(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> pa.Schema:
-    """meta/episodes schema: index ranges, each camera's video range, per-episode stats, own location."""
+    """meta/episodes schema: index ranges, each camera's video range, per-episode stats, own
+    location, then our per-episode fields (extra columns lerobot's loader keeps and its merge
+    carries)."""
     fields = [
         pa.field("episode_index", pa.int64()),
         pa.field("tasks", _list(pa.string())),
@@ -224,17 +262,19 @@ def episodes_schema(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> pa.Schema:
     fields += [
         pa.field("meta/episodes/chunk_index", pa.int64()),
         pa.field("meta/episodes/file_index", pa.int64()),
+        *(pa.field(c, pa.string()) for c in EPISODE_COLUMNS if c != SUCCESS_COLUMN),
+        pa.field(SUCCESS_COLUMN, pa.bool_()),
     ]
     return pa.schema(fields)
 
 
 def stats_from_row(row: dict[str, Any]) -> dict[str, Stats]:
     """Per-episode stats back from an episodes-meta row (``stats/<feature>/<stat>``), for
-    the cameras the row has."""
+    the features the row has: its cameras, and no next.* in a dataset lerobot wrote."""
     out: dict[str, Stats] = {}
-    keys = tuple(k for k in VIDEO_KEYS.values() if f"stats/{k}/count" in row)
-    for feat in feature_order(keys):
-        out[feat] = {stat: np.asarray(row[f"stats/{feat}/{stat}"]) for stat in STAT_KEYS}
+    for feat in feature_order(tuple(VIDEO_KEYS.values())):
+        if f"stats/{feat}/min" in row:
+            out[feat] = {stat: np.asarray(row[f"stats/{feat}/{stat}"]) for stat in STAT_KEYS}
     return out
 
 

@@ -22,7 +22,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,12 @@ from mecharm_common.logging import get_logger
 from mecharm_tools.export import layout as L
 from mecharm_tools.export.align import AlignedEpisode, align_recording
 from mecharm_tools.export.config import ExportSettings
+from mecharm_tools.export.outcomes import (
+    EpisodeInfo,
+    default_rig_id,
+    episode_info,
+    outcome_columns,
+)
 from mecharm_tools.export.recording import (
     Recording,
     RecordingError,
@@ -45,6 +51,7 @@ from mecharm_tools.export.recording import (
     load_top_recording,
 )
 from mecharm_tools.export.selection import (
+    Candidate,
     Skipped,
     parse_select,
     read_ledger,
@@ -77,7 +84,9 @@ __all__ = [
 ]
 
 log = get_logger("export")
-MANIFEST_FORMAT = 1
+#: 2: episodes carry rig_id and outcome, identified by (rig_id, run_stem); data has the
+#: next.* and mecharm.* columns (docs/lerobot-outcomes.md). Format 1 datasets are refused.
+MANIFEST_FORMAT = 2
 _MB = 1024 * 1024
 
 
@@ -93,6 +102,8 @@ class ExportedEpisode:
     source_frames: int
     #: set for a crashed recording (exported with --include-crashed)
     note: str = ""
+    rig_id: str = ""
+    success: bool = False
 
 
 @dataclass
@@ -153,6 +164,13 @@ def load_dataset_state(out: Path) -> DatasetState | None:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{manifest_path} is unreadable: {exc}") from None
+    if isinstance(manifest, dict) and manifest.get("format") == 1:
+        raise DatasetError(
+            f"{out} was made by an earlier `mecharm export` (manifest format 1): its episodes "
+            "have no outcome (next.*) or rig columns, and new episodes cannot be mixed in. "
+            f"Export again into a new folder (e.g. `mecharm export lerobot --root DATA_ROOT --out {out}-v2`); "
+            "the recordings are the source, the old folder can then be deleted"
+        )
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise DatasetError(f"{manifest_path}: unknown manifest format")
     rows: list[dict[str, Any]] = []
@@ -264,13 +282,14 @@ def _write_json4(path: Path, obj: Any) -> None:
 class _Prepared:
     rec: Recording
     ep: AlignedEpisode
+    info: EpisodeInfo
     #: the top camera's recording (None in a side-only dataset)
     top: TopRecording | None = None
 
 
 def _prepare(
     root: Path,
-    cands: list[Any],
+    cands: list[tuple[Candidate, EpisodeInfo]],
     settings: ExportSettings,
     size: tuple[int, int] | None,
     top_size: tuple[int, int] | None,
@@ -282,7 +301,7 @@ def _prepare(
     first trial sets them)."""
     ready: list[_Prepared] = []
     with_top = "top" in settings.cameras
-    for cand in cands:
+    for cand, info in cands:
         try:
             rec = load_recording(
                 cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed
@@ -325,7 +344,8 @@ def _prepare(
             continue
         size = size or (rec.height, rec.width)
         top_size = top_size or scaled
-        ready.append(_Prepared(rec, ep, top))
+        # the meta's status is the truth once the ledger's agrees (or deferred to it, above)
+        ready.append(_Prepared(rec, ep, replace(info, recording_status=rec.meta.status), top))
     return ready
 
 
@@ -481,6 +501,7 @@ class _Writer:
         to_ts = {key: videos[key].frames / fps for key in keys}
         schema = L.data_schema()
         vec = schema.field("action").type
+        outcome = outcome_columns(n, prep.info.success)
         data = {
             "observation.state": pa.FixedSizeListArray.from_arrays(
                 pa.array(ep.state.reshape(-1), pa.float32()), type=vec
@@ -488,6 +509,11 @@ class _Writer:
             "action": pa.FixedSizeListArray.from_arrays(
                 pa.array(ep.action.reshape(-1), pa.float32()), type=vec
             ),
+            **outcome,
+            **{
+                f"mecharm.{k}": pa.repeat(pa.scalar(v, pa.string()), n)
+                for k, v in zip(L.EPISODE_FIELDS, _fields(prep.info), strict=True)
+            },
             "timestamp": pa.array(ts32, pa.float32()),
             "frame_index": pa.array(frame_index),
             "episode_index": pa.array(np.full(n, episode_index, np.int64)),
@@ -499,6 +525,7 @@ class _Writer:
             "observation.state": vector_stats(ep.state),
             "action": vector_stats(ep.action),
             **{key: image_stats(np.stack(samples[key])) for key in keys},
+            **{k: vector_stats(v) for k, v in outcome.items()},
             "timestamp": vector_stats(ts32),
             "frame_index": vector_stats(frame_index),
             "episode_index": vector_stats(np.full(n, episode_index, np.int64)),
@@ -523,6 +550,9 @@ class _Writer:
             for stat, value in stats[feat].items():
                 meta[f"stats/{feat}/{stat}"] = np.asarray(value).tolist()
         meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
+        for k, v in zip(L.EPISODE_FIELDS, _fields(prep.info), strict=True):
+            meta[f"mecharm/{k}"] = v
+        meta[L.SUCCESS_COLUMN] = prep.info.success
         self.rows.append(meta)
         self._roll()
 
@@ -569,6 +599,10 @@ class _Writer:
                     video.close()
 
 
+def _fields(info: EpisodeInfo) -> list[str]:
+    return [getattr(info, k) for k in L.EPISODE_FIELDS]
+
+
 def _new_manifest(
     settings: ExportSettings, size: tuple[int, int], top_size: tuple[int, int] | None
 ) -> dict[str, Any]:
@@ -597,7 +631,7 @@ def _new_manifest(
 
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
-    keys = ("fps", "task", "select", "max_interp_gap_s", "gripper_settle_s",
+    keys = ("fps", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
             "max_frame_offset_s", "cameras", "top_width", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys}
 
@@ -678,15 +712,28 @@ def _export(
         conditions = with_crashed(conditions)
         rows = resolve_crashed(root, rows)
     cands, report.skipped = select_trials(root, rows, conditions, runs)
-    done = {e["run_stem"]: e["episode_index"] for e in state.manifest["episodes"]} if state else {}
-    new = []
+    # an episode is (rig id, run stem): another rig's run_0001_... is a new episode
+    done = (
+        {(e["rig_id"], e["run_stem"]): e["episode_index"] for e in state.manifest["episodes"]}
+        if state
+        else {}
+    )
+    fallback_rig = default_rig_id(root, settings.rig_id)
+    new: list[tuple[Candidate, EpisodeInfo]] = []
     for cand in cands:
-        if cand.run_stem in done:
+        info = episode_info(
+            root,
+            cand.run_stem,
+            {"pick_verdict": cand.pick_verdict, "place_verdict": cand.place_verdict},
+            cand.recording_status,
+            fallback_rig,
+        )
+        if info.key in done:
             report.already.append(
-                Skipped(cand.run_stem, f"already exported as episode {done[cand.run_stem]}")
+                Skipped(cand.run_stem, f"already exported as episode {done[info.key]}")
             )
         else:
-            new.append(cand)
+            new.append((cand, info))
     size = (state.manifest["video"]["height"], state.manifest["video"]["width"]) if state else None
     top_size = _top_size(state.manifest) if state else None
     ready = _prepare(root, new, settings, size, top_size, report)
@@ -697,7 +744,13 @@ def _export(
         report.exported = (
             [
                 ExportedEpisode(
-                    n_old + i, p.rec.run_stem, len(p.ep), len(p.rec.frame_ts), _note(p.rec)
+                    n_old + i,
+                    p.rec.run_stem,
+                    len(p.ep),
+                    len(p.rec.frame_ts),
+                    _note(p.rec),
+                    p.info.rig_id,
+                    p.info.success,
                 )
                 for i, p in enumerate(ready)
             ]
@@ -750,6 +803,8 @@ def _export(
                         len(prep.ep),
                         len(prep.rec.frame_ts),
                         _note(prep.rec),
+                        prep.info.rig_id,
+                        prep.info.success,
                     )
                 )
                 report.source_seconds += prep.rec.duration_s
@@ -757,6 +812,11 @@ def _export(
                     {
                         "episode_index": ep_index,
                         "run_stem": prep.rec.run_stem,
+                        "rig_id": prep.info.rig_id,
+                        "pick_verdict": prep.info.pick_verdict,
+                        "place_verdict": prep.info.place_verdict,
+                        "judge": prep.info.judge,
+                        "success": prep.info.success,
                         "recording_status": prep.rec.meta.status,
                         "recording_path": prep.rec.path.relative_to(root.resolve()).as_posix()
                         if prep.rec.path.is_relative_to(root.resolve())
@@ -774,6 +834,8 @@ def _export(
                     "export_episode",
                     episode_index=ep_index,
                     run_stem=prep.rec.run_stem,
+                    rig_id=prep.info.rig_id,
+                    success=prep.info.success,
                     frames=len(prep.ep),
                 )
         writer.close()
@@ -787,6 +849,7 @@ def _export(
     manifest["runs"].append(
         {
             "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "root": str(root.resolve()),
             "episodes": [e.episode_index for e in report.exported],
             "files": writer.files,
             "settings": _settings_snapshot(settings),

@@ -75,6 +75,9 @@ class Candidate:
     recording_dir: Path
     recording_status: str
     line: int
+    #: the ledger's verdicts: the episode's outcome (docs/lerobot-outcomes.md)
+    pick_verdict: str = ""
+    place_verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,16 @@ def select_trials(
         except UnsafeNameError as exc:
             skipped.append(Skipped(stem, f"recording_path refused: {exc}"))
             continue
-        chosen.append(Candidate(stem, rec_dir, row.get("recording_status", ""), lineno))
+        chosen.append(
+            Candidate(
+                stem,
+                rec_dir,
+                row.get("recording_status", ""),
+                lineno,
+                row.get("pick_verdict", ""),
+                row.get("place_verdict", ""),
+            )
+        )
     if runs:
         for stem in sorted(runs - set(seen)):
             skipped.append(Skipped(stem, "requested with --run but not in the ledger"))

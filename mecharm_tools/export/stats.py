@@ -79,13 +79,19 @@ def _column_stats(x: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:
 
 
 def vector_stats(values: NDArray[np.generic]) -> Stats:
-    """Stats of a (n,) or (n, d) feature column; integer features keep integer min/max."""
+    """Stats of a (n,) or (n, d) feature column; integer and bool features keep their min/max type.
+
+    lerobot takes min/max of the column as it is, so a bool feature (``next.done``) stores
+    bool min/max (``list<bool>`` in meta/episodes, ``false``/``true`` in stats.json) while
+    its mean, std and quantiles are floats like any other feature's.
+    """
     arr = np.asarray(values)
     x = arr.reshape(len(arr), -1).astype(np.float64)
     stats: Stats = dict(_column_stats(x))
-    if np.issubdtype(arr.dtype, np.integer):
-        stats["min"] = arr.reshape(len(arr), -1).min(axis=0).astype(np.int64)
-        stats["max"] = arr.reshape(len(arr), -1).max(axis=0).astype(np.int64)
+    if np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
+        kind = np.bool_ if arr.dtype == np.bool_ else np.int64
+        stats["min"] = arr.reshape(len(arr), -1).min(axis=0).astype(kind)
+        stats["max"] = arr.reshape(len(arr), -1).max(axis=0).astype(kind)
     stats["count"] = np.array([len(arr)], dtype=np.int64)
     return {k: stats[k] for k in STAT_KEYS}
 
@@ -184,7 +190,7 @@ def aggregate_stats(per_episode: list[dict[str, Stats]]) -> dict[str, Stats]:
         mean = (means * w).sum(axis=0) / total
         stds = np.stack([np.asarray(s["std"], dtype=np.float64) for s in items])
         var = ((stds**2 + (means - mean) ** 2) * w).sum(axis=0) / total
-        agg: Stats = {
+        agg: Stats = {  # min/max keep their type (bool features: bool, like lerobot)
             "min": np.min(np.stack([np.asarray(s["min"]) for s in items]), axis=0),
             "max": np.max(np.stack([np.asarray(s["max"]) for s in items]), axis=0),
             "mean": mean,

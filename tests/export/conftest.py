@@ -29,6 +29,7 @@ import structlog
 
 from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.records.ledger import append_row, ledger_path
+from mecharm_runtime.records.runlog import build_runlog, write_runlog
 from recorder.config import VideoSettings
 from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
 from recorder.video import VideoWriter
@@ -258,6 +259,34 @@ def add_ledger_row(
     )  # fmt: skip
 
 
+def add_runlog(
+    root: Path, run_stem: str, *, rig_id: str | None = None, judge: str = "geometric"
+) -> Path:
+    """The trial's run log as the runtime builds it (a trial line with its constants, one
+    judgement), plus ``rig_id`` when given (the key runtimes from issue 15 on write)."""
+    lines = [
+        {"event": "trial", "ts": T0, "run_stem": run_stem, "dry_run": False, "scene_seed": 1,
+         "constants": {"judge": judge}},
+        {"event": "input", "kind": "place_verdict", "stage": "retreat_and_judge",
+         "value": {"verdict": "yes", "confidence": 0.9, "reason": "inside", "judge": judge}},
+        {"event": "result", "status": "completed", "reason": ""},
+    ]  # fmt: skip
+    log = build_runlog(lines, trace_name=DataRoot(root).trace(run_stem).name)
+    if rig_id is not None:
+        log["rig_id"] = rig_id
+    path = DataRoot(root).runlog(run_stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_runlog(path, log)
+    return path
+
+
+def new_root(base: Path, name: str) -> Path:
+    """An empty data root named ``name`` (the export's fallback rig id is this name)."""
+    root = base / name
+    DataRoot(root).runs.mkdir(parents=True)
+    return root
+
+
 def stem(i: int) -> str:
     return f"run_{i:04d}_20251130_10{i:02d}00"
 
@@ -285,6 +314,8 @@ class Recs:
     top_capture_times = staticmethod(top_capture_times)
     T0 = T0
     ledger = staticmethod(add_ledger_row)
+    runlog = staticmethod(add_runlog)
+    new_root = staticmethod(new_root)
     stem = staticmethod(stem)
     read_stamp = staticmethod(read_stamp)
     stamp = staticmethod(stamp)

@@ -1,0 +1,129 @@
+"""What an exported episode carries besides its recording: the trial's outcome and provenance.
+
+Sources: the ledger row (pick and place verdicts), the recording's meta (its status) and
+the trial's run log (the rig id and the judge). The dataset carries them twice
+(docs/lerobot-outcomes.md): per frame (``next.reward``/``next.done``/``next.success`` and
+constant ``mecharm.*`` strings, which every lerobot tool keeps) and per episode
+(``mecharm/*`` columns of meta/episodes, which lerobot's loader exposes and its merge keeps).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mecharm_common.fsutil import UnsafeNameError
+from mecharm_common.layout import DataRoot
+from mecharm_common.logging import get_logger
+
+__all__ = ["EpisodeInfo", "default_rig_id", "episode_info", "outcome_columns", "runlog_fields"]
+
+log = get_logger("mecharm_tools.export.outcomes")
+_MAX_RIG_ID = 64
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """One episode's per-episode fields (layout.EPISODE_FIELDS, in that order)."""
+
+    run_stem: str
+    rig_id: str
+    pick_verdict: str
+    place_verdict: str
+    judge: str
+    recording_status: str
+
+    @property
+    def success(self) -> bool:
+        """The trial placed the block: both verdicts yes (what ``--select success`` takes)."""
+        return self.pick_verdict == "yes" and self.place_verdict == "yes"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """An exported episode's identity: two rigs may both have ``run_0001_...``."""
+        return (self.rig_id, self.run_stem)
+
+
+def default_rig_id(root: Path, setting: str) -> str:
+    """The rig id of trials whose run log names none: the setting, else the data root's name."""
+    return setting or Path(root).resolve().name
+
+
+def _valid_rig_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= _MAX_RIG_ID and value.isprintable()
+
+
+def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
+    """``rig_id`` and ``judge`` from the trial's run log, each only when the log has it.
+
+    The judge is the run log's top-level ``judge`` if any, else the judge setting the trial
+    ran with (``constants.judge``), else the judge of its last judgement. A missing run log
+    (trials recorded before run logs, copied recordings) gives nothing; an unreadable one
+    or a malformed rig id is logged and ignored, and the caller's fallback applies.
+    """
+    try:
+        path = DataRoot(root).runlog(run_stem)
+    except UnsafeNameError:
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("runlog_unreadable", path=str(path), reason=str(exc), using="fallback rig id")
+        return {}
+    if not isinstance(doc, dict):
+        log.warning("runlog_unreadable", path=str(path), reason="not a JSON object")
+        return {}
+    out: dict[str, str] = {}
+    rig = doc.get("rig_id")
+    if isinstance(rig, str) and _valid_rig_id(rig):
+        out["rig_id"] = rig
+    elif rig is not None:
+        log.warning("runlog_bad_rig_id", path=str(path), rig_id=repr(rig)[:80], using="fallback")
+    constants = doc.get("constants")
+    constants = constants if isinstance(constants, dict) else {}
+    judgements = doc.get("judgements")
+    judgements = (
+        [j for j in judgements if isinstance(j, dict)] if isinstance(judgements, list) else []
+    )
+    for judge in (
+        doc.get("judge"),
+        constants.get("judge"),
+        judgements[-1].get("judge") if judgements else None,
+    ):
+        if isinstance(judge, str) and judge:
+            out["judge"] = judge
+            break
+    return out
+
+
+def episode_info(
+    root: Path, run_stem: str, row: dict[str, str], recording_status: str, fallback_rig: str
+) -> EpisodeInfo:
+    """The fields of one trial from its ledger ``row`` and its run log."""
+    fields = runlog_fields(root, run_stem)
+    return EpisodeInfo(
+        run_stem=run_stem,
+        rig_id=fields.get("rig_id", fallback_rig),
+        pick_verdict=row.get("pick_verdict", ""),
+        place_verdict=row.get("place_verdict", ""),
+        judge=fields.get("judge", ""),
+        recording_status=recording_status,
+    )
+
+
+def outcome_columns(n: int, success: bool) -> dict[str, np.ndarray]:
+    """Per-frame ``next.*`` values of an ``n``-row episode (docs/lerobot-outcomes.md).
+
+    done on the last row only; success and reward 1.0 on the last row of a trial that
+    placed, everything else False / 0.0.
+    """
+    done = np.zeros(n, np.bool_)
+    done[-1:] = True
+    won = done & success
+    return {"next.reward": won.astype(np.float32), "next.done": done, "next.success": won}
