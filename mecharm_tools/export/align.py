@@ -5,7 +5,8 @@ frame's capture time (frame_log, the truth about timing; never the container's
 nominal fps). For every row:
 
 - image: the recorded frame whose capture time is nearest ``t_k`` (ties go to the
-  earlier frame, which was already visible at ``t_k``);
+  earlier frame, which was already visible at ``t_k``); the same rule picks the top
+  camera's frame from its own frame log (same wall clock), docs/lerobot-top-camera.md;
 - ``observation.state`` j0..j5: the ``measured`` readings linearly interpolated at
   ``t_k`` when the two neighbours are at most ``max_interp_gap_s`` apart (the arm was
   being polled during a move), otherwise the latest reading held (no polling = the
@@ -43,6 +44,9 @@ class AlignedEpisode:
     frame_offsets: NDArray[np.float64]  # |capture_ts - row time|, seconds
     state: NDArray[np.float32]  # (N, 7)
     action: NDArray[np.float32]  # (N, 7)
+    #: frame index in top_camera.mkv for each row, and its distance (None: side-only dataset)
+    top_frames: NDArray[np.int64] | None = None
+    top_offsets: NDArray[np.float64] | None = None
 
     def __len__(self) -> int:
         return len(self.timestamps)
@@ -88,8 +92,12 @@ def align_recording(
     max_interp_gap_s: float = 0.25,
     gripper_settle_s: float = GRIPPER_SETTLE_S,
     max_frame_offset_s: float = 0.5,
+    top_ts: NDArray[np.float64] | None = None,
 ) -> AlignedEpisode:
-    """Build the episode's rows; raise RecordingError when a row has no frame near it."""
+    """Build the episode's rows; raise RecordingError when a row has no frame near it.
+
+    ``top_ts``: the top camera's capture times; each row also gets the top frame
+    nearest it, under the same ``max_frame_offset_s`` limit."""
     t0 = float(rec.frame_ts[0])
     n = int(np.floor((float(rec.frame_ts[-1]) - t0) * fps + 1e-9)) + 1
     k = np.arange(n, dtype=np.int64)
@@ -103,6 +111,17 @@ def align_recording(
             f"row {worst} (t={timestamps[worst]:.2f} s) is {offsets[worst]:.3f} s from the nearest frame "
             f"(limit {max_frame_offset_s} s): the camera stalled"
         )
+    top_frames = top_offsets = None
+    if top_ts is not None:
+        top_frames = nearest_frames(top_ts, row_times)
+        top_offsets = np.abs(top_ts[top_frames] - row_times)
+        worst = int(np.argmax(top_offsets))
+        if top_offsets[worst] > max_frame_offset_s:
+            raise RecordingError(
+                f"row {worst} (t={timestamps[worst]:.2f} s) is {top_offsets[worst]:.3f} s from the "
+                f"nearest top camera frame (limit {max_frame_offset_s} s): the top camera stalled "
+                "or its recording does not cover the trial"
+            )
     joints = _interp_hold(rec.measured_ts, rec.measured, row_times, max_interp_gap_s)
     if len(rec.commanded_ts):
         target, before = _step(rec.commanded_ts, rec.commanded, row_times)
@@ -121,4 +140,6 @@ def align_recording(
         np.isfinite(state).all() and np.isfinite(action).all()
     ):  # pragma: no cover - inputs are finite
         raise RecordingError("state/action contain non-finite values")
-    return AlignedEpisode(timestamps, row_times, frames, offsets, state, action)
+    return AlignedEpisode(
+        timestamps, row_times, frames, offsets, state, action, top_frames, top_offsets
+    )

@@ -58,6 +58,8 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "select": args.select,
                 "task": args.task,
                 "include_crashed": True if args.include_crashed else None,
+                "cameras": args.cameras,
+                "top_width": args.top_width,
                 "rig_id": args.rig_id,
                 "progress": False if args.no_progress else None,
             },
@@ -130,6 +132,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also export recordings whose recorder died (status crashed, repaired): "
         "the rows their decodable frames cover",
+    )
+    lr.add_argument(
+        "--cameras",
+        metavar="side,top",
+        help="video features: side,top (default) or side; fixed by the dataset's first export",
+    )
+    lr.add_argument(
+        "--top-width",
+        type=int,
+        metavar="PX",
+        help="top camera video width in the dataset (default 640, aspect kept; 0 = as recorded)",
     )
     lr.add_argument(
         "--rig-id",

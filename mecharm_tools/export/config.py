@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_SETTLE_S
 
-__all__ = ["DEFAULT_TASK", "ExportSettings"]
+__all__ = ["CAMERAS", "DEFAULT_TASK", "ExportSettings"]
 
 DEFAULT_TASK = "put the red block in the white box"
+#: the cameras a dataset can carry, in the order their features are written; the side
+#: camera's frame log sets the rows, so it is always one of them
+CAMERAS: tuple[Literal["side", "top"], ...] = ("side", "top")
 
 
 class ExportSettings(RigSettings):
@@ -45,6 +49,16 @@ class ExportSettings(RigSettings):
     #: a row whose nearest recorded frame is farther than this refuses the trial
     max_frame_offset_s: float = Field(0.5, gt=0, le=5)
 
+    # --- cameras (docs/lerobot-top-camera.md) ---
+    #: the video features: ``side`` (the recorder's episode.mp4) and ``top`` (the runtime's
+    #: top_camera.mkv); fixed by a dataset's first export, like fps
+    cameras: Annotated[list[Literal["side", "top"]], NoDecode] = Field(
+        default_factory=lambda: list(CAMERAS)
+    )
+    #: width of the top camera's video in the dataset (height keeps the aspect, both even);
+    #: 0 = as recorded. Encoding the sim's 1920x1080 at full size halves the export speed.
+    top_width: int = Field(640, ge=0, le=7680)
+
     # --- video (H.264 via PyAV) ---
     preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = "ultrafast"
     crf: int = Field(30, ge=0, le=51)
@@ -59,6 +73,25 @@ class ExportSettings(RigSettings):
     progress: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = None
+
+    @field_validator("cameras", mode="before")
+    @classmethod
+    def _camera_list(cls, v: object) -> object:
+        """``side,top`` (flag, env) or a list; the side camera is required (it sets the rows)."""
+        names = v
+        if isinstance(v, str):
+            text = v.strip()
+            names = json.loads(text) if text.startswith("[") else text.split(",")
+            names = [str(c).strip() for c in names if str(c).strip()]
+        if isinstance(names, list):
+            if "side" not in names:
+                raise ValueError(
+                    "must include side: the side camera's frame log sets the dataset's rows"
+                )
+            if len(set(names)) != len(names):
+                raise ValueError(f"{names} names a camera twice")
+            names = sorted(names, key=lambda c: CAMERAS.index(c) if c in CAMERAS else len(CAMERAS))
+        return names
 
     @field_validator("rig_id")
     @classmethod

@@ -32,10 +32,14 @@ __all__ = [
     "STATS_PATH",
     "SUCCESS_COLUMN",
     "TASKS_PATH",
+    "TOP_VIDEO_KEY",
     "VIDEO_KEY",
+    "VIDEO_KEYS",
     "VIDEO_PATH",
+    "camera_keys",
     "data_schema",
     "episodes_schema",
+    "feature_order",
     "features",
     "info_json",
     "next_file",
@@ -46,6 +50,10 @@ __all__ = [
 
 CODEBASE_VERSION = "v3.0"
 VIDEO_KEY = "observation.images.side"
+#: the top camera (docs/lerobot-top-camera.md); absent from side-only datasets
+TOP_VIDEO_KEY = "observation.images.top"
+#: the video feature of each camera name (export setting ``cameras``), in feature order
+VIDEO_KEYS = {"side": VIDEO_KEY, "top": TOP_VIDEO_KEY}
 JOINT_NAMES = ["j0", "j1", "j2", "j3", "j4", "j5", "gripper"]
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -79,28 +87,55 @@ EPISODE_COLUMNS = (*(f"mecharm/{k}" for k in EPISODE_FIELDS), SUCCESS_COLUMN)
 FEATURE_ORDER = ("observation.state", "action", VIDEO_KEY, *OUTCOME_FEATURES, *INDEX_FEATURES)
 
 
-def features(height: int, width: int, fps: int, codec: str = "h264") -> dict[str, Any]:
-    """The ``features`` block of info.json, in lerobot's order."""
+def camera_keys(cameras: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The video features of ``cameras`` (names of the export setting), in feature order."""
+    return tuple(key for name, key in VIDEO_KEYS.items() if name in cameras)
+
+
+def feature_order(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> tuple[str, ...]:
+    """The features with statistics, in lerobot's order, for a dataset of these cameras
+    (``FEATURE_ORDER`` for the side camera alone)."""
+    return ("observation.state", "action", *video_keys, *OUTCOME_FEATURES, *INDEX_FEATURES)
+
+
+def _video_feature(height: int, width: int, fps: int, codec: str) -> dict[str, Any]:
+    """One camera's entry in info.json's features, with lerobot's ``info`` block."""
+    return {
+        "dtype": "video",
+        "shape": [height, width, 3],
+        "names": ["height", "width", "channels"],
+        "info": {
+            "video.height": height,
+            "video.width": width,
+            "video.codec": codec,
+            "video.pix_fmt": "yuv420p",
+            "video.is_depth_map": False,
+            "video.fps": fps,
+            "video.channels": 3,
+            "has_audio": False,
+        },
+    }
+
+
+def features(
+    height: int,
+    width: int,
+    fps: int,
+    codec: str = "h264",
+    *,
+    top: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The ``features`` block of info.json, in lerobot's order; ``top`` = (height, width)
+    of the top camera's video in a two-camera dataset."""
     vec = {"dtype": "float32", "shape": [len(JOINT_NAMES)], "names": list(JOINT_NAMES)}
     scalar = {"shape": [1], "names": None}
+    videos = {VIDEO_KEY: _video_feature(height, width, fps, codec)}
+    if top is not None:
+        videos[TOP_VIDEO_KEY] = _video_feature(top[0], top[1], fps, codec)
     return {
         "observation.state": dict(vec, names=list(JOINT_NAMES)),
         "action": dict(vec, names=list(JOINT_NAMES)),
-        VIDEO_KEY: {
-            "dtype": "video",
-            "shape": [height, width, 3],
-            "names": ["height", "width", "channels"],
-            "info": {
-                "video.height": height,
-                "video.width": width,
-                "video.codec": codec,
-                "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False,
-                "video.fps": fps,
-                "video.channels": 3,
-                "has_audio": False,
-            },
-        },
+        **videos,
         **{k: {"dtype": _OUTCOME_DTYPES[k], **scalar} for k in OUTCOME_FEATURES},
         **{k: {"dtype": "string", **scalar} for k in EPISODE_FEATURES},
         "timestamp": {"dtype": "float32", **scalar},
@@ -189,7 +224,7 @@ def data_schema() -> pa.Schema:
 
 
 def _stat_type(feature: str, stat: str) -> pa.DataType:
-    if feature == VIDEO_KEY and stat != "count":
+    if feature in VIDEO_KEYS.values() and stat != "count":
         return _list(_list(_list(pa.float64())))
     if stat in ("min", "max") and _OUTCOME_DTYPES.get(feature) == "bool":
         return _list(pa.bool_())  # lerobot keeps a bool column's min/max bool
@@ -200,9 +235,10 @@ def _stat_type(feature: str, stat: str) -> pa.DataType:
     return _list(pa.float64())
 
 
-def episodes_schema() -> pa.Schema:
-    """meta/episodes schema: index ranges, video ranges, per-episode stats, own location,
-    then our per-episode fields (extra columns lerobot's loader keeps and its merge carries)."""
+def episodes_schema(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> pa.Schema:
+    """meta/episodes schema: index ranges, each camera's video range, per-episode stats, own
+    location, then our per-episode fields (extra columns lerobot's loader keeps and its merge
+    carries)."""
     fields = [
         pa.field("episode_index", pa.int64()),
         pa.field("tasks", _list(pa.string())),
@@ -211,12 +247,15 @@ def episodes_schema() -> pa.Schema:
         pa.field("data/file_index", pa.int64()),
         pa.field("dataset_from_index", pa.int64()),
         pa.field("dataset_to_index", pa.int64()),
-        pa.field(f"videos/{VIDEO_KEY}/chunk_index", pa.int64()),
-        pa.field(f"videos/{VIDEO_KEY}/file_index", pa.int64()),
-        pa.field(f"videos/{VIDEO_KEY}/from_timestamp", pa.float64()),
-        pa.field(f"videos/{VIDEO_KEY}/to_timestamp", pa.float64()),
     ]
-    for feat in FEATURE_ORDER:
+    for key in video_keys:
+        fields += [
+            pa.field(f"videos/{key}/chunk_index", pa.int64()),
+            pa.field(f"videos/{key}/file_index", pa.int64()),
+            pa.field(f"videos/{key}/from_timestamp", pa.float64()),
+            pa.field(f"videos/{key}/to_timestamp", pa.float64()),
+        ]
+    for feat in feature_order(video_keys):
         fields.extend(
             pa.field(f"stats/{feat}/{stat}", _stat_type(feat, stat)) for stat in STAT_KEYS
         )
@@ -231,9 +270,9 @@ def episodes_schema() -> pa.Schema:
 
 def stats_from_row(row: dict[str, Any]) -> dict[str, Stats]:
     """Per-episode stats back from an episodes-meta row (``stats/<feature>/<stat>``), for
-    the features of FEATURE_ORDER the row has (a dataset lerobot wrote has no next.*)."""
+    the features the row has: its cameras, and no next.* in a dataset lerobot wrote."""
     out: dict[str, Stats] = {}
-    for feat in FEATURE_ORDER:
+    for feat in feature_order(tuple(VIDEO_KEYS.values())):
         if f"stats/{feat}/min" in row:
             out[feat] = {stat: np.asarray(row[f"stats/{feat}/{stat}"]) for stat in STAT_KEYS}
     return out

@@ -21,11 +21,12 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -42,7 +43,13 @@ from mecharm_tools.export.outcomes import (
     episode_info,
     outcome_columns,
 )
-from mecharm_tools.export.recording import Recording, RecordingError, load_recording
+from mecharm_tools.export.recording import (
+    Recording,
+    RecordingError,
+    TopRecording,
+    load_recording,
+    load_top_recording,
+)
 from mecharm_tools.export.selection import (
     Candidate,
     Skipped,
@@ -60,7 +67,13 @@ from mecharm_tools.export.stats import (
     image_stride,
     vector_stats,
 )
-from mecharm_tools.export.video import ConstantRateWriter, decode_selected, sample_rgb
+from mecharm_tools.export.video import (
+    ConstantRateWriter,
+    decode_selected,
+    decode_top,
+    sample_rgb,
+    scaled_size,
+)
 
 __all__ = [
     "DatasetError",
@@ -236,9 +249,26 @@ def _write_derived(out: Path, manifest: dict[str, Any], rows: list[dict[str, Any
         chunks_size=manifest["chunks_size"],
         data_files_size_in_mb=manifest["data_files_size_in_mb"],
         video_files_size_in_mb=manifest["video_files_size_in_mb"],
-        feats=L.features(video["height"], video["width"], manifest["fps"], video["codec"]),
+        feats=L.features(
+            video["height"],
+            video["width"],
+            manifest["fps"],
+            video["codec"],
+            top=_top_size(manifest),
+        ),
     )
     _write_json4(out / L.INFO_PATH, info)
+
+
+def _cameras(manifest: dict[str, Any]) -> list[str]:
+    """The dataset's cameras; a manifest written before the top camera existed: side only."""
+    return list(manifest.get("cameras", ["side"]))
+
+
+def _top_size(manifest: dict[str, Any]) -> tuple[int, int] | None:
+    """(height, width) of the dataset's top camera video; None in a side-only dataset."""
+    top = manifest.get("top_video")
+    return (int(top["height"]), int(top["width"])) if top else None
 
 
 def _write_json4(path: Path, obj: Any) -> None:
@@ -253,20 +283,30 @@ class _Prepared:
     rec: Recording
     ep: AlignedEpisode
     info: EpisodeInfo
+    #: the top camera's recording (None in a side-only dataset)
+    top: TopRecording | None = None
 
 
 def _prepare(
+    root: Path,
     cands: list[tuple[Candidate, EpisodeInfo]],
     settings: ExportSettings,
     size: tuple[int, int] | None,
+    top_size: tuple[int, int] | None,
     report: ExportReport,
 ) -> list[_Prepared]:
+    """Load, check and align each candidate; a refused one is reported and left out.
+
+    ``size`` / ``top_size``: (height, width) the dataset's videos already have (None: the
+    first trial sets them)."""
     ready: list[_Prepared] = []
+    with_top = "top" in settings.cameras
     for cand, info in cands:
         try:
             rec = load_recording(
                 cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed
             )
+            top = load_top_recording(root, cand.run_stem) if with_top else None
             # "none"/"crashed" = the runtime's deadline passed without a meta; the meta that
             # came later (the recorder's, or the repair's) decides
             if (
@@ -280,21 +320,43 @@ def _prepare(
                 raise RecordingError(
                     f"video is {rec.width}x{rec.height}, the dataset's is {size[1]}x{size[0]}"
                 )
+            scaled = None
+            if top is not None:
+                w, h = scaled_size(top.width, top.height, settings.top_width)
+                scaled = (h, w)
+                if top_size is not None and scaled != top_size:
+                    raise RecordingError(
+                        f"top camera is {top.width}x{top.height} (in the dataset {w}x{h} at "
+                        f"top_width {settings.top_width}), the dataset's top video is "
+                        f"{top_size[1]}x{top_size[0]}"
+                    )
             ep = align_recording(
                 rec,
                 settings.fps,
                 max_interp_gap_s=settings.max_interp_gap_s,
                 gripper_settle_s=settings.gripper_settle_s,
                 max_frame_offset_s=settings.max_frame_offset_s,
+                top_ts=top.frame_ts if top is not None else None,
             )
         except RecordingError as exc:
             report.refused.append(Skipped(cand.run_stem, str(exc)))
             log.warning("export_refused", run_stem=cand.run_stem, reason=str(exc))
             continue
         size = size or (rec.height, rec.width)
+        top_size = top_size or scaled
         # the meta's status is the truth once the ledger's agrees (or deferred to it, above)
-        ready.append(_Prepared(rec, ep, replace(info, recording_status=rec.meta.status)))
+        ready.append(_Prepared(rec, ep, replace(info, recording_status=rec.meta.status), top))
     return ready
+
+
+def _top_provenance(prep: _Prepared) -> dict[str, Any]:
+    """The top recording's frame count and worst row distance, for the manifest."""
+    if prep.top is None or prep.ep.top_offsets is None:
+        return {}
+    return {
+        "top_source_frames": len(prep.top.frame_ts),
+        "top_max_frame_offset_s": round(float(prep.ep.top_offsets.max()), 6),
+    }
 
 
 def _note(rec: Recording) -> str:
@@ -309,17 +371,22 @@ def _fsync(path: Path) -> None:
 
 
 class _Writer:
-    """Stages new data/video/episodes files and the rows describing them."""
+    """Stages new data/video/episodes files and the rows describing them.
+
+    Each camera has its own video files (``videos/<key>/chunk-CCC/file-FFF.mp4``), file
+    indices and size limit, as lerobot keeps them."""
 
     def __init__(
         self,
         stage: Path,
         settings: ExportSettings,
         state: DatasetState | None,
-        size: tuple[int, int],
+        sizes: dict[str, tuple[int, int]],
     ) -> None:
         self.stage, self.s = stage, settings
-        self.height, self.width = size
+        #: (height, width) of each camera's video, by video key, in feature order
+        self.sizes = sizes
+        self.video_keys = tuple(sizes)
         cs = settings.chunks_size
 
         def start(prefix: str) -> tuple[int, int]:
@@ -327,15 +394,15 @@ class _Writer:
             return L.next_file(*last, cs) if last else (0, 0)
 
         self.data_idx = start("data/")
-        self.video_idx = start("videos/")
+        self.video_idx = {key: start(f"videos/{key}/") for key in self.video_keys}
         self.meta_idx = start("meta/episodes/")
         self.files: list[str] = []
         self._data: pq.ParquetWriter | None = None
-        self._video: ConstantRateWriter | None = None
+        self._videos: dict[str, ConstantRateWriter | None] = dict.fromkeys(self.video_keys)
         self.rows: list[dict[str, Any]] = []
 
-    def _path(self, template: str, idx: tuple[int, int]) -> str:
-        return template.format(chunk_index=idx[0], file_index=idx[1], video_key=L.VIDEO_KEY)
+    def _path(self, template: str, idx: tuple[int, int], video_key: str = L.VIDEO_KEY) -> str:
+        return template.format(chunk_index=idx[0], file_index=idx[1], video_key=video_key)
 
     def _open_data(self) -> pq.ParquetWriter:
         if self._data is None:
@@ -345,22 +412,53 @@ class _Writer:
             self.files.append(rel)
         return self._data
 
-    def _open_video(self) -> ConstantRateWriter:
-        if self._video is None:
-            rel = self._path(L.VIDEO_PATH, self.video_idx)
+    def _open_video(self, key: str) -> ConstantRateWriter:
+        video = self._videos[key]
+        if video is None:
+            rel = self._path(L.VIDEO_PATH, self.video_idx[key], key)
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
             s = self.s
-            self._video = ConstantRateWriter(
+            height, width = self.sizes[key]
+            video = self._videos[key] = ConstantRateWriter(
                 self.stage / rel,
                 fps=s.fps,
-                width=self.width,
-                height=self.height,
+                width=width,
+                height=height,
                 preset=s.preset,
                 crf=s.crf,
                 gop=s.gop,
             )
             self.files.append(rel)
-        return self._video
+        return video
+
+    def _row_frames(self, key: str, prep: _Prepared) -> Generator[av.VideoFrame, None, None]:
+        """The frame of each row of the episode for camera ``key``, decoded in a worker."""
+        ep, rec = prep.ep, prep.rec
+        if key == L.TOP_VIDEO_KEY:
+            assert prep.top is not None and ep.top_frames is not None
+            rows = ep.top_frames
+            height, width = self.sizes[key]
+            frames = decode_top(
+                prep.top.video_path,
+                np.unique(rows),
+                len(prep.top.frame_ts),
+                (width, height),
+                prep.top.width,
+            )
+        else:
+            rows = ep.source_frames
+            frames = decode_selected(
+                rec.video_path, np.unique(rows), len(rec.frame_ts), only_first=rec.crashed
+            )
+        row = 0
+        for src, frame in frames:
+            while row < len(rows) and rows[row] == src:
+                yield frame
+                row += 1
+        if row != len(rows):  # pragma: no cover - the decoders raise first
+            raise RecordingError(
+                f"{rec.run_stem}: only {row} of {len(rows)} rows got a {key} frame"
+            )
 
     def add(
         self,
@@ -376,25 +474,31 @@ class _Writer:
         frame_index = np.arange(n, dtype=np.int64)
         index = start_index + frame_index
         ts32 = ep.timestamps.astype(np.float32)
-        video = self._open_video()
-        from_ts = video.frames / fps
-        sample_rows = image_sample_indices(n)
-        sample_at = {int(r): i for i, r in enumerate(sample_rows)}
-        stride = image_stride(self.height, self.width)
-        samples: list[np.ndarray] = []
-        row = 0
-        for src, frame in decode_selected(
-            rec.video_path, np.unique(ep.source_frames), len(rec.frame_ts), only_first=rec.crashed
-        ):
-            while row < n and ep.source_frames[row] == src:
-                if row in sample_at:
-                    samples.append(sample_rgb(frame, stride))
-                video.add(frame)
-                row += 1
+        keys = self.video_keys
+        videos = {key: self._open_video(key) for key in keys}
+        from_ts = {key: videos[key].frames / fps for key in keys}
+        sample_at = {int(r) for r in image_sample_indices(n)}
+        strides = {key: image_stride(*self.sizes[key]) for key in keys}
+        samples: dict[str, list[np.ndarray]] = {key: [] for key in keys}
+        # every camera's decoder runs in its own worker; each row is encoded camera by camera
+        sources = {key: self._row_frames(key, prep) for key in keys}
+        try:
+            for row in range(n):
+                for key in keys:
+                    frame = next(sources[key], None)
+                    if frame is None:  # pragma: no cover - the decoders raise first
+                        raise RecordingError(f"{rec.run_stem}: row {row} got no {key} frame")
+                    if row in sample_at:
+                        samples[key].append(sample_rgb(frame, strides[key]))
+                    videos[key].add(frame)
                 tick(1)
-        if row != n:  # pragma: no cover - decode_selected raises first
-            raise RecordingError(f"{rec.run_stem}: only {row} of {n} rows got a frame")
-        to_ts = video.frames / fps
+            for source in sources.values():
+                for _ in source:  # runs the decoders' end-of-file checks (frame counts)
+                    pass  # pragma: no cover - one frame per row
+        finally:
+            for source in sources.values():
+                source.close()
+        to_ts = {key: videos[key].frames / fps for key in keys}
         schema = L.data_schema()
         vec = schema.field("action").type
         outcome = outcome_columns(n, prep.info.success)
@@ -420,7 +524,7 @@ class _Writer:
         stats: dict[str, Stats] = {
             "observation.state": vector_stats(ep.state),
             "action": vector_stats(ep.action),
-            L.VIDEO_KEY: image_stats(np.stack(samples)),
+            **{key: image_stats(np.stack(samples[key])) for key in keys},
             **{k: vector_stats(v) for k, v in outcome.items()},
             "timestamp": vector_stats(ts32),
             "frame_index": vector_stats(frame_index),
@@ -436,14 +540,15 @@ class _Writer:
             "data/file_index": self.data_idx[1],
             "dataset_from_index": int(index[0]),
             "dataset_to_index": int(index[-1]) + 1,
-            f"videos/{L.VIDEO_KEY}/chunk_index": self.video_idx[0],
-            f"videos/{L.VIDEO_KEY}/file_index": self.video_idx[1],
-            f"videos/{L.VIDEO_KEY}/from_timestamp": from_ts,
-            f"videos/{L.VIDEO_KEY}/to_timestamp": to_ts,
         }
-        for feat in L.FEATURE_ORDER:
-            for key, value in stats[feat].items():
-                meta[f"stats/{feat}/{key}"] = np.asarray(value).tolist()
+        for key in keys:
+            meta[f"videos/{key}/chunk_index"] = self.video_idx[key][0]
+            meta[f"videos/{key}/file_index"] = self.video_idx[key][1]
+            meta[f"videos/{key}/from_timestamp"] = from_ts[key]
+            meta[f"videos/{key}/to_timestamp"] = to_ts[key]
+        for feat in L.feature_order(keys):
+            for stat, value in stats[feat].items():
+                meta[f"stats/{feat}/{stat}"] = np.asarray(value).tolist()
         meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
         for k, v in zip(L.EPISODE_FIELDS, _fields(prep.info), strict=True):
             meta[f"mecharm/{k}"] = v
@@ -460,26 +565,25 @@ class _Writer:
                 self._data.close()
                 self._data = None
                 self.data_idx = L.next_file(*self.data_idx, cs)
-        if (
-            self._video is not None
-            and self._video.size_bytes() >= self.s.video_files_size_in_mb * _MB
-        ):
-            self._video.close()
-            self._video = None
-            self.video_idx = L.next_file(*self.video_idx, cs)
+        for key, video in self._videos.items():
+            if video is not None and video.size_bytes() >= self.s.video_files_size_in_mb * _MB:
+                video.close()
+                self._videos[key] = None
+                self.video_idx[key] = L.next_file(*self.video_idx[key], cs)
 
     def close(self) -> None:
         if self._data is not None:
             self._data.close()
             self._data = None
-        if self._video is not None:
-            self._video.close()
-            self._video = None
+        for key, video in self._videos.items():
+            if video is not None:
+                video.close()
+                self._videos[key] = None
         if self.rows:
             rel = self._path(L.EPISODES_PATH, self.meta_idx)
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(
-                pa.Table.from_pylist(self.rows, schema=L.episodes_schema()),
+                pa.Table.from_pylist(self.rows, schema=L.episodes_schema(self.video_keys)),
                 self.stage / rel,
                 compression="snappy",
             )
@@ -489,16 +593,25 @@ class _Writer:
         with contextlib.suppress(Exception):
             if self._data is not None:
                 self._data.close()
-        with contextlib.suppress(Exception):
-            if self._video is not None:
-                self._video.close()
+        for video in self._videos.values():
+            with contextlib.suppress(Exception):
+                if video is not None:
+                    video.close()
 
 
 def _fields(info: EpisodeInfo) -> list[str]:
     return [getattr(info, k) for k in L.EPISODE_FIELDS]
 
 
-def _new_manifest(settings: ExportSettings, size: tuple[int, int]) -> dict[str, Any]:
+def _new_manifest(
+    settings: ExportSettings, size: tuple[int, int], top_size: tuple[int, int] | None
+) -> dict[str, Any]:
+    top = (
+        {"top_video": {"key": L.TOP_VIDEO_KEY, "codec": "h264", "height": top_size[0],
+                       "width": top_size[1], "top_width": settings.top_width}}
+        if top_size is not None
+        else {}
+    )  # fmt: skip
     return {
         "format": MANIFEST_FORMAT,
         "exporter": "mecharm_tools.export",
@@ -508,6 +621,8 @@ def _new_manifest(settings: ExportSettings, size: tuple[int, int]) -> dict[str, 
         "data_files_size_in_mb": settings.data_files_size_in_mb,
         "video_files_size_in_mb": settings.video_files_size_in_mb,
         "video": {"key": L.VIDEO_KEY, "codec": "h264", "height": size[0], "width": size[1]},
+        "cameras": list(settings.cameras),
+        **top,
         "tasks": [],
         "episodes": [],
         "files": [],
@@ -517,7 +632,7 @@ def _new_manifest(settings: ExportSettings, size: tuple[int, int]) -> dict[str, 
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
     keys = ("fps", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
-            "max_frame_offset_s", "preset", "crf", "gop")  # fmt: skip
+            "max_frame_offset_s", "cameras", "top_width", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys}
 
 
@@ -574,6 +689,19 @@ def _export(
             raise DatasetError(
                 f"{out} has robot_type {m['robot_type']!r}, settings say {settings.robot_type!r}"
             )
+        if _cameras(m) != list(settings.cameras):
+            raise DatasetError(
+                f"{out} was first exported with cameras {','.join(_cameras(m))}; cannot add "
+                f"episodes with --cameras {','.join(settings.cameras)} (pass --cameras "
+                f"{','.join(_cameras(m))}, or export into a new folder)"
+            )
+        top_m = m.get("top_video")
+        if top_m and int(top_m.get("top_width", settings.top_width)) != settings.top_width:
+            raise DatasetError(
+                f"{out} was first exported with top_width {top_m['top_width']} (top video "
+                f"{top_m['width']}x{top_m['height']}); cannot add episodes at top_width "
+                f"{settings.top_width} (pass --top-width {top_m['top_width']}, or a new folder)"
+            )
         if not dry_run:
             report.recovered = _recover(out, state, settings)
     if state is None and not dry_run:
@@ -607,7 +735,8 @@ def _export(
         else:
             new.append((cand, info))
     size = (state.manifest["video"]["height"], state.manifest["video"]["width"]) if state else None
-    ready = _prepare(new, settings, size, report)
+    top_size = _top_size(state.manifest) if state else None
+    ready = _prepare(root, new, settings, size, top_size, report)
     n_old = len(state.episode_rows) if state else 0
     report.total_episodes = n_old + (0 if dry_run else len(ready))
     report.total_frames = state.total_frames if state else 0
@@ -632,7 +761,16 @@ def _export(
         return report
 
     size = (ready[0].rec.height, ready[0].rec.width)
-    manifest = json.loads(json.dumps(state.manifest)) if state else _new_manifest(settings, size)
+    first_top = ready[0].top
+    if first_top is not None and top_size is None:
+        w, h = scaled_size(first_top.width, first_top.height, settings.top_width)
+        top_size = (h, w)
+    manifest = (
+        json.loads(json.dumps(state.manifest)) if state else _new_manifest(settings, size, top_size)
+    )
+    sizes = {L.VIDEO_KEY: size}
+    if top_size is not None:
+        sizes[L.TOP_VIDEO_KEY] = top_size
     fresh = state is None
     stage = (
         (out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:8]}")
@@ -640,7 +778,7 @@ def _export(
         else (out / f".staging-{uuid.uuid4().hex[:8]}")
     )
     stage.mkdir(parents=True)
-    writer = _Writer(stage, settings, state, size)
+    writer = _Writer(stage, settings, state, sizes)
     try:
         if settings.task not in manifest["tasks"]:
             manifest["tasks"].append(settings.task)
@@ -687,7 +825,9 @@ def _export(
                         "source_frames": len(prep.rec.frame_ts),
                         "source_duration_s": round(prep.rec.duration_s, 6),
                         "max_frame_offset_s": round(float(prep.ep.frame_offsets.max()), 6),
-                        "sources_sha256": prep.rec.checksums(),
+                        "sources_sha256": prep.rec.checksums()
+                        | (prep.top.checksums() if prep.top else {}),
+                        **_top_provenance(prep),
                     }
                 )
                 log.info(

@@ -11,6 +11,10 @@ the meta, docs/recorder.md "Crashed recordings") is read only when asked
 (``allow_crashed``): its frame log was cut to the frames that decode, the mp4 may hold
 undecodable packets after them (only the first ``frames_written`` are used), and a
 ``states.csv`` row cut by the kill at the very end is skipped.
+
+The top camera's recording (``top_camera.mkv`` and ``top_frame_log.csv`` in the run
+folder, written by the runtime) is read by ``load_top_recording`` with the same rules:
+see docs/lerobot-top-camera.md.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +31,7 @@ import av
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO
+from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,
@@ -42,7 +47,10 @@ __all__ = [
     "VIDEO_NAME",
     "Recording",
     "RecordingError",
+    "TopRecording",
+    "jpeg_size",
     "load_recording",
+    "load_top_recording",
     "parse_gripper",
 ]
 
@@ -152,18 +160,19 @@ def _read_meta(path: Path, run_stem: str) -> RecordingMeta:
     return meta
 
 
-def _read_frame_log(path: Path) -> NDArray[np.float64]:
-    log_path = path / FRAME_LOG_NAME
+def _read_frame_log(log_path: Path) -> NDArray[np.float64]:
+    """Capture times of a frame log (``frame_idx,capture_ts,...``): the side camera's or the top's."""
+    name = log_path.name
     try:
         fh = open(log_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
-        raise RecordingError(f"{FRAME_LOG_NAME}: cannot read: {exc.strerror or exc}") from None
+        raise RecordingError(f"{name}: cannot read: {exc.strerror or exc}") from None
     with fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or header[:2] != list(FRAME_LOG_COLUMNS[:2]):
             raise RecordingError(
-                f"{FRAME_LOG_NAME}: header {header} does not start with {list(FRAME_LOG_COLUMNS[:2])}"
+                f"{name}: header {header} does not start with {list(FRAME_LOG_COLUMNS[:2])}"
             )
         ts: list[float] = []
         for lineno, rec in enumerate(reader, 2):
@@ -175,14 +184,14 @@ def _read_frame_log(path: Path) -> NDArray[np.float64]:
                 idx = int(rec[0])
                 t = _float(rec[1], "capture_ts")
             except ValueError as exc:
-                raise RecordingError(f"{FRAME_LOG_NAME} line {lineno}: {exc}") from None
+                raise RecordingError(f"{name} line {lineno}: {exc}") from None
             if idx != len(ts):
                 raise RecordingError(
-                    f"{FRAME_LOG_NAME} line {lineno}: frame_idx {idx}, expected {len(ts)} (not contiguous)"
+                    f"{name} line {lineno}: frame_idx {idx}, expected {len(ts)} (not contiguous)"
                 )
             if ts and t < ts[-1]:
                 raise RecordingError(
-                    f"{FRAME_LOG_NAME} line {lineno}: capture_ts {t} goes back in time (previous {ts[-1]})"
+                    f"{name} line {lineno}: capture_ts {t} goes back in time (previous {ts[-1]})"
                 )
             ts.append(t)
     return np.asarray(ts, dtype=np.float64)
@@ -290,7 +299,7 @@ def load_recording(path: Path, run_stem: str, *, allow_crashed: bool = False) ->
             f"crashed recording (the recorder died; {meta.frames_written} frames decodable, "
             f"{meta.seconds_lost or 0:.3f} s lost): --include-crashed exports its decodable part"
         )
-    frame_ts = _read_frame_log(path)
+    frame_ts = _read_frame_log(path / FRAME_LOG_NAME)
     n = len(frame_ts)
     if meta.frames_written != n:
         raise RecordingError(
@@ -325,3 +334,135 @@ def load_recording(path: Path, run_stem: str, *, allow_crashed: bool = False) ->
         height=height,
         ignored_rows=ignored,
     )
+
+
+# ------------------------------------------------------------------ the top camera
+
+#: JPEG start-of-frame markers (baseline, extended, progressive, lossless...): they carry the size
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+#: a camera may pad a frame after its end marker; the marker must lie in this tail
+_EOI_TAIL = 4096
+_NO_TOP = (
+    "the runtime records the top camera while its setting top_video is on; export this "
+    "trial into a side-only dataset (--cameras side) instead"
+)
+
+
+@dataclass
+class TopRecording:
+    """The top camera's validated recording: one capture time per MJPEG packet."""
+
+    video_path: Path
+    frame_log_path: Path
+    frame_ts: NDArray[np.float64]  # wall seconds, same clock as the side frame log
+    width: int
+    height: int
+
+    def checksums(self) -> dict[str, str]:
+        """sha256 of the two files, next to the side recording's in the export manifest."""
+        return {p.name: _sha256(p) for p in (self.video_path, self.frame_log_path)}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a whole JPEG (start marker, a frame header, end marker), else None.
+
+    Reads only the headers: the export decodes the frames it uses later, and decoding every
+    packet up front would cost as much as the export itself."""
+    if len(data) < 4 or data[:2] != b"\xff\xd8" or b"\xff\xd9" not in data[-_EOI_TAIL:]:
+        return None
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        seg = int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker in _SOF:
+            if i + 9 > len(data):
+                return None
+            height = int.from_bytes(data[i + 5 : i + 7], "big")
+            width = int.from_bytes(data[i + 7 : i + 9], "big")
+            return (width, height) if width and height else None
+        if marker == 0xDA or seg < 2:  # scan data before any frame header
+            return None
+        i += 2 + seg
+    return None
+
+
+def _top_packets(video: Path) -> tuple[int, int, int]:
+    """(frames, width, height) of an MJPEG Matroska file; each packet must be a whole JPEG of
+    the same size (a camera that changed mode mid-trial cannot become one video)."""
+    frames = 0
+    size: tuple[int, int] | None = None
+    try:
+        with av.open(str(video)) as container:
+            if not container.streams.video:
+                raise RecordingError(f"{video.name} has no video stream")
+            stream = container.streams.video[0]
+            if stream.codec_context.name != "mjpeg":
+                raise RecordingError(
+                    f"{video.name} holds {stream.codec_context.name}, expected MJPEG packets "
+                    "as the camera delivered them"
+                )
+            for packet in container.demux(stream):
+                if not packet.size:
+                    continue
+                got = jpeg_size(bytes(packet))
+                if got is None:
+                    raise RecordingError(f"{video.name} frame {frames} is not a whole JPEG image")
+                if size is None:
+                    size = got
+                elif got != size:
+                    raise RecordingError(
+                        f"{video.name} frame {frames} is {got[0]}x{got[1]}, frame 0 is "
+                        f"{size[0]}x{size[1]}: the top camera changed its size mid-trial"
+                    )
+                frames += 1
+    except av.error.FFmpegError as exc:
+        raise RecordingError(f"{video.name} is unreadable: {exc}") from None
+    if size is None:
+        raise RecordingError(f"{video.name} holds no frame; {_NO_TOP}")
+    return frames, size[0], size[1]
+
+
+def _runlog_top(root: Path, run_stem: str) -> str:
+    """What the run log says about the top recording (``top_video``), for a refusal's reason."""
+    try:
+        entry = json.loads(DataRoot(root).runlog(run_stem).read_text(encoding="utf-8"))["top_video"]
+        status, reason = str(entry.get("status", "")), str(entry.get("reason", ""))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return f" (the run log says top_video {status}{': ' + reason if reason else ''})"
+
+
+def load_top_recording(root: Path, run_stem: str) -> TopRecording:
+    """Read and cross-check the top camera's recording of ``run_stem`` under the data root
+    ``root``; raise RecordingError naming what is missing or wrong and what to do."""
+    files = DataRoot(root)
+    video, log_path = files.top_video(run_stem), files.top_frame_log(run_stem)
+    missing = [p.name for p in (video, log_path) if not p.is_file()]
+    if missing:
+        raise RecordingError(
+            f"no top camera recording: {' and '.join(missing)} missing in the run folder"
+            f"{_runlog_top(root, run_stem)}; {_NO_TOP}"
+        )
+    frame_ts = _read_frame_log(log_path)
+    frames, width, height = _top_packets(video)
+    if frames != len(frame_ts):
+        raise RecordingError(
+            f"{video.name} holds {frames} frames but {log_path.name} lists {len(frame_ts)}"
+            f"{_runlog_top(root, run_stem)}"
+        )
+    if frames < 2:
+        raise RecordingError(f"{video.name} holds only {frames} frame; {_NO_TOP}")
+    return TopRecording(video, log_path, frame_ts, width, height)

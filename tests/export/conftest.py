@@ -5,6 +5,11 @@ PTS = capture times), the CSVs with the column lists of ``recorder.events``, and
 the ledger with the runtime's ``append_row``. Each frame carries its frame index as
 a row of black/white 16-px blocks, so a test can read back which recorded frame a
 dataset row shows.
+
+The top camera's recording (``top_camera.mkv`` + ``top_frame_log.csv`` in the run
+folder, docs/lerobot-top-camera.md) is written as the runtime writes it: the
+camera's JPEGs (here ``cv2.imencode``) muxed by PyAV as MJPEG packets into
+Matroska, one frame log row per packet, on the same wall clock as the side camera.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import av
+import cv2
 import numpy as np
 import pytest
 import structlog
@@ -27,15 +35,19 @@ from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
 from recorder.video import VideoWriter
 
 W, H = 192, 96
+#: the fixtures' top camera: another size and aspect than the side's (16:9 like the sim's)
+TOP_W, TOP_H = 320, 180
+#: its frame log's header (the runtime's, docs/lerobot-top-camera.md)
+TOP_FRAME_LOG_COLUMNS = ("frame_idx", "capture_ts", "mono_ns")
 BITS = 12
 BLOCK = 16
 T0 = 1_764_500_000.0  # a wall-clock start (2025-11-30)
 
 
-def stamp(frame_idx: int) -> np.ndarray:
+def stamp(frame_idx: int, w: int = W, h: int = H) -> np.ndarray:
     """A BGR test image: bits of frame_idx as 16-px blocks on the top two rows, a gradient below."""
-    img = np.zeros((H, W, 3), np.uint8)
-    img[BLOCK * 2 :, :, 2] = np.linspace(0, 255, W, dtype=np.uint8)[None, :]
+    img = np.zeros((h, w, 3), np.uint8)
+    img[BLOCK * 2 :, :, 2] = np.linspace(0, 255, w, dtype=np.uint8)[None, :]
     img[BLOCK * 2 :, :, 1] = (frame_idx * 7) % 256
     for b in range(BITS):
         if (frame_idx >> b) & 1:
@@ -44,15 +56,67 @@ def stamp(frame_idx: int) -> np.ndarray:
     return img
 
 
-def read_stamp(rgb: np.ndarray) -> int:
-    """Frame index back from a decoded image (RGB or BGR: the blocks are grey)."""
+def read_stamp(rgb: np.ndarray, block: float = BLOCK) -> int:
+    """Frame index back from a decoded image (RGB or BGR: the blocks are grey); ``block``:
+    the blocks' size in this image (smaller when the video was scaled down)."""
     value = 0
+    m = max(1, round(block / 4))
     for b in range(BITS):
         r, c = divmod(b, W // BLOCK)
-        block = rgb[r * BLOCK + 4 : (r + 1) * BLOCK - 4, c * BLOCK + 4 : (c + 1) * BLOCK - 4]
-        if block.mean() > 128:
+        y0, x0 = round(r * block), round(c * block)
+        y1, x1 = round((r + 1) * block), round((c + 1) * block)
+        if rgb[y0 + m : y1 - m, x0 + m : x1 - m].mean() > 128:
             value |= 1 << b
     return value
+
+
+def top_capture_times(duration: float, seed: int, rate: float = 10.0) -> np.ndarray:
+    """Top camera capture times: ~``rate`` fps with jitter, from 50 ms before the side
+    camera's first frame to 100 ms after ``duration`` (the runtime records the whole trial)."""
+    rng = np.random.default_rng(seed + 100)
+    step = 1.0 / rate
+    n = int((duration + 0.15) / step) + 1
+    ts = -0.05 + np.arange(n) * step + rng.uniform(-0.2, 0.2, n) * step
+    return np.maximum.accumulate(ts)
+
+
+def write_top_recording(
+    root: Path,
+    run_stem: str,
+    rel_ts: np.ndarray,
+    wall0: float,
+    *,
+    sizes: list[tuple[int, int]] | None = None,
+    log_rows: int | None = None,
+) -> np.ndarray:
+    """The runtime's top recording of one trial; returns the frames' wall capture times.
+
+    ``sizes``: (width, height) of each frame (default all TOP_W x TOP_H); ``log_rows``:
+    write only this many frame log rows (a log shorter than the video)."""
+    files = DataRoot(root)
+    files.run_dir(run_stem).mkdir(parents=True, exist_ok=True)
+    wall = wall0 + np.asarray(rel_ts, dtype=np.float64)
+    sizes = sizes or [(TOP_W, TOP_H)] * len(wall)
+    tb = Fraction(1, 1000)
+    with av.open(str(files.top_video(run_stem)), "w", format="matroska") as out:
+        stream = out.add_stream("mjpeg", rate=10)
+        stream.width, stream.height = sizes[0]
+        stream.pix_fmt = "yuvj420p"
+        stream.time_base = tb
+        for i, t in enumerate(rel_ts):
+            ok, jpg = cv2.imencode(".jpg", stamp(i, *sizes[i]), [cv2.IMWRITE_JPEG_QUALITY, 90])
+            assert ok
+            packet = av.Packet(jpg.tobytes())
+            packet.stream = stream
+            packet.time_base = tb
+            packet.pts = packet.dts = round((t - rel_ts[0]) * 1000)
+            out.mux(packet)
+    with open(files.top_frame_log(run_stem), "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(TOP_FRAME_LOG_COLUMNS)
+        for i in range(len(wall) if log_rows is None else log_rows):
+            w.writerow([i, f"{wall[i]:.6f}", 5_000_000_000 + round(rel_ts[i] * 1e9)])
+    return wall
 
 
 def capture_times(duration: float, seed: int, gaps: int = 4) -> np.ndarray:
@@ -75,6 +139,8 @@ class Trial:
     measured: list[tuple[float, list[float]]] = field(default_factory=list)
     commanded: list[tuple[float, list[float]]] = field(default_factory=list)
     gripper: list[tuple[float, str]] = field(default_factory=list)
+    #: the top camera's capture times (empty: no top recording written)
+    top_ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _moves(t0: float, duration: float) -> list[tuple[float, float, list[float]]]:
@@ -103,7 +169,9 @@ def write_recording(
     write_meta: bool = True,
     drop_log_rows: int = 0,
     frame_log_extra: bool = False,
+    top: bool = True,
 ) -> Trial:
+    """One trial's side recording (and, with ``top``, the runtime's top recording)."""
     rec = DataRoot(root).recording(run_stem).dir
     rec.mkdir(parents=True)
     rel = ts_rel = np.asarray(capture_times(duration, seed))
@@ -114,6 +182,10 @@ def write_recording(
         writer.write(stamp(i), anchor + round(t * 1e9))
     writer.close()
     trial = Trial(run_stem, rec, wall)
+    if top:
+        trial.top_ts = write_top_recording(
+            root, run_stem, top_capture_times(float(rel[-1]), seed), T0 + seed * 1000
+        )
     with open(rec / FRAME_LOG, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(FRAME_LOG_COLUMNS)
@@ -199,7 +271,7 @@ def add_runlog(
          "value": {"verdict": "yes", "confidence": 0.9, "reason": "inside", "judge": judge}},
         {"event": "result", "status": "completed", "reason": ""},
     ]  # fmt: skip
-    log = build_runlog(lines, trace_name=f"{run_stem}.trace.jsonl")
+    log = build_runlog(lines, trace_name=DataRoot(root).trace(run_stem).name)
     if rig_id is not None:
         log["rig_id"] = rig_id
     path = DataRoot(root).runlog(run_stem)
@@ -238,11 +310,15 @@ class Recs:
     """The helpers above, handed to tests as a fixture (tests cannot import conftest)."""
 
     write = staticmethod(write_recording)
+    write_top = staticmethod(write_top_recording)
+    top_capture_times = staticmethod(top_capture_times)
+    T0 = T0
     ledger = staticmethod(add_ledger_row)
     runlog = staticmethod(add_runlog)
     new_root = staticmethod(new_root)
     stem = staticmethod(stem)
     read_stamp = staticmethod(read_stamp)
+    stamp = staticmethod(stamp)
     capture_times = staticmethod(capture_times)
 
 

@@ -97,7 +97,9 @@ async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
         "recording_frames": meta.frames_written, "recording_status": meta.status,
     })  # fmt: skip
     out = tmp_path / "ds"
-    rep = await asyncio.to_thread(export_lerobot, root, out, ExportSettings(progress=False))
+    # the recorder alone (no runtime): no top camera recording, a side-only dataset
+    settings = ExportSettings(progress=False, cameras=["side"])
+    rep = await asyncio.to_thread(export_lerobot, root, out, settings)
     assert not rep.refused, rep.refused
     assert [e.run_stem for e in rep.exported] == [STEM]
     with open(rec / FRAME_LOG, newline="") as fh:

@@ -51,7 +51,8 @@ def built(recs: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i in range(2):
         recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5 + i))
     out = tmp_path_factory.mktemp("built") / "ds"
-    export_lerobot(data_root, out, ExportSettings(progress=False))
+    # one camera, as the reference (the top camera's format: tests/export/test_top_camera.py)
+    export_lerobot(data_root, out, ExportSettings(progress=False, cameras=["side"]))
     return out
 
 
@@ -280,6 +281,13 @@ def test_data_and_video_files_roll_over_at_the_size_limit(
     assert [r["data/file_index"] for r in rows] == [0, 1, 2]
     assert [r["videos/observation.images.side/file_index"] for r in rows] == [0, 1, 2]
     assert all(r["videos/observation.images.side/from_timestamp"] == 0.0 for r in rows)
+    # the top camera's files roll over on their own size (smaller frames: later)
+    top = [(r[f"videos/{L.TOP_VIDEO_KEY}/file_index"], r["length"]) for r in rows]
+    for k, r in enumerate(rows):
+        before = sum(n for f, n in top[:k] if f == top[k][0])
+        assert r[f"videos/{L.TOP_VIDEO_KEY}/from_timestamp"] == before / 10
+        assert (out / f"videos/{L.TOP_VIDEO_KEY}/chunk-000/file-{top[k][0]:03d}.mp4").is_file()
+    assert [f for f, _ in top] == sorted(f for f, _ in top)
     assert verify_dataset(out).ok
 
 
