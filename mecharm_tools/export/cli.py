@@ -61,7 +61,8 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "cameras": args.cameras,
                 "top_width": args.top_width,
                 "rig_id": args.rig_id,
-                "progress": False if args.no_progress else None,
+                # a bar only on a terminal: not in logs, pipes or CI
+                "progress": False if args.no_progress or not sys.stderr.isatty() else None,
             },
         )
     except ConfigError as exc:
@@ -94,7 +95,9 @@ def _verify(args: argparse.Namespace) -> int:
         )
         return 2
     rep = verify_dataset(
-        Path(args.dir), check_video=not args.no_video, progress=not args.no_progress
+        Path(args.dir),
+        check_video=not args.no_video,
+        progress=not args.no_progress and sys.stderr.isatty(),  # no bar in logs and pipes
     )
     for line in rep.notes:
         print(f"{rep.path}: note: {line}")
