@@ -10,6 +10,7 @@ file and the row; lines are grouped by kind and bounded (``MAX_PER_KIND``).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,16 @@ def verify_dataset(root: Path, *, check_video: bool = True, progress: bool = Fal
     rep.notes = probs.notes
     rep.problems = probs.total
     return rep
+
+
+def _finite(value: Any) -> bool:
+    """A JSON/parquet number that arithmetic can use: not a bool, not NaN, not infinite."""
+    if not isinstance(value, float | int) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _fmt(values: Any, n: int = 7) -> str:
@@ -271,8 +282,8 @@ class _Verifier:
                 f"{INFO_PATH}: codebase_version {info.get('codebase_version')!r}, expected {CODEBASE_VERSION!r}",
             )
         fps = info.get("fps")
-        if not isinstance(fps, int | float) or isinstance(fps, bool) or fps <= 0:
-            self.p.add("info", f"{INFO_PATH}: fps {fps!r} is not a positive number")
+        if not _finite(fps) or fps <= 0:
+            self.p.add("info", f"{INFO_PATH}: fps {fps!r} is not a positive finite number")
             return False
         self.fps = float(fps)
         feats = info.get("features")
@@ -421,13 +432,12 @@ class _Verifier:
                 self.p.add("tasks", f"{where}: no tasks")
             for key in self.video_keys:
                 start, stop = ep[f"videos/{key}/from_timestamp"], ep[f"videos/{key}/to_timestamp"]
-                if (
-                    not isinstance(start, float | int)
-                    or not isinstance(stop, float | int)
-                    or start < 0
-                ):
+                if not _finite(start) or not _finite(stop) or start < 0 or stop < start:
+                    # the video check cannot place this episode's frames: skip it there
+                    ep.setdefault("_bad_range", set()).add(key)
                     self.p.add(
-                        "range", f"{where}: videos/{key} from/to_timestamp {start!r}..{stop!r}"
+                        "range",
+                        f"{where}: videos/{key} from/to_timestamp {start!r}..{stop!r} is not a finite, non-negative, increasing range",
                     )
                 elif (
                     isinstance(ep["length"], int)
@@ -826,7 +836,12 @@ class _Verifier:
                 by_file: dict[str, list[dict[str, Any]]] = {}
                 for e in self.episodes:
                     rel = self._video_rel(key, e)
-                    if rel is not None and "_rows" in e and (self.root / rel).is_file():
+                    if (
+                        rel is not None
+                        and "_rows" in e
+                        and key not in e.get("_bad_range", ())
+                        and (self.root / rel).is_file()
+                    ):
                         by_file.setdefault(rel, []).append(e)
                 for rel, eps in sorted(by_file.items()):
                     self._check_video(key, rel, eps, bar.update)

@@ -8,6 +8,7 @@ and the row. Rules and tolerances: docs/lerobot-verify.md.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -487,3 +488,33 @@ def test_lerobot_delete_episodes_of_our_export_passes_with_a_codec_note() -> Non
     assert episodes(OURS_DELETED)[1]["stats/index/min"] == [60]  # from before: the data says 25
     result = _cli(str(OURS_DELETED))
     assert result.returncode == 0 and ": note: videos/" in result.stdout
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("column", ["from_timestamp", "to_timestamp"])
+def test_non_finite_episode_range_names_file_and_row(
+    ds: Path, column: str, bad: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NaN/inf video range is one line naming the episodes file and row, not an internal error."""
+    key = video_key(ds)
+    rewrite_episodes(ds, lambda r: r[1].update({f"videos/{key}/{column}": bad}))
+    hits = check(ds, f"{EPISODES} row 1 (episode 1): videos/{key} from/to_timestamp")
+    assert "not a finite" in hits[0]
+    rep = verify_dataset(ds)
+    assert not any("cannot be checked further" in e for e in rep.errors), rep.errors
+    assert main(["export", "verify", str(ds), "--no-progress"]) == 1
+    assert "cannot be checked further" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", ["Infinity", "NaN", "1e999"])
+def test_non_finite_fps_names_info_json(
+    ds: Path, bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (ds / "meta/info.json").read_text()
+    fps = info(ds)["fps"]
+    (ds / "meta/info.json").write_text(text.replace(f'"fps": {fps}', f'"fps": {bad}', 1))
+    assert info(ds)["fps"] != fps  # the edit landed
+    check(ds, "meta/info.json: fps", "not a positive finite number")
+    assert not any("cannot be checked further" in e for e in verify_dataset(ds).errors)
+    assert main(["export", "verify", str(ds), "--no-progress"]) == 1
+    assert "cannot be checked further" not in capsys.readouterr().out
