@@ -43,6 +43,7 @@ from recorder.events import (
 __all__ = [
     "FRAME_LOG_NAME",
     "META_NAME",
+    "SOURCE_NAMES",
     "STATES_NAME",
     "VIDEO_NAME",
     "Recording",
@@ -52,6 +53,7 @@ __all__ = [
     "load_recording",
     "load_top_recording",
     "parse_gripper",
+    "source_checksums",
 ]
 
 # the recording folder's file names (docs/data-root.md)
@@ -59,6 +61,8 @@ VIDEO_NAME = VIDEO
 FRAME_LOG_NAME = FRAME_LOG
 STATES_NAME = STATES
 META_NAME = META
+#: the files that are one recording: their checksums identify it (``Recording.checksums``)
+SOURCE_NAMES = (VIDEO_NAME, FRAME_LOG_NAME, STATES_NAME, META_NAME)
 _JOINTS = ("j0", "j1", "j2", "j3", "j4", "j5")
 
 
@@ -103,14 +107,17 @@ class Recording:
 
     def checksums(self) -> dict[str, str]:
         """sha256 of the four source files, kept in the export manifest as provenance."""
-        out = {}
-        for name in (VIDEO_NAME, FRAME_LOG_NAME, STATES_NAME, META_NAME):
-            h = hashlib.sha256()
-            with open(self.path / name, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-            out[name] = h.hexdigest()
-        return out
+        return {name: _sha256(self.path / name) for name in SOURCE_NAMES}
+
+
+def source_checksums(path: Path) -> dict[str, str] | None:
+    """``Recording.checksums`` of the recording folder ``path`` without reading it as a
+    recording (None when a file is missing or unreadable: loading it will say why). The
+    export compares them with its episodes' to know a trial it already holds."""
+    try:
+        return {name: _sha256(Path(path) / name) for name in SOURCE_NAMES}
+    except OSError:
+        return None
 
 
 def parse_gripper(value: str) -> float:
@@ -160,40 +167,70 @@ def _read_meta(path: Path, run_stem: str) -> RecordingMeta:
     return meta
 
 
+def _csv_rows(path: Path, cut_tail: bool = False) -> list[tuple[int, list[str]]]:
+    """(line number, cells) of every record of a csv file, header first.
+
+    Bad bytes (not UTF-8) and csv faults (a field over the csv module's size limit, a
+    NUL) become a RecordingError naming the file and the line, so the one trial is
+    refused and the others still export. ``cut_tail`` drops a last line without its
+    newline (a row a kill cut mid-write)."""
+    name = path.name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RecordingError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if cut_tail and data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise RecordingError(
+            f"{name} line {lineno}: byte {data[exc.start]:#04x} is not UTF-8 text "
+            "(the file is damaged: re-record the trial or leave it out)"
+        ) from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    out: list[tuple[int, list[str]]] = []
+    try:
+        for rec in reader:
+            out.append((reader.line_num, rec))
+    except csv.Error as exc:
+        raise RecordingError(
+            f"{name} line {reader.line_num}: not readable as csv: {exc} "
+            "(the file is damaged: re-record the trial or leave it out)"
+        ) from None
+    return out
+
+
 def _read_frame_log(log_path: Path) -> NDArray[np.float64]:
     """Capture times of a frame log (``frame_idx,capture_ts,...``): the side camera's or the top's."""
     name = log_path.name
-    try:
-        fh = open(log_path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise RecordingError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or header[:2] != list(FRAME_LOG_COLUMNS[:2]):
+    records = _csv_rows(log_path)
+    header = records[0][1] if records else None
+    if header is None or header[:2] != list(FRAME_LOG_COLUMNS[:2]):
+        raise RecordingError(
+            f"{name}: header {header} does not start with {list(FRAME_LOG_COLUMNS[:2])}"
+        )
+    ts: list[float] = []
+    for lineno, rec in records[1:]:
+        if not rec:
+            continue
+        try:
+            if len(rec) < 2:
+                raise ValueError(f"{len(rec)} cells")
+            idx = int(rec[0])
+            t = _float(rec[1], "capture_ts")
+        except ValueError as exc:
+            raise RecordingError(f"{name} line {lineno}: {exc}") from None
+        if idx != len(ts):
             raise RecordingError(
-                f"{name}: header {header} does not start with {list(FRAME_LOG_COLUMNS[:2])}"
+                f"{name} line {lineno}: frame_idx {idx}, expected {len(ts)} (not contiguous)"
             )
-        ts: list[float] = []
-        for lineno, rec in enumerate(reader, 2):
-            if not rec:
-                continue
-            try:
-                if len(rec) < 2:
-                    raise ValueError(f"{len(rec)} cells")
-                idx = int(rec[0])
-                t = _float(rec[1], "capture_ts")
-            except ValueError as exc:
-                raise RecordingError(f"{name} line {lineno}: {exc}") from None
-            if idx != len(ts):
-                raise RecordingError(
-                    f"{name} line {lineno}: frame_idx {idx}, expected {len(ts)} (not contiguous)"
-                )
-            if ts and t < ts[-1]:
-                raise RecordingError(
-                    f"{name} line {lineno}: capture_ts {t} goes back in time (previous {ts[-1]})"
-                )
-            ts.append(t)
+        if ts and t < ts[-1]:
+            raise RecordingError(
+                f"{name} line {lineno}: capture_ts {t} goes back in time (previous {ts[-1]})"
+            )
+        ts.append(t)
     return np.asarray(ts, dtype=np.float64)
 
 
@@ -228,52 +265,41 @@ def _read_states(
 ) -> tuple[dict[str, list[tuple[float, ...]]], dict[str, int]]:
     """The joint and gripper rows; ``cut_tail`` (crashed recordings) skips a last line
     without its newline: a row the kill cut mid-write."""
-    states_path = path / STATES_NAME
-    try:
-        with open(states_path, encoding="utf-8", newline="") as raw:
-            text = raw.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise RecordingError(f"{STATES_NAME}: cannot read: {why or exc}") from None
-    if cut_tail and text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    fh = io.StringIO(text, newline="")
+    records = _csv_rows(path / STATES_NAME, cut_tail)
     rows: dict[str, list[tuple[float, ...]]] = {"measured": [], "commanded": [], "gripper": []}
     ignored: dict[str, int] = {}
     last_ts = -math.inf
-    with fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header != list(STATES_COLUMNS):
-            raise RecordingError(f"{STATES_NAME}: header {header} is not {list(STATES_COLUMNS)}")
-        col = {name: i for i, name in enumerate(header)}
-        for lineno, rec in enumerate(reader, 2):
-            if not rec:
-                continue
-            if len(rec) != len(header):
-                raise RecordingError(
-                    f"{STATES_NAME} line {lineno}: {len(rec)} cells, header has {len(header)}"
-                )
-            etype = rec[col["event_type"]]
-            try:
-                ts = _float(rec[col["ts"]], "ts")
-                if etype in _ACTION_AND_STATE:
-                    # the runtime sends these on one socket in the order they happen
-                    if ts < last_ts:
-                        raise ValueError(
-                            f"ts {ts} goes back in time (previous joint/gripper row {last_ts}): "
-                            "rows must be in time order"
-                        )
-                    last_ts = ts
-                if etype in ("measured", "commanded"):
-                    angles = tuple(_float(rec[col[j]], f"{etype} {j}") for j in _JOINTS)
-                    rows[etype].append((ts, *angles))
-                elif etype == "gripper":
-                    rows["gripper"].append((ts, parse_gripper(rec[col["gripper_state"]])))
-                else:
-                    ignored[etype] = ignored.get(etype, 0) + 1
-            except ValueError as exc:
-                raise RecordingError(f"{STATES_NAME} line {lineno}: {exc}") from None
+    header = records[0][1] if records else None
+    if header != list(STATES_COLUMNS):
+        raise RecordingError(f"{STATES_NAME}: header {header} is not {list(STATES_COLUMNS)}")
+    col = {name: i for i, name in enumerate(header)}
+    for lineno, rec in records[1:]:
+        if not rec:
+            continue
+        if len(rec) != len(header):
+            raise RecordingError(
+                f"{STATES_NAME} line {lineno}: {len(rec)} cells, header has {len(header)}"
+            )
+        etype = rec[col["event_type"]]
+        try:
+            ts = _float(rec[col["ts"]], "ts")
+            if etype in _ACTION_AND_STATE:
+                # the runtime sends these on one socket in the order they happen
+                if ts < last_ts:
+                    raise ValueError(
+                        f"ts {ts} goes back in time (previous joint/gripper row {last_ts}): "
+                        "rows must be in time order"
+                    )
+                last_ts = ts
+            if etype in ("measured", "commanded"):
+                angles = tuple(_float(rec[col[j]], f"{etype} {j}") for j in _JOINTS)
+                rows[etype].append((ts, *angles))
+            elif etype == "gripper":
+                rows["gripper"].append((ts, parse_gripper(rec[col["gripper_state"]])))
+            else:
+                ignored[etype] = ignored.get(etype, 0) + 1
+        except ValueError as exc:
+            raise RecordingError(f"{STATES_NAME} line {lineno}: {exc}") from None
     return rows, ignored
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import av
 import numpy as np
@@ -123,7 +123,7 @@ def verify_dataset(root: Path, *, check_video: bool = True, progress: bool = Fal
     return rep
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float | int]:
     """A JSON/parquet number that arithmetic can use: not a bool, not NaN, not infinite."""
     if not isinstance(value, float | int) or isinstance(value, bool):
         return False

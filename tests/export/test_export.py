@@ -205,6 +205,34 @@ def test_no_measured_rows_and_bad_states_are_refused(
     assert f"{STATES} line" in reasons[b.run_stem]
 
 
+def test_damaged_csv_bytes_refuse_only_that_trial(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """A byte that is not UTF-8, or a cell past the csv module's field limit, in states.csv or
+    frame_log.csv refuses that one trial naming the file and line; the others still export."""
+    good = recs.write(data_root, recs.stem(1), seed=1, duration=2.5)
+    damaged = {
+        recs.stem(2): (STATES, b"\xff\xfe", f"{STATES} line 4: byte 0xff is not UTF-8 text"),
+        recs.stem(3): (STATES, b"7" * 200_000 + b",", f"{STATES} line 4: not readable as csv"),
+        recs.stem(4): (FRAME_LOG, b"\xc3", f"{FRAME_LOG} line 4: byte 0xc3 is not UTF-8 text"),
+        recs.stem(5): (FRAME_LOG, b'"' + b"1" * 200_000, f"{FRAME_LOG} line 4: not readable"),
+    }
+    recs.ledger(data_root, good)
+    for n, (stem, (name, junk, _)) in enumerate(damaged.items(), 2):
+        t = recs.write(data_root, stem, seed=n, duration=2.5)
+        lines = (t.path / name).read_bytes().split(b"\n")
+        lines[3] = junk + lines[3]  # line 4
+        (t.path / name).write_bytes(b"\n".join(lines))
+        recs.ledger(data_root, t)
+    rep = export_lerobot(data_root, tmp_path / "ds", SETTINGS)
+    assert [e.run_stem for e in rep.exported] == [good.run_stem]
+    reasons = {s.run_stem: s.reason for s in rep.refused}
+    assert sorted(reasons) == sorted(damaged)
+    for stem, (_, _, needle) in damaged.items():
+        assert needle in reasons[stem], reasons[stem]
+    assert verify_dataset(tmp_path / "ds").ok
+
+
 def test_incremental_append_and_idempotent(recs: Any, data_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "ds"
     first = recs.write(data_root, recs.stem(1), seed=1, duration=3.0)

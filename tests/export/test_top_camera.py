@@ -166,6 +166,8 @@ def test_the_top_video_keeps_colours(recs: Any, data_root: Path, tmp_path: Path)
         ("resized", r"frame 12 is 352x198, frame 0 is 320x180: the top camera changed its size"),
         ("not_jpeg", r"frame 5 is not a whole JPEG image"),
         ("late_start", r"row 0 .* from the nearest top camera frame"),
+        ("bad_byte", r"top_frame_log\.csv line 6: byte 0xff is not UTF-8 text"),
+        ("huge_field", r"top_frame_log\.csv line 6: not readable as csv: field larger"),
     ],
 )
 def test_unusable_top_recordings_are_refused(
@@ -195,6 +197,12 @@ def test_unusable_top_recordings_are_refused(
         _damage_packet(files.top_video(bad.run_stem), 5)
     elif fault == "late_start":  # the top recording began 0.8 s into the trial
         recs.write_top(data_root, bad.run_stem, rel[rel > 0.8], wall0)
+    elif fault in ("bad_byte", "huge_field"):  # a damaged frame log: line 6 (frame 4)
+        recs.write_top(data_root, bad.run_stem, rel, wall0)
+        log = files.top_frame_log(bad.run_stem)
+        lines = log.read_bytes().split(b"\n")
+        lines[5] = (b"\xff" if fault == "bad_byte" else b"9" * 200_000 + b",") + lines[5]
+        log.write_bytes(b"\n".join(lines))
     for t in (good, bad):
         recs.ledger(data_root, t)
     out = tmp_path / "ds"
