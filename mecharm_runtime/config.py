@@ -10,7 +10,6 @@ changes a decision. It comes from the daemon's hello (docs/setup.md, "Time scale
 
 from __future__ import annotations
 
-import re
 import socket
 from pathlib import Path
 from typing import Literal
@@ -25,6 +24,7 @@ from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm_common.layout import default_data_root
 from mecharm_common.rerun_viewer import viewer_url_problem
+from mecharm_common.rigid import check_rig_id, rig_id_from
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 from mecharm_runtime.perception.config import CameraCalibration
 
@@ -66,13 +66,9 @@ BEFORE_THE_SETTING: dict[str, object] = {
 }
 
 
-RIG_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
 def default_rig_id() -> str:
     """This computer's host name, made a valid ``rig_id`` (other characters become '-')."""
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
-    return name or "rig"
+    return rig_id_from(socket.gethostname())
 
 
 class RuntimeSettings(RigSettings):
@@ -299,12 +295,7 @@ class RuntimeSettings(RigSettings):
     @field_validator("rig_id")
     @classmethod
     def _rig_id(cls, v: str) -> str:
-        if not RIG_ID_RE.fullmatch(v):
-            raise ValueError(
-                f"rig_id {v!r} must be 1-64 characters of letters, digits, '.', '_' or '-' "
-                "(it names the rig in run logs and datasets); set rig_id to such a name"
-            )
-        return v
+        return check_rig_id(v)
 
     @field_validator("display_url")
     @classmethod

@@ -10,6 +10,7 @@ from pydantic_settings import NoDecode, SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_SETTLE_S
+from mecharm_common.rigid import check_rig_id
 
 __all__ = ["CAMERAS", "DEFAULT_TASK", "ExportSettings"]
 
@@ -34,9 +35,10 @@ class ExportSettings(RigSettings):
     #: repair): only the rows their decodable frames cover (docs/lerobot.md, "Crashed recordings")
     include_crashed: bool = False
     #: rig id of trials whose run log names none (recorded before the runtime wrote it);
-    #: "" = the data root folder's name. Episodes are identified by (rig id, run stem), so
+    #: "" = the data root folder's name (made a valid rig id: mecharm_common/rigid.py).
+    #: Episodes are identified by (rig id, run stem), so
     #: several rigs' datasets can go into one (docs/lerobot-outcomes.md)
-    rig_id: str = Field("", max_length=64)
+    rig_id: str = ""
 
     # --- state / action definitions ---
     #: linear interpolation between two measured rows at most this far apart; beyond
@@ -97,9 +99,7 @@ class ExportSettings(RigSettings):
     @classmethod
     def _rig_id(cls, v: str) -> str:
         v = v.strip()
-        if v and not v.isprintable():
-            raise ValueError("must be printable text (or empty: the data root's folder name)")
-        return v
+        return check_rig_id(v) if v else v  # "" = the data root's folder name
 
     @field_validator("task", "robot_type")
     @classmethod

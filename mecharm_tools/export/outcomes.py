@@ -12,18 +12,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mecharm_common.fsutil import UnsafeNameError
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
+from mecharm_common.rigid import is_rig_id, rig_id_from
 
 __all__ = ["EpisodeInfo", "default_rig_id", "episode_info", "outcome_columns", "runlog_fields"]
 
 log = get_logger("mecharm_tools.export.outcomes")
-_MAX_RIG_ID = 64
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,9 @@ class EpisodeInfo:
 
 
 def default_rig_id(root: Path, setting: str) -> str:
-    """The rig id of trials whose run log names none: the setting, else the data root's name."""
-    return setting or Path(root).resolve().name
-
-
-def _valid_rig_id(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= _MAX_RIG_ID and value.isprintable()
+    """The rig id of trials whose run log names none: the setting, else the data root's
+    folder name made a valid rig id (mecharm_common.rigid: other characters become '-')."""
+    return setting or rig_id_from(Path(root).resolve().name)
 
 
 def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
@@ -81,7 +77,7 @@ def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     rig = doc.get("rig_id")
-    if isinstance(rig, str) and _valid_rig_id(rig):
+    if is_rig_id(rig):
         out["rig_id"] = rig
     elif rig is not None:
         log.warning("runlog_bad_rig_id", path=str(path), rig_id=repr(rig)[:80], using="fallback")
