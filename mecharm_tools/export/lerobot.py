@@ -44,11 +44,13 @@ from mecharm_tools.export.outcomes import (
     outcome_columns,
 )
 from mecharm_tools.export.recording import (
+    SOURCE_NAMES,
     Recording,
     RecordingError,
     TopRecording,
     load_recording,
     load_top_recording,
+    source_checksums,
 )
 from mecharm_tools.export.selection import (
     Candidate,
@@ -173,6 +175,13 @@ def load_dataset_state(out: Path) -> DatasetState | None:
         )
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise DatasetError(f"{manifest_path}: unknown manifest format")
+    fault = _manifest_fault(manifest)
+    if fault:
+        raise DatasetError(
+            f"{manifest_path} is damaged: {fault}. It is how `mecharm export` knows which trials "
+            f"this dataset holds; run `mecharm export verify {out}`, then export again into a new "
+            "folder (the recordings are the source) or restore the file from a copy"
+        )
     rows: list[dict[str, Any]] = []
     for rel in sorted(p for p in manifest["files"] if p.startswith("meta/episodes/")):
         try:
@@ -187,6 +196,72 @@ def load_dataset_state(out: Path) -> DatasetState | None:
             f"{out}: manifest lists {len(manifest['episodes'])} episodes, meta/episodes holds {len(rows)}"
         )
     return DatasetState(manifest, rows)
+
+
+def _side_sums(sums: Any) -> tuple[tuple[str, str], ...]:
+    """The side recording's four checksums of a ``sources_sha256`` (the top camera's files
+    are left out: a side-only and a two-camera export see the same trial); () if absent."""
+    if not isinstance(sums, dict):
+        return ()
+    picked: list[tuple[str, str]] = []
+    for name in SOURCE_NAMES:
+        value = sums.get(name)
+        if not isinstance(value, str):
+            return ()
+        picked.append((name, value))
+    return tuple(picked)
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    """isinstance where a bool is not a number."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+#: what an export reads of a format-2 manifest: key, type (dicts and lists checked below)
+_MANIFEST_KEYS: tuple[tuple[str, type | tuple[type, ...]], ...] = (
+    ("fps", int), ("robot_type", str), ("chunks_size", int),
+    ("data_files_size_in_mb", (int, float)), ("video_files_size_in_mb", (int, float)),
+    ("video", dict), ("tasks", list), ("episodes", list), ("files", list), ("runs", list),
+)  # fmt: skip
+_EPISODE_KEYS: tuple[tuple[str, type], ...] = (
+    ("episode_index", int), ("run_stem", str), ("rig_id", str),
+)  # fmt: skip
+
+
+def _manifest_fault(m: dict[str, Any]) -> str:
+    """What in a format-2 manifest the export cannot use ("" = nothing): the keys it reads,
+    with their types, so a damaged file is a clear refusal, never a KeyError later."""
+    for key, kind in _MANIFEST_KEYS:
+        if key not in m:
+            return f"no {key!r}"
+        if not _is(m[key], kind):
+            return f"{key!r} is {m[key]!r:.60}, not {getattr(kind, '__name__', 'a number')}"
+    for key in ("height", "width"):
+        if not _is(m["video"].get(key), int):
+            return f"'video' has no integer {key!r}"
+    top = m.get("top_video")
+    if top is not None and not (
+        isinstance(top, dict)
+        and all(_is(top.get(k), int) for k in ("height", "width"))
+        and _is(top.get("top_width", 0), int)
+    ):
+        return "'top_video' has no integer height, width and top_width"
+    cams = m.get("cameras", ["side"])
+    if not (isinstance(cams, list) and cams and all(isinstance(c, str) for c in cams)):
+        return f"'cameras' is {cams!r:.60}, not a list of camera names"
+    for key in ("tasks", "files"):
+        if not all(isinstance(v, str) for v in m[key]):
+            return f"{key!r} holds something other than text"
+    for n, ep in enumerate(m["episodes"]):
+        if not isinstance(ep, dict):
+            return f"episodes[{n}] is not an object"
+        for key, kind in _EPISODE_KEYS:
+            if not _is(ep.get(key), kind):
+                return f"episodes[{n}] has no {kind.__name__} {key!r}"
+        sums = ep.get("sources_sha256", {})
+        if not (isinstance(sums, dict) and all(isinstance(v, str) for v in sums.values())):
+            return f"episodes[{n}] 'sources_sha256' is not an object of checksums"
+    return ""
 
 
 # ------------------------------------------------------------------ recovery
@@ -719,6 +794,14 @@ def _export(
         else {}
     )
     fallback_rig = default_rig_id(root, settings.rig_id)
+    # the same recording files are the same trial, whatever rig id it gets this time (a
+    # trial without a run-log rig id gets the fallback, which follows the folder and flags)
+    by_sources = {
+        _side_sums(e.get("sources_sha256")): e
+        for e in (state.manifest["episodes"] if state else [])
+        if _side_sums(e.get("sources_sha256", {}))
+    }
+    sums_of: dict[str, dict[str, str]] = {}
     new: list[tuple[Candidate, EpisodeInfo]] = []
     for cand in cands:
         info = episode_info(
@@ -732,8 +815,21 @@ def _export(
             report.already.append(
                 Skipped(cand.run_stem, f"already exported as episode {done[info.key]}")
             )
-        else:
-            new.append((cand, info))
+            continue
+        sums = source_checksums(cand.recording_dir) if by_sources else None
+        same = by_sources.get(_side_sums(sums)) if sums else None
+        if same is not None:
+            report.already.append(
+                Skipped(
+                    cand.run_stem,
+                    f"already exported as episode {same['episode_index']} (rig id "
+                    f"{same['rig_id']}, run {same['run_stem']}): the same recording files",
+                )
+            )
+            continue
+        if sums:
+            sums_of[cand.run_stem] = sums
+        new.append((cand, info))
     size = (state.manifest["video"]["height"], state.manifest["video"]["width"]) if state else None
     top_size = _top_size(state.manifest) if state else None
     ready = _prepare(root, new, settings, size, top_size, report)
@@ -825,7 +921,7 @@ def _export(
                         "source_frames": len(prep.rec.frame_ts),
                         "source_duration_s": round(prep.rec.duration_s, 6),
                         "max_frame_offset_s": round(float(prep.ep.frame_offsets.max()), 6),
-                        "sources_sha256": prep.rec.checksums()
+                        "sources_sha256": (sums_of.get(prep.rec.run_stem) or prep.rec.checksums())
                         | (prep.top.checksums() if prep.top else {}),
                         **_top_provenance(prep),
                     }

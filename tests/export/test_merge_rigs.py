@@ -8,6 +8,7 @@ re-running either root adds nothing (docs/lerobot-outcomes.md, "Several rigs").
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -111,4 +112,30 @@ def test_rigs_without_rig_id_in_their_run_logs_fall_back_to_root_name_or_flag(
     flagged = export_lerobot(b, out, RECORDED.model_copy(update={"rig_id": "bench-right"}))
     assert [(e.episode_index, e.rig_id) for e in flagged.exported] == [(1, "bench-right")]
     assert [e["mecharm/rig_id"] for e in _episodes(out)] == ["bench-left", "bench-right"]
+    assert verify_dataset(out).ok
+
+
+def test_the_same_recordings_from_another_folder_or_rig_id_are_kept_not_added(
+    recs: Any, tmp_path: Path
+) -> None:
+    """Trials without a run-log rig id get the fallback (the folder name, or --rig-id) on
+    every run; a copy of the root under another name, or another --rig-id, must not add
+    them again: the same recording files are the same trial (docs/lerobot-outcomes.md)."""
+    a = recs.new_root(tmp_path, "bench-left")
+    _rig(recs, a, [("yes", "yes"), ("yes", "no"), ("no", "")], seed=0)
+    out = tmp_path / "ds"
+    first = export_lerobot(a, out, RECORDED)
+    assert len(first.exported) == 3
+    copy = tmp_path / "elsewhere" / "bench-left-copy"
+    shutil.copytree(a, copy)
+    moved = export_lerobot(copy, out, RECORDED)
+    assert not moved.exported and not moved.refused
+    assert sorted(s.run_stem for s in moved.already) == [recs.stem(i) for i in range(3)]
+    for s in moved.already:
+        n = int(s.run_stem.split("_")[1])
+        assert s.reason.startswith(f"already exported as episode {n} (rig id bench-left, ")
+        assert "the same recording files" in s.reason
+    flagged = export_lerobot(a, out, RECORDED.model_copy(update={"rig_id": "bench-right"}))
+    assert not flagged.exported and len(flagged.already) == 3
+    assert len(_episodes(out)) == 3
     assert verify_dataset(out).ok

@@ -226,3 +226,63 @@ def test_cli_rig_id_flag_and_report(
     assert "rig lab-arm, success" in text and "rig lab-arm, not placed" in text
     assert main([*args, "--rig-id", "bad\tid"]) == 2
     assert "rig_id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("damage", "fault"),
+    [
+        (lambda m: {"format": 2}, "no 'fps'"),
+        (lambda m: m.pop("files"), "no 'files'"),
+        (lambda m: [e.pop("rig_id") for e in m["episodes"]], "episodes[0] has no str 'rig_id'"),
+        (lambda m: m["episodes"][1].update(run_stem=7), "episodes[1] has no str 'run_stem'"),
+        (lambda m: m.update(episodes={}), "'episodes' is {}, not list"),
+        (lambda m: m["video"].pop("width"), "'video' has no integer 'width'"),
+        (lambda m: m.update(files=[1]), "'files' holds something other than text"),
+    ],
+)
+def test_damaged_manifest_is_a_clear_error_not_a_key_error(
+    recs: Any, data_root: Path, tmp_path: Path, damage: Any, fault: str
+) -> None:
+    _mixed_root(recs, data_root)
+    out = tmp_path / "ds"
+    export_lerobot(data_root, out, SETTINGS)
+    manifest_path = out / L.MANIFEST_PATH
+    manifest = json.loads(manifest_path.read_text())
+    changed = damage(manifest)
+    manifest_path.write_text(json.dumps(changed if isinstance(changed, dict) else manifest))
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    with pytest.raises(DatasetError) as err:
+        export_lerobot(data_root, out, SETTINGS.model_copy(update={"select": "recorded"}))
+    msg = str(err.value)
+    assert msg.startswith(f"{manifest_path} is damaged: {fault}"), msg
+    assert "mecharm export verify" in msg and "new folder" in msg
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+
+
+@pytest.mark.parametrize("bad", ["two words", "rig/7", "é-arm", "x" * 65])
+def test_rig_id_flag_follows_the_runtime_rule(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
+) -> None:
+    """One rule for rig ids (mecharm_common.rigid): what the runtime refuses, the export too."""
+    from mecharm_runtime.config import RuntimeSettings
+
+    with pytest.raises(ValueError, match="rig_id"):
+        RuntimeSettings(rig_id=bad)
+    _mixed_root(recs, data_root)
+    args = ["export", "lerobot", "--root", str(data_root), "--out", str(tmp_path / "ds")]
+    assert main([*args, "--no-progress", "--rig-id", bad]) == 2
+    err = capsys.readouterr().err
+    assert "rig_id" in err and "letters, digits, '.', '_' or '-'" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "ds").exists()
+
+
+def test_run_log_rig_id_outside_the_rule_falls_back(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    _mixed_root(recs, data_root)
+    recs.runlog(data_root, recs.stem(0), rig_id="bench 2")  # printable, but not a rig id
+    out = tmp_path / "ds"
+    export_lerobot(data_root, out, SETTINGS.model_copy(update={"rig_id": "arm-7"}))
+    eps = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert eps[0]["mecharm/rig_id"] == "arm-7"
