@@ -819,7 +819,11 @@ class _Verifier:
                 f"{MANIFEST_PATH}: its episodes do not match {EPISODES_DIR} ({listed} vs {[e['episode_index'] for e in self.episodes]})",
             )
         files = manifest.get("files")
-        if files is not None and set(files) != self.used_files:
+        if files is not None and not (
+            isinstance(files, list) and all(isinstance(f, str) for f in files)
+        ):
+            self.p.add("manifest", f"{MANIFEST_PATH}: files is not a list of paths")
+        elif files is not None and set(files) != self.used_files:
             self.p.add(
                 "manifest",
                 f"{MANIFEST_PATH}: its file list differs from the files the episodes use ({sorted(set(files) ^ self.used_files)[:5]})",

@@ -442,6 +442,9 @@ def test_manifest_is_optional_but_must_agree(ours: Path, tmp_path: Path) -> None
     manifest["episodes"].pop()
     (ds / "meta/mecharm_export.json").write_text(json.dumps(manifest))
     check(ds, "meta/mecharm_export.json: its episodes do not match")
+    manifest["files"] = [{"not": "a path"}]  # unhashable: once an internal error
+    (ds / "meta/mecharm_export.json").write_text(json.dumps(manifest))
+    check(ds, "meta/mecharm_export.json: files is not a list of paths")
     (ds / "meta/mecharm_export.json").unlink()
     assert verify_dataset(ds).ok
 
