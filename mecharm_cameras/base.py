@@ -103,8 +103,11 @@ class CameraSource(ABC):
         self._taps = (*self._taps, tap)  # swapped by reference: the reader never takes a lock
 
     def remove_tap(self, tap: FrameTap) -> None:
-        """Stop calling ``tap``; a frame being handed to it may still arrive once."""
-        self._taps = tuple(t for t in self._taps if t is not tap)
+        """Stop calling ``tap``; a frame being handed to it may still arrive once.
+
+        Compared by equality, not identity: a bound method (``writer.offer``) is a new object
+        at each access but equal to the one added."""
+        self._taps = tuple(t for t in self._taps if t != tap)
 
     def _tap(self, data: Any, wall_ts: float, mono_ns: int) -> None:
         """Hand one frame to the taps; never raises into the reader (a failing tap is logged

@@ -18,6 +18,9 @@ from mecharm_cameras.base import CameraNotOpenError, CameraSource, Frame
 
 __all__ = ["ThreadedCamera"]
 
+#: the pause after a failed read: a source that fails at once must not spin a core
+FAIL_PAUSE_S = 0.05
+
 
 class ThreadedCamera(CameraSource):
     """Newest-frame reader thread around ``inner`` (which it opens and closes)."""
@@ -59,7 +62,6 @@ class ThreadedCamera(CameraSource):
                 f = Frame(False, None, time.time(), time.monotonic_ns())
                 if not self._running:
                     break
-                time.sleep(0.05)  # a source that raises at once must not spin a core
             with self._cond:
                 self._latest = f
                 self._seq += 1
@@ -67,6 +69,10 @@ class ThreadedCamera(CameraSource):
                 self._cond.notify_all()
             if f.ok and self._taps:
                 self._tap(f.jpeg if f.jpeg is not None else f.image, f.wall_ts, f.mono_ns)
+            elif not f.ok and self._running:
+                # a source that fails at once, raising or not (an unplugged webcam returns
+                # ok=False immediately), must not spin a core
+                time.sleep(FAIL_PAUSE_S)
 
     def read(self) -> Frame:
         if not self._running:

@@ -370,7 +370,8 @@ class TopVideo:
         return st.to_dict()
 
     def abandon(self) -> None:
-        """A trial cut short (cancelled): stop taking frames, let the writer close alone."""
+        """A trial cut short (cancelled, or ended by an exception): stop taking frames now, let
+        the writer write what is queued and close alone."""
         w, self._writer = self._writer, None
         if w is not None:
             self.camera.remove_tap(w.offer)

@@ -329,40 +329,46 @@ async def run_trial(
     rig.eyes.start_trial(run_dir)
     if rig.top_video is not None:  # the run folder exists, the arm has not moved yet
         rig.top_video.start(layout.top_video(stem), layout.top_frame_log(stem))
-    rig.recorder.trial_start(stem)
-    log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
+    # every way out that does not reach the stop below (a cancel, any exception) takes the
+    # tap off the camera and lets the writer close alone (docs/top-camera.md)
+    top_video_stopped = False
     try:
-        last, reason = await run_stages(ctx, force)
-        if last is not Stage.DONE:
-            await exit_path(ctx, rig, reason)
-    except asyncio.CancelledError:
-        reason = "cancelled"
-        trace.result("stopped", reason)
+        rig.recorder.trial_start(stem)
+        log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
+        try:
+            last, reason = await run_stages(ctx, force)
+            if last is not Stage.DONE:
+                await exit_path(ctx, rig, reason)
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            trace.result("stopped", reason)
+            rig.recorder.trial_end(stem)
+            raise
+        status = "completed" if last is Stage.DONE else "stopped"
+        backlog = rig.backlog
+        if not rig.dry_run:  # a dry run never teaches the memories (its tip is modelled)
+
+            def save_memories() -> None:
+                ctx.corrections.save()
+                ctx.heights.save()
+
+            backlog.attempt(guard, stem, "memories", save_memories)
+        trace.stage = "end"
+        trace.result(status, reason)
+        if trace.pending:
+            backlog.add(stem, "trace", trace.recover, trace.fault or "")
         rig.recorder.trial_end(stem)
-        if rig.top_video is not None:
+        duration = rig.clock.now() - t0
+        # after the last stage, outside the trial's time; never raises (docs/top-camera.md)
+        top_video = (
+            await to_thread(rig.top_video.stop)
+            if rig.top_video is not None
+            else top_video_off("top_video off")
+        )
+        top_video_stopped = True
+    finally:
+        if not top_video_stopped and rig.top_video is not None:
             rig.top_video.abandon()
-        raise
-    status = "completed" if last is Stage.DONE else "stopped"
-    backlog = rig.backlog
-    if not rig.dry_run:  # a dry run never teaches the memories (its tip is modelled)
-
-        def save_memories() -> None:
-            ctx.corrections.save()
-            ctx.heights.save()
-
-        backlog.attempt(guard, stem, "memories", save_memories)
-    trace.stage = "end"
-    trace.result(status, reason)
-    if trace.pending:
-        backlog.add(stem, "trace", trace.recover, trace.fault or "")
-    rig.recorder.trial_end(stem)
-    duration = rig.clock.now() - t0
-    # after the last stage, outside the trial's time; never raises (docs/top-camera.md)
-    top_video = (
-        await to_thread(rig.top_video.stop)
-        if rig.top_video is not None
-        else top_video_off("top_video off")
-    )
     settle = getattr(rig.eyes, "settle", None)  # the last stage image (docs/stage-images.md)
     if settle is not None:
         await settle()

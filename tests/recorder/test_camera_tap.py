@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from mecharm_cameras import SyntheticCamera, open_camera
+from mecharm_cameras.base import Frame
 from mecharm_cameras.threaded import ThreadedCamera
 
 
@@ -100,3 +101,36 @@ def test_threaded_camera_read_fails_cleanly_when_the_source_stops() -> None:
         f = cam.read()
     assert not f.ok
     cam.close()
+
+
+class FailsAtOnce(SyntheticCamera):
+    """An unplugged webcam: every read returns a failed frame at once, without raising."""
+
+    def __init__(self) -> None:
+        super().__init__(fps=50, width=64, height=48)
+        self.reads = 0
+
+    def read(self) -> Frame:
+        self.reads += 1
+        return Frame(False, None, time.time(), time.monotonic_ns())
+
+
+def test_threaded_camera_backs_off_when_the_source_fails_at_once() -> None:
+    inner = FailsAtOnce()
+    cam = ThreadedCamera(inner)
+    cam.open()
+    try:
+        time.sleep(0.5)
+        reads = inner.reads
+    finally:
+        cam.close()
+    # about 10 with a 0.05 s back-off; a reader that spins makes hundreds of thousands
+    assert 1 <= reads < 100, reads
+
+
+def test_remove_tap_removes_a_bound_method() -> None:
+    cam = ThreadedCamera(SyntheticCamera(fps=50, width=64, height=48))
+    seen = Seen()
+    cam.add_tap(seen.__call__)  # a new bound-method object at each access
+    cam.remove_tap(seen.__call__)
+    assert cam._taps == ()

@@ -8,6 +8,7 @@ recording, whether it works, fails or stalls.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import errno
 import io
@@ -27,6 +28,7 @@ from mecharm_cameras import SyntheticCamera
 from mecharm_cameras.threaded import ThreadedCamera
 from mecharm_common.layout import DataRoot
 from mecharm_runtime import topvideo
+from mecharm_runtime import trial as trial_mod
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig
@@ -241,6 +243,33 @@ def test_a_stalled_writer_never_blocks_the_camera_reader(
     assert _decoded(tmp_path / "v.mkv") == st["frames"] == len(_rows(tmp_path / "v.csv"))
 
 
+def test_stop_and_abandon_take_the_tap_off_the_camera_every_trial(tmp_path: Path) -> None:
+    """The tap is the writer's bound method, a new object at each attribute access: three
+    trials in a row must leave no tap behind (a dead tap per trial would pile up)."""
+    cam = ThreadedCamera(SyntheticCamera(fps=60, width=64, height=48))
+    cam.open()
+    tv = TopVideo(cam, fps=0.0, stop_wait_s=30.0)
+    try:
+        for n in range(3):
+            tv.start(tmp_path / f"v{n}.mkv", tmp_path / f"v{n}.csv")
+            w = tv._writer
+            assert w is not None and len(cam._taps) == 1
+            _until(lambda w=w: w.frames >= 2, "2 frames written")
+            assert tv.stop()["status"] == "ok"
+            assert cam._taps == ()
+            offered = w.offered
+            _until(lambda n0=cam.frames_read: cam.frames_read >= n0 + 5, "5 more frames")
+            assert w.offered == offered  # it takes no frame after its stop
+        tv.start(tmp_path / "cut.mkv", tmp_path / "cut.csv")
+        w = tv._writer
+        assert w is not None
+        tv.abandon()  # a trial cut short
+        assert cam._taps == ()
+        _until(lambda: not w._thread.is_alive(), "the abandoned writer ends")
+    finally:
+        cam.close()
+
+
 # ------------------------------------------------------------------ whole trials
 
 
@@ -409,3 +438,36 @@ def test_flags_and_rig_id(tmp_path: Path) -> None:
     for bad in ("", "a b", "x" * 65, "rig/1"):
         with pytest.raises(ConfigError, match="rig_id"):
             load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "rig_id": bad})
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_a_trial_that_raises_leaves_no_tap_and_no_writer_running(
+    sim_daemon: SimDaemon,
+    workcell: Workcell,
+    tmp_path: Path,
+    fk_data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only a cancel: any exception out of the stages stops the recording."""
+    writers: list[TopVideoWriter] = []
+
+    async def stages_that_fail(ctx: Any, force: Any) -> Any:
+        w = rig.top_video._writer if rig.top_video is not None else None
+        assert w is not None
+        writers.append(w)
+        await asyncio.to_thread(_until, lambda: w.frames >= 1, "a top frame written")
+        raise RuntimeError("a stage broke")
+
+    monkeypatch.setattr(trial_mod, "run_stages", stages_that_fail)
+    settings = _settings(tmp_path / "r", fk_data_dir, sim_daemon, workcell)
+    workcell.next_scene(SEED)
+    Path(settings.data_root).mkdir(parents=True, exist_ok=True)
+    async with open_rig(settings) as (rig, _client):
+        with pytest.raises(RuntimeError, match="a stage broke"):
+            await run_trial(rig, scene_seed=SEED)
+        assert rig.top_video is not None and rig.top_video._writer is None
+        assert rig.top_video.camera._taps == ()
+        (w,) = writers
+        _until(lambda: not w._thread.is_alive(), "the writer thread ends")
+        assert w.frames >= 1 and _decoded(w.video) == w.frames
