@@ -8,8 +8,10 @@ nearest in x-z (ties: lowest row number); ``out_of_range`` when no row is left
 the nearest is farther than ``dist_max``, or when its ee_y is below ``ee_y_floor``.
 Where the rig silently dropped a malformed optional filter we raise ValueError.
 
-Two methods give the same answer: ``brute`` (the rig's: mask every row, full
-scan) is the reference; ``indexed`` (default) searches the grid cells around the
+Three methods give the same answer: ``rig`` (the rig's own: a vectorised ee_y band
+filter, the other filters on the band's rows, then the nearest in x-z among them) is the
+speed baseline; ``brute`` (every filter as a mask over every row, full scan) is the
+independent reference the others are checked against; ``indexed`` (default) searches the grid cells around the
 target first and falls back to the exact band scan only when nothing lies within
 ``dist_max``. A band used more than once is searched through its ``BandView``
 (safe rows of the band in grid order, see index.py); a one-off band through the
@@ -42,7 +44,7 @@ PHASES: tuple[str, ...] = (
     "place_withblock",
     "place_noblock",
 )
-METHODS: tuple[str, ...] = ("indexed", "brute")
+METHODS: tuple[str, ...] = ("indexed", "brute", "rig")
 #: Half-widths of the search windows tried (below dist_max) before the dist_max window.
 WINDOWS_M: tuple[float, ...] = (0.003, 0.006, 0.012)
 #: Candidates tested per round, nearest first (the last round takes the rest).
@@ -314,6 +316,31 @@ def _brute(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
     return int(np.argmin(d2)), counts
 
 
+def _rig(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
+    """The rig's method: a vectorised band filter first, then the other filters and the x-z
+    distance on the band's rows only; nearest wins (argmin over ascending rows = lowest row)."""
+    y = table.col("ee_y")
+    rows = np.flatnonzero((y >= q.y_lo) & (y < q.y_hi))
+    counts = {"band": int(rows.size)}
+    for name, test in _filter_steps(table, q):
+        rows = rows[test(rows)]
+        counts[name] = int(rows.size)
+    if rows.size == 0:
+        return None, counts
+    dx = table.col("ee_x")[rows] - q.tx
+    dz = table.col("ee_z")[rows] - q.tz
+    return int(rows[np.argmin(dx * dx + dz * dz)]), counts
+
+
+_FULL_SCANS = {"brute": _brute, "rig": _rig}
+
+
+def _search(table: FkTable, q: _Query, method: str) -> tuple[int | None, dict[str, int] | None]:
+    """The chosen method's row (None: nothing passes) and its filter counts."""
+    scan = _FULL_SCANS.get(method)
+    return scan(table, q) if scan is not None else _indexed(table, q)
+
+
 def _band_scan(table: FkTable, q: _Query) -> tuple[int | None, dict[str, int]]:
     """Exact answer from the band only: contiguous slices of the ee_y-ordered columns."""
     idx = table.index
@@ -565,7 +592,7 @@ def fk_lookup(
         step_ref,
         step_max,
     )
-    best, counts = _brute(table, q) if method == "brute" else _indexed(table, q)
+    best, counts = _search(table, q, method)
     res = _finish(table, q, best, counts, method)
     if not res.ok and q.step_ref is not None:
         res = _explain_step(table, q, res, method)
@@ -582,7 +609,7 @@ def _explain_step(table: FkTable, q: _Query, res: FkLookupResult, method: str) -
         step_ref=None,
         step_max=None,
     )
-    best, counts = _brute(table, free) if method == "brute" else _indexed(table, free)
+    best, counts = _search(table, free, method)
     if best is None or not _finish(table, free, best, counts, method).ok:
         return res
     assert q.step_ref is not None and q.step_max is not None

@@ -29,7 +29,7 @@ def _crafted() -> FkTable:
     )
 
 
-@pytest.mark.parametrize("method", ["indexed", "brute"])
+@pytest.mark.parametrize("method", ["indexed", "brute", "rig"])
 def test_the_nearest_row_that_jumps_is_skipped(method: str) -> None:
     t = _crafted()
     free = fk_lookup(t, "pick", (0.20, 0.24), 0.0, 0.05, method=method)
@@ -46,7 +46,7 @@ def test_the_nearest_row_that_jumps_is_skipped(method: str) -> None:
     assert r.ref_joints is None and r.joint_tol is None  # the bound is not ref_joints
 
 
-@pytest.mark.parametrize("method", ["indexed", "brute"])
+@pytest.mark.parametrize("method", ["indexed", "brute", "rig"])
 def test_no_row_within_the_bound_names_the_joint_and_the_jump(method: str) -> None:
     t = _crafted()
     r = fk_lookup(
