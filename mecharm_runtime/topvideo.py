@@ -28,6 +28,7 @@ import cv2
 import numpy as np
 
 from mecharm_cameras import CameraSource
+from mecharm_cameras.jpeg import jpeg_size
 from mecharm_common.fsutil import DataRootGuard, LineFile, describe_os_error
 from mecharm_common.logging import get_logger
 
@@ -36,7 +37,6 @@ __all__ = [
     "TopVideo",
     "TopVideoStatus",
     "TopVideoWriter",
-    "jpeg_size",
     "open_video_file",
     "top_video_off",
 ]
@@ -87,32 +87,6 @@ class TopVideoStatus:
 
 def top_video_off(reason: str) -> dict[str, Any]:
     return TopVideoStatus("off", reason=reason).to_dict()
-
-
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's frame header, without decoding; None when not found."""
-    i, n = 2, len(data)
-    if data[:2] != b"\xff\xd8":
-        return None
-    while i + 4 <= n:
-        if data[i] != 0xFF:
-            return None
-        code = data[i + 1]
-        if code == 0xFF:  # fill byte
-            i += 1
-            continue
-        if code in (0x01, *range(0xD0, 0xD8)):
-            i += 2
-            continue
-        seg = int.from_bytes(data[i + 2 : i + 4], "big")
-        if 0xC0 <= code <= 0xCF and code not in (0xC4, 0xC8, 0xCC):
-            if i + 9 > n:
-                return None
-            h = int.from_bytes(data[i + 5 : i + 7], "big")
-            w = int.from_bytes(data[i + 7 : i + 9], "big")
-            return (w, h) if w > 0 and h > 0 else None
-        i += 2 + seg
-    return None
 
 
 class TopVideoWriter:

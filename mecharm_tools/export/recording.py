@@ -31,6 +31,7 @@ import av
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm_cameras.jpeg import jpeg_size
 from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from recorder.events import (
     FRAME_LOG_COLUMNS,
@@ -49,7 +50,6 @@ __all__ = [
     "Recording",
     "RecordingError",
     "TopRecording",
-    "jpeg_size",
     "load_recording",
     "load_top_recording",
     "parse_gripper",
@@ -364,10 +364,6 @@ def load_recording(path: Path, run_stem: str, *, allow_crashed: bool = False) ->
 
 # ------------------------------------------------------------------ the top camera
 
-#: JPEG start-of-frame markers (baseline, extended, progressive, lossless...): they carry the size
-_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
-#: a camera may pad a frame after its end marker; the marker must lie in this tail
-_EOI_TAIL = 4096
 _NO_TOP = (
     "the runtime records the top camera while its setting top_video is on; export this "
     "trial into a side-only dataset (--cameras side) instead"
@@ -397,34 +393,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) of a whole JPEG (start marker, a frame header, end marker), else None.
-
-    Reads only the headers: the export decodes the frames it uses later, and decoding every
-    packet up front would cost as much as the export itself."""
-    if len(data) < 4 or data[:2] != b"\xff\xd8" or b"\xff\xd9" not in data[-_EOI_TAIL:]:
-        return None
-    i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        seg = int.from_bytes(data[i + 2 : i + 4], "big")
-        if marker in _SOF:
-            if i + 9 > len(data):
-                return None
-            height = int.from_bytes(data[i + 5 : i + 7], "big")
-            width = int.from_bytes(data[i + 7 : i + 9], "big")
-            return (width, height) if width and height else None
-        if marker == 0xDA or seg < 2:  # scan data before any frame header
-            return None
-        i += 2 + seg
-    return None
-
-
 def _top_packets(video: Path) -> tuple[int, int, int]:
     """(frames, width, height) of an MJPEG Matroska file; each packet must be a whole JPEG of
     the same size (a camera that changed mode mid-trial cannot become one video)."""
@@ -443,7 +411,7 @@ def _top_packets(video: Path) -> tuple[int, int, int]:
             for packet in container.demux(stream):
                 if not packet.size:
                     continue
-                got = jpeg_size(bytes(packet))
+                got = jpeg_size(bytes(packet), whole=True)
                 if got is None:
                     raise RecordingError(f"{video.name} frame {frames} is not a whole JPEG image")
                 if size is None:

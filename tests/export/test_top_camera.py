@@ -18,12 +18,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from mecharm_cameras.jpeg import jpeg_size
 from mecharm_common.layout import TOP_FRAME_LOG, TOP_VIDEO, VIDEO, DataRoot
 from mecharm_tools.cli import main
 from mecharm_tools.export import layout as L
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, export_lerobot
-from mecharm_tools.export.recording import jpeg_size
 from mecharm_tools.export.verify import verify_dataset
 from mecharm_tools.export.video import jpeg_lowres
 
@@ -292,8 +292,8 @@ def test_jpeg_size_reads_headers_only() -> None:
     import cv2
 
     ok, jpg = cv2.imencode(".jpg", np.zeros((36, 50, 3), np.uint8))
-    assert ok and jpeg_size(jpg.tobytes()) == (50, 36)
-    assert jpeg_size(jpg.tobytes()[:-200]) is None  # cut: no end marker
+    assert ok and jpeg_size(jpg.tobytes(), whole=True) == (50, 36)
+    assert jpeg_size(jpg.tobytes()[:-200], whole=True) is None  # cut: no end marker
     assert jpeg_size(b"\x89PNG\r\n\x1a\n" + bytes(100)) is None
     assert jpeg_size(b"") is None
 

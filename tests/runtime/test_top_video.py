@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from mecharm_cameras import SyntheticCamera
+from mecharm_cameras.jpeg import jpeg_size
 from mecharm_cameras.threaded import ThreadedCamera
 from mecharm_common.layout import DataRoot
 from mecharm_runtime import topvideo
@@ -32,7 +33,7 @@ from mecharm_runtime import trial as trial_mod
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig
-from mecharm_runtime.topvideo import TopVideo, TopVideoWriter, jpeg_size
+from mecharm_runtime.topvideo import TopVideo, TopVideoWriter
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_sim.workcell import Workcell, start_workcell
 
