@@ -747,12 +747,15 @@ class ArmServer:
         where the arm is AND from the last target it accepted; else return the violation
         (nothing sent). The second reference matters in queue mode (fresh mode 0), where a
         send runs from the previous queued target, not from where the arm is now. Costs one
-        ``get_angles`` per send (docs/daemon.md, "Safety envelope")."""
-        bad = self.envelope.step_violation(angles, self.backend.get_angles())
-        if bad is None and self._last_target is not None:
-            bad = self.envelope.step_violation(angles, self._last_target)
-        if bad is not None:
-            return bad
+        ``get_angles`` per send (docs/daemon.md, "Safety envelope"). When both references
+        are broken the larger move is named: what the message says then does not depend on
+        how far the arm got toward the queued target before the send."""
+        found = [self.envelope.step_violation(angles, self.backend.get_angles())]
+        if self._last_target is not None:
+            found.append(self.envelope.step_violation(angles, self._last_target))
+        broken = [v for v in found if v is not None]
+        if broken:
+            return max(broken, key=lambda v: abs(v.value - (v.current or 0.0)))
         sent = self.backend.send_angles(angles, speed)
         self._last_target = list(angles)
         return sent  # type: ignore[no-any-return]
