@@ -6,12 +6,13 @@ import itertools
 import struct
 
 import av
+import cv2
 import numpy as np
 import pytest
 
 from recorder.config import VideoSettings
 from recorder.repair import probe_video
-from recorder.video import VideoWriter
+from recorder.video import VideoWriter, bgr_to_i420
 
 
 def _frames(n, w=160, h=120):
@@ -106,3 +107,71 @@ def test_a_slow_camera_still_gets_a_keyframe_a_second_and_short_fragments(tmp_pa
         assert probe.frames <= k + 1
         lost_s = (times[k] - times[probe.frames - 1]) / 1e9
         assert lost_s <= 0.25 + 0.067 + 1e-6, (k, probe.frames, lost_s)
+
+
+def _reference_i420(img: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """BT.601 limited-range Y, and Cb/Cr each the mean of its 2x2 block, in floats."""
+    b, g, r = (img[..., i].astype(np.float64) for i in range(3))
+    y = 16 + (65.481 * r + 128.553 * g + 24.966 * b) / 255
+    cb = 128 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255
+    cr = 128 + (112.0 * r - 93.786 * g - 18.214 * b) / 255
+    h, w = y.shape
+
+    def mean2x2(c: np.ndarray) -> np.ndarray:
+        return c.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))
+
+    return y, mean2x2(cb), mean2x2(cr)
+
+
+@pytest.mark.parametrize(("w", "h"), [(160, 120), (162, 118)])
+def test_conversion_averages_chroma_like_ffmpeg(w, h):
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)  # worst case: every pixel differs
+    yuv = bgr_to_i420(img)
+    y, cb, cr = _reference_i420(img)
+    flat = yuv.reshape(-1)
+    n = (h // 2) * (w // 2)
+    got_u = flat[h * w : h * w + n].reshape(h // 2, w // 2)
+    got_v = flat[h * w + n :].reshape(h // 2, w // 2)
+    assert np.abs(flat[: h * w].reshape(h, w) - y).max() <= 1.0
+    assert np.abs(got_u - cb).max() <= 1.6 and np.abs(got_v - cr).max() <= 1.6
+    # and FFmpeg's own scaler (what a plain PyAV encode uses) agrees within 2 levels
+    ff = av.VideoFrame.from_ndarray(img, format="bgr24").reformat(format="yuv420p").to_ndarray()
+    assert np.abs(ff.astype(int) - yuv).max() <= 2
+
+
+@pytest.mark.parametrize(("w", "h"), [(320, 240), (322, 238)])  # h % 4 == 0: no-copy path
+def test_decoded_pixels_and_pts_match_what_was_written(tmp_path, w, h):
+    """A fine colour pattern (1-pixel stripes of red and blue) over gradients: the decoded
+    video's 2x2 means must be the input's, which a point-sampled chroma gets wrong."""
+    path = tmp_path / "v.mp4"
+    frames, times = [], []
+    base = np.zeros((h, w, 3), np.uint8)
+    base[..., 1] = np.linspace(30, 220, w, dtype=np.uint8)[None, :]
+    for i in range(12):
+        img = base.copy()
+        img[:, ::2, 2] = 220  # red on even columns
+        img[:, 1::2, 0] = 220  # blue on odd ones
+        img[: 20 + 5 * i, :40] = (255, 255, 255)  # something that moves
+        frames.append(img)
+        times.append(7_000_000_000 + i * 35_000_000 + (i % 3) * 4_000_000)
+    wr = VideoWriter(path, VideoSettings(preset="ultrafast", crf=12))
+    for img, t in zip(frames, times, strict=True):
+        assert wr.write(img, t)
+    wr.close()
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        assert (s.codec_context.width, s.codec_context.height) == (w, h)
+        decoded = [(f.pts * f.time_base, f.to_ndarray(format="bgr24")) for f in c.decode(s)]
+    assert len(decoded) == len(frames)
+    got_s = [float(p) for p, _ in decoded]
+    assert np.allclose(got_s, [(t - times[0]) / 1e9 for t in times], atol=1 / 90_000)
+
+    def mean2x2(a: np.ndarray) -> np.ndarray:
+        return a.reshape(h // 2, 2, w // 2, 2, 3).astype(np.float64).mean(axis=(1, 3))
+
+    for (_, out), img in zip(decoded, frames, strict=True):
+        err = np.abs(mean2x2(out) - mean2x2(img))
+        assert err.mean() <= 3.0, err.mean()  # codec loss; point-sampled chroma: ~40 levels
+        luma = [cv2.cvtColor(a, cv2.COLOR_BGR2GRAY) for a in (out, img)]
+        assert cv2.PSNR(*luma) >= 30.0  # luma keeps full resolution
