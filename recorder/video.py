@@ -46,9 +46,9 @@ def bgr_to_i420(image: NDArray[Any]) -> NDArray[np.uint8]:
     mean of its 2x2 block, as FFmpeg's own scaler does.
 
     Why not ``cv2.COLOR_BGR2YUV_I420`` alone: it takes each block's top-left pixel, so
-    the chroma keeps the camera's sensor noise (and aliases edges); x264 then spends
-    16% more bits, and their CPU, coding that noise (docs/recorder.md, "Encoder cost").
-    OpenCV's conversions are 5x cheaper than FFmpeg's scaler for the same output.
+    the chroma keeps the camera's sensor noise (and aliases edges); x264 then spends a
+    fifth more bytes, and their CPU, coding that noise. Why not PyAV's own conversion
+    (FFmpeg's scaler): twice this one's CPU (docs/recorder.md, "Encoder cost").
     """
     h, w = image.shape[:2]
     yuv = cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420)  # the Y plane; its chroma is replaced
