@@ -257,8 +257,8 @@ def rows(result: dict[str, Any]) -> list[Row]:
                 "encoder",
                 f"CPU per 720p frame, {_LABEL[src]}",
                 f"{result[p + 'recorder_cpu_ms']} ms "
-                f"({result[p + 'cpu_ratio_vs_anchor_same_settings']}x same-settings anchor, "
-                f"{result[p + 'cpu_ratio_vs_anchor']}x plain anchor)",
+                f"({result[p + 'cpu_ratio_vs_anchor_same_settings']:.2f}x same-settings anchor, "
+                f"{result[p + 'cpu_ratio_vs_anchor']:.2f}x plain anchor)",
                 f"<= {TARGET_RATIO}x the PyAV anchor",
                 f"PyAV anchor, same settings {result[p + 'anchor_same_settings_cpu_ms']} ms; "
                 f"plain {result[p + 'anchor_cpu_ms']} ms",
@@ -279,10 +279,10 @@ def rows(result: dict[str, Any]) -> list[Row]:
             Row(
                 "encoder",
                 "BGR -> yuv420p per 720p frame (CPU)",
-                f"{result['convert_recorder_ms']} ms",
+                f"{result['convert_recorder_ms']:.2f} ms",
                 "below PyAV's own",
-                f"PyAV/swscale {result['convert_pyav_swscale_ms']} ms; OpenCV point-sampled "
-                f"{result['convert_opencv_point_sampled_ms']} ms",
+                f"PyAV/swscale {result['convert_pyav_swscale_ms']:.2f} ms; OpenCV point-sampled "
+                f"{result['convert_opencv_point_sampled_ms']:.2f} ms",
             )
         )
     if "encoder_fps_720p" in result and "side_recorder_fps" in result:
