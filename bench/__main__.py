@@ -61,7 +61,7 @@ def git_rev() -> str:
 
     try:
         rev = git("rev-parse", "--short", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain"))
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{rev}-dirty" if dirty else rev
@@ -105,17 +105,19 @@ def run_one(name: str, quick: bool, burners: int, meta: dict[str, Any], results:
         print(f"   FAILED: {type(exc).__name__}: {exc}", flush=True)
         result = {"_failed": f"{type(exc).__name__}: {exc}"}
         load_at_start = load_at_end = os.getloadavg()[0]
+    ok = "_failed" not in result
+    if ok:
+        for key, value in result.items():
+            print(f"   {key}: {value}")
     result["_elapsed_s"] = round(time.perf_counter() - t0, 2)
     result["_cpu_burners"] = burners
     result["_loadavg_1m"] = [round(load_at_start, 2), round(load_at_end, 2)]
     result["_quick"] = quick
     result.update(meta)
+    print(f"   ({result['_elapsed_s']} s, load average {result['_loadavg_1m']})", flush=True)
     stem = f"{name}.under_load" if burners else name
     (results / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    if "_failed" not in result:
-        for key, value in result.items():
-            print(f"   {key}: {value}")
-    return "_failed" not in result
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -295,7 +295,7 @@ def rows(result: dict[str, Any]) -> list[Row]:
             Row(
                 "export",
                 "`export verify` of the dataset",
-                f"{r['verify_s']} s, ok {r.get('verify_ok')}",
+                f"{r['verify_s']} s, {'ok' if r.get('verify_ok') else 'NOT ok'}",
                 "—",
                 "—",
             )
