@@ -30,8 +30,11 @@ test-fast: $(STAMP)
 test-chaos: $(STAMP)
 	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile -m chaos -rs
 
+# Every bench quiet, then the UNDER_LOAD ones beside CPU burners; then docs/benchmarks.md
+# is rendered from that one run (bench/report.py refuses results of mixed runs).
 bench: $(STAMP)
 	cd $(ROOT) && $(BIN)/python -m bench
+	cd $(ROOT) && $(BIN)/python -m bench.report
 
 # Not part of `make test`: renders the run report in headless Chromium (Debian's package,
 # installed when missing and run as root) and checks the DOM and the page's loads;

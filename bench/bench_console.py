@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import Row, has
 from mecharm_common.layout import TRACE_SUFFIX
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.records.trace import TraceWriter
@@ -79,6 +80,25 @@ def run(quick: bool = False) -> dict[str, Any]:
         "baseline_trace_write_us_per_line": round(base, 2),
         "console_over_trace_write": round(us / base, 3),
     }
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's line: the console's cost per trace line against writing the trace itself."""
+    r = result
+    if not has(
+        r, "us_per_line", "ms_per_trial", "lines_per_trial", "baseline_trace_write_us_per_line"
+    ):
+        return []
+    return [
+        Row(
+            "console",
+            f"`RuntimeConsole.on_trace`, trial-shaped mix of {r['lines_per_trial']} lines",
+            f"{r['us_per_line']} µs per line, {r['ms_per_trial']} ms per trial",
+            "—",
+            f"writing the trace line {r['baseline_trace_write_us_per_line']} µs "
+            f"(ratio {r.get('console_over_trace_write', '?')})",
+        )
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
+from bench import Row, has
 from daemon_pi.backends.base import ArmBackend
 from daemon_pi.backends.mycobot import MyCobotBackend
 from daemon_pi.backends.sim import SimBackend
@@ -103,3 +104,30 @@ def run(quick: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {"violation_check_us": round(per * 1e6, 2), "sends": n}
     result.update(asyncio.run(_rows(n)))
     return result
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: the limit check, and ``send_angles`` with the per-move bound on vs off."""
+    r, out = result, []
+    if has(r, "violation_check_us"):
+        out.append(
+            Row(
+                "daemon envelope", "limit check per send", f"{r['violation_check_us']} µs", "—", "—"
+            )
+        )
+    for key, label in (
+        ("mycobot_firmware_emulator", "mycobot over the firmware emulator"),
+        ("sim_real_time_read20ms_write5ms", "sim arm in real time (read 20 ms, write 5 ms)"),
+    ):
+        on, off = f"{key}_step_on_p50_ms", f"{key}_step_off_p50_ms"
+        if has(r, on, off):
+            out.append(
+                Row(
+                    "daemon envelope",
+                    f"`send_angles` with the per-move bound on, {label}",
+                    f"p50 {r[on]} ms (+{r[on] - r[off]:.1f} ms per send; the bound is off by default)",
+                    "—",
+                    f"bound off p50 {r[off]} ms",
+                )
+            )
+    return out

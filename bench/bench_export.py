@@ -32,6 +32,7 @@ import av
 import cv2
 import numpy as np
 
+from bench import Row, has
 from mecharm_common.config import load_settings
 from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.records.ledger import append_row, ledger_path
@@ -263,6 +264,43 @@ def run(quick: bool = False) -> dict[str, Any]:
         "source_video_mb_per_min": round(src_mb / seconds * 60, 2),
         "top_source_mb_per_min": round(top_mb / seconds * 60, 2),
     }
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: the export in multiples of real time against decoding the sources."""
+    r, out = result, []
+    if has(r, "export_x_realtime", "export_s", "recording_s", "baseline_decode_x_realtime"):
+        out.append(
+            Row(
+                "export",
+                f"LeRobot export of a {r['recording_s']:g} s recording (720p side + 1080p top)",
+                f"{r['export_s']} s = {r['export_x_realtime']}x real time",
+                f">= {TARGET_X_REALTIME:g}x",
+                f"decoding the sources only {r['baseline_decode_x_realtime']}x "
+                f"(export/decode {r.get('export_over_decode_ratio', '?')})",
+            )
+        )
+    if has(r, "export_side_only_x_realtime", "export_top480_x_realtime"):
+        out.append(
+            Row(
+                "export",
+                "side camera only; both cameras at top_width 480",
+                f"{r['export_side_only_x_realtime']}x; {r['export_top480_x_realtime']}x real time",
+                "—",
+                f"side decode only: export/decode {r.get('side_only_export_over_side_decode_ratio', '?')}",
+            )
+        )
+    if has(r, "verify_s"):
+        out.append(
+            Row(
+                "export",
+                "`export verify` of the dataset",
+                f"{r['verify_s']} s, {'ok' if r.get('verify_ok') else 'NOT ok'}",
+                "—",
+                "—",
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

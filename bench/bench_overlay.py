@@ -25,6 +25,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from bench import Row, has
 from mecharm_common.config import load_settings
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
@@ -143,4 +144,32 @@ def run(quick: bool = False) -> dict[str, Any]:
             out[f"{name}_added_ms_median_paired"] = round(statistics.median(added), 2)
             out[f"{name}_draw_only_ms"] = round(statistics.median(draw), 2)
     out.update(_in_trials(1 if quick else 3))
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: the overlay's extra work per capture, and what the stage waits."""
+    r, out = result, []
+    for kind in ("detect", "mat", "judge"):
+        add, before = f"{kind}_added_ms_median_paired", f"{kind}_before_ms"
+        if has(r, add, before, f"{kind}_after_ms"):
+            out.append(
+                Row(
+                    "stage images",
+                    f"overlay work per `{kind}` capture (1920x1080, paired)",
+                    f"+{r[add]} ms ({r[f'{kind}_after_ms']} ms in all)",
+                    "—",
+                    f"saving the frame without overlay {r[before]} ms",
+                )
+            )
+    if has(r, "trial_stage_wait_ms_median", "trial_stage_wait_ms_max"):
+        out.append(
+            Row(
+                "stage images",
+                f"the stage's wait per capture, {r.get('trials', '?')} trial(s) at 20x",
+                f"median {r['trial_stage_wait_ms_median']} ms, max {r['trial_stage_wait_ms_max']} ms",
+                "—",
+                f"drawing thread's work median {r.get('trial_drawing_thread_ms_median', '?')} ms",
+            )
+        )
     return out

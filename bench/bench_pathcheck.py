@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import Row, has
 from mecharm_common.kinematics import fk_frames, fk_tip
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import j0_lookup, load_arc
@@ -91,3 +92,21 @@ def run(quick: bool = False) -> dict[str, Any]:
         "scalar_us_per_move": round(scal * 1e6, 1),
         "speedup": round(scal / vec, 1),
     }
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's line: the vectorised check per move against the scalar one."""
+    r = result
+    if not has(r, "vectorised_us_per_move", "scalar_us_per_move"):
+        return []
+    return [
+        Row(
+            "path check",
+            f"per move of a trial ({r.get('moves', '?')} moves, "
+            f"{r.get('samples_per_move_median', '?')} samples at the median)",
+            f"{r['vectorised_us_per_move']:,} µs",
+            "—",
+            f"sample by sample with the scalar `fk_tip` {r['scalar_us_per_move']:,} µs "
+            f"({r.get('speedup', '?')}x)",
+        )
+    ]

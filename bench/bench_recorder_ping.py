@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import Row, has
 from mecharm_tools.simrig import free_port, start_recorder
 from recorder.sender import RecorderSender
 
@@ -99,3 +100,24 @@ def run(quick: bool = False) -> dict[str, Any]:
         "pong_bytes": len(pong),
         "no_listener": f"{missing.reason} after {took:.0f} ms ({missing.tries} tries)",
     }
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: the ping's round trip against a bare UDP echo, and a missing recorder."""
+    r, out = result, []
+    if has(r, "rtt_p50_ms", "rtt_p95_ms", "baseline_udp_echo_p50_ms"):
+        out.append(
+            Row(
+                "recorder",
+                f"ping round trip ({r.get('pings', '?')} pings)",
+                f"p50 {r['rtt_p50_ms']} ms, p95 {r['rtt_p95_ms']} ms, max {r.get('rtt_max_ms', '?')} ms",
+                "—",
+                f"bare UDP echo p50 {r['baseline_udp_echo_p50_ms']} ms "
+                f"(ratio {r.get('p50_over_udp_echo', '?')})",
+            )
+        )
+    if has(r, "no_listener"):
+        out.append(
+            Row("recorder", "ping to a port without a recorder", str(r["no_listener"]), "—", "—")
+        )
+    return out

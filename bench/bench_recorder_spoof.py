@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import Row, has
 from mecharm_common.layout import DataRoot, format_run_stem
 from mecharm_tools.simrig import start_recorder
 from recorder.envelope import EVENT_LABEL, seal, unseal
@@ -314,5 +315,41 @@ def run(quick: bool = False) -> dict[str, Any]:
             f"{meta.frames_written} of {meta.frames_captured}, attacker folders "
             f"{out['attacker_folders']}, datagrams dropped {out['hostile_dropped']:,} of "
             f"{r.hostile_sent:,}"
+        )
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: the MAC's cost against the event's own JSON, and the spoofed recording."""
+    r, out = result, []
+    if has(
+        r,
+        "mac_sign_us",
+        "mac_verify_us",
+        "mac_baseline_event_json_us",
+        "mac_baseline_parse_event_us",
+    ):
+        out.append(
+            Row(
+                "recorder",
+                "the event MAC alone",
+                f"sign {r['mac_sign_us']} µs, verify {r['mac_verify_us']} µs",
+                "—",
+                f"event JSON {r['mac_baseline_event_json_us']} µs, "
+                f"`parse_event` {r['mac_baseline_parse_event_us']} µs",
+            )
+        )
+    if has(
+        r, "hostile_sent", "frames_kept", "frames_captured", "attacker_folders", "hostile_dropped"
+    ):
+        out.append(
+            Row(
+                "recorder",
+                f"{r['hostile_sent']:,} spoofed datagrams in a {r.get('trial_s', '?')} s recording",
+                f"frames kept {r['frames_kept']} of {r['frames_captured']}, "
+                f"{r['attacker_folders']} attacker folders, {r['hostile_dropped']:,} dropped",
+                "all kept, 0 folders, all dropped",
+                "—",
+            )
         )
     return out

@@ -21,7 +21,7 @@ from typing import Any
 
 import mecharm_common.kinematics
 import mecharm_runtime.lookup.build
-from bench import median_ms
+from bench import Row, has, median_ms
 from mecharm_common.layout import TRACE_SUFFIX
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
@@ -82,6 +82,22 @@ def run(quick: bool = False) -> dict[str, Any]:
     out["x_parse_median"] = round(statistics.median(ratios), 1)
     out["corpus_total_ms"] = round(sum(per_trace), 1)
     return out
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's line: replaying a corpus trace against only parsing it."""
+    r = result
+    if not has(r, "replay_ms_per_trace_median", "x_parse_median"):
+        return []
+    return [
+        Row(
+            "replay",
+            "one corpus trace",
+            f"median {r['replay_ms_per_trace_median']} ms, max {r.get('replay_ms_per_trace_max', '?')} ms",
+            "—",
+            f"only parsing the trace's JSON (replay takes {r['x_parse_median']}x that, median)",
+        )
+    ]
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import Row, has
 from mecharm_common.config import load_settings
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
@@ -351,6 +352,34 @@ class _Trace:
     def __init__(self, trace: Path, d: dict[str, Any]) -> None:
         self.trace_path = trace
         self.status, self.pick_verdict, self.place_verdict = d["status"], d["pick"], d["place"]
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The table's lines: trial time with the top video on vs off, and the CPU it adds."""
+    r, out = result, []
+    if has(r, "median_diff_pct", "pairs"):
+        out.append(
+            Row(
+                "runtime",
+                f"trial time, top video on vs off ({r['pairs']} pairs, real time)",
+                f"median pair {r['median_diff_pct']:+} %, mean {r.get('mean_diff_pct', '?')} %, "
+                f"decisions identical {r.get('decisions_identical', '?')}",
+                "median < 1 %",
+                "the same seeds with the top video off",
+            )
+        )
+    if has(r, "median_extra_cpu_pct_of_trial", "writer_thread_cpu_pct_of_trial"):
+        out.append(
+            Row(
+                "runtime",
+                "CPU the top video adds to the runtime process",
+                f"{r['median_extra_cpu_pct_of_trial']} % of the trial "
+                f"(writer thread {r['writer_thread_cpu_pct_of_trial']} %)",
+                "—",
+                "the same trial's CPU with the top video off",
+            )
+        )
+    return out
 
 
 if __name__ == "__main__":

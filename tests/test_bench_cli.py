@@ -1,12 +1,22 @@
-"""`python -m bench --under-load`: burners that start with a bench and never outlive it."""
+"""`python -m bench`: burners that start with a bench and never outlive it; a full run's
+two passes and the run's identity in every result."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+import bench
+import bench.__main__ as bench_main
 from bench.__main__ import cpu_burners
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,3 +51,96 @@ def test_a_negative_under_load_is_a_clear_error() -> None:
     assert proc.returncode == 2
     assert "--under-load takes a number of processes >= 0, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --- a full run, on fake benches in a test-only package path (no real, slow bench) ---
+
+FAKE_FAST = """
+UNDER_LOAD = True
+
+
+def run(quick=False):
+    return {"figure": 1.5, "quick": quick}
+"""
+FAKE_QUIET_ONLY = """
+def run(quick=False):
+    return {"figure": 2}
+"""
+FAKE_BROKEN = """
+def run(quick=False):
+    raise ValueError("the arm went away")
+"""
+
+
+@pytest.fixture
+def fake_benches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """``bench`` sees only three fake modules; burners are recorded, not started."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    for name, src in (("fast", FAKE_FAST), ("quietonly", FAKE_QUIET_ONLY), ("broken", FAKE_BROKEN)):
+        (pkg / f"bench_{name}.py").write_text(src)
+        sys.modules.pop(f"bench.bench_{name}", None)
+    monkeypatch.setattr(bench, "__path__", [str(pkg)])
+    seen: list[int] = []
+
+    @contextlib.contextmanager
+    def burners(n: int) -> Iterator[list[Any]]:
+        seen.append(n)
+        yield []
+
+    monkeypatch.setattr(bench_main, "cpu_burners", burners)
+    yield {"results": tmp_path / "results", "burners": seen}
+    for name in ("fast", "quietonly", "broken"):
+        sys.modules.pop(f"bench.bench_{name}", None)
+
+
+def _read(results: Path) -> dict[str, dict[str, Any]]:
+    return {p.name.removesuffix(".json"): json.loads(p.read_text()) for p in results.glob("*.json")}
+
+
+def test_a_full_run_is_quiet_then_under_load_for_the_under_load_benches(
+    fake_benches: dict[str, Any],
+) -> None:
+    results = fake_benches["results"]
+    rc = bench_main.main(["--results", str(results)])
+    assert rc == 1  # one bench failed: the run says so
+    got = _read(results)
+    assert sorted(got) == ["broken", "fast", "fast.under_load", "quietonly"]
+    n = os.cpu_count() or 2
+    assert fake_benches["burners"] == [0, 0, 0, n]  # quiet pass, then the one UNDER_LOAD bench
+    assert got["fast"]["figure"] == 1.5 and got["fast"]["_cpu_burners"] == 0
+    assert got["fast.under_load"]["_cpu_burners"] == n
+    assert "ValueError: the arm went away" in got["broken"]["_failed"]
+    run_ids = {r["_run_id"] for r in got.values()}
+    assert len(run_ids) == 1  # one invocation, one id in every result
+    rid = run_ids.pop()
+    assert re.fullmatch(r"\d{8}T\d{6}Z-([0-9a-f]{4,}(-dirty)?|unknown)", rid), rid
+    for r in got.values():
+        assert r["_command"] == f"python -m bench --results {results}"
+        assert rid.endswith(r["_git_rev"])
+        assert r["_date_utc"].endswith("+00:00")
+        assert r["_under_load_pass"] is True
+        assert len(r["_loadavg_1m"]) == 2
+
+
+def test_no_under_load_skips_the_second_pass(fake_benches: dict[str, Any]) -> None:
+    results = fake_benches["results"]
+    assert bench_main.main(["fast", "quietonly", "--no-under-load", "--results", str(results)]) == 0
+    got = _read(results)
+    assert sorted(got) == ["fast", "quietonly"]
+    assert fake_benches["burners"] == [0, 0]
+    assert got["fast"]["_under_load_pass"] is False
+
+
+def test_named_benches_run_quiet_only_and_under_load_explicitly(
+    fake_benches: dict[str, Any],
+) -> None:
+    results = fake_benches["results"]
+    assert bench_main.main(["fast", "--quick", "--results", str(results)]) == 0
+    assert sorted(_read(results)) == ["fast"]  # names given: no second pass
+    assert _read(results)["fast"]["quick"] is True and _read(results)["fast"]["_quick"] is True
+    assert bench_main.main(["quietonly", "--under-load", "3", "--results", str(results)]) == 0
+    got = _read(results)
+    assert sorted(got) == ["fast", "quietonly.under_load"]
+    assert got["quietonly.under_load"]["_cpu_burners"] == 3
+    assert fake_benches["burners"] == [0, 3]
