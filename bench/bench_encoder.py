@@ -27,30 +27,19 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import av
 import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from bench import Row
 from mecharm_cameras import SyntheticCamera
 from mecharm_sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneState, random_layout
 from recorder.config import VideoSettings
 from recorder.video import MOVFLAGS, VideoWriter, bgr_to_i420
-
-try:  # the shared row type, once bench/__init__.py has it
-    from bench import Row  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - until the docs generator lands
-
-    class Row(NamedTuple):  # type: ignore[no-redef]
-        area: str
-        figure: str
-        result: str
-        target: str
-        baseline: str
-
 
 __all__ = ["UNDER_LOAD", "rows", "run"]
 
