@@ -10,7 +10,17 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Row(NamedTuple):
+    """One line of the docs' benchmark table, built by a bench module's ``rows(result)``."""
+
+    area: str
+    figure: str
+    result: str
+    target: str
+    baseline: str
 
 
 def median_ms(fn: Callable[[], Any], n: int) -> float:

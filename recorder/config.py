@@ -95,6 +95,11 @@ class RecorderSettings(RigSettings):
     max_trial_sec: float = Field(default=1800.0, gt=0)
     video: VideoSettings = Field(default_factory=VideoSettings)
 
+    #: POSIX: when started by another program (stdin not a terminal), start a session of its
+    #: own, so Linux's autogroup schedules the recorder as its own group beside busy programs
+    #: of the session that started it (docs/recorder.md, "Under CPU contention")
+    own_session: bool = True
+
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = None
 

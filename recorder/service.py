@@ -553,6 +553,7 @@ class RecorderService:
 
     def _frame_request(self, ev: FrameRequest) -> None:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         trial = self._scoped()  # another session's request is an orphan, never in this trial
         if self._take_frame_token():
             reply = self.serve_frame(ev.tag, trial)
@@ -588,6 +589,7 @@ class RecorderService:
             camera_frozen=reply.camera_frozen,
             path=reply.path,
             took_ms=round((time.perf_counter() - t0) * 1e3, 2),
+            cpu_ms=round((time.thread_time() - c0) * 1e3, 2),
         )
 
     def serve_frame(self, tag: str, trial: TrialRecording | None) -> FrameReply:
