@@ -15,7 +15,7 @@ from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from recorder.config import RecorderSettings
-from recorder.service import RecorderService
+from recorder.service import RecorderService, encoder_nice
 
 __all__ = ["build_parser", "main"]
 
@@ -86,7 +86,12 @@ def own_session() -> str:
 async def _run(settings: RecorderSettings) -> int:
     log = get_logger("recorder")
     if settings.own_session:
-        log.info("recorder_session", session=own_session())
+        session = own_session()
+        log.info(
+            "recorder_session",
+            session=session,
+            encoder_nice=encoder_nice(settings.video.encoder_nice),
+        )
     # the event loop shares the GIL with the camera and writer threads: hand it over
     # sooner (default 5 ms) so a frame_request is not kept waiting behind them
     sys.setswitchinterval(0.001)

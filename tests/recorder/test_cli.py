@@ -197,11 +197,18 @@ def test_started_by_a_program_it_takes_a_session_of_its_own(tmp_path, own):
         s = RecorderSender(port=port)
         _wait_ready(s, proc)
         sid = os.getsid(proc.pid)
+        nices = set()
+        for task in Path(f"/proc/{proc.pid}/task").glob("*"):  # the writer thread's nice value
+            nices.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
         s.close()
     finally:
         _stop(proc)
     if own:
         assert sid == proc.pid, "the recorder should lead a session of its own"
         assert '"session": "new"' in (tmp_path / "recorder.log").read_text()
+        if sys.platform.startswith("linux"):  # the encoder yields to the reply, in its group
+            assert nices == {0, 10}, nices
     else:
         assert sid == os.getsid(0), "own_session false: the starter's session"
+        if sys.platform.startswith("linux"):  # beside the starter's busy processes: not niced
+            assert nices == {0}, nices
