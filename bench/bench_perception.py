@@ -2,7 +2,8 @@
 
 Figures (each with its target and a baseline measured in the same run):
 - top-camera detection time per 1920x1080 frame (block and box from one capture,
-  i.e. ``detect_scene`` over one frame, the detect work per capture; target <= 30 ms); baseline: decoding the same frame
+  i.e. ``detect_scene`` over one frame, the detect work per capture; target <= 30 ms,
+  median and p99 of the frames, with its CPU time); baseline: decoding the same frame
   from JPEG, the unavoidable cost of receiving it;
 - mat homography (ArUco corners) per frame, same baseline;
 - simulated camera cost per frame (render + JPEG encode) for top and side;
@@ -21,8 +22,9 @@ import time
 from typing import Any
 
 import cv2
+import numpy as np
 
-from bench import median_ms
+from bench import Row, median_ms
 from mecharm_cameras import open_camera
 from mecharm_runtime.perception import detect_block, detect_box, detect_scene, estimate_homography
 from mecharm_sim.arm import SimArm
@@ -30,8 +32,10 @@ from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneState, random_layout
 from mecharm_sim.workcell import WorkcellConfig, start_workcell
 
-__all__ = ["run"]
+__all__ = ["UNDER_LOAD", "rows", "run"]
 
+#: a hot path: ``make bench`` runs it again with CPU burners beside it (docs/benchmarks.md)
+UNDER_LOAD = True
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 TARGET_DETECT_MS = 30.0
 
@@ -50,7 +54,15 @@ def _perception(n: int) -> dict[str, Any]:
         return seq[next(it) % len(seq)]
 
     decode = median_ms(lambda: cv2.imdecode(pick(jpegs), cv2.IMREAD_COLOR), 3 * n)
-    detect = median_ms(lambda: detect_scene([pick(frames)], H), 3 * n)
+    walls, cpus = [], []
+    for _ in range(3 * n):
+        f = pick(frames)
+        t0, c0 = time.perf_counter(), time.process_time()  # process: OpenCV's own threads too
+        detect_scene([f], H)
+        walls.append((time.perf_counter() - t0) * 1e3)
+        cpus.append((time.process_time() - c0) * 1e3)
+    detect = float(np.median(walls))
+    detect_p99 = float(np.percentile(walls, 99))
     separate = median_ms(
         lambda: (lambda f: (detect_block(f, H), detect_box(f, H)))(pick(frames)), 3 * n
     )
@@ -58,7 +70,10 @@ def _perception(n: int) -> dict[str, Any]:
     return {
         "detect_ms_per_frame_1080p": round(detect, 2),
         "detect_target_ms": TARGET_DETECT_MS,
+        "detect_ms_p99_1080p": round(detect_p99, 2),
+        "detect_cpu_ms_per_frame_1080p": round(float(np.median(cpus)), 2),
         "detect_target_met": detect <= TARGET_DETECT_MS,
+        "detect_p99_target_met": detect_p99 <= TARGET_DETECT_MS,
         "detect_block_plus_detect_box_separately_ms": round(separate, 2),
         "baseline_jpeg_decode_ms_1080p": round(decode, 2),
         "detect_vs_decode_ratio": round(detect / decode, 2),
@@ -142,6 +157,57 @@ def run(quick: bool = False) -> dict[str, Any]:
     out.update(_perception(8 if quick else 30))
     out.update(_camera_cost(10 if quick else 40))
     out.update(_stream(3.0 if quick else 10.0))
+    return out
+
+
+def rows(result: dict[str, Any]) -> list[Row]:
+    """The docs' table rows for this bench; a figure missing from ``result`` is skipped."""
+    r, out = result, []
+    if "detect_ms_p99_1080p" in r:
+        out.append(
+            Row(
+                "perception",
+                "detection per 1080p top frame (block + box)",
+                f"median {r['detect_ms_per_frame_1080p']} ms, p99 {r['detect_ms_p99_1080p']} ms "
+                f"(CPU {r['detect_cpu_ms_per_frame_1080p']} ms)",
+                f"<= {r['detect_target_ms']:.0f} ms",
+                f"JPEG decode of the frame {r['baseline_jpeg_decode_ms_1080p']} ms "
+                f"(ratio {r['detect_vs_decode_ratio']})",
+            )
+        )
+    if "homography_ms_per_frame" in r:
+        out.append(
+            Row(
+                "perception",
+                "mat homography (ArUco) per frame",
+                f"{r['homography_ms_per_frame']} ms",
+                "-",
+                f"JPEG decode {r['baseline_jpeg_decode_ms_1080p']} ms "
+                f"(ratio {r['homography_vs_decode_ratio']})",
+            )
+        )
+    for cam in ("top", "side"):
+        if f"{cam}_render_plus_jpeg_ms" in r:
+            out.append(
+                Row(
+                    "simulated cameras",
+                    f"{cam} camera: render + JPEG per frame",
+                    f"{r[f'{cam}_render_plus_jpeg_ms']} ms",
+                    "-",
+                    f"JPEG alone {r[f'{cam}_baseline_jpeg_only_ms']} ms "
+                    f"(ratio {r[f'{cam}_render_plus_jpeg_vs_jpeg_ratio']})",
+                )
+            )
+        if f"{cam}_fps_delivered" in r:
+            out.append(
+                Row(
+                    "simulated cameras",
+                    f"{cam} MJPEG stream delivered (top and side at once)",
+                    f"{r[f'{cam}_fps_delivered']} fps",
+                    f"{r[f'{cam}_fps_requested']:g} fps requested",
+                    f"ratio {r[f'{cam}_delivered_vs_requested_ratio']}",
+                )
+            )
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from mecharm_common.keyfile import KeyFileError, load_or_create_key
 from mecharm_common.logging import configure_logging, get_logger
 from mecharm_common.shutdown import capture_signals
 from recorder.config import RecorderSettings
-from recorder.service import RecorderService
+from recorder.service import RecorderService, encoder_nice
 
 __all__ = ["build_parser", "main"]
 
@@ -58,8 +59,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def own_session() -> str:
+    """Start a session of our own unless started at a terminal; returns what was done.
+
+    Linux's autogroup (on by default on desktop kernels) shares the CPU between sessions
+    first, then between the tasks of each one: a recorder in the session of the
+    program that started it queues behind every busy process of that session (the
+    operator's shell, CPU-bound tools), and a frame_request waits tens of ms for a
+    core. In a session of its own it gets a group share and its reply runs at once
+    (docs/recorder.md, "Under CPU contention"). At a terminal prompt the recorder keeps
+    the terminal's session, so Ctrl-C still reaches it.
+    """
+    if not hasattr(os, "setsid"):
+        return "unsupported"
+    if sys.stdin is not None and sys.stdin.isatty():
+        return "terminal"
+    if os.getsid(0) == os.getpid():
+        return "already"
+    try:
+        os.setsid()
+    except OSError as exc:  # a process group leader cannot; harmless, logged
+        return f"failed: {exc}"
+    return "new"
+
+
 async def _run(settings: RecorderSettings) -> int:
     log = get_logger("recorder")
+    if settings.own_session:
+        session = own_session()
+        log.info(
+            "recorder_session",
+            session=session,
+            encoder_nice=encoder_nice(settings.video.encoder_nice),
+        )
     # the event loop shares the GIL with the camera and writer threads: hand it over
     # sooner (default 5 ms) so a frame_request is not kept waiting behind them
     sys.setswitchinterval(0.001)

@@ -38,9 +38,12 @@ class VideoSettings(BaseModel):
     container_fps: float = Field(default=30.0, gt=0, le=240)
     time_base_hz: int = Field(default=90_000, ge=1_000, le=1_000_000)
     threads: int = Field(default=0, ge=0, le=16)
-    #: Linux: nice value of the encoder threads, so frame_request and the camera
-    #: read win under CPU contention (0 = same priority as the rest)
-    encoder_nice: int = Field(default=0, ge=0, le=19)
+    #: Linux: nice value of the encoder threads, so frame_request and the camera read win
+    #: under CPU contention (0 = same priority as the rest). None: 10 when the recorder
+    #: leads a session of its own (``own_session``), where the nice value only orders its
+    #: own threads; else 0, since beside busy processes of the same session a niced encoder
+    #: drops frames (docs/recorder.md, "Under CPU contention")
+    encoder_nice: int | None = Field(default=None, ge=0, le=19)
 
 
 class RecorderSettings(RigSettings):
@@ -94,6 +97,11 @@ class RecorderSettings(RigSettings):
     #: a trial whose trial_end never comes (runtime crashed) is closed "truncated" after this
     max_trial_sec: float = Field(default=1800.0, gt=0)
     video: VideoSettings = Field(default_factory=VideoSettings)
+
+    #: POSIX: when started by another program (stdin not a terminal), start a session of its
+    #: own, so Linux's autogroup schedules the recorder as its own group beside busy programs
+    #: of the session that started it (docs/recorder.md, "Under CPU contention")
+    own_session: bool = True
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool | None = None

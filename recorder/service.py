@@ -26,6 +26,7 @@ Tasks, owners and deadlines: [docs/concurrency.md](../docs/concurrency.md).
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -109,6 +110,24 @@ REASON_RATE_LIMITED = "exception:RateLimited"
 Datagram = tuple[bytes, Any]
 
 
+#: the encoder's nice value when the recorder leads a session of its own (``own_session``)
+OWN_SESSION_ENCODER_NICE = 10
+
+
+def encoder_nice(setting: int | None) -> int:
+    """``video.encoder_nice``, or for None: 10 in a session of our own, else 0.
+
+    In its own session (its own autogroup) the nice value only orders the recorder's
+    threads: the encoder yields to the frame_request reply and the camera read and still
+    gets the group's share. In the starter's session it would also yield to every busy
+    process there and drop frames (docs/recorder.md, "Under CPU contention").
+    """
+    if setting is not None:
+        return setting
+    leads = hasattr(os, "getsid") and os.getsid(0) == os.getpid()
+    return OWN_SESSION_ENCODER_NICE if leads else 0
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -189,7 +208,7 @@ class RecorderService:
             settings.max_pending_frames,
             settings.csv_flush_sec,
             on_media_error=self._media_error,
-            nice=settings.video.encoder_nice,
+            nice=encoder_nice(settings.video.encoder_nice),
         )
         self.camera = CameraWorker(
             factory,
@@ -553,6 +572,7 @@ class RecorderService:
 
     def _frame_request(self, ev: FrameRequest) -> None:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         trial = self._scoped()  # another session's request is an orphan, never in this trial
         if self._take_frame_token():
             reply = self.serve_frame(ev.tag, trial)
@@ -588,6 +608,7 @@ class RecorderService:
             camera_frozen=reply.camera_frozen,
             path=reply.path,
             took_ms=round((time.perf_counter() - t0) * 1e3, 2),
+            cpu_ms=round((time.thread_time() - c0) * 1e3, 2),
         )
 
     def serve_frame(self, tag: str, trial: TrialRecording | None) -> FrameReply:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import socket
 import subprocess
@@ -161,3 +162,53 @@ def test_port_in_use_exits_with_a_reason(tmp_path):
         finally:
             _stop(proc)
     assert "recorder_start_failed" in (tmp_path / "recorder.log").read_text()
+
+
+@pytest.mark.skipif(not hasattr(os, "getsid"), reason="POSIX sessions")
+@pytest.mark.parametrize("own", [True, False])
+def test_started_by_a_program_it_takes_a_session_of_its_own(tmp_path, own):
+    """Its own session is its own autogroup: busy processes of the starter's session do not
+    queue in front of a frame_request (docs/recorder.md, "Under CPU contention")."""
+    port = _free_udp_port()
+    (tmp_path / "data").mkdir()
+    env = {**os.environ, "MECHARM_RECORDER_OWN_SESSION": "true" if own else "false"}
+    with open(tmp_path / "recorder.log", "wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "recorder",
+                "--data-root",
+                "data",
+                "--udp-port",
+                str(port),
+                "--camera",
+                CAMERA,
+                "--status-interval",
+                "0",
+            ],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,  # a program, not a terminal
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=env,
+        )
+    try:
+        s = RecorderSender(port=port)
+        _wait_ready(s, proc)
+        sid = os.getsid(proc.pid)
+        nices = set()
+        for task in Path(f"/proc/{proc.pid}/task").glob("*"):  # the writer thread's nice value
+            nices.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+        s.close()
+    finally:
+        _stop(proc)
+    if own:
+        assert sid == proc.pid, "the recorder should lead a session of its own"
+        assert '"session": "new"' in (tmp_path / "recorder.log").read_text()
+        if sys.platform.startswith("linux"):  # the encoder yields to the reply, in its group
+            assert nices == {0, 10}, nices
+    else:
+        assert sid == os.getsid(0), "own_session false: the starter's session"
+        if sys.platform.startswith("linux"):  # beside the starter's busy processes: not niced
+            assert nices == {0}, nices
