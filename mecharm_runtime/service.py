@@ -239,7 +239,10 @@ async def open_rig(
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
             # signs every event; a key file that is too open stops the start here
-            sender = RecorderSender(s.recorder_host, s.recorder_port, key_file=s.recorder_key_file)
+            # events leave from the sender's own thread, never the event loop's (docs/observer.md)
+            sender = RecorderSender(
+                s.recorder_host, s.recorder_port, key_file=s.recorder_key_file, background=True
+            )
         link = RecorderLink(
             sender,
             s.frame_timeout_s,

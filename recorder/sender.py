@@ -3,7 +3,11 @@
 ``notify`` must never change what the runtime does (the observer principle, docs/recorder.md):
 it serializes, hands one datagram to the kernel on a non-blocking socket and
 swallows every failure — recorder absent, socket buffer full, bad event. It
-costs a few microseconds. ``request_frame`` maps every failure to a reply
+costs a few microseconds. With ``background=True`` (the runtime's) ``notify`` only queues
+the event and a thread of the sender's own sends it: a ``sendto`` releases the GIL, and the
+caller must then win it back from whichever thread took it meanwhile, which on a busy
+machine costs the asyncio loop milliseconds per event (docs/observer.md, "Events off the
+loop"). ``request_frame`` maps every failure to a reply
 reason and never raises; ``request_frame_async`` does the same without blocking
 an asyncio loop. Each request uses its own ephemeral reply socket, so a late
 reply to an earlier request can never be taken for the current one.
@@ -25,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import queue
 import secrets
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -85,6 +91,12 @@ class PingResult:
 
 
 _REPLY_MAX = 65_535
+#: events queued for the sending thread at most; more are dropped and counted, so a stuck
+#: thread can never grow the runtime's memory
+BACKGROUND_QUEUE_MAX: Final = 10_000
+#: on close, how long the sending thread may take to send what is still queued
+_CLOSE_FLUSH_S: Final = 1.0
+_STOP: Final = object()
 FrameResult = tuple[str | None, float | None, str]
 
 
@@ -103,6 +115,7 @@ class RecorderSender:
         *,
         key: bytes | None = None,
         key_file: Path | str | None = None,
+        background: bool = False,
     ) -> None:
         self.host = host
         self.port = int(port)
@@ -119,6 +132,11 @@ class RecorderSender:
         self.sent = 0
         self.dropped = 0
         self.replies_ignored = 0
+        #: events go out from a thread of their own (``notify`` only queues them)
+        self.background = background
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closing = False
 
     # --- fire and forget -------------------------------------------------------------
     def _socket(self) -> socket.socket:
@@ -152,16 +170,44 @@ class RecorderSender:
         return seq, seal(self._key, EVENT_LABEL, self.session, seq, trial, body)
 
     def notify(self, event: Any) -> None:
-        """Send one event (a model from recorder.events or a mapping); never raises or blocks."""
+        """Send one event (a model from recorder.events or a mapping); never raises or blocks.
+
+        In background mode the event is queued with its trial, taken now (so a frame request
+        made next names the trial this event opened), and the sending thread does the rest."""
+        try:
+            trial = self._scope(event)
+            if not self.background:
+                self._send(event, trial)
+            elif self._closing or self._queue.qsize() >= BACKGROUND_QUEUE_MAX:
+                self.dropped += 1
+            else:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._pump, name="recorder-events", daemon=True
+                    )
+                    self._thread.start()
+                self._queue.put((event, trial))
+        except Exception:  # observer principle: a recorder problem is never the runtime's
+            self.dropped += 1
+
+    def _send(self, event: Any, trial: str | None) -> None:
         try:
             if isinstance(event, Mapping):
                 body = json.dumps(dict(event), separators=(",", ":")).encode()
             else:
                 body = event.model_dump_json().encode()
-            self._socket().sendto(self.seal_event(body, self._scope(event))[1], self._addr)
+            self._socket().sendto(self.seal_event(body, trial)[1], self._addr)
             self.sent += 1
-        except Exception:  # observer principle: a recorder problem is never the runtime's
+        except Exception:
             self.dropped += 1
+
+    def _pump(self) -> None:
+        """The sending thread: the queue's events in order, until close()."""
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            self._send(*item)
 
     def emit(self, event_type: type[Any], **fields: Any) -> None:
         """Build and send an event, e.g. ``emit(Measured, angles=a)``; never raises.
@@ -178,6 +224,12 @@ class RecorderSender:
         self.notify(event)
 
     def close(self) -> None:
+        """Send what is still queued (at most ``_CLOSE_FLUSH_S``), then close the socket."""
+        self._closing = True
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join(_CLOSE_FLUSH_S)
         sock, self._sock = self._sock, None
         if sock is not None:
             self._finalizer.detach()

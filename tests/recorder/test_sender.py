@@ -213,3 +213,85 @@ def test_emit_builds_and_sends_or_counts_a_drop():
         got = parse_event(_open(sock.recv(65535)).body)
     assert isinstance(got, Measured) and got.angles[0] == 1
     assert s.sent == 1 and s.dropped == 2
+
+
+# --- background mode (the runtime's): notify only queues, the sender's thread sends ----------
+
+
+def _background_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "recorder-events"]
+
+
+def _collect(sock: socket.socket, n: int) -> tuple[threading.Thread, list[bytes]]:
+    """Read up to ``n`` datagrams in a thread (the kernel buffer holds only ~100 of them)."""
+    got: list[bytes] = []
+
+    def run() -> None:
+        try:
+            while len(got) < n:
+                got.append(sock.recv(65535))
+        except TimeoutError:
+            pass
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
+
+
+def test_background_notify_delivers_every_event_in_order_with_its_trial():
+    stem = "run_0002_20260101_000000"
+    with _listener() as sock:
+        reader, got = _collect(sock, 303)
+        s = RecorderSender(port=sock.getsockname()[1], key=KEY, background=True)
+        s.notify(TrialStart(run_stem=stem))
+        # the trial is taken when the event is handed over, not when the thread sends it: a
+        # frame request made right after names the trial this trial_start opened
+        assert s.trial == stem
+        for k in range(300):
+            s.notify(Commanded(angles=[float(k)] * 6, speed=50, ts_send=1.0, attempt=1))
+        s.notify(TrialEnd(run_stem=stem))
+        s.notify(Stage(stage="after"))
+        s.close()  # sends what is still queued first
+        reader.join()
+    envelopes = [_open(d) for d in got]
+    assert len(envelopes) == 303
+    events = [parse_event(e.body) for e in envelopes]
+    assert isinstance(events[0], TrialStart) and isinstance(events[-2], TrialEnd)
+    assert [e.angles[0] for e in events[1:301]] == [float(k) for k in range(300)]  # type: ignore[union-attr]
+    assert [e.seq for e in envelopes] == list(range(1, 304))
+    assert [e.trial for e in envelopes] == [stem] * 302 + [None]
+    assert s.sent == 303 and s.dropped == 0
+    assert not _background_threads()  # close() ended the thread
+
+
+def test_background_notify_never_waits_on_a_stuck_thread_and_bounds_its_queue(monkeypatch):
+    import recorder.sender as sender_mod
+
+    monkeypatch.setattr(sender_mod, "BACKGROUND_QUEUE_MAX", 50)
+    release = threading.Event()
+    with _listener() as sock:
+        reader, got = _collect(sock, 200)  # ends 2 s after the last datagram
+        s = RecorderSender(port=sock.getsockname()[1], key=KEY, background=True)
+        real_send = s._send
+
+        def stuck(event: object, trial: str | None) -> None:
+            release.wait(10)  # a sending thread that cannot send (a stalled kernel buffer)
+            real_send(event, trial)
+
+        monkeypatch.setattr(s, "_send", stuck)
+        for _ in range(200):  # returns every time: the caller never waits on the thread
+            s.notify(Stage(stage="s"))
+        assert s.dropped >= 200 - 51  # the first is in the thread, 50 queued, the rest dropped
+        release.set()
+        s.close()
+        reader.join()
+    assert len(got) == s.sent and s.sent + s.dropped == 200
+    s.notify(Stage(stage="late"))  # after close: dropped, never raised
+    assert s.sent + s.dropped == 201 and not _background_threads()
+
+
+def test_background_sender_starts_no_thread_until_the_first_event():
+    s = RecorderSender(port=9, key=KEY, background=True)
+    assert not _background_threads()
+    s.close()
+    assert not _background_threads() and s.sent == 0
