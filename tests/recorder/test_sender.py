@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -249,6 +250,8 @@ def test_background_notify_delivers_every_event_in_order_with_its_trial():
         assert s.trial == stem
         for k in range(300):
             s.notify(Commanded(angles=[float(k)] * 6, speed=50, ts_send=1.0, attempt=1))
+            if k % 20 == 19:  # paced like a trial's events: the test's reader keeps up
+                time.sleep(0.02)
         s.notify(TrialEnd(run_stem=stem))
         s.notify(Stage(stage="after"))
         s.close()  # sends what is still queued first
