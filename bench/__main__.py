@@ -40,7 +40,10 @@ BURNER = "while True: pass"
 @contextlib.contextmanager
 def cpu_burners(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``n`` busy-loop processes for the duration of the block; always stopped after it."""
-    procs = [subprocess.Popen([sys.executable, "-c", BURNER]) for _ in range(n)]
+    # each in a session of its own, as programs beside the rig are (a browser, a viewer)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", BURNER], start_new_session=True) for _ in range(n)
+    ]
     try:
         yield procs
     finally:

@@ -52,6 +52,9 @@ SCALE = 4.0
 SEED0 = 500
 PAIRS = 8
 BURNERS = 2
+#: what "on" turns on; ``python -m bench.bench_observer --only recorder`` (or ``top_video``)
+#: measures one observer alone
+OBSERVERS = ("recorder", "top_video")
 
 #: a side-camera viewer that is not the recorder: reads the MJPEG bytes and drops them
 _READER = (
@@ -99,7 +102,7 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
     try:
         scene_next(rig.control_url, seed)
         udp = None
-        if on:
+        if on and "recorder" in OBSERVERS:
             rec, udp = start_recorder(logs, root, rig.side_url, key_file=tmp / "recorder.key")
         else:
             reader = subprocess.Popen([sys.executable, "-c", _READER, rig.side_url])
@@ -108,7 +111,7 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
             SCALE,
             udp,
             log_level="warning",
-            top_video=on,
+            top_video=on and "top_video" in OBSERVERS,
             recorder_key_file=tmp / "recorder.key",
             fk_data_dir=fk,
             # a second trial of a scene must decide as the first: no memories carried over
@@ -206,10 +209,11 @@ def _summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, conditions: tuple[str, ...] = ("quiet", "loaded")) -> dict[str, Any]:
     configure_logging("warning")
     n = 2 if quick else PAIRS
     out: dict[str, Any] = {
+        "observers": list(OBSERVERS),
         "time_scale": SCALE,
         "pairs_per_condition": n,
         "burners": BURNERS,
@@ -221,12 +225,14 @@ def run(quick: bool = False) -> dict[str, Any]:
         fk = Path(tmp) / "fk"
         ensure_table(fk)  # built once, outside every trial
         for key, burners in (("quiet", 0), ("loaded", BURNERS)):
+            if key not in conditions:
+                continue
             load0 = os.getloadavg()[0]
             out[key] = _summary(_pairs(Path(tmp), fk, n, burners))
             out[key]["loadavg_1m"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     bad = [
         (key, p["seed"], p["difference"])
-        for key in ("quiet", "loaded")
+        for key in conditions
         for p in out[key]["pairs"]
         if not p["same_decisions"]
     ]
@@ -264,4 +270,7 @@ def rows(result: dict[str, Any]) -> list[Row]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=str))
+    if "--only" in sys.argv:
+        OBSERVERS = (sys.argv[sys.argv.index("--only") + 1],)
+    conds = tuple(c for c in ("quiet", "loaded") if f"--{c}" in sys.argv) or ("quiet", "loaded")
+    print(json.dumps(run(quick="--quick" in sys.argv, conditions=conds), indent=2, default=str))

@@ -82,6 +82,10 @@ def _spawn(name: str, args: list[str], log_dir: Path) -> Child:
         stderr=subprocess.STDOUT,
         env=env,
         stdin=subprocess.DEVNULL,
+        # a session of its own: the simulated rig stands in for the Pi and the devices, which
+        # never share the control computer's CPU; with the kernel's group scheduling
+        # (autogroup, on by default) a session gets its own share (docs/observer.md)
+        start_new_session=True,
     )
     return Child(name, proc, log_path, fh)
 
