@@ -33,8 +33,16 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
 
 
-#: a CPU-bound process: a pure-Python busy loop, like a browser tab or a viewer at full tilt
-BURNER = "while True: pass"
+#: a CPU-bound process: a pure-Python busy loop, like a browser tab or a viewer at full tilt;
+#: it ends by itself once the bench that started it is gone (killed before its cleanup ran)
+BURNER = (
+    "import os\n"
+    "parent, n = os.getppid(), 0\n"
+    "while n != -1:\n"
+    "    n += 1\n"
+    "    if n % 5_000_000 == 0 and os.getppid() != parent:\n"
+    "        break\n"
+)
 
 
 @contextlib.contextmanager

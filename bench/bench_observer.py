@@ -81,6 +81,15 @@ class TimedLink(RecorderLink):
         self.calls += 1
 
 
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc; NaN where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def _trial(
     settings: RuntimeSettings, seed: int, timed: bool
 ) -> tuple[TrialSummary, float, int]:
@@ -88,8 +97,10 @@ async def _trial(
         link = TimedLink(rig.recorder) if timed else None
         if link is not None:
             rig.recorder = link
+        cpu0 = time.process_time()
         t = await run_trial(rig, scene_seed=seed)
-        return t, (link.spent if link else 0.0), (link.calls if link else 0)
+        cpu = time.process_time() - cpu0
+        return t, (link.spent if link else 0.0), (link.calls if link else 0), cpu
 
 
 def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any]:
@@ -117,9 +128,15 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
             # a second trial of a scene must decide as the first: no memories carried over
             height_rule="failures",
         )
-        t, spent, calls = asyncio.run(
+        watched = {"sim": rig.daemon.proc.pid}
+        if rec is not None:
+            watched["recorder"] = rec.proc.pid
+        cpu0 = {k: _cpu_s(pid) for k, pid in watched.items()}
+        t, spent, calls, runtime_cpu = asyncio.run(
             _trial(load_settings(RuntimeSettings, overrides=overrides), seed, on)
         )
+        cpu = {k: round(_cpu_s(pid) - cpu0[k], 2) for k, pid in watched.items()}
+        cpu["runtime"] = round(runtime_cpu, 2)
     finally:
         if reader is not None:
             reader.kill()
@@ -132,6 +149,7 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
         "trial": t,
         "observer_calls_s": spent,
         "observer_calls": calls,
+        "cpu_s": cpu,
         "side": {
             "status": t.recording.status,
             "frames": t.recording.frames,
@@ -168,6 +186,8 @@ def _pairs(tmp: Path, fk: Path, n: int, burners: int) -> list[dict[str, Any]]:
                 "difference": diff,
                 "status": f"{ta.status}/{tb.status}",
                 "observer_calls": a["observer_calls"],
+                "cpu_s_on": a["cpu_s"],
+                "cpu_s_off": b["cpu_s"],
                 "observer_calls_pct_of_trial": round(
                     100 * a["observer_calls_s"] / ta.duration_s, 3
                 ),
@@ -179,7 +199,12 @@ def _pairs(tmp: Path, fk: Path, n: int, burners: int) -> list[dict[str, Any]]:
                 f"   {label} pair {i} seed {seed}: on {ta.duration_s:.3f} s, off {tb.duration_s:.3f} s"
                 f" ({p['diff_pct']:+.2f} %), decisions {'same' if not diff else 'DIFFER: ' + diff}, "
                 f"side {a['side']['status']} {a['side']['frames']} frames, top "
-                f"{a['top'].get('status')} {a['top'].get('frames')} frames",
+                f"{a['top'].get('status')} {a['top'].get('frames')} frames; CPU s on "
+                f"{a['cpu_s']} off {b['cpu_s']}; stages "
+                + ", ".join(
+                    f"{k} {v:+.2f}"
+                    for k, v in sorted(stages.items(), key=lambda kv: -abs(kv[1]))[:3]
+                ),
                 flush=True,
             )
     return out
