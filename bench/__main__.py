@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: a CPU-bound process: a pure-Python busy loop, like a browser tab or a viewer at full tilt;
 #: it ends by itself once the bench that started it is gone (killed before its cleanup ran)
 BURNER = (
-    "import os\n"
-    "parent, n = os.getppid(), 0\n"
+    "import os, sys\n"
+    "parent, n = int(sys.argv[1]), 0\n"
     "while n != -1:\n"
     "    n += 1\n"
     "    if n % 5_000_000 == 0 and os.getppid() != parent:\n"
@@ -50,7 +50,13 @@ def cpu_burners(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
     """``n`` busy-loop processes for the duration of the block; always stopped after it."""
     # each in a session of its own, as programs beside the rig are (a browser, a viewer)
     procs = [
-        subprocess.Popen([sys.executable, "-c", BURNER], start_new_session=True) for _ in range(n)
+        subprocess.Popen(
+            [sys.executable, "-c", BURNER, str(os.getpid())],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # holds no pipe of the caller's open
+        )
+        for _ in range(n)
     ]
     try:
         yield procs
@@ -99,6 +105,16 @@ def bench_names() -> list[str]:
         for m in pkgutil.iter_modules(bench.__path__)
         if m.name.startswith("bench_")
     )
+
+
+def full_run_names() -> list[str]:
+    """The benches a full run (no names given) runs: all but those whose module says
+    ``IN_FULL_RUN = False`` (run by name only; their figure is another bench's too)."""
+    return [
+        n
+        for n in bench_names()
+        if getattr(importlib.import_module(f"bench.bench_{n}"), "IN_FULL_RUN", True)
+    ]
 
 
 def run_one(name: str, quick: bool, burners: int, meta: dict[str, Any], results: Path) -> bool:
@@ -164,15 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     meta = run_meta(argv)
     plan: list[tuple[str, int]]
+    chosen = args.names or full_run_names()
     if args.under_load is not None:  # an explicit run: these benches, beside N burners
-        plan = [(name, args.under_load) for name in args.names or names]
+        plan = [(name, args.under_load) for name in chosen]
     else:
-        plan = [(name, 0) for name in args.names or names]
+        plan = [(name, 0) for name in chosen]
         if not args.names and not args.no_under_load:  # the full run's second pass
             burners = os.cpu_count() or 2
             plan += [
                 (name, burners)
-                for name in names
+                for name in chosen
                 if getattr(importlib.import_module(f"bench.bench_{name}"), "UNDER_LOAD", False)
             ]
     meta["_under_load_pass"] = any(burners for _, burners in plan)

@@ -17,8 +17,11 @@ the bench fails otherwise), what the observers recorded (side frames and drops, 
 and the time the runtime spent inside its observer calls. The figure is the median pair
 difference (target < 1 % in both conditions).
 
-Time scale 4: at 20x a trial is CPU-bound on 2 cores and measures the machine; at 4x it
-waits on the arm as on the rig and a condition's 8 pairs take about 5 minutes.
+Real time (time scale 1, the rig's): at 4x the arm's motions take a quarter of the time but
+the cameras' frame intervals and the recorder's encoding do not, so a frame that arrives
+late under contention weighs four times as much in the trial's time, and the runtime's work
+is packed into fewer seconds (at 4x the same pairs differed by +2 to +7 % with two burners;
+docs/observer.md). A condition's 8 pairs take about 14 minutes.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from mecharm_tools.simrig import start_recorder, start_sim_daemon
 
 __all__ = ["rows", "run"]
 
-SCALE = 4.0
+SCALE = 1.0
 SEED0 = 500
 PAIRS = 8
 BURNERS = 2
@@ -115,8 +118,10 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
         udp = None
         if on and "recorder" in OBSERVERS:
             rec, udp = start_recorder(logs, root, rig.side_url, key_file=tmp / "recorder.key")
-        else:
-            reader = subprocess.Popen([sys.executable, "-c", _READER, rig.side_url])
+        else:  # the side camera runs whether or not the recorder records it
+            reader = subprocess.Popen(  # a program of its own, as a viewer is
+                [sys.executable, "-c", _READER, rig.side_url], start_new_session=True
+            )
         overrides = rig.runtime_overrides(
             root,
             SCALE,

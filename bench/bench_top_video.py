@@ -47,6 +47,9 @@ from mecharm_tools.simrig import start_sim_daemon
 
 SCALE = 1.0
 SEED0 = 700
+#: run by name only (``python -m bench top_video``): bench_observer's pairs have the top
+#: video on with every other observer, and ``--only top_video`` alone
+IN_FULL_RUN = False
 
 
 def _settings(root: Path, daemon_port: int, top_url: str, top_video: bool) -> RuntimeSettings:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import Row
-from bench.__main__ import RESULTS, bench_names
+from bench.__main__ import RESULTS, full_run_names
 
 REPO = Path(__file__).resolve().parents[1]
 NOTES = Path(__file__).resolve().parent / "benchmarks_notes.md"
@@ -172,8 +172,8 @@ def render(modules: Mapping[str, object], results: Mapping[str, dict[str, Any]],
 
 
 def bench_modules() -> dict[str, object]:
-    """Every bench module of the package, imported."""
-    return {n: importlib.import_module(f"bench.bench_{n}") for n in bench_names()}
+    """Every bench module a full run runs, imported."""
+    return {n: importlib.import_module(f"bench.bench_{n}") for n in full_run_names()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,13 @@ FAKE_BROKEN = """
 def run(quick=False):
     raise ValueError("the arm went away")
 """
+FAKE_BY_NAME = """
+IN_FULL_RUN = False
+
+
+def run(quick=False):
+    return {"figure": 3}
+"""
 
 
 @pytest.fixture
@@ -77,7 +85,13 @@ def fake_benches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[di
     """``bench`` sees only three fake modules; burners are recorded, not started."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    for name, src in (("fast", FAKE_FAST), ("quietonly", FAKE_QUIET_ONLY), ("broken", FAKE_BROKEN)):
+    fakes = (
+        ("fast", FAKE_FAST),
+        ("quietonly", FAKE_QUIET_ONLY),
+        ("broken", FAKE_BROKEN),
+        ("byname", FAKE_BY_NAME),
+    )
+    for name, src in fakes:
         (pkg / f"bench_{name}.py").write_text(src)
         sys.modules.pop(f"bench.bench_{name}", None)
     monkeypatch.setattr(bench, "__path__", [str(pkg)])
@@ -90,7 +104,7 @@ def fake_benches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[di
 
     monkeypatch.setattr(bench_main, "cpu_burners", burners)
     yield {"results": tmp_path / "results", "burners": seen}
-    for name in ("fast", "quietonly", "broken"):
+    for name, _src in fakes:
         sys.modules.pop(f"bench.bench_{name}", None)
 
 
@@ -105,6 +119,7 @@ def test_a_full_run_is_quiet_then_under_load_for_the_under_load_benches(
     rc = bench_main.main(["--results", str(results)])
     assert rc == 1  # one bench failed: the run says so
     got = _read(results)
+    # byname says IN_FULL_RUN = False: only when named
     assert sorted(got) == ["broken", "fast", "fast.under_load", "quietonly"]
     n = os.cpu_count() or 2
     assert fake_benches["burners"] == [0, 0, 0, n]  # quiet pass, then the one UNDER_LOAD bench
@@ -144,3 +159,35 @@ def test_named_benches_run_quiet_only_and_under_load_explicitly(
     assert sorted(got) == ["fast", "quietonly.under_load"]
     assert got["quietonly.under_load"]["_cpu_burners"] == 3
     assert fake_benches["burners"] == [0, 3]
+    assert bench_main.main(["byname", "--results", str(results)]) == 0
+    assert _read(results)["byname"]["figure"] == 3
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's exit is reaped by init, later)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_burner_ends_by_itself_when_its_bench_dies_without_cleaning_up() -> None:
+    """Burners live in sessions of their own (programs beside the rig), so no signal to the
+    bench's group reaches them: they watch their parent instead."""
+    code = (
+        "import os\n"
+        "from bench.__main__ import cpu_burners\n"
+        "with cpu_burners(1) as procs:\n"
+        "    print(procs[0].pid, flush=True)\n"
+        "    os._exit(0)  # killed: the block's cleanup never runs\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO, timeout=120
+    )
+    pid = int(out.stdout.split()[0])
+    for _ in range(1200):  # bounded: it checks its parent every few million iterations
+        if not _running(pid):
+            break
+        time.sleep(0.05)
+    assert not _running(pid), f"burner {pid} outlived its bench"

@@ -69,6 +69,13 @@ def root(tmp_path: Path) -> Path:
     return r
 
 
+def test_the_simulated_rig_runs_in_a_session_of_its_own(sim_rig: SimRig) -> None:
+    """It stands in for the Pi and the devices: with the kernel's group scheduling a session
+    of its own gets its own CPU share, as they have cores of their own (docs/observer.md)."""
+    pid = sim_rig.daemon.proc.pid
+    assert os.getsid(pid) == pid != os.getsid(0)
+
+
 # ---------------------------------------------------------------- the time scale
 
 
