@@ -10,9 +10,11 @@ reads them back).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 
@@ -40,3 +42,12 @@ def median_ms(fn: Callable[[], Any], n: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1000.0
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a process (all its threads) from /proc; NaN where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import Row
+from bench import Row, process_cpu_s
 from bench.__main__ import cpu_burners
 from bench.bench_top_video import same_decisions
 from mecharm_common.config import load_settings
@@ -84,15 +84,6 @@ class TimedLink(RecorderLink):
         self.calls += 1
 
 
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process (all its threads) from /proc; NaN where there is none."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _trial(
     settings: RuntimeSettings, seed: int, timed: bool
 ) -> tuple[TrialSummary, float, int]:
@@ -136,11 +127,11 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
         watched = {"sim": rig.daemon.proc.pid}
         if rec is not None:
             watched["recorder"] = rec.proc.pid
-        cpu0 = {k: _cpu_s(pid) for k, pid in watched.items()}
+        cpu0 = {k: process_cpu_s(pid) for k, pid in watched.items()}
         t, spent, calls, runtime_cpu = asyncio.run(
             _trial(load_settings(RuntimeSettings, overrides=overrides), seed, on)
         )
-        cpu = {k: round(_cpu_s(pid) - cpu0[k], 2) for k, pid in watched.items()}
+        cpu = {k: round(process_cpu_s(pid) - cpu0[k], 2) for k, pid in watched.items()}
         cpu["runtime"] = round(runtime_cpu, 2)
     finally:
         if reader is not None:

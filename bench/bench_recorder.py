@@ -29,7 +29,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from bench import Row
+from bench import Row, process_cpu_s
 from mecharm_cameras import SyntheticCamera
 from mecharm_common.layout import VIDEO, DataRoot
 from recorder.config import VideoSettings
@@ -48,15 +48,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all threads) from /proc; NaN where there is no /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -183,9 +174,9 @@ def run(quick: bool = False) -> dict[str, Any]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("recorder did not start")
             # baseline: idle (camera running, no trial)
-            c0, t0 = _cpu_seconds(proc.pid), time.monotonic()
+            c0, t0 = process_cpu_s(proc.pid), time.monotonic()
             time.sleep(idle_s)
-            idle_cpu = (_cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+            idle_cpu = (process_cpu_s(proc.pid) - c0) / (time.monotonic() - t0)
 
             # recording with frame requests every 250 ms and measured events at 50 Hz
             latencies: list[float] = []
@@ -204,13 +195,13 @@ def run(quick: bool = False) -> dict[str, Any]:
             s.notify(TrialStart(run_stem="bench_record"))
             time.sleep(0.2)
             th = threading.Thread(target=requester, daemon=True)
-            c0, t0 = _cpu_seconds(proc.pid), time.monotonic()
+            c0, t0 = process_cpu_s(proc.pid), time.monotonic()
             th.start()
             end = t0 + record_s
             while time.monotonic() < end:
                 s.notify(Measured(angles=[0, 10, -20, 0, -45, -30]))
                 time.sleep(0.02)
-            rec_cpu = (_cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+            rec_cpu = (process_cpu_s(proc.pid) - c0) / (time.monotonic() - t0)
             stop.set()
             th.join()
             s.notify(TrialEnd(run_stem="bench_record"))

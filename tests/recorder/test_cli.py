@@ -29,7 +29,10 @@ def _free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+def _start(
+    tmp_path: Path, port: int, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """The recorder as a program starts it (stdin not a terminal)."""
     (tmp_path / "data").mkdir(exist_ok=True)
     with open(tmp_path / "recorder.log", "wb") as log:  # the child keeps its own copy of the fd
         return subprocess.Popen(
@@ -48,8 +51,10 @@ def _start(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
                 *extra,
             ],
             cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,
+            env=env,
         )
 
 
@@ -170,29 +175,8 @@ def test_started_by_a_program_it_takes_a_session_of_its_own(tmp_path, own):
     """Its own session is its own autogroup: busy processes of the starter's session do not
     queue in front of a frame_request (docs/recorder.md, "Under CPU contention")."""
     port = _free_udp_port()
-    (tmp_path / "data").mkdir()
     env = {**os.environ, "MECHARM_RECORDER_OWN_SESSION": "true" if own else "false"}
-    with open(tmp_path / "recorder.log", "wb") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "recorder",
-                "--data-root",
-                "data",
-                "--udp-port",
-                str(port),
-                "--camera",
-                CAMERA,
-                "--status-interval",
-                "0",
-            ],
-            cwd=tmp_path,
-            stdin=subprocess.DEVNULL,  # a program, not a terminal
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            env=env,
-        )
+    proc = _start(tmp_path, port, env=env)
     try:
         s = RecorderSender(port=port)
         _wait_ready(s, proc)
