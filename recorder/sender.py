@@ -6,8 +6,8 @@ swallows every failure — recorder absent, socket buffer full, bad event. It
 costs a few microseconds. With ``background=True`` (the runtime's) ``notify`` only queues
 the event and a thread of the sender's own sends it: a ``sendto`` releases the GIL, and the
 caller must then win it back from whichever thread took it meanwhile, which on a busy
-machine costs the asyncio loop milliseconds per event (docs/observer.md, "Events off the
-loop"). ``request_frame`` maps every failure to a reply
+machine costs the asyncio loop milliseconds per event (docs/observer.md, "What costs a
+trial time"). ``request_frame`` maps every failure to a reply
 reason and never raises; ``request_frame_async`` does the same without blocking
 an asyncio loop. Each request uses its own ephemeral reply socket, so a late
 reply to an earlier request can never be taken for the current one.
