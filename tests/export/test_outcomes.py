@@ -194,14 +194,21 @@ def test_unreadable_runlog_falls_back_to_the_rig_setting(
     ]
 
 
-def test_dataset_of_manifest_format_1_is_refused_with_what_to_do(
+def _exported_manifest(
     recs: Any, data_root: Path, tmp_path: Path
-) -> None:
+) -> tuple[Path, Path, dict[str, Any]]:
+    """The mixed root exported: the dataset, its manifest's path and the manifest as read."""
     _mixed_root(recs, data_root)
     out = tmp_path / "ds"
     export_lerobot(data_root, out, SETTINGS)
     manifest_path = out / L.MANIFEST_PATH
-    manifest = json.loads(manifest_path.read_text())
+    return out, manifest_path, json.loads(manifest_path.read_text())
+
+
+def test_dataset_of_manifest_format_1_is_refused_with_what_to_do(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    out, manifest_path, manifest = _exported_manifest(recs, data_root, tmp_path)
     manifest["format"] = 1  # as the export before issue 15 wrote it
     for e in manifest["episodes"]:
         for k in ("rig_id", "pick_verdict", "place_verdict", "judge", "success"):
@@ -243,11 +250,7 @@ def test_cli_rig_id_flag_and_report(
 def test_damaged_manifest_is_a_clear_error_not_a_key_error(
     recs: Any, data_root: Path, tmp_path: Path, damage: Any, fault: str
 ) -> None:
-    _mixed_root(recs, data_root)
-    out = tmp_path / "ds"
-    export_lerobot(data_root, out, SETTINGS)
-    manifest_path = out / L.MANIFEST_PATH
-    manifest = json.loads(manifest_path.read_text())
+    out, manifest_path, manifest = _exported_manifest(recs, data_root, tmp_path)
     changed = damage(manifest)
     manifest_path.write_text(json.dumps(changed if isinstance(changed, dict) else manifest))
     before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
