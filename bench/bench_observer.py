@@ -290,8 +290,23 @@ def rows(result: dict[str, Any]) -> list[Row]:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.bench_observer [--quick] [--quiet|--loaded] [--only OBSERVER]``."""
+    import argparse
+
+    global OBSERVERS
+    p = argparse.ArgumentParser(prog="python -m bench.bench_observer")
+    p.add_argument("--quick", action="store_true", help="2 pairs per condition")
+    p.add_argument("--quiet", action="store_true", help="only the quiet pairs")
+    p.add_argument("--loaded", action="store_true", help="only the pairs beside the burners")
+    p.add_argument("--only", choices=OBSERVERS, help="turn on this observer alone")
+    args = p.parse_args(argv)
+    if args.only:
+        OBSERVERS = (args.only,)
+    conds = tuple(c for c in ("quiet", "loaded") if getattr(args, c)) or ("quiet", "loaded")
+    print(json.dumps(run(quick=args.quick, conditions=conds), indent=2, default=str))
+    return 0
+
+
 if __name__ == "__main__":
-    if "--only" in sys.argv:
-        OBSERVERS = (sys.argv[sys.argv.index("--only") + 1],)
-    conds = tuple(c for c in ("quiet", "loaded") if f"--{c}" in sys.argv) or ("quiet", "loaded")
-    print(json.dumps(run(quick="--quick" in sys.argv, conditions=conds), indent=2, default=str))
+    sys.exit(main())

@@ -191,3 +191,18 @@ def test_a_burner_ends_by_itself_when_its_bench_dies_without_cleaning_up() -> No
             break
         time.sleep(0.05)
     assert not _running(pid), f"burner {pid} outlived its bench"
+
+
+def test_the_observer_bench_refuses_an_unknown_observer_before_running_anything() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_observer", "--only", "camera"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "invalid choice: 'camera'" in proc.stderr and "recorder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_observer", "--only"],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "expected one argument" in proc.stderr
