@@ -63,6 +63,10 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "pick_height_retry": False,
     # no frozen-feed check: repeated top-camera frames were used as live (docs/perception.md)
     "camera_frozen_frames": 0,
+    # a refused release was final: no re-aim, the block held in the hover, the session over
+    # (docs/release.md)
+    "release_reaim_max": 0,
+    "release_refused": "hold",
 }
 
 
@@ -276,9 +280,18 @@ class RuntimeSettings(RigSettings):
     release_check: bool = True
     #: how far (mm) the held block's farthest corner must lie inside the box's inner footprint
     release_margin_mm: float = Field(3.0, ge=0)
-    #: a side frame that does not show the block above the box refuses the release (off: the
-    #: side camera is not a view of the workcell, e.g. a synthetic test source)
-    release_side_check: bool = True
+    #: a side frame that does not show the block above the box refuses the release. Off (the
+    #: default): the side view is advisory, traced and shown, as the reference rig kept it: a
+    #: side view cannot tell a block inside the box below the rim from one in front of it
+    #: (docs/release.md, "What each camera can see")
+    release_side_check: bool = False
+    #: a release not confirmed is re-aimed at the box as found again (servo steps within the
+    #: place's bounds) and looked at again, at most this many times (docs/release.md)
+    release_reaim_max: int = Field(2, ge=0, le=5)
+    #: after a refused release (not released anyway): put_back carries the block back to where
+    #: it was picked, opens there and goes HOME, so an unattended session goes on; hold stays
+    #: in the hover holding it, and the session stops (docs/release.md)
+    release_refused: Literal["put_back", "hold"] = "put_back"
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0

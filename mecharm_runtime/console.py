@@ -194,7 +194,12 @@ class RuntimeConsole:
         if outcome == "holding":  # the exit path kept the block: the statement says what to do
             if self.stage != "abort":
                 self.stage_start("abort")
-            self.line("  abort                  BLOCK STILL IN THE GRIPPER (what to do: below)")
+            said = (
+                "BLOCK NOT SEEN IN THE GRIPPER, believed held"
+                if reason.startswith("BLOCK NOT SEEN")
+                else "BLOCK STILL IN THE GRIPPER"
+            )
+            self.line(f"  abort                  {said} (what to do: below)")
             return
         took = time.monotonic() - self.stage_t0 if self.stage == stage else None
         if took is not None and outcome == "ok":
@@ -247,7 +252,12 @@ class RuntimeConsole:
             text = text.replace(f" ({summary.reason})", " (reason above)", 1)
         self.line(text, style="bold" if summary.status == "completed" else "bold red")
         if summary.status != "completed":
-            self.last_known_state(summary.reason, summary.block_held, arm_alive)
+            self.last_known_state(
+                summary.reason,
+                summary.block_held,
+                arm_alive,
+                evidence=getattr(summary, "held_evidence", ""),
+            )
             self._told_state_for = summary.run_stem
         else:
             self._told_state_for = None
@@ -267,10 +277,13 @@ class RuntimeConsole:
         self.last_known_state(stopped_by, holding, arm_alive="daemon unavailable" not in stopped_by)
 
     # ------------------------------------------------------------------ the statement
-    def last_known_state(self, why: str, holding: bool, arm_alive: bool = True) -> None:
+    def last_known_state(
+        self, why: str, holding: bool, arm_alive: bool = True, evidence: str = ""
+    ) -> None:
         """Where the arm is, its pose, the gripper, the block, and what the operator does next.
 
-        ``why``: the stop's reason (told in full above; here only its kind)."""
+        ``why``: the stop's reason (told in full above; here only its kind). ``evidence``: with
+        ``holding``, what the top camera saw at the tip (seen, not_seen, unknown)."""
         lost = not arm_alive or "daemon connection lost" in why or "daemon unavailable" in why
         forced = why.startswith("forced stop")
         storage = why.startswith("storage")
@@ -314,7 +327,11 @@ class RuntimeConsole:
         self.line(f"ARM STATE after the stop ({kind}):", style="bold red")
         self.line(f"  where:    {where}")
         self.line(f"  pose:     {pose}")
-        held = "HOLDING THE BLOCK" if holding else "not holding the block"
+        held = "not holding the block"
+        if holding and evidence == "not_seen":
+            held = "BLOCK NOT SEEN AT THE TIP by the top camera (believed held: look at the jaws)"
+        elif holding:
+            held = "HOLDING THE BLOCK" + (" (seen at the tip)" if evidence == "seen" else "")
         self.line(f"  gripper:  {self.arm.gripper}; {held}")
         self.line(f"  to do:    {todo}", style="bold")
 

@@ -13,6 +13,7 @@ verdicts) from the commanded pose, because in a dry run the arm never moves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import os
@@ -43,6 +44,7 @@ from mecharm_runtime.perception import (
     detect_scene,
     estimate_homography,
     locate_block,
+    refind_box,
 )
 from mecharm_runtime.perception.judge import inside_margin_mm
 from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, stage_jpegs, warm_up
@@ -420,42 +422,62 @@ class CameraEyes:
             return ReleaseView(0, 0, side=side, side_reason=side_reason)
         cap = await self.grab(self.release_frames, tag)
         top = self.config.block_size_m + lift_m  # the held block's top face (see locate_block)
-        box = (
+        detected = (
             self.scene.box
             if self.scene is not None
             else BoxDetection(box_xz[0], box_xz[1], 0.0, 0.0, "fallback")
         )
+        # the box as it is now, not as detect left it: the arm may have pushed it
+        # (docs/release.md, "The box at the release")
+        box, refound = await to_thread(refind_box, cap.frames, self.H, detected, self.config)
+        if not refound:  # where the runtime aims now (detect's, or an earlier re-find's)
+            box = dataclasses.replace(box, x=box_xz[0], z=box_xz[1])
+        moved_mm = round(math.hypot(box.x - detected.x, box.z - detected.z) * 1000.0, 2)
+        here = (box.x, box.z)
+        # what is known before the block is looked for: the box now, the side view
+        base = ReleaseView(
+            0,
+            len(cap.frames),
+            side=side,
+            side_reason=side_reason,
+            box_xz=here,
+            box_method=box.method if refound else "detect",
+            box_moved_mm=moved_mm,
+            box_refound=refound,
+        )
         # only a block within release_near_m of the box can be the one held above it (a
         # block dropped on the mat elsewhere is not "seen above the box")
-        each = [locate_block(f, self.H, top, box_xz, self.config) for f in cap.frames]
+        each = [locate_block(f, self.H, top, here, self.config) for f in cap.frames]
         found = [
             b
             for b in each
-            if b is not None and math.hypot(b.x - box_xz[0], b.z - box_xz[1]) <= self.release_near_m
+            if b is not None and math.hypot(b.x - here[0], b.z - here[1]) <= self.release_near_m
         ]
-        marks = StageMarks(cap.tag, cap.wall_ts, self.H, block=each[0], box=box, target_xz=box_xz)
+        marks = StageMarks(cap.tag, cap.wall_ts, self.H, block=each[0], box=box, target_xz=here)
         side_line = f"side camera: {side} ({side_reason})"
+        box_line = (
+            f"box found again ({box.method}), {moved_mm:.0f} mm from where detect saw it"
+            if refound
+            else "box not found again: detect's position used"
+        )
         if not found:
-            marks.lines = [f"held block not seen above the box in {len(each)} frames", side_line]
+            marks.lines = [f"held block not seen above the box in {len(each)} frames", box_line,
+                           side_line]  # fmt: skip
             marks.warn = True
-            path = await self.save(cap, marks)
-            return ReleaseView(0, len(cap.frames), side=side, side_reason=side_reason, capture=path)
+            return dataclasses.replace(base, capture=await self.save(cap, marks))
         x = float(np.median([b.x for b in found]))
         z = float(np.median([b.z for b in found]))
         margin = float(np.median([inside_margin_mm(b, box, self.config) for b in found]))
-        dist = round(math.hypot(x - box_xz[0], z - box_xz[1]) * 1000.0, 2)
+        dist = round(math.hypot(x - here[0], z - here[1]) * 1000.0, 2)
         marks.lines = [f"held block seen in {len(found)}/{len(each)} frames, {dist:.1f} mm from the "
-                       f"box centre, {margin:.1f} mm inside the opening", side_line]  # fmt: skip
-        path = await self.save(cap, marks)
-        return ReleaseView(
-            len(found),
-            len(cap.frames),
-            (x, z),
-            dist,
-            round(margin, 2),
-            side,
-            side_reason,
-            path,
+                       f"box centre, {margin:.1f} mm inside the opening", box_line, side_line]  # fmt: skip
+        return dataclasses.replace(
+            base,
+            top_seen=len(found),
+            block_xz=(x, z),
+            dist_mm=dist,
+            margin_mm=round(margin, 2),
+            capture=await self.save(cap, marks),
         )
 
     async def ask_release(self, why: str, tag: str) -> VerdictObservation:

@@ -52,6 +52,7 @@ from mecharm_runtime.motion import (
 )
 from mecharm_runtime.pathcheck import Workspace, check_path
 from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
+from mecharm_runtime.perception.judge import BOX_MOVED_MM
 from mecharm_runtime.ports import (
     ArmPort,
     Clock,
@@ -166,6 +167,9 @@ class TrialState:
     pick_path: list[tuple[float, ...]] = field(default_factory=list)
     pick_approach: tuple[float, ...] | None = None
     pick_hover: bool = False  # pick_approach is the hover above the block, not the arc's pose
+    #: where the lift ended and the pick was judged, holding the block (approach_place leaves
+    #: from here; a put-back comes back through it)
+    lifted_at: tuple[float, ...] | None = None
     #: poses commanded in the box, in order (place descent, servo and depth steps): the way back up
     place_path: list[tuple[float, ...]] = field(default_factory=list)
     pick_pose: tuple[float, ...] | None = None
@@ -185,6 +189,13 @@ class TrialState:
     release_confirmed: bool = False
     #: the arm holds the block in the hover above the place (the release was refused)
     hovering: bool = False
+    #: why the release was refused ("" : not refused, or released anyway)
+    release_refused: str = ""
+    #: the exit path put the refused block back on the mat (docs/release.md)
+    put_back: bool = False
+    #: at a stop believing the block held: what the top camera saw at the tip (seen,
+    #: not_seen, unknown; "" : not looked)
+    held_evidence: str = ""
     place_verdict: VerdictObservation | None = None
     holding: bool = False
     fresh_mode_on: bool = False
@@ -738,6 +749,7 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
         judged_at = tuple(arc.angles)
         await ctx.move(judged_at, s.tol_approach, "lift: to the approach arc", lookup_ok=True)
     st.pick_attempts += 1
+    st.lifted_at = tuple(judged_at)
     lift_ee_y = float(fk_tip(judged_at)[1])
     await ctx.at_rest("pick judgement")
     v = await ctx.eyes.judge_pick(lift_ee_y, f"lift_judge_attempt{st.pick_attempts}")
@@ -1006,6 +1018,7 @@ class _HeldBlockWatch:
         info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
         if block_mm < tip_mm / 3.0:
             self.ctx.trace.decision("held_block_lost", info)
+            _learn_failed_place(self.ctx, "lost")
             # the evidence says the jaws are empty: the exit path goes up and HOME as for any
             # stop without a block, instead of announcing a block held in the hover
             self.ctx.state.holding = False
@@ -1018,26 +1031,48 @@ class _HeldBlockWatch:
 
 async def servo_place(ctx: TrialContext) -> Outcome:
     """Visual servo on j0, then depth steps that stop at the first lookup/guard failure."""
-    s, st = ctx.settings, ctx.state
+    st = ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_pose is not None
-    box_x, box_z = st.scene.box_xz
+    await _servo_to(ctx, st.scene.box_xz, "servo_place", _HeldBlockWatch(ctx))
+    await _side_frame(ctx, "servo_place_side")
+    return Outcome.OK
+
+
+async def _side_frame(ctx: TrialContext, tag: str) -> None:
+    """The side judgement's frame, from the recorder (any failure = no side image); the request
+    runs inside the stage's cancel scope, so leaving the stage cancels it."""
+    path, _cap_ts, _reason = ctx.trace.input("side_frame", await ctx.recorder.side_frame(tag))
+    ctx.state.side_frame = path
+
+
+async def _servo_to(
+    ctx: TrialContext,
+    box_xz: tuple[float, float],
+    tag: str,
+    seen: _HeldBlockWatch,
+    tol_scale: float = 1.0,
+) -> None:
+    """Steer the held block over ``box_xz`` from ``place_pose``: j0 steps from the camera's x
+    error, then depth steps from its z error, each a guarded, bounded, path-checked move; the
+    first step that fails a check ends the servo at the last pose that passed (servo_place,
+    and each re-aim of a release not confirmed with ``tol_scale`` < 1)."""
+    s, st = ctx.settings, ctx.state
+    assert st.place_pose is not None
+    box_x, box_z = box_xz
     pose = tuple(st.place_pose)
     height = float(st.place_ee_y if st.place_ee_y is not None else fk_tip(pose)[1])
     assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
     servo: list[dict[str, Any]] = []
     converged = False
-    seen = _HeldBlockWatch(ctx)
     for it in range(1, s.servo_max_iter + 1):
         await ctx.at_rest(f"servo {it}")
-        pos = await ctx.eyes.locate_block(
-            height - st.pick_ee_y, (box_x, box_z), f"servo_place_servo{it}"
-        )
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"{tag}_servo{it}")
         if pos is None:
             servo.append({"iter": it, "block_xz": None, "action": "stop: block not visible"})
             break
         seen.check(pos, pose, f"servo {it}")
         diff_mm = (pos[0] - box_x) * 1000.0
-        if abs(diff_mm) <= s.servo_tol_mm:
+        if abs(diff_mm) <= s.servo_tol_mm * tol_scale:
             converged = True
             servo.append(
                 {"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "action": "converged"}
@@ -1073,15 +1108,13 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     lo, hi, _dee = _place_band(ctx)
     for k in range(1, s.depth_steps + 1):
         await ctx.at_rest(f"depth step {k}")
-        pos = await ctx.eyes.locate_block(
-            height - st.pick_ee_y, (box_x, box_z), f"servo_place_depth{k}"
-        )
+        pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"{tag}_depth{k}")
         if pos is None:
             servo.append({"depth_step": k, "action": "stop: block not visible"})
             break
         seen.check(pos, pose, f"depth step {k}")
         dz_mm = (pos[1] - box_z) * 1000.0
-        if abs(dz_mm) <= s.depth_tol_mm:
+        if abs(dz_mm) <= s.depth_tol_mm * tol_scale:
             servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "within tolerance"})
             break
         tip = fk_tip(pose)
@@ -1124,26 +1157,22 @@ async def servo_place(ctx: TrialContext) -> Outcome:
         pose = verdict.angles
         st.place_path.append(pose)
         height = float(res.selected_ee_y if res.selected_ee_y is not None else height)
+        st.place_ee_y = height
         servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})
     st.place_pose = pose
     for e in servo:
         ctx.trace.log("servo", e)
-    # the side judgement's frame, from the recorder (any failure = no side image); the request
-    # runs inside this stage's cancel scope, so leaving the stage cancels it
-    path, _cap_ts, _reason = ctx.trace.input(
-        "side_frame", await ctx.recorder.side_frame("servo_place_side")
-    )
-    st.side_frame = path
-    return Outcome.OK
 
 
 async def release(ctx: TrialContext) -> Outcome:
-    """Open the gripper over the box, but never blind (docs/stages.md, "release").
+    """Open the gripper over the box, but never blind (docs/release.md).
 
-    With ``release_check`` the block must first be seen above the box's opening; when it
-    is not, the arm lifts to the place approach pose holding the block and the operator
-    decides (``ask_release``: with ``--confirm`` a terminal prompt, else no): release
-    anyway (back down, then open) or abort holding in that hover.
+    With ``release_check`` the block must first be seen inside the opening of the box as
+    the top camera finds it now; when it is not, the block is re-aimed at that box at most
+    ``release_reaim_max`` times; still not confirmed, the arm lifts to the place approach
+    pose holding the block and the operator decides (``ask_release``: with ``--confirm`` a
+    terminal prompt, else no): release anyway (back down, then open) or not (the trial
+    stops; the exit path puts the block back or holds it, by ``release_refused``).
     """
     s, st = ctx.settings, ctx.state
     if s.release_check:
@@ -1157,8 +1186,9 @@ async def release(ctx: TrialContext) -> Outcome:
 
 def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
     """(confirmed, what was seen): the top camera must see the block in most frames with its
-    farthest corner ``release_margin_mm`` inside the opening; a side frame, when there is
-    one, must show it above the box."""
+    farthest corner ``release_margin_mm`` inside the opening of the box as found in the same
+    frames; the side view vetoes only with ``release_side_check`` (docs/release.md, "What each
+    camera can see")."""
     if v.top_frames == 0:
         top, top_ok = "no top-camera frames (no mat homography)", False
     elif 2 * v.top_seen <= v.top_frames or v.margin_mm is None:
@@ -1172,33 +1202,68 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
         )
     else:
         top, top_ok = f"inside the opening by {v.margin_mm:.1f} mm", True
+    if v.box_refound and v.box_moved_mm is not None and v.box_moved_mm > BOX_MOVED_MM:
+        top += f"; the box was found {v.box_moved_mm:.0f} mm from where detect saw it"
+    elif v.top_frames and not v.box_refound and v.box_method:
+        top += "; box not found again (detect's position)"
     side = {"seen": "above the box", "not_seen": "not above the box", "no_frame": "no frame"}[
         v.side
     ]
     if v.side != "seen" and v.side_reason:
         side += f" ({v.side_reason})"
     if not s.release_side_check:
-        side += ", not checked"
+        side += ", advisory"
     ok = top_ok and (v.side != "not_seen" or not s.release_side_check)
     what = "seen above" if ok else "not seen above"
     return ok, f"block {what} the box opening (top: {top}; side: {side})"
 
 
+def _can_reaim(v: ReleaseView) -> bool:
+    """A view worth re-aiming from: the top camera saw the held block near the box (a block
+    not seen at all may have gone; steering it blind is what the release check prevents)."""
+    return v.block_xz is not None and v.margin_mm is not None and 2 * v.top_seen > v.top_frames
+
+
+#: a re-aim servos to a tolerance this much tighter than servo_place's (its 8 mm left the
+#: block outside the margin, or the box moved)
+REAIM_TOL_SCALE = 0.5
+
+
 async def _check_release(ctx: TrialContext) -> None:
-    """Confirm the held block above the opening, or hover holding it and let the operator choose."""
+    """Confirm the held block above the opening, re-aim at the box as found, or hover holding
+    it and let the operator choose (docs/release.md)."""
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.box_xz is not None
     assert st.place_pose is not None and st.place_approach is not None
     assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
-    await ctx.at_rest("release check")
-    lift = float(fk_tip(st.place_pose)[1]) - st.pick_ee_y
-    view = await ctx.eyes.view_release(lift, st.scene.box_xz, st.side_frame, "release_check")
-    st.release_view = view
-    ok, what = _release_verdict(s, view)
-    ctx.trace.decision("release_check", {"confirmed": ok, "why": what, "lift_m": lift})
-    if ok:
-        st.release_confirmed = True
-        return
+    target = st.scene.box_xz
+    seen = _HeldBlockWatch(ctx)
+    for attempt in range(s.release_reaim_max + 1):
+        await ctx.at_rest("release check")
+        lift = float(fk_tip(st.place_pose)[1]) - st.pick_ee_y
+        tag = "release_check" if attempt == 0 else f"release_check_reaim{attempt}"
+        view = await ctx.eyes.view_release(lift, target, st.side_frame, tag)
+        st.release_view = view
+        ok, what = _release_verdict(s, view)
+        entry: dict[str, Any] = {"confirmed": ok, "why": what, "lift_m": lift}
+        if attempt:
+            entry["reaim"] = attempt
+        ctx.trace.decision("release_check", entry)
+        if ok:
+            st.release_confirmed = True
+            return
+        if attempt == s.release_reaim_max or not _can_reaim(view):
+            break
+        if view.box_refound and view.box_xz is not None:
+            target = view.box_xz
+        ctx.trace.decision(
+            "release_reaim",
+            {"attempt": attempt + 1, "box_xz": list(target), "block_xz": view.block_xz},
+        )
+        log.info("release_reaim", attempt=attempt + 1, why=what)
+        await _servo_to(ctx, target, f"release_reaim{attempt + 1}", seen, REAIM_TOL_SCALE)
+        await _side_frame(ctx, f"release_reaim{attempt + 1}_side")
+    st.release_refused = what
     log.warning("release_refused", reason=what)
     await ctx.retrace(
         [*reversed(st.place_path[:-1]), st.place_approach],
@@ -1210,12 +1275,35 @@ async def _check_release(ctx: TrialContext) -> None:
     anyway = ans.verdict == "yes"
     ctx.trace.decision("release_override", {"release": anyway, "answer": ans.reason})
     if not anyway:
+        _learn_failed_place(ctx, "refused")
         raise StageFailed(f"release refused: {what}; {ans.reason}")
+    st.release_refused = ""
     log.warning("release_anyway", reason=what, answer=ans.reason)
     await ctx.retrace(
         st.place_path or [st.place_pose], s.tol_pick_place, "release anyway: back down"
     )
     st.hovering = False
+
+
+def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
+    """A place that did not happen teaches too (docs/release.md, "Every trial teaches"):
+    ``lost`` (the block stopped moving with the tip in the box: it caught on the box) raises
+    the cell's place height one step; ``refused`` counts the cell and keeps its height (what
+    kept the block out was measured in x-z, which the servo and the re-aim act on)."""
+    s, st = ctx.settings, ctx.state
+    if s.height_rule == "failures" or not st.place_key:
+        return
+    view = st.release_view
+    up = ctx.heights.learn_failed(
+        st.place_key,
+        outcome,
+        None if view is None else view.margin_mm,
+        step_mm=s.height_step_mm,
+        max_mm=s.height_max_mm,
+        start_mm=st.place_dee_start_mm,
+    )
+    ctx.trace.decision("height_update", {"key": st.place_key, outcome: True, **up.to_dict()})
+    log.info("height_update", key=st.place_key, outcome=outcome, change=up.change, why=up.why)
 
 
 async def retreat_and_judge(ctx: TrialContext) -> Outcome:

@@ -290,6 +290,34 @@ class HeightMemory(_JsonMemory):
         self.entries[key] = {"dee_y_mm": new, "n": n}
         return HeightUpdate(margin_mm, old_mm, new, n, change, why)
 
+    def learn_failed(
+        self,
+        key: str,
+        outcome: str,
+        margin_mm: float | None,
+        *,
+        step_mm: float,
+        max_mm: float,
+        start_mm: float = 0.0,
+    ) -> HeightUpdate:
+        """A place that did not happen (docs/release.md, "Every trial teaches"): ``lost`` (the
+        held block caught on the box) raises the cell one step, within the same bounds as
+        ``learn``; ``refused`` keeps it and counts the attempt."""
+        old = self.entries.get(key, {"dee_y_mm": start_mm, "n": 0})
+        old_mm = float(old["dee_y_mm"])
+        hi = min(max_mm, HEIGHT_LIMIT_MM[1])
+        if outcome == "lost":
+            new = max(HEIGHT_LIMIT_MM[0], min(hi, old_mm + step_mm))
+            change = "raise" if new > old_mm else "keep"
+            why = "the held block caught on the box: more clearance"
+        else:
+            new = max(HEIGHT_LIMIT_MM[0], min(hi, old_mm))
+            change = "keep"
+            why = "release refused: the block was kept out in x-z, not by its height"
+        n = min(int(old["n"]) + 1, N_LIMIT)
+        self.entries[key] = {"dee_y_mm": new, "n": n}
+        return HeightUpdate(margin_mm, old_mm, new, n, change, why)
+
 
 @dataclass(frozen=True)
 class HeightUpdate:

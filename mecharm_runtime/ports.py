@@ -209,9 +209,12 @@ class ReleaseView:
     Top camera: in how many of ``top_frames`` the red block was found near the box at
     its held height, its median (x, z), distance to the box centre and ``margin_mm``
     (how far its farthest corner lies inside the box's inner footprint; negative:
-    outside). Side camera (the recorder's frame, when there is one): ``side`` is
-    ``seen`` (red block above the white box), ``not_seen``, or ``no_frame`` with
-    ``side_reason`` saying why.
+    outside), all against the box as found again in the same frames (``box_xz``,
+    ``box_method``; ``box_moved_mm`` from where detect saw it; ``box_refound`` False: not
+    found again, detect's box was used). Side camera (the recorder's frame, when there is
+    one): ``side`` is ``seen`` (red block above the white box), ``not_seen``, or
+    ``no_frame`` with ``side_reason`` saying why; what a side view can judge is in
+    docs/release.md.
     """
 
     top_seen: int
@@ -222,6 +225,10 @@ class ReleaseView:
     side: str = "no_frame"  # seen | not_seen | no_frame
     side_reason: str = ""
     capture: str = ""
+    box_xz: tuple[float, float] | None = None
+    box_method: str = ""
+    box_moved_mm: float | None = None
+    box_refound: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +236,8 @@ class ReleaseView:
             "block_xz": list(self.block_xz) if self.block_xz else None,
             "dist_mm": self.dist_mm, "margin_mm": self.margin_mm,
             "side": self.side, "side_reason": self.side_reason, "capture": self.capture,
+            "box_xz": list(self.box_xz) if self.box_xz else None, "box_method": self.box_method,
+            "box_moved_mm": self.box_moved_mm, "box_refound": self.box_refound,
         }  # fmt: skip
 
     @classmethod
@@ -250,7 +259,16 @@ class ReleaseView:
             side,
             str(d.get("side_reason", "")),
             str(d.get("capture", "")),
+            _xz(d.get("box_xz")),
+            str(d.get("box_method", "")),
+            num(d.get("box_moved_mm")),
+            bool(d.get("box_refound", False)),
         )
+
+
+def _xz(v: Any) -> tuple[float, float] | None:
+    """An (x, z) pair from a trace value (None stays None; a view traced before the field)."""
+    return None if v is None else (float(v[0]), float(v[1]))
 
 
 class EyesPort(Protocol):

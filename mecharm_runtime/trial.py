@@ -10,6 +10,7 @@ the run log, derived from the trace.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
+from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
@@ -97,6 +99,8 @@ class TrialSummary:
     records_pending: list[str] = field(default_factory=list)
     #: the trial stopped with the block in the gripper (the arm holds it in the hover)
     block_held: bool = False
+    #: with block_held: what the top camera saw at the tip (seen, not_seen, unknown)
+    held_evidence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -110,8 +114,9 @@ def next_run_stem(data_root: Path, now: float | None = None) -> str:
     return DataRoot(data_root).next_run_stem(now)
 
 
-async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, Any]]:
-    """The one way out of an aborted trial: safe pose when possible, fresh mode off."""
+async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> str:
+    """The one way out of an aborted trial: safe pose when possible, fresh mode off. Returns
+    the trial's reason, with what became of a block the exit path put back."""
     steps: list[dict[str, Any]] = []
     ctx.stage = Stage.ABORT
     ctx.trace.stage = Stage.ABORT.value
@@ -120,9 +125,9 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
     if not rig.arm_alive():
         steps.append({"step": "arm actions skipped", "why": "daemon connection lost"})
         if st.holding and s.release_check:
-            _tell_block_held(ctx, forced=False)
+            await _tell_block_held(ctx, forced=False)
         ctx.trace.decision("exit", steps[-1])
-        return steps
+        return reason
     forced = reason.startswith("forced stop")
 
     async def attempt(name: str, fn: Callable[[], Any]) -> bool:
@@ -147,10 +152,23 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
         and st.pick_pose is not None
         and st.pick_approach is not None
     )
+    # a refused release, unattended: the block goes back where it was picked (docs/release.md)
+    put_back = (
+        holding
+        and bool(st.release_refused)
+        and s.release_refused == "put_back"
+        and st.lifted_at is not None
+        and st.pick_pose is not None
+        and st.pick_approach is not None
+    )
     if forced:
         await attempt("stop", ctx.arm.stop)
     elif put_down:
         await _put_down(ctx, attempt)
+    elif put_back:
+        await _hold_in_hover(ctx, attempt, steps)
+        if st.hovering:
+            await _put_back(ctx, attempt)
     elif holding:
         await _hold_in_hover(ctx, attempt, steps)
     else:
@@ -176,9 +194,40 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> list[dict[str, 
     ):
         st.fresh_mode_on = False
     if holding and st.holding:
-        _tell_block_held(ctx, forced)
+        await _tell_block_held(ctx, forced, attempt)
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
-    return steps
+    return reason + ("; the block was put back on the mat" if st.put_back else "")
+
+
+async def _put_back(
+    ctx: TrialContext, attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]]
+) -> None:
+    """From the hover over the box back to where the block was picked, the way it came (the
+    place approach → the pose the lift ended at → down the pick path), open there, up, HOME.
+    Every move is one the arm already made holding this block, each through the guards; a
+    failed step leaves the arm where it got to, still holding (told below)."""
+    s, st = ctx.settings, ctx.state
+    assert st.lifted_at is not None
+    lifted = st.lifted_at
+    ctx.trace.decision("put_back", {"to": "pick pose", "why": st.release_refused})
+    if not await attempt(
+        "back over the mat",
+        lambda: ctx.move(lifted, s.tol_approach, "put back: over the mat", lookup_ok=True),
+    ):
+        return
+    st.hovering = False
+    if not await attempt("lower to the mat", lambda: lower_to_mat(ctx, "put back")):
+        return
+    if not await attempt("open", lambda: ctx.gripper("open", "put back on the mat")):
+        return
+    st.holding = False
+    st.put_back = True
+    log.warning("block_put_back", why=st.release_refused)
+    if ctx.on_stage is not None:
+        ctx.on_stage(Stage.ABORT.value, "block put back on the mat", "")
+    if not await attempt("up from the mat", lambda: up_from_mat(ctx, "put back: up")):
+        return
+    await attempt("home", lambda: ctx.move(s.home, s.tol_home, "put back: home"))
 
 
 async def _retrace_up(ctx: TrialContext, note: str) -> None:
@@ -245,17 +294,67 @@ async def _hold_in_hover(
     steps.append({"step": "gripper stays closed", "why": "block held; not taken HOME"})
 
 
-def _tell_block_held(ctx: TrialContext, forced: bool) -> None:
-    """Say it on the console and in the log: the operator must take the block out by hand."""
-    where = "in the hover" if ctx.state.hovering else ("stopped" if forced else "where it stopped")
-    msg = (
-        f"BLOCK STILL IN THE GRIPPER: the arm stays {where} with the gripper closed; "
-        "take the block out by hand before the next trial (the next trial opens the gripper "
-        "at HOME)"
-    )
-    log.error("block_held_at_stop", where=where, forced=forced)
+async def _tell_block_held(
+    ctx: TrialContext,
+    forced: bool,
+    attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]] | None = None,
+) -> None:
+    """Say it on the console and in the log, from what the top camera sees at the tip, not
+    only from the runtime's belief (docs/release.md, "Say what was seen"): the block seen in
+    the jaws, not seen there (it may have slipped out), or unknown (no look was possible)."""
+    st = ctx.state
+    where = "in the hover" if st.hovering else ("stopped" if forced else "where it stopped")
+    seen = "unknown"
+    if attempt is not None and not forced:
+        box: list[str] = []
+
+        async def look() -> None:
+            box.append(await _look_at_jaws(ctx))
+
+        if await attempt("look at the jaws", look):
+            seen = box[0]
+    st.held_evidence = seen
+    if seen == "not_seen":
+        msg = (
+            f"BLOCK NOT SEEN IN THE GRIPPER: the arm stays {where} with the gripper closed; the "
+            "runtime last knew it held the block, but the top camera does not see it at the tip "
+            "(it may have slipped into the box or onto the mat); look before the next trial "
+            "(the next trial opens the gripper at HOME)"
+        )
+    else:
+        what = "seen at the tip by the top camera" if seen == "seen" else "not looked at"
+        msg = (
+            f"BLOCK STILL IN THE GRIPPER ({what}): the arm stays {where} with the gripper "
+            "closed; take the block out by hand before the next trial (the next trial opens "
+            "the gripper at HOME)"
+        )
+    log.error("block_held_at_stop", where=where, forced=forced, evidence=seen)
     if ctx.on_stage is not None:
         ctx.on_stage(Stage.ABORT.value, "holding", msg)
+
+
+async def _look_at_jaws(ctx: TrialContext) -> str:
+    """``seen`` / ``not_seen``: the top camera's look for the held block at the tip, where
+    the kinematic model puts it (the same search as the place servo's, traced as an input)."""
+    st = ctx.state
+    pose = ctx.last_commanded or ctx.last_measured
+    if pose is None or st.pick_ee_y is None:
+        return "unknown"
+    await ctx.at_rest("held block check")
+    tip = fk_tip(pose)
+    lift = float(tip[1]) - st.pick_ee_y
+    xz = (float(tip[0]), float(tip[2]))
+    pos = await ctx.eyes.locate_block(lift, xz, "abort_held_check")
+    # a red block elsewhere on the mat is not the one in the jaws
+    near = pos is not None and math.dist(pos, xz) * 1000.0 <= HELD_NEAR_TIP_MM
+    ctx.trace.decision("held_block_check", {"seen": near, "block_xz": pos, "tip_xz": list(xz)})
+    return "seen" if near else "not_seen"
+
+
+#: a block seen this close (x-z) to where the model puts the tip counts as the held one: the
+#: real tip sits up to ~25 mm from the model's (docs/stages.md, "The pick servo"), the held
+#: block's centre another half block from the tip
+HELD_NEAR_TIP_MM = 50.0
 
 
 async def run_trial(
@@ -338,7 +437,7 @@ async def run_trial(
         try:
             last, reason = await run_stages(ctx, force)
             if last is not Stage.DONE:
-                await exit_path(ctx, rig, reason)
+                reason = await exit_path(ctx, rig, reason)
         except asyncio.CancelledError:
             reason = "cancelled"
             trace.result("stopped", reason)
@@ -401,6 +500,7 @@ async def run_trial(
         stage_times=dict(st.stage_times),
         scene_seed=scene_seed,
         block_held=st.holding and status == "stopped",
+        held_evidence=st.held_evidence if st.holding and status == "stopped" else "",
     )
     row = {
         "run_stem": stem, "started_at": iso(started_wall), "ended_at": iso(rig.clock.wall()),

@@ -18,6 +18,7 @@ from mecharm_runtime.perception.detect import (
     detect_scene,
     locate_block,
     red_counts,
+    refind_box,
 )
 from mecharm_runtime.perception.homography import (
     HomographyError,
@@ -72,4 +73,5 @@ __all__ = [
     "make_judge",
     "measure_tip",
     "red_counts",
+    "refind_box",
 ]

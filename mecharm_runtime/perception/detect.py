@@ -45,6 +45,7 @@ __all__ = [
     "detect_scene",
     "locate_block",
     "red_counts",
+    "refind_box",
 ]
 
 BOX_FALLBACK_XZ = (-0.01, 0.108)
@@ -474,6 +475,31 @@ def _box_from(
         trusted=False,
         doubt="box not found: the position is the configured fallback",
     )
+
+
+def refind_box(
+    frames: list[NDArray[np.uint8]],
+    H: MatHomography,
+    detected: BoxDetection,
+    config: PerceptionConfig = DEFAULT_CONFIG,
+) -> tuple[BoxDetection, bool]:
+    """The box where it is now, from frames taken with the arm over it: (box, found again).
+
+    Each frame is searched afresh (contour, else template; never the fallback, never a
+    template hit that doubts itself). Found again in most frames: the median position, the
+    yaw of the best-scoring frame. Otherwise detect's box, with False: the arm and the
+    block hide too much of it to say where it is (docs/release.md, "The box at the release")."""
+    hits = []
+    for f in frames:
+        b = detect_box(f, H, fallback_xz=(detected.x, detected.z), config=config)
+        if b.method != "fallback" and b.trusted:
+            hits.append(b)
+    if not frames or 2 * len(hits) <= len(frames):
+        return detected, False
+    best = max(hits, key=lambda b: b.score)
+    x = float(np.median([b.x for b in hits]))
+    z = float(np.median([b.z for b in hits]))
+    return dataclasses.replace(best, x=x, z=z), True
 
 
 def _nearest_blob_mm(blobs: list[NDArray[np.float32]], x: float, z: float) -> float:

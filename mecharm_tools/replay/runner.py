@@ -163,7 +163,7 @@ async def replay(
     trace.stage = "start"
     last, reason = await run_stages(ctx, force)
     if last is not Stage.DONE:
-        await exit_path(ctx, rig, reason)
+        reason = await exit_path(ctx, rig, reason)
     status = "completed" if last is Stage.DONE else "stopped"
     trace.stage = "end"
     trace.result(status, reason)

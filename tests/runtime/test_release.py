@@ -123,11 +123,15 @@ async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
 ) -> None:
     eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
-        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
     assert t.status == "stopped" and t.block_held
+    # the statement follows what the top camera saw at the tip, not the belief alone
+    assert t.held_evidence == "seen"
+    (look,) = _decisions(t, "held_block_check")
+    assert look["value"]["seen"] is True
     assert t.reason == (
         "release refused: block not seen above the box opening (top: not visible near the "
-        "box in 3 of 3 frames; side: no frame (no side frame)); not asked (--confirm off)"
+        "box in 3 of 3 frames; side: no frame (no side frame), advisory); not asked (--confirm off)"
     ), t.reason
     tr = list(read_trace(t.trace_path))
     assert tr[-1]["event"] == "result" and tr[-1]["reason"] == t.reason
@@ -156,6 +160,65 @@ async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
     # the operator is told, on the log (console) too
     assert any(e["event"] == "block_held_at_stop" for e in logs)
     assert any(e["event"] == "release_refused" for e in logs)
+    await _replays_identically(t, fk_data_dir)
+
+
+class GoneAtRelease(HiddenAtRelease):
+    """The block is not seen at the release nor at the tip afterwards (it slipped out)."""
+
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
+        if tag == "abort_held_check":
+            return None
+        return await super().locate_block(lift_m, near_xz, tag)
+
+
+@pytest.mark.asyncio
+async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
+    with capture_logs() as logs:
+        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
+    assert t.status == "stopped" and t.block_held and t.held_evidence == "not_seen"
+    (told,) = [e for e in logs if e["event"] == "block_held_at_stop"]
+    assert told["evidence"] == "not_seen"
+
+
+@pytest.mark.asyncio
+async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """Unattended (the default ``release_refused: put_back``): the refused block goes back
+    the way it came, is opened at the pick pose, and the arm goes HOME; every pose of the
+    put-back is one the trial already commanded holding this block (or HOME), each through
+    the guards, so it cannot reach a pose the trial did not already prove safe."""
+    eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
+    with capture_logs() as logs:
+        t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "stopped" and not t.block_held, t.reason
+    assert t.reason.endswith("; the block was put back on the mat"), t.reason
+    (put,) = _decisions(t, "put_back")
+    assert put["value"]["why"].startswith("block not seen above the box opening")
+    commands = _decisions(t, "command")
+    notes = [c["value"]["note"] for c in commands]
+    first = notes.index("put back: over the mat")
+    before = {tuple(c["value"]["angles"]) for c in commands[:first]}
+    for c in commands[first:]:
+        if c["value"]["note"] != "put back: home":
+            assert tuple(c["value"]["angles"]) in before, c["value"]
+    assert notes[-1] == "put back: home"
+    # opened at the pick pose (where the block was grasped), not over the box or in the air
+    opens = _pose_at_gripper(t, "open")
+    pose, e = opens[-1]
+    assert e["value"]["note"] == "put back on the mat"
+    (pick,) = [c for c in commands if c["value"]["note"] == "pick descend"][:1]
+    assert max(abs(a - b) for a, b in zip(pose, pick["value"]["angles"], strict=True)) <= 3.5
+    assert sim_daemon.arm.wait_idle(5)
+    assert sim_daemon.arm.true_gripper() > 50 and sim_daemon.arm.get_fresh_mode() == 0
+    assert any(e["event"] == "block_put_back" for e in logs)
+    assert not any(e["event"] == "block_held_at_stop" for e in logs)
     await _replays_identically(t, fk_data_dir)
 
 
@@ -309,7 +372,10 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
         if stage == "servo_place" and outcome == "ok":
             _slip_out_of_the_opening(workcell, 0.045)
 
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    # no re-aim, held in the hover: the refusal itself (the re-aim is the next test's)
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_reaim_max": 0, "release_refused": "hold"}
+    )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
     assert t.status == "stopped" and t.block_held, t.reason
@@ -337,7 +403,9 @@ async def test_sim_block_dropped_in_transit_is_not_released(
         if stage == "servo_place" and outcome == "ok":
             _drop_on_the_mat(workcell)
 
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_refused": "hold"}
+    )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
     assert t.status == "stopped", t.reason
@@ -346,6 +414,33 @@ async def test_sim_block_dropped_in_transit_is_not_released(
     ), t.reason
     assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
     assert _decisions(t, "command")[-1]["value"]["note"] == "release refused: hover"
+    # a block not seen at all is not re-aimed (nothing to steer), and not announced as held
+    assert not _decisions(t, "release_reaim")
+    assert t.held_evidence == "not_seen"
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_block_slipped_in_the_jaws_is_re_aimed_and_lands_in_the_box(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """The release check refuses a block that slipped 30 mm in the jaws; the re-aim steers it
+    over the box as the top camera finds it, the check confirms, and the simulator's truth
+    says it landed in the box."""
+
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "servo_place" and outcome == "ok":
+            _slip_out_of_the_opening(workcell, 0.030)
+
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig, on_stage=on_stage)
+    checks = _decisions(t, "release_check")
+    assert checks[0]["value"]["confirmed"] is False, checks[0]
+    assert _decisions(t, "release_reaim")
+    assert t.status == "completed" and checks[-1]["value"]["confirmed"] is True, t.reason
+    assert workcell.truth()["place_outcome"] == "box"
+    await _replays_identically(t, fk_data_dir)
 
 
 @pytest.mark.slow
@@ -400,7 +495,7 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     # a margin no block can have (25 mm block in a 70 mm opening: at most 22.5 mm): every
     # release is refused by the real perception
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_margin_mm": 40.0, "trials": 2}
+        update={"release_margin_mm": 40.0, "trials": 2, "release_refused": "hold"}
     )
     out = io.StringIO()
     report = await run_service(s, out=out)
@@ -408,8 +503,29 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     assert report.stopped_by == "block held in the gripper (take it out by hand)"
     said = out.getvalue()
     assert "release refused: block not seen above the box opening" in said
-    assert "BLOCK STILL IN THE GRIPPER" in said
+    assert "BLOCK STILL IN THE GRIPPER" in said and "HOLDING THE BLOCK (seen at the tip)" in said
     assert workcell.truth()["grasped"]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_sim_service_goes_on_after_a_refused_release_put_back(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """Unattended (the default): every release is refused, each block goes back on the mat,
+    and the session runs all its trials; the world agrees the jaws are empty."""
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_margin_mm": 40.0, "trials": 2, "release_reaim_max": 0}
+    )
+    out = io.StringIO()
+    report = await run_service(s, out=out)
+    assert len(report.trials) == 2 and not report.stopped_by, report.stopped_by
+    for t in report.trials:
+        assert t.status == "stopped" and not t.block_held
+        assert t.reason.endswith("; the block was put back on the mat"), t.reason
+    truth = workcell.truth()
+    assert not truth["grasped"] and truth["block"]["resting_on"] == "mat"
+    assert "BLOCK STILL IN THE GRIPPER" not in out.getvalue()
 
 
 @pytest.mark.slow

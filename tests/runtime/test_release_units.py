@@ -75,7 +75,7 @@ def _s(**kw: object) -> RuntimeSettings:
 
 
 def test_release_verdict_needs_top_majority_margin_and_no_contrary_side_view() -> None:
-    s = _s()
+    s = _s(release_side_check=True)
     good = ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "seen", "")
     assert _release_verdict(s, good)[0]
     assert _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "no_frame", "x"))[0]
@@ -86,15 +86,41 @@ def test_release_verdict_needs_top_majority_margin_and_no_contrary_side_view() -
     ok, why = _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
     assert not ok and "side: not above the box (n)" in why
     assert not _release_verdict(s, ReleaseView(0, 0, side="no_frame"))[0]
-    # a side camera that is no view of the workcell: the top camera alone decides
-    off = _s(release_side_check=False)
-    ok, why = _release_verdict(off, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
-    assert ok and "side: not above the box (n), not checked" in why
+
+
+def test_the_side_view_is_advisory_by_default_and_says_so() -> None:
+    """A side view cannot tell a block inside the box below the rim from one in front of it
+    (docs/release.md): by default it is traced and shown, and the top camera decides."""
+    s = _s()
+    assert s.release_side_check is False
+    ok, why = _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
+    assert ok and "side: not above the box (n), advisory" in why
+    # the top camera still refuses on its own
+    ok, why = _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 30.0, 1.0, "seen", ""))
+    assert not ok and "needs 3 mm" in why
+
+
+def test_the_verdict_names_a_box_that_moved_or_was_not_found_again() -> None:
+    s = _s()
+    moved = ReleaseView(3, 3, (-0.1, 0.18), 90.0, -40.0, "no_frame", "", "", (-0.11, 0.18),
+                        "template", 90.0, True)  # fmt: skip
+    ok, why = _release_verdict(s, moved)
+    assert not ok and "the box was found 90 mm from where detect saw it" in why
+    hidden = ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "no_frame", "", "", (-0.2, 0.18),
+                         "detect", 0.0, False)  # fmt: skip
+    ok, why = _release_verdict(s, hidden)
+    assert ok and "box not found again (detect's position)" in why
 
 
 def test_release_view_round_trips_through_the_trace_form() -> None:
     v = ReleaseView(2, 3, (-0.2, 0.18), 4.5, 12.0, "not_seen", "why", "c.jpg")
     assert ReleaseView.from_dict(v.to_dict()) == v
+    refound = ReleaseView(2, 3, (-0.2, 0.18), 4.5, 12.0, "seen", "", "c.jpg", (-0.21, 0.19),
+                          "template", 14.1, True)  # fmt: skip
+    assert ReleaseView.from_dict(refound.to_dict()) == refound
+    # a view traced before the box was looked for again reads with its defaults
+    old = {k: val for k, val in v.to_dict().items() if not k.startswith("box_")}
+    assert ReleaseView.from_dict(old) == v
     with pytest.raises(ValueError, match=r"seen\|not_seen\|no_frame"):
         ReleaseView.from_dict({**v.to_dict(), "side": "maybe"})
 
@@ -103,7 +129,10 @@ def test_new_decisions_replay_old_traces_as_before() -> None:
     assert BEFORE_THE_SETTING["release_check"] is False
     assert BEFORE_THE_SETTING["height_rule"] == "failures"
     assert BEFORE_THE_SETTING["retry_open_at"] == "lift"
+    assert BEFORE_THE_SETTING["release_reaim_max"] == 0
+    assert BEFORE_THE_SETTING["release_refused"] == "hold"
     defaults = _s()
+    assert defaults.release_reaim_max == 2 and defaults.release_refused == "put_back"
     assert defaults.release_check and defaults.height_rule == "measured"
     assert defaults.retry_open_at == "mat"
 
