@@ -10,7 +10,7 @@ and listing the valid ones); ``FaultBoard`` arms it on the part of the rig it hi
 * the daemon process: crash (SIGKILL to itself, like ``kill -9``);
 * the cameras (``CameraFaults``, wrapped around each feed's producer): lost,
   frozen, dropped and late frames;
-* the world (``Physics`` and the scene): knock, missed grasp, lighting change.
+* the world (``Physics`` and the scene): knock, push the box, missed grasp, lighting change.
 
 Everything is loopback only and sim only: the workcell's server binds 127.0.0.1.
 """
@@ -128,6 +128,13 @@ class Knock(_Fault):
     dz_m: float = Field(ge=-0.1, le=0.1)
 
 
+class PushBox(_Fault):
+    """The box slides on the mat by (dx_m, dz_m) metres now (the arm pushed it)."""
+
+    dx_m: float = Field(ge=-0.15, le=0.15)
+    dz_m: float = Field(ge=-0.15, le=0.15)
+
+
 class MissedGrasp(_Fault):
     """The next close on the block slips: a miss wherever the tip is."""
 
@@ -150,6 +157,7 @@ FAULT_MODELS: dict[str, type[_Fault]] = {
     "drop_frames": DropFrames,
     "late_frames": LateFrames,
     "knock": Knock,
+    "push_box": PushBox,
     "missed_grasp": MissedGrasp,
     "lighting": LightingChange,
 }
@@ -356,6 +364,11 @@ class FaultBoard:
                 self.physics.knock_block(f.dx_m, f.dz_m)  # type: ignore[attr-defined]
             except ValueError as exc:  # e.g. the block is in the gripper
                 raise FaultError(f"knock: {exc}") from None
+        elif name == "push_box":
+            try:
+                self.physics.push_box(f.dx_m, f.dz_m)  # type: ignore[attr-defined]
+            except ValueError as exc:  # the block lies in the box
+                raise FaultError(f"push_box: {exc}") from None
         elif name == "missed_grasp":
             self.physics.force_miss_next_grasp()
         elif name == "lighting":

@@ -501,6 +501,28 @@ class MujocoPhysics(ContactEngineBase):
             self._sync()
             return self._event("knock", dx_mm=round(dx_m * 1000, 1), dz_mm=round(dz_m * 1000, 1))
 
+    def push_box(self, dx_m: float, dz_m: float) -> dict[str, Any]:
+        """Fault: the box slides by (dx, dz) metres on the mat, as when the arm pushes it.
+        Raises ValueError while the block lies in it (push it before the place)."""
+        with self.scene.lock:
+            sc, d = self.scene, self.data
+            if sc.resting_on in ("box", "rim") and not (self._held or self._slipping):
+                raise ValueError("push_box: the block lies in the box; push it before the place")
+            if self._qx is not None and self._vx is not None:
+                d.qpos[self._qx] += dx_m
+                d.qpos[self._qx + 1] += dz_m
+                d.qvel[self._vx : self._vx + 6] = 0.0
+            else:
+                self.model.body_pos[self._box_body][0] += dx_m
+                self.model.body_pos[self._box_body][1] += dz_m
+                x, z, yaw = sc.box
+                sc.box = (x + dx_m, z + dz_m, yaw)
+            self._asleep = False
+            mujoco.mj_forward(self.model, d)
+            self._sync()
+            sc.bump()
+            return self._event("push_box", dx_mm=round(dx_m * 1000, 1), dz_mm=round(dz_m * 1000, 1))
+
     # ---------------------------------------------------------------- stepping
     def step(self) -> None:
         """Advance MuJoCo to the arm's sim time now (at most ``max_steps_per_call`` steps)."""

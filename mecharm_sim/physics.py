@@ -92,6 +92,8 @@ class WorkcellPhysics(Protocol):
 
     def knock_block(self, dx_m: float, dz_m: float) -> dict[str, Any]: ...
 
+    def push_box(self, dx_m: float, dz_m: float) -> dict[str, Any]: ...
+
 
 def make_physics(
     scene: SceneState, arm: ArmState, world: WorldArm, contact: ContactProfile
@@ -310,6 +312,26 @@ class Physics(ContactEngineBase):
             }
             sc.events.append(ev)
             log.warning("workcell_knock", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
+            return ev
+
+    def push_box(self, dx_m: float, dz_m: float) -> dict[str, Any]:
+        """Fault: the box slides by (dx, dz) metres on the mat, as when the arm pushes it; it
+        keeps its yaw. Raises ValueError while the block lies in it (push it before the place)."""
+        with self.scene.lock:
+            sc = self.scene
+            if sc.resting_on in ("box", "rim") and not sc.grasped:
+                raise ValueError("push_box: the block lies in the box; push it before the place")
+            x, z, yaw = sc.box
+            sc.box = (x + dx_m, z + dz_m, yaw)
+            sc.bump()
+            ev = {
+                "kind": "push_box",
+                "ts": self.clock(),
+                "dx_mm": round(dx_m * 1000, 1),
+                "dz_mm": round(dz_m * 1000, 1),
+            }
+            sc.events.append(ev)
+            log.warning("workcell_push_box", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
             return ev
 
     # ---------------------------------------------------------------- stepping

@@ -248,6 +248,50 @@ def test_block_knocked_after_detect_the_pick_misses_then_redetects_and_succeeds(
     assert kinds.index("knock") < kinds.index("miss") < kinds.index("grasp"), kinds
 
 
+def test_box_pushed_before_the_release_is_found_there_and_the_block_goes_in(
+    fresh: SimRig, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """The box slides 20 mm after the place servo: the release check finds it where it is now,
+    re-aims at it, and the block lands in it (the simulator's truth says so)."""
+    t = _trial(
+        tmp_path, fk_data_dir, fresh, "servo_place", {"fault": "push_box", "dx_m": -0.02, "dz_m": 0}
+    )
+    checks = _decisions(t, "release_check")
+    views = [
+        e["value"]
+        for e in read_trace(t.trace_path)
+        if e["event"] == "input" and e.get("kind") == "release_view"
+    ]
+    assert views[0]["box_refound"] and views[0]["box_moved_mm"] > 10.0, views[0]
+    assert t.status == "completed" and checks[-1]["confirmed"], t.reason
+    truth = _call(fresh, "GET", "/scene/truth")
+    assert truth["place_outcome"] == "box" and t.place_verdict == "yes"
+
+
+def test_box_pushed_far_before_the_release_is_refused_naming_it_and_put_back(
+    fresh: SimRig, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """The box slides 120 mm (as the arm pushed it on `harsh`): the top camera finds it far
+    from where detect saw it; the block is not over its opening, the release is refused for
+    that reason (not released over where the box used to be), and the block goes back to the
+    mat; the world agrees: not in the box, not in the jaws."""
+    t = _trial(
+        tmp_path,
+        fk_data_dir,
+        fresh,
+        "servo_place",
+        {"fault": "push_box", "dx_m": 0.0, "dz_m": 0.12},
+    )
+    checks = _decisions(t, "release_check")
+    assert not any(c["confirmed"] for c in checks), checks
+    assert t.status == "stopped" and t.reason.startswith("release refused:"), t.reason
+    assert "from where detect saw it" in t.reason, t.reason
+    assert t.reason.endswith("; the block was put back on the mat") and not t.block_held
+    truth = _call(fresh, "GET", "/scene/truth")
+    assert truth["place_outcome"] != "box" and not truth["grasped"]
+    assert truth["block"]["resting_on"] == "mat"
+
+
 def test_missed_grasp_is_judged_no_then_the_retry_succeeds(
     fresh: SimRig, tmp_path: Path, fk_data_dir: Path
 ) -> None:
