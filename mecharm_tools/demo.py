@@ -12,8 +12,10 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mecharm_common.config import load_settings
 from mecharm_common.defaults import RUNTIME_CONFIG
@@ -24,11 +26,11 @@ from mecharm_runtime.cli import session_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.service import ServiceReport, run_service, scene_next, session_console
-from mecharm_sim.profile import ProfileError, load_profile
+from mecharm_sim.profile import ProfileError, SimProfile, load_profile
 from mecharm_tools.report.cli import run as write_report
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
 
-__all__ = ["main", "summary_table"]
+__all__ = ["DemoRig", "main", "run_session", "start_demo_rig", "summary_table"]
 
 
 def summary_table(report: ServiceReport) -> str:
@@ -46,6 +48,91 @@ def summary_table(report: ServiceReport) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class DemoRig:
+    """The demo's simulated rig and recorder (background processes) and the runtime settings
+    that point a session at them."""
+
+    #: in start order; ``stop()`` stops them in reverse
+    children: list[Child]
+    settings: RuntimeSettings
+    #: the workcell's control URL (``POST /scene/next``, ``GET /scene/truth``)
+    control_url: str
+    #: where the children's and the session's log files go (the data root's logs folder)
+    logs: Path
+
+    def stop(self) -> None:
+        for c in reversed(self.children):
+            c.stop()
+
+
+def start_demo_rig(
+    root: Path,
+    *,
+    trials: int | None,
+    seed: int,
+    time_scale: float,
+    sim_profile: str,
+    profile: SimProfile,
+    recorder: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> DemoRig:
+    """The demo's set-up, one home for it (``make run`` and ``mecharm_tools.successcheck``):
+    the simulated rig (daemon + workcell cameras) with ``--sim-profile sim_profile`` and the
+    first scene of ``seed``, the recorder on its side camera (unless ``recorder`` is False),
+    and the RuntimeSettings of a session against them. ``root`` must exist. ``say``: the
+    progress lines (default: print). A failure stops whatever was already started."""
+    tell = say or (lambda text: print(text, flush=True))
+    logs = DataRoot(root).logs
+    children: list[Child] = []
+    try:
+        tell(
+            f"starting the simulated rig (profile {sim_profile}, seed {seed}, "
+            f"time scale {time_scale}x) ..."
+        )
+        rig = start_sim_daemon(
+            logs, seed=seed, time_scale=time_scale, extra_args=["--sim-profile", sim_profile]
+        )
+        children.append(rig.daemon)
+        udp = None
+        if recorder:
+            tell("starting the recorder (side camera) ...")
+            rec, udp = start_recorder(logs, root, rig.side_url)
+            children.append(rec)
+        # The runtime settings of every demo session, in this one dict: a key added here
+        # reaches `make run` and the success check alike (docs/success.md).
+        overrides: dict[str, Any] = {
+            "data_root": root,
+            "daemon_port": rig.daemon_port,
+            "top_camera": rig.top_url,
+            "recorder_port": udp,
+            "recorder_enabled": recorder,
+            # no time_scale: the runtime takes the daemon's from its hello (docs/setup.md)
+            "trials": trials,
+            "sim_control_url": rig.control_url,
+            # what the operator's checkerboard calibration of this camera would give
+            # (docs/simulation-optics.md); None for the ideal pinhole
+            "top_camera_calibration": profile.top_camera_calibration(),
+        }
+        settings = load_settings(RuntimeSettings, RUNTIME_CONFIG, overrides)
+    except BaseException:
+        for c in reversed(children):
+            c.stop()
+        raise
+    return DemoRig(children, settings, rig.control_url, logs)
+
+
+async def run_session(
+    settings: RuntimeSettings,
+    between: Callable[[int], Awaitable[int | None]],
+    console: RuntimeConsole,
+) -> ServiceReport:
+    """One session of ``settings.trials`` trials through the runtime's service, as
+    ``mecharm-runtime`` runs it: Ctrl-C/SIGTERM as there, ``between(i)`` before trial ``i``."""
+    with capture_signals() as sigs:
+        return await run_service(settings, signals=sigs, between_trials=between, console=console)
+
+
 async def _run(
     settings: RuntimeSettings, control_url: str, seed: int, console: RuntimeConsole
 ) -> ServiceReport:
@@ -55,8 +142,7 @@ async def _run(
         info = await asyncio.to_thread(scene_next, control_url, seed + i)
         return seed + i if info else None
 
-    with capture_signals() as sigs:
-        return await run_service(settings, signals=sigs, between_trials=between, console=console)
+    return await run_session(settings, between, console)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,43 +187,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parents=True, exist_ok=True
     )  # the demo owns its data root (the runtime never creates one)
     logs = DataRoot(root).logs
-    children: list[Child] = []
+    rig: DemoRig | None = None
     t0 = time.monotonic()
     try:
-        print(
-            f"starting the simulated rig (profile {args.sim_profile}, seed {args.seed}, "
-            f"time scale {args.time_scale}x) ...",
-            flush=True,
-        )
-        rig = start_sim_daemon(
-            logs,
+        rig = start_demo_rig(
+            root,
+            trials=args.trials,
             seed=args.seed,
             time_scale=args.time_scale,
-            extra_args=["--sim-profile", args.sim_profile],
+            sim_profile=args.sim_profile,
+            profile=profile,
+            recorder=not args.no_recorder,
         )
-        children.append(rig.daemon)
-        udp = None
-        if not args.no_recorder:
-            print("starting the recorder (side camera) ...", flush=True)
-            rec, udp = start_recorder(logs, root, rig.side_url)
-            children.append(rec)
-        settings = load_settings(
-            RuntimeSettings,
-            RUNTIME_CONFIG,
-            {
-                "data_root": root,
-                "daemon_port": rig.daemon_port,
-                "top_camera": rig.top_url,
-                "recorder_port": udp,
-                "recorder_enabled": not args.no_recorder,
-                # no time_scale: the runtime takes the daemon's from its hello (docs/setup.md)
-                "trials": args.trials,
-                "sim_control_url": rig.control_url,
-                # what the operator's checkerboard calibration of this camera would give
-                # (docs/simulation-optics.md); None for the ideal pinhole
-                "top_camera_calibration": profile.top_camera_calibration(),
-            },
-        )
+        settings = rig.settings
         print(
             f"running {args.trials} trials (the FK table is built on the first run, ~10 s) ...",
             flush=True,
@@ -156,8 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        for c in reversed(children):
-            c.stop()
+        if rig is not None:
+            rig.stop()
     print()
     print(summary_table(report))
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
