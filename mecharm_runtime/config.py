@@ -67,6 +67,10 @@ BEFORE_THE_SETTING: dict[str, object] = {
     # (docs/release.md)
     "release_reaim_max": 0,
     "release_refused": "hold",
+    # a block that left the jaws before the release stopped the trial, the place unjudged
+    "lost_block": "stop",
+    # the height memory learnt from places that happened only
+    "learn_failed_places": False,
 }
 
 
@@ -292,6 +296,16 @@ class RuntimeSettings(RigSettings):
     #: it was picked, opens there and goes HOME, so an unattended session goes on; hold stays
     #: in the hover holding it, and the session stops (docs/release.md)
     release_refused: Literal["put_back", "hold"] = "put_back"
+    #: the held block stopped moving with the tip before the release (it left the jaws):
+    #: judge (the default) goes on to retreat_and_judge, so the place verdict says where it
+    #: went; stop ends the trial there, the place unjudged (docs/release.md)
+    lost_block: Literal["judge", "stop"] = "judge"
+    #: a place that did not happen teaches the height memory too: a block lost in the box
+    #: raises the cell one step, a refused release counts it (docs/release.md)
+    learn_failed_places: bool = True
+    #: how far a block lost in the box raises its cell (it hung low enough to catch on the
+    #: box: a height error of the arm's size, not of the memory's usual 5 mm step)
+    height_lost_step_mm: float = Field(10.0, ge=0)
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0

@@ -429,7 +429,8 @@ class CameraEyes:
         )
         # the box as it is now, not as detect left it: the arm may have pushed it
         # (docs/release.md, "The box at the release")
-        box, refound = await to_thread(refind_box, cap.frames, self.H, detected, self.config)
+        box, how = await to_thread(refind_box, cap.frames, self.H, detected, self.config)
+        refound = how == "found"
         if not refound:  # where the runtime aims now (detect's, or an earlier re-find's)
             box = dataclasses.replace(box, x=box_xz[0], z=box_xz[1])
         moved_mm = round(math.hypot(box.x - detected.x, box.z - detected.z) * 1000.0, 2)
@@ -441,7 +442,7 @@ class CameraEyes:
             side=side,
             side_reason=side_reason,
             box_xz=here,
-            box_method=box.method if refound else "detect",
+            box_method=box.method if refound else how,
             box_moved_mm=moved_mm,
             box_refound=refound,
         )
@@ -455,11 +456,11 @@ class CameraEyes:
         ]
         marks = StageMarks(cap.tag, cap.wall_ts, self.H, block=each[0], box=box, target_xz=here)
         side_line = f"side camera: {side} ({side_reason})"
-        box_line = (
-            f"box found again ({box.method}), {moved_mm:.0f} mm from where detect saw it"
-            if refound
-            else "box not found again: detect's position used"
-        )
+        box_line = {
+            "found": f"box found again ({box.method}), {moved_mm:.0f} mm from where detect saw it",
+            "hidden": "box not found again (hidden): detect's position used",
+            "gone": "box gone: nothing white where detect saw it",
+        }[how]
         if not found:
             marks.lines = [f"held block not seen above the box in {len(each)} frames", box_line,
                            side_line]  # fmt: skip

@@ -118,6 +118,7 @@ FORMER_NAMES: dict[str, str] = {
 class Outcome(StrEnum):
     OK = "ok"
     RETRY = "retry"  # pick judged no, attempts left
+    LOST = "lost"  # the block left the jaws before the release: judge where it went
     FAIL = "fail"
 
 
@@ -135,7 +136,9 @@ TRANSITIONS: dict[tuple[Stage, Outcome], Stage] = {
     (Stage.APPROACH_PLACE, Outcome.OK): Stage.DESCEND_PLACE,
     (Stage.DESCEND_PLACE, Outcome.OK): Stage.SERVO_PLACE,
     (Stage.SERVO_PLACE, Outcome.OK): Stage.RELEASE,
+    (Stage.SERVO_PLACE, Outcome.LOST): Stage.RETREAT_AND_JUDGE,
     (Stage.RELEASE, Outcome.OK): Stage.RETREAT_AND_JUDGE,
+    (Stage.RELEASE, Outcome.LOST): Stage.RETREAT_AND_JUDGE,
     (Stage.RETREAT_AND_JUDGE, Outcome.OK): Stage.RETURN_HOME,
     (Stage.RETURN_HOME, Outcome.OK): Stage.DONE,
 }
@@ -148,6 +151,12 @@ def next_stage(stage: Stage, outcome: Outcome) -> Stage:
 
 class StageFailed(RuntimeError):
     """A stage cannot go on; the message is the trial's abort reason."""
+
+
+class BlockLost(StageFailed):
+    """The held block no longer moves with the tip (``_HeldBlockWatch``): it left the jaws.
+    With ``lost_block: judge`` the stage ends ``LOST`` and the place is judged where the
+    block went (docs/release.md, "A block that left the jaws"); else the trial stops."""
 
 
 @dataclass
@@ -193,6 +202,8 @@ class TrialState:
     release_refused: str = ""
     #: the exit path put the refused block back on the mat (docs/release.md)
     put_back: bool = False
+    #: the held block left the jaws before the release (``held_block_lost``)
+    block_lost: bool = False
     #: at a stop believing the block held: what the top camera saw at the tip (seen,
     #: not_seen, unknown; "" : not looked)
     held_evidence: str = ""
@@ -1022,7 +1033,8 @@ class _HeldBlockWatch:
             # the evidence says the jaws are empty: the exit path goes up and HOME as for any
             # stop without a block, instead of announcing a block held in the hover
             self.ctx.state.holding = False
-            raise StageFailed(
+            self.ctx.state.block_lost = True
+            raise BlockLost(
                 f"{self.ctx.stage}: the block no longer moves with the gripper (the tip moved "
                 f"{tip_mm:.0f} mm, the block {block_mm:.0f} mm at {where}): it is not in the "
                 "jaws; not steering it further"
@@ -1033,9 +1045,23 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     """Visual servo on j0, then depth steps that stop at the first lookup/guard failure."""
     st = ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_pose is not None
-    await _servo_to(ctx, st.scene.box_xz, "servo_place", _HeldBlockWatch(ctx))
+    try:
+        await _servo_to(ctx, st.scene.box_xz, "servo_place", _HeldBlockWatch(ctx))
+    except BlockLost as exc:
+        return _lost(ctx, exc)
     await _side_frame(ctx, "servo_place_side")
     return Outcome.OK
+
+
+def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
+    """The block left the jaws in the box's neighbourhood: with ``lost_block: judge`` the
+    trial goes on to retreat_and_judge, whose judge says where it went (in the box or not);
+    the reason stays in the trace and the log. Else the trial stops with the reason."""
+    if ctx.settings.lost_block != "judge":
+        raise exc
+    ctx.trace.decision("block_lost", {"why": str(exc), "next": "judge the place"})
+    log.warning("block_lost", why=str(exc))
+    return Outcome.LOST
 
 
 async def _side_frame(ctx: TrialContext, tag: str) -> None:
@@ -1176,12 +1202,19 @@ async def release(ctx: TrialContext) -> Outcome:
     """
     s, st = ctx.settings, ctx.state
     if s.release_check:
-        await _check_release(ctx)
+        try:
+            await _check_release(ctx)
+        except BlockLost as exc:  # lost while re-aiming: nothing left to release
+            return _lost(ctx, exc)
     await ctx.sleep(s.gripper_settle_s)  # pre-release settle
     await ctx.gripper("open", "release 1")
     await ctx.gripper("open", "release 2")
     st.holding = False
     return Outcome.OK
+
+
+#: ``ReleaseView.box_method`` when the box is not where detect saw it and not found elsewhere
+BOX_GONE = "gone"
 
 
 def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
@@ -1204,8 +1237,13 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
         top, top_ok = f"inside the opening by {v.margin_mm:.1f} mm", True
     if v.box_refound and v.box_moved_mm is not None and v.box_moved_mm > BOX_MOVED_MM:
         top += f"; the box was found {v.box_moved_mm:.0f} mm from where detect saw it"
+    elif v.box_method == BOX_GONE:  # a block over where the box was is over nothing
+        top, top_ok = (
+            top + "; the box is gone from where detect saw it (nothing white there)",
+            False,
+        )
     elif v.top_frames and not v.box_refound and v.box_method:
-        top += "; box not found again (detect's position)"
+        top += "; box not found again (hidden, detect's position)"
     side = {"seen": "above the box", "not_seen": "not above the box", "no_frame": "no frame"}[
         v.side
     ]
@@ -1219,9 +1257,11 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
 
 
 def _can_reaim(v: ReleaseView) -> bool:
-    """A view worth re-aiming from: the top camera saw the held block near the box (a block
-    not seen at all may have gone; steering it blind is what the release check prevents)."""
-    return v.block_xz is not None and v.margin_mm is not None and 2 * v.top_seen > v.top_frames
+    """A view worth re-aiming from: the top camera saw the held block near a box it can aim
+    at (a block not seen at all may have gone; steering it blind is what the release check
+    prevents; a box gone from sight gives nothing to aim at)."""
+    seen = v.block_xz is not None and v.margin_mm is not None and 2 * v.top_seen > v.top_frames
+    return seen and v.box_method != BOX_GONE
 
 
 #: a re-aim servos to a tolerance this much tighter than servo_place's (its 8 mm left the
@@ -1291,14 +1331,14 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
     the cell's place height one step; ``refused`` counts the cell and keeps its height (what
     kept the block out was measured in x-z, which the servo and the re-aim act on)."""
     s, st = ctx.settings, ctx.state
-    if s.height_rule == "failures" or not st.place_key:
+    if s.height_rule == "failures" or not s.learn_failed_places or not st.place_key:
         return
     view = st.release_view
     up = ctx.heights.learn_failed(
         st.place_key,
         outcome,
         None if view is None else view.margin_mm,
-        step_mm=s.height_step_mm,
+        step_mm=s.height_lost_step_mm if outcome == "lost" else s.height_step_mm,
         max_mm=s.height_max_mm,
         start_mm=st.place_dee_start_mm,
     )
@@ -1318,6 +1358,8 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     v = await ctx.eyes.judge_place(st.side_frame, "retreat_judge")
     st.place_verdict = v
     placed = v.verdict == "yes"
+    if st.block_lost:  # the height memory learnt from the loss already (_learn_failed_place)
+        return Outcome.OK
     if s.height_rule == "failures":  # before the measured rule: raise after a failure only
         dee = ctx.heights.update(st.place_key, placed, s.height_step_mm, s.height_max_mm)
         ctx.trace.decision(

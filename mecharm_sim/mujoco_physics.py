@@ -795,6 +795,10 @@ class MujocoPhysics(ContactEngineBase):
             round(sc.box[2], 1),
         )
         if key != self._moved_at:
+            # the box is drawn in the static layer: a box pushed while the block is held (the
+            # held block is drawn on top, so its own moves need no new version) must be
+            # redrawn too, or the cameras keep showing it where it was
+            box_moved = key[-3:] != self._moved_at[-3:]
             self._moved_at = key
-            if not self._held:
+            if not self._held or box_moved:
                 sc.bump()

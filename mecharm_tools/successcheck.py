@@ -372,6 +372,8 @@ class SuccessRow:
     release_confirmed: int
     wrong_refusals: int
     right_refusals: int
+    #: checks not confirmed, then re-aimed, whose block would have landed as it hung
+    reaimed_would_land: int
     wrong_confirms: int
     #: at the last release check: the footprint's margin inside the opening (mm) and whether
     #: the block would have landed in the box if released then
@@ -446,6 +448,7 @@ def success_row(
     )
     block = (end or {}).get("block") or {}
     last = checks[-1][1] if checks else None
+    final = checks[-1:] if t.reason.startswith("release refused") else []
     return SuccessRow(
         trial=trial, session=session, seed=t.scene_seed, run_stem=t.run_stem, status=t.status,
         reason=t.reason, pick_verdict=t.pick_verdict or "-", place_verdict=t.place_verdict or "-",
@@ -456,8 +459,13 @@ def success_row(
         true_upright=None if "upright" not in block else bool(block["upright"]),
         pick_judgements=len(picks), pick_true_grasped=pick_grasped,
         release_checks=len(checks), release_confirmed=sum(r.confirmed for _, r in checks),
-        wrong_refusals=sum(r.wrong_refusal for _, r in checks),
-        right_refusals=sum(r.right_refusal for _, r in checks),
+        # a refusal is the trial's last word on the release (the block put back or held); a
+        # check not confirmed that the re-aim followed is counted apart (docs/success.md)
+        wrong_refusals=sum(r.wrong_refusal for _, r in final),
+        right_refusals=sum(r.right_refusal for _, r in final),
+        reaimed_would_land=sum(r.wrong_refusal for _, r in checks) - sum(
+            r.wrong_refusal for _, r in final
+        ),
         wrong_confirms=sum(r.wrong_confirm for _, r in checks),
         release_margin_mm=None if last is None else last.margin_mm,
         release_would_land=None if last is None else last.would_land,
@@ -532,6 +540,7 @@ def summary(
         "release_confirmed": sum(r.release_confirmed for r in rows),
         "wrong_refusals": sum(r.wrong_refusals for r in rows),
         "right_refusals": sum(r.right_refusals for r in rows),
+        "reaimed_would_land": sum(r.reaimed_would_land for r in rows),
         "wrong_confirms": sum(r.wrong_confirms for r in rows),
         # a confirmed check whose would-land the release that followed did not bear out
         "would_land_not_borne_out": sum(
@@ -585,7 +594,8 @@ def summary_text(sm: Mapping[str, Any], stops: Sequence[Mapping[str, Any]]) -> s
             for s in stops
         ),
         f"release checks:        {sm['release_checks']} ({sm['release_confirmed']} confirmed, "
-        f"{refused} refused: {sm['wrong_refusals']} wrong, {sm['right_refusals']} right); "
+        f"{refused} refused: {sm['wrong_refusals']} wrong, {sm['right_refusals']} right; "
+        f"{sm.get('reaimed_would_land', 0)} re-aimed that would have landed as they hung); "
         f"wrong confirms {sm['wrong_confirms']}; would-land not borne out by the release "
         f"{sm['would_land_not_borne_out']}",
         f"false placed:          {sm['false_placed']}   missed place: {sm['missed_place']}   "

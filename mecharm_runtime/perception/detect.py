@@ -482,24 +482,35 @@ def refind_box(
     H: MatHomography,
     detected: BoxDetection,
     config: PerceptionConfig = DEFAULT_CONFIG,
-) -> tuple[BoxDetection, bool]:
-    """The box where it is now, from frames taken with the arm over it: (box, found again).
+) -> tuple[BoxDetection, str]:
+    """The box where it is now, from frames taken with the arm over it: (box, how).
 
     Each frame is searched afresh (contour, else template; never the fallback, never a
-    template hit that doubts itself). Found again in most frames: the median position, the
-    yaw of the best-scoring frame. Otherwise detect's box, with False: the arm and the
-    block hide too much of it to say where it is (docs/release.md, "The box at the release")."""
+    template hit that doubts itself). ``found``: found again in most frames; the median
+    position, the yaw of the best-scoring frame. Else ``hidden``: a piece of white rim
+    still lies within ``BOX_TEMPLATE_BLOB_MM`` of where the box was in most frames (the
+    arm and the block hide the rest); detect's box is returned. Else ``gone``: nothing
+    white is there any more, the box was moved out from under the block
+    (docs/release.md, "The box at the release")."""
     hits = []
+    near = 0
     for f in frames:
-        b = detect_box(f, H, fallback_xz=(detected.x, detected.z), config=config)
+        view = _View(f, H, config)
+        b = _box_from(view, H, (detected.x, detected.z), BOX_SCORE_THRESH, config)
         if b.method != "fallback" and b.trusted:
             hits.append(b)
-    if not frames or 2 * len(hits) <= len(frames):
-        return detected, False
-    best = max(hits, key=lambda b: b.score)
-    x = float(np.median([b.x for b in hits]))
-    z = float(np.median([b.z for b in hits]))
-    return dataclasses.replace(best, x=x, z=z), True
+            continue
+        blobs: list[NDArray[np.float32]] = []
+        _box_contour(view.white(), view.off, H, config, blobs)
+        near += _nearest_blob_mm(blobs, detected.x, detected.z) <= BOX_TEMPLATE_BLOB_MM
+    if frames and 2 * len(hits) > len(frames):
+        best = max(hits, key=lambda b: b.score)
+        x = float(np.median([b.x for b in hits]))
+        z = float(np.median([b.z for b in hits]))
+        return dataclasses.replace(best, x=x, z=z), "found"
+    if not frames or 2 * (near + len(hits)) > len(frames):
+        return detected, "hidden"
+    return detected, "gone"
 
 
 def _nearest_blob_mm(blobs: list[NDArray[np.float32]], x: float, z: float) -> float:

@@ -86,6 +86,12 @@ def _majority(votes: list[bool]) -> tuple[bool, float]:
 #: the box found again by template counts as still in place within this distance of detect's
 BOX_MOVED_MM = 15.0
 
+#: a red blob this close (x-z, on the tip's plane) to the tip marker is the held block: the jaws
+#: hold the block's centre within ~12 mm of the tip (docs/workcell.md), the marker and the block
+#: differ in height by up to ~15 mm (a few mm of parallax). 30 mm (before) also took a block
+#: tipped over beside the jaws at 27-29 mm for held (docs/perception.md, "GeometricJudge")
+HELD_AT_TIP_MM = 22.0
+
 
 def _box_still_there(found: BoxDetection, detected: BoxDetection) -> bool:
     """The place judge's frame found the box (by template, the contour being broken) near
@@ -110,7 +116,7 @@ class GeometricJudge:
         self,
         config: PerceptionConfig = DEFAULT_CONFIG,
         left_mm: float = 15.0,
-        held_mm: float = 30.0,
+        held_mm: float = HELD_AT_TIP_MM,
         default_lift_height_m: float = 0.06,
         height_aware: bool = True,
         stayed_fraction: float = 0.8,

@@ -478,7 +478,7 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, lost_block="stop")
     t = await run_trial(rig)
     await client.aclose()
     assert t.status == "stopped" and "no longer moves with the gripper" in t.reason, t.reason
@@ -486,6 +486,21 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
     assert lost[0]["value"]["tip_moved_mm"] >= 10.0
     assert not t.block_held  # the stop does not announce a block in the jaws
+    # by default the place is judged where the block went: retreat, judge, HOME, no release
+    eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    t = await run_trial(rig)
+    await client.aclose()
+    assert t.status == "completed" and t.place_verdict != "", t.reason
+    kinds = [e["kind"] for e in _trace(t) if e["event"] == "decision"]
+    assert "block_lost" in kinds and "release_check" not in kinds
+    stages = [e["to"] for e in _trace(t) if e["event"] == "transition"]
+    assert stages[stages.index("servo_place") + 1] == "retreat_and_judge", stages
+    # the loss taught the place cell more clearance; the judged place does not learn again
+    ups = [
+        e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "height_update"
+    ]
+    assert len(ups) == 1 and ups[0]["lost"] and ups[0]["change"] == "raise", ups
     # before the check, the same servo steered on and completed the trial
     eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, servo_drop_check=False)

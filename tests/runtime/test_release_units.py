@@ -107,9 +107,14 @@ def test_the_verdict_names_a_box_that_moved_or_was_not_found_again() -> None:
     ok, why = _release_verdict(s, moved)
     assert not ok and "the box was found 90 mm from where detect saw it" in why
     hidden = ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "no_frame", "", "", (-0.2, 0.18),
-                         "detect", 0.0, False)  # fmt: skip
+                         "hidden", 0.0, False)  # fmt: skip
     ok, why = _release_verdict(s, hidden)
-    assert ok and "box not found again (detect's position)" in why
+    assert ok and "box not found again (hidden, detect's position)" in why
+    # nothing white where the box was: a block over that spot is over nothing
+    gone = ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "no_frame", "", "", (-0.2, 0.18),
+                       "gone", 0.0, False)  # fmt: skip
+    ok, why = _release_verdict(s, gone)
+    assert not ok and "the box is gone from where detect saw it" in why
 
 
 def test_release_view_round_trips_through_the_trace_form() -> None:

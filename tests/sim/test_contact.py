@@ -433,3 +433,42 @@ def test_fingers_stop_on_the_mat_and_still_grasp(cell: SteppedCell) -> None:
     t = cell.wc.truth()
     assert t["grasped"], t["events"]
     assert any(c["kind"] == "mat" for c in t["collisions"])  # the arm itself went too low
+
+
+@pytest.mark.parametrize("engine", ["ideal", "rig"])
+def test_fault_push_box_moves_the_box_and_the_cameras_see_it(engine: str) -> None:
+    """The box slides (``push_box``), also while the block is held: the scene's version
+    changes so the cameras' static layer (where the box is drawn) is drawn again; a box
+    pushed while the arm carried the block was shown where it had been (harsh, issue 23)."""
+    c = SteppedCell(CONTACT_PROFILES[engine])
+    try:
+        _grasp_at_pick(c, _far_box())
+        c.move(above(PICK))
+        assert c.wc.truth()["grasped"]
+        box0, v0 = c.wc.truth()["box"], c.wc.scene.version
+        ev = c.wc.physics.push_box(0.030, -0.020)
+        assert ev["kind"] == "push_box"
+        c.run(0.3)
+        box1 = c.wc.truth()["box"]
+        assert box1["x"] - box0["x"] == pytest.approx(0.030, abs=2e-3)
+        assert box1["z"] - box0["z"] == pytest.approx(-0.020, abs=2e-3)
+        assert c.wc.scene.version != v0
+    finally:
+        c.close()
+
+
+def test_a_box_moved_by_contact_while_the_block_is_held_is_redrawn(cell: SteppedCell) -> None:
+    """MuJoCo moves the box (a held block pushing it) while the block is held: a new scene
+    version, so the cameras draw the box where it is."""
+    phys = cell.wc.physics
+    if not hasattr(phys, "_sync"):
+        pytest.skip("the rig profile runs MuJoCo")
+    _grasp_at_pick(cell, _far_box())
+    cell.move(above(PICK))
+    assert cell.wc.truth()["grasped"]
+    v0 = cell.wc.scene.version
+    with cell.wc.scene.lock:
+        d = phys.data
+        d.qpos[phys._qx] += 0.05  # as a push from the held block would
+        phys._sync()
+    assert cell.wc.scene.version != v0

@@ -240,6 +240,16 @@ def test_a_row_of_a_wrong_refusal_then_a_block_held_at_the_stop() -> None:
     assert "wrong_refusal" in sc.row_line(row)
 
 
+def test_a_check_not_confirmed_then_re_aimed_is_no_refusal() -> None:
+    """Only the trial's last word is a refusal: a check followed by a re-aim and a
+    confirmed release is counted apart (``reaimed_would_land``)."""
+    held = _truth(_block(-0.2, 0.2))
+    caps = [_cap("release_check", False, held), _cap("release_check", True, held)]
+    row = sc.success_row(1, 1, _summary(), caps, _end("box"))
+    assert row.wrong_refusals == 0 and row.right_refusals == 0
+    assert row.reaimed_would_land == 1 and row.release_confirmed == 1
+
+
 def test_a_row_of_a_placed_verdict_the_world_does_not_share() -> None:
     missed = _truth(_block(0.2, 0.25, on="mat"), grasped=False)
     caps = [_cap("pick_verdict", "yes", missed), _cap("release_check", True, missed)]
