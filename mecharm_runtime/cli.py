@@ -210,7 +210,7 @@ def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
 
 
 async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
-    from mecharm_runtime.service import ask_yes, run_service
+    from mecharm_runtime.service import ask_block_removed, ask_yes, run_service
 
     between = fresh_scenes(settings.sim_control_url) if settings.sim_control_url else None
     with capture_signals() as sigs:
@@ -220,6 +220,7 @@ async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
             confirm=ask_yes if settings.confirm else None,
             between_trials=between,
             console=console,
+            resolve_held=ask_block_removed if settings.confirm else None,
         )
     done = report.completed
     ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)

@@ -422,11 +422,14 @@ async def run_service(
     between_trials: Callable[[int], Awaitable[int | None]] | None = None,
     console: RuntimeConsole | None = None,
     view_module: str | None = None,
+    resolve_held: Callable[[], Awaitable[bool]] | None = None,
 ) -> ServiceReport:
     """Run ``settings.trials`` trials (or until stopped). ``between_trials(i)`` may prepare the
     next scene and return its seed; ``confirm()`` is asked before every trial but the first.
     ``console``: where the operator reads what happens (default: one on ``out``, stdout).
-    ``view_module``: the Rerun tool run after each trial (tests point it elsewhere)."""
+    ``view_module``: the Rerun tool run after each trial (tests point it elsewhere).
+    ``resolve_held()``: after a trial that stopped with the block in the gripper, asks the
+    operator to take it out; True goes on with the session (None or False: it stops)."""
     con = console or session_console(settings, out)
     out = con.writer
     sigs = signals or ShutdownSignals()
@@ -452,7 +455,16 @@ async def run_service(
             views.start(settings.rerun_after_trial, settings.display, settings.display_url)
             try:
                 await _trials(
-                    rig, client, settings, sigs, report, con, views, confirm, between_trials
+                    rig,
+                    client,
+                    settings,
+                    sigs,
+                    report,
+                    con,
+                    views,
+                    confirm,
+                    between_trials,
+                    resolve_held,
                 )
             finally:
                 _account_backlog(rig, report, out)
@@ -533,6 +545,7 @@ async def _trials(
     views: ViewJobs,
     confirm: Callable[[], Awaitable[bool]] | None,
     between_trials: Callable[[int], Awaitable[int | None]] | None,
+    resolve_held: Callable[[], Awaitable[bool]] | None = None,
 ) -> None:
     out = con.writer
     i = refused = 0
@@ -608,9 +621,13 @@ async def _trials(
                 else 0.0
             )
             views.build(summary.run_dir, summary.run_stem, wait)
-        if summary.block_held:  # the next trial would open the gripper at HOME: stop here
-            report.stopped_by = "block held in the gripper (take it out by hand)"
-            break
+        if summary.block_held:  # the next trial would open the gripper at HOME
+            # ... so only an operator who took the block out lets the session go on
+            if resolve_held is None or not await resolve_held():
+                report.stopped_by = "block held in the gripper (take it out by hand)"
+                break
+            log.warning("block_held_resolved", run_stem=summary.run_stem, by="operator")
+            print("the operator took the block out: the session goes on", file=out, flush=True)
         if "ledger row" not in summary.records_pending:  # a pending row waits for the root
             check_ledger_row(ledger_path(Path(settings.data_root)), summary.run_stem)
         i += 1
@@ -628,6 +645,17 @@ async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:
     """Terminal confirmation between trials (EOF or 'n' = stop)."""
     answer = await to_thread(_input, prompt)
     return answer is not None and answer.strip().lower() in ("", "y", "yes")
+
+
+async def ask_block_removed() -> bool:
+    """After a stop holding the block (``--confirm``): the operator takes it out by hand and
+    says so; only an explicit yes goes on (the next trial opens the gripper at HOME)."""
+    answer = await to_thread(
+        _input,
+        "The block is still in the gripper. Take it out by hand; then go on (y) or stop (n)? "
+        "[y/N] ",
+    )
+    return answer is not None and answer.strip().lower() in ("y", "yes")
 
 
 def _input(prompt: str) -> str | None:

@@ -509,6 +509,31 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
 
 @pytest.mark.slow
 @pytest.mark.asyncio
+async def test_sim_service_goes_on_when_the_operator_takes_the_held_block_out(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """With ``--confirm`` (``resolve_held``), a stop holding the block asks the operator; one
+    who takes it out (here: the scene laid out again, the jaws empty) lets the session go on."""
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
+        update={"release_margin_mm": 40.0, "trials": 2, "release_refused": "hold",
+                "release_reaim_max": 0}
+    )  # fmt: skip
+    asked: list[bool] = []
+
+    async def took_it_out() -> bool:
+        asked.append(True)
+        workcell.next_scene(layout=random_layout(3))  # the block back on the mat, by hand
+        return True
+
+    out = io.StringIO()
+    report = await run_service(s, out=out, resolve_held=took_it_out)
+    assert len(report.trials) == 2 and len(asked) == 2, report.stopped_by
+    assert not report.stopped_by
+    assert "the operator took the block out: the session goes on" in out.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
 async def test_sim_service_goes_on_after_a_refused_release_put_back(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
