@@ -1284,6 +1284,8 @@ async def _check_release(ctx: TrialContext) -> None:
         tag = "release_check" if attempt == 0 else f"release_check_reaim{attempt}"
         view = await ctx.eyes.view_release(lift, target, st.side_frame, tag)
         st.release_view = view
+        if view.block_xz is not None and _can_reaim(view):  # the watch's sighting too
+            seen.check(view.block_xz, st.place_pose, f"release check {attempt + 1}")
         ok, what = _release_verdict(s, view)
         entry: dict[str, Any] = {"confirmed": ok, "why": what, "lift_m": lift}
         if attempt:
@@ -1296,12 +1298,8 @@ async def _check_release(ctx: TrialContext) -> None:
             break
         if view.box_refound and view.box_xz is not None:
             target = view.box_xz
-        ctx.trace.decision(
-            "release_reaim",
-            {"attempt": attempt + 1, "box_xz": list(target), "block_xz": view.block_xz},
-        )
-        log.info("release_reaim", attempt=attempt + 1, why=what)
-        await _servo_to(ctx, target, f"release_reaim{attempt + 1}", seen, REAIM_TOL_SCALE)
+        if not await _reaim(ctx, view, target, attempt + 1, seen):
+            break
         await _side_frame(ctx, f"release_reaim{attempt + 1}_side")
     st.release_refused = what
     log.warning("release_refused", reason=what)
@@ -1323,6 +1321,64 @@ async def _check_release(ctx: TrialContext) -> None:
         st.place_path or [st.place_pose], s.tol_pick_place, "release anyway: back down"
     )
     st.hovering = False
+
+
+async def _reaim(
+    ctx: TrialContext,
+    view: ReleaseView,
+    target: tuple[float, float],
+    n: int,
+    seen: _HeldBlockWatch,
+) -> bool:
+    """One re-aim of a release not confirmed (docs/release.md, "Re-aim, then ask, then put
+    back"): up the way in to the hover, clear of the rim (steering at the place height drags
+    a low-hanging block along the box's wall), a new descent at the box as found, then the
+    place servo's steps at half its tolerance. The descent is descend_place's own lookup
+    (from the approach pose, within its joint tolerance, the floor, the continuity bound);
+    False when it has no pose (the re-aims end). The held-block watch compares the first
+    sighting after the descent with the view before the re-aim: a block that stayed while
+    the tip went up, over and down again is not in the jaws (it lies in or by the box)."""
+    s, st = ctx.settings, ctx.state
+    assert st.place_approach is not None and st.place_pose is not None
+    assert view.block_xz is not None
+    aim = target
+    entry = {"attempt": n, "box_xz": list(target), "block_xz": list(view.block_xz)}
+    ctx.trace.decision("release_reaim", entry)
+    log.info("release_reaim", attempt=n, box_xz=target)
+    await ctx.retrace(
+        [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, f"re-aim {n}: up"
+    )
+    lo, hi, _dee = _place_band(ctx)
+    res = fk_lookup(
+        ctx.table,
+        "place_withblock",
+        aim,
+        lo,
+        hi,
+        dist_max=s.dist_max_m,
+        ref_joints=st.place_approach,
+        joint_tol=s.place_joint_tol,
+        ee_y_floor=s.place_floor_m,
+        **_step_bound(s, st.place_approach),
+    )
+    ctx.trace.decision("lookup", {"reaim": n, **res.to_dict()})
+    if not res.ok or res.angles is None:
+        ctx.trace.decision("release_reaim_stop", {"attempt": n, "reason": res.reason})
+        # back down the way it came up, so the refusal's hover below starts from the place
+        await ctx.retrace(st.place_path, s.tol_pick_place, f"re-aim {n}: back down")
+        return False
+    await ctx.move(
+        res.angles,
+        s.tol_pick_place,
+        f"re-aim {n}: descend",
+        lookup_ok=res.ok,
+        near_work=True,
+        into_box=True,
+    )
+    st.place_pose, st.place_ee_y = tuple(res.angles), res.selected_ee_y
+    st.place_path = [st.place_pose]
+    await _servo_to(ctx, target, f"release_reaim{n}", seen, REAIM_TOL_SCALE)
+    return True
 
 
 def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
