@@ -439,6 +439,9 @@ async def test_sim_block_slipped_in_the_jaws_is_re_aimed_and_lands_in_the_box(
     assert checks[0]["value"]["confirmed"] is False, checks[0]
     assert _decisions(t, "release_reaim")
     assert t.status == "completed" and checks[-1]["value"]["confirmed"] is True, t.reason
+    # the re-aim went up to the hover and came down again, never steering low in the box
+    notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "release"]
+    assert notes[0].startswith("re-aim 1: up") and "re-aim 1: descend" in notes, notes
     assert workcell.truth()["place_outcome"] == "box"
     await _replays_identically(t, fk_data_dir)
 
