@@ -957,6 +957,27 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     return target - s.place_band_depth_m, target, dee
 
 
+def _place_lookup(
+    ctx: TrialContext, aim: tuple[float, float], ref: Sequence[float], lo: float, hi: float
+) -> FkLookupResult:
+    """The place's one lookup rule (descend_place, its depth steps, a re-aim's descent): the
+    ``place_withblock`` row nearest ``aim`` in the band [lo, hi), every joint within
+    ``place_joint_tol`` of ``ref`` and within the continuity bound from it, above the floor."""
+    s = ctx.settings
+    return fk_lookup(
+        ctx.table,
+        "place_withblock",
+        aim,
+        lo,
+        hi,
+        dist_max=s.dist_max_m,
+        ref_joints=ref,
+        joint_tol=s.place_joint_tol,
+        ee_y_floor=s.place_floor_m,
+        **_step_bound(s, ref),
+    )
+
+
 async def descend_place(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_approach is not None
@@ -966,18 +987,7 @@ async def descend_place(ctx: TrialContext) -> Outcome:
     if st.place_dee_start_mm:  # a new cell that started from the learnt cells
         band["new_cell_from_learnt"] = True
     ctx.trace.decision("place_band", band)
-    res = fk_lookup(
-        ctx.table,
-        "place_withblock",
-        st.scene.box_xz,
-        lo,
-        hi,
-        dist_max=s.dist_max_m,
-        ref_joints=st.place_approach,
-        joint_tol=s.place_joint_tol,
-        ee_y_floor=s.place_floor_m,
-        **_step_bound(s, st.place_approach),
-    )
+    res = _place_lookup(ctx, st.scene.box_xz, st.place_approach, lo, hi)
     ctx.trace.decision("lookup", res.to_dict())
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
@@ -1145,18 +1155,7 @@ async def _servo_to(
             break
         tip = fk_tip(pose)
         aim = (float(tip[0]), float(tip[2]) - dz_mm / 1000.0)
-        res = fk_lookup(
-            ctx.table,
-            "place_withblock",
-            aim,
-            lo,
-            hi,
-            dist_max=s.dist_max_m,
-            ref_joints=pose,
-            joint_tol=s.place_joint_tol,
-            ee_y_floor=s.place_floor_m,
-            **_step_bound(s, pose),
-        )
+        res = _place_lookup(ctx, aim, pose, lo, hi)
         ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
         verdict = check_pose(
             res.angles or (),
@@ -1349,18 +1348,7 @@ async def _reaim(
         [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, f"re-aim {n}: up"
     )
     lo, hi, _dee = _place_band(ctx)
-    res = fk_lookup(
-        ctx.table,
-        "place_withblock",
-        aim,
-        lo,
-        hi,
-        dist_max=s.dist_max_m,
-        ref_joints=st.place_approach,
-        joint_tol=s.place_joint_tol,
-        ee_y_floor=s.place_floor_m,
-        **_step_bound(s, st.place_approach),
-    )
+    res = _place_lookup(ctx, aim, st.place_approach, lo, hi)
     ctx.trace.decision("lookup", {"reaim": n, **res.to_dict()})
     if not res.ok or res.angles is None:
         ctx.trace.decision("release_reaim_stop", {"attempt": n, "reason": res.reason})
