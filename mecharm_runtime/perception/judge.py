@@ -86,6 +86,12 @@ def _majority(votes: list[bool]) -> tuple[bool, float]:
 #: the box found again by template counts as still in place within this distance of detect's
 BOX_MOVED_MM = 15.0
 
+#: a block on the box's floor cannot reach past the inner walls: a footprint measured up to
+#: this far beyond them is a block against the wall seen with the measurement's error, not
+#: one outside (one over the wall lies on the rim, which the rim test tells). 0 (before) judged
+#: blocks touching the wall, margins -0.02 and -0.2 mm, not placed (docs/perception.md)
+WALL_SLACK_MM = 2.0
+
 #: a red blob this close (x-z, on the tip's plane) to the tip marker is the held block: the jaws
 #: hold the block's centre within ~12 mm of the tip (docs/workcell.md), the marker and the block
 #: differ in height by up to ~15 mm (a few mm of parallax). 30 mm (before) also took a block
@@ -259,7 +265,7 @@ class GeometricJudge:
                 continue
             margin = inside_margin_mm(block, box, cfg)
             info: dict[str, Any] = {}
-            rest = "floor" if margin >= 0.0 else "outside"
+            rest = "floor" if margin >= -WALL_SLACK_MM else "outside"
             if self.height_aware:
                 on_rim = self._on_rim_mm2(f, ev.H, box)
                 top = _top_height_m(block, ev.H, cfg, face)
