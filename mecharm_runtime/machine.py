@@ -1308,6 +1308,15 @@ async def _check_release(ctx: TrialContext) -> None:
         "release refused: hover",
     )
     st.hovering = True
+    if view.top_seen == 0 and s.lost_block == "judge" and await look_at_jaws(ctx) == "not_seen":
+        # seen neither near the box nor at the tip: it left the jaws (often into the box);
+        # the place is judged where it went instead of carrying empty jaws back to the mat
+        st.holding, st.block_lost = False, True
+        _learn_failed_place(ctx, "lost")
+        raise BlockLost(
+            f"{ctx.stage}: the block is seen neither near the box nor at the tip in the hover: "
+            "it is not in the jaws"
+        )
     ans = await ctx.eyes.ask_release(what, "release_confirm")
     anyway = ans.verdict == "yes"
     ctx.trace.decision("release_override", {"release": anyway, "answer": ans.reason})
@@ -1369,6 +1378,31 @@ async def _reaim(
     return True
 
 
+async def look_at_jaws(ctx: TrialContext) -> str:
+    """``seen`` / ``not_seen``: the top camera's look for the held block at the tip, where
+    the kinematic model puts it (the same search as the place servo's, traced as an input)."""
+    st = ctx.state
+    pose = ctx.last_commanded or ctx.last_measured
+    if pose is None or st.pick_ee_y is None:
+        return "unknown"
+    await ctx.at_rest("held block check")
+    tip = fk_tip(pose)
+    lift = float(tip[1]) - st.pick_ee_y
+    xz = (float(tip[0]), float(tip[2]))
+    pos = await ctx.eyes.locate_block(lift, xz, "held_check")
+    # a red block elsewhere on the mat is not the one in the jaws
+    near = pos is not None and math.dist(pos, xz) * 1000.0 <= HELD_NEAR_TIP_MM
+    ctx.trace.decision("held_block_check", {"seen": near, "block_xz": pos, "tip_xz": list(xz)})
+    st.held_evidence = "seen" if near else "not_seen"
+    return st.held_evidence
+
+
+#: a block seen this close (x-z) to where the model puts the tip counts as the held one: the
+#: real tip sits up to ~25 mm from the model's (docs/stages.md, "The pick servo"), the held
+#: block's centre another half block from the tip
+HELD_NEAR_TIP_MM = 50.0
+
+
 def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
     """A place that did not happen teaches too (docs/release.md, "Every trial teaches"):
     ``lost`` (the block stopped moving with the tip in the box: it caught on the box) raises
@@ -1393,9 +1427,11 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
 async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
-    await ctx.retrace(
-        [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, "retreat up"
-    )
+    if not st.hovering:  # else already up at the place approach pose (a lost block, found so there)
+        await ctx.retrace(
+            [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, "retreat up"
+        )
+    st.hovering = False
     swept = (s.swept_j0, *st.place_approach[1:])
     await ctx.move(swept, s.tol_pick_place, "swept retreat")
     await ctx.at_rest("place judgement")

@@ -10,7 +10,6 @@ the run log, derived from the trace.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import Any
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
-from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
@@ -26,7 +24,14 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.machine import Stage, TrialContext, lower_to_mat, run_stages, up_from_mat
+from mecharm_runtime.machine import (
+    Stage,
+    TrialContext,
+    look_at_jaws,
+    lower_to_mat,
+    run_stages,
+    up_from_mat,
+)
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
@@ -305,11 +310,13 @@ async def _tell_block_held(
     st = ctx.state
     where = "in the hover" if st.hovering else ("stopped" if forced else "where it stopped")
     seen = "unknown"
-    if attempt is not None and not forced:
+    if st.held_evidence and st.hovering:  # looked in this hover already (the release check)
+        seen = st.held_evidence
+    elif attempt is not None and not forced:
         box: list[str] = []
 
         async def look() -> None:
-            box.append(await _look_at_jaws(ctx))
+            box.append(await look_at_jaws(ctx))
 
         if await attempt("look at the jaws", look):
             seen = box[0]
@@ -331,30 +338,6 @@ async def _tell_block_held(
     log.error("block_held_at_stop", where=where, forced=forced, evidence=seen)
     if ctx.on_stage is not None:
         ctx.on_stage(Stage.ABORT.value, "holding", msg)
-
-
-async def _look_at_jaws(ctx: TrialContext) -> str:
-    """``seen`` / ``not_seen``: the top camera's look for the held block at the tip, where
-    the kinematic model puts it (the same search as the place servo's, traced as an input)."""
-    st = ctx.state
-    pose = ctx.last_commanded or ctx.last_measured
-    if pose is None or st.pick_ee_y is None:
-        return "unknown"
-    await ctx.at_rest("held block check")
-    tip = fk_tip(pose)
-    lift = float(tip[1]) - st.pick_ee_y
-    xz = (float(tip[0]), float(tip[2]))
-    pos = await ctx.eyes.locate_block(lift, xz, "abort_held_check")
-    # a red block elsewhere on the mat is not the one in the jaws
-    near = pos is not None and math.dist(pos, xz) * 1000.0 <= HELD_NEAR_TIP_MM
-    ctx.trace.decision("held_block_check", {"seen": near, "block_xz": pos, "tip_xz": list(xz)})
-    return "seen" if near else "not_seen"
-
-
-#: a block seen this close (x-z) to where the model puts the tip counts as the held one: the
-#: real tip sits up to ~25 mm from the model's (docs/stages.md, "The pick servo"), the held
-#: block's centre another half block from the tip
-HELD_NEAR_TIP_MM = 50.0
 
 
 async def run_trial(

@@ -169,7 +169,7 @@ class GoneAtRelease(HiddenAtRelease):
     async def locate_block(
         self, lift_m: float, near_xz: tuple[float, float], tag: str
     ) -> tuple[float, float] | None:
-        if tag == "abort_held_check":
+        if tag == "held_check":
             return None
         return await super().locate_block(lift_m, near_xz, tag)
 
@@ -178,12 +178,20 @@ class GoneAtRelease(HiddenAtRelease):
 async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
+    """Seen neither near the box at the release nor at the tip in the hover: the jaws are
+    empty by the evidence. The place is judged where the block went (``lost_block: judge``),
+    nothing is announced as held, and no empty jaws are carried back to the mat."""
     eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
-    assert t.status == "stopped" and t.block_held and t.held_evidence == "not_seen"
-    (told,) = [e for e in logs if e["event"] == "block_held_at_stop"]
-    assert told["evidence"] == "not_seen"
+    assert t.status == "completed" and not t.block_held and t.place_verdict, t.reason
+    (look,) = _decisions(t, "held_block_check")
+    assert look["value"]["seen"] is False
+    assert _decisions(t, "block_lost") and not _decisions(t, "put_back")
+    assert not any(e["event"] == "block_held_at_stop" for e in logs)
+    notes = [c["value"]["note"] for c in _decisions(t, "command")]
+    assert "retreat up" not in notes and "swept retreat" in notes  # up already: aside, judge
+    await _replays_identically(t, fk_data_dir)
 
 
 @pytest.mark.asyncio
