@@ -71,6 +71,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "lost_block": "stop",
     # the height memory learnt from places that happened only
     "learn_failed_places": False,
+    # an empty height memory placed with the plain band
+    "height_start_mm": 0.0,
 }
 
 
@@ -272,6 +274,11 @@ class RuntimeSettings(RigSettings):
     #: of the learnt cells (the arm's sag is much the same over the place region), ``zero``
     #: from the plain band (docs/runtime.md, "Memories")
     height_new_cell: Literal["learnt", "zero"] = "learnt"
+    #: where a place cell starts when nothing is learnt yet (an empty memory). The reference
+    #: rig's memory settled at +15..+25 mm: its arm holds the block lower than the model says,
+    #: and at +0 a fresh rig drags the low-hanging block along the box's walls while it
+    #: servos (docs/release.md, "Every trial teaches"); 0 = the plain band
+    height_start_mm: float = Field(15.0, ge=0, le=HEIGHT_LIMIT_MM[1])
     #: the place servo stops when the block it steers does not move with the tip (it is not
     #: in the jaws): a tip move of at least servo_drop_tip_mm with the block moving less than
     #: a third of it (docs/stages.md, "servo_place")

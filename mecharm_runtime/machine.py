@@ -951,6 +951,8 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     if dee is None and s.height_new_cell == "learnt":
         dee = ctx.heights.learnt()  # a new cell starts where the learnt cells are
         st.place_dee_start_mm = dee or 0.0
+    if dee is None and s.height_start_mm > 0:  # nothing learnt anywhere yet
+        dee = st.place_dee_start_mm = s.height_start_mm
     if dee is None:
         return s.place_band[0], s.place_band[1], None
     target = s.place_target_m + dee / 1000.0
@@ -1308,15 +1310,6 @@ async def _check_release(ctx: TrialContext) -> None:
         "release refused: hover",
     )
     st.hovering = True
-    if view.top_seen == 0 and s.lost_block == "judge" and await look_at_jaws(ctx) == "not_seen":
-        # seen neither near the box nor at the tip: it left the jaws (often into the box);
-        # the place is judged where it went instead of carrying empty jaws back to the mat
-        st.holding, st.block_lost = False, True
-        _learn_failed_place(ctx, "lost")
-        raise BlockLost(
-            f"{ctx.stage}: the block is seen neither near the box nor at the tip in the hover: "
-            "it is not in the jaws"
-        )
     ans = await ctx.eyes.ask_release(what, "release_confirm")
     anyway = ans.verdict == "yes"
     ctx.trace.decision("release_override", {"release": anyway, "answer": ans.reason})

@@ -178,20 +178,14 @@ class GoneAtRelease(HiddenAtRelease):
 async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
-    """Seen neither near the box at the release nor at the tip in the hover: the jaws are
-    empty by the evidence. The place is judged where the block went (``lost_block: judge``),
-    nothing is announced as held, and no empty jaws are carried back to the mat."""
+    """The statement follows the top camera's look at the tip; the motion does not (a look
+    from the hover can miss a block tilted in the jaws): the block stays held in the hover."""
     eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
-    assert t.status == "completed" and not t.block_held and t.place_verdict, t.reason
-    (look,) = _decisions(t, "held_block_check")
-    assert look["value"]["seen"] is False
-    assert _decisions(t, "block_lost") and not _decisions(t, "put_back")
-    assert not any(e["event"] == "block_held_at_stop" for e in logs)
-    notes = [c["value"]["note"] for c in _decisions(t, "command")]
-    assert "retreat up" not in notes and "swept retreat" in notes  # up already: aside, judge
-    await _replays_identically(t, fk_data_dir)
+    assert t.status == "stopped" and t.block_held and t.held_evidence == "not_seen"
+    (told,) = [e for e in logs if e["event"] == "block_held_at_stop"]
+    assert told["evidence"] == "not_seen"
 
 
 @pytest.mark.asyncio
@@ -285,13 +279,16 @@ async def test_measured_place_raises_the_height_and_logs_the_distance(
     assert check["value"]["confirmed"] is True
     (up,) = _decisions(t, "height_update")
     v = up["value"]
-    assert v["placed_ok"] and v["change"] == "raise" and (v["old_mm"], v["dee_y_mm"]) == (0.0, 5.0)
+    # an empty memory starts at height_start_mm (15), the good place raises it one step
+    assert (
+        v["placed_ok"] and v["change"] == "raise" and (v["old_mm"], v["dee_y_mm"]) == (15.0, 20.0)
+    )
     assert v["margin_mm"] >= 10.0 and v["dist_mm"] is not None
     line = next(e for e in logs if e["event"] == "height_update")
     assert line["line"].startswith(f"update {v['key']} dist={v['dist_mm']:.1f}mm placed=yes")
-    assert line["line"].endswith("→ dee_y=5.0mm (n=1)")
+    assert line["line"].endswith("→ dee_y=20.0mm (n=1)")
     mem = HeightMemory(DataRoot(tmp_path).height_memory)
-    assert mem.entries[v["key"]] == {"dee_y_mm": 5.0, "n": 1}
+    assert mem.entries[v["key"]] == {"dee_y_mm": 20.0, "n": 1}
 
 
 # ------------------------------------------------------------------ safe pick retry
