@@ -95,6 +95,11 @@ class WorkcellPhysics(Protocol):
     def push_box(self, dx_m: float, dz_m: float) -> dict[str, Any]: ...
 
 
+def _moved_mm(dx_m: float, dz_m: float) -> dict[str, float]:
+    """A fault's displacement as its event records it (mm, 0.1 mm)."""
+    return {"dx_mm": round(dx_m * 1000, 1), "dz_mm": round(dz_m * 1000, 1)}
+
+
 def make_physics(
     scene: SceneState, arm: ArmState, world: WorldArm, contact: ContactProfile
 ) -> WorkcellPhysics:
@@ -237,6 +242,13 @@ class Physics(ContactEngineBase):
         self.scene.events.append(ev)
         log.info(f"workcell_{kind}", **data)
 
+    def _moved(self, kind: str, dx_m: float, dz_m: float) -> dict[str, Any]:
+        """A fault that moved something on the mat (knock, push_box): its event, logged loud."""
+        ev = {"kind": kind, "ts": self.clock(), **_moved_mm(dx_m, dz_m)}
+        self.scene.events.append(ev)
+        log.warning(f"workcell_{kind}", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
+        return ev
+
     def _try_grasp(self, jaws: float) -> None:
         sc = self.scene
         tip = np.array(self.world.tip(self.arm.true_angles()))
@@ -304,15 +316,7 @@ class Physics(ContactEngineBase):
                 raise ValueError("knock_block: the block is in the gripper; knock it once released")
             sc.block_xyz = [sc.block_xyz[0] + dx_m, sc.block_xyz[1], sc.block_xyz[2] + dz_m]
             sc.bump()
-            ev = {
-                "kind": "knock",
-                "ts": self.clock(),
-                "dx_mm": round(dx_m * 1000, 1),
-                "dz_mm": round(dz_m * 1000, 1),
-            }
-            sc.events.append(ev)
-            log.warning("workcell_knock", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
-            return ev
+            return self._moved("knock", dx_m, dz_m)
 
     def push_box(self, dx_m: float, dz_m: float) -> dict[str, Any]:
         """Fault: the box slides by (dx, dz) metres on the mat, as when the arm pushes it; it
@@ -324,15 +328,7 @@ class Physics(ContactEngineBase):
             x, z, yaw = sc.box
             sc.box = (x + dx_m, z + dz_m, yaw)
             sc.bump()
-            ev = {
-                "kind": "push_box",
-                "ts": self.clock(),
-                "dx_mm": round(dx_m * 1000, 1),
-                "dz_mm": round(dz_m * 1000, 1),
-            }
-            sc.events.append(ev)
-            log.warning("workcell_push_box", dx_mm=ev["dx_mm"], dz_mm=ev["dz_mm"])
-            return ev
+            return self._moved("push_box", dx_m, dz_m)
 
     # ---------------------------------------------------------------- stepping
     def step(self) -> None:

@@ -425,9 +425,12 @@ def _box_from(
     fallback_xz: tuple[float, float],
     score_thresh: float,
     config: PerceptionConfig,
+    blobs: list[NDArray[np.float32]] | None = None,
 ) -> BoxDetection:
+    """``blobs``: when given, receives every white blob's outline (mm, rim plane) seen at the
+    first white threshold (``refind_box`` asks whether any lies near the old box)."""
     white = view.white()
-    blobs: list[NDArray[np.float32]] = []
+    blobs = [] if blobs is None else blobs
     found, why = _box_contour(white, view.off, H, config, blobs)
     if found is not None:
         return found
@@ -495,13 +498,12 @@ def refind_box(
     hits = []
     near = 0
     for f in frames:
-        view = _View(f, H, config)
-        b = _box_from(view, H, (detected.x, detected.z), BOX_SCORE_THRESH, config)
+        blobs: list[NDArray[np.float32]] = []
+        b = _box_from(_View(f, H, config), H, (detected.x, detected.z), BOX_SCORE_THRESH,
+                      config, blobs)  # fmt: skip
         if b.method != "fallback" and b.trusted:
             hits.append(b)
             continue
-        blobs: list[NDArray[np.float32]] = []
-        _box_contour(view.white(), view.off, H, config, blobs)
         near += _nearest_blob_mm(blobs, detected.x, detected.z) <= BOX_TEMPLATE_BLOB_MM
     if frames and 2 * len(hits) > len(frames):
         best = max(hits, key=lambda b: b.score)
