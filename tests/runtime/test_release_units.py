@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 
+from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.layout import DataRoot
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.machine import _release_verdict
@@ -263,3 +264,21 @@ def test_side_view_with_the_arm_at_a_real_place_pose(
     # dropped in transit: the jaws are empty, the block lies on the mat far from the box
     v = side_view(frame((0.05, 0.0125, 0.33), False))
     assert not v.seen, v
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("release_refused", "drop"),
+        ("lost_block", "ignore"),
+        ("release_reaim_max", 9),
+        ("release_reaim_max", -1),
+        ("height_start_mm", -1.0),
+        ("height_start_mm", 80.0),
+        ("height_lost_step_mm", -5.0),
+        ("learn_failed_places", "maybe"),
+    ],
+)
+def test_the_recovery_settings_refuse_bad_values_naming_the_key(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=key):
+        load_settings(RuntimeSettings, overrides={key: value})

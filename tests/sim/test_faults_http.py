@@ -69,6 +69,10 @@ def _jpeg(port: int, camera: str = "top") -> tuple[int, bytes]:
         ({"fault": "camera_lost", "camera": "front"}, "camera_lost: camera"),
         ({"fault": "read_failures", "kind": "none"}, "read_failures: kind"),
         ({"fault": "lighting", "gain": 3}, "lighting: gain"),
+        ({"fault": "push_box", "dx_m": 0.5, "dz_m": 0}, "push_box: dx_m"),
+        ({"fault": "push_box", "dx_m": float("nan"), "dz_m": 0}, "push_box: dx_m"),
+        ({"fault": "push_box", "dx_m": 0.01}, "push_box: dz_m"),
+        ({"fault": "push_box", "dx_m": 0, "dz_m": 0, "yaw": 5}, "push_box: unknown parameter(s)"),
         ({"fault": "lighting", "sun": 1}, "lighting: unknown parameter(s) ['sun']; valid"),
         ({"fault": "lighting"}, "name at least one parameter"),
         ([1, 2], 'a fault is a JSON object {"fault": NAME'),
@@ -210,6 +214,12 @@ def test_world_faults_knock_missed_grasp_lighting(served: Any) -> None:
     assert after["block"]["x"] == pytest.approx(before["x"] + 0.03)
     assert after["block"]["z"] == pytest.approx(before["z"] - 0.01)
     assert after["events"][-1]["kind"] == "knock"
+    box = after["box"]
+    _fault(port, {"fault": "push_box", "dx_m": -0.02, "dz_m": 0.01})
+    moved = _request(port, "GET", "/scene/truth")[1]
+    assert moved["box"]["x"] == pytest.approx(box["x"] - 0.02, abs=2e-3)
+    assert moved["box"]["z"] == pytest.approx(box["z"] + 0.01, abs=2e-3)
+    assert moved["events"][-1]["kind"] == "push_box"
     _fault(port, {"fault": "lighting", "gain": 0.8, "flicker": 0.0})
     lt = _request(port, "GET", "/scene/truth")[1]["layout"]["lighting"]
     assert lt["gain"] == 0.8 and lt["flicker"] == 0.0
