@@ -66,6 +66,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     # a refused release was final: no re-aim, the block held in the hover, the session over
     # (docs/release.md)
     "release_reaim_max": 0,
+    # a depth step snapped to the place lookup's nearest table row (docs/stages.md)
+    "depth_step": "lookup",
     "release_refused": "hold",
     # a block that left the jaws before the release stopped the trial, the place unjudged
     "lost_block": "stop",
@@ -238,6 +240,10 @@ class RuntimeSettings(RigSettings):
     servo_max_iter: int = Field(5, ge=0)
     depth_steps: int = Field(3, ge=0)
     depth_tol_mm: float = Field(8.0, gt=0)
+    #: how a depth step is solved: "fine" from the arm's pose with the FK model (the joints
+    #: stay near the servo's, so the block keeps where the servo put it in x); "lookup" the
+    #: place lookup's nearest table row (docs/stages.md, "servo_place")
+    depth_step: Literal["fine", "lookup"] = "fine"
 
     # ---- pick servo (descend_pick; docs/stages.md, "The pick servo"): while the top camera sees
     # the tip farther than pick_servo_tol_mm from the block in x-z, re-aim by the measured

@@ -608,7 +608,11 @@ def _pick_servo_step(
 
 
 def _fine_step(
-    s: RuntimeSettings, pose: tuple[float, ...], aim: tuple[float, float], band: tuple[float, float]
+    s: RuntimeSettings,
+    pose: tuple[float, ...],
+    aim: tuple[float, float],
+    band: tuple[float, float],
+    where: str = "pick",
 ) -> tuple[tuple[float, ...] | None, str, str | None]:
     """(pose, "fine", None) moving the tip from ``pose`` to ``aim`` at the same height, or
     (None, "fine", why not). The table's rows within the continuity bound of a pick pose can
@@ -617,7 +621,8 @@ def _fine_step(
     j1 held at ``j1_max`` once it reaches it and every joint within ``joint_step_max_deg``
     of the pose. The pose must land within ``pick_resid_max_m`` of the aim, or at least
     halve the way to it (the bound allows no more: the next measurement decides again),
-    inside the pick band, and then pass every guard."""
+    inside ``band`` (the ``where`` band: pick, or place for a depth step), and then pass
+    every guard."""
     q0 = np.asarray(pose, dtype=np.float64)
     q = q0.copy()
     goal = np.array([aim[0], float(fk_tip(q)[1]), aim[1]])
@@ -655,7 +660,7 @@ def _fine_step(
             ),
         )
     if not band[0] <= float(tip[1]) < band[1]:
-        return None, "fine", f"fine step leaves the pick band (ee_y {float(tip[1]):.3f} m)"
+        return None, "fine", f"fine step leaves the {where} band (ee_y {float(tip[1]):.3f} m)"
     return tuple(round(float(v), 3) for v in q), "fine", None
 
 
@@ -1157,13 +1162,12 @@ async def _servo_to(
             break
         tip = fk_tip(pose)
         aim = (float(tip[0]), float(tip[2]) - dz_mm / 1000.0)
-        res = _place_lookup(ctx, aim, pose, lo, hi)
-        ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
+        target, lookup_ok, why, new_height = _depth_target(ctx, pose, aim, (lo, hi), k)
         verdict = check_pose(
-            res.angles or (),
+            target,
             j1_max=s.j1_max,
-            lookup_ok=res.ok,
-            lookup_reason=res.reason or "",
+            lookup_ok=lookup_ok,
+            lookup_reason=why,
             envelope=ctx.envelope,
         )
         stop = None if verdict.ok else verdict.reason
@@ -1183,12 +1187,42 @@ async def _servo_to(
         )
         pose = verdict.angles
         st.place_path.append(pose)
-        height = float(res.selected_ee_y if res.selected_ee_y is not None else height)
+        height = float(new_height if new_height is not None else height)
         st.place_ee_y = height
         servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "moved", "angles": list(pose)})
     st.place_pose = pose
     for e in servo:
         ctx.trace.log("servo", e)
+
+
+def _depth_target(
+    ctx: TrialContext,
+    pose: tuple[float, ...],
+    aim: tuple[float, float],
+    band: tuple[float, float],
+    k: int,
+) -> tuple[tuple[float, ...], bool | None, str, float | None]:
+    """A depth step's pose: (angles, lookup_ok for the guard, why not, its tip height).
+
+    With ``depth_step: fine`` the step is solved from the arm's pose with the FK model, the
+    way the pick servo's small steps are: the tip moves in z, keeps its x and height, and
+    every joint stays near where the servo left it. The place lookup instead snaps to the
+    table's rows, whose j0 lies on the table's grid: a row a few mm from the aim can turn j0
+    and the forearm's roll by 5-15°, undoing the j0 servo and swinging the block hanging
+    under the jaws by 20-30 mm (docs/stages.md, "servo_place"). When no fine step lands,
+    the lookup is the fallback."""
+    s = ctx.settings
+    if s.depth_step == "fine":
+        target, _how, why = _fine_step(s, pose, aim, band, where="place")
+        ctx.trace.decision(
+            "depth_fine",
+            {"depth_step": k, "aim_xz": list(aim), "angles": list(target or ()), "why": why},
+        )
+        if target is not None:
+            return target, None, "", float(fk_tip(target)[1])
+    res = _place_lookup(ctx, aim, pose, *band)
+    ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
+    return tuple(res.angles or ()), res.ok, res.reason or "", res.selected_ee_y
 
 
 async def release(ctx: TrialContext) -> Outcome:
