@@ -10,6 +10,7 @@ console either says in its own words or leaves to the file, so nothing is shown 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import sys
 from collections.abc import Callable, MutableMapping
@@ -17,13 +18,76 @@ from typing import Any
 
 import structlog
 
-__all__ = ["FOR_OPERATOR", "configure_logging", "for_operator", "get_logger", "short_line"]
+__all__ = [
+    "FOR_OPERATOR",
+    "configure_logging",
+    "for_operator",
+    "get_logger",
+    "log_lines_dropped",
+    "short_line",
+]
 
 #: the key that marks a log event for the operator's console (``log.warning(..., operator=True)``)
 FOR_OPERATOR = "operator"
 
 #: a warning or error as a plain dict (level, event, its fields), for a console
 Echo = Callable[[dict[str, Any]], None]
+
+
+#: told once per sink, with the error's text, when its first line could not be written
+OnDrop = Callable[[str], None]
+
+
+class _LineSink:
+    """Where a process's log lines go. A line that cannot be written (disk full, the file's
+    folder gone, a closed stream) is dropped and counted, never raised: a log line must not
+    end a trial with the block in the air (docs/reliability.md, "No write ends a process")."""
+
+    def __init__(self, stream: Any, on_drop: OnDrop | None) -> None:
+        self.stream = stream
+        self.on_drop = on_drop
+        self.dropped = 0
+
+    def write_line(self, line: str) -> None:
+        try:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        except (OSError, ValueError) as exc:
+            # a LineFile keeps what failed for a later flush: a log line is not worth that
+            discard = getattr(self.stream, "discard_pending", None)
+            if discard is not None:
+                with contextlib.suppress(Exception):
+                    discard()
+            self.dropped += 1
+            if self.dropped == 1 and self.on_drop is not None:
+                with contextlib.suppress(Exception):  # the notice must not raise either
+                    self.on_drop(_why(exc))
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"{exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return str(exc) or type(exc).__name__
+
+
+class _SinkLogger:
+    """A structlog logger that hands each rendered line to a ``_LineSink``."""
+
+    def __init__(self, sink: _LineSink) -> None:
+        self._sink = sink
+
+    def msg(self, message: str) -> None:
+        self._sink.write_line(message)
+
+    log = debug = info = warn = warning = err = error = critical = exception = fatal = msg
+
+
+_SINK = _LineSink(sys.stderr, None)
+
+
+def log_lines_dropped() -> int:
+    """How many log lines the present configuration could not write (0 after a reconfigure)."""
+    return _SINK.dropped
 
 
 def configure_logging(
@@ -33,15 +97,19 @@ def configure_logging(
     *,
     echo: Echo | None = None,
     echo_level: str = "warning",
+    on_drop: OnDrop | None = None,
 ) -> None:
     """Configure structlog for a process. ``json=None`` picks JSON unless the stream is a TTY.
 
     ``stream`` defaults to stderr (a log file for the runtime). ``echo``, when given, also
     gets every event at ``echo_level`` or above; an echo that fails is ignored (the log
-    line is still written)."""
+    line is still written). A line the stream refuses is dropped and counted
+    (``log_lines_dropped``); ``on_drop`` hears of the first one."""
+    global _SINK
     stream = stream or sys.stderr
     if json is None:
-        json = not stream.isatty()
+        isatty = getattr(stream, "isatty", None)
+        json = not (isatty is not None and isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if json
@@ -60,10 +128,11 @@ def configure_logging(
         structlog.processors.format_exc_info,
         renderer,
     ]
+    sink = _SINK = _LineSink(stream, on_drop)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(levels[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=lambda *_args: _SinkLogger(sink),
         cache_logger_on_first_use=False,
     )
 

@@ -18,16 +18,15 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
 
 import anyio
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.defaults import RUNTIME_CONFIG
-from mecharm_common.fsutil import DataRootGuard, StorageFault
+from mecharm_common.fsutil import DataRootGuard, LineFile, StorageFault
 from mecharm_common.keyfile import KeyFileError, load_or_create_key, read_daemon_token
 from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging, get_logger
+from mecharm_common.logging import configure_logging, get_logger, log_lines_dropped
 from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole
@@ -165,14 +164,15 @@ TIME_SCALE_FLAG = (
 )
 
 
-def open_session_log(settings: RuntimeSettings) -> tuple[TextIO, Path]:
+def open_session_log(settings: RuntimeSettings) -> tuple[LineFile, Path]:
     """This session's log file in the data root's logs folder, once the root passes its guard
-    (never a folder created anywhere else). Raises DataRootError."""
+    (never a folder created anywhere else). Whole lines only, like the trace: a line the
+    disk cannot take is cut back and dropped (docs/reliability.md). Raises DataRootError."""
     try:
         guard = DataRootGuard(Path(settings.data_root), settings.require_mount)
         logs = guard.mkdir(DataRoot(Path(settings.data_root)).logs)
         path = logs / f"runtime_{time.strftime('%Y%m%d_%H%M%S')}.log"
-        return open(path, "a", encoding="utf-8", buffering=1), path
+        return LineFile(path), path
     except (StorageFault, OSError) as exc:
         raise DataRootError(str(exc)) from None
 
@@ -183,16 +183,26 @@ def session_logging(settings: RuntimeSettings, console: RuntimeConsole) -> Itera
     (docs/console.md, "Log lines"); ``mecharm-runtime`` and the demo share it. Says where
     the file is, and at the end how many warnings and errors it got. Raises DataRootError."""
     log_file, log_path = open_session_log(settings)
-    configure_logging(settings.log_level, json=True, stream=log_file, echo=console.log_event)
+
+    def dropped(why: str) -> None:
+        console.line(f"log file cannot be written ({why}): log lines are dropped and counted")
+
+    configure_logging(
+        settings.log_level, json=True, stream=log_file, echo=console.log_event, on_drop=dropped
+    )
     console.line(f"log: {log_path}")
     try:
         yield log_path
     finally:
+        lost = log_lines_dropped()
         configure_logging(settings.log_level)  # the file closes below: back to stderr
-        log_file.close()
+        with contextlib.suppress(OSError):  # what did not fit is counted above
+            log_file.close()
         told = console.logged_summary()
         if told:
             console.line(f"{told}: {log_path}")
+        if lost:
+            console.line(f"log: {lost} line(s) could not be written to {log_path}")
 
 
 def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
