@@ -83,6 +83,15 @@ def _lerobot(args: argparse.Namespace) -> int:
     except RecordingError as exc:
         print(f"error: export aborted, nothing written: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # disk full, a folder that vanished, no permission: one line
+        where = f": {exc.filename}" if exc.filename else ""
+        print(
+            f"error: export stopped, {exc.strerror or exc}{where}; the dataset keeps its last "
+            "complete state (docs/lerobot.md, \"Incremental, idempotent, atomic\"): free space or fix the "
+            "folder and run the same command again",
+            file=sys.stderr,
+        )
+        return 3
     _print_report(rep, args.dry_run)
     return 0
 

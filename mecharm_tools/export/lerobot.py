@@ -786,6 +786,13 @@ def _export(
     if settings.include_crashed:
         conditions = with_crashed(conditions)
         rows = resolve_crashed(root, rows)
+    if runs:
+        unknown = sorted(runs - {row.get("run_stem", "") for _line, row in rows})
+        if unknown:  # a typo must not export an empty dataset and exit 0
+            raise DatasetError(
+                f"--run {', '.join(unknown)}: no such trial in {root}'s ledger "
+                "(the ledger's run_stem column and the report list them)"
+            )
     cands, report.skipped = select_trials(root, rows, conditions, runs)
     # an episode is (rig id, run stem): another rig's run_0001_... is a new episode
     done = (

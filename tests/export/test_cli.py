@@ -137,3 +137,41 @@ def test_cli_include_crashed(
     assert main([*base, "--no-progress", "--include-crashed"]) == 0
     text = capsys.readouterr().out
     assert f"exported {recs.stem(1)} as episode 0" in text and "[crashed recording, " in text
+
+
+def test_cli_unknown_run_is_an_error_not_an_empty_dataset(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.0))
+    out = tmp_path / "ds"
+    argv = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress",
+            "--run", recs.stem(1), "--run", "run_0099_20990101_000000"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--run run_0099_20990101_000000: no such trial" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_cli_disk_full_is_one_line_and_the_dataset_keeps_its_state(
+    recs: Any, data_root: Path, tmpfs: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset on a disk that fills mid-export: exit 3, one line naming the error, and the
+    dataset as the last export left it (verify clean); freed, the same command completes."""
+    for i in (1, 2):
+        recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.0))
+    fs = tmpfs("out", size_kib=4 * 1024)
+    out = fs.path / "ds"
+    base = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress"]
+    assert main([*base, "--run", recs.stem(1)]) == 0
+    capsys.readouterr()
+    filler = fs.fill(leave_bytes=16 * 1024)
+    assert main(base) == 3
+    cap = capsys.readouterr()
+    last = cap.err.strip().splitlines()[-1]  # the log lines above it are the export's JSON log
+    assert last.startswith("error: export stopped, ") and "No space left on device" in last, last
+    assert "Traceback" not in cap.err
+    assert main(["export", "verify", str(out), "--no-progress"]) == 0
+    assert "ok, 1 episodes" in capsys.readouterr().out
+    filler.unlink()
+    assert main(base) == 0
+    assert f"exported {recs.stem(2)} as episode 1" in capsys.readouterr().out
