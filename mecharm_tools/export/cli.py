@@ -87,7 +87,7 @@ def _lerobot(args: argparse.Namespace) -> int:
         where = f": {exc.filename}" if exc.filename else ""
         print(
             f"error: export stopped, {exc.strerror or exc}{where}; the dataset keeps its last "
-            "complete state (docs/lerobot.md, \"Incremental, idempotent, atomic\"): free space or fix the "
+            'complete state (docs/lerobot.md, "Incremental, idempotent, atomic"): free space or fix the '
             "folder and run the same command again",
             file=sys.stderr,
         )
