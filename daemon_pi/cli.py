@@ -277,13 +277,7 @@ async def serve(settings: DaemonSettings, profile: SimProfile | None = None) -> 
     host = settings.listen_host()
     token = None
     if settings.token_file is not None:
-        token, too_open = read_token(settings.token_file)
-        if too_open:
-            log.warning(
-                "token_file_readable_by_others",
-                path=str(settings.token_file),
-                hint=f"chmod 600 {settings.token_file}",
-            )
+        token = read_token(settings.token_file)  # ConfigError: refused before listening
     elif not is_loopback(host):
         log.warning(
             "no_authentication",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from daemon_pi.protocol import DEFAULT_PORT
 from mecharm_common.config import ConfigError, RigSettings
 from mecharm_common.envelope import Envelope
+from mecharm_common.keyfile import secret_file_problem
 from mecharm_sim.arm import SimArmConfig
 
 __all__ = ["DaemonSettings", "EnvelopeSettings", "is_loopback", "read_token"]
@@ -140,21 +140,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def read_token(path: Path) -> tuple[str, bool]:
-    """Read the shared secret; returns (token, too_open) where too_open means group/world readable.
+#: a shorter token is refused: guessable (``openssl rand -hex 16`` gives 32 characters)
+TOKEN_MIN_CHARS = 16
 
-    Raises ConfigError naming the file when it is missing, unreadable or empty.
+
+def read_token(path: Path) -> str:
+    """Read the shared secret the daemon requires (docs/daemon.md, "The token").
+
+    Raises ConfigError naming the file and the fix when it is missing, unreadable, empty,
+    shorter than ``TOKEN_MIN_CHARS``, readable by others or in a folder others may write.
     """
     try:
-        st = os.stat(path)
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"token_file {path}: cannot read: {exc}") from None
-    token = text.strip()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ConfigError(f"token_file {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        problem = secret_file_problem(Path(path), os.fstat(fd), "token_file")
+        if problem is not None:
+            raise ConfigError(problem)
+        data = os.read(fd, 8192)
+    finally:
+        os.close(fd)
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"token_file {path}: not UTF-8 text") from None
     if not token:
         raise ConfigError(f"token_file {path}: is empty")
     if len(token) > 4096 or any(c.isspace() for c in token):
         raise ConfigError(
             f"token_file {path}: token must be one line without spaces, at most 4096 characters"
         )
-    return token, bool(st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+    if len(token) < TOKEN_MIN_CHARS:
+        raise ConfigError(
+            f"token_file {path}: the token has {len(token)} characters, fewer than "
+            f"{TOKEN_MIN_CHARS}: anyone could guess it; make one with `openssl rand -hex 16`"
+        )
+    return token

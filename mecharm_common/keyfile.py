@@ -27,6 +27,7 @@ __all__ = [
     "load_or_create_key",
     "read_daemon_token",
     "read_key",
+    "secret_file_problem",
 ]
 
 #: a key of fewer characters is refused (the generated one has 64 hex characters)
@@ -79,6 +80,34 @@ def read_daemon_token(path: Path | None) -> str | None:
     return token
 
 
+def secret_file_problem(path: Path, st: os.stat_result, what: str) -> str | None:
+    """Why a secret (the recorder key, the daemon token) at ``path`` with status ``st``
+    cannot be trusted, or None: not a regular file, readable or writable by group or
+    others, another user's, or in a folder group or others may write (anyone there could
+    swap the file). One rule for every secret (docs/recorder.md, "The key file")."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"{what} {path} is not a regular file"
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return (
+            f"{what} {path} is accessible by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
+        )
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{what} {path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})"
+    folder = Path(os.path.abspath(path)).parent
+    try:
+        dst = folder.stat()
+    except OSError as exc:
+        return f"{what} {path}: cannot check its folder: {exc.strerror or exc}"
+    if dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (
+            f"{what} {path} is in a folder group or others may write "
+            f"(mode {stat.S_IMODE(dst.st_mode):04o}): anyone could replace it; keep it in a "
+            f"private folder (e.g. {config_dir()}) or run: chmod go-w {folder}"
+        )
+    return None
+
+
 def read_key(path: Path) -> bytes:
     """The secret in ``path``; raise KeyFileError when it is missing, too open or not a key."""
     path = Path(path)
@@ -89,18 +118,9 @@ def read_key(path: Path) -> bytes:
     except OSError as exc:
         raise KeyFileError(f"key file {path}: cannot open: {exc.strerror or exc}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"key file {path} is not a regular file")
-        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise KeyFileError(
-                f"key file {path} is accessible by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod 600 {path}"
-            )
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            raise KeyFileError(
-                f"key file {path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})"
-            )
+        problem = secret_file_problem(path, os.fstat(fd), "key file")
+        if problem is not None:
+            raise KeyFileError(problem)
         data = os.read(fd, _KEY_MAX_CHARS + 2)
     finally:
         os.close(fd)

@@ -301,7 +301,7 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
 
     figures: dict[str, Any] = {}
     token_file = log_dir / "token"
-    token_file.write_text("slotcheck-token\n")
+    token_file.write_text("slotcheck-token-0123456789\n")
     token_file.chmod(0o600)
     rig = start_sim_daemon(
         log_dir / "with-token",
@@ -312,7 +312,7 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     try:
         for kind in ("idle", "drip", "reconnect", "wrong_token"):
             figures[f"token, {kind} attacker"] = await _with_attack(
-                kind, rig.daemon_port, "slotcheck-token", args.tries
+                kind, rig.daemon_port, "slotcheck-token-0123456789", args.tries
             )
     finally:
         rig.daemon.stop()

@@ -112,8 +112,7 @@ def test_disk_full_while_holding_never_ends_the_runtime_or_the_recorder(
         assert first["status"] == "stopped" and first["reason"].startswith("storage ("), first
         assert "No space left on device (ENOSPC)" in first["reason"]
         assert verify_ledger(DataRoot(root).ledger).ok
-        run_dirs = sorted(DataRoot(root).runs.rglob(f"{first['run_stem']}.trace.jsonl"))
-        trace = list(read_trace(run_dirs[0]))
+        trace = list(read_trace(DataRoot(root).trace(first["run_stem"])))
         assert trace[-1]["event"] == "result" and trace[-1]["reason"] == first["reason"]
         assert second["status"] == "completed", second
         # the recorder lived through it and recorded the next trial

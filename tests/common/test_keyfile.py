@@ -112,3 +112,16 @@ def test_processes_starting_together_agree_on_one_key(tmp_path):
     assert len(keys) == 1 and len(next(iter(keys))) == 64
     assert _mode(path) == 0o600
     assert [p.name for p in path.parent.iterdir()] == ["recorder.key"]
+
+
+def test_a_key_in_a_folder_others_may_write_is_refused(tmp_path):
+    """Anyone who can write the folder can swap the key for theirs: refused, naming the fix."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = shared / "recorder.key"
+    load_or_create_key(path)
+    shared.chmod(0o777)
+    with pytest.raises(KeyFileError, match="folder group or others may write.*chmod go-w"):
+        read_key(path)
+    shared.chmod(0o700)
+    assert read_key(path)

@@ -96,12 +96,19 @@ def test_invalid_config_fails_naming_the_key(
 
 
 def test_read_token(tmp_path: Path) -> None:
+    """The daemon refuses a token it cannot trust (docs/daemon.md, "The token"), naming the fix."""
     p = tmp_path / "token"
-    p.write_text("abc123\n")
+    good = "abc123-0123456789abcdef"
+    p.write_text(good + "\n")
     os.chmod(p, 0o600)
-    assert read_token(p) == ("abc123", False)
+    assert read_token(p) == good
     os.chmod(p, 0o644)
-    assert read_token(p) == ("abc123", True)
+    with pytest.raises(ConfigError, match="accessible by group or others.*chmod 600"):
+        read_token(p)
+    os.chmod(p, 0o600)
+    p.write_text("abc123\n")
+    with pytest.raises(ConfigError, match="6 characters, fewer than 16.*openssl rand"):
+        read_token(p)
     p.write_text("  \n")
     with pytest.raises(ConfigError, match="empty"):
         read_token(p)
@@ -110,6 +117,31 @@ def test_read_token(tmp_path: Path) -> None:
         read_token(p)
     with pytest.raises(ConfigError, match="cannot read"):
         read_token(tmp_path / "missing")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    q = shared / "token"
+    q.write_text(good + "\n")
+    q.chmod(0o600)
+    shared.chmod(0o777)  # anyone could swap the file
+    with pytest.raises(ConfigError, match="folder group or others may write.*chmod go-w"):
+        read_token(q)
+    link = tmp_path / "link"
+    link.symlink_to(p)
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_token(link)  # a symlink is not followed
+
+
+def test_the_daemon_refuses_a_weak_token_file_before_listening(tmp_path: Path) -> None:
+    tok = tmp_path / "token"
+    tok.write_text("letmein\n")
+    tok.chmod(0o600)
+    r = subprocess.run(
+        [sys.executable, "-m", "daemon_pi.cli", "--backend", "sim", "--port", "0",
+         "--token-file", str(tok)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "fewer than 16" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_is_loopback() -> None:
@@ -268,13 +300,13 @@ async def test_mycobot_daemon_process_through_the_emulator(
 @pytest.mark.asyncio
 async def test_token_file_enables_auth(tmp_path: Path) -> None:
     tok = tmp_path / "token"
-    tok.write_text("letmein\n")
+    tok.write_text("letmein-0123456789\n")
     os.chmod(tok, 0o600)
     d = Daemon(["--backend", "sim", "--token-file", str(tok)], tmp_path)
     try:
         c = await LineClient.connect(d.port)
         assert (await c.call("get_angles"))["error"]["code"] == "unauthorized"
-        assert (await c.ok("hello", {"token": "letmein"}))["authenticated"] is True
+        assert (await c.ok("hello", {"token": "letmein-0123456789"}))["authenticated"] is True
         assert len(await c.ok("get_angles")) == 6
         await c.close()
     finally:
