@@ -121,7 +121,7 @@ def test_a_key_in_a_folder_others_may_write_is_refused(tmp_path):
     path = shared / "recorder.key"
     load_or_create_key(path)
     shared.chmod(0o777)
-    with pytest.raises(KeyFileError, match="folder group or others may write.*chmod go-w"):
+    with pytest.raises(KeyFileError, match=r"folder group or others may write.*chmod go-w"):
         read_key(path)
     shared.chmod(0o700)
     assert read_key(path)

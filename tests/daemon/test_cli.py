@@ -103,11 +103,11 @@ def test_read_token(tmp_path: Path) -> None:
     os.chmod(p, 0o600)
     assert read_token(p) == good
     os.chmod(p, 0o644)
-    with pytest.raises(ConfigError, match="accessible by group or others.*chmod 600"):
+    with pytest.raises(ConfigError, match=r"accessible by group or others.*chmod 600"):
         read_token(p)
     os.chmod(p, 0o600)
     p.write_text("abc123\n")
-    with pytest.raises(ConfigError, match="6 characters, fewer than 16.*openssl rand"):
+    with pytest.raises(ConfigError, match=r"6 characters, fewer than 16.*openssl rand"):
         read_token(p)
     p.write_text("  \n")
     with pytest.raises(ConfigError, match="empty"):
@@ -123,7 +123,7 @@ def test_read_token(tmp_path: Path) -> None:
     q.write_text(good + "\n")
     q.chmod(0o600)
     shared.chmod(0o777)  # anyone could swap the file
-    with pytest.raises(ConfigError, match="folder group or others may write.*chmod go-w"):
+    with pytest.raises(ConfigError, match=r"folder group or others may write.*chmod go-w"):
         read_token(q)
     link = tmp_path / "link"
     link.symlink_to(p)
