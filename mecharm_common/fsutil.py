@@ -17,6 +17,7 @@ __all__ = [
     "NAME_MAX",
     "DataRootGuard",
     "LineFile",
+    "OutsideRootError",
     "StorageFault",
     "UnsafeNameError",
     "atomic_write_bytes",
@@ -24,6 +25,7 @@ __all__ = [
     "atomic_write_text",
     "check_data_root",
     "describe_os_error",
+    "inside_root",
     "safe_join",
     "validate_name",
 ]
@@ -53,13 +55,27 @@ def validate_name(name: object, what: str = "name") -> str:
     return name
 
 
+def inside_root(root: Path, path: Path) -> Path:
+    """``path`` with every symlink resolved, when that is still inside ``root`` (resolved
+    too); else OutsideRootError. The one rule for every file any process writes under the
+    data root, repairs and memories included (docs/data-root.md, "Nothing outside the
+    root"): a folder or file symlinked out of the root is refused, never followed."""
+    root_r = Path(root).resolve()
+    resolved = Path(path).resolve()
+    if resolved != root_r and root_r not in resolved.parents:
+        via = "" if resolved == Path(path).absolute() else f" (it leads to {resolved})"
+        raise OutsideRootError(
+            f"{path} is outside the data root {root_r}{via}; move it back under the root "
+            "or remove the link"
+        )
+    return resolved
+
+
 def safe_join(root: Path, *names: str) -> Path:
     """Join validated names under ``root``; the result is guaranteed to stay inside root."""
-    root_r = Path(root).resolve()
-    path = root_r.joinpath(*(validate_name(n, "path component") for n in names)).resolve()
-    if path != root_r and root_r not in path.parents:
-        raise UnsafeNameError(f"path {path} escapes the data root {root_r}")
-    return path
+    return inside_root(
+        root, Path(root).joinpath(*(validate_name(n, "path component") for n in names))
+    )
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -109,6 +125,11 @@ def check_data_root(root: Path, require_mount: bool = False) -> str | None:
 
 class StorageFault(RuntimeError):
     """The data root cannot take a write now (gone, another device, full, read-only)."""
+
+
+class OutsideRootError(UnsafeNameError, StorageFault):
+    """A path under the data root resolves outside it (a symlink out): refused, not written.
+    Both an unsafe name (for those who validate names) and a storage fault (for the guard)."""
 
 
 def describe_os_error(exc: BaseException, what: str = "") -> str:
@@ -181,12 +202,8 @@ class DataRootGuard:
         return True
 
     def inside(self, path: Path) -> Path:
-        """``path`` resolved, refusing anything that leaves the root."""
-        root_r = self.root.resolve()
-        p = Path(path).resolve()
-        if p != root_r and root_r not in p.parents:
-            raise StorageFault(f"{p} is outside the data root {root_r}")
-        return p
+        """``path`` resolved, refusing anything that leaves the root (``inside_root``)."""
+        return inside_root(self.root, path)
 
     def mkdir(self, path: Path, *, exist_ok: bool = True) -> Path:
         """Create a folder under the root (parents too) after the guard check."""

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mecharm_common.fsutil import validate_name
+from mecharm_common.fsutil import OutsideRootError, inside_root, validate_name
 
 __all__ = [
     "CORRECTION_MEMORY",
@@ -206,6 +206,21 @@ class DataRoot:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+
+    def links_out(self) -> list[str]:
+        """What of the root's fixed folders and files resolves outside the root (a symlink
+        out of it), one reason each: a process refuses to start on such a root rather than
+        write through the link (docs/data-root.md, "Nothing outside the root")."""
+        out = []
+        for path in (self.runs, self.run_folders, self.logs, self.memories,
+                     self.correction_memory, self.height_memory):  # fmt: skip
+            if not os.path.lexists(path):
+                continue
+            try:
+                inside_root(self.root, path)
+            except OutsideRootError as exc:
+                out.append(str(exc))
+        return out
 
     # --- runs --------------------------------------------------------------------------
     @property

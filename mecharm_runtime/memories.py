@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.fsutil import atomic_write_json
+from mecharm_common.fsutil import OutsideRootError, atomic_write_json, inside_root
 from mecharm_common.logging import get_logger
 
 __all__ = [
@@ -68,10 +68,20 @@ def _finite(v: Any) -> bool:
 class _JsonMemory:
     kind = "memory"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        """``root``: the data root the file must stay in (a ``memories/`` symlinked out of
+        it is neither read nor written; docs/data-root.md, "Nothing outside the root")."""
         self.path = Path(path)
+        self.root = None if root is None else Path(root)
         self.entries: dict[str, dict[str, Any]] = {}
         self.skipped: list[str] = []
+        if self.root is not None:
+            try:
+                inside_root(self.root, self.path)
+            except OutsideRootError as exc:
+                log.error("memory_file_outside_root", memory=self.kind, reason=str(exc),
+                          action="not read, not written", operator=True)  # fmt: skip
+                return
         self._load()
 
     def _valid(self, entry: Any) -> bool:  # pragma: no cover - overridden
@@ -138,7 +148,11 @@ class _JsonMemory:
 
     def save(self) -> None:
         """Write all valid entries (corrupt ones are dropped from the file, they were never used)."""
+        if self.root is not None:  # OutsideRootError is a StorageFault: the record waits
+            inside_root(self.root, self.path.parent)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.root is not None:
+            inside_root(self.root, self.path)
         atomic_write_json(self.path, {"version": 1, "kind": self.kind, "entries": self.entries})
 
 

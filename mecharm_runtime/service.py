@@ -438,6 +438,9 @@ async def run_service(
         guard = DataRootGuard(Path(settings.data_root), settings.require_mount)
     except StorageFault as exc:
         raise DataRootError(str(exc)) from None
+    links_out = DataRoot(Path(settings.data_root)).links_out()
+    if links_out:  # a folder symlinked out of the root: refused before the arm moves
+        raise DataRootError("; ".join(links_out))
     # a ledger the trials could not append to stops the run before the arm moves
     # (docs/runtime.md, "Start-up checks"); so does a trial whose row did not reach it
     check_ledger_ready(ledger_path(Path(settings.data_root)))

@@ -44,9 +44,11 @@ import av
 
 from mecharm_common.dirlock import DirBusyError, lock_dir, unlock_dir
 from mecharm_common.fsutil import (
+    OutsideRootError,
     UnsafeNameError,
     atomic_write_bytes,
     atomic_write_json,
+    inside_root,
     validate_name,
 )
 from mecharm_common.layout import (
@@ -240,9 +242,10 @@ def find_recording(root: Path, target: str) -> Path:
         if not path.parent.is_dir():
             raise RepairError(f"no run {stem} in {folders}")
     else:
-        path = Path(target).resolve()
-        if path != layout.root and layout.root not in path.parents:
-            raise RepairError(f"{target} is outside the data root {layout.root}")
+        try:
+            path = inside_root(layout.root, Path(target))
+        except OutsideRootError as exc:
+            raise RepairError(str(exc)) from None
         if path.name != RECORDING and (path / RECORDING).is_dir():
             path = path / RECORDING
         if path.name != RECORDING or path.parent.parent != folders:
@@ -365,6 +368,10 @@ def repair_recording(
     rec_dir = Path(rec_dir)
     stem = rec_dir.parent.name
     rel = str(DataRoot.recording_rel(stem))
+    try:  # a run folder symlinked out of the root is never written through (by name, --all, scan)
+        inside_root(root, rec_dir)
+    except OutsideRootError as exc:
+        raise RepairError(f"{rel}: {exc}; not touched") from None
     files = RecordingFiles(rec_dir)
     try:
         fd = lock_dir(rec_dir)

@@ -323,3 +323,36 @@ def test_a_kill_at_any_byte_leaves_an_mp4_the_repair_can_read(tmp_path):
         counts.append(probe.frames)
     assert counts == sorted(counts) and counts[-1] >= 60 - 8  # only the open fragment is lost
     assert cut_partial_header(full) == 0  # a whole file is never touched
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_run_folder_symlinked_out_of_the_root_is_never_written_through(
+    roots, tmp_path, capsys, run_recorder, wait_for
+):
+    """A crashed recording whose run folder is a symlink to a folder outside the root: repair
+    by name, `--all` and the recorder's start-up scan each refuse it, naming it; 0 bytes are
+    written outside (docs/data-root.md, "Nothing outside the root")."""
+    src, root = roots
+    outside = tmp_path / "outside"
+    crashed_copy(src, outside, STEM, frames=10)
+    link = DataRoot(root).run_dir(STEM)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(DataRoot(outside).run_dir(STEM))
+    before = _tree(outside)
+    code = mecharm_main(["recording", "repair", "--root", str(root), STEM])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "outside the data root" in err and "Traceback" not in err, err
+    code = mecharm_main(["recording", "repair", "--root", str(root), "--all"])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "outside the data root" in err, err
+    async with run_recorder(make_settings(root)) as svc:
+        await wait_for(svc.repair_scan.done.is_set, what="start-up repair")
+        assert [str(p) for p, _why in svc.repair_scan.failed] == [str(link / "recording")]
+        assert "outside the data root" in svc.repair_scan.failed[0][1]
+    assert _tree(outside) == before

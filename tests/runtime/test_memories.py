@@ -212,3 +212,21 @@ def test_a_new_place_cell_starts_from_the_learnt_cells(tmp_path: Path) -> None:
     assert (up.old_mm, up.dee_y_mm) == (11.25, 16.25)
     # a known cell ignores the start
     assert heights.learn("place_x-200_z180", True, 2.0, start_mm=0.0, **kw).old_mm == 15.0
+
+
+def test_a_memory_symlinked_out_of_the_root_is_neither_read_nor_written(tmp_path: Path) -> None:
+    from mecharm_common.fsutil import OutsideRootError, StorageFault
+    from mecharm_runtime.memories import HeightMemory
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "height.json").write_text('{"version": 1, "kind": "height", "entries": {}}')
+    (root / "memories").symlink_to(outside, target_is_directory=True)
+    mem = HeightMemory(root / "memories" / "height.json", root=root)
+    assert mem.entries == {}
+    with pytest.raises(OutsideRootError) as caught:
+        mem.save()
+    assert isinstance(caught.value, StorageFault)  # the trial's backlog keeps it, no crash
+    assert [p.name for p in outside.iterdir()] == ["height.json"]
+    assert (outside / "height.json").read_text().endswith("{}}")

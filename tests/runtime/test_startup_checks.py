@@ -203,3 +203,27 @@ async def test_service_stops_when_a_trials_row_did_not_reach_the_ledger(
     finally:
         out.close()
     assert ran == [1, 2]
+
+
+@pytest.mark.parametrize("linked", ["folder", "one file"])
+def test_memories_symlinked_out_of_the_root_stop_the_run_before_any_trial(
+    tmp_path: Path, daemon_listener: socket.socket, linked: str
+) -> None:
+    """A `memories/` folder (or one memory file) that is a symlink out of the data root: the
+    runtime refuses to start (exit 3, naming it) and writes 0 bytes outside the root
+    (docs/data-root.md, "Nothing outside the root")."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    layout = DataRoot(root)
+    if linked == "folder":
+        layout.memories.symlink_to(outside, target_is_directory=True)
+    else:
+        layout.memories.mkdir()
+        layout.correction_memory.symlink_to(outside / "corrections.json")
+    r = _runtime(root, daemon_listener.getsockname()[1])
+    assert r.returncode == 3, r.stderr
+    assert "outside the data root" in r.stderr and "Traceback" not in r.stderr
+    assert list(outside.iterdir()) == []
+    assert not layout.run_folders.exists()
+    assert _nobody_connected(daemon_listener)
