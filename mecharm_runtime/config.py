@@ -59,6 +59,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "pick_servo_max_iter": 0,
     # the correction memory learnt from picks judged yes only (docs/runtime.md, "Memories")
     "correction_learn": "yes",
+    # a pick servo step without any table row within dist_max ended the servo
+    "pick_servo_fine_fallback": False,
     # a retry after a miss in height searched the whole pick band again
     "pick_height_retry": False,
     # no frozen-feed check: repeated top-camera frames were used as live (docs/perception.md)
@@ -252,6 +254,10 @@ class RuntimeSettings(RigSettings):
     pick_servo_max_iter: int = Field(3, ge=0, le=10)
     pick_servo_tol_mm: float = Field(8.0, gt=0)
     pick_servo_step_mm: float = Field(15.0, gt=0, le=CORRECTION_LIMIT_MM)
+    #: a servo step the table has no row for within dist_max (a block at the edge of reach)
+    #: is solved from the arm's pose with the FK model, as a row too far off already was;
+    #: off: such a step ends the servo
+    pick_servo_fine_fallback: bool = True
     #: after a pick missed with the tip measured within pick_servo_tol_mm of the block in x-z
     #: (so the miss was in height, which the top camera cannot see), the next descent chooses
     #: its row in pick_retry_band, the middle of pick_band (off: pick_band again)

@@ -699,13 +699,20 @@ async def _servo_pick(ctx: TrialContext) -> None:
         stop: str | None = None
         target: tuple[float, ...] | None = None
         how = "lookup"
-        if not res.ok or res.angles is None:
-            stop = f"lookup out_of_range: {res.reason}"
-        elif res.distance is not None and res.distance <= s.pick_resid_max_m:
+        if res.ok and res.angles is not None and (res.distance or 0.0) <= s.pick_resid_max_m:
             target = tuple(res.angles)
-        else:  # no table row that near under the bound: solve the small step from this pose
+        elif res.ok or s.pick_servo_fine_fallback:
+            # no table row that near under the bound (at the edge of reach, none within
+            # dist_max at all): solve the small step from this pose with the FK model
             target, how, stop = _fine_step(s, pose, aim, band)
-            entry["lookup_lands_mm"] = 1000.0 * (res.distance or 0.0)
+            if res.ok:
+                entry["lookup_lands_mm"] = 1000.0 * (res.distance or 0.0)
+            else:
+                entry["lookup"] = f"out_of_range: {res.reason}"
+                if stop is not None:
+                    stop = f"lookup out_of_range: {res.reason}; {stop}"
+        else:
+            stop = f"lookup out_of_range: {res.reason}"
         if target is not None and stop is None:
             entry["how"] = how
             verdict = check_pose(

@@ -304,7 +304,10 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
 
     monkeypatch.setattr(machine, "fk_lookup", refusing)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
-    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
+    t = await _trial(
+        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
+        pick_servo_fine_fallback=False,
+    )  # fmt: skip
     (step,) = _decisions(t, "pick_servo")
     assert step["action"].startswith("stop: lookup out_of_range"), step
     notes = [c["note"] for c in _decisions(t, "command")]
@@ -313,6 +316,39 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     i = notes.index("pick descend")
     assert notes[i + 1] == "lift"
     assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
+
+
+@pytest.mark.asyncio
+async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_the_bound(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the edge of reach the table has no row within dist_max: the step is solved with the
+    FK model from the arm's pose (``pick_servo_fine_fallback``), every joint within the bound,
+    through every guard, and the pick holds."""
+    real = machine.fk_lookup
+
+    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
+        if phase == "pick":
+            return real(table, phase, (5.0, 5.0), *a, **kw)
+        return real(table, phase, target, *a, **kw)
+
+    monkeypatch.setattr(machine, "fk_lookup", refusing)
+    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
+    steps = _decisions(t, "pick_servo")
+    moved = [d for d in steps if d["action"] == "move"]
+    assert moved and all(d["how"] == "fine" and "out_of_range" in d["lookup"] for d in moved)
+    s = RuntimeSettings()
+    commands = [c for c in _decisions(t, "command") if c["note"].startswith("pick servo")]
+    assert len(commands) == len(moved)
+    prev = next(c for c in _decisions(t, "command") if c["note"] == "pick descend")["angles"]
+    for c in commands:
+        assert max(abs(a - b) for a, b in zip(c["angles"], prev, strict=True)) <= (
+            s.joint_step_max_deg + 1e-6
+        )
+        assert c["angles"][1] <= s.j1_max
+        prev = c["angles"]
+    assert t.pick_verdict == "yes", t.reason
 
 
 @pytest.mark.asyncio
