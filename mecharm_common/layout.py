@@ -44,6 +44,7 @@ __all__ = [
     "STAGE_RAW",
     "STATES",
     "TOP_FRAME_LOG",
+    "TOP_FRAME_LOG_BEFORE_REPAIR",
     "TOP_VIDEO",
     "TRACE_SUFFIX",
     "VIDEO",
@@ -89,6 +90,8 @@ STAGE_RAW = "raw"
 #: (written by the runtime; docs/top-camera.md)
 TOP_VIDEO = "top_camera.mkv"
 TOP_FRAME_LOG = "top_frame_log.csv"
+#: the top frame log as a killed runtime left it, before the start-up reconciliation cut it
+TOP_FRAME_LOG_BEFORE_REPAIR = "top_frame_log.before_repair.csv"
 
 #: the variable that names the one data root every process defaults to (the rig's SSD on the
 #: control computer, e.g. ``MECHARM_DATA_ROOT=/Volumes/RigSSD``; docs/setup.md, "Defaults")
@@ -257,6 +260,10 @@ class DataRoot:
     def top_frame_log(self, run_stem: str) -> Path:
         """``frame_idx,capture_ts,mono_ns``: one row per packet of ``top_video``."""
         return self.run_dir(run_stem) / TOP_FRAME_LOG
+
+    def top_frame_log_before_repair(self, run_stem: str) -> Path:
+        """The top frame log as a killed runtime left it (kept by the reconciliation)."""
+        return self.run_dir(run_stem) / TOP_FRAME_LOG_BEFORE_REPAIR
 
     def rerun(self, run_stem: str) -> Path:
         """The trial's Rerun recording, built after the trial from its files."""

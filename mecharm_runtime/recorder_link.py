@@ -183,6 +183,8 @@ class RecorderLink:
         self.off_reason = off_reason
         #: the last probe's answer (None: never probed), for the trial lines and the console
         self.last_probe: RecorderProbe | None = None
+        #: the newest trial this session's start put on the books as interrupted (sent once)
+        self.supersedes: str | None = None
 
     @property
     def enabled(self) -> bool:
@@ -204,8 +206,11 @@ class RecorderLink:
             self.sender.notify(event)
 
     def trial_start(self, run_stem: str) -> None:
+        """The trial's first event; the first of a session also names the trial the start-up
+        reconciliation found cut (``supersedes``), so the recorder hands its recording over."""
         if self._sending:
-            self._send(TrialStart(run_stem=run_stem))
+            self._send(TrialStart(run_stem=run_stem, supersedes=self.supersedes))
+            self.supersedes = None
 
     def trial_end(self, run_stem: str) -> None:
         if self._sending:

@@ -27,8 +27,9 @@ import anyio
 
 from mecharm_cameras import CameraError, open_camera
 from mecharm_cameras.threaded import ThreadedCamera
+from mecharm_common.dirlock import DirBusyError, lock_dir, unlock_dir
 from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
-from mecharm_common.fsutil import DataRootGuard, StorageFault
+from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
 from mecharm_common.keyfile import read_daemon_token
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
@@ -51,6 +52,7 @@ from mecharm_runtime.perception import (
 from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
+from mecharm_runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
 from mecharm_runtime.terminal import ask_terminal
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.topvideo import TopVideo
@@ -441,9 +443,54 @@ async def run_service(
     links_out = DataRoot(Path(settings.data_root)).links_out()
     if links_out:  # a folder symlinked out of the root: refused before the arm moves
         raise DataRootError("; ".join(links_out))
+    # one runtime per data root: its run stems, ledger rows and the reconciliation below
+    # assume no other runtime is writing there (the lock goes with the process, kill -9 too)
+    try:
+        root_lock = lock_dir(guard.mkdir(DataRoot(Path(settings.data_root)).runs))
+    except DirBusyError:
+        raise DataRootError(
+            f"another mecharm-runtime is running on the data root {settings.data_root} (it "
+            "holds the lock on its runs folder); one runtime per data root: stop it first"
+        ) from None
+    except (OSError, StorageFault) as exc:
+        raise DataRootError(describe_os_error(exc, "locking the runs folder")) from None
+    try:
+        return await _locked_session(
+            settings, guard, con, out, sigs, report, view_module, confirm, between_trials,
+            resolve_held,
+        )  # fmt: skip
+    finally:
+        unlock_dir(root_lock)
+
+
+async def _locked_session(
+    settings: RuntimeSettings,
+    guard: DataRootGuard,
+    con: RuntimeConsole,
+    out: TextIO,
+    sigs: ShutdownSignals,
+    report: ServiceReport,
+    view_module: str | None,
+    confirm: Callable[[], Awaitable[bool]] | None,
+    between_trials: Callable[[int], Awaitable[int | None]] | None,
+    resolve_held: Callable[[], Awaitable[bool]] | None,
+) -> ServiceReport:
+    """The session once this runtime holds the data root: the start-up checks that read
+    and write its records, then the trials."""
     # a ledger the trials could not append to stops the run before the arm moves
     # (docs/runtime.md, "Start-up checks"); so does a trial whose row did not reach it
     check_ledger_ready(ledger_path(Path(settings.data_root)))
+    # every run folder on the books: a trial cut by kill -9 or a power loss gets its row
+    # (docs/runtime.md, "Interrupted trials")
+    try:
+        reconciled = reconcile_run_folders(Path(settings.data_root))
+    except OSError as exc:
+        raise DataRootError(describe_os_error(exc, "writing the ledger")) from None
+    for r in reconciled:
+        con.line(
+            f"{r.run_stem}: no ledger row, now on the books as {r.status} "
+            f"(recording {r.recording_status}): {r.reason}"
+        )
 
     told = sigs.on_first, sigs.on_force
     sigs.on_first, sigs.on_force = con.stop_requested, con.force_requested
@@ -452,7 +499,17 @@ async def run_service(
         async with open_rig(settings, guard) as (rig, client):
             if con.heartbeat is None:  # the recorder's last probe (docs/console.md)
                 con.heartbeat = lambda: recorder_heartbeat(getattr(rig, "recorder", None))
-            await check_recorder(rig, settings, out)
+            cut = [r.run_stem for r in reconciled if r.status == INTERRUPTED]
+            rig.recorder.supersedes = cut[-1] if cut else None
+            probe = await check_recorder(rig, settings, out)
+            if probe is not None and probe.ok and probe.recording and not cut:
+                # not a trial this runtime took over: its first trial_start is refused
+                # while that trial's runtime is alive (docs/recorder.md, "Sessions")
+                log.warning("recorder_busy", detail=probe.detail)
+                con.line(
+                    "side video: the recorder is recording a trial of another runtime "
+                    "session; this session's trials get no side video until it ends"
+                )
             con.start(settings.trials, rig.settings.scale)  # the daemon's, once connected
             # before the first trial: one line for a Rerun part that cannot run here
             views.start(settings.rerun_after_trial, settings.display, settings.display_url)

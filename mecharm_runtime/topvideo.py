@@ -29,7 +29,7 @@ import numpy as np
 
 from mecharm_cameras import CameraSource
 from mecharm_cameras.jpeg import jpeg_size
-from mecharm_common.fsutil import DataRootGuard, LineFile, describe_os_error
+from mecharm_common.fsutil import DataRootGuard, LineFile, atomic_write_bytes, describe_os_error
 from mecharm_common.logging import get_logger
 
 __all__ = [
@@ -290,6 +290,35 @@ class TopVideoWriter:
             except Exception as exc:
                 self._fail(describe_os_error(exc, f"closing the {what}"))
         self._container = self._fh = self._log = None
+
+
+def cut_log_to_video(video: Path, frame_log: Path, aside: Path) -> int:
+    """After the runtime was killed mid-trial: ``frame_log`` lists every frame handed to the
+    writer, ``video`` holds those whose packets reached the disk whole (the file is written
+    through a buffer, the log line by line). Cut the log to the whole packets, keeping the
+    original at ``aside`` (never overwritten), so log rows and frames pair again; returns the
+    rows removed (0: nothing to do). Raises OSError when the files cannot be read or written.
+    (docs/runtime.md, "Interrupted trials")"""
+    whole = 0
+    try:
+        with av.open(str(video)) as container:
+            if container.streams.video:
+                stream = container.streams.video[0]
+                for packet in container.demux(stream):
+                    if packet.size and jpeg_size(bytes(packet), whole=True) is not None:
+                        whole += 1
+                    elif packet.size:
+                        break  # the cut packet: nothing after it reached the disk
+    except av.error.FFmpegError:
+        pass  # a file cut before its first cluster holds no frame
+    lines = frame_log.read_text(encoding="utf-8").splitlines(keepends=True)
+    rows = [ln for ln in lines[1:] if ln.endswith("\n")]
+    if len(rows) <= whole:
+        return 0
+    if not aside.exists():
+        atomic_write_bytes(aside, "".join(lines).encode("utf-8"))
+    atomic_write_bytes(frame_log, (lines[0] + "".join(rows[:whole])).encode("utf-8"))
+    return len(rows) - whole
 
 
 class TopVideo:

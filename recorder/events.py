@@ -206,6 +206,15 @@ class _RunStemEvent(_Event):
 
 class TrialStart(_RunStemEvent):
     type: Literal["trial_start"] = "trial_start"
+    #: the trial a restarted runtime found cut (killed, power lost) and put on its books as
+    #: ``interrupted``: a recording of it still open is handed over at once, whoever's
+    #: session opened it (docs/recorder.md, "Sessions")
+    supersedes: str | None = None
+
+    @field_validator("supersedes")
+    @classmethod
+    def _superseded(cls, v: str | None) -> str | None:
+        return None if v is None else _safe_name(v, "supersedes")
 
 
 class TrialEnd(_RunStemEvent):

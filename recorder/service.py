@@ -476,7 +476,11 @@ class RecorderService:
             return None  # the owner's other trials and stray events are the handlers' business
         if isinstance(ev, TrialStart):
             # another session: refused while the owner is alive; a silent owner (crashed
-            # runtime) is taken over and its trial closed truncated by _trial_start
+            # runtime) is taken over and its trial closed truncated by _trial_start; so is the
+            # trial a restarted runtime says it put on its books as interrupted (a handshake:
+            # only the runtime that holds the data root reconciles, docs/recorder.md)
+            if ev.supersedes is not None and ev.supersedes == self.trial.run_stem:
+                return None
             quiet = time.monotonic() - self._owner_seen
             return DROP_FOREIGN_TRIAL_START if quiet < self.settings.session_takeover_sec else None
         if isinstance(ev, FrameRequest | Ping) or (
@@ -500,10 +504,13 @@ class RecorderService:
     def _trial_start(self, ev: TrialStart) -> None:
         if self.trial is not None:
             prev = self.trial.run_stem
-            log.warning(
-                "trial_truncated", run_stem=prev, reason=f"second trial_start ({ev.run_stem})"
+            cut = (
+                f"its runtime ended; {ev.run_stem}'s runtime put it on the books as interrupted"
+                if ev.supersedes == prev
+                else f"second trial_start ({ev.run_stem})"
             )
-            self._close_trial("truncated", f"second trial_start ({ev.run_stem})")
+            log.warning("trial_truncated", run_stem=prev, reason=cut)
+            self._close_trial("truncated", cut)
         why = self._check_mount()
         if why is not None:
             log.error("trial_start_refused", run_stem=ev.run_stem, reason=why)

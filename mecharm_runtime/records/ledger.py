@@ -52,6 +52,7 @@ __all__ = [
     "check_ledger_row",
     "header_problem",
     "ledger_path",
+    "ledger_stems",
     "migrate_ledger",
     "read_header",
     "run_stems",
@@ -66,7 +67,8 @@ LEDGER_COLUMNS: tuple[str, ...] = (
     "block_x", "block_z", "box_x", "box_z",
     "recording_path", "recording_fps", "recording_frames", "recording_status",
 )  # fmt: skip
-STATUSES = ("completed", "stopped")
+#: ``interrupted``: the process ended before the trial's result (records/reconcile.py)
+STATUSES = ("completed", "stopped", "interrupted")
 VERDICTS = ("yes", "no", "")
 _NUMERIC = (
     "duration_s",
@@ -195,6 +197,12 @@ def _read_records(path: Path) -> list[list[str]] | None:
             "move it aside and check it with `mecharm ledger verify`"
         ) from None
     return list(csv.reader(io.StringIO(text, newline="")))
+
+
+def ledger_stems(path: Path) -> set[str]:
+    """The run stems the ledger at ``path`` has a row for (empty when there is no ledger).
+    Raises LedgerError when it cannot be read."""
+    return set(run_stems(_read_records(Path(path)) or []))
 
 
 def run_stems(records: Sequence[Sequence[str]]) -> dict[str, list[int]]:
@@ -464,8 +472,8 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
             seen[stem] = lineno
         if row["status"] not in STATUSES:
             rep.errors.append(f"line {lineno}: status {row['status']!r} not in {STATUSES}")
-        if row["status"] == "stopped" and not row["reason"]:
-            rep.errors.append(f"line {lineno}: stopped without a reason")
+        if row["status"] in ("stopped", "interrupted") and not row["reason"]:
+            rep.errors.append(f"line {lineno}: {row['status']} without a reason")
         for key in ("pick_verdict", "place_verdict"):
             if row[key] not in VERDICTS:
                 rep.errors.append(f"line {lineno}: {key} {row[key]!r} not yes/no/empty")

@@ -122,7 +122,7 @@ def failure_groups(trials: Sequence[TrialData]) -> list[FailureGroup]:
         if t.success:
             continue
         r = t.row
-        if r.get("status") == "stopped":
+        if r.get("status") in ("stopped", "interrupted"):
             reason = r.get("reason", "") or "stopped without a reason"
             key = reason_group(reason)
         elif r.get("status") == "completed":

@@ -257,3 +257,30 @@ def test_a_loose_key_file_stops_the_service_with_the_chmod(settings_factory, tmp
         RecorderService(settings_factory(key_file=key))
     with pytest.raises(KeyFileError, match="chmod 600"):
         RecorderSender(key_file=key)
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_runtime_takes_over_the_trial_it_put_on_its_books(
+    settings_factory, run_recorder, wait_for, data_root
+):
+    """The handshake, not the timer: a new session's trial_start that names the open trial as
+    the one it reconciled (``supersedes``) closes it at once; naming any other trial does not."""
+    settings = settings_factory(session_takeover_sec=600.0)  # the timer never fires here
+    async with run_recorder(settings) as svc:
+        a, b = RecorderSender(port=svc.port), RecorderSender(port=svc.port)
+        await wait_for(lambda: svc.camera.latest is not None, what="first frame")
+        a.notify(TrialStart(run_stem=STEM))
+        await wait_for(lambda: svc.trial is not None, what="trial A")
+        other = "run_0042_20260101_120000"
+        b.notify(TrialStart(run_stem=STEM2, supersedes=other))  # not the open trial: refused
+        await wait_for(lambda: svc.counters.refused.get("foreign_trial_start") == 1, what="refusal")
+        b.notify(TrialStart(run_stem=STEM2, supersedes=STEM))
+        await wait_for(lambda: svc.trial is not None and svc.trial.run_stem == STEM2, what="B")
+        b.notify(TrialEnd(run_stem=STEM2))
+        await wait_for(lambda: svc.trial is None, what="B's end")
+        await svc.wait_closed()
+    a_meta = _meta(data_root, STEM)
+    assert a_meta.status == "truncated" and "put it on the books as interrupted" in (
+        a_meta.status_reason
+    )
+    assert _meta(data_root, STEM2).status == "ok"
