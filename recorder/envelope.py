@@ -150,17 +150,22 @@ class ReplayGuard:
     (as IPsec and DTLS do), so a datagram overtaken by a later one still counts
     but none is accepted twice. A session not in memory is accepted only if it
     was sealed after ``floor_ns``: the recorder's start, raised to the last
-    datagram of any session forgotten to stay within ``max_sessions``. So neither
-    a restart nor forgetting lets a captured datagram back in. The clock is the
-    monotonic one, shared by every process of the computer and not moved by
-    wall-clock steps.
+    datagram of any session forgotten to stay within ``max_sessions``. And no
+    datagram at all, of a known session or not, sealed before this recorder
+    started (``start_ns``) is accepted: after a restart the runtime's session is
+    re-created by its next fresh datagram, and its window would otherwise take a
+    captured datagram of the same session whose number lies within the window
+    below. So neither a restart nor forgetting lets a captured datagram back in.
+    The clock is the monotonic one, shared by every process of the computer and
+    not moved by wall-clock steps (a reboot resets it: docs/recorder.md,
+    "Authenticated events", says what that leaves open).
     """
 
     WINDOW: Final = 64
 
     def __init__(self, max_sessions: int = 1024) -> None:
         self.max_sessions = max_sessions
-        self.floor_ns = time.monotonic_ns()
+        self.start_ns = self.floor_ns = time.monotonic_ns()
         #: sid -> [highest seq, window bits (bit i = highest - i seen), last accepted at]
         self._sessions: OrderedDict[str, list[int]] = OrderedDict()
 
@@ -170,6 +175,8 @@ class ReplayGuard:
     def admit(self, sealed: Sealed) -> bool:
         """True the first time this (session, seq) arrives; False for a replay."""
         now = time.monotonic_ns()
+        if sealed.sent_ns <= self.start_ns:  # sealed before this recorder ran: a replay
+            return False
         state = self._sessions.get(sealed.sid)
         seq = sealed.seq
         if state is None:

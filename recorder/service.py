@@ -291,7 +291,8 @@ class RecorderService:
         transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(self, send), sock=sock)
         self._transport = transport
         self.port = sock.getsockname()[1]
-        self._replay.floor_ns = time.monotonic_ns()  # nothing sealed before now is accepted
+        # nothing sealed before now is accepted, of any session (a replay across a restart)
+        self._replay.start_ns = self._replay.floor_ns = time.monotonic_ns()
         self._check_mount(initial=True)
         # recordings a killed recorder left without a meta: listed before the first event
         # is served, so none of this run's trials is among them; repaired in a low-priority

@@ -284,3 +284,53 @@ async def test_a_restarted_runtime_takes_over_the_trial_it_put_on_its_books(
         a_meta.status_reason
     )
     assert _meta(data_root, STEM2).status == "ok"
+
+
+def test_replay_guard_refuses_a_known_sessions_datagram_from_before_its_start():
+    """After a restart the runtime's session is re-created by its next fresh datagram; a
+    captured datagram of the same session, sealed before the restart, with a number inside
+    the window below, must not ride in on it."""
+    sid = "0123456789abcdef"
+    old = _sealed(sid, 5)  # trial 1's trial_start, captured
+    time.sleep(0.001)
+    g = ReplayGuard()  # the recorder restarted
+    assert g.admit(_sealed(sid, 30))  # the runtime's next datagram re-creates the session
+    assert not g.admit(old)  # 25 below the high-water mark: inside the window, never seen
+    assert g.admit(_sealed(sid, 29))  # a fresh one overtaken in flight still counts
+
+
+@pytest.mark.asyncio
+async def test_a_datagram_replayed_after_a_recorder_restart_never_acts(
+    settings_factory, run_recorder, wait_for, data_root, udp_port
+):
+    """Trial 1's signed trial_start, captured, replayed after the recorder restarted and
+    trial 2 started: refused as a replay; trial 2's recording keeps every frame."""
+    settings = settings_factory(udp_port=udp_port)  # the restarted recorder on the same port
+    async with run_recorder(settings) as svc:
+        tap = Tap(port=svc.port)
+        await wait_for(lambda: svc.camera.latest is not None, what="first frame")
+        tap.notify(TrialStart(run_stem=STEM))
+        tap.notify(TrialEnd(run_stem=STEM))
+        await wait_for(lambda: _meta_exists(data_root, STEM), what="trial 1's meta")
+        await svc.wait_closed()
+    captured = list(tap.captured)
+    async with run_recorder(settings) as svc:  # the same runtime session, a new recorder
+        await wait_for(lambda: svc.camera.latest is not None, what="first frame")
+        tap.notify(TrialStart(run_stem=STEM2))
+        await wait_for(lambda: svc.trial is not None, what="trial 2")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
+            for data in captured:
+                raw.sendto(data, ("127.0.0.1", svc.port))
+        await wait_for(lambda: svc.counters.refused.get("replayed", 0) == 2, what="refusals")
+        assert svc.trial is not None and svc.trial.run_stem == STEM2
+        await asyncio.sleep(0.5)
+        tap.notify(TrialEnd(run_stem=STEM2))
+        await wait_for(lambda: svc.trial is None, what="trial 2's end")
+        await svc.wait_closed()
+    meta = _meta(data_root, STEM2)
+    assert meta.status == "ok" and meta.frames_written > 3, meta
+    assert _meta(data_root, STEM).status == "ok"
+
+
+def _meta_exists(root: Path, stem: str) -> bool:
+    return (DataRoot(root).recording(stem).dir / META).exists()
