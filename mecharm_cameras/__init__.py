@@ -13,7 +13,7 @@ from mecharm_cameras.base import (
     CameraSource,
     Frame,
 )
-from mecharm_cameras.factory import make_camera, open_camera
+from mecharm_cameras.factory import is_synthetic, make_camera, open_camera
 from mecharm_cameras.freshness import (
     AgedFrame,
     FrameBuffer,
@@ -49,6 +49,7 @@ __all__ = [
     "frame_age_s",
     "frame_hash",
     "is_fresh",
+    "is_synthetic",
     "make_camera",
     "open_camera",
     "resolve_camera_name",

@@ -25,7 +25,7 @@ from mecharm_cameras.names import resolve_camera_name
 from mecharm_cameras.opencv_source import OpenCVCamera, VideoFileCamera
 from mecharm_cameras.synthetic import SyntheticCamera
 
-__all__ = ["make_camera", "open_camera", "parse_synthetic"]
+__all__ = ["is_synthetic", "make_camera", "open_camera", "parse_synthetic"]
 
 _SYNTH_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "fps": ("fps", float),
@@ -59,7 +59,10 @@ def parse_synthetic(spec: str) -> SyntheticCamera:
     return SyntheticCamera(**kwargs)  # type: ignore[arg-type]
 
 
-def _is_synthetic(spec: str) -> bool:
+def is_synthetic(spec: str) -> bool:
+    """A generated test card, not a camera: allowed only when asked for by name, and its
+    recordings are marked so (docs/recorder.md, "The side camera must be asked for")."""
+    spec = spec.strip()
     return spec == "synthetic" or spec.startswith("synthetic?")
 
 
@@ -78,7 +81,7 @@ def _file(spec: str) -> CameraSource:
 
 
 _RULES: list[tuple[Callable[[str], bool], Callable[[str], CameraSource]]] = [
-    (_is_synthetic, parse_synthetic),
+    (is_synthetic, parse_synthetic),
     (str.isdigit, lambda s: OpenCVCamera(int(s), spec=s)),
     (lambda s: s.startswith("name:"), _by_name),
     (lambda s: s.startswith("http://"), MjpegHttpCamera),

@@ -59,6 +59,8 @@ class RecorderProbe:
     camera: str | None = None
     #: the recorder has a trial open
     recording: bool = False
+    #: its side camera is a generated test card (``--camera synthetic``), not a camera
+    synthetic: bool = False
     rtt_ms: float | None = None
     #: time.monotonic() of the probe
     at: float = 0.0
@@ -113,6 +115,7 @@ def assess_ping(
         port=pong.udp_port,
         camera=pong.camera,
         recording=pong.recording,
+        synthetic=pong.synthetic,
         rtt_ms=result.rtt_ms,
         at=now,
     )
@@ -144,9 +147,8 @@ def assess_ping(
             fix="check the side camera (plugged in, its app running) and the recorder's log",
         )
     state = "recording a trial" if pong.recording else "idle"
-    return replace(
-        found, ok=True, detail=f"recorder on {where}: same data root, camera {pong.camera}, {state}"
-    )
+    camera = f"SYNTHETIC test card ({pong.camera})" if pong.synthetic else f"camera {pong.camera}"
+    return replace(found, ok=True, detail=f"recorder on {where}: same data root, {camera}, {state}")
 
 
 def recording_text(rec: RecordingInfo, link: RecorderLink | None = None) -> str:
@@ -155,6 +157,9 @@ def recording_text(rec: RecordingInfo, link: RecorderLink | None = None) -> str:
     text = f"rec {rec.status}" + (
         f" {rec.frames} frames {rec.fps:.1f} fps" if rec.frames and rec.fps else ""
     )
+    probe = link.last_probe if link is not None else None
+    if probe is not None and probe.ok and probe.synthetic:  # this trial's recorder, a test card
+        text += " (SYNTHETIC side camera: a test card)"
     if rec.frames or link is None:
         return text
     if not link.enabled:

@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--camera",
-        help="camera source: synthetic[?fps=..], 0, name:Iriun, "
-        "http://.../side.mjpg, rtsp://..., or a video file",
+        help="side camera source (required): 0, name:Iriun, http://.../side.mjpg, rtsp://..., "
+        "a video file, or synthetic[?fps=..] for a test card (recordings marked synthetic)",
     )
     p.add_argument("--udp-port", type=int, help="UDP port for events (default 5556)")
     p.add_argument(
@@ -134,6 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(RecorderSettings, args.config, overrides)
     except ConfigError as exc:
         print(f"mecharm-recorder: {exc}", file=sys.stderr)
+        return 2
+    if settings.camera is None:
+        print(
+            "mecharm-recorder: no side camera given: pass --camera SOURCE (a device index, "
+            "name:Iriun, an MJPEG URL, rtsp://..., a video file), or --camera synthetic for a "
+            "generated test card (its recordings are marked synthetic; export refuses them "
+            "unless --allow-synthetic)",
+            file=sys.stderr,
+        )
         return 2
     try:  # created here if missing; refused if too open (docs/recorder.md, "The key file")
         load_or_create_key(settings.key_file)

@@ -59,7 +59,9 @@ class RecorderSettings(RigSettings):
     )  # the runtime's default too (docs/setup.md)
     #: refuse to write unless data_root is a real mount point (the rig's external SSD)
     require_mount: bool = False
-    camera: str = "synthetic"
+    #: the side camera's source; required: a test card only when asked for by name
+    #: (``synthetic``), and its recordings are then marked so (docs/recorder.md)
+    camera: str | None = None
     host: str = "127.0.0.1"
     udp_port: int = Field(default=5556, ge=1, le=65535)
     #: the secret shared with the runtime: every datagram is signed with it; created
@@ -111,10 +113,10 @@ class RecorderSettings(RigSettings):
 
     @field_validator("camera")
     @classmethod
-    def _camera(cls, v: str) -> str:
-        if not v.strip():
+    def _camera(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
             raise ValueError("camera spec is empty")
-        return v.strip()
+        return None if v is None else v.strip()
 
     @field_validator("host")
     @classmethod

@@ -485,6 +485,8 @@ class Pong(BaseModel):
     #: a trial is open and being recorded
     recording: bool = False
     trial: Annotated[str, Field(max_length=128)] | None = None
+    #: the side camera is a generated test card (``--camera synthetic``): every report says so
+    synthetic: bool = False
 
     @property
     def identity(self) -> tuple[int, int] | None:

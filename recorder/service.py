@@ -39,7 +39,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mecharm_cameras.base import CameraSource
-from mecharm_cameras.factory import make_camera
+from mecharm_cameras.factory import is_synthetic, make_camera
 from mecharm_cameras.freshness import NoFrameError, StaleFrameError
 from mecharm_common.fsutil import DataRootGuard, StorageFault, UnsafeNameError, safe_join
 from mecharm_common.hosted import start_hosted
@@ -197,13 +197,16 @@ class RecorderService:
     ) -> None:
         self.settings = settings
         self.root = Path(settings.data_root).absolute()
+        if settings.camera is None:
+            raise ValueError("the recorder needs a side camera (settings.camera)")
         self.camera_spec = settings.camera
         self.counters = StatusCounters()
         self.trial: TrialRecording | None = None
         self.mount_ok: bool | None = None
         self.guard: DataRootGuard | None = None  # bound at the first good check (_root_problem)
         self.port: int | None = None
-        factory = camera_factory or (lambda: make_camera(settings.camera))
+        spec = self.camera_spec
+        factory = camera_factory or (lambda: make_camera(spec))
         self.writer = FrameWriter(
             settings.max_pending_frames,
             settings.csv_flush_sec,
@@ -704,6 +707,7 @@ class RecorderService:
             frame_age_ms=None if age is None else round(age, 1),
             recording=trial is not None,
             trial=trial.run_stem if trial else None,
+            synthetic=is_synthetic(self.camera_spec),
         )
 
     def _ping(self, ev: Ping) -> None:

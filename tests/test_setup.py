@@ -278,6 +278,7 @@ def test_a_recorder_port_in_use_names_the_port_and_its_flag(tmp_path: Path, root
         port = s.getsockname()[1]
         r = run_from_root(
             "recorder.cli", "--data-root", str(root), "--udp-port", str(port),
+            "--camera", "synthetic",
             "--key-file", str(tmp_path / "key"), "--log-level", "error", timeout=120,
         )  # fmt: skip
     assert r.returncode == 2

@@ -58,6 +58,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "select": args.select,
                 "task": args.task,
                 "include_crashed": True if args.include_crashed else None,
+                "allow_synthetic": True if args.allow_synthetic else None,
                 "cameras": args.cameras,
                 "top_width": args.top_width,
                 "rig_id": args.rig_id,
@@ -144,6 +145,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also export recordings whose recorder died (status crashed, repaired): "
         "the rows their decodable frames cover",
+    )
+    lr.add_argument(
+        "--allow-synthetic",
+        action="store_true",
+        help="also export recordings whose side camera was a synthetic test card "
+        "(mecharm-recorder --camera synthetic); refused by default",
     )
     lr.add_argument(
         "--cameras",

@@ -34,6 +34,9 @@ class ExportSettings(RigSettings):
     #: also export recordings whose recorder died (meta status crashed, written by the
     #: repair): only the rows their decodable frames cover (docs/lerobot.md, "Crashed recordings")
     include_crashed: bool = False
+    #: also export recordings of a generated test card (``mecharm-recorder --camera
+    #: synthetic``): refused by default, they are no demonstration (docs/lerobot.md)
+    allow_synthetic: bool = False
     #: rig id of trials whose run log names none (recorded before the runtime wrote it);
     #: "" = the data root folder's name (made a valid rig id: mecharm_common/rigid.py).
     #: Episodes are identified by (rig id, run stem), so

@@ -379,8 +379,9 @@ def _prepare(
     for cand, info in cands:
         try:
             rec = load_recording(
-                cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed
-            )
+                cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed,
+                allow_synthetic=settings.allow_synthetic,
+            )  # fmt: skip
             top = load_top_recording(root, cand.run_stem) if with_top else None
             # "none"/"crashed" = the runtime's deadline passed without a meta; the meta that
             # came later (the recorder's, or the repair's) decides

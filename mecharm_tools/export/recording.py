@@ -31,6 +31,7 @@ import av
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm_cameras.factory import is_synthetic
 from mecharm_cameras.jpeg import jpeg_size
 from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from recorder.events import (
@@ -311,14 +312,22 @@ def _columns(
     return arr[:, 0].copy(), arr[:, 1:].copy()
 
 
-def load_recording(path: Path, run_stem: str, *, allow_crashed: bool = False) -> Recording:
+def load_recording(
+    path: Path, run_stem: str, *, allow_crashed: bool = False, allow_synthetic: bool = False
+) -> Recording:
     """Read and cross-check the recording in ``path``; raise RecordingError naming the fault.
 
-    A crashed recording is refused unless ``allow_crashed``."""
+    A crashed recording is refused unless ``allow_crashed``; one of a generated test card
+    (``--camera synthetic``) unless ``allow_synthetic``: it is no demonstration."""
     path = Path(path)
     if not path.is_dir():
         raise RecordingError(f"recording folder {path} does not exist")
     meta = _read_meta(path, run_stem)
+    if is_synthetic(meta.camera_source) and not allow_synthetic:
+        raise RecordingError(
+            f"the side video is a synthetic test card (camera {meta.camera_source!r}), not "
+            "the camera: --allow-synthetic exports it anyway (tests, a demo)"
+        )
     crashed = meta.status == "crashed"
     if crashed and not allow_crashed:
         raise RecordingError(

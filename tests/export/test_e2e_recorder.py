@@ -99,6 +99,11 @@ async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
     out = tmp_path / "ds"
     # the recorder alone (no runtime): no top camera recording, a side-only dataset
     settings = ExportSettings(progress=False, cameras=["side"])
+    # a synthetic test card is no demonstration: refused unless asked for by name
+    refused = await asyncio.to_thread(export_lerobot, root, out, settings, dry_run=True)
+    assert [r.run_stem for r in refused.refused] == [STEM]
+    assert "synthetic test card" in refused.refused[0].reason
+    settings = settings.model_copy(update={"allow_synthetic": True})
     rep = await asyncio.to_thread(export_lerobot, root, out, settings)
     assert not rep.refused, rep.refused
     assert [e.run_stem for e in rep.exported] == [STEM]

@@ -144,6 +144,8 @@ def test_sigterm_closes_the_trial_truncated(tmp_path):
         (["--udp-port", "99999"], "udp_port"),
         (["--camera", " "], "camera"),
         (["--log-level", "loud"], "invalid choice"),
+        # no camera given: refused, never a test card in its place
+        ([], "no side camera given: pass --camera SOURCE"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_problem(tmp_path, args, message):

@@ -202,6 +202,9 @@ async def test_the_right_recorder_gives_no_warning_and_its_video(
     (t,) = report.trials
     assert t.recording.frames and f"rec {t.recording.status} {t.recording.frames} frames" in text
     assert [e["event"] for e in logs if e["event"].startswith("recorder_")] == ["recorder_ok"]
+    # its camera is a test card (asked for by name): the probe and the trial line say so
+    assert "same data root, SYNTHETIC test card (open)" in text
+    assert "(SYNTHETIC side camera: a test card)" in text
 
 
 @pytest.mark.asyncio
