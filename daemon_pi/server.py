@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+import socket
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,7 @@ import anyio
 import anyio.abc
 from pydantic import BaseModel
 
+from daemon_pi.acceptor import LISTEN_BACKLOG, Acceptor
 from daemon_pi.backends.base import ArmBackend, BackendError
 from daemon_pi.protocol import (
     ARGS_MODELS,
@@ -164,6 +166,8 @@ class ArmServer:
         self._last_target: list[float] | None = None
         self.stats = DaemonStats()
         self._server: asyncio.base_events.Server | None = None
+        self._acceptor: Acceptor | None = None
+        self._hops: set[asyncio.Task[None]] = set()
         self._tg: anyio.abc.TaskGroup | None = None
         # one arm call at a time: the lock orders them, the limiter caps the threads at one
         self._arm_lock = anyio.Lock()
@@ -214,12 +218,15 @@ class ArmServer:
         try:
             # asyncio's server on purpose: it resolves and binds as it always did, and each
             # connection's StreamReader frames lines cheaply (its limit is the line limit)
+            # it never serves: the Acceptor accepts on its sockets (a connect flood must not
+            # keep the operator out, daemon_pi/acceptor.py)
             self._server = await asyncio.start_server(
                 self._hand_off,
                 self.host,
                 self.requested_port,
                 limit=MAX_LINE_BYTES,
                 start_serving=False,
+                backlog=LISTEN_BACKLOG,
             )
         except OSError:
             await self._close_backend()
@@ -229,7 +236,9 @@ class ArmServer:
                 self._tg = tg
                 tg.start_soon(self._keep_slot)
                 tg.start_soon(self._recover_link)
-                await self._server.start_serving()  # from here _hand_off adds each connection to tg
+                # from here each live connection becomes a task of tg (_adopt)
+                self._acceptor = Acceptor(self._server.sockets, self._adopt, self.stats.count)
+                self._acceptor.start(asyncio.get_running_loop())
                 log.info(
                     "daemon_listening",
                     host=self.host,
@@ -248,8 +257,7 @@ class ArmServer:
         finally:
             self._tg = None
             self._closing = True
-            if self._server is not None:
-                self._server.close()
+            self._stop_accepting()
             self._stopped.set()
 
     async def start(self) -> None:
@@ -266,8 +274,7 @@ class ArmServer:
             self._closing = True
             self._stop_reason = reason
             log.info("daemon_stopping", reason=reason, client=self.client)
-            if self._server is not None:
-                self._server.close()  # stop accepting at once
+            self._stop_accepting()  # at once
             self._stop_requested.set()
         if self._host is None and self._tg is None and not self._stopped.is_set():
             self._stopped.set()  # never started
@@ -334,16 +341,44 @@ class ArmServer:
             except Exception as exc:  # closing must not hide the shutdown
                 log.warning("backend_close_failed", error=repr(exc))
 
-    # ------------------------------------------------------------ connections
-    async def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """asyncio's accept callback: the connection becomes a task of run()'s task group.
+    def _stop_accepting(self) -> None:
+        if self._acceptor is not None:
+            self._acceptor.stop()
+            self._acceptor = None
+        if self._server is not None:
+            self._server.close()
 
-        A coroutine, so asyncio runs it in a task: anyio finds its event loop from a task
-        also when ``sniffio`` is installed (a plain callback has no current task)."""
-        if self._tg is None:  # run() has ended; the listener is closing
-            writer.close()
+    # ------------------------------------------------------------ connections
+    def _adopt(self, sock: socket.socket) -> None:
+        """The Acceptor's hand-over of a live connection (from an event-loop callback): it
+        becomes a task of run()'s task group by way of an asyncio task, because anyio finds
+        its event loop from a task also when ``sniffio`` is installed (a plain callback has
+        no current task)."""
+        if self._tg is None or self._closing:  # run() has ended; the listener is closing
+            sock.close()
             return
-        self._tg.start_soon(self._on_connect, reader, writer)
+        hop = asyncio.get_running_loop().create_task(self._hand_over(sock))
+        self._hops.add(hop)  # a task nobody references may be collected mid-way
+        hop.add_done_callback(self._hops.discard)
+
+    async def _hand_over(self, sock: socket.socket) -> None:
+        if self._tg is None or self._closing:
+            sock.close()
+            return
+        self._tg.start_soon(self._adopted, sock)
+
+    async def _adopted(self, sock: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_LINE_BYTES)
+        except OSError:
+            sock.close()
+            return
+        await self._on_connect(reader, writer)
+
+    async def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """asyncio's accept callback, never called (the server never serves: the Acceptor
+        accepts); kept as the server's required callback."""
+        writer.close()
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         name = tuple(writer.get_extra_info("peername") or ("?", "?"))

@@ -15,6 +15,7 @@ import contextlib
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +31,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from daemon_pi.config import is_loopback
 from mecharm_runtime.client import DaemonClient, DaemonError
 
-__all__ = ["KINDS", "Attacker", "Try", "operator_tries", "stale_takeover"]
+__all__ = ["KINDS", "Attacker", "Flood", "Try", "operator_tries", "stale_takeover"]
 
 #: what each attacker does; every kind reconnects as soon as the daemon drops it
 KINDS = {
@@ -197,6 +198,53 @@ async def operator_tries(
     return out
 
 
+#: one flood process: non-blocking connects to 127.0.0.1:PORT, each closed at once, for
+#: SECONDS; prints its connects per second
+_FLOOD_CHILD = """
+import socket, sys, time
+port, secs = int(sys.argv[1]), float(sys.argv[2])
+end, n = time.monotonic() + secs, 0
+while time.monotonic() < end:
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    s.close()
+    n += 1
+print(round(n / secs))
+"""
+
+
+class Flood:
+    """A connect flood from ``processes`` processes of this machine (docs/daemon.md,
+    "Connect flood"): each opens non-blocking connections to 127.0.0.1 and closes them at
+    once, as fast as it can, for ``seconds``. ``with Flood(...) as f:`` then ``f.rates``."""
+
+    def __init__(self, port: int, processes: int = 4, seconds: float = 30.0) -> None:
+        self.port, self.processes, self.seconds = int(port), processes, seconds
+        self._procs: list[subprocess.Popen[str]] = []
+        self.rates: list[int] = []
+
+    def __enter__(self) -> Flood:
+        self._procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _FLOOD_CHILD, str(self.port), str(self.seconds)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(self.processes)
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self._procs:
+            try:
+                out, _ = p.communicate(timeout=self.seconds + 30)
+                self.rates.append(int(out.strip() or 0))
+            except (subprocess.TimeoutExpired, ValueError):
+                p.kill()
+                p.communicate()
+
+
 async def stale_takeover(port: int, *, wait: float, host: str = "127.0.0.1") -> float | None:
     """A client takes the slot and hangs (no token needed); the runtime's client, waiting
     while the daemon answers busy, gets the arm. Returns seconds from the hung client's
@@ -314,6 +362,15 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             figures[f"token, {kind} attacker"] = await _with_attack(
                 kind, rig.daemon_port, "slotcheck-token-0123456789", args.tries
             )
+        with Flood(rig.daemon_port, processes=4, seconds=30.0) as flood:
+            await anyio.sleep(1.0)  # the flood is under way first
+            tries = await operator_tries(
+                rig.daemon_port, token="slotcheck-token-0123456789", tries=args.tries
+            )
+        figures["token, connect flood (4 processes)"] = {
+            **_summary(tries, 3.0),
+            "flood_connects_per_s": flood.rates,
+        }
     finally:
         rig.daemon.stop()
     idle = args.idle_timeout
