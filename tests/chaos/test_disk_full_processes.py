@@ -135,3 +135,55 @@ def test_disk_full_while_holding_never_ends_the_runtime_or_the_recorder(
             fillers[0].unlink()
         recorder.stop()
         rig.daemon.stop()
+
+
+def test_disk_full_while_holding_through_the_demo(
+    tmpfs: Any, fk_data_dir: Path, tmp_path: Path
+) -> None:
+    """The same through `make run`'s entry point, which starts the daemon and the recorder
+    with their log files in the data root's logs/ and runs the session in its own process."""
+    fs = tmpfs("root", size_kib=32 * 1024)
+    fillers: list[Path] = []
+    out: list[str] = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--time-scale", "20",
+         "--data-root", str(fs.path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={
+            **os.environ,
+            "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir),
+            "MECHARM_RUNTIME_STORAGE_WAIT_S": "120",
+            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        },
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if not fillers and line.startswith("  grasp ") and " ok " in line:
+                fillers.append(fs.fill())
+            if "data root unwritable" in line and fillers and fillers[0].exists():
+                fillers[0].unlink()
+        code = proc.wait(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        if fillers and fillers[0].exists():
+            fillers[0].unlink()
+    text = "".join(out)
+    assert fillers, "the disk was never filled (no grasp line):\n" + text
+    assert code == 0, text
+    assert "Traceback" not in text and "data root unwritable" in text, text
+    root = fs.path
+    rows = list(csv.DictReader(DataRoot(root).ledger.read_text().splitlines()))
+    assert len(rows) == 2, rows
+    assert rows[0]["status"] == "stopped" and rows[0]["reason"].startswith("storage ("), rows[0]
+    trace = list(read_trace(DataRoot(root).trace(rows[0]["run_stem"])))
+    assert trace[-1]["event"] == "result" and trace[-1]["reason"] == rows[0]["reason"]
+    assert rows[1]["status"] == "completed", rows[1]
+    for log_file in DataRoot(root).logs.glob("*.log"):  # nobody's log holds a traceback
+        assert "Traceback" not in log_file.read_text(errors="replace"), log_file
