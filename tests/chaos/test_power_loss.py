@@ -9,6 +9,7 @@ the restarted recorder repairs its side video, the report lists it, export with
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -34,10 +35,8 @@ SCALE = 20.0
 
 def _kill_group(child: Child) -> None:
     """The process and anything it started (the sim's camera server runs inside it)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(child.proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     child.kill()
 
 
