@@ -134,3 +134,16 @@ def test_one_data_root_and_one_token_path() -> None:
     assert set(tokens) == {want}, f"token paths named: {tokens}"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert RIG_EXAMPLE_ROOT in readme and f"~/.config/{want}" in readme
+
+
+def test_the_docs_index_links_every_page_and_only_pages_that_exist() -> None:
+    """docs/index.md reaches every page in one click (issue: docs a maintainer can navigate)."""
+    import re
+
+    docs = ROOT / "docs"
+    index = (docs / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([A-Za-z0-9_.-]+\.md)\)", index))
+    pages = {p.name for p in docs.glob("*.md")} - {"index.md"}
+    assert not pages - linked, f"pages the index does not link: {sorted(pages - linked)}"
+    assert not linked - pages, f"the index links pages that do not exist: {sorted(linked - pages)}"
+    assert "docs/index.md" in (ROOT / "README.md").read_text(encoding="utf-8")
