@@ -147,3 +147,48 @@ def test_the_docs_index_links_every_page_and_only_pages_that_exist() -> None:
     assert not pages - linked, f"pages the index does not link: {sorted(pages - linked)}"
     assert not linked - pages, f"the index links pages that do not exist: {sorted(linked - pages)}"
     assert "docs/index.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+#: the packages whose modules the docs name
+_PACKAGES = ("mecharm_runtime", "mecharm_common", "mecharm_cameras", "mecharm_sim",
+             "mecharm_tools", "daemon_pi", "recorder", "bench", "tests")  # fmt: skip
+_FILE_SUFFIXES = (".yaml", ".key", ".json", ".csv", ".md", ".log", ".toml", ".token", ".py")
+
+
+def test_the_docs_name_only_files_modules_and_names_that_exist() -> None:
+    """A doc that names `pkg/path.py`, `pkg.module` or `pkg.module.name` names something
+    that is there: a moved module or a renamed function fails here, not in a reader's hands."""
+    import re
+
+    alt = "|".join(_PACKAGES)
+    bad: list[str] = []
+    for doc in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(rf"`((?:{alt})/[A-Za-z0-9_/.-]+\.(?:py|yaml|json))`", text):
+            if not (ROOT / m.group(1)).exists():
+                bad.append(f"{doc.name}: {m.group(1)} does not exist")
+        for m in re.finditer(rf"`((?:{alt})(?:\.[A-Za-z_0-9]+)+)`", text):
+            dotted = m.group(1)
+            if dotted.endswith(_FILE_SUFFIXES):
+                continue  # a file name (recorder.key), not a module
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):
+                base = ROOT.joinpath(*parts[:i])
+                src = (
+                    base.with_suffix(".py")
+                    if base.with_suffix(".py").exists()
+                    else base / "__init__.py"
+                )
+                if src.exists():
+                    if i < len(parts):
+                        name = parts[i]
+                        pattern = (rf"^\s*(?:async def|def|class)\s+{name}\b|^\s*{name}\s*[:=]"
+                                   rf"|^(?:from|import)\b.*\b{name}\b")  # fmt: skip
+                        if not re.search(pattern, src.read_text(encoding="utf-8"), re.M):
+                            bad.append(
+                                f"{doc.name}: {dotted}: no {name} in {src.relative_to(ROOT)}"
+                            )
+                    break
+            else:
+                bad.append(f"{doc.name}: {dotted}: no such module")
+    assert not bad, "\n".join(bad)
