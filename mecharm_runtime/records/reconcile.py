@@ -150,12 +150,19 @@ def reconcile_run_folders(root: Path) -> list[Reconciled]:
         if "result" in facts:
             status, reason = facts["result"]
             reason = f"{reason} (row written at the next start)" if reason else ""
+        elif not layout.trace(stem).exists():
+            status = INTERRUPTED
+            reason = (
+                "interrupted: no trace in its run folder (the runtime ended before writing "
+                "one, or the folder holds only a recording)"
+            )
         else:
             status = INTERRUPTED
-            where = facts.get("last_stage") or "before its first stage"
+            where = facts.get("last_stage")
             reason = (
-                f"interrupted during {where}: the runtime ended before the trial's result "
-                "(killed or power lost); stages reached: " + (" > ".join(stages) or "none")
+                (f"interrupted during {where}" if where else "interrupted before its first stage")
+                + ": the runtime ended before the trial's result (killed or power lost); "
+                "stages reached: " + (" > ".join(stages) or "none")
             )
             if "unreadable" in facts:
                 reason += f"; trace unreadable: {facts['unreadable']}"

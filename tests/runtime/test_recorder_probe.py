@@ -5,6 +5,7 @@ there is no side video and why. Real recorder service and daemon on 127.0.0.1.""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import socket
@@ -265,3 +266,32 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
     assert len(msg) == 1 and msg[0].startswith("mecharm-runtime: refusing to start: recorder")
     assert "--recorder-port" in msg[0] and "(require_recorder is set)" in msg[0]
     assert "Traceback" not in r.stderr and "trial 1" not in r.stdout
+
+
+@pytest.mark.asyncio
+async def test_a_trial_the_recorder_holds_for_a_gone_runtime_is_booked_and_handed_over(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """The recorder is recording a trial for a runtime session that is gone (its folder has
+    no ledger row): this runtime puts it on the books as interrupted, its first trial_start
+    names it, and the recorder hands it over at once: the new trial has its side video."""
+    from recorder.events import TrialStart
+
+    ours, _ = _dirs(tmp_path)
+    gone = "run_0099_20260101_120000"
+    async with _recorder(ours) as svc:
+        RecorderSender(port=svc.port).notify(TrialStart(run_stem=gone))
+        for _ in range(100):
+            if svc.trial is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert svc.trial is not None and svc.trial.run_stem == gone
+        settings = trial_settings(
+            ours, fk_data_dir, daemon_port=sim_daemon.port, top_camera=TOP, trials=1,
+            recorder_enabled=True, recorder_port=svc.port,
+        )  # fmt: skip
+        text, logs, _sends, report = await _service(settings, sim_daemon)
+    assert f"{gone}: no ledger row, now on the books as interrupted" in text, text
+    assert "recording a trial of another runtime session" not in text
+    (t,) = report.trials
+    assert t.recording.status == "ok" and t.recording.frames, text
