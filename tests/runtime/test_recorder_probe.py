@@ -290,7 +290,7 @@ async def test_a_trial_the_recorder_holds_for_a_gone_runtime_is_booked_and_hande
             ours, fk_data_dir, daemon_port=sim_daemon.port, top_camera=TOP, trials=1,
             recorder_enabled=True, recorder_port=svc.port,
         )  # fmt: skip
-        text, logs, _sends, report = await _service(settings, sim_daemon)
+        text, _logs, _sends, report = await _service(settings, sim_daemon)
     assert f"{gone}: no ledger row, now on the books as interrupted" in text, text
     assert "recording a trial of another runtime session" not in text
     (t,) = report.trials
