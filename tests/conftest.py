@@ -172,13 +172,14 @@ class Tmpfs:
         filler = self.path / f".filler_{uuid.uuid4().hex[:8]}"
         st = os.statvfs(self.path)
         free = st.f_bavail * st.f_frsize
-        with open(filler, "wb") as fh, contextlib.suppress(OSError):
+        # unbuffered: a buffered file's close would flush what the full disk refused and
+        # raise ENOSPC from the `with` itself (it did, now and then)
+        with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
             remaining = max(0, free - leave_bytes)
             chunk = b"\0" * (1 << 16)
             while remaining > 0:
                 fh.write(chunk[: min(len(chunk), remaining)])
                 remaining -= len(chunk)
-            fh.flush()
         return filler
 
     def free_bytes(self) -> int:

@@ -40,10 +40,13 @@ def _truth(rig: SimRig) -> dict[str, Any]:
         return dict(json.loads(r.read()))
 
 
+@pytest.mark.timeout(600)  # two trials and a wait for the disk, as processes, under load
 def test_disk_full_while_holding_never_ends_the_runtime_or_the_recorder(
     tmpfs: Any, fk_data_dir: Path, tmp_path: Path
 ) -> None:
-    fs = tmpfs("root", size_kib=24 * 1024)
+    fs = tmpfs(
+        "root", size_kib=128 * 1024
+    )  # room for the first trial's videos until grasp, under load
     root = fs.path
     logs = DataRoot(root).logs
     logs.mkdir(parents=True)
@@ -137,12 +140,15 @@ def test_disk_full_while_holding_never_ends_the_runtime_or_the_recorder(
         rig.daemon.stop()
 
 
+@pytest.mark.timeout(600)  # the demo starts its own rig first
 def test_disk_full_while_holding_through_the_demo(
     tmpfs: Any, fk_data_dir: Path, tmp_path: Path
 ) -> None:
     """The same through `make run`'s entry point, which starts the daemon and the recorder
     with their log files in the data root's logs/ and runs the session in its own process."""
-    fs = tmpfs("root", size_kib=32 * 1024)
+    fs = tmpfs(
+        "root", size_kib=128 * 1024
+    )  # room for the first trial's videos until grasp, under load
     fillers: list[Path] = []
     out: list[str] = []
     proc = subprocess.Popen(

@@ -40,6 +40,7 @@ def _kill_group(child: Child) -> None:
     child.kill()
 
 
+@pytest.mark.timeout(600)  # whole sessions as processes, under load
 def test_power_loss_of_all_three_mid_trial_is_on_the_books_after_the_restart(
     tmp_path: Path, fk_data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

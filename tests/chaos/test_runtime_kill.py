@@ -75,6 +75,7 @@ def _finish(proc: Any, reader: threading.Thread, out: list[str]) -> int:
     return code
 
 
+@pytest.mark.timeout(600)  # whole sessions as processes, under load
 def test_a_killed_trial_is_on_the_books_after_the_restart(
     tmp_path: Path, fk_data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
