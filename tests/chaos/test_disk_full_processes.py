@@ -11,9 +11,11 @@ recorder is still alive and records the next trial.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -174,7 +176,16 @@ def test_disk_full_while_holding_through_the_demo(
                 fillers[0].unlink()
         code = proc.wait(timeout=DEADLINE_S)
     finally:
-        if proc.poll() is None:
+        # Ctrl-C twice (the second forces the stop): the demo then stops the daemon and the
+        # recorder it started, which a SIGKILL of the demo alone would leave running
+        for _ in range(2):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         proc.stdout.close()
