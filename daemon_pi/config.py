@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -13,7 +12,7 @@ from pydantic_settings import SettingsConfigDict
 from daemon_pi.protocol import DEFAULT_PORT
 from mecharm_common.config import ConfigError, RigSettings
 from mecharm_common.envelope import Envelope
-from mecharm_common.keyfile import secret_file_problem
+from mecharm_common.keyfile import KeyFileError, read_secret_file
 from mecharm_sim.arm import SimArmConfig
 
 __all__ = ["DaemonSettings", "EnvelopeSettings", "is_loopback", "read_token"]
@@ -151,16 +150,9 @@ def read_token(path: Path) -> str:
     shorter than ``TOKEN_MIN_CHARS``, readable by others or in a folder others may write.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise ConfigError(f"token_file {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        problem = secret_file_problem(Path(path), os.fstat(fd), "token_file")
-        if problem is not None:
-            raise ConfigError(problem)
-        data = os.read(fd, 8192)
-    finally:
-        os.close(fd)
+        data = read_secret_file(Path(path), "token_file", 8192, cannot="cannot read")
+    except KeyFileError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         token = data.decode("utf-8").strip()
     except UnicodeDecodeError:

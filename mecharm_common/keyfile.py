@@ -27,6 +27,7 @@ __all__ = [
     "load_or_create_key",
     "read_daemon_token",
     "read_key",
+    "read_secret_file",
     "secret_file_problem",
 ]
 
@@ -108,22 +109,29 @@ def secret_file_problem(path: Path, st: os.stat_result, what: str) -> str | None
     return None
 
 
+def read_secret_file(path: Path, what: str, limit: int, cannot: str = "cannot open") -> bytes:
+    """The first ``limit`` bytes of a secret at ``path``, opened without following a
+    symlink and checked by ``secret_file_problem`` on the open file (so it cannot be
+    swapped between the check and the read). Raises KeyFileError naming ``what``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise KeyFileError(f"{what} {path}: {cannot}: {exc.strerror or exc}") from None
+    try:
+        problem = secret_file_problem(path, os.fstat(fd), what)
+        if problem is not None:
+            raise KeyFileError(problem)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
 def read_key(path: Path) -> bytes:
     """The secret in ``path``; raise KeyFileError when it is missing, too open or not a key."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        raise KeyFileError(f"key file {path} does not exist") from None
-    except OSError as exc:
-        raise KeyFileError(f"key file {path}: cannot open: {exc.strerror or exc}") from None
-    try:
-        problem = secret_file_problem(path, os.fstat(fd), "key file")
-        if problem is not None:
-            raise KeyFileError(problem)
-        data = os.read(fd, _KEY_MAX_CHARS + 2)
-    finally:
-        os.close(fd)
+    if not path.exists() and not path.is_symlink():
+        raise KeyFileError(f"key file {path} does not exist")
+    data = read_secret_file(path, "key file", _KEY_MAX_CHARS + 2)
     try:
         text = data.decode("ascii").strip()
     except UnicodeDecodeError:
