@@ -30,6 +30,8 @@ from mecharm_runtime.records.ledger import verify_ledger
 from mecharm_runtime.records.trace import read_trace
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 
+from .test_runtime_kill import _runtime
+
 pytestmark = pytest.mark.chaos
 
 SCALE = 20.0
@@ -60,26 +62,9 @@ def test_disk_full_while_holding_never_ends_the_runtime_or_the_recorder(
     truth_at_stop: list[dict[str, Any]] = []
     proc: subprocess.Popen[str] | None = None
     try:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "mecharm_runtime.cli",
-                "--trials", "2",
-                "--data-root", str(root),
-                "--daemon-port", str(rig.daemon_port),
-                "--top-camera", rig.top_url,
-                "--sim-control", rig.control_url,
-                "--recorder-port", str(udp),
-                "--recorder-key-file", str(key),
-                "--no-rerun",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={
-                **os.environ,
-                "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir),
-                "MECHARM_RUNTIME_STORAGE_WAIT_S": "120",
-            },
+        proc = _runtime(
+            root, rig, udp, key, fk_data_dir, trials=2,
+            env={"MECHARM_RUNTIME_STORAGE_WAIT_S": "120"},
         )  # fmt: skip
         assert proc.stdout is not None
 

@@ -32,7 +32,15 @@ SCALE = 20.0
 DEADLINE_S = 300.0
 
 
-def _runtime(root: Path, rig: SimRig, udp: int, key: Path, fk: Path, trials: int) -> Any:
+def _runtime(
+    root: Path,
+    rig: SimRig,
+    udp: int,
+    key: Path,
+    fk: Path,
+    trials: int,
+    env: dict[str, str] | None = None,
+) -> Any:
     return subprocess.Popen(
         [
             sys.executable, "-m", "mecharm_runtime.cli",
@@ -48,7 +56,7 @@ def _runtime(root: Path, rig: SimRig, udp: int, key: Path, fk: Path, trials: int
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "MECHARM_RUNTIME_FK_DATA_DIR": str(fk)},
+        env={**os.environ, "MECHARM_RUNTIME_FK_DATA_DIR": str(fk), **(env or {})},
     )  # fmt: skip
 
 
