@@ -77,6 +77,10 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "learn_failed_places": False,
     # an empty height memory placed with the plain band
     "height_start_mm": 0.0,
+    # the block crossed the box's wall at the approach arc's fixed height, whatever the band
+    "place_approach_above_band_mm": None,
+    # a block lost on the box raised its cell no higher than height_max_mm
+    "height_lost_max_mm": None,
 }
 
 
@@ -217,6 +221,10 @@ class RuntimeSettings(RigSettings):
     place_floor_m: float = 0.070
     place_target_m: float = 0.100
     place_band_depth_m: float = Field(0.030, gt=0)
+    #: approach_place raises the arc's pose (same x-z) so that its tip is at least this far
+    #: above the place band's top: the held block crosses the box's wall no lower than it
+    #: will descend to (docs/stages.md, "approach_place"); None: the arc's pose as it is
+    place_approach_above_band_mm: float | None = Field(0.0, ge=0.0, le=50.0)
     z_resid_warn_m: float = Field(0.05, gt=0)
     # joint continuity (docs/safety.md): near the work no joint moves more than this per move
     # (descents, lifts, servo and depth steps); 0 = no bound
@@ -282,10 +290,11 @@ class RuntimeSettings(RigSettings):
     #: lower after a place judged no; failures: the older rule (raise after a failure only)
     height_rule: Literal["measured", "failures"] = "measured"
     height_raise_margin_mm: float = Field(10.0, ge=0)
-    #: a place cell not in the height memory: ``learnt`` starts it from the count-weighted mean
-    #: of the learnt cells (the arm's sag is much the same over the place region), ``zero``
-    #: from the plain band (docs/runtime.md, "Memories")
-    height_new_cell: Literal["learnt", "zero"] = "learnt"
+    #: a place cell not in the height memory: ``highest`` starts it from the highest learnt
+    #: cell (the arm's sag is much the same over the place region, and a block lost on the box
+    #: anywhere says the arm holds it that low everywhere), ``learnt`` from the count-weighted
+    #: mean of the learnt cells, ``zero`` from the plain band (docs/runtime.md, "Memories")
+    height_new_cell: Literal["highest", "learnt", "zero"] = "highest"
     #: where a place cell starts when nothing is learnt yet (an empty memory). The reference
     #: rig's memory settled at +15..+25 mm: its arm holds the block lower than the model says,
     #: and at +0 a fresh rig drags the low-hanging block along the box's walls while it
@@ -324,7 +333,11 @@ class RuntimeSettings(RigSettings):
     learn_failed_places: bool = True
     #: how far a block lost in the box raises its cell (it hung low enough to catch on the
     #: box: a height error of the arm's size, not of the memory's usual 5 mm step)
-    height_lost_step_mm: float = Field(10.0, ge=0)
+    height_lost_step_mm: float = Field(15.0, ge=0)
+    #: how high blocks lost on the box may raise a cell: a loss is evidence that the block
+    #: hung too low, so it may take the cell past height_max_mm, which bounds only the
+    #: raises after good places (docs/release.md); None: height_max_mm
+    height_lost_max_mm: float | None = Field(60.0, ge=0, le=HEIGHT_LIMIT_MM[1])
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0

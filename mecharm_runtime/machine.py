@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 import numpy as np
+from numpy.typing import NDArray
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_OPEN_VALUE
@@ -607,6 +608,37 @@ def _pick_servo_step(
     return (step[0], step[1]), "step"
 
 
+def _solve_tip(
+    q0: NDArray[np.float64], goal: NDArray[np.float64], box: float, j1_max: float
+) -> NDArray[np.float64]:
+    """Joints near ``q0`` that put the model's tip at ``goal`` (x, y, z), as near as they can:
+    damped least squares on j0-j4 (the flange keeps its angle), every joint within ``box``
+    degrees of ``q0``, j1 held just under ``j1_max`` once it reaches it. The caller checks
+    how near the result came, and every guard still checks the pose."""
+    q = q0.copy()
+    free = [0, 1, 2, 3, 4]
+    for _ in range(20):
+        tip = np.asarray(fk_tip(q))
+        err = goal - tip
+        if float(np.linalg.norm(err)) < 1e-5:
+            break
+        J = np.empty((3, len(free)))
+        for c, j in enumerate(free):
+            d = q.copy()
+            d[j] += 0.01
+            J[:, c] = (np.asarray(fk_tip(d)) - tip) / 0.01
+        dq = J.T @ np.linalg.solve(J @ J.T + 1e-6 * np.eye(3), err)
+        q[free] += np.clip(dq, -5.0, 5.0)
+        q = np.clip(q, q0 - box, q0 + box)
+        if 1 in free and q[1] > j1_max - 0.5:
+            q[1] = j1_max - 0.5
+        free = [j for j in free if abs(q[j] - q0[j]) < box - 1e-9 and not (
+            j == 1 and q[1] >= j1_max - 0.5)]  # fmt: skip
+        if not free:
+            break
+    return q
+
+
 def _fine_step(
     s: RuntimeSettings,
     pose: tuple[float, ...],
@@ -624,30 +656,10 @@ def _fine_step(
     inside ``band`` (the ``where`` band: pick, or place for a depth step), and then pass
     every guard."""
     q0 = np.asarray(pose, dtype=np.float64)
-    q = q0.copy()
-    goal = np.array([aim[0], float(fk_tip(q)[1]), aim[1]])
-    way = float(np.linalg.norm(goal - np.asarray(fk_tip(q))))
+    goal = np.array([aim[0], float(fk_tip(q0)[1]), aim[1]])
+    way = float(np.linalg.norm(goal - np.asarray(fk_tip(q0))))
     box = s.joint_step_max_deg if s.joint_step_max_deg > 0 else 180.0
-    free = [0, 1, 2, 3, 4]
-    for _ in range(20):
-        tip = np.asarray(fk_tip(q))
-        err = goal - tip
-        if float(np.linalg.norm(err)) < 1e-5:
-            break
-        J = np.empty((3, len(free)))
-        for c, j in enumerate(free):
-            d = q.copy()
-            d[j] += 0.01
-            J[:, c] = (np.asarray(fk_tip(d)) - tip) / 0.01
-        dq = J.T @ np.linalg.solve(J @ J.T + 1e-6 * np.eye(3), err)
-        q[free] += np.clip(dq, -5.0, 5.0)
-        q = np.clip(q, q0 - box, q0 + box)
-        if 1 in free and q[1] > s.j1_max - 0.5:
-            q[1] = s.j1_max - 0.5
-        free = [j for j in free if abs(q[j] - q0[j]) < box - 1e-9 and not (
-            j == 1 and q[1] >= s.j1_max - 0.5)]  # fmt: skip
-        if not free:
-            break
+    q = _solve_tip(q0, goal, box, s.j1_max)
     tip = np.asarray(fk_tip(q))
     resid = float(math.hypot(tip[0] - aim[0], tip[2] - aim[1]))
     if not all(math.isfinite(v) for v in q) or resid > max(s.pick_resid_max_m, way / 2):
@@ -893,9 +905,55 @@ async def approach_place(ctx: TrialContext) -> Outcome:
         ctx.trace.decision(
             "z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m}
         )
-    await ctx.move(res.angles, s.tol_pick_place, "approach_place", lookup_ok=True)
-    st.place_approach = tuple(res.angles)
+    pose = _raised_approach(ctx, tuple(res.angles), st.scene.box_xz)
+    await ctx.move(pose, s.tol_pick_place, "approach_place", lookup_ok=True)
+    st.place_approach = tuple(pose)
     return Outcome.OK
+
+
+#: how far (degrees, per joint) the raised approach may leave the arc's pose
+_RAISE_BOX_DEG = 30.0
+#: how near (m, in 3D) the raised approach's tip must come to the height it was raised to
+_RAISE_RESID_M = 0.002
+
+
+def _raised_approach(
+    ctx: TrialContext, arc_pose: tuple[float, ...], box_xz: tuple[float, float]
+) -> tuple[float, ...]:
+    """The approach pose over the box: the arc's pose, raised when the place band the height
+    memory asks for reaches above it (docs/stages.md, "approach_place").
+
+    The arm carries the block from the lift to this pose in one joint-space move whose tip
+    height runs between the two ends', so this pose decides how high the block crosses the
+    box's wall. An arm that holds the block lower than the model says (the height memory has
+    learnt so: the place band moved up) would otherwise cross the wall at the arc's fixed
+    height and knock the block out of the jaws (``harsh``: the tip 35-50 mm below the
+    model's with the block, docs/simulation-arm.md). The raised pose keeps the arc pose's
+    x-z and puts the tip ``place_approach_above_band_mm`` above the band's top, solved with
+    the FK model near the arc's pose; a pose it cannot solve leaves the arc's pose (traced).
+    """
+    s, st = ctx.settings, ctx.state
+    if s.place_approach_above_band_mm is None:
+        return arc_pose
+    st.place_key = cell_key("place", *box_xz, s.cell_mm)
+    _lo, hi, dee = _place_band(ctx)
+    want = hi + s.place_approach_above_band_mm / 1000.0
+    q0 = np.asarray(arc_pose, dtype=np.float64)
+    tip0 = np.asarray(fk_tip(q0))
+    if float(tip0[1]) >= want:
+        return arc_pose
+    goal = np.array([float(tip0[0]), want, float(tip0[2])])
+    q = _solve_tip(q0, goal, _RAISE_BOX_DEG, s.j1_max)
+    tip = np.asarray(fk_tip(q))
+    miss = float(np.linalg.norm(tip - goal))
+    ok = bool(np.all(np.isfinite(q))) and miss <= _RAISE_RESID_M
+    raised = tuple(round(float(v), 3) for v in q)
+    ctx.trace.decision(
+        "approach_raise",
+        {"dee_y_mm": dee, "arc_ee_y": round(float(tip0[1]), 4), "want_ee_y": round(want, 4),
+         "ok": ok, "miss_mm": round(miss * 1000, 2), "angles": list(raised) if ok else None},
+    )  # fmt: skip
+    return raised if ok else arc_pose
 
 
 async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
@@ -960,8 +1018,9 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     """(band_min, band_max, dee_y_mm): memory target 0.100 + dee_y, band the 30 mm below it."""
     s, st = ctx.settings, ctx.state
     dee = ctx.heights.get(st.place_key)
-    if dee is None and s.height_new_cell == "learnt":
-        dee = ctx.heights.learnt()  # a new cell starts where the learnt cells are
+    if dee is None and s.height_new_cell != "zero":
+        # a new cell starts where the learnt cells are
+        dee = ctx.heights.highest() if s.height_new_cell == "highest" else ctx.heights.learnt()
         st.place_dee_start_mm = dee or 0.0
     if dee is None and s.height_start_mm > 0:  # nothing learnt anywhere yet
         dee = st.place_dee_start_mm = s.height_start_mm
@@ -1451,7 +1510,9 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
         outcome,
         None if view is None else view.margin_mm,
         step_mm=s.height_lost_step_mm if outcome == "lost" else s.height_step_mm,
-        max_mm=s.height_max_mm,
+        max_mm=s.height_lost_max_mm
+        if outcome == "lost" and s.height_lost_max_mm is not None
+        else s.height_max_mm,
         start_mm=st.place_dee_start_mm,
     )
     ctx.trace.decision("height_update", {"key": st.place_key, outcome: True, **up.to_dict()})

@@ -41,10 +41,12 @@ log = get_logger("mecharm_runtime.memories")
 #: (``max_correction_mm``, 20 mm) and over three times the grasp tolerance (12 mm);
 #: the EMA of tip offsets of successful picks stays far inside it.
 CORRECTION_LIMIT_MM = 40.0
-#: Range of a height entry's dee_y_mm: the update starts at 0 and moves it by
-#: ``height_step_mm`` within 0..``height_max_mm`` (30 mm); 50 mm lifts the place target
-#: from 100 mm to 150 mm above the mat. Below 0 would lower the block into the box.
-HEIGHT_LIMIT_MM = (0.0, 50.0)
+#: Range of a height entry's dee_y_mm: the update moves it by ``height_step_mm`` within
+#: 0..``height_max_mm`` (30 mm) after places, and blocks lost on the box up to
+#: ``height_lost_max_mm`` (60 mm); 80 mm lifts the place target from 100 mm to 180 mm
+#: above the mat, beyond which the place region is out of reach. Below 0 would lower the
+#: block into the box.
+HEIGHT_LIMIT_MM = (0.0, 80.0)
 #: Largest n (learning count) of an entry: 100,000 trials in one 20 mm cell is
 #: 100 days of trials without a pause at the rig's ~90 s per trial.
 N_LIMIT = 100_000
@@ -256,6 +258,14 @@ class HeightMemory(_JsonMemory):
         e = self.entries.get(key)
         return None if e is None else float(e["dee_y_mm"])
 
+    def highest(self) -> float | None:
+        """The highest dee_y of the cells learnt so far (None: none): where a new cell starts
+        with ``height_new_cell: highest`` (docs/runtime.md, "Memories"). A block lost on the
+        box in one cell raised that cell; the arm that held it so low holds it as low over
+        the next cell, so the next cell starts there rather than paying for it again."""
+        learnt = [float(e["dee_y_mm"]) for e in self.entries.values() if int(e["n"]) > 0]
+        return max(learnt) if learnt else None
+
     def learnt(self) -> float | None:
         """The places' count-weighted mean dee_y over the cells learnt so far (None: none).
 
@@ -315,17 +325,18 @@ class HeightMemory(_JsonMemory):
         start_mm: float = 0.0,
     ) -> HeightUpdate:
         """A place that did not happen (docs/release.md, "Every trial teaches"): ``lost`` (the
-        held block caught on the box) raises the cell one step, within the same bounds as
-        ``learn``; ``refused`` keeps it and counts the attempt."""
+        held block caught on the box) raises the cell one step up to ``max_mm`` (the runtime
+        passes ``height_lost_max_mm``); ``refused`` keeps it and counts the attempt."""
         old = self.entries.get(key, {"dee_y_mm": start_mm, "n": 0})
-        old_mm = float(old["dee_y_mm"])
-        hi = min(max_mm, HEIGHT_LIMIT_MM[1])
-        if outcome == "lost":
-            new = max(HEIGHT_LIMIT_MM[0], min(hi, old_mm + step_mm))
+        lo, top = HEIGHT_LIMIT_MM
+        old_mm = max(lo, min(top, float(old["dee_y_mm"])))
+        hi = min(max_mm, top)
+        if outcome == "lost":  # a raise, never a fall to the bound
+            new = max(old_mm, min(hi, old_mm + step_mm))
             change = "raise" if new > old_mm else "keep"
             why = "the held block caught on the box: more clearance"
         else:
-            new = max(HEIGHT_LIMIT_MM[0], min(hi, old_mm))
+            new = old_mm
             change = "keep"
             why = "release refused: the block was kept out in x-z, not by its height"
         n = min(int(old["n"]) + 1, N_LIMIT)
@@ -364,18 +375,21 @@ def learn_height(
     place judged yes whose release was measured well inside the opening (margin >=
     ``raise_margin_mm``) raises it one step, as the rig's did after good places; a
     place judged no lowers it one step; an unmeasured release or a narrow margin
-    keeps it. Always within 0..min(max_mm, HEIGHT_LIMIT_MM[1]).
+    keeps it. A raise goes no higher than min(max_mm, HEIGHT_LIMIT_MM[1]); a cell that blocks
+    lost on the box took higher (``learn_failed``) keeps its height until a place judged no
+    lowers it: a good place is no evidence that less clearance would do.
     """
     hi = min(max_mm, HEIGHT_LIMIT_MM[1])
-    lo = HEIGHT_LIMIT_MM[0]
+    lo, top = HEIGHT_LIMIT_MM
+    old_mm = max(lo, min(top, old_mm))
     if not placed_ok:
-        new = max(lo, min(hi, old_mm - step_mm))
+        new = max(lo, old_mm - step_mm)
         return new, ("lower" if new < old_mm else "keep"), "place judged no: shorter drop"
     if margin_mm is None or not math.isfinite(margin_mm):
-        return max(lo, min(hi, old_mm)), "keep", "placed, release not measured"
+        return old_mm, "keep", "placed, release not measured"
     if margin_mm < raise_margin_mm:
         why = f"placed, margin {margin_mm:.1f} mm < {raise_margin_mm:g} mm at the release"
-        return max(lo, min(hi, old_mm)), "keep", why
-    new = max(lo, min(hi, old_mm + step_mm))
+        return old_mm, "keep", why
+    new = max(old_mm, min(hi, old_mm + step_mm))
     why = f"placed with margin {margin_mm:.1f} mm at the release: more clearance"
     return new, ("raise" if new > old_mm else "keep"), why

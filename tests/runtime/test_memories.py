@@ -138,7 +138,7 @@ def test_nan_as_a_string_is_rejected_too(tmp_path: Path) -> None:
         ({"dee_y_mm": 1e308, "n": 1}, "dee_y_mm"),
         ({"dee_y_mm": -1e308, "n": 1}, "dee_y_mm"),
         ({"dee_y_mm": -5.0, "n": 1}, "dee_y_mm"),
-        ({"dee_y_mm": 50.5, "n": 1}, "dee_y_mm"),
+        ({"dee_y_mm": 80.5, "n": 1}, "dee_y_mm"),
         ({"dee_y_mm": 5.0, "n": 10**30}, "n"),
         ({"dee_y_mm": 5.0, "n": -1}, "n"),
     ],
@@ -148,10 +148,10 @@ def test_implausible_height_is_rejected_at_load(
 ) -> None:
     path = tmp_path / "h.json"
     path.write_text(json.dumps({"entries": {"place_x-200_z180": entry,
-                                            "place_x-180_z180": {"dee_y_mm": 50.0, "n": 0}}}))  # fmt: skip
+                                            "place_x-180_z180": {"dee_y_mm": 80.0, "n": 0}}}))  # fmt: skip
     with capture_logs() as logs:
         mem = HeightMemory(path)
-    assert mem.get("place_x-200_z180") is None and mem.get("place_x-180_z180") == 50.0
+    assert mem.get("place_x-200_z180") is None and mem.get("place_x-180_z180") == 80.0
     [err] = [e for e in logs if e["event"] == "memory_entry_implausible"]
     assert err["key"] == "place_x-200_z180" and err["field"] == field
 
@@ -212,6 +212,44 @@ def test_a_new_place_cell_starts_from_the_learnt_cells(tmp_path: Path) -> None:
     assert (up.old_mm, up.dee_y_mm) == (11.25, 16.25)
     # a known cell ignores the start
     assert heights.learn("place_x-200_z180", True, 2.0, start_mm=0.0, **kw).old_mm == 15.0
+
+
+def test_a_new_place_cell_starts_from_the_highest_learnt_cell(tmp_path: Path) -> None:
+    """``height_new_cell: highest`` (the default): one block lost on the box anywhere lifts
+    where every new cell starts, as the arm that held it so low holds it so low everywhere."""
+    heights = HeightMemory(tmp_path / "h.json")
+    assert heights.highest() is None
+    kw = {"step_mm": 5.0, "max_mm": 30.0, "raise_margin_mm": 10.0}
+    for _ in range(3):
+        heights.learn("place_x-200_z180", True, 20.0, **kw)  # 0 -> 15
+    up = heights.learn_failed("place_x-160_z220", "lost", None, step_mm=15.0, max_mm=60.0,
+                              start_mm=15.0)  # fmt: skip
+    assert (up.old_mm, up.dee_y_mm, up.change) == (15.0, 30.0, "raise")
+    assert heights.highest() == 30.0
+    assert heights.learnt() == pytest.approx((15.0 * 3 + 30.0) / 4)  # the mean lags behind
+    heights.entries["place_x-100_z100"] = {"dee_y_mm": 70.0, "n": 0}  # never placed: no vote
+    assert heights.highest() == 30.0
+
+
+def test_lost_blocks_may_raise_a_cell_past_height_max_and_good_places_keep_it(
+    tmp_path: Path,
+) -> None:
+    """A loss is evidence that the block hung too low: it raises the cell up to
+    ``height_lost_max_mm``; ``height_max_mm`` bounds only the raises after good places, and a
+    good place never pulls a cell down to it. A place judged no lowers it one step."""
+    heights = HeightMemory(tmp_path / "h.json")
+    key = "place_x-200_z180"
+    seen = [
+        heights.learn_failed(key, "lost", None, step_mm=15.0, max_mm=60.0, start_mm=15.0).dee_y_mm
+        for _ in range(5)
+    ]
+    assert seen == [30.0, 45.0, 60.0, 60.0, 60.0]
+    kw = {"step_mm": 5.0, "max_mm": 30.0, "raise_margin_mm": 10.0}
+    assert heights.learn(key, True, 20.0, **kw).dee_y_mm == 60.0  # placed well: kept
+    assert heights.learn(key, True, 2.0, **kw).dee_y_mm == 60.0  # narrow: kept
+    assert heights.learn(key, False, None, **kw).dee_y_mm == 55.0  # judged no: one step down
+    # a refused release keeps it, whatever the bound
+    assert heights.learn_failed(key, "refused", 1.0, step_mm=5.0, max_mm=30.0).dee_y_mm == 55.0
 
 
 def test_a_memory_symlinked_out_of_the_root_is_neither_read_nor_written(tmp_path: Path) -> None:

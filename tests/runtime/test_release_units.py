@@ -274,7 +274,7 @@ def test_side_view_with_the_arm_at_a_real_place_pose(
         ("release_reaim_max", 9),
         ("release_reaim_max", -1),
         ("height_start_mm", -1.0),
-        ("height_start_mm", 80.0),
+        ("height_start_mm", 90.0),
         ("height_lost_step_mm", -5.0),
         ("learn_failed_places", "maybe"),
     ],
