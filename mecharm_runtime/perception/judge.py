@@ -92,6 +92,12 @@ BOX_MOVED_MM = 15.0
 #: blocks touching the wall, margins -0.02 and -0.2 mm, not placed (docs/perception.md)
 WALL_SLACK_MM = 2.0
 
+#: the top face's apparent size alone calls a block "on the rim" only when, located on the
+#: rim's plane, it reaches within this much of the wall (a block resting on the rim lies over
+#: it). On the ``harsh`` optics the size put 7 of 44 blocks on the box floor at 48-51 mm,
+#: over the 48 mm threshold, each lying 3.6-11.8 mm inside the opening (docs/perception.md)
+RIM_SLACK_MM = 2.0
+
 #: a red blob this close (x-z, on the tip's plane) to the tip marker is the held block: the jaws
 #: hold the block's centre within ~12 mm of the tip (docs/workcell.md), the marker and the block
 #: differ in height by up to ~15 mm (a few mm of parallax). 30 mm (before) also took a block
@@ -240,6 +246,18 @@ class GeometricJudge:
         (n_out, n_in), _ = red_counts(f, [outer, inner], config=cfg)
         return (n_out - n_in) * H.mm_per_px(box.x, box.z, cfg.box_height_m) ** 2
 
+    def _rim_plane_margin_mm(
+        self, f: NDArray[np.uint8], H: MatHomography, box: BoxDetection
+    ) -> float | None:
+        """The block located as if its top were at a rim-resting block's height: how far its
+        farthest corner lies inside the opening there (None: not found). A block resting on
+        the rim lies over the wall, so this margin is below zero; a block that would lie
+        wholly inside the opening at that height cannot rest on the rim."""
+        cfg = self.config
+        rim_top = cfg.box_height_m + cfg.block_size_m
+        b = locate_block(f, H, rim_top, near_xz=(box.x, box.z), config=cfg)
+        return None if b is None else inside_margin_mm(b, box, cfg)
+
     def _place(self, ev: JudgeEvidence) -> Verdict:
         if not ev.frames:
             return Verdict("no", 0.0, "cannot judge the place: no top-camera frames", self.name)
@@ -272,8 +290,17 @@ class GeometricJudge:
                 info["red_on_rim_mm2"] = round(on_rim, 1)
                 info["top_height_mm"] = round(top * 1000.0, 1)
                 rim_top = cfg.box_height_m + cfg.block_size_m
-                if on_rim >= self.rim_red_mm2 or top >= (top_h + rim_top) / 2.0:
+                if on_rim >= self.rim_red_mm2:
                     rest = "rim"
+                elif top >= (top_h + rim_top) / 2.0:
+                    # the apparent size says "as high as the rim": only if a block could rest
+                    # there, i.e. located on the rim's plane it reaches over the wall
+                    rim_margin = self._rim_plane_margin_mm(f, ev.H, box)
+                    info["rim_plane_margin_mm"] = (
+                        None if rim_margin is None else round(rim_margin, 2)
+                    )
+                    if rim_margin is None or rim_margin < RIM_SLACK_MM:
+                        rest = "rim"
             if stale and self.height_aware and rest == "floor":
                 rest = "box_moved"
                 info["box_refound"] = False

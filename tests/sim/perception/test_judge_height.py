@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from mecharm_common.kinematics import fk_tip
+from mecharm_runtime.perception.judge import RIM_SLACK_MM, GeometricJudge, JudgeEvidence
+from mecharm_tools import judgecheck
 from mecharm_tools.judgecheck import (
     PICK,
     SimRig,
@@ -47,6 +52,36 @@ def test_floor_and_mat_keep_their_verdicts(sim, seed: int, want: str) -> None:
     c = place_case(sim, seed, want)
     assert c is not None and c.truth == want
     assert c.new == ("yes" if want == "box" else "no"), c
+
+
+@pytest.mark.parametrize("seed", [16, 24])
+def test_a_floor_block_that_looks_as_high_as_the_rim_but_could_not_rest_there(
+    sim, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The ``harsh`` optics: detect measured the top face on the mat some 7 % smaller than the
+    place judge sees it in the box, so the size alone puts a block on the floor at the rim's
+    height. Located on the rim's plane it lies wholly inside the opening: it cannot rest on
+    the rim, and the place is judged yes."""
+    seen: list[JudgeEvidence] = []
+    orig = judgecheck._judge_both
+
+    async def spy(ev: JudgeEvidence, task: str) -> Any:
+        seen.append(ev)
+        return await orig(ev, task)
+
+    monkeypatch.setattr(judgecheck, "_judge_both", spy)
+    c = place_case(sim, seed, "box")
+    assert c is not None and c.truth == "box" and c.new == "yes"
+    ev = seen[-1]
+    block = dataclasses.replace(ev.scene.block, area_mm2=ev.scene.block.area_mm2 * 0.93)
+    shrunk = JudgeEvidence(
+        frames=ev.frames, H=ev.H, scene=dataclasses.replace(ev.scene, block=block)
+    )
+    v = asyncio.run(GeometricJudge().judge_place(shrunk))
+    frames = v.details["frames"]
+    assert all(f["top_height_mm"] >= 48.0 for f in frames)  # the size alone says "rim"
+    assert all(f["rim_plane_margin_mm"] >= RIM_SLACK_MM for f in frames)
+    assert v.verdict == "yes", v.reason
 
 
 def test_vertical_lift_keeps_the_tip_over_the_block() -> None:
