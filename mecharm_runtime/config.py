@@ -81,6 +81,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "place_approach_above_band_mm": None,
     # a block lost on the box raised its cell no higher than height_max_mm
     "height_lost_max_mm": None,
+    # a held block that moved less than a third of the tip's move was lost, however far it moved
+    "servo_drop_still_mm": None,
 }
 
 
@@ -305,6 +307,11 @@ class RuntimeSettings(RigSettings):
     #: a third of it (docs/stages.md, "servo_place")
     servo_drop_check: bool = True
     servo_drop_tip_mm: float = Field(10.0, gt=0, le=200)
+    #: ... and only when the block moved less than this, i.e. lay still: blocks that really
+    #: left the jaws moved 0-4 mm between sightings on harsh; held blocks the wrist partly hid
+    #: moved 6-14 mm while the tip moved 18-41 mm, and were carried HOME as lost (docs/release.md,
+    #: "A block that left the jaws"); None: a third of the tip's move alone decides
+    servo_drop_still_mm: float | None = Field(5.0, gt=0, le=50)
 
     # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
     #: before opening over the box the block must be seen above the opening; an abort while

@@ -1089,8 +1089,9 @@ def _dx_dj0_sign(pose: Sequence[float]) -> float:
 class _HeldBlockWatch:
     """A held block moves with the tip: between two sightings in the place servo, when the
     tip (by the model) moved ``servo_drop_tip_mm`` or more and the block less than a third
-    of that, the block is no longer in the jaws (it slipped out against the box, or was never
-    held) and the servo must not go on steering a block that is not there
+    of that and less than ``servo_drop_still_mm`` (it lay still), the block is no longer in
+    the jaws (it slipped out against the box, or was never held) and the servo must not go
+    on steering a block that is not there
     (docs/stages.md, "servo_place"). The stage stops naming it, and the trial no longer
     counts the block as held: the exit path goes up and HOME as after any stop."""
 
@@ -1110,7 +1111,13 @@ class _HeldBlockWatch:
         if tip_mm < s.servo_drop_tip_mm:
             return
         info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
-        if block_mm < tip_mm / 3.0:
+        still = s.servo_drop_still_mm is None or block_mm < s.servo_drop_still_mm
+        if block_mm < tip_mm / 3.0 and not still:
+            # the block moved, less than the tip: not the evidence of a block lying still that
+            # "not in the jaws" needs (a held block partly hidden by the wrist looks so); the
+            # servo goes on, the next sighting and the release check look again
+            self.ctx.trace.decision("held_block_lagged", info)
+        elif block_mm < tip_mm / 3.0:
             self.ctx.trace.decision("held_block_lost", info)
             _learn_failed_place(self.ctx, "lost")
             # the evidence says the jaws are empty: the exit path goes up and HOME as for any
