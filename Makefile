@@ -40,13 +40,13 @@ bench: $(STAMP)
 # installed when missing and run as root) and checks the DOM and the page's loads;
 # docs/report.md. DATA_ROOT=path reports on an existing data root instead of a fresh demo.
 report-check: $(STAMP)
-	$(BIN)/python -m mecharm_tools.report.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
+	$(BIN)/python -m mecharm_dev.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
 
 # Not part of `make test`: loads, filters, deletes from and merges our datasets with the real
 # lerobot 0.4.x in its own venv (created the first time, ~15 min; docs/lerobot-check.md).
 # DATA_ROOT=path checks an existing data root as rig A; LEROBOT_VENV=path uses that venv.
 lerobot-check: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m mecharm_tools.lerobot_check $(if $(LEROBOT_VENV),--venv $(LEROBOT_VENV)) $(if $(DATA_ROOT),--root $(DATA_ROOT))
+	cd $(ROOT) && $(BIN)/python -m mecharm_dev.lerobot_check $(if $(LEROBOT_VENV),--venv $(LEROBOT_VENV)) $(if $(DATA_ROOT),--root $(DATA_ROOT))
 
 lint: $(STAMP)
 	cd $(ROOT) && $(BIN)/ruff check .

@@ -73,7 +73,7 @@ def _frames(n: int, rng: np.random.Generator) -> Any:
 def _top_frames(n: int) -> Any:
     """The sim's top camera view (rendered once: its texture and noise set the JPEG size,
     about 115 KB as the sim's camera streams it) with the arm-coloured block moving."""
-    from mecharm_sim.handheld import exact_arm
+    from mecharm_dev.handheld import exact_arm
     from mecharm_sim.workcell import Workcell
 
     base = Workcell(exact_arm(), "random", seed=3).render("top")

@@ -113,7 +113,7 @@ def images(out_dir: Path) -> list[Path]:
     """optics_<profile>_top.png / _side.png: the block and the box where the rig's log saw
     them, the arm at the pick descend over the block; on the top view, the rig's logged
     pixels as yellow crosses (they should sit on the block's and the box's centres)."""
-    from mecharm_sim.handheld import exact_arm
+    from mecharm_dev.handheld import exact_arm
     from mecharm_sim.profile import load_profile
     from mecharm_sim.scene import Lighting, Pose, SceneLayout
     from mecharm_sim.workcell import Workcell

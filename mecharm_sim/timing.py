@@ -7,7 +7,7 @@ Three things of the real rig take time that the arm's motion model does not cove
 * a camera delivers its first frame a while after it is opened
   (``camera_first_frame_s``; the camera server's feeds take it);
 * the VLM judge answers after a network and inference latency (``judge``; the
-  Messages API stand-in, ``python -m mecharm_sim.messages_api --latency rig``).
+  Messages API stand-in, ``python -m mecharm_dev.messages_api --latency rig``).
 
 Every figure and its source is in docs/simulation-timing.md. ``ideal`` is the
 simulator as it was before profiles: nothing here adds time.

@@ -77,7 +77,7 @@ def start_demo_rig(
     recorder: bool = True,
     say: Callable[[str], None] | None = None,
 ) -> DemoRig:
-    """The demo's set-up, one home for it (``make run`` and ``mecharm_tools.successcheck``):
+    """The demo's set-up, one home for it (``make run`` and ``mecharm_dev.successcheck``):
     the simulated rig (daemon + workcell cameras) with ``--sim-profile sim_profile`` and the
     first scene of ``seed``, the recorder on its side camera (unless ``recorder`` is False),
     and the RuntimeSettings of a session against them. ``root`` must exist. ``say``: the

@@ -19,7 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 OURS = ("mecharm_common", "mecharm_cameras", "mecharm_sim", "daemon_pi", "recorder", "mecharm_runtime",
-        "mecharm_tools")  # fmt: skip
+        "mecharm_tools", "mecharm_dev")  # fmt: skip
+#: development code: checks, harnesses and fakes, outside the wheel (docs/architecture.md)
+DEV = "mecharm_dev"
 
 #: package -> the modules of ours it may import (a package prefix allows its submodules).
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -38,7 +40,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "recorder.events",
         "recorder.sender",
     ),
-    "mecharm_tools": OURS,
+    "mecharm_tools": tuple(p for p in OURS if p != DEV),
+    DEV: OURS,
 }
 
 #: Modules the Pi profile (`pip install '.[pi]'`) must be able to import.
@@ -93,6 +96,24 @@ def test_every_package_has_a_rule() -> None:
     assert on_disk == set(ALLOWED), (
         "a new package needs its import rule here and in docs/architecture.md"
     )
+
+
+def test_the_wheel_holds_the_product_and_no_development_code() -> None:
+    """The packages setuptools puts in the wheel (pyproject's find rules, as ``pip wheel .``
+    applies them): every product package, and nothing of ``mecharm_dev``."""
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]["packages"]["find"]
+    shipped = set(find_packages(str(ROOT), include=find["include"]))
+    tops = {p.split(".")[0] for p in shipped}
+    assert tops == set(OURS) - {DEV}, tops
+    assert not any(p == DEV or p.startswith(DEV + ".") for p in shipped)
+    # and no development check hides in a product package any more
+    names = {p.stem for pkg in tops for p in (ROOT / pkg).rglob("*.py")}
+    dev_modules = {p.stem for p in (ROOT / DEV).glob("*.py")} - {"__init__"}
+    assert not names & dev_modules, names & dev_modules
 
 
 def _pi_closure() -> set[Path]:

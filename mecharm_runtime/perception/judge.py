@@ -119,7 +119,7 @@ class GeometricJudge:
 
     ``height_aware=False`` is the judge from before the block's height was
     considered (mat-plane "left its place" test, floor plane assumed for the
-    place); kept to compare the two (``python -m mecharm_tools.judgecheck``).
+    place); kept to compare the two (``python -m mecharm_dev.judgecheck``).
     """
 
     name = "geometric"

@@ -2,7 +2,8 @@
 
 Modules: ``tracefile`` (read and check a trace), ``feed`` (ports serving the recorded
 inputs), ``runner`` (the stage machine on those ports), ``compare`` (decision diff),
-``cli`` (the command), ``config`` (ReplaySettings), ``make_corpus`` (the test corpus).
+``cli`` (the command), ``config`` (ReplaySettings). The test corpus is recorded by
+``mecharm_dev.make_corpus``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """`mecharm report ROOT`: one self-contained HTML page about a data root's trials (docs/report.md).
 
 ``collect`` reads the ledger, run logs, traces and recording metas; ``stats`` computes the
-numbers; ``svg`` draws the charts; ``render`` writes the page; ``cli`` is the command;
-``browser_check`` renders the page in headless Chromium (``make report-check``).
+numbers; ``svg`` draws the charts; ``render`` writes the page; ``cli`` is the command. The
+Chromium check of the page is a development check (``mecharm_dev.browser_check``,
+``make report-check``).
 """
 
 from __future__ import annotations

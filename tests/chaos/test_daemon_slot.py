@@ -5,8 +5,8 @@ With a token: whatever the attacker does (idle connections, a drip of bytes, a n
 connection every 0.5 s, a wrong token every time), the operator's hello succeeds within
 3 s in 20 of 20 tries. Without a token: silent and dripping connections never hold the
 arm, a hung holder loses it after the idle timeout, and the runtime's client, which
-pings while idle, never loses it. The attackers are mecharm_tools.slotcheck's, which
-also prints these figures (`python -m mecharm_tools.slotcheck`).
+pings while idle, never loses it. The attackers are mecharm_dev.slotcheck's, which
+also prints these figures (`python -m mecharm_dev.slotcheck`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mecharm_dev.slotcheck import Attacker, Flood, operator_tries, stale_takeover
 from mecharm_runtime.client import DaemonBusy, DaemonClient
 from mecharm_tools.simrig import SimRig, start_sim_daemon
-from mecharm_tools.slotcheck import Attacker, Flood, operator_tries, stale_takeover
 
 TOKEN = "chaos-token-0123456789"
 TRIES = 20

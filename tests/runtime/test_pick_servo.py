@@ -450,7 +450,7 @@ def test_e2e_ideal_profile_makes_no_servo_step(tmp_path: Path, fk_data_dir: Path
 def test_learncheck_refuses_bad_arguments(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mecharm_tools import learncheck
+    from mecharm_dev import learncheck
 
     assert learncheck.main(["--trials", "5", "--warmup", "5"]) == 2
     assert "--warmup" in capsys.readouterr().err
@@ -478,7 +478,7 @@ def test_learncheck_runs_trials_from_an_empty_memory(tmp_path: Path, fk_data_dir
 
     import cv2
 
-    from mecharm_tools import learncheck
+    from mecharm_dev import learncheck
 
     root, plot = tmp_path / "root", tmp_path / "curve.png"
     rc = learncheck.main(

@@ -1,7 +1,7 @@
 """The VLM judge at its true boundary: the vendor's SDK talking to a local Messages-API server.
 
 Whole trials run on the simulated rig (daemon + workcell as a real process) with
-``judge=vlm``; the server (mecharm_sim.messages_api) answers as scripted: a verdict,
+``judge=vlm``; the server (mecharm_dev.messages_api) answers as scripted: a verdict,
 or 429 / 529 / 500 / a hang / malformed text / a closed connection / a refusal.
 The adoption rule and the fallbacks are read back from the trace, where every
 verdict is an input — so a replay needs no server (the last whole-trial test).
@@ -26,6 +26,8 @@ import pytest
 
 from mecharm_common.config import load_settings
 from mecharm_common.kinematics import fk_tip
+from mecharm_dev.handheld import HandheldCell
+from mecharm_dev.messages_api import MessagesApiServer
 from mecharm_runtime.cli import EXIT_CONFIG
 from mecharm_runtime.cli import main as runtime_main
 from mecharm_runtime.config import RuntimeSettings
@@ -41,8 +43,6 @@ from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmEr
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.handheld import HandheldCell
-from mecharm_sim.messages_api import MessagesApiServer
 from mecharm_sim.scene import Pose, SceneLayout
 from mecharm_tools.cli import main as tools_main
 from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
@@ -272,7 +272,7 @@ SWEPT = (85.0, 66.65, 2.83, -1.4, -78.04, -29.53)
 
 
 class _Cell(HandheldCell):
-    """The hand-driven workcell (mecharm_sim/handheld.py), with the detect a judge starts from."""
+    """The hand-driven workcell (mecharm_dev/handheld.py), with the detect a judge starts from."""
 
     def scene(self, block: tuple[float, float], box: tuple[float, float]) -> Any:
         self.wc.next_scene(

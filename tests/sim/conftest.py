@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_sim.handheld import HOME, HandheldCell
+from mecharm_dev.handheld import HOME, HandheldCell
 
 
 class Rig(HandheldCell):

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from mecharm_common.kinematics import fk_frames, fk_tip
+from mecharm_dev.handheld import lay_out
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.contact import CONTACT_PROFILES, ContactProfile
-from mecharm_sim.handheld import lay_out
 from mecharm_sim.mujoco_physics import MujocoPhysics
 from mecharm_sim.physics import Physics
 from mecharm_sim.profile import SimProfile, load_profile

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mecharm_sim.messages_api import MAX_BODY, MessagesApiServer, main
+from mecharm_dev.messages_api import MAX_BODY, MessagesApiServer, main
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01", "content-type": "application/json"}
 GOOD = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}

@@ -20,10 +20,10 @@ import pytest
 
 import mecharm_sim.arm as arm_module
 from daemon_pi.cli import _sim_arm_config, build_parser, load_sim_profile, settings_from_args
+from mecharm_dev.messages_api import MessagesApiServer
 from mecharm_runtime.client import DaemonClient
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.camserver import CameraFeed
-from mecharm_sim.messages_api import MessagesApiServer
 from mecharm_sim.profile import load_profile
 from mecharm_sim.timing import TIMING_PROFILES, JudgeLatency, RigTiming
 from mecharm_sim.workcell import start_workcell

@@ -12,10 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN, fk_frames, fk_tip
+from mecharm_dev import armcheck
+from mecharm_dev.handheld import exact_arm
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import FkTable, ensure_table, load_table
 from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.handheld import exact_arm
 from mecharm_sim.physics import GRIP_CONTACT
 from mecharm_sim.profile import load_profile
 from mecharm_sim.scene import Pose, SceneLayout
@@ -28,7 +29,6 @@ from mecharm_sim.world_arm import (
     WorldArm,
     chain_frames,
 )
-from mecharm_tools import armcheck
 
 PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)  # a pick pose of the rig's FK table
 PLACE = (37.059, 66.65, 2.83, -1.4, -78.04, -29.53)

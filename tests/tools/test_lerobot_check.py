@@ -1,7 +1,7 @@
 """The lerobot check's own logic, without lerobot: arguments, judging the probe's facts,
 the ledger-vs-success comparison, the report (docs/lerobot-check.md).
 
-The facts below have the shape ``mecharm_tools/lerobot_probe.py`` writes; the real
+The facts below have the shape ``mecharm_dev/lerobot_probe.py`` writes; the real
 package is only needed by ``make lerobot-check`` itself.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mecharm_common.layout import DataRoot
+from mecharm_dev import lerobot_check as lc
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS
-from mecharm_tools import lerobot_check as lc
 
 PROBE = Path(lc.__file__).with_name("lerobot_probe.py")
 STRINGS = ("run_stem", "rig_id", "pick_verdict", "place_verdict", "judge", "recording_status")

@@ -1,5 +1,5 @@
 """Judges that know the height, on outcomes the simulator's physics produced
-(mecharm_tools.judgecheck; the full confusion matrices are in docs/perception.md)."""
+(mecharm_dev.judgecheck; the full confusion matrices are in docs/perception.md)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.perception.judge import RIM_SLACK_MM, GeometricJudge, JudgeEvidence
-from mecharm_tools import judgecheck
-from mecharm_tools.judgecheck import (
+from mecharm_dev import judgecheck
+from mecharm_dev.judgecheck import (
     PICK,
     SimRig,
     confusion,
@@ -23,6 +22,7 @@ from mecharm_tools.judgecheck import (
     run_cases,
     wrong,
 )
+from mecharm_runtime.perception.judge import RIM_SLACK_MM, GeometricJudge, JudgeEvidence
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ values of the per-frame ``mecharm.*`` strings and the ``mecharm/*`` columns of
 ``meta.episodes``. With ``--filter`` it then loads the episodes that succeeded (any
 frame with ``next.success`` True) with ``LeRobotDataset(..., episodes=[...])`` and counts
 their frames. Judging the facts against the project's contract is the caller's job
-(``mecharm_tools/lerobot_check.py``). Exit 0 when the JSON was written, 1 otherwise.
+(``mecharm_dev/lerobot_check.py``). Exit 0 when the JSON was written, 1 otherwise.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ every trial and, in a background thread, the moment the trace says ``release_che
 released now, and did the jaws hold it when the pick was judged. One CSV row per trial,
 a JSON summary (docs/success.md).
 
-    python -m mecharm_tools.successcheck --profile rig --trials 60 --seed 9100
+    python -m mecharm_dev.successcheck --profile rig --trials 60 --seed 9100
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
+from mecharm_dev.learncheck import TrialRow, _get_json, _reason_class, trial_row
 from mecharm_runtime.cli import session_logging
 from mecharm_runtime.console import RuntimeConsole
 from mecharm_runtime.service import ServiceReport, scene_next, session_console
@@ -43,7 +44,6 @@ from mecharm_sim.profile import PROFILE_NAMES, ProfileError, load_profile
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_INNER_M
 from mecharm_sim.world_arm import WorldArm
 from mecharm_tools.demo import DemoRig, run_session, start_demo_rig
-from mecharm_tools.learncheck import TrialRow, _get_json, _reason_class, trial_row
 
 __all__ = [
     "Capture",
@@ -739,7 +739,7 @@ def _scale(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.successcheck", description=__doc__.splitlines()[0]
+        prog="python -m mecharm_dev.successcheck", description=__doc__.splitlines()[0]
     )
     p.add_argument(
         "--profile", choices=PROFILE_NAMES, default="rig", help="sim profile (default rig)"

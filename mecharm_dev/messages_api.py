@@ -28,7 +28,7 @@ cannot parse (a bad or oversized Content-Length, a chunked body, JSON nested too
 deep) get an error answer in the API's shape (400, or 413 over a 4 MiB body);
 the server keeps serving.
 
-Run: ``python -m mecharm_sim.messages_api --port 8089 --answer '{"verdict": "yes", ...}'``,
+Run: ``python -m mecharm_dev.messages_api --port 8089 --answer '{"verdict": "yes", ...}'``,
 then point the runtime at it with ``ANTHROPIC_BASE_URL=http://127.0.0.1:8089``.
 """
 
@@ -64,7 +64,7 @@ _ERROR_TYPES = {
     500: "api_error",
     529: "overloaded_error",
 }
-log = get_logger("mecharm_sim.messages_api")
+log = get_logger("mecharm_dev.messages_api")
 DEFAULT_ANSWER = {"verdict": "yes", "confidence": 0.9, "reason": "the block is where it should be"}
 MAX_BODY = 4 * 1024 * 1024  # bytes; a judge request (3 small JPEGs) is far below, larger gets 413
 _KINDS = ("answer", "text", "status", "hang", "close", "refusal")
@@ -465,7 +465,7 @@ def _port(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_sim.messages_api",
+        prog="python -m mecharm_dev.messages_api",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -8,7 +8,7 @@ and as the top camera measured it), whether the first grasp held, the pick servo
 steps, the attempts and the verdicts; it prints the learning curve and the success
 rate after a warm-up, and draws docs/img/learning_curve.png.
 
-    python -m mecharm_tools.learncheck --profile rig --trials 40 --warmup 10 --seed 100
+    python -m mecharm_dev.learncheck --profile rig --trials 40 --warmup 10 --seed 100
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def _reason_class(r: TrialRow) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.learncheck", description=__doc__.splitlines()[0]
+        prog="python -m mecharm_dev.learncheck", description=__doc__.splitlines()[0]
     )
     p.add_argument(
         "--profile", default="rig", help="sim profile: ideal, rig, harsh or a .yaml file"

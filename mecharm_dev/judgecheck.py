@@ -8,13 +8,13 @@ rendered frames: the one from before the block's height counted
 (``GeometricJudge(height_aware=False)``) and today's. docs/perception.md lists
 the figures and the seeds:
 
-    python -m mecharm_tools.judgecheck --seed 1000 --place 96 --pick 48
+    python -m mecharm_dev.judgecheck --seed 1000 --place 96 --pick 48
 
 ``--accuracy N --profile rig`` instead measures the block and box detection error
 against the workcell's truth on random scenes SEED..SEED+N-1 under a sim profile's
 camera, with and without the nominal calibration (docs/simulation-optics.md):
 
-    python -m mecharm_tools.judgecheck --accuracy 30 --seed 500 --profile rig
+    python -m mecharm_dev.judgecheck --accuracy 30 --seed 500 --profile rig
 
 ``--lighting N`` instead sweeps the box detection over the scene schema's gains
 (0.8..1.2) on random scenes 0..N-1 and counts trusted / untrusted detections and
@@ -37,13 +37,13 @@ from typing import Any
 import numpy as np
 
 from mecharm_common.kinematics import fk_tip
+from mecharm_dev.handheld import HandheldCell
 from mecharm_runtime.perception import (
     GeometricJudge,
     JudgeEvidence,
     detect_scene,
     estimate_homography,
 )
-from mecharm_sim.handheld import HandheldCell
 from mecharm_sim.physics import classify_drop
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_OUTER_M, Lighting, Pose, SceneLayout
 
@@ -100,7 +100,7 @@ def lift_vertically(angles: tuple[float, ...], dy_m: float) -> tuple[float, ...]
 
 
 class SimRig(HandheldCell):
-    """The hand-driven workcell (mecharm_sim/handheld.py) on random-scene seed 0."""
+    """The hand-driven workcell (mecharm_dev/handheld.py) on random-scene seed 0."""
 
     def __init__(self) -> None:
         super().__init__(seed=0)
@@ -388,7 +388,7 @@ def perception_accuracy(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.judgecheck",
+        prog="python -m mecharm_dev.judgecheck",
         description="Old vs new geometric judge on physics-produced pick and place outcomes.",
     )
     ap.add_argument("--seed", type=int, default=1000, help="first seed (default 1000)")

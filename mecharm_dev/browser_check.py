@@ -12,7 +12,7 @@ for the DOM after rendering (``--dump-dom``) and for a PNG screenshot, and check
   requests Chromium makes for itself to Google hosts are not the page's and are ignored);
 * the screenshot is a real picture (not blank).
 
-    python -m mecharm_tools.report.browser_check [--root ROOT] [--png FILE] [--height PX]
+    python -m mecharm_dev.browser_check [--root ROOT] [--png FILE] [--height PX]
 
 Exit 0 when every check passes, 1 when one fails, 2 when Chromium is missing and cannot
 be installed. docs/report.md describes the check.
@@ -195,7 +195,7 @@ def _demo_root(where: Path, trials: int) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.report.browser_check", description=__doc__.splitlines()[0]
+        prog="python -m mecharm_dev.browser_check", description=__doc__.splitlines()[0]
     )
     ap.add_argument("--root", help="data root to report on (default: a fresh demo root)")
     ap.add_argument("--trials", type=int, default=3, help="trials of the demo root (default 3)")

@@ -18,7 +18,7 @@ environment (created here once, ~15 min; docs/lerobot-check.md). Steps:
 5. ``lerobot-edit-dataset`` merges the two rigs' datasets; every episode keeps its rig id
    and outcome, and the result passes ``mecharm export verify``.
 
-    python -m mecharm_tools.lerobot_check [--venv DIR] [--root DIR] [--merge-root DIR] ...
+    python -m mecharm_dev.lerobot_check [--venv DIR] [--root DIR] [--merge-root DIR] ...
 
 Prints a report; exit 0 only when every check holds, 1 when one fails, 2 when the run
 could not start (no lerobot venv and no way to make one, bad arguments).
@@ -159,7 +159,7 @@ def parse_args(
     """The command line; ``venv`` resolved from the environment when not given."""
     environ = os.environ if environ is None else environ
     ap = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.lerobot_check", description=(__doc__ or "").splitlines()[0]
+        prog="python -m mecharm_dev.lerobot_check", description=(__doc__ or "").splitlines()[0]
     )
     ap.add_argument(
         "--venv",

@@ -6,8 +6,8 @@ arc, then the bounded pick descent or the place lookup) and compares where the r
 model puts the tool tip (``fk_tip``) with where the profile's world arm puts it
 (``WorldArm.tip``, the block held at place, each joint's play on the side it came from):
 
-    python -m mecharm_tools.armcheck --profile rig
-    python -m mecharm_tools.armcheck --profile harsh --seed 3 --json
+    python -m mecharm_dev.armcheck --profile rig
+    python -m mecharm_dev.armcheck --profile harsh --seed 3 --json
 
 The figure is the error the encoders cannot see; the sim arm's random settle errors come
 on top of it (the runtime reads those back).
@@ -209,7 +209,7 @@ def _seed(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.armcheck",
+        prog="python -m mecharm_dev.armcheck",
         description="Uncorrected tip error of a sim profile's arm over the pick and place "
         "regions, with the runtime's own lookups (y is height).",
     )

@@ -3,9 +3,9 @@ client is served anyway (docs/daemon.md, "Client slot"); the serial link's recov
 
 Loopback only: every connection goes to 127.0.0.1, counted and bounded in time.
 tests/chaos/test_daemon_slot.py runs these against a daemon process;
-``python -m mecharm_tools.slotcheck`` starts the daemons itself and prints the figures:
+``python -m mecharm_dev.slotcheck`` starts the daemons itself and prints the figures:
 
-    python -m mecharm_tools.slotcheck --tries 20
+    python -m mecharm_dev.slotcheck --tries 20
 """
 
 from __future__ import annotations
@@ -402,7 +402,7 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.slotcheck",
+        prog="python -m mecharm_dev.slotcheck",
         description="Attack a local daemon's client slot and measure how soon the operator is "
         "served; unplug the emulated serial link and measure its recovery.",
     )

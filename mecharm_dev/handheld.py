@@ -1,7 +1,7 @@
 """A workcell driven by hand, in-process: an exact simulated arm (it lands on its target,
 50x real time, no noise) in a ``Workcell``, for producing outcomes to look at.
 
-Why one home: the perception tests, the judge check (``mecharm_tools/judgecheck.py``) and
+Why one home: the perception tests, the judge check (``mecharm_dev/judgecheck.py``) and
 the VLM judge's tests all stage a pick or a place step by step and render what the top
 camera sees; they share this instead of each building the arm and the steps again.
 """

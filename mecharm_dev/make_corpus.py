@@ -1,4 +1,4 @@
-"""Regenerate the replay corpus: ``python -m mecharm_tools.replay.make_corpus OUT_DIR``.
+"""Regenerate the replay corpus: ``python -m mecharm_dev.make_corpus OUT_DIR``.
 
 Why: ``tests/replay`` replays every trace under ``tests/replay/corpus/`` and expects
 "identical"; when the trace format or a decision changes on purpose, the corpus is
@@ -127,7 +127,7 @@ def record(
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m mecharm_tools.replay.make_corpus", description=__doc__.splitlines()[0]
+        prog="python -m mecharm_dev.make_corpus", description=__doc__.splitlines()[0]
     )
     p.add_argument(
         "out_dir", type=Path, help=f"where the {TRACE_SUFFIX} files go (tests/replay/corpus)"
