@@ -39,8 +39,9 @@ bench: $(STAMP)
 # Not part of `make test`: renders the run report in headless Chromium (Debian's package,
 # installed when missing and run as root) and checks the DOM and the page's loads;
 # docs/report.md. DATA_ROOT=path reports on an existing data root instead of a fresh demo.
+# The check is development code (mecharm_dev/, not installed): PYTHONPATH finds it in the checkout.
 report-check: $(STAMP)
-	$(BIN)/python -m mecharm_dev.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
+	PYTHONPATH=$(ROOT) $(BIN)/python -m mecharm_dev.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
 
 # Not part of `make test`: loads, filters, deletes from and merges our datasets with the real
 # lerobot 0.4.x in its own venv (created the first time, ~15 min; docs/lerobot-check.md).
