@@ -921,7 +921,7 @@ def _raised_approach(
     ctx: TrialContext, arc_pose: tuple[float, ...], box_xz: tuple[float, float]
 ) -> tuple[float, ...]:
     """The approach pose over the box: the arc's pose, raised when the place band the height
-    memory asks for reaches above it (docs/stages.md, "approach_place").
+    memory asks for reaches above it (docs/stages.md, "approach_place: over the wall").
 
     The arm carries the block from the lift to this pose in one joint-space move whose tip
     height runs between the two ends', so this pose decides how high the block crosses the
