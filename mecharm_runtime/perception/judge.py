@@ -247,14 +247,13 @@ class GeometricJudge:
         return (n_out - n_in) * H.mm_per_px(box.x, box.z, cfg.box_height_m) ** 2
 
     def _rim_plane_margin_mm(
-        self, f: NDArray[np.uint8], H: MatHomography, box: BoxDetection
+        self, f: NDArray[np.uint8], H: MatHomography, box: BoxDetection, rim_top: float
     ) -> float | None:
-        """The block located as if its top were at a rim-resting block's height: how far its
-        farthest corner lies inside the opening there (None: not found). A block resting on
-        the rim lies over the wall, so this margin is below zero; a block that would lie
-        wholly inside the opening at that height cannot rest on the rim."""
+        """The block located as if its top were at ``rim_top``, a rim-resting block's height:
+        how far its farthest corner lies inside the opening there (None: not found). A block
+        resting on the rim lies over the wall, so this margin is below zero; a block that
+        would lie wholly inside the opening at that height cannot rest on the rim."""
         cfg = self.config
-        rim_top = cfg.box_height_m + cfg.block_size_m
         b = locate_block(f, H, rim_top, near_xz=(box.x, box.z), config=cfg)
         return None if b is None else inside_margin_mm(b, box, cfg)
 
@@ -295,7 +294,7 @@ class GeometricJudge:
                 elif top >= (top_h + rim_top) / 2.0:
                     # the apparent size says "as high as the rim": only if a block could rest
                     # there, i.e. located on the rim's plane it reaches over the wall
-                    rim_margin = self._rim_plane_margin_mm(f, ev.H, box)
+                    rim_margin = self._rim_plane_margin_mm(f, ev.H, box, rim_top)
                     info["rim_plane_margin_mm"] = (
                         None if rim_margin is None else round(rim_margin, 2)
                     )

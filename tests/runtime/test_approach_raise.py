@@ -16,13 +16,11 @@ from mecharm_common.kinematics import fk_tip
 from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.guard import check_pose
-from mecharm_runtime.lookup import load_arc
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, j0_lookup
+from mecharm_runtime.lookup.j0 import j0_lookup
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, cell_key
-from mecharm_runtime.ports import SceneObservation
-from mecharm_runtime.records.trace import TraceWriter
 from mecharm_sim.scene import BOX_HEIGHT_M, BOX_OUTER_M
 from mecharm_sim.world_arm import ARM_TRUTHS, WorldArm
+from tests.runtime.offline_ctx import offline_context
 
 # where the simulated scenes put the box (x, z in m): its centre and the corners of the region
 BOXES = [(-0.199, 0.173), (-0.14, 0.20), (-0.22, 0.14), (-0.26, 0.20), (-0.12, 0.25)]
@@ -35,21 +33,7 @@ def _ctx(tmp_path: Path, box: tuple[float, float], dee: float | None, **settings
     heights = HeightMemory(tmp_path / "h.json")
     if dee is not None:
         heights.entries[cell_key("place", *box, s.cell_mm)] = {"dee_y_mm": dee, "n": 3}
-    ctx = machine.TrialContext(
-        settings=s,
-        arm=None,  # type: ignore[arg-type]
-        eyes=None,  # type: ignore[arg-type]
-        recorder=None,  # type: ignore[arg-type]
-        clock=None,  # type: ignore[arg-type]
-        trace=TraceWriter(None),
-        table=None,  # type: ignore[arg-type]
-        arc_pick=load_arc(DEFAULT_PICK_ARC),
-        arc_place=load_arc(DEFAULT_PLACE_ARC),
-        corrections=None,  # type: ignore[arg-type]
-        heights=heights,
-    )
-    ctx.state.scene = SceneObservation(ok=True, box_xz=box)
-    return ctx
+    return offline_context(s, box, heights=heights)
 
 
 def _raise(ctx: Any) -> tuple[tuple[float, ...], tuple[float, ...], dict[str, Any] | None]:

@@ -11,14 +11,17 @@ import pytest
 
 from mecharm_common.kinematics import fk_tip
 from mecharm_runtime import machine
-from mecharm_runtime.config import BEFORE_THE_SETTING
-from mecharm_runtime.memories import cell_key
-from tests.runtime.test_approach_raise import BOXES, _ctx
+from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.memories import HeightMemory, cell_key
+from tests.runtime.offline_ctx import offline_context
+
+BOX = (-0.199, 0.173)
 
 
 def _watch(tmp_path: Path, **settings: Any) -> Any:
-    ctx = _ctx(tmp_path, BOXES[0], 30.0, **settings)
-    ctx.state.place_key = cell_key("place", *BOXES[0], ctx.settings.cell_mm)
+    s = RuntimeSettings(data_root=tmp_path, **settings)
+    ctx = offline_context(s, BOX, heights=HeightMemory(tmp_path / "h.json"))
+    ctx.state.place_key = cell_key("place", *BOX, s.cell_mm)
     return ctx, machine._HeldBlockWatch(ctx)
 
 

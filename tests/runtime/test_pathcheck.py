@@ -111,28 +111,12 @@ class _NoArm:
 
 def _ctx(**settings: Any) -> Any:
     from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.lookup import load_arc
-    from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-    from mecharm_runtime.machine import Stage, TrialContext
-    from mecharm_runtime.ports import SceneObservation
-    from mecharm_runtime.records.trace import TraceWriter
+    from mecharm_runtime.machine import Stage
+    from tests.runtime.offline_ctx import offline_context
 
-    ctx = TrialContext(
-        settings=RuntimeSettings(**settings),
-        arm=_NoArm(),  # type: ignore[arg-type]
-        eyes=None,  # type: ignore[arg-type]
-        recorder=None,  # type: ignore[arg-type]
-        clock=None,  # type: ignore[arg-type]
-        trace=TraceWriter(None),
-        table=None,  # type: ignore[arg-type]
-        arc_pick=load_arc(DEFAULT_PICK_ARC),
-        arc_place=load_arc(DEFAULT_PLACE_ARC),
-        corrections=None,  # type: ignore[arg-type]
-        heights=None,  # type: ignore[arg-type]
-    )
-    ctx.stage = Stage.DESCEND_PICK
     t = fk_tip(ABOVE_BOX)
-    ctx.state.scene = SceneObservation(ok=True, box_xz=(float(t[0]), float(t[2])))
+    ctx = offline_context(RuntimeSettings(**settings), (float(t[0]), float(t[2])), arm=_NoArm())
+    ctx.stage = Stage.DESCEND_PICK
     return ctx
 
 
