@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.lookup.j0 import ArcPose
@@ -99,12 +101,24 @@ def replay_settings(
         )
     values = {**older, **values}
     values.update(overrides or {})
+    # load_settings reads None as "flag not given" (the default); a recorded or "before" null
+    # (a rule switched off) must stay null, so it is set after loading, if the key takes it
+    nulls = sorted(k for k, v in values.items() if v is None)
     try:
-        return load_settings(RuntimeSettings, None, values), notes
+        settings = load_settings(
+            RuntimeSettings, None, {k: v for k, v in values.items() if v is not None}
+        )
+        for k in nulls:
+            TypeAdapter(RuntimeSettings.model_fields[k].annotation or Any).validate_python(None)
     except ConfigError as exc:
         raise ConfigError(
             str(exc).replace("(environment or flags)", "(the trace's constants or --set)")
         ) from None
+    except ValidationError:
+        raise ConfigError(
+            f"the trace's constants or --set: {k} = null is not a value this key takes"
+        ) from None
+    return settings.model_copy(update=dict.fromkeys(nulls)), notes
 
 
 @dataclass

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mecharm_common.config import ConfigError
 from mecharm_common.kinematics import fk_tip
 from mecharm_runtime import machine
+from mecharm_runtime.config import BEFORE_THE_SETTING
 from mecharm_runtime.lookup import descent, ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.table import write_table
 from mecharm_tools.cli import main
@@ -196,3 +198,17 @@ def test_replay_opens_no_socket_camera_or_file(
     traces = [str(p) for p in sorted(CORPUS.glob("*.trace.jsonl"))]
     assert main(["replay", *traces, *replay_args]) == 0, capsys.readouterr()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trace_from_before_a_setting_replays_with_its_before_value_null_included() -> None:
+    """A "before" value of None is a rule switched off (no recheck, no raise past the cap):
+    it must not fall back to today's default, which a loader reading None as "not given"
+    would do."""
+    rec = read_recorded(SUCCESS)
+    settings, _notes = replay_settings(rec)
+    for key, before in BEFORE_THE_SETTING.items():
+        if key not in rec.constants:
+            assert getattr(settings, key) == before, key
+    assert settings.pick_recheck_mm is None and settings.servo_drop_still_mm is None
+    with pytest.raises(ConfigError, match="tol_approach = null"):
+        replay_settings(rec, {"tol_approach": None})
