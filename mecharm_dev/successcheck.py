@@ -436,8 +436,11 @@ def success_row(
         if last_pick is None or last_pick.truth is None
         else bool(last_pick.truth.get("grasped"))
     )
+    # the trial's last word on the pick (a judgement revised from later evidence included:
+    # docs/release.md, "A pick that never lifted the block"), compared with the jaws at the
+    # last judgement
     pick_verdict = t.pick_verdict or "-"
-    if last_pick is not None and isinstance(last_pick.claim, str):
+    if pick_verdict == "-" and last_pick is not None and isinstance(last_pick.claim, str):
         pick_verdict = last_pick.claim or pick_verdict
     flags = truth_flags(
         pick_verdict=pick_verdict,

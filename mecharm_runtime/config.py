@@ -83,6 +83,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "height_lost_max_mm": None,
     # a held block that moved less than a third of the tip's move was lost, however far it moved
     "servo_drop_still_mm": None,
+    # a pick judged yes stayed yes, whatever the block did afterwards
+    "pick_recheck_mm": None,
 }
 
 
@@ -335,6 +337,11 @@ class RuntimeSettings(RigSettings):
     #: judge (the default) goes on to retreat_and_judge, so the place verdict says where it
     #: went; stop ends the trial there, the place unjudged (docs/release.md)
     lost_block: Literal["judge", "stop"] = "judge"
+    #: a block found lost that lies (on the mat) within this distance of where the top camera
+    #: saw it right after the lift never left the mat: the pick judgement is revised to "no"
+    #: (docs/release.md, "A pick that never lifted the block"); on harsh such blocks lay
+    #: 1.7-9.1 mm from it, blocks that slipped out on the way 260 mm or more; None: no look
+    pick_recheck_mm: float | None = Field(25.0, gt=0, le=100)
     #: a place that did not happen teaches the height memory too: a block lost in the box
     #: raises the cell one step, a refused release counts it (docs/release.md)
     learn_failed_places: bool = True

@@ -157,7 +157,12 @@ class StageFailed(RuntimeError):
 class BlockLost(StageFailed):
     """The held block no longer moves with the tip (``_HeldBlockWatch``): it left the jaws.
     With ``lost_block: judge`` the stage ends ``LOST`` and the place is judged where the
-    block went (docs/release.md, "A block that left the jaws"); else the trial stops."""
+    block went (docs/release.md, "A block that left the jaws"); else the trial stops.
+    ``block_xz``: where the block was last seen (on the plane of a held block)."""
+
+    def __init__(self, message: str, block_xz: tuple[float, float] | None = None) -> None:
+        super().__init__(message)
+        self.block_xz = block_xz
 
 
 @dataclass
@@ -187,6 +192,9 @@ class TrialState:
     tip: TipObservation | None = None
     pick_attempts: int = 0
     pick_verdict: VerdictObservation | None = None
+    #: where the top camera saw the block (on the mat's plane) right after a lift judged
+    #: "yes"; a block later lost that still lies there never left the mat
+    lifted_block_xz: tuple[float, float] | None = None
     place_key: str = ""
     #: the place band's dee_y when the cell was new and started from the learnt cells (else 0)
     place_dee_start_mm: float = 0.0
@@ -791,6 +799,11 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     st.pick_verdict = v
     if v.verdict == "yes":
         _learn_correction(ctx)
+        if s.pick_recheck_mm is not None:
+            at = fk_tip(judged_at)
+            st.lifted_block_xz = await ctx.eyes.locate_block(
+                0.0, (float(at[0]), float(at[2])), f"lift_mat_attempt{st.pick_attempts}"
+            )
         return Outcome.OK
     if s.correction_learn == "measured":  # a miss with a measured tip still shows the offset
         _learn_correction(ctx)
@@ -1127,7 +1140,8 @@ class _HeldBlockWatch:
             raise BlockLost(
                 f"{self.ctx.stage}: the block no longer moves with the gripper (the tip moved "
                 f"{tip_mm:.0f} mm, the block {block_mm:.0f} mm at {where}): it is not in the "
-                "jaws; not steering it further"
+                "jaws; not steering it further",
+                block_xz=(float(block_xz[0]), float(block_xz[1])),
             )
 
 
@@ -1138,20 +1152,56 @@ async def servo_place(ctx: TrialContext) -> Outcome:
     try:
         await _servo_to(ctx, st.scene.box_xz, "servo_place", _HeldBlockWatch(ctx))
     except BlockLost as exc:
-        return _lost(ctx, exc)
+        return await _lost(ctx, exc)
     await _side_frame(ctx, "servo_place_side")
     return Outcome.OK
 
 
-def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
+async def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
     """The block left the jaws in the box's neighbourhood: with ``lost_block: judge`` the
     trial goes on to retreat_and_judge, whose judge says where it went (in the box or not);
-    the reason stays in the trace and the log. Else the trial stops with the reason."""
+    the reason stays in the trace and the log. Else the trial stops with the reason. Either
+    way the pick judgement is checked against where the block now lies (``_recheck_pick``)."""
+    await _recheck_pick(ctx, exc.block_xz)
     if ctx.settings.lost_block != "judge":
         raise exc
     ctx.trace.decision("block_lost", {"why": str(exc), "next": "judge the place"})
     log.warning("block_lost", why=str(exc))
     return Outcome.LOST
+
+
+async def _recheck_pick(ctx: TrialContext, seen_xz: tuple[float, float] | None) -> None:
+    """Was the lost block ever lifted (docs/release.md, "A pick that never lifted the block")?
+    Located on the mat's plane, a block lying within ``pick_recheck_mm`` of where the top
+    camera saw it right after the lift has not moved since: it lay on the mat beside the
+    jaws when the pick was judged "yes" (a block hanging from a jaw's edge and dropped at
+    the lift looks held from above), and the pick verdict is revised to "no". A block that
+    slipped out on the way lies along the path, hundreds of mm from there."""
+    s, st = ctx.settings, ctx.state
+    v = st.pick_verdict
+    if s.pick_recheck_mm is None or st.lifted_block_xz is None or seen_xz is None:
+        return
+    if v is None or v.verdict != "yes":
+        return
+    now = await ctx.eyes.locate_block(0.0, seen_xz, "lost_mat")
+    moved = None if now is None else math.dist(now, st.lifted_block_xz) * 1000.0
+    entry: dict[str, Any] = {"lifted_xz": list(st.lifted_block_xz),
+                             "lost_xz": None if now is None else list(now), "moved_mm": moved}  # fmt: skip
+    if now is None or moved is None or moved > s.pick_recheck_mm:
+        ctx.trace.decision("pick_recheck", {**entry, "revised": False})
+        return
+    st.pick_verdict = VerdictObservation(
+        "no",
+        round(0.9 * v.confidence, 4),
+        f"revised: the lost block lies {moved:.0f} mm from where the top "
+        f"camera saw it after the lift; it never left the mat (at the lift: {v.reason})",
+        "pick_recheck",
+        {**entry, "first": v.to_dict()},
+    )
+    ctx.trace.decision(
+        "pick_recheck", {**entry, "revised": True, "pick_verdict": st.pick_verdict.to_dict()}
+    )
+    log.warning("pick_revised", moved_mm=round(moved, 1), why="the block never left the mat")
 
 
 async def _side_frame(ctx: TrialContext, tag: str) -> None:
@@ -1313,7 +1363,7 @@ async def release(ctx: TrialContext) -> Outcome:
         try:
             await _check_release(ctx)
         except BlockLost as exc:  # lost while re-aiming: nothing left to release
-            return _lost(ctx, exc)
+            return await _lost(ctx, exc)
     await ctx.sleep(s.gripper_settle_s)  # pre-release settle
     await ctx.gripper("open", "release 1")
     await ctx.gripper("open", "release 2")

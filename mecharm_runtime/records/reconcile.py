@@ -78,6 +78,11 @@ def _trace_facts(path: Path) -> dict[str, Any]:
             elif kind == "scene" and value.get("ok"):
                 facts["block_xz"] = value.get("block_xz")
                 facts["box_xz"] = value.get("box_xz")
+        elif ev == "decision" and kind == "pick_recheck" and isinstance(value, dict):
+            revised = value.get("pick_verdict") if value.get("revised") else None
+            if isinstance(revised, dict):  # the pick judged again from later evidence
+                facts["pick"] = revised.get("verdict", "")
+                facts["pick_confidence"] = revised.get("confidence")
         elif ev == "result":
             facts["result"] = (e.get("status", ""), e.get("reason", ""))
         if ev == "transition" and isinstance(e.get("to"), str):

@@ -102,7 +102,12 @@ def build_runlog(
                 out["side_frames"].append({"tag": f"{stage}_side", "path": path, "capture_ts": capture_ts,
                                            "reason": reason})  # fmt: skip
         elif ev == "decision":
-            if kind == "lookup":
+            if kind == "pick_recheck" and value.get("revised"):
+                out["judgements"].append(
+                    {"stage": stage, "what": "pick", "attempt": picks, "revised": True,
+                     **value.get("pick_verdict", {})}
+                )  # fmt: skip
+            elif kind == "lookup":
                 phase = str(value.get("phase", ""))
                 lk = "j0_lookup" if phase.startswith("approach") else "fk_lookup"
                 out["lookups"].append({"stage": stage, "kind": lk, **value})

@@ -1,0 +1,172 @@
+"""A pick that never lifted the block (docs/release.md): a block found lost that still lies
+where the top camera saw it right after the lift was never in the jaws, and the pick
+judgement is revised to "no" — in the trial's state, its trace, its run log and a ledger
+row rebuilt from the trace."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mecharm_common.layout import DataRoot
+from mecharm_runtime import machine
+from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.ports import VerdictObservation
+from mecharm_runtime.records.reconcile import reconcile_run_folders
+from mecharm_runtime.records.runlog import build_runlog
+from tests.runtime.offline_ctx import offline_context
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the runtime's event loop
+
+
+BOX = (-0.199, 0.173)
+LIFTED = (0.1987, 0.2849)  # where a harsh block lay beside the jaws at the lift (seed 9510)
+YES = VerdictObservation(
+    "yes", 0.63, "block left its mat position and is held at the tip", "geometric"
+)
+
+
+class MatEyes:
+    """The top camera's answer to "where is the red block on the mat's plane, near here?"."""
+
+    def __init__(self, at: tuple[float, float] | None) -> None:
+        self.at = at
+        self.asked: list[tuple[float, tuple[float, float], str]] = []
+
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
+        self.asked.append((lift_m, near_xz, tag))
+        return self.at
+
+
+def _ctx(tmp_path: Path, lost_at: tuple[float, float] | None, **settings: Any) -> Any:
+    ctx = offline_context(RuntimeSettings(data_root=tmp_path, **settings), BOX)
+    ctx.eyes = MatEyes(lost_at)
+    ctx.state.pick_verdict = YES
+    ctx.state.lifted_block_xz = LIFTED
+    return ctx
+
+
+def _decisions(ctx: Any, kind: str) -> list[dict[str, Any]]:
+    return [
+        e["value"] for e in ctx.trace.lines if e.get("event") == "decision" and e["kind"] == kind
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("moved_mm", [0.0, 1.7, 9.1, 24.0])
+async def test_a_lost_block_still_where_it_lay_after_the_lift_revises_the_pick_to_no(
+    tmp_path: Path, moved_mm: float
+) -> None:
+    """1.7-9.1 mm: the harsh blocks that lay on the mat beside the jaws when the lift was
+    judged "yes" (the truth: nothing in the jaws)."""
+    ctx = _ctx(tmp_path, (LIFTED[0] + moved_mm / 1000.0, LIFTED[1]))
+    await machine._recheck_pick(ctx, (0.176, 0.254))
+    v = ctx.state.pick_verdict
+    assert v.verdict == "no" and v.judge == "pick_recheck"
+    assert "never left the mat" in v.reason and YES.reason in v.reason
+    assert v.details["first"] == YES.to_dict()
+    # the mat's plane (lift 0), near where the watch last saw the block
+    assert ctx.eyes.asked == [(0.0, (0.176, 0.254), "lost_mat")]
+    (d,) = _decisions(ctx, "pick_recheck")
+    assert d["revised"] and d["pick_verdict"]["verdict"] == "no"
+    assert d["moved_mm"] == pytest.approx(moved_mm, abs=1e-6)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("moved_mm", [26.0, 260.1, 481.4])
+async def test_a_block_that_slipped_out_on_the_way_keeps_the_pick_yes(
+    tmp_path: Path, moved_mm: float
+) -> None:
+    """260-481 mm: the harsh blocks that were held at the lift (the truth) and slipped out
+    against the box later; the pick did happen."""
+    ctx = _ctx(tmp_path, (LIFTED[0], LIFTED[1] - moved_mm / 1000.0))
+    await machine._recheck_pick(ctx, (-0.19, 0.17))
+    assert ctx.state.pick_verdict is YES
+    (d,) = _decisions(ctx, "pick_recheck")
+    assert not d["revised"] and "pick_verdict" not in d
+
+
+@pytest.mark.anyio
+async def test_no_revision_without_the_evidence(tmp_path: Path) -> None:
+    # the block not found on the mat now: nothing says where it lies
+    ctx = _ctx(tmp_path, None)
+    await machine._recheck_pick(ctx, (0.176, 0.254))
+    assert ctx.state.pick_verdict is YES
+    assert _decisions(ctx, "pick_recheck")[0]["lost_xz"] is None
+    # nothing seen after the lift (a judge that saw no block there), or a pick judged no
+    for state in (
+        {"lifted_block_xz": None},
+        {"pick_verdict": VerdictObservation("no", 0.9, "r", "g")},
+    ):
+        ctx = _ctx(tmp_path, LIFTED)
+        for k, val in state.items():
+            setattr(ctx.state, k, val)
+        before = ctx.state.pick_verdict
+        await machine._recheck_pick(ctx, (0.176, 0.254))
+        assert ctx.state.pick_verdict is before and ctx.eyes.asked == []
+    # before the setting: a pick judged yes stayed yes, and nothing was looked at
+    ctx = _ctx(tmp_path, LIFTED, pick_recheck_mm=None)
+    await machine._recheck_pick(ctx, (0.176, 0.254))
+    assert ctx.state.pick_verdict is YES and ctx.eyes.asked == []
+    assert BEFORE_THE_SETTING["pick_recheck_mm"] is None
+
+
+@pytest.mark.anyio
+async def test_lost_stage_ends_rechecks_the_pick_before_judging_the_place(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path, LIFTED)
+    out = await machine._lost(ctx, machine.BlockLost("lost at servo 2", block_xz=(0.176, 0.254)))
+    assert out is machine.Outcome.LOST and ctx.state.pick_verdict.verdict == "no"
+    kinds = [e["kind"] for e in ctx.trace.lines if e.get("event") == "decision"]
+    assert kinds.index("pick_recheck") < kinds.index("block_lost")
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"), [("pick_recheck_mm", 0.0), ("pick_recheck_mm", 150.0), ("pick_recheck_mm", "x")]
+)
+def test_bad_recheck_distances_are_refused_naming_the_key(key: str, bad: Any) -> None:
+    with pytest.raises(ValueError, match=key):
+        RuntimeSettings(**{key: bad})
+
+
+def test_the_revision_reaches_the_run_log_and_a_ledger_row_rebuilt_from_the_trace(
+    tmp_path: Path,
+) -> None:
+    revised = {
+        "verdict": "no",
+        "confidence": 0.57,
+        "reason": "revised: ...",
+        "judge": "pick_recheck",
+    }
+    lines = [
+        {"event": "trial", "stage": "start", "dry_run": False, "scene_seed": 9510, "ts": 100.0,
+         "run_stem": "run_0011_20261203_104729", "constants": {}},
+        {"event": "input", "stage": "lift_and_judge", "kind": "pick_verdict", "ts": 104.0,
+         "value": YES.to_dict()},
+        {"event": "decision", "stage": "servo_place", "kind": "pick_recheck", "ts": 107.0,
+         "value": {"lifted_xz": list(LIFTED), "lost_xz": list(LIFTED), "moved_mm": 0.0,
+                   "revised": True, "pick_verdict": revised}},
+        {"event": "transition", "stage": "servo_place", "frm": "servo_place",
+         "to": "retreat_and_judge", "ts": 107.5},
+    ]  # fmt: skip
+    log = build_runlog(lines, trace_name="t.jsonl")
+    picks = [j for j in log["judgements"] if j["what"] == "pick"]
+    assert [p["verdict"] for p in picks] == ["yes", "no"] and picks[1]["revised"]
+    layout = DataRoot(tmp_path)
+    stem = "run_0011_20261203_104729"
+    layout.run_dir(stem).mkdir(parents=True)
+    layout.trace(stem).write_text(
+        "".join(json.dumps({"seq": i, **e}) + "\n" for i, e in enumerate(lines))
+    )
+    (row,) = reconcile_run_folders(tmp_path)
+    assert row.run_stem == stem
+    (ledger_row,) = csv.DictReader(layout.ledger.read_text().splitlines())
+    assert ledger_row["pick_verdict"] == "no" and ledger_row["pick_confidence"] == "0.57"
