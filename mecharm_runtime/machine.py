@@ -33,7 +33,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mecharm_common.envelope import Envelope
-from mecharm_common.gripper import GRIPPER_OPEN_VALUE
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
@@ -44,29 +43,22 @@ from mecharm_runtime.lookup.j0 import ArcPose, j0_lookup
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory, cell_key
 from mecharm_runtime.motion import (
-    MotionAbort,
-    MotionPolicy,
     MoveResult,
-    SendRecord,
-    send_and_wait,
-    wait_at_rest,
 )
-from mecharm_runtime.pathcheck import Workspace, check_path
 from mecharm_runtime.perception.config import DEFAULT_CONFIG, PerceptionConfig
 from mecharm_runtime.perception.judge import BOX_MOVED_MM
 from mecharm_runtime.ports import (
     ArmPort,
     Clock,
     EyesPort,
-    Reading,
     ReleaseView,
     SceneObservation,
-    Sent,
     TipObservation,
     VerdictObservation,
 )
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.safe_arm import MotionRefused, SafeArm
 
 __all__ = [
     "FORMER_NAMES",
@@ -219,7 +211,6 @@ class TrialState:
     place_verdict: VerdictObservation | None = None
     holding: bool = False
     fresh_mode_on: bool = False
-    moves: int = 0
     stage_times: dict[str, float] = field(default_factory=dict)
 
 
@@ -251,52 +242,47 @@ class TrialContext:
     envelope: Envelope | None = None
     #: box geometry for the path check (docs/safety.md); the runtime's ``perception:`` config
     workcell: PerceptionConfig = DEFAULT_CONFIG
-    #: the last pose commanded (and arrived at) and the last pose read: the references of the
-    #: joint-continuity bound and the start of the path check
-    last_commanded: tuple[float, ...] | None = None
-    last_measured: tuple[float, ...] | None = None
+    #: every motion of the trial goes through it (safe_arm.py); built from the fields above
+    safe: SafeArm = field(init=False)
 
-    # ---------------------------------------------------------------- helpers
+    def __post_init__(self) -> None:
+        self.safe = SafeArm(
+            settings=self.settings,
+            arm=self.arm,
+            clock=self.clock,
+            trace=self.trace,
+            recorder=self.recorder,
+            where=lambda: self.stage.value,
+            box_xz=lambda: None if self.state.scene is None else self.state.scene.box_xz,
+            envelope=self.envelope,
+            workcell=self.workcell,
+        )
+
+    # ------------------------------------------- the safe arm, as the stages call it
     @property
-    def policy(self) -> MotionPolicy:
-        s = self.settings
-        return MotionPolicy(
-            arrival_min_s=s.arrival_min_s, arrival_base_s=s.arrival_base_s,
-            arrival_per_deg_s=s.arrival_per_deg_s, ignored_move_deg=s.ignored_move_deg,
-            send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.scale,
-        )  # fmt: skip
+    def last_commanded(self) -> tuple[float, ...] | None:
+        return self.safe.last_commanded
+
+    @last_commanded.setter
+    def last_commanded(self, pose: tuple[float, ...] | None) -> None:
+        self.safe.last_commanded = pose
+
+    @property
+    def last_measured(self) -> tuple[float, ...] | None:
+        return self.safe.last_measured
+
+    @last_measured.setter
+    def last_measured(self, pose: tuple[float, ...] | None) -> None:
+        self.safe.last_measured = pose
 
     async def sleep(self, real_rig_seconds: float) -> None:
-        await self.clock.sleep(self.settings.scaled(real_rig_seconds))
+        await self.safe.sleep(real_rig_seconds)
 
     async def read(self) -> tuple[float, ...]:
-        r = await self.arm.read_angles()
-        self._measured(r)
-        if r.angles is None:
-            raise StageFailed(f"{self.stage}: no angles readable: {r.error}")
-        return r.angles
+        return await self.safe.read()
 
     async def at_rest(self, note: str) -> None:
-        """Wait until the arm has stopped settling before the camera measures (traced, not fatal)."""
-        s = self.settings
-        res = await wait_at_rest(
-            self.arm,
-            self.clock,
-            eps_deg=s.rest_eps_deg,
-            poll_s=s.scaled(s.rest_poll_s),
-            max_polls=s.rest_max_polls,
-            on_reading=self._measured,
-        )
-        self.trace.decision("at_rest", {"note": note, **res.to_dict()})
-        if not res.at_rest:
-            log.warning(
-                "not_at_rest", stage=self.stage.value, note=note, last_delta_deg=res.last_delta_deg
-            )
-
-    def _measured(self, r: Reading) -> None:
-        if r.angles is not None:
-            self.last_measured = tuple(r.angles)
-            self.recorder.measured(r.angles)
+        await self.safe.at_rest(note)
 
     async def move(
         self,
@@ -309,178 +295,23 @@ class TrialContext:
         near_work: bool = False,
         into_box: bool = False,
     ) -> MoveResult:
-        """Guard, motion checks, then send-and-wait. Raises StageFailed when the guard or a
-        motion check refuses or the arm does not arrive.
-
-        ``near_work`` marks a move with the tool at the work (descents, lifts, servo and
-        depth steps, the retreat from the box): its joint changes are bounded by
-        ``joint_step_max_deg``. ``into_box`` lets the path enter the box's opening (placing).
-        """
-        s = self.settings
-        verdict = check_pose(
-            target,
-            j1_max=s.j1_max,
-            lookup_ok=lookup_ok,
-            lookup_reason=lookup_reason,
-            envelope=self.envelope,
-        )
-        self.trace.decision("guard", {"note": note, **verdict.to_dict()})
-        if not verdict.ok:
-            raise StageFailed(f"{self.stage}: guard refused {note}: {verdict.reason}")
-        tgt = verdict.angles
-        checks, refusal = self.motion_checks(tgt, near_work=near_work, into_box=into_box)
-        if checks:
-            self.trace.decision("motion_check", {"note": note, **checks})
-        if refusal is not None:
-            log.warning("motion_refused", stage=self.stage.value, note=note, reason=refusal)
-            raise StageFailed(f"{self.stage}: {refusal} ({note})")
-        self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
-        observer = (
-            _RecorderObserver(self.recorder, s.speed, f"{self.stage}:{note}")
-            if self.recorder.enabled
-            else None
-        )
-        try:
-            res = await send_and_wait(
-                self.arm,
-                self.clock,
-                tgt,
-                tol=tol,
-                speed=s.speed,
-                policy=self.policy,
-                observer=observer,
-                on_reading=self._measured if observer else None,
-            )
-        except MotionAbort as exc:
-            raise StageFailed(f"{self.stage}: {exc}") from None
-        self.state.moves += 1
-        self.trace.decision(
-            "arrival",
-            {"note": note, "arrived": res.arrived, "attempts": res.attempts, "reason": res.reason},
-        )
-        self.trace.log("move", {"note": note, **res.to_dict()})
-        if res.post is not None:
-            self.last_measured = tuple(res.post)
-        if not res.arrived:
-            self.last_commanded = None  # where it stopped is known only from the readings
-            raise StageFailed(f"{self.stage}: {note}: {res.reason}")
-        self.last_commanded = tgt
-        return res
+        return await self.safe.move(
+            target, tol, note, lookup_ok=lookup_ok, lookup_reason=lookup_reason,
+            near_work=near_work, into_box=into_box,
+        )  # fmt: skip
 
     async def retrace(
         self, waypoints: Sequence[Sequence[float]], tol: float, note: str, *, into_box: bool = True
     ) -> None:
-        """Go to ``waypoints[-1]`` along the way the arm came (``waypoints``, in the order to go),
-        skipping every waypoint a single move can pass within ``joint_step_max_deg``.
-
-        Out of the box and back in: the servo and depth steps may together have turned a joint
-        more than the bound from the place approach, each of them within it, so the way back
-        is the way in (docs/safety.md, "Joint continuity"). Usually this is one move. The
-        pick servo's steps are retraced the same way (``into_box`` False: the path check keeps
-        the tool out of the box).
-        """
-        bound = self.settings.joint_step_max_deg
-        pts = [tuple(float(v) for v in w) for w in waypoints]
-        cur = self.last_commanded if self.last_commanded is not None else self.last_measured
-        i = 0
-        while i < len(pts):
-            j = len(pts) - 1
-            if bound > 0 and cur is not None:
-                while j > i and max(abs(a - b) for a, b in zip(pts[j], cur, strict=True)) > bound:
-                    j -= 1
-            last = j == len(pts) - 1
-            await self.move(
-                pts[j], tol, note if last else f"{note} (by way of {j + 1}/{len(pts)})",
-                lookup_ok=True, near_work=True, into_box=into_box,
-            )  # fmt: skip
-            cur, i = pts[j], j + 1
-
-    def workspace(self) -> Workspace:
-        """The mat and, once detected, the box, as the path check sees them."""
-        s, w = self.settings, self.workcell
-        scene = self.state.scene
-        return Workspace(
-            mat_margin_m=s.path_mat_margin_m,
-            box_xz=None if scene is None else scene.box_xz,
-            box_inner_m=w.box_inner_m,
-            box_wall_m=w.box_wall_m,
-            box_height_m=w.box_height_m,
-            box_margin_m=s.path_box_margin_m,
-        )
+        await self.safe.retrace(waypoints, tol, note, into_box=into_box)
 
     def motion_checks(
         self, target: Sequence[float], *, near_work: bool, into_box: bool
     ) -> tuple[dict[str, Any], str | None]:
-        """The joint-continuity bound (near-work moves) and the path check (every move)
-        of a move to ``target`` from where the arm is (docs/safety.md).
-
-        Returns (what was checked, for the trace; the refusal reason or None). Empty
-        when both checks are off, so traces of runs without them are unchanged.
-        """
-        s = self.settings
-        out: dict[str, Any] = {}
-        refusal: str | None = None
-        bound = s.joint_step_max_deg
-        if bound > 0 and near_work:
-            ref = self.last_commanded if self.last_commanded is not None else self.last_measured
-            if ref is None:
-                out["joint_step"] = {"ok": True, "why": "no reference pose yet"}
-            else:
-                jumps = [t - r for t, r in zip(target, ref, strict=True)]
-                j = max(range(6), key=lambda i: abs(jumps[i]))
-                ok = abs(jumps[j]) <= bound
-                src = "commanded" if ref is self.last_commanded else "measured"
-                out["joint_step"] = {
-                    "ok": ok, "ref": list(ref), "ref_source": src, "joint": j,
-                    "jump_deg": jumps[j], "bound_deg": bound,
-                }  # fmt: skip
-                if not ok:
-                    refusal = (
-                        f"joint step refused: j{j} {jumps[j]:+.1f}° from the last {src} pose "
-                        f"> joint_step_max_deg {bound:g}°"
-                    )
-        if s.path_check:
-            start = self.last_measured if self.last_measured is not None else self.last_commanded
-            if start is None:
-                out["path"] = {"ok": True, "reason": "no start pose yet"}
-            else:
-                v = check_path(
-                    start, target, self.workspace(), into_box=into_box, step_deg=s.path_sample_deg
-                )
-                out["path"] = {"into_box": into_box, **v.to_dict()}
-                if not v.ok and refusal is None:
-                    refusal = f"path check refused: {v.reason}"
-        return out, refusal
+        return self.safe.motion_checks(target, near_work=near_work, into_box=into_box)
 
     async def gripper(self, action: str, note: str) -> None:
-        """Open (``set_gripper_state(0)``) or close (``set_gripper_value``); the recorder gets the value sent."""
-        s = self.settings
-        if action == "open":
-            await self.arm.set_gripper_state(0, s.speed)
-            value = GRIPPER_OPEN_VALUE
-        else:
-            await self.arm.set_gripper_value(s.gripper_close_value, s.gripper_speed)
-            value = s.gripper_close_value
-        self.trace.decision("gripper", {"action": action, "note": note, "value": value})
-        self.recorder.gripper(value, f"{self.stage}:{action}: {note}")
-        await self.sleep(s.gripper_settle_s)
-
-
-@dataclass
-class _RecorderObserver:
-    """Tells the recorder of each send as it goes on the wire, and of its arrival."""
-
-    recorder: RecorderLink
-    speed: int
-    note: str
-
-    def sent(self, sent: Sent, ts_send: float, attempt: int) -> None:
-        self.recorder.commanded(sent.angles, self.speed, ts_send, attempt, self.note)
-
-    def settled(self, record: SendRecord) -> None:
-        self.recorder.arrival(
-            record.ts_send, record.ts_arrival, record.attempt, record.arrived, self.note
-        )
+        await self.safe.gripper(action, note)
 
 
 # ==================================================================== stage bodies
@@ -1676,7 +1507,7 @@ async def _run_body(
             tg.start_soon(watch)
         try:
             outcome = await BODIES[stage](ctx)
-        except StageFailed as exc:
+        except (StageFailed, MotionRefused) as exc:
             outcome, reason = Outcome.FAIL, str(exc)
         except Exception as exc:  # daemon lost, refusal, camera failure: abort with its name
             outcome, reason = Outcome.FAIL, f"{stage.value}: {_describe_error(exc)}"

@@ -476,7 +476,7 @@ async def run_trial(
         place_verdict=st.place_verdict.verdict if st.place_verdict else "",
         place_confidence=st.place_verdict.confidence if st.place_verdict else None,
         pick_attempts=st.pick_attempts,
-        moves=st.moves,
+        moves=ctx.safe.moves,
         recording=rec,
         run_dir=run_dir,
         trace_path=trace_path,

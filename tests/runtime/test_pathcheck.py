@@ -12,6 +12,7 @@ import pytest
 
 from mecharm_common.kinematics import fk_frames, fk_tip, fk_wrist_tip
 from mecharm_runtime.pathcheck import Workspace, check_path, sample_path
+from mecharm_runtime.safe_arm import MotionRefused
 
 #: Two poses with tip and wrist at least 37 mm above the mat whose joint-linear path dips
 #: 24 mm below it (found by a random search over the workspace).
@@ -99,7 +100,7 @@ def test_box_radii_hold_the_box_whatever_its_yaw(margin: float) -> None:
     assert ws.box_top_m == pytest.approx(0.043 + margin)
 
 
-# ---- TrialContext.move: the checks run before anything is sent
+# ---- SafeArm.move (as a stage calls it): the checks run before anything is sent
 
 
 class _NoArm:
@@ -125,15 +126,13 @@ def _checks(ctx: Any) -> list[dict[str, Any]]:
 
 
 def test_move_refuses_a_near_work_jump_from_the_last_commanded_pose() -> None:
-    from mecharm_runtime.machine import StageFailed
-
     ctx = _ctx()
     approach = (-36.673, 87.74, -38.33, 3.6, -70.11, -30.0)  # the pick arc's, tip 110 mm up
     ctx.last_commanded = approach
     ctx.last_measured = (-36.0, 87.0, -38.0, 3.6, -70.0, -30.0)  # within the arrival tolerance
     target = (*approach[:4], approach[4] - 20.0, approach[5])
     with pytest.raises(
-        StageFailed,
+        MotionRefused,
         match=r"joint step refused: j4 -20.0° from the last commanded pose > joint_step_max_deg 15°",
     ):
         asyncio.run(ctx.move(target, 3.0, "pick descend", near_work=True))
@@ -144,15 +143,13 @@ def test_move_refuses_a_near_work_jump_from_the_last_commanded_pose() -> None:
 
 
 def test_move_refuses_a_path_below_the_mat_and_through_the_box() -> None:
-    from mecharm_runtime.machine import StageFailed
-
     ctx = _ctx()
     ctx.last_measured = DIP_A
-    with pytest.raises(StageFailed, match=r"path check refused: path sample \d+/\d+ .* mat"):
+    with pytest.raises(MotionRefused, match=r"path check refused: path sample \d+/\d+ .* mat"):
         asyncio.run(ctx.move(DIP_B, 3.0, "home"))
     assert _checks(ctx)[-1]["path"]["obstacle"] == "mat"
     ctx.last_measured = ABOVE_BOX
-    with pytest.raises(StageFailed, match="inside the box"):
+    with pytest.raises(MotionRefused, match="inside the box"):
         asyncio.run(ctx.move(IN_BOX, 3.0, "approach_place"))
     # placing: allowed by the path check; the bound still applies (j4 moves 15°: at the bound)
     ctx.last_commanded = ABOVE_BOX
@@ -183,7 +180,7 @@ def test_the_way_out_of_the_box_retraces_the_way_in_within_the_bound(bound: floa
         sent.append(tuple(target))
         ctx.last_commanded = tuple(target)
 
-    ctx.move = move
+    ctx.safe.move = move  # the safe arm retraces through its own move
     ctx.last_commanded = steps[-1]
     asyncio.run(ctx.retrace([*reversed(way_in[:-1]), approach], 3.0, "retreat up"))
     if bound:
