@@ -621,7 +621,7 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
         assert st.aim_xz is not None
         arc = j0_lookup(ctx.arc_pick, st.aim_xz)
         judged_at = tuple(arc.angles)
-        await ctx.move(judged_at, s.tol_approach, "lift: to the approach arc", lookup_ok=True)
+        await ctx.move(judged_at, s.tol_lift_to_arc, "lift: to the approach arc", lookup_ok=True)
     st.pick_attempts += 1
     st.lifted_at = tuple(judged_at)
     lift_ee_y = float(fk_tip(judged_at)[1])

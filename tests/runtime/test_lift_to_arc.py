@@ -1,0 +1,85 @@
+"""The lift's move on from the hover to the approach arc carries the block at height: it
+arrives within ``tol_lift_to_arc`` (docs/safety.md), the 2.22-2.50° stalls of harsh
+included, and a stall past it still ends the stage (the rig's arrival rule: no retry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mecharm_runtime import machine
+from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.ports import VerdictObservation
+from mecharm_runtime.safe_arm import MotionRefused
+from tests.runtime.offline_ctx import offline_context
+
+BOX = (-0.199, 0.173)
+AIM = (0.157, 0.260)
+HOVER = (-30.0, 60.0, -10.0, 3.6, -55.0, -30.0)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Eyes:
+    async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
+        return VerdictObservation("yes", 0.9, "held", "geometric")
+
+    async def locate_block(self, lift_m: float, near: Any, tag: str) -> tuple[float, float]:
+        return near
+
+
+async def _lift(tmp_path: Path, short_deg: float, **settings: Any) -> list[dict[str, Any]]:
+    s = RuntimeSettings(data_root=tmp_path, **settings)
+    ctx = offline_context(s, BOX)
+    moves: list[dict[str, Any]] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        moves.append({"note": note, "tol": tol})
+        # the block's load: the carrying move at height ends short_deg from its target
+        # (the rig's arrival rule refuses a stall past tol, with no retry)
+        if note == "lift: to the approach arc" and short_deg > tol:
+            raise MotionRefused(f"lift_and_judge: {note}: partial move/stall, still {short_deg}°")
+        return None
+
+    ctx.safe.move = move  # type: ignore[method-assign]
+    ctx.eyes = Eyes()
+    ctx.safe.at_rest = _no_wait  # type: ignore[method-assign]
+    st = ctx.state
+    st.pick_approach, st.pick_hover, st.aim_xz = HOVER, True, AIM
+    st.pick_path = [HOVER]
+    await machine.lift_and_judge(ctx)
+    return moves
+
+
+async def _no_wait(note: str) -> None:
+    return None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("short_deg", [2.22, 2.50])
+async def test_the_lift_on_to_the_arc_arrives_within_its_own_tolerance(
+    tmp_path: Path, short_deg: float
+) -> None:
+    moves = await _lift(tmp_path, short_deg)
+    arc = [m for m in moves if m["note"] == "lift: to the approach arc"]
+    assert arc == [{"note": "lift: to the approach arc", "tol": 3.0}]
+    # the move up from the mat keeps the rig's 2° (SPEC's stage6 lift)
+    assert moves[0]["tol"] == RuntimeSettings().tol_approach == 2.0
+
+
+@pytest.mark.anyio
+async def test_a_stall_past_it_still_ends_the_stage_and_before_the_setting_2_degrees(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(MotionRefused, match=r"still 3\.4"):
+        await _lift(tmp_path, 3.4)
+    with pytest.raises(MotionRefused, match=r"still 2\.3"):
+        await _lift(tmp_path, 2.3, tol_lift_to_arc=BEFORE_THE_SETTING["tol_lift_to_arc"])
+    assert BEFORE_THE_SETTING["tol_lift_to_arc"] == 2.0
+    with pytest.raises(ValueError, match="tol_lift_to_arc"):
+        RuntimeSettings(tol_lift_to_arc=0.0)
