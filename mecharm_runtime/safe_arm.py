@@ -11,7 +11,7 @@ pose commanded and arrived at, and the last pose read — which the continuity b
 path check and the exit path start from.
 
 A refusal or a move that did not arrive raises ``MotionRefused`` naming the stage and
-why; the stage machine ends the stage with that reason (docs/stages.md).
+why; the stage driver (engine.py) ends the stage with that reason (docs/stages.md).
 """
 
 from __future__ import annotations

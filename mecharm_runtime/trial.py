@@ -21,18 +21,19 @@ from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.engine import run_stages
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.machine import (
+from mecharm_runtime.memories import CorrectionMemory, HeightMemory
+from mecharm_runtime.pick_place import (
+    TASK,
     Stage,
     TrialContext,
     look_at_jaws,
     lower_to_mat,
-    run_stages,
     up_from_mat,
 )
-from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.backlog import Backlog
@@ -418,7 +419,7 @@ async def run_trial(
         rig.recorder.trial_start(stem)
         log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
         try:
-            last, reason = await run_stages(ctx, force)
+            last, reason = await run_stages(TASK, ctx, force)
             if last is not Stage.DONE:
                 reason = await exit_path(ctx, rig, reason)
         except asyncio.CancelledError:

@@ -70,7 +70,7 @@ class ReplayTrace(TraceWriter):
         return line
 
 
-#: labels of mecharm_runtime.machine._describe_error -> the client error they name
+#: labels of mecharm_runtime.engine.describe_error -> the client error they name
 _LABELS: dict[str, type[Exception]] = {
     "daemon connection lost": client_errors.ConnectionLost,
     "daemon timeout": client_errors.DaemonTimeout,

@@ -2,7 +2,7 @@
 
 Why it reuses the runtime's own code: the point of a replay is to prove that the
 code as it is now takes the decisions the recorded trial took. So this runs
-``machine.run_stages`` and the trial's exit path (``trial.exit_path``) with the
+``engine.run_stages`` (the pick-and-place task) and the trial's exit path (``trial.exit_path``) with the
 replay ports (feed.py) and the constants the trace recorded — only ``overrides``
 (``--set KEY=VALUE``) change them, for "what if" questions. The memories start as
 the trace recorded them and are never saved; nothing touches the network or disk.
@@ -19,10 +19,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.engine import run_stages
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.machine import Stage, TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
+from mecharm_runtime.pick_place import TASK, Stage, TrialContext
 from mecharm_runtime.trial import Rig, exit_path
 from mecharm_tools.replay.compare import DecisionDiff, decisions_of, diff_decisions
 from mecharm_tools.replay.feed import (
@@ -175,7 +176,7 @@ async def replay(
     )
     rig = Rig(settings, arm, eyes, link, clock, table, arc_pick, arc_place, arm_alive=lambda: alive)
     trace.stage = "start"
-    last, reason = await run_stages(ctx, force)
+    last, reason = await run_stages(TASK, ctx, force)
     if last is not Stage.DONE:
         reason = await exit_path(ctx, rig, reason)
     status = "completed" if last is Stage.DONE else "stopped"

@@ -9,7 +9,7 @@ the ``result`` line (a missing result means a truncated trace). Any violation is
 
 Traces of the first format (no ``format`` on the trial line: stage names
 ``stage1``..``stage10``, ``send_t`` inputs) are read too: their stage names are
-mapped to today's (``machine.FORMER_NAMES``) as they are read, so they replay
+mapped to today's (``pick_place.stages.FORMER_NAMES``) as they are read, so they replay
 against today's code. See docs/replay.md ("Trace format").
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
 from mecharm_common.layout import RERUN_SUFFIX, RUN_FOLDERS, RUNLOG_SUFFIX, RUNS_DIR, TRACE_SUFFIX
-from mecharm_runtime.machine import FORMER_NAMES
+from mecharm_runtime.pick_place.stages import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
     ReleaseView,

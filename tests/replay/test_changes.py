@@ -12,10 +12,10 @@ import pytest
 
 from mecharm_common.config import ConfigError
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING
 from mecharm_runtime.lookup import descent, ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.table import write_table
+from mecharm_runtime.pick_place import pick
 from mecharm_tools.cli import main
 from mecharm_tools.replay.runner import ReplayResult, replay, replay_settings
 from mecharm_tools.replay.tracefile import read_recorded
@@ -57,14 +57,14 @@ def test_pick_lookup_code_change_is_caught(
 
     (5 mm higher, the bounded pick from the hover still chose the same row: only the
     recorded band differed, which is caught too, but this test wants a different pose.)"""
-    original = machine.fk_lookup
+    original = pick.fk_lookup
 
     def shifted(table: Any, phase: str, xz: Any, lo: float, hi: float, **kw: Any) -> Any:
         if phase == "pick":
             lo, hi = lo + 0.02, hi + 0.02
         return original(table, phase, xz, lo, hi, **kw)
 
-    monkeypatch.setattr(machine, "fk_lookup", shifted)
+    monkeypatch.setattr(pick, "fk_lookup", shifted)
     monkeypatch.setattr(descent, "fk_lookup", shifted)  # the bounded pick's lookups (hover)
     r = _replay(SUCCESS, fk_data_dir)
     assert not r.identical

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost
-from mecharm_runtime.machine import _describe_error
+from mecharm_runtime.engine import describe_error
 from mecharm_tools.cli import main
 from mecharm_tools.replay.feed import recorded_error
 
@@ -144,10 +144,10 @@ def test_reordered_inputs_are_a_divergence(
     ],
 )
 def test_recorded_error_words_the_same_reason(exc: Exception) -> None:
-    reason = f"detect: {_describe_error(exc)}"
+    reason = f"detect: {describe_error(exc)}"
     again = recorded_error(reason)
     assert again is not None
-    assert f"detect: {_describe_error(again)}" == reason
+    assert f"detect: {describe_error(again)}" == reason
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_runtime.machine import FORMER_NAMES, STAGE_ORDER
+from mecharm_runtime.pick_place import FORMER_NAMES, STAGE_ORDER
 from mecharm_tools.cli import main
 from mecharm_tools.replay.tracefile import read_recorded
 

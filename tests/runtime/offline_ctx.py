@@ -9,8 +9,8 @@ from typing import Any
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import load_arc
 from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.machine import TrialContext
 from mecharm_runtime.memories import HeightMemory
+from mecharm_runtime.pick_place import TrialContext
 from mecharm_runtime.ports import SceneObservation
 from mecharm_runtime.records.trace import TraceWriter
 

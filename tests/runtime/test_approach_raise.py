@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.guard import check_pose
 from mecharm_runtime.lookup.j0 import j0_lookup
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, cell_key
+from mecharm_runtime.pick_place import place
 from mecharm_sim.scene import BOX_HEIGHT_M, BOX_OUTER_M
 from mecharm_sim.world_arm import ARM_TRUTHS, WorldArm
 from tests.runtime.offline_ctx import offline_context
@@ -39,7 +39,7 @@ def _ctx(tmp_path: Path, box: tuple[float, float], dee: float | None, **settings
 def _raise(ctx: Any) -> tuple[tuple[float, ...], tuple[float, ...], dict[str, Any] | None]:
     box = ctx.state.scene.box_xz
     arc = tuple(j0_lookup(ctx.arc_place, box).angles)
-    pose = machine._raised_approach(ctx, arc, box)
+    pose = place._raised_approach(ctx, arc, box)
     raised = [e["value"] for e in ctx.trace.lines if e.get("kind") == "approach_raise"]
     return arc, pose, raised[-1] if raised else None
 
@@ -51,7 +51,7 @@ def test_the_approach_is_raised_to_the_bands_top_and_stays_a_safe_pose(
 ) -> None:
     ctx = _ctx(tmp_path, box, dee)
     arc, pose, raised = _raise(ctx)
-    want = machine._place_band(ctx)[1]
+    want = place._place_band(ctx)[1]
     arc_tip, tip = fk_tip(arc), fk_tip(pose)
     if float(arc_tip[1]) >= want:  # the arc is high enough: nothing to raise
         assert pose == arc and raised is None
@@ -62,7 +62,7 @@ def test_the_approach_is_raised_to_the_bands_top_and_stays_a_safe_pose(
         return
     assert abs(float(tip[1]) - want) <= 0.002
     assert math.dist((tip[0], tip[2]), (arc_tip[0], arc_tip[2])) <= 0.002  # over the same spot
-    assert max(abs(a - b) for a, b in zip(pose, arc, strict=True)) <= machine._RAISE_BOX_DEG
+    assert max(abs(a - b) for a, b in zip(pose, arc, strict=True)) <= place._RAISE_BOX_DEG
     assert pose[5] == arc[5]  # the flange keeps its angle
     verdict = check_pose(pose, j1_max=ctx.settings.j1_max, lookup_ok=True)
     assert verdict.ok, verdict.reason

@@ -10,9 +10,9 @@ import random
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.guard import check_pose
+from mecharm_runtime.pick_place import pick
 
 # make run's second scene (seed 8, rig profile): where the j0 servo converged over the box,
 # and the band its place cell used. The table row the old depth step chose for a 32 mm
@@ -34,7 +34,7 @@ def test_a_depth_step_moves_the_tip_in_z_and_keeps_the_servos_j0() -> None:
     height = float(fk_tip(SERVO_POSE)[1])
     for dz_mm in (-32.0, -8.0, 12.0):
         aim = (x, z - dz_mm / 1000.0)
-        pose, how, why = machine._fine_step(s, SERVO_POSE, aim, BAND, where="place")
+        pose, how, why = pick._fine_step(s, SERVO_POSE, aim, BAND, where="place")
         assert why is None and pose is not None, why
         assert how == "fine"
         got = _tip_xz(pose)
@@ -59,7 +59,7 @@ def test_no_aim_makes_a_depth_step_leave_its_band_or_its_joint_bound() -> None:
     aims += [(0.0, 0.0), (x, z + 0.5), (float("nan"), z)]
     refused = 0
     for aim in aims:
-        pose, _how, why = machine._fine_step(s, SERVO_POSE, aim, BAND, where="place")
+        pose, _how, why = pick._fine_step(s, SERVO_POSE, aim, BAND, where="place")
         if pose is None:
             assert why and ("band" in why or "aim" in why), why
             refused += 1

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from mecharm_cameras import open_camera
-from mecharm_runtime import machine
+from mecharm_runtime import engine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes
+from mecharm_runtime.pick_place import context, pick
 from mecharm_runtime.ports import SceneObservation
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.workcell import Workcell, WorkcellConfig
@@ -81,7 +82,7 @@ def _ctx(obs: SceneObservation, **settings: Any) -> SimpleNamespace:
     return SimpleNamespace(
         settings=RuntimeSettings(**settings),
         eyes=_Eyes(obs),
-        state=machine.TrialState(),
+        state=context.TrialState(),
         stage="detect",
         trace=_Trace(),
     )
@@ -100,8 +101,8 @@ DOUBTFUL = SceneObservation(
 
 def test_detect_stops_on_an_untrusted_box() -> None:
     ctx = _ctx(DOUBTFUL)
-    with pytest.raises(machine.StageFailed, match="box detection not trusted in 3 detects"):
-        asyncio.run(machine.detect(ctx))  # type: ignore[arg-type]
+    with pytest.raises(engine.StageFailed, match="box detection not trusted in 3 detects"):
+        asyncio.run(pick.detect(ctx))  # type: ignore[arg-type]
     assert ctx.trace.decisions == [
         ("box_untrusted", {"doubt": DOUBTFUL.box_doubt, "proceed": False})
     ]
@@ -110,7 +111,7 @@ def test_detect_stops_on_an_untrusted_box() -> None:
 
 def test_place_at_untrusted_box_goes_on_as_before() -> None:
     ctx = _ctx(DOUBTFUL, place_at_untrusted_box=True)
-    assert asyncio.run(machine.detect(ctx)) == machine.Outcome.OK  # type: ignore[arg-type]
+    assert asyncio.run(pick.detect(ctx)) == engine.Outcome.OK  # type: ignore[arg-type]
     assert ctx.state.scene is DOUBTFUL
     assert BEFORE_THE_SETTING["place_at_untrusted_box"] is True
 
@@ -120,5 +121,5 @@ def test_old_trace_scene_reads_as_trusted_and_makes_no_decision() -> None:
     obs = SceneObservation.from_dict(old)
     assert obs.box_trusted
     ctx = _ctx(obs)
-    assert asyncio.run(machine.detect(ctx)) == machine.Outcome.OK  # type: ignore[arg-type]
+    assert asyncio.run(pick.detect(ctx)) == engine.Outcome.OK  # type: ignore[arg-type]
     assert ctx.trace.decisions == []

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.memories import HeightMemory, cell_key
+from mecharm_runtime.pick_place import context, place
 from tests.runtime.offline_ctx import offline_context
 
 BOX = (-0.199, 0.173)
@@ -22,7 +22,7 @@ def _watch(tmp_path: Path, **settings: Any) -> Any:
     s = RuntimeSettings(data_root=tmp_path, **settings)
     ctx = offline_context(s, BOX, heights=HeightMemory(tmp_path / "h.json"))
     ctx.state.place_key = cell_key("place", *BOX, s.cell_mm)
-    return ctx, machine._HeldBlockWatch(ctx)
+    return ctx, place._HeldBlockWatch(ctx)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +43,7 @@ def test_a_block_that_moved_less_than_the_tip_but_did_not_lie_still_is_not_calle
     watch.check((-0.2, 0.17), pose, "servo 1")
     seen = (-0.2 + block_moved_mm / 1000.0, 0.17)
     if lost:
-        with pytest.raises(machine.BlockLost, match="no longer moves with the gripper"):
+        with pytest.raises(context.BlockLost, match="no longer moves with the gripper"):
             watch.check(seen, moved, "servo 2")
         assert ctx.state.block_lost and not ctx.state.holding
     else:
@@ -54,6 +54,6 @@ def test_a_block_that_moved_less_than_the_tip_but_did_not_lie_still_is_not_calle
     # before the setting a third of the tip's move alone decided
     ctx, watch = _watch(tmp_path, servo_drop_still_mm=None)
     watch.check((-0.2, 0.17), pose, "servo 1")
-    with pytest.raises(machine.BlockLost):
+    with pytest.raises(context.BlockLost):
         watch.check(seen, moved, "servo 2")
     assert BEFORE_THE_SETTING["servo_drop_still_mm"] is None

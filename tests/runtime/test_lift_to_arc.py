@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.pick_place import pick
 from mecharm_runtime.ports import VerdictObservation
 from mecharm_runtime.safe_arm import MotionRefused
 from tests.runtime.offline_ctx import offline_context
@@ -52,7 +52,7 @@ async def _lift(tmp_path: Path, short_deg: float, **settings: Any) -> list[dict[
     st = ctx.state
     st.pick_approach, st.pick_hover, st.aim_xz = HOVER, True, AIM
     st.pick_path = [HOVER]
-    await machine.lift_and_judge(ctx)
+    await pick.lift_and_judge(ctx)
     return moves
 
 

@@ -14,10 +14,11 @@ from daemon_pi.protocol import wire_angles
 from mecharm_common.layout import CORRECTION_MEMORY, DataRoot
 from mecharm_runtime.arm import DaemonArm, DryRunArm
 from mecharm_runtime.client import DaemonClient
+from mecharm_runtime.engine import Outcome
 from mecharm_runtime.eyes import DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.j0 import ArcPose
-from mecharm_runtime.machine import STAGE_ORDER, TRANSITIONS, Outcome, Stage
+from mecharm_runtime.pick_place import STAGE_ORDER, TRANSITIONS, Stage
 from mecharm_runtime.ports import RealClock, SceneObservation
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger

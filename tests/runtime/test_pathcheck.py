@@ -112,7 +112,7 @@ class _NoArm:
 
 def _ctx(**settings: Any) -> Any:
     from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.machine import Stage
+    from mecharm_runtime.pick_place import Stage
     from tests.runtime.offline_ctx import offline_context
 
     t = fk_tip(ABOVE_BOX)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from mecharm_common.layout import DataRoot
-from mecharm_runtime import machine
+from mecharm_runtime import engine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.pick_place import context, place
 from mecharm_runtime.ports import VerdictObservation
 from mecharm_runtime.records.reconcile import reconcile_run_folders
 from mecharm_runtime.records.runlog import build_runlog
@@ -69,7 +70,7 @@ async def test_a_lost_block_still_where_it_lay_after_the_lift_revises_the_pick_t
     """1.7-9.1 mm: the harsh blocks that lay on the mat beside the jaws when the lift was
     judged "yes" (the truth: nothing in the jaws)."""
     ctx = _ctx(tmp_path, (LIFTED[0] + moved_mm / 1000.0, LIFTED[1]))
-    await machine._recheck_pick(ctx, (0.176, 0.254))
+    await place._recheck_pick(ctx, (0.176, 0.254))
     v = ctx.state.pick_verdict
     assert v.verdict == "no" and v.judge == "pick_recheck"
     assert "never left the mat" in v.reason and YES.reason in v.reason
@@ -89,7 +90,7 @@ async def test_a_block_that_slipped_out_on_the_way_keeps_the_pick_yes(
     """260-481 mm: the harsh blocks that were held at the lift (the truth) and slipped out
     against the box later; the pick did happen."""
     ctx = _ctx(tmp_path, (LIFTED[0], LIFTED[1] - moved_mm / 1000.0))
-    await machine._recheck_pick(ctx, (-0.19, 0.17))
+    await place._recheck_pick(ctx, (-0.19, 0.17))
     assert ctx.state.pick_verdict is YES
     (d,) = _decisions(ctx, "pick_recheck")
     assert not d["revised"] and "pick_verdict" not in d
@@ -99,7 +100,7 @@ async def test_a_block_that_slipped_out_on_the_way_keeps_the_pick_yes(
 async def test_no_revision_without_the_evidence(tmp_path: Path) -> None:
     # the block not found on the mat now: nothing says where it lies
     ctx = _ctx(tmp_path, None)
-    await machine._recheck_pick(ctx, (0.176, 0.254))
+    await place._recheck_pick(ctx, (0.176, 0.254))
     assert ctx.state.pick_verdict is YES
     assert _decisions(ctx, "pick_recheck")[0]["lost_xz"] is None
     # nothing seen after the lift (a judge that saw no block there), or a pick judged no
@@ -111,11 +112,11 @@ async def test_no_revision_without_the_evidence(tmp_path: Path) -> None:
         for k, val in state.items():
             setattr(ctx.state, k, val)
         before = ctx.state.pick_verdict
-        await machine._recheck_pick(ctx, (0.176, 0.254))
+        await place._recheck_pick(ctx, (0.176, 0.254))
         assert ctx.state.pick_verdict is before and ctx.eyes.asked == []
     # before the setting: a pick judged yes stayed yes, and nothing was looked at
     ctx = _ctx(tmp_path, LIFTED, pick_recheck_mm=None)
-    await machine._recheck_pick(ctx, (0.176, 0.254))
+    await place._recheck_pick(ctx, (0.176, 0.254))
     assert ctx.state.pick_verdict is YES and ctx.eyes.asked == []
     assert BEFORE_THE_SETTING["pick_recheck_mm"] is None
 
@@ -123,8 +124,8 @@ async def test_no_revision_without_the_evidence(tmp_path: Path) -> None:
 @pytest.mark.anyio
 async def test_lost_stage_ends_rechecks_the_pick_before_judging_the_place(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path, LIFTED)
-    out = await machine._lost(ctx, machine.BlockLost("lost at servo 2", block_xz=(0.176, 0.254)))
-    assert out is machine.Outcome.LOST and ctx.state.pick_verdict.verdict == "no"
+    out = await place._lost(ctx, context.BlockLost("lost at servo 2", block_xz=(0.176, 0.254)))
+    assert out is engine.Outcome.LOST and ctx.state.pick_verdict.verdict == "no"
     kinds = [e["kind"] for e in ctx.trace.lines if e.get("event") == "decision"]
     assert kinds.index("pick_recheck") < kinds.index("block_lost")
 

@@ -22,10 +22,10 @@ import pytest
 
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
-from mecharm_runtime import machine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.memories import CorrectionMemory
+from mecharm_runtime.pick_place import context, pick
 from mecharm_runtime.ports import TipObservation
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import scene_next
@@ -115,37 +115,37 @@ def test_servo_step_is_bounded_per_step_and_in_total() -> None:
         used = (rng.uniform(-20, 20), rng.uniform(-20, 20))
         done = (rng.uniform(-20, 20) - used[0], rng.uniform(-20, 20) - used[1])
         tip = TipObservation(True, rng.uniform(-60, 60), rng.uniform(-60, 60))
-        step, why = machine._pick_servo_step(s, tip, used, done)
+        step, why = pick._pick_servo_step(s, tip, used, done)
         if step is None:
             assert why == "within tolerance" or why.startswith("total bound"), why
             continue
         assert math.hypot(*step) <= 10.0 + 1e-9  # per step
         for u, d, k in zip(used, done, step, strict=True):  # in total, counting the memory
             assert abs(u + d + k) <= 20.0 + 1e-9
-    within = machine._pick_servo_step(s, TipObservation(True, 5.0, -5.0), (0, 0), (0, 0))
+    within = pick._pick_servo_step(s, TipObservation(True, 5.0, -5.0), (0, 0), (0, 0))
     assert within == (None, "within tolerance")
-    unseen = machine._pick_servo_step(
+    unseen = pick._pick_servo_step(
         s, TipObservation(False, reason="tip marker not visible"), (0, 0), (0, 0)
     )
     assert unseen[0] is None and "not measured" in unseen[1]
     # the aim is already 20 mm off in x: an offset further that way gets no step
-    at_bound = machine._pick_servo_step(s, TipObservation(True, 15.0, 0.0), (20.0, 0.0), (0, 0))
+    at_bound = pick._pick_servo_step(s, TipObservation(True, 15.0, 0.0), (20.0, 0.0), (0, 0))
     assert at_bound[0] is None and at_bound[1].startswith("total bound")
 
 
 def test_pick_band_after_a_height_miss_and_with_a_calibrated_tip_height() -> None:
     from types import SimpleNamespace
 
-    st = machine.TrialState()
+    st = context.TrialState()
     ctx: Any = SimpleNamespace(settings=RuntimeSettings(), state=st)
-    assert machine._pick_band(ctx) == (0.010, 0.040)
+    assert pick._pick_band(ctx) == (0.010, 0.040)
     st.height_miss = True
-    assert machine._pick_band(ctx) == (0.0175, 0.0325)
+    assert pick._pick_band(ctx) == (0.0175, 0.0325)
     ctx.settings = RuntimeSettings(pick_height_retry=False)
-    assert machine._pick_band(ctx) == (0.010, 0.040)
+    assert pick._pick_band(ctx) == (0.010, 0.040)
     # the tip sits 19 mm below the model: rows whose model tip is 19 mm higher
     ctx.settings = RuntimeSettings(pick_tip_height_mm=-19.0)
-    assert machine._pick_band(ctx) == pytest.approx((0.0365, 0.0515))
+    assert pick._pick_band(ctx) == pytest.approx((0.0365, 0.0515))
     with pytest.raises(ValueError, match="pick_tip_height_mm"):
         RuntimeSettings(pick_tip_height_mm=80.0)
 
@@ -295,14 +295,14 @@ async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
 async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = machine.fk_lookup
+    real = pick.fk_lookup
 
     def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
         if phase == "pick":  # the servo's lookup only (the descent plans in lookup/descent.py)
             return real(table, phase, (5.0, 5.0), *a, **kw)  # far out of reach: out_of_range
         return real(table, phase, target, *a, **kw)
 
-    monkeypatch.setattr(machine, "fk_lookup", refusing)
+    monkeypatch.setattr(pick, "fk_lookup", refusing)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(
         sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
@@ -325,14 +325,14 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     """At the edge of reach the table has no row within dist_max: the step is solved with the
     FK model from the arm's pose (``pick_servo_fine_fallback``), every joint within the bound,
     through every guard, and the pick holds."""
-    real = machine.fk_lookup
+    real = pick.fk_lookup
 
     def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
         if phase == "pick":
             return real(table, phase, (5.0, 5.0), *a, **kw)
         return real(table, phase, target, *a, **kw)
 
-    monkeypatch.setattr(machine, "fk_lookup", refusing)
+    monkeypatch.setattr(pick, "fk_lookup", refusing)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
     steps = _decisions(t, "pick_servo")

@@ -19,9 +19,9 @@ import pytest
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.layout import DataRoot
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
-from mecharm_runtime.machine import _release_verdict
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
 from mecharm_runtime.perception.side import side_view
+from mecharm_runtime.pick_place.release import _release_verdict
 from mecharm_runtime.ports import ReleaseView
 from mecharm_runtime.service import ask_release
 from mecharm_sim.render import SIDE_CAMERA, Renderer, SceneSnapshot

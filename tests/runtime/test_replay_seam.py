@@ -14,9 +14,10 @@ from mecharm_common.config import load_settings
 from mecharm_runtime.arm import DaemonArm
 from mecharm_runtime.client import DaemonClient
 from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.engine import run_stages
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.machine import TrialContext, run_stages
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
+from mecharm_runtime.pick_place import TASK, TrialContext
 from mecharm_runtime.ports import (
     Reading,
     ReleaseView,
@@ -177,7 +178,7 @@ async def test_trace_replays_to_identical_decisions(
         corrections=corrections,
         heights=heights,
     )
-    _last, reason = await run_stages(ctx)
+    _last, reason = await run_stages(TASK, ctx)
     replay_trace.result("completed" if reason == "" else "stopped", reason)
     assert not inputs.q  # every recorded input consumed, in order
 

@@ -1,0 +1,73 @@
+"""Pick-and-place, the first task: the red block from the mat into the white box.
+
+Its stages (stages.py), what they share (context.py) and their bodies by phase — pick
+(pick.py), place (place.py), release (release.py) — make ``TASK``, which the stage
+driver (engine.py) runs; the exit path after a stop is trial.py's (docs/stages.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from mecharm_runtime.engine import Outcome, Task
+from mecharm_runtime.pick_place.context import BlockLost, TrialContext, TrialState
+from mecharm_runtime.pick_place.pick import (
+    approach_pick,
+    correct_aim,
+    descend_pick,
+    detect,
+    grasp,
+    lift_and_judge,
+    lower_to_mat,
+    open_gripper_home,
+    retry_pick,
+    up_from_mat,
+)
+from mecharm_runtime.pick_place.place import approach_place, descend_place, servo_place
+from mecharm_runtime.pick_place.release import (
+    look_at_jaws,
+    release,
+    retreat_and_judge,
+    return_home,
+)
+from mecharm_runtime.pick_place.stages import FORMER_NAMES, STAGE_ORDER, TRANSITIONS, Stage
+
+__all__ = [
+    "BODIES",
+    "FORMER_NAMES",
+    "STAGE_ORDER",
+    "TASK",
+    "TRANSITIONS",
+    "BlockLost",
+    "Stage",
+    "TrialContext",
+    "TrialState",
+    "look_at_jaws",
+    "lower_to_mat",
+    "up_from_mat",
+]
+
+BODIES: dict[Stage, Callable[[TrialContext], Awaitable[Outcome]]] = {
+    Stage.OPEN_GRIPPER_HOME: open_gripper_home, Stage.DETECT: detect, Stage.CORRECT_AIM: correct_aim,
+    Stage.APPROACH_PICK: approach_pick, Stage.DESCEND_PICK: descend_pick, Stage.GRASP: grasp,
+    Stage.LIFT_AND_JUDGE: lift_and_judge, Stage.RETRY_PICK: retry_pick, Stage.APPROACH_PLACE: approach_place,
+    Stage.DESCEND_PLACE: descend_place, Stage.SERVO_PLACE: servo_place, Stage.RELEASE: release,
+    Stage.RETREAT_AND_JUDGE: retreat_and_judge, Stage.RETURN_HOME: return_home,
+}  # fmt: skip
+
+
+def _may_stop(ctx: TrialContext) -> bool:
+    """A storage fault never stops the trial with the block in the gripper: the place goes
+    on to the release (docs/reliability.md)."""
+    return not ctx.state.holding
+
+
+TASK: Task[Stage, TrialContext] = Task(
+    name="pick_place",
+    first=Stage.OPEN_GRIPPER_HOME,
+    done=Stage.DONE,
+    abort=Stage.ABORT,
+    transitions=TRANSITIONS,
+    bodies=BODIES,
+    may_stop=_may_stop,
+)
