@@ -98,6 +98,12 @@ WALL_SLACK_MM = 2.0
 #: over the 48 mm threshold, each lying 3.6-11.8 mm inside the opening (docs/perception.md)
 RIM_SLACK_MM = 2.0
 
+#: ... and only when the size reads the top face this near the rim's block height (68 mm)
+#: or higher: on the ``harsh`` optics blocks upright on the box floor read 40-51 mm (the
+#: floor's is 28 mm), over the midpoint of floor and rim (48 mm), and three were judged
+#: on the rim; rim blocks in the judgecheck hold-out read 67-88 mm (docs/perception.md)
+RIM_SIZE_BELOW_MM = 8.0
+
 #: a red blob this close (x-z, on the tip's plane) to the tip marker is the held block: the jaws
 #: hold the block's centre within ~12 mm of the tip (docs/workcell.md), the marker and the block
 #: differ in height by up to ~15 mm (a few mm of parallax). 30 mm (before) also took a block
@@ -291,7 +297,7 @@ class GeometricJudge:
                 rim_top = cfg.box_height_m + cfg.block_size_m
                 if on_rim >= self.rim_red_mm2:
                     rest = "rim"
-                elif top >= (top_h + rim_top) / 2.0:
+                elif top >= rim_top - RIM_SIZE_BELOW_MM / 1000.0:
                     # the apparent size says "as high as the rim": only if a block could rest
                     # there, i.e. located on the rim's plane it reaches over the wall
                     rim_margin = self._rim_plane_margin_mm(f, ev.H, box, rim_top)
