@@ -102,20 +102,31 @@ class RuntimeSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
 
     # ---- where things are
+    #: where every record goes (runs, ledger, logs, memories); must exist (docs/setup.md)
     data_root: Path = Field(default_factory=default_data_root)
+    #: the data root must be a mount point (the rig's SSD), checked before each file is created
     require_mount: bool = False
+    #: the arm daemon's address
     daemon_host: str = "127.0.0.1"
+    #: the arm daemon's TCP port
     daemon_port: int = Field(5555, ge=1, le=65535)
+    #: the daemon's shared secret (default ~/.config/mecharm/daemon.token when it exists)
     daemon_token_file: Path | None = None
+    #: one daemon request's deadline (real seconds)
     request_timeout_s: float = Field(4.0, gt=0)
+    #: the daemon connection's deadline
     connect_timeout_s: float = Field(3.0, gt=0)
     # the daemon's client slot (docs/daemon.md, "Client slot"): wait this long for a busy
     # daemon (a stale client is dropped after its idle timeout) and ping it every
     # daemon_keepalive_s when nothing else is sent (0 = a third of the idle timeout it announces)
     daemon_busy_wait_s: float = Field(15.0, ge=0)
+    #: ping the daemon this often when nothing else is sent; 0 = a third of the idle timeout it announces
     daemon_keepalive_s: float = Field(0.0, ge=0)
+    #: send the recorder its events (off: no recording, no side frames)
     recorder_enabled: bool = True
+    #: where the recorder listens (UDP)
     recorder_host: str = "127.0.0.1"
+    #: the recorder's UDP port
     recorder_port: int = Field(5556, ge=1, le=65535)
     #: the secret shared with the recorder (docs/recorder.md, "The key file")
     recorder_key_file: Path = Field(default_factory=default_recorder_key_file)
@@ -125,43 +136,59 @@ class RuntimeSettings(RigSettings):
     require_recorder: bool = False
     #: how long the start-up ping waits for the recorder's answer
     recorder_probe_timeout_s: float = Field(1.0, gt=0, le=30)
+    #: how long a side frame from the recorder may take
     frame_timeout_s: float = Field(2.0, gt=0)
+    #: after a trial, how long to wait for the recorder's meta.json
     recording_wait_s: float = Field(2.0, ge=0)
+    #: how often to look for it meanwhile
     recording_poll_s: float = Field(0.1, gt=0)
     #: how long the next trial waits for an unwritable data root to come back (docs/reliability.md)
     storage_wait_s: float = Field(600.0, ge=0)
+    #: the top camera: an index, name:..., an MJPEG URL or a file
     top_camera: str = "http://127.0.0.1:8081/top.mjpg"
     #: the top camera's checkerboard calibration {fx, fy, cx, cy, dist: [k1, k2, p1, p2, k3]};
     #: None = a pinhole self-calibrated from the mat (docs/simulation-optics.md)
     top_camera_calibration: CameraCalibration | None = None
     sim_control_url: str | None = None  # simulated rig: POST {url}/scene/next between trials
+    #: the FK table lives in {fk_data_dir}/fk/fk_table.csv; default the data root
     fk_data_dir: Path | None = (
         None  # the FK table lives in {fk_data_dir}/fk/fk_table.csv; default data_root
     )
     approach_pick_arc: Path = APPROACH_PICK_ARC  # shipped in the package (docs/setup.md)
+    #: the place approach arc's poses (shipped in the package, docs/setup.md)
     approach_place_arc: Path = APPROACH_PLACE_ARC
+    #: who judges the pick and the place: geometric, human (the terminal) or vlm (docs/perception.md)
     judge: Literal["geometric", "human", "vlm"] = "geometric"
+    #: how long the human judge waits for an answer (then the fallback judge)
     human_judge_timeout_s: float = Field(30.0, gt=0)
     # the VLM judge (docs/perception.md, "VLM judge"); key from ANTHROPIC_API_KEY. Real seconds:
     # time_scale does not shorten a remote call
     vlm_model: str = Field("claude-sonnet-4-6", min_length=1)
     vlm_base_url: str | None = None  # None: ANTHROPIC_BASE_URL, else the vendor's API
+    #: the VLM judge: one call's deadline (real seconds)
     vlm_timeout_s: float = Field(20.0, gt=0, le=300)
     vlm_max_calls: int = Field(4, ge=0)  # per trial; then the geometric judge
+    #: the VLM judge: images per call
     vlm_max_images: int = Field(3, ge=1, le=20)
+    #: the VLM judge: answer length
     vlm_max_tokens: int = Field(300, ge=16, le=4096)
+    #: the VLM judge's verdict is adopted at this confidence or above
     vlm_confidence_min: float = Field(0.7, ge=0, le=1)
     vlm_ask_human: bool = False  # also ask the operator (human_judge_timeout_s); an answer wins
     vlm_still_mm: float = Field(5.0, ge=0)  # distance override, pick
     vlm_outside_mm: float = Field(20.0, ge=0)  # distance override, place
 
     # ---- service
+    #: trials to run (None: until Ctrl-C)
     trials: int | None = Field(None, ge=1)
+    #: ask before each trial, when a release is refused, and after a stop holding the block
     confirm: bool = False
+    #: detect, look up and decide without moving the arm (what would be sent is traced)
     dry_run: bool = False
     #: None: the daemon's (its hello); set: the daemon must announce this one, or the runtime
     #: refuses to start (docs/setup.md, "Time scale"). A dry run talks to no daemon: this, else 1.0
     time_scale: float | None = Field(None, gt=0, le=1000)
+    #: detail of the session's log file
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # ---- what the operator sees (docs/console.md); none of these changes a decision
     #: after each trial, build its Rerun file in a niced background process (docs/console.md)
@@ -184,58 +211,90 @@ class RuntimeSettings(RigSettings):
     rig_id: str = Field(default_factory=lambda: default_rig_id())
 
     # ---- the reference rig's constants (docs/runtime.md)
+    #: the HOME pose (degrees, j0..j5)
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
+    #: send_angles speed (1-100)
     speed: int = Field(20, ge=1, le=100)
+    #: arrival tolerance (degrees) of the approaches and the lift from the mat
     tol_approach: float = Field(2.0, gt=0)
+    #: arrival tolerance of the descents, servo steps and carrying moves
     tol_pick_place: float = Field(3.0, gt=0)
+    #: arrival tolerance at HOME
     tol_home: float = Field(2.5, gt=0)
     #: the lift's move on from the hover to the approach arc's pose, at height, holding the
     #: block: a carrying move like approach_place (tol_pick_place's 3°). On harsh this move
     #: stalled 2.22-2.50° short under the block's load in 6 of 418 measured trials, each
     #: a stop with the block held (docs/safety.md, "Joint continuity")
     tol_lift_to_arc: float = Field(3.0, gt=0)
+    #: after an ignored send: wait this long, read again, send once more
     send_wait_s: float = Field(1.0, ge=0)
+    #: the gripper's settle time after each command (real seconds)
     gripper_settle_s: float = Field(GRIPPER_SETTLE_S, ge=0)
+    #: set_gripper_value speed when closing
     gripper_speed: int = Field(100, ge=1, le=100)
+    #: the gripper value that closes on the block
     gripper_close_value: int = Field(GRIPPER_CLOSE_VALUE, ge=GRIPPER_MIN, le=GRIPPER_MAX)
+    #: detect runs this many times and combines them
     detect_repeat: int = Field(3, ge=1)
+    #: top-camera frames averaged for the mat homography
     homography_frames: int = Field(10, ge=1)
     #: this many identical top-camera frames in a row = a frozen feed: the stage stops with
     #: that reason instead of judging from it (docs/perception.md, "Frozen feed"); 0 = off
     camera_frozen_frames: int = Field(10, ge=0)
+    #: pick attempts before the trial stops (retry_pick between them)
     max_pick_attempts: int = Field(3, ge=1)
+    #: an approach arc pose farther than this from the target in x is refused
     x_resid_thresh_m: float = Field(0.02, gt=0)
+    #: the box's template score below this makes the detection untrusted
     box_score_thresh: float = Field(0.5, ge=0, le=1)
+    #: where the box is taken to be when no box is found (x, z in metres)
     box_xz_fallback: tuple[float, float] = (-0.01, 0.108)
     #: detect stops the trial when the box detection doubts itself (docs/perception.md,
     #: "Detections that doubt themselves"); True places there anyway, e.g. at box_xz_fallback
     place_at_untrusted_box: bool = False
+    #: j0 of the swept-aside pose (retreats, puts down)
     swept_j0: float = 85.0
+    #: the largest j1 any pose may have (the rig's limit; the daemon's envelope may narrow it)
     j1_max: float = Field(88.0, le=90.7)
 
     # ---- arrival policy (docs/runtime.md, "Motion")
+    #: the shortest arrival timeout
     arrival_min_s: float = Field(8.0, gt=0)
+    #: arrival timeout = max(arrival_min_s, arrival_base_s + arrival_per_deg_s x the largest joint change)
     arrival_base_s: float = Field(2.0, ge=0)
+    #: seconds per degree of the largest joint change (see arrival_base_s)
     arrival_per_deg_s: float = Field(0.15, ge=0)
+    #: a send after which the arm moved less than this was ignored: re-sent once
     ignored_move_deg: float = Field(1.0, gt=0)
+    #: pause between arrival polls (0: poll as fast as the daemon answers)
     poll_interval_s: float = Field(0.0, ge=0)
     # at rest before a camera measurement (docs/runtime.md, "Motion"): two readings rest_poll_s apart within rest_eps_deg
     rest_eps_deg: float = Field(0.5, gt=0)
+    #: two readings this far apart must agree for the arm to be at rest
     rest_poll_s: float = Field(0.1, ge=0)
+    #: at most this many readings while waiting for rest (a count, so a replay decides the same)
     rest_max_polls: int = Field(15, ge=2)
 
     # ---- lookups
+    #: a lookup row must be within this (x-z) of its target
     dist_max_m: float = Field(0.030, gt=0)
+    #: the pick descent's tip height band [low, high) in metres
     pick_band: tuple[float, float] = (0.010, 0.040)
+    #: the place descent's tip height band [low, high) in metres
     place_band: tuple[float, float] = (0.070, 0.100)
+    #: the place descent keeps every joint within this (degrees) of the approach pose
     place_joint_tol: float = Field(15.0, gt=0)
+    #: no place row's tip below this height (the box is 43 mm tall)
     place_floor_m: float = 0.070
+    #: the place lookup's preferred tip height
     place_target_m: float = 0.100
+    #: depth of the place band a height memory cell moves
     place_band_depth_m: float = Field(0.030, gt=0)
     #: approach_place raises the arc's pose (same x-z) so that its tip is at least this far
     #: above the place band's top: the held block crosses the box's wall no lower than it
     #: will descend to (docs/stages.md, "approach_place"); None: the arc's pose as it is
     place_approach_above_band_mm: float | None = Field(0.0, ge=0.0, le=50.0)
+    #: an approach arc pose farther than this from the target in z is logged
     z_resid_warn_m: float = Field(0.05, gt=0)
     # joint continuity (docs/safety.md): near the work no joint moves more than this per move
     # (descents, lifts, servo and depth steps); 0 = no bound
@@ -243,23 +302,31 @@ class RuntimeSettings(RigSettings):
     # when no pick row within reach keeps the bound from the approach pose: first stand above
     # the block (a row in this ee_y band within pick_hover_dist_m in x-z), then descend
     pick_hover_band: tuple[float, float] = (0.080, 0.140)
+    #: the hover row must be within this (x-z) of the block
     pick_hover_dist_m: float = Field(0.015, gt=0)
     # a bounded descent that lands farther than this from the aim tries the hover first
     pick_resid_max_m: float = Field(0.005, gt=0)
     # path check (docs/safety.md): the joint-space path of every move keeps tip and wrist
     # above the mat + margin and outside the box, sampled every path_sample_deg
     path_check: bool = True
+    #: the path check keeps tip and wrist this far above the mat
     path_mat_margin_m: float = Field(0.005, ge=0)
+    #: ... and this far outside the box's walls
     path_box_margin_m: float = Field(0.005, ge=0)
     # at least 0.1° (a finer step only costs memory: 3,600 samples for a half turn), at most 5°
     path_sample_deg: float = Field(1.0, ge=0.1, le=5.0)
 
     # ---- place servo (servo_place)
     servo_gain_deg_per_mm: float = Field(0.151, gt=0)  # magnitude; direction from the FK model
+    #: the place servo stops when the block is within this of the box centre (x-z)
     servo_tol_mm: float = Field(8.0, gt=0)
+    #: the largest j0 step of the place servo
     servo_step_clamp_deg: float = Field(5.0, gt=0)
+    #: place servo steps at most
     servo_max_iter: int = Field(5, ge=0)
+    #: depth steps at most after the j0 servo
     depth_steps: int = Field(3, ge=0)
+    #: a depth step stops within this of the target depth
     depth_tol_mm: float = Field(8.0, gt=0)
     #: how a depth step is solved: "fine" from the arm's pose with the FK model (the joints
     #: stay near the servo's, so the block keeps where the servo put it in x); "lookup" the
@@ -271,7 +338,9 @@ class RuntimeSettings(RigSettings):
     # offset (each step at most pick_servo_step_mm; the aim never farther than
     # max_correction_mm per axis from the detected block) and measure again; 0 = no servo
     pick_servo_max_iter: int = Field(3, ge=0, le=10)
+    #: the pick servo stops when the tip is within this of the block (x-z)
     pick_servo_tol_mm: float = Field(8.0, gt=0)
+    #: the largest pick servo re-aim per step
     pick_servo_step_mm: float = Field(15.0, gt=0, le=CORRECTION_LIMIT_MM)
     #: a servo step the table has no row for within dist_max (a block at the edge of reach)
     #: is solved from the arm's pose with the FK model, as a row too far off already was;
@@ -285,21 +354,27 @@ class RuntimeSettings(RigSettings):
     #: touching the mat); the tip measurement projects the marker at the true height and the
     #: pick lookups choose rows whose true tip is in the band. 0: the model's height
     pick_tip_height_mm: float = Field(0.0, ge=-40.0, le=40.0)
+    #: the pick band after a miss in height (the middle of pick_band)
     pick_retry_band: tuple[float, float] = (0.0175, 0.0325)
 
     # ---- memories (docs/runtime.md, "Memories")
+    #: the memories' cell size (the mat in squares of this side)
     cell_mm: int = Field(20, ge=1)
     # at most the memories' plausibility bounds, or learned entries would be rejected at load
     max_correction_mm: float = Field(20.0, ge=0, le=CORRECTION_LIMIT_MM)
+    #: how much one new measurement moves a correction cell (exponential average)
     ema_alpha: float = Field(0.5, gt=0, le=1)
     #: yes: learn the pick correction after a pick judged yes only (the rig's rule); measured:
     #: also after a miss whose tip was measured (the offset shows either way)
     correction_learn: Literal["yes", "measured"] = "measured"
+    #: how far one place moves its height cell
     height_step_mm: float = Field(5.0, ge=0)
+    #: the highest a height cell goes from places and refusals
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
     #: measured: raise after a place judged yes whose release margin was >= height_raise_margin_mm,
     #: lower after a place judged no; failures: the older rule (raise after a failure only)
     height_rule: Literal["measured", "failures"] = "measured"
+    #: a place judged yes with a release margin at or above this raises nothing
     height_raise_margin_mm: float = Field(10.0, ge=0)
     #: a place cell not in the height memory: ``highest`` starts it from the highest learnt
     #: cell (the arm's sag is much the same over the place region, and a block lost on the box
@@ -315,6 +390,7 @@ class RuntimeSettings(RigSettings):
     #: in the jaws): a tip move of at least servo_drop_tip_mm with the block moving less than
     #: a third of it (docs/stages.md, "servo_place")
     servo_drop_check: bool = True
+    #: the held-block watch compares sightings only after the tip moved this far
     servo_drop_tip_mm: float = Field(10.0, gt=0, le=200)
     #: ... and only when the block moved less than this, i.e. lay still: blocks that really
     #: left the jaws moved 0-4 mm between sightings on harsh; held blocks the wrist partly hid

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: the outside spec cited by section (§5) or by constant name (GRIPPER_SLEEP); the
@@ -72,29 +74,48 @@ def test_pending_list_is_kept_short() -> None:
     assert not fixed, f"no longer cite it, remove from _PENDING: {fixed}"
 
 
-def test_readme_names_every_config_key() -> None:
-    """README.md is the operator's reference: a settings field it does not name is a key
-    nobody can find. Nested models (the recorder's ``video``) are named as a group."""
-    from daemon_pi.config import DaemonSettings
-    from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.lookup.settings import FkToolSettings
-    from mecharm_tools.export.config import ExportSettings
-    from mecharm_tools.replay.config import ReplaySettings
-    from recorder.config import RecorderSettings
+def test_the_settings_reference_is_current_and_names_every_key() -> None:
+    """docs/settings.md is the operator's reference of every key (the README links it): it is
+    generated from the models, so a key added, removed or re-documented without running the
+    generator fails here. Nested groups (the daemon's ``sim``, the recorder's ``video``) are
+    listed key by key."""
+    from pydantic import BaseModel
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    from mecharm_dev import settings_doc
+
+    page = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert page == settings_doc.render(), (
+        "docs/settings.md is stale: python -m mecharm_dev.settings_doc"
+    )
+    assert settings_doc.main(["--check"]) == 0
+
+    def keys(cls: type[BaseModel], prefix: str = "") -> list[str]:
+        out = []
+        for name, f in cls.model_fields.items():
+            ann = f.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                out += keys(ann, f"{prefix}{name}.")
+            out.append(f"{prefix}{name}")
+        return out
+
     missing = {
-        cls.__name__: [k for k in cls.model_fields if not re.search(rf"\b{k}\b", readme)]
-        for cls in (
-            DaemonSettings,
-            RecorderSettings,
-            RuntimeSettings,
-            FkToolSettings,
-            ExportSettings,
-            ReplaySettings,
-        )
+        path: [k for k in keys(settings_doc._load(path)) if f"| `{k}` |" not in page]
+        for _title, path, _config, _command in settings_doc.MODELS
     }
-    assert not any(missing.values()), f"README.md does not name these config keys: {missing}"
+    assert not any(missing.values()), missing
+    assert "(docs/settings.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_stale_settings_reference_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mecharm_dev import settings_doc
+
+    stale = tmp_path / "settings.md"
+    stale.write_text(settings_doc.render().replace("`tol_home`", "`tol_homing`"), encoding="utf-8")
+    monkeypatch.setattr(settings_doc, "PAGE", stale)
+    assert settings_doc.main(["--check"]) == 1
+    assert settings_doc.main([]) == 0 and settings_doc.main(["--check"]) == 0
 
 
 #: a rig data root or a daemon token spelled in the operator's texts (absolute or from ~)

@@ -1,0 +1,217 @@
+"""Write docs/settings.md, the reference of every setting, from the pydantic models.
+
+Each process's settings model is the one home of its keys: the type, the default and
+the bounds come from the model, the words from the field's ``description`` or the
+comment lines just above it in the source (``#:`` or ``#``), and the sections from the
+``# ---- title`` comments. A test (tests/test_repo.py) fails when the page and the models
+disagree, so the reference cannot go stale:
+
+    python -m mecharm_dev.settings_doc            # rewrite docs/settings.md
+    python -m mecharm_dev.settings_doc --check    # exit 1 when it is not current
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+__all__ = ["MODELS", "main", "render"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "settings.md"
+
+#: (title, import path of the model, its config file, its command)
+MODELS: tuple[tuple[str, str, str, str], ...] = (
+    ("Arm daemon", "daemon_pi.config:DaemonSettings", "configs/daemon.yaml", "mecharm-daemon"),
+    ("Recorder", "recorder.config:RecorderSettings", "configs/recorder.yaml", "mecharm-recorder"),
+    (
+        "Runtime",
+        "mecharm_runtime.config:RuntimeSettings",
+        "configs/runtime.yaml",
+        "mecharm-runtime",
+    ),
+    ("Pose lookups", "mecharm_runtime.lookup.settings:FkToolSettings", "-", "mecharm fk"),
+    (
+        "Export",
+        "mecharm_tools.export.config:ExportSettings",
+        "configs/export.yaml",
+        "mecharm export",
+    ),
+    (
+        "Replay",
+        "mecharm_tools.replay.config:ReplaySettings",
+        "configs/replay.yaml",
+        "mecharm replay",
+    ),
+)
+
+_SECTION = re.compile(r"^\s*# -{3,}\s*(.*)$")
+_FIELD = re.compile(r"^\s{4}([a-z_][a-z0-9_]*)\s*:")
+
+
+def _load(path: str) -> type[BaseModel]:
+    module, name = path.split(":")
+    cls = getattr(__import__(module, fromlist=[name]), name)
+    assert isinstance(cls, type) and issubclass(cls, BaseModel)
+    return cls
+
+
+def _comments(cls: type[BaseModel]) -> tuple[dict[str, str], dict[str, str]]:
+    """(field -> the comment above it or beside it, field -> its section title)."""
+    words: dict[str, str] = {}
+    sections: dict[str, str] = {}
+    block: list[str] = []
+    section = ""
+    for line in inspect.getsource(cls).splitlines():
+        stripped = line.strip()
+        m = _SECTION.match(line)
+        if m:
+            section, block = m.group(1).strip(), []
+            continue
+        if stripped.startswith("#"):
+            block.append(stripped.lstrip("#:").strip())
+            continue
+        f = _FIELD.match(line)
+        if f and f.group(1) in cls.model_fields:
+            name = f.group(1)
+            inline = line.split("  # ", 1)[1].strip() if "  # " in line else ""
+            words[name] = " ".join([*block, inline]).strip()
+            sections[name] = section
+        if stripped or f:
+            block = []
+    return words, sections
+
+
+def _type(t: Any) -> str:
+    origin = typing.get_origin(t)
+    if origin is typing.Literal:
+        return " \\| ".join(repr(a).replace("'", '"') for a in typing.get_args(t))
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type(a) for a in typing.get_args(t))
+    if origin is typing.Annotated:
+        return _type(typing.get_args(t)[0])
+    if origin is not None:
+        args = ", ".join(_type(a) for a in typing.get_args(t))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    if t is type(None):
+        return "null"
+    return getattr(t, "__name__", str(t))
+
+
+def _default(f: FieldInfo) -> str:
+    if f.default_factory is not None:
+        name = getattr(f.default_factory, "__name__", "")
+        return "computed" if name == "<lambda>" else f"computed (`{name}()`)"
+    d = f.default
+    if d is None:
+        return "null"
+    if isinstance(d, BaseModel):
+        return "(the group below)"
+    if isinstance(d, Path):
+        return f"`{d.name}` (shipped)" if d.is_absolute() else f"`{d}`"
+    return f"`{_yaml(d)}`"
+
+
+def _yaml(v: Any) -> str:
+    """A default as it is written in the YAML file."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, tuple | list):
+        return "[" + ", ".join(_yaml(x) for x in v) + "]"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return repr(v)
+
+
+def _bounds(f: FieldInfo) -> str:
+    marks = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "length ≥"}
+    out = []
+    for m in f.metadata:
+        for attr, sym in marks.items():
+            v = getattr(m, attr, None)
+            if v is not None:
+                out.append(f"{sym} {v}")
+    return ", ".join(out)
+
+
+def _rows(cls: type[BaseModel], prefix: str, env: str, out: list[str], section: str) -> str:
+    words, sections = _comments(cls)
+    for name, f in cls.model_fields.items():
+        ann = f.annotation
+        if sections.get(name) and sections[name] != section:
+            section = sections[name]
+            out.append(f"| **{section}** | | | | |")
+        key = f"{prefix}{name}"
+        what = (f.description or words.get(name, "")).replace("|", "\\|")
+        nested = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+        if nested is not None:
+            doc = (inspect.getdoc(nested) or "").split("\n\n")[0].replace("\n", " ")
+            out.append(f"| `{key}` | group | | | {what or doc} |")
+            section = _rows(nested, f"{key}.", f"{env}{name.upper()}__", out, section)
+            continue
+        env_name = f"`{env}{name.upper()}`"
+        out.append(
+            f"| `{key}` | {_type(ann)} | {_default(f)} | {_bounds(f)} | {what} ({env_name}) |"
+        )
+    return section
+
+
+def render() -> str:
+    lines = [
+        "# Settings reference",
+        "",
+        "<!-- generated by `python -m mecharm_dev.settings_doc` from the settings models; "
+        "do not edit by hand -->",
+        "",
+        "Every process reads its settings from a YAML file (`--config FILE`), then the",
+        "environment (each key as shown, nested groups with `__`), then its flags; an unknown",
+        "key or a bad value stops the start with a message naming it (exit 2). The README",
+        "shows the flags of each command; this page lists every key, generated from the",
+        "models themselves (mecharm_dev/settings_doc.py), so it is never out of date.",
+        "",
+    ]
+    for title, path, config, command in MODELS:
+        cls = _load(path)
+        env = str(cls.model_config.get("env_prefix") or "")
+        doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+        lines += [f"## {title} (`{command}`)", "", doc, ""]
+        if config != "-":
+            lines += [f"Shipped file: `{config}`; environment prefix `{env}`.", ""]
+        else:
+            lines += [f"Environment prefix `{env}`.", ""]
+        lines += ["| key | type | default | bounds | what (environment) |", "|---|---|---|---|---|"]
+        rows: list[str] = []
+        _rows(cls, "", env, rows, "")
+        lines += [*rows, ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mecharm_dev.settings_doc", description=__doc__)
+    ap.add_argument("--check", action="store_true", help="exit 1 when the page is not current")
+    a = ap.parse_args(argv)
+    text = render()
+    if a.check:
+        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
+        if current != text:
+            print(f"{PAGE} is not current: python -m mecharm_dev.settings_doc", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(text, encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
