@@ -209,3 +209,10 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Tmpfs]]:
     for fs in made:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             fs.unmount_lazy()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run under anyio's pytest plugin (``@pytest.mark.anyio``), on asyncio:
+    the loop the product's ``anyio.run`` uses (docs/concurrency.md)."""
+    return "asyncio"

@@ -63,7 +63,7 @@ async def _poll_until_error(client: DaemonClient) -> tuple[Exception, float]:
             await anyio.sleep(0.02)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sigkill_mid_move_is_connection_lost_at_once(arm_daemon: SimRig) -> None:
     client = await _moving_client(arm_daemon)
     try:
@@ -80,7 +80,7 @@ async def test_sigkill_mid_move_is_connection_lost_at_once(arm_daemon: SimRig) -
         await client.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sigstop_mid_move_is_a_timeout_then_the_daemon_serves_again(
     arm_daemon: SimRig,
 ) -> None:
@@ -108,7 +108,7 @@ async def test_sigstop_mid_move_is_a_timeout_then_the_daemon_serves_again(
     await fresh.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sigstop_while_idle_the_keepalive_finds_out(arm_daemon: SimRig) -> None:
     client = DaemonClient("127.0.0.1", arm_daemon.daemon_port, request_timeout=REQUEST_TIMEOUT_S)
     await client.connect()
@@ -126,7 +126,7 @@ async def test_sigstop_while_idle_the_keepalive_finds_out(arm_daemon: SimRig) ->
         await client.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_serial_unplugged_mid_move_then_back_no_reading_is_made_up(
     tmp_path: Path,
 ) -> None:
@@ -173,7 +173,7 @@ async def test_serial_unplugged_mid_move_then_back_no_reading_is_made_up(
         emu.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sigstop_mid_trial_stops_the_trial_naming_the_daemon(
     tmp_path: Path, fk_data_dir: Path
 ) -> None:

@@ -71,7 +71,7 @@ async def _served_despite(kind: str, port: int, token: str | None) -> None:
     )
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("kind", ["idle", "drip", "reconnect", "wrong_token"])
 async def test_with_token_the_operator_is_served_whatever_the_attacker_does(
     token_daemon: SimRig, kind: str
@@ -79,7 +79,7 @@ async def test_with_token_the_operator_is_served_whatever_the_attacker_does(
     await _served_despite(kind, token_daemon.daemon_port, TOKEN)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("kind", ["idle", "drip", "reconnect"])
 async def test_without_token_silent_connections_never_hold_the_arm(
     open_daemon: SimRig, kind: str
@@ -87,7 +87,7 @@ async def test_without_token_silent_connections_never_hold_the_arm(
     await _served_despite(kind, open_daemon.daemon_port, None)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_without_token_a_hung_holder_loses_the_arm_after_the_idle_timeout(
     open_daemon: SimRig,
 ) -> None:
@@ -99,7 +99,7 @@ async def test_without_token_a_hung_holder_loses_the_arm_after_the_idle_timeout(
         print(f"arm back after {back:.3f} s (idle timeout {IDLE_S} s)")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_the_runtime_client_keeps_the_arm_while_it_idles(open_daemon: SimRig) -> None:
     # pings every 0.2 s: five per idle timeout, so a loaded machine may delay four
     client = DaemonClient(
@@ -126,7 +126,7 @@ def test_the_attack_tool_refuses_addresses_beyond_this_machine(tmp_path: Path) -
         Attacker("idle", 5555, host="192.0.2.1")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_connect_flood_does_not_keep_the_operator_out(token_daemon: SimRig) -> None:
     """Four processes open and close non-blocking connections as fast as they can; the
     operator's hello and first request are still served within 3 s, 20 of 20 tries

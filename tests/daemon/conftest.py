@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import ArmServer, run_server
@@ -80,13 +79,13 @@ def sim_arm() -> SimArm:
     return SimArm(SimArmConfig(**FAST))
 
 
-@pytest_asyncio.fixture
+@pytest.fixture
 async def server(sim_arm: SimArm) -> AsyncIterator[ArmServer]:
     async with run_server(SimBackend(sim_arm), "127.0.0.1", 0) as srv:
         yield srv
 
 
-@pytest_asyncio.fixture
+@pytest.fixture
 async def client(server: ArmServer) -> AsyncIterator[LineClient]:
     c = await LineClient.connect(server.port)
     yield c

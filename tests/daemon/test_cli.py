@@ -260,7 +260,7 @@ class Daemon:
         return self.proc.returncode, self.events + rest
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_daemon_process_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     d = Daemon(["--backend", "sim", "--time-scale", "20"], tmp_path)
     try:
@@ -277,7 +277,7 @@ async def test_sim_daemon_process_serves_and_stops_on_sigterm(tmp_path: Path) ->
     await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_mycobot_daemon_process_through_the_emulator(
     tmp_path: Path, emulator: FirmwareEmulator
 ) -> None:
@@ -297,7 +297,7 @@ async def test_mycobot_daemon_process_through_the_emulator(
     assert rc == 0
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_token_file_enables_auth(tmp_path: Path) -> None:
     tok = tmp_path / "token"
     tok.write_text("letmein-0123456789\n")
@@ -314,7 +314,7 @@ async def test_token_file_enables_auth(tmp_path: Path) -> None:
     assert rc == 0
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_daemon_with_a_scene_starts_the_workcell(tmp_path: Path) -> None:
     d = Daemon(
         ["--backend", "sim", "--scene", "random", "--seed", "3", "--camera-port", "0"], tmp_path
@@ -373,7 +373,7 @@ def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
     assert len(plain) == 1 and "cannot open serial port" in plain[0]
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     from daemon_pi.demo import run_demo
 

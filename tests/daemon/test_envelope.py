@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from daemon_pi import cli
 from daemon_pi.backends.mycobot import MyCobotBackend
@@ -34,7 +33,7 @@ NARROW = Envelope(
 HOME_POSE = list(HOME)
 
 
-@pytest_asyncio.fixture
+@pytest.fixture
 async def narrow(sim_arm: SimArm) -> AsyncIterator[tuple[ArmServer, LineClient]]:
     async with run_server(SimBackend(sim_arm), "127.0.0.1", 0, envelope=NARROW) as srv:
         c = await LineClient.connect(srv.port)
@@ -58,7 +57,7 @@ async def _refused(c: LineClient, angles: list[float]) -> dict[str, Any]:
 # ------------------------------------------------------------ the default envelope
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_j1_90_5_is_refused_and_the_arm_does_not_move(
     client: LineClient, sim_arm: SimArm
 ) -> None:
@@ -86,7 +85,7 @@ async def test_j1_90_5_is_refused_and_the_arm_does_not_move(
 # ------------------------------------------------------------ every joint, both sides
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("joint", range(6))
 @pytest.mark.parametrize("side", ["min", "max"])
 async def test_each_joint_just_outside_is_refused_naming_it(
@@ -111,7 +110,7 @@ async def test_each_joint_just_outside_is_refused_naming_it(
     assert sim_arm.counters["sends"] == sends + 2
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_outside_the_sdk_limits_stays_angle_out_of_range(
     narrow: tuple[ArmServer, LineClient],
 ) -> None:
@@ -123,7 +122,7 @@ async def test_outside_the_sdk_limits_stays_angle_out_of_range(
 # ------------------------------------------------------------ the firmware saw nothing
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_the_firmware_sees_no_send_angles_frame(emulator: FirmwareEmulator) -> None:
     """mycobot backend over the serial emulator: the refused send never becomes a frame."""
     seen: list[int] = []
@@ -147,7 +146,7 @@ async def test_the_firmware_sees_no_send_angles_frame(emulator: FirmwareEmulator
         await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_daemon_process_refuses_per_its_config(tmp_path: Path) -> None:
     """The real ``mecharm-daemon`` process, its envelope from flags, a raw client."""
     d = Daemon(
@@ -172,7 +171,7 @@ async def test_daemon_process_refuses_per_its_config(tmp_path: Path) -> None:
 # ------------------------------------------------------------ hello
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_hello_envelope_round_trips(narrow: tuple[ArmServer, LineClient]) -> None:
     srv, c = narrow
     hello = await c.ok("hello")
@@ -199,7 +198,7 @@ def test_a_malformed_envelope_is_named(wire: Any, why: str) -> None:
 # ------------------------------------------------------------ the per-move bound
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_step_bound_refuses_a_jump_from_where_the_arm_is(sim_arm: SimArm) -> None:
     env = Envelope(JOINT_MIN, Envelope().joint_max, max_step_deg=10.0)
     async with run_server(SimBackend(sim_arm), "127.0.0.1", 0, envelope=env) as srv:
@@ -217,7 +216,7 @@ async def test_step_bound_refuses_a_jump_from_where_the_arm_is(sim_arm: SimArm) 
         await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_step_bound_holds_for_queued_sends(sim_arm: SimArm) -> None:
     """Queue mode (fresh mode 0): a send runs from the previous queued target, not from where
     the arm is, so back-to-back sends of ±8° each are each checked against both: the second,

@@ -97,7 +97,7 @@ def test_reply_timing_matches_the_firmware() -> None:
     assert dt >= 0.0175
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_every_command_through_the_daemon_on_the_mycobot_backend(
     emulator: FirmwareEmulator,
 ) -> None:
@@ -143,7 +143,7 @@ async def test_every_command_through_the_daemon_on_the_mycobot_backend(
         await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_no_reply_becomes_arm_no_reply(emulator: FirmwareEmulator) -> None:
     async with run_server(MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0) as srv:
         c = await LineClient.connect(srv.port)
@@ -159,7 +159,7 @@ async def test_no_reply_becomes_arm_no_reply(emulator: FirmwareEmulator) -> None
         await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_lost_serial_port_becomes_serial_error(emulator: FirmwareEmulator) -> None:
     async with run_server(MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0) as srv:
         c = await LineClient.connect(srv.port)
@@ -172,7 +172,7 @@ async def test_lost_serial_port_becomes_serial_error(emulator: FirmwareEmulator)
         await c.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from daemon_pi.backends.base import ArmSerialError
 

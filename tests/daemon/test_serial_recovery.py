@@ -104,7 +104,7 @@ def test_backend_schedule_unavailable_meanwhile_and_reopen(linked: FirmwareEmula
     assert b.reopen_in() is None and b.reopen() is False  # closed on purpose: no attempts
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_daemon_reopens_the_link_when_the_device_comes_back(
     linked: FirmwareEmulator,
 ) -> None:

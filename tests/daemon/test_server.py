@@ -20,7 +20,7 @@ from mecharm_sim.arm import HOME, SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 
-pytestmark = pytest.mark.asyncio
+pytestmark = pytest.mark.anyio
 
 
 class InstrumentedBackend(SimBackend):

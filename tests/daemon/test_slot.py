@@ -25,7 +25,7 @@ from mecharm_sim.arm import SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 
-pytestmark = pytest.mark.asyncio
+pytestmark = pytest.mark.anyio
 
 TOKEN = "s3cret-token"
 

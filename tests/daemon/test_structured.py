@@ -11,7 +11,7 @@ from mecharm_sim.arm import SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 
-pytestmark = pytest.mark.asyncio
+pytestmark = pytest.mark.anyio
 
 
 async def test_run_in_a_task_group_serves_and_stops() -> None:

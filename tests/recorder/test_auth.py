@@ -114,7 +114,7 @@ def test_the_envelope_covers_every_byte_and_the_direction():
 
 
 # --- the service ------------------------------------------------------------------------------
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_unsigned_forged_and_replayed_datagrams_never_act(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -145,7 +145,7 @@ async def test_unsigned_forged_and_replayed_datagrams_never_act(
     assert {p.name for p in DataRoot(data_root).run_folders.iterdir()} == {STEM}
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_another_session_cannot_start_end_or_write_into_an_open_trial(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -184,7 +184,7 @@ async def test_another_session_cannot_start_end_or_write_into_an_open_trial(
     assert _meta(data_root, STEM2).status == "ok"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_replies_are_signed_for_the_request_they_answer(
     settings_factory, run_recorder, wait_for
 ):
@@ -203,7 +203,7 @@ async def test_replies_are_signed_for_the_request_they_answer(
     assert json.loads(reply.body)["reason"] == "ok_orphan"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_orphan_frame_and_trial_quotas(settings_factory, run_recorder, wait_for, data_root):
     settings = settings_factory(orphan_frames_per_hour=3, trials_per_hour=2)
     with capture_logs() as logs:
@@ -225,7 +225,7 @@ async def test_orphan_frame_and_trial_quotas(settings_factory, run_recorder, wai
     assert [e["quota"] for e in hits] == ["orphan_frames", "trials"]  # once per window each
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_orphan_bytes_quota(settings_factory, run_recorder, wait_for, data_root):
     async with run_recorder(settings_factory(orphan_bytes_per_hour=1)) as svc:
         s = RecorderSender(port=svc.port)
@@ -235,7 +235,7 @@ async def test_orphan_bytes_quota(settings_factory, run_recorder, wait_for, data
     assert (first, second) == ("ok_orphan", "quota_exceeded")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_an_event_naming_another_trial_than_itself_is_refused(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -259,7 +259,7 @@ def test_a_loose_key_file_stops_the_service_with_the_chmod(settings_factory, tmp
         RecorderSender(key_file=key)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_restarted_runtime_takes_over_the_trial_it_put_on_its_books(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -299,7 +299,7 @@ def test_replay_guard_refuses_a_known_sessions_datagram_from_before_its_start():
     assert g.admit(_sealed(sid, 29))  # a fresh one overtaken in flight still counts
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_datagram_replayed_after_a_recorder_restart_never_acts(
     settings_factory, run_recorder, wait_for, data_root, udp_port
 ):

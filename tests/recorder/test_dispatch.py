@@ -11,7 +11,7 @@ from recorder.sender import RecorderSender
 STEM = "run_0001_20260101_120000"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_full_event_buffer_drops_new_datagrams_and_counts_them(
     settings_factory, run_recorder, wait_for
 ):
@@ -35,7 +35,7 @@ async def test_a_full_event_buffer_drops_new_datagrams_and_counts_them(
         assert svc.counters.dropped_events == 83
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_bursts_of_real_datagrams_are_all_handled(
     settings_factory, run_recorder, wait_for, data_root
 ):

@@ -18,7 +18,7 @@ from recorder.trial import state_row
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_service_records_from_http_mjpeg_and_reconnects(
     settings_factory, run_recorder, wait_for, mjpeg_server
 ):
@@ -154,7 +154,7 @@ class _OddCamera:
         return Frame(True, img, f.wall_ts, f.mono_ns)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_odd_frames_never_end_the_camera_loop(
     settings_factory, run_recorder, wait_for, data_root
 ):

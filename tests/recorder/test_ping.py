@@ -49,7 +49,7 @@ def _drain(sock: socket.socket) -> list[bytes]:
             return out
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_the_recorder_answers_a_ping_with_its_root(
     settings_factory: Any, run_recorder: Any, wait_for: Any, data_root: Path
 ) -> None:
@@ -82,7 +82,7 @@ async def test_the_recorder_answers_a_ping_with_its_root(
         sender.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_spoofed_or_replayed_ping_gets_no_pong(
     settings_factory: Any, run_recorder: Any, wait_for: Any
 ) -> None:
@@ -117,7 +117,7 @@ async def test_a_spoofed_or_replayed_ping_gets_no_pong(
         legit.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_pongs_are_bounded_in_size_and_rate(
     settings_factory: Any, run_recorder: Any, wait_for: Any, tmp_path: Path
 ) -> None:
@@ -154,7 +154,7 @@ async def test_pongs_are_bounded_in_size_and_rate(
         sender.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_ping_to_a_port_nobody_listens_on_is_refused_not_timed_out(
     udp_port: int,
 ) -> None:

@@ -231,7 +231,7 @@ def test_busy_folders_are_reported_not_waited_on(roots):
         repair_recording(root, d, by="t")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_the_recorder_repairs_what_a_killed_recorder_left_when_it_starts(
     roots, run_recorder, wait_for
 ):
@@ -331,7 +331,7 @@ def _tree(path: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_run_folder_symlinked_out_of_the_root_is_never_written_through(
     roots, tmp_path, capsys, run_recorder, wait_for
 ):

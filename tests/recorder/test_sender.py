@@ -169,7 +169,7 @@ def test_request_frame_invalid_tag_is_a_reason_not_an_exception():
     assert (path, ts) == (None, None) and reason.startswith("exception:")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_request_frame_async_does_not_block_the_loop():
     with _listener() as sock:
         port = sock.getsockname()[1]

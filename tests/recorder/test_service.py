@@ -52,7 +52,7 @@ async def settle(svc, n_events: int, wait_for) -> None:
     await wait_for(lambda: svc.counters.events >= n_events, what=f"{n_events} events processed")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     settings = settings_factory()
     async with run_recorder(settings) as svc:
@@ -132,7 +132,7 @@ async def test_full_trial(settings_factory, run_recorder, wait_for, data_root):
     assert np.allclose(pts_ms, (mono - mono[0]) / 1e6, atol=0.05)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_frame_request_outside_trial_goes_to_orphans(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -150,7 +150,7 @@ async def test_frame_request_outside_trial_goes_to_orphans(
     assert not (data_root / "runs").exists()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_stale_frame_answered_while_read_blocks(settings_factory, run_recorder, wait_for):
     synth = SyntheticCamera(fps=30, width=320, height=240)
     async with run_recorder(settings_factory(), camera=synth) as svc:
@@ -174,7 +174,7 @@ async def test_stale_frame_answered_while_read_blocks(settings_factory, run_reco
     assert (young.path is None) == (young.reason == "stale_frame")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_camera_loss_and_recovery(settings_factory, run_recorder, wait_for, data_root):
     synth = SyntheticCamera(fps=30, width=320, height=240)
     with capture_logs() as logs:
@@ -214,7 +214,7 @@ async def test_camera_loss_and_recovery(settings_factory, run_recorder, wait_for
     assert "camera_lost" in events and "camera_recovered" in events
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_frozen_feed_is_detected(settings_factory, run_recorder, wait_for, data_root):
     synth = SyntheticCamera(fps=30, width=320, height=240)
     with capture_logs() as logs:
@@ -241,7 +241,7 @@ async def test_frozen_feed_is_detected(settings_factory, run_recorder, wait_for,
     assert "camera_frozen" in events and "camera_unfrozen" in events
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_mount_loss_mid_trial(settings_factory, run_recorder, wait_for, data_root):
     with capture_logs() as logs:
         async with run_recorder(settings_factory()) as svc:
@@ -275,7 +275,7 @@ async def test_mount_loss_mid_trial(settings_factory, run_recorder, wait_for, da
     assert not rec_dir(data_root, STEM).exists()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_double_trial_start_truncates_and_stray_trial_end_is_logged(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -306,7 +306,7 @@ async def test_double_trial_start_truncates_and_stray_trial_end_is_logged(
     )
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_shutdown_closes_open_trial_truncated(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -322,7 +322,7 @@ async def test_shutdown_closes_open_trial_truncated(
     )
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_csvs_are_flushed_within_a_second(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -346,7 +346,7 @@ async def test_csvs_are_flushed_within_a_second(
         assert svc.trial is not None  # still open: nothing was closed to force the flush
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_events_outside_a_trial_are_ignored_and_status_is_reported(
     settings_factory, run_recorder, wait_for, data_root
 ):
@@ -423,7 +423,7 @@ def _hostile_datagrams(rng: np.random.Generator, n: int, port: int, own_port: in
     return out
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_fuzz_hostile_datagrams_then_a_clean_trial(
     settings_factory, run_recorder, wait_for, tmp_path, data_root
 ):
@@ -478,7 +478,7 @@ async def test_fuzz_hostile_datagrams_then_a_clean_trial(
     assert {p.name for p in DataRoot(data_root).run_folders.iterdir()} == {STEM}
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_frame_request_flood_is_rate_limited_and_endless_trials_are_closed(
     settings_factory, run_recorder, wait_for, data_root
 ):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest_asyncio
+import pytest
 
 from daemon_pi.backends.sim import SimBackend
 from daemon_pi.server import ArmServer, run_server
@@ -28,7 +28,7 @@ class SimDaemon:
         return self.server.port
 
 
-@pytest_asyncio.fixture
+@pytest.fixture
 async def sim_daemon() -> AsyncIterator[SimDaemon]:
     arm = SimArm(SimArmConfig(time_scale=TIME_SCALE, seed=3, initial_angles=(0, 0, 0, 0, 0, -30)))
     async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:

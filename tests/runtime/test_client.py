@@ -26,7 +26,7 @@ from mecharm_sim.arm import SimArm, SimArmConfig
 from .conftest import SimDaemon
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_hello_and_commands(sim_daemon: SimDaemon) -> None:
     async with DaemonClient("127.0.0.1", sim_daemon.port) as c:
         assert c.hello is not None and c.hello["backend"] == "sim"
@@ -38,7 +38,7 @@ async def test_hello_and_commands(sim_daemon: SimDaemon) -> None:
         await c.stop()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_second_client_gets_busy_first_unaffected(sim_daemon: SimDaemon) -> None:
     async with DaemonClient("127.0.0.1", sim_daemon.port) as first:
         second = DaemonClient("127.0.0.1", sim_daemon.port)
@@ -48,7 +48,7 @@ async def test_second_client_gets_busy_first_unaffected(sim_daemon: SimDaemon) -
         assert len(await first.get_angles()) == 6
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_refused_and_no_reply_are_distinct(sim_daemon: SimDaemon) -> None:
     async with DaemonClient("127.0.0.1", sim_daemon.port) as c:
         with pytest.raises(ArmRefused) as ei:
@@ -66,7 +66,7 @@ async def test_refused_and_no_reply_are_distinct(sim_daemon: SimDaemon) -> None:
         assert len(await c.get_angles()) == 6  # the connection survived every refusal
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_connection_lost_and_no_silent_reconnect(sim_daemon: SimDaemon) -> None:
     c = DaemonClient("127.0.0.1", sim_daemon.port)
     await c.connect()
@@ -80,13 +80,13 @@ async def test_connection_lost_and_no_silent_reconnect(sim_daemon: SimDaemon) ->
         await c.get_angles()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_connect_refused_is_connection_lost(tcp_port: int) -> None:
     with pytest.raises(ConnectionLost, match="cannot connect"):
         await DaemonClient("127.0.0.1", tcp_port).connect()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_timeout_closes_the_connection() -> None:
     # a real arm whose reads take 2 s (a hung serial line), client timeout 0.3 s
     arm = SimArm(SimArmConfig(read_latency_s=2.0))
@@ -100,7 +100,7 @@ async def test_timeout_closes_the_connection() -> None:
         await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_mismatched_reply_id_is_a_protocol_violation() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while line := await reader.readline():
@@ -123,7 +123,7 @@ async def test_mismatched_reply_id_is_a_protocol_violation() -> None:
         await server.wait_closed()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_cancelled_request_keeps_the_connection_usable() -> None:
     # reads take 0.3 s: cancel one in flight, then the next request must get its own reply
     arm = SimArm(SimArmConfig(read_latency_s=0.3, initial_angles=(1, 2, 3, 4, 5, 6), noise_deg=0.0))
@@ -141,7 +141,7 @@ async def test_cancelled_request_keeps_the_connection_usable() -> None:
         await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     "result",
     [

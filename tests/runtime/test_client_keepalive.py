@@ -24,7 +24,7 @@ from mecharm_runtime.client import (
 )
 from mecharm_sim.arm import SimArm, SimArmConfig
 
-pytestmark = pytest.mark.asyncio
+pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager

@@ -75,7 +75,7 @@ def _state_statement(text: str) -> str:
     return "\n".join(lines[i : i + 5])
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_stage_starts_with_targets_before_their_end_and_one_line_each(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -120,7 +120,7 @@ async def test_stage_starts_with_targets_before_their_end_and_one_line_each(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_live_status_on_a_terminal_and_the_builder_argv(
     sim_daemon: SimDaemon,
     workcell: Workcell,
@@ -168,7 +168,7 @@ async def test_live_status_on_a_terminal_and_the_builder_argv(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_first_ctrl_c_is_acknowledged_at_once_and_the_trial_completes(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -190,7 +190,7 @@ async def test_first_ctrl_c_is_acknowledged_at_once_and_the_trial_completes(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_forced_stop_holding_the_block_ends_with_the_arms_last_known_state(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -221,7 +221,7 @@ async def test_forced_stop_holding_the_block_ends_with_the_arms_last_known_state
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_daemon_stopped_mid_trial_the_loss_is_told_once_then_the_state(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -309,7 +309,7 @@ def _fake_module(tmp_path: Path, name: str, body: str, monkeypatch: pytest.Monke
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(mod), os.environ.get("PYTHONPATH", "")]))
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_display_starts_the_follower_with_its_url_and_stops_it_at_the_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,7 +339,7 @@ async def test_display_starts_the_follower_with_its_url_and_stops_it_at_the_end(
     assert list(DataRoot(root).logs.glob("view_follow_*.log"))
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_follower_that_fails_gives_one_warning_line(tmp_path: Path) -> None:
     said: list[str] = []
     jobs = ViewJobs(tmp_path, said.append, module=NO_VIEW)
@@ -470,7 +470,7 @@ def test_display_without_a_viewer_says_so_before_the_first_trial(
     assert viewer_missing(python) is None
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_display_url_needs_no_local_viewer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -490,7 +490,7 @@ async def test_display_url_needs_no_local_viewer(
     assert json.loads(seen.read_text())[-1] == "rerun+http://127.0.0.1:9876/proxy"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_rerun_builders_run_one_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -546,7 +546,7 @@ def test_the_status_line_keeps_the_recorder_at_80_columns_in_its_own_colours() -
 # ---------------------------------------------------------------- dry run; no fresh scene
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_ends_the_session(
     tmp_path: Path, fk_data_dir: Path
 ) -> None:

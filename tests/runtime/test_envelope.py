@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from structlog.testing import capture_logs
 
 from daemon_pi.backends.sim import SimBackend
@@ -58,7 +57,7 @@ def _arm() -> SimArm:
     return SimArm(SimArmConfig(time_scale=20.0, seed=3, initial_angles=(0, 0, 0, 0, 0, -30)))
 
 
-@pytest_asyncio.fixture
+@pytest.fixture
 async def daemon(request: pytest.FixtureRequest) -> AsyncIterator[tuple[ArmServer, SimArm]]:
     """A real daemon on loopback whose envelope is the test's parameter."""
     arm = _arm()
@@ -76,7 +75,7 @@ async def _client(port: int) -> DaemonClient:
 # ------------------------------------------------------------ start-up: exit 7
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("daemon", [Envelope(JOINT_MIN, _max(j1=85.0))], indirect=True)
 async def test_runtime_refuses_to_start_against_a_narrower_daemon(
     daemon: tuple[ArmServer, SimArm], tmp_path: Path, fk_data_dir: Path
@@ -103,7 +102,7 @@ async def test_runtime_refuses_to_start_against_a_narrower_daemon(
     assert srv.stats.snapshot()["commands"].get("send_angles", 0) == 0
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("daemon", "settings", "needle"),
     [
@@ -133,7 +132,7 @@ async def test_each_setting_is_compared(
         await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("daemon", "settings", "needle"),
     [
@@ -172,7 +171,7 @@ async def test_a_per_move_bound_below_the_trials_moves_is_refused_at_start(
 # ------------------------------------------------------------ hello and the guard
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     "daemon", [Envelope(_min(j4=-100.0), _max(j0=80.0, j1=85.0), 25.0)], indirect=True
 )
@@ -212,7 +211,7 @@ def test_check_pose_keeps_to_the_narrower_of_both() -> None:
     assert check_pose([0, 85.0, 0, 40.0, 0, 0], envelope=env).ok
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("daemon", [Envelope()], indirect=True)
 async def test_a_raw_send_outside_is_a_typed_error(daemon: tuple[ArmServer, SimArm]) -> None:
     """The runtime's client (no guard in between) gets OutsideEnvelope; the arm stays."""
@@ -232,7 +231,7 @@ async def test_a_raw_send_outside_is_a_typed_error(daemon: tuple[ArmServer, SimA
 # ------------------------------------------------------------ an older daemon
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_an_older_daemon_leaves_the_runtimes_own_limits_with_one_warning() -> None:
     arm = _arm()
     srv = _OlderServer(SimBackend(arm), "127.0.0.1", 0)
@@ -260,7 +259,7 @@ async def test_an_older_daemon_leaves_the_runtimes_own_limits_with_one_warning()
         await srv.stop()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_malformed_announcement_is_refused() -> None:
     class _Garbled(ArmServer):
         async def _cmd_hello(self, conn: Any, args: Any) -> dict[str, Any]:

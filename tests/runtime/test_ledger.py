@@ -220,7 +220,7 @@ def _meta(stem: str = "run_0001_20260101_120000", **kw: object) -> dict[str, obj
     return meta
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
     stem = "run_0001_20260101_120000"
     rec = DataRoot(tmp_path).recording(stem)
@@ -241,7 +241,7 @@ async def test_recording_wait_finds_meta_written_late(tmp_path: Path) -> None:
     assert info.waited_s == pytest.approx(0.3)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_recording_wait_is_bounded_and_never_oversleeps(tmp_path: Path) -> None:
     t = _FakeTime()
     info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.35, poll_s=0.1,
@@ -252,14 +252,14 @@ async def test_recording_wait_is_bounded_and_never_oversleeps(tmp_path: Path) ->
     assert info.waited_s == pytest.approx(0.35)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_recording_wait_really_sleeps_by_default(tmp_path: Path) -> None:
     t0 = time.monotonic()
     info = await wait_recording_meta(tmp_path / "nothing", tmp_path, timeout_s=0.2, poll_s=0.1)
     assert info.status == "none" and time.monotonic() - t0 >= 0.2  # a lower bound only
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("content", "says"),
     [
@@ -292,7 +292,7 @@ async def test_recording_wait_bad_meta_is_status_none_with_the_reason(
     assert len(reads) == 2  # a bad file is final: not polled again until the deadline
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("left", "holder", "status", "says"),
     [

@@ -20,11 +20,6 @@ AIM = (0.157, 0.260)
 HOVER = (-30.0, 60.0, -10.0, 3.6, -55.0, -30.0)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Eyes:
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation:
         return VerdictObservation("yes", 0.9, "held", "geometric")

@@ -84,7 +84,7 @@ def _trace(t: TrialSummary) -> list[dict[str, Any]]:
     return list(read_trace(t.trace_path))
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_full_trial_completes_with_all_records(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -154,7 +154,7 @@ async def test_full_trial_completes_with_all_records(
 
 
 @pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -183,7 +183,7 @@ async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
     assert len(sends) == t.moves + 1
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_daemon_killed_mid_move_aborts_with_reason(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -215,7 +215,7 @@ async def test_daemon_killed_mid_move_aborts_with_reason(
     )
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_lookup_failure_goes_through_exit_path_to_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -232,7 +232,7 @@ async def test_lookup_failure_goes_through_exit_path_to_home(
 
 
 @pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_pick_retry_then_success(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -247,7 +247,7 @@ async def test_pick_retry_then_success(
 
 
 @pytest.mark.slow  # a whole trial (several, with retries) on the simulated arm
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_pick_judged_no_three_times_aborts(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -266,7 +266,7 @@ async def test_pick_judged_no_three_times_aborts(
     )
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_pose_above_j1_limit_is_never_sent(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -295,7 +295,7 @@ async def test_pose_above_j1_limit_is_never_sent(
     assert all(c[1] <= 88.0 for c in commands)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_guard_refuses_what_a_lookup_accepted(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -317,7 +317,7 @@ async def test_guard_refuses_what_a_lookup_accepted(
     assert guards[-1]["note"] == "abort: home" and guards[-1]["ok"]  # the exit path went home
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_forced_stop_stops_the_arm_at_once(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -350,7 +350,7 @@ async def test_forced_stop_stops_the_arm_at_once(
     assert sim_daemon.arm.get_fresh_mode() == 0
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -386,7 +386,7 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     assert not DataRoot(tmp_path).correction_memory.exists()  # a dry run never teaches
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_dir: Path) -> None:
     s = _settings(tmp_path / "not_mounted", fk_data_dir, dry_run=True)
     clock = RealClock()
@@ -406,7 +406,7 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
     assert not (tmp_path / "not_mounted").exists()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_correction_applied_clamped_and_corrupt_entry_never_used(
     tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -474,7 +474,7 @@ class _DroppedInServoEyes(TrueStateEyes):
         return self.first
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:

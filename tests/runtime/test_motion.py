@@ -55,7 +55,7 @@ class _Seen:
         self.readings += 1
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     seen = _Seen()
@@ -83,7 +83,7 @@ async def test_arrives_with_one_send_and_observer(sim_daemon: SimDaemon) -> None
     await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_ignored_send_is_resent_exactly_once(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.ignore_next_sends(1)
@@ -99,7 +99,7 @@ async def test_ignored_send_is_resent_exactly_once(sim_daemon: SimDaemon) -> Non
     await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_never_more_than_one_resend(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.ignore_next_sends(5)
@@ -117,7 +117,7 @@ def _count(snap: dict, cmd: str) -> int:
     return int(entry.get("count", 0)) if isinstance(entry, dict) else int(entry)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_partial_move_is_not_retried(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.stall_next_move(0.5)
@@ -127,7 +127,7 @@ async def test_partial_move_is_not_retried(sim_daemon: SimDaemon) -> None:
     await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     sim_daemon.arm.faults.fail_reads(1)
@@ -143,7 +143,7 @@ async def test_no_start_reading_aborts(sim_daemon: SimDaemon) -> None:
     await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_j1_above_limit_never_reaches_the_daemon(sim_daemon: SimDaemon) -> None:
     c, arm = await _arm(sim_daemon)
     with pytest.raises(GuardViolation, match=r"j1 = 89\.00 above the safety limit 88"):
@@ -154,7 +154,7 @@ async def test_j1_above_limit_never_reaches_the_daemon(sim_daemon: SimDaemon) ->
     await c.aclose()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_daemon_lost_mid_move_raises_connection_lost(sim_daemon: SimDaemon) -> None:
     import asyncio
 

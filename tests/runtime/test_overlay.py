@@ -147,7 +147,7 @@ def test_missing_or_odd_data_still_gives_an_image(scene: Any, tmp_path: Path) ->
 
 
 @pytest.mark.slow  # a whole trial through the simulator's rendered top camera
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_trial_leaves_overlaid_stage_images_over_the_raw_frames_perception_used(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

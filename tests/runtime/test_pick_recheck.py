@@ -21,12 +21,6 @@ from mecharm_runtime.records.reconcile import reconcile_run_folders
 from mecharm_runtime.records.runlog import build_runlog
 from tests.runtime.offline_ctx import offline_context
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the runtime's event loop
-
-
 BOX = (-0.199, 0.173)
 LIFTED = (0.1987, 0.2849)  # where a harsh block lay beside the jaws at the lift (seed 9510)
 YES = VerdictObservation(

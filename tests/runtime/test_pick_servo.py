@@ -160,7 +160,7 @@ def test_before_values_turn_the_servo_and_miss_learning_off() -> None:
 # ---------------------------------------------------------------- on the daemon, offset arm
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_servo_closes_the_offset_and_memory_learns_it(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -186,7 +186,7 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
     _assert_checked(t, "pick servo", "pick descend")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -219,7 +219,7 @@ class FaultingEyes(OffsetEyes):
         return obs
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("after", "fault"),
     [
@@ -263,7 +263,7 @@ async def test_abort_after_a_servo_step_that_did_not_arrive_goes_up_within_the_b
     assert not any(n.startswith("pick servo") for n in way_up), cmds
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -291,7 +291,7 @@ async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     assert not result["converged"] and result["why"].startswith("total bound")
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -318,7 +318,7 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_the_bound(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,7 +351,7 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     assert t.pick_verdict == "yes", t.reason
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -367,7 +367,7 @@ async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
 
 
 @pytest.mark.slow  # two whole attempts that miss
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_before_the_settings_every_attempt_misses_and_nothing_is_learnt(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:

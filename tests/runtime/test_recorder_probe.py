@@ -64,7 +64,7 @@ async def _link(root: Path, port: int) -> RecorderLink:
     return RecorderLink(RecorderSender(port=port), data_root=root)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_probe_finds_the_same_root_however_it_is_spelled(tmp_path: Path) -> None:
     ours, _ = _dirs(tmp_path)
     os.symlink(ours, tmp_path / "alias")
@@ -77,7 +77,7 @@ async def test_probe_finds_the_same_root_however_it_is_spelled(tmp_path: Path) -
         link.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_probe_names_another_root_and_a_silent_port(tmp_path: Path, udp_port: int) -> None:
     ours, other = _dirs(tmp_path)
     async with _recorder(other) as svc:
@@ -95,7 +95,7 @@ async def test_probe_names_another_root_and_a_silent_port(tmp_path: Path, udp_po
     link.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_recorder_with_another_key_is_told_apart(tmp_path: Path) -> None:
     ours, _ = _dirs(tmp_path)
     async with _recorder(ours) as svc:
@@ -109,7 +109,7 @@ async def test_a_recorder_with_another_key_is_told_apart(tmp_path: Path) -> None
         link.close()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_disabled_link_sends_nothing_and_says_why() -> None:
     link = RecorderLink(None, off_reason="recorder off: --no-recorder")
     p = await link.probe(5.0)
@@ -141,7 +141,7 @@ async def _service(
     return out.getvalue(), logs, sends, report
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("wrong", ["port", "root"])
 async def test_a_missing_or_misrooted_recorder_is_flagged_before_and_in_every_trial(
     wrong: str, sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -187,7 +187,7 @@ async def test_a_missing_or_misrooted_recorder_is_flagged_before_and_in_every_tr
         assert warned[0]["muted"] is False and "no trial events" not in text
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_the_right_recorder_gives_no_warning_and_its_video(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -208,7 +208,7 @@ async def test_the_right_recorder_gives_no_warning_and_its_video(
     assert "(SYNTHETIC side camera: a test card)" in text
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_no_recorder_flag_means_no_warning(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -222,7 +222,7 @@ async def test_no_recorder_flag_means_no_warning(
     assert not [e for e in logs if e["event"].startswith("recorder_")]
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_require_recorder_refuses_before_the_arm_moves(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, udp_port: int
 ) -> None:
@@ -268,7 +268,7 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
     assert "Traceback" not in r.stderr and "trial 1" not in r.stdout
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_trial_the_recorder_holds_for_a_gone_runtime_is_booked_and_handed_over(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:

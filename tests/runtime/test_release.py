@@ -117,7 +117,7 @@ def _pose_at_gripper(t: TrialSummary, action: str) -> list[tuple[list[float], di
 # ------------------------------------------------------------------ never release blind
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -174,7 +174,7 @@ class GoneAtRelease(HiddenAtRelease):
         return await super().locate_block(lift_m, near_xz, tag)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -188,7 +188,7 @@ async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     assert told["evidence"] == "not_seen"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -224,7 +224,7 @@ async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
     await _replays_identically(t, fk_data_dir)
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_operator_release_anyway_goes_back_down_then_opens(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -240,7 +240,7 @@ async def test_operator_release_anyway_goes_back_down_then_opens(
     assert up["value"]["change"] == "keep" and up["value"]["dist_mm"] is None
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_abort_while_holding_hovers_instead_of_going_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -255,7 +255,7 @@ async def test_abort_while_holding_hovers_instead_of_going_home(
     assert sim_daemon.arm.get_fresh_mode() == 0
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -267,7 +267,7 @@ async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
 # ------------------------------------------------------------------ height memory
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_measured_place_raises_the_height_and_logs_the_distance(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -294,7 +294,7 @@ async def test_measured_place_raises_the_height_and_logs_the_distance(
 # ------------------------------------------------------------------ safe pick retry
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("open_at", ["mat", "swept"])
 async def test_pick_retry_opens_only_at_the_mat_or_swept_aside(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, open_at: str
@@ -323,7 +323,7 @@ async def test_pick_retry_opens_only_at_the_mat_or_swept_aside(
     assert notes[-1] == "home before re-detect"
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_pick_retry_before_the_setting_opened_at_lift_height(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -369,7 +369,7 @@ def _drop_on_the_mat(wc: Workcell) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_block_slipped_outside_the_opening_is_not_released(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -400,7 +400,7 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_block_dropped_in_transit_is_not_released(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -425,7 +425,7 @@ async def test_sim_block_dropped_in_transit_is_not_released(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_block_slipped_in_the_jaws_is_re_aimed_and_lands_in_the_box(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -452,7 +452,7 @@ async def test_sim_block_slipped_in_the_jaws_is_re_aimed_and_lands_in_the_box(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("seed", [None, 3, 5, 8])
 async def test_sim_normal_place_is_confirmed_then_released(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path, seed: int | None
@@ -472,7 +472,7 @@ async def test_sim_normal_place_is_confirmed_then_released(
     print(f"release view seed={seed}: {view} height: {up['value']}")  # figures for docs
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -496,7 +496,7 @@ async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -516,7 +516,7 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_service_goes_on_when_the_operator_takes_the_held_block_out(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -541,7 +541,7 @@ async def test_sim_service_goes_on_when_the_operator_takes_the_held_block_out(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_service_goes_on_after_a_refused_release_put_back(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -562,7 +562,7 @@ async def test_sim_service_goes_on_after_a_refused_release_put_back(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_sim_place_at_the_highest_learned_height_lands_and_stays_bounded(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:

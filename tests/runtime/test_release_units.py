@@ -199,7 +199,7 @@ async def _ask(text: bytes | None, timeout: float = 5.0) -> tuple[bool | None, s
     return answer, out.getvalue()
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_confirm_prompt_release_abort_and_retry_on_nonsense() -> None:
     assert (await _ask(b"r\n"))[0] is True
     assert (await _ask(b"abort\n"))[0] is False
@@ -208,7 +208,7 @@ async def test_confirm_prompt_release_abort_and_retry_on_nonsense() -> None:
     assert "RELEASE REFUSED: block not seen" in said
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_confirm_prompt_without_an_answer_aborts() -> None:
     assert (await _ask(b"", timeout=0.2))[0] is None  # nothing typed: the timeout
     assert (await _ask(None))[0] is None  # the terminal closed
@@ -218,7 +218,7 @@ def test_confirm_prompt_runs_in_the_event_loop() -> None:
     assert asyncio.run(_ask(b"r\n"))[0] is True
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_side_check_reads_the_recorders_frame_file(tmp_path: Path) -> None:
     from mecharm_runtime.eyes import _side_check
 

@@ -121,7 +121,7 @@ def _strip(e: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_trace_replays_to_identical_decisions(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:

@@ -163,7 +163,7 @@ def _first_row(path: Path) -> str:
     return path.read_text().splitlines()[1]
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_service_stops_when_a_trials_row_did_not_reach_the_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

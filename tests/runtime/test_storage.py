@@ -150,7 +150,7 @@ def test_export_reads_a_ledger_whose_last_append_was_cut_short(tmp_path: Path) -
     assert [e["event"] for e in logs] == ["ledger_truncated_tail"]
 
 
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -325,7 +325,7 @@ def assert_same_decisions(a: TrialSummary, b: TrialSummary) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_trial_leaves_its_top_video_and_decides_as_without_it(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
 ) -> None:
@@ -368,7 +368,7 @@ async def test_a_trial_leaves_its_top_video_and_decides_as_without_it(
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 @pytest.mark.parametrize("fault", ["full_disk", "stalled_disk", "unopenable"])
 async def test_a_failing_top_video_never_changes_the_trial(
     sim_daemon: SimDaemon,
@@ -442,7 +442,7 @@ def test_flags_and_rig_id(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.asyncio
+@pytest.mark.anyio
 async def test_a_trial_that_raises_leaves_no_tap_and_no_writer_running(
     sim_daemon: SimDaemon,
     workcell: Workcell,
