@@ -428,10 +428,14 @@ def _box_from(
     blobs: list[NDArray[np.float32]] | None = None,
 ) -> BoxDetection:
     """``blobs``: when given, receives every white blob's outline (mm, rim plane) seen at the
-    first white threshold (``refind_box`` asks whether any lies near the old box)."""
+    first white threshold and, in dim light, at the dim one too (``refind_box`` asks
+    whether any lies near the old box: on harsh's dim light the rim is grey, and pieces of
+    it beside the arm were missed at the first threshold, the box called gone)."""
     white = view.white()
-    blobs = [] if blobs is None else blobs
+    out = [] if blobs is None else blobs
+    blobs = []
     found, why = _box_contour(white, view.off, H, config, blobs)
+    out.extend(blobs)
     if found is not None:
         return found
     score, x, z, yaw, scale = _box_template(white, view.off, H, config)
@@ -440,6 +444,7 @@ def _box_from(
         white = view.white(dim)
         dim_blobs: list[NDArray[np.float32]] = []
         found, why2 = _box_contour(white, view.off, H, config, dim_blobs)
+        out.extend(dim_blobs)
         if found is not None:
             return dataclasses.replace(found, reason=f"white threshold {dim} (dim light)")
         dim_score, *rest = _box_template(white, view.off, H, config)
