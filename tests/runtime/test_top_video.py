@@ -453,7 +453,7 @@ async def test_a_trial_that_raises_leaves_no_tap_and_no_writer_running(
     """Not only a cancel: any exception out of the stages stops the recording."""
     writers: list[TopVideoWriter] = []
 
-    async def stages_that_fail(ctx: Any, force: Any) -> Any:
+    async def stages_that_fail(task: Any, ctx: Any, force: Any) -> Any:
         w = rig.top_video._writer if rig.top_video is not None else None
         assert w is not None
         writers.append(w)
