@@ -85,6 +85,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "servo_drop_still_mm": None,
     # a pick judged yes stayed yes, whatever the block did afterwards
     "pick_recheck_mm": None,
+    # a pick found never lifted ended the trial after its place judgement
+    "retry_never_lifted": False,
     # the lift's move on to the approach arc kept the approach's 2° tolerance
     "tol_lift_to_arc": 2.0,
 }
@@ -440,6 +442,11 @@ class RuntimeSettings(RigSettings):
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0
     #: at the lift height, as the rig did) or lift (where it is)
     retry_open_at: Literal["mat", "swept", "lift"] = "mat"
+    #: a pick revised to "no" (the block never left the mat: pick_recheck_mm) is tried again,
+    #: from detect, while pick attempts are left: back over the box, open, HOME
+    #: (docs/release.md, "A pick that never lifted the block"); off: the trial completes
+    #: with the place judged where the block lies
+    retry_never_lifted: bool = True
 
     @field_validator("pick_band", "place_band", "pick_hover_band", "pick_retry_band")
     @classmethod

@@ -24,12 +24,8 @@ from mecharm_runtime.pick_place.pick import (
     up_from_mat,
 )
 from mecharm_runtime.pick_place.place import approach_place, descend_place, servo_place
-from mecharm_runtime.pick_place.release import (
-    look_at_jaws,
-    release,
-    retreat_and_judge,
-    return_home,
-)
+from mecharm_runtime.pick_place.release import look_at_jaws, retreat_and_judge, return_home
+from mecharm_runtime.pick_place.release import release as _release  # not the module's name
 from mecharm_runtime.pick_place.stages import FORMER_NAMES, STAGE_ORDER, TRANSITIONS, Stage
 
 __all__ = [
@@ -51,7 +47,7 @@ BODIES: dict[Stage, Callable[[TrialContext], Awaitable[Outcome]]] = {
     Stage.OPEN_GRIPPER_HOME: open_gripper_home, Stage.DETECT: detect, Stage.CORRECT_AIM: correct_aim,
     Stage.APPROACH_PICK: approach_pick, Stage.DESCEND_PICK: descend_pick, Stage.GRASP: grasp,
     Stage.LIFT_AND_JUDGE: lift_and_judge, Stage.RETRY_PICK: retry_pick, Stage.APPROACH_PLACE: approach_place,
-    Stage.DESCEND_PLACE: descend_place, Stage.SERVO_PLACE: servo_place, Stage.RELEASE: release,
+    Stage.DESCEND_PLACE: descend_place, Stage.SERVO_PLACE: servo_place, Stage.RELEASE: _release,
     Stage.RETREAT_AND_JUDGE: retreat_and_judge, Stage.RETURN_HOME: return_home,
 }  # fmt: skip
 

@@ -20,7 +20,7 @@ from mecharm_runtime.lookup.descent import PickDescent, pick_descent_table, plan
 from mecharm_runtime.lookup.fk_lookup import FkLookupResult, fk_lookup
 from mecharm_runtime.lookup.j0 import j0_lookup
 from mecharm_runtime.memories import cell_key
-from mecharm_runtime.pick_place.context import TrialContext
+from mecharm_runtime.pick_place.context import TrialContext, TrialState
 from mecharm_runtime.ports import (
     TipObservation,
 )
@@ -428,6 +428,16 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     """
     s, st = ctx.settings, ctx.state
     where = s.retry_open_at
+    if st.block_lost:
+        # the pick was found never to have lifted the block (release.py, _retry_never_lifted):
+        # the jaws are empty and the arm is beside the box; back over it as return_home goes,
+        # open there, HOME, and forget the place attempt
+        assert st.place_approach is not None
+        await ctx.move(
+            st.place_approach, s.tol_pick_place, "retry: back over the box", lookup_ok=True
+        )
+        where = "lift"
+        _forget_the_place(st)
     if where != "lift" and (st.pick_pose is None or st.pick_approach is None):
         where = "lift"  # never lowered: nothing to lower to (cannot happen after a grasp)
     if where != "lift":
@@ -445,6 +455,17 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
         await up_from_mat(ctx, "retry: up from the mat")
     await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK
+
+
+def _forget_the_place(st: TrialState) -> None:
+    """A new pick attempt after a place attempt whose block was never lifted: the place
+    phase starts afresh (its approach, poses, views and verdict belong to that attempt)."""
+    fresh = TrialState()
+    for name in ("place_key", "place_dee_start_mm", "place_approach", "place_pose",
+                 "place_ee_y", "place_path", "side_frame", "release_view", "release_confirmed",
+                 "hovering", "release_refused", "block_lost", "held_evidence", "place_verdict",
+                 "lifted_block_xz"):  # fmt: skip
+        setattr(st, name, getattr(fresh, name))
 
 
 async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:

@@ -196,7 +196,6 @@ class _HeldBlockWatch:
             self.ctx.trace.decision("held_block_lagged", info)
         elif block_mm < tip_mm / 3.0:
             self.ctx.trace.decision("held_block_lost", info)
-            _learn_failed_place(self.ctx, "lost")
             # the evidence says the jaws are empty: the exit path goes up and HOME as for any
             # stop without a block, instead of announcing a block held in the hover
             self.ctx.state.holding = False
@@ -225,8 +224,11 @@ async def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
     """The block left the jaws in the box's neighbourhood: with ``lost_block: judge`` the
     trial goes on to retreat_and_judge, whose judge says where it went (in the box or not);
     the reason stays in the trace and the log. Else the trial stops with the reason. Either
-    way the pick judgement is checked against where the block now lies (``_recheck_pick``)."""
-    await _recheck_pick(ctx, exc.block_xz)
+    way the pick judgement is checked against where the block now lies (``_recheck_pick``);
+    a block lost on the box teaches the height memory, one that never left the mat does not
+    (it says nothing about the height the block hung at)."""
+    if not await _recheck_pick(ctx, exc.block_xz):
+        _learn_failed_place(ctx, "lost")
     if ctx.settings.lost_block != "judge":
         raise exc
     ctx.trace.decision("block_lost", {"why": str(exc), "next": "judge the place"})
@@ -234,38 +236,43 @@ async def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
     return Outcome.LOST
 
 
-async def _recheck_pick(ctx: TrialContext, seen_xz: tuple[float, float] | None) -> None:
+#: the judge named by a pick verdict revised from later evidence (``_recheck_pick``)
+PICK_RECHECK = "pick_recheck"
+
+
+async def _recheck_pick(ctx: TrialContext, seen_xz: tuple[float, float] | None) -> bool:
     """Was the lost block ever lifted (docs/release.md, "A pick that never lifted the block")?
     Located on the mat's plane, a block lying within ``pick_recheck_mm`` of where the top
     camera saw it right after the lift has not moved since: it lay on the mat beside the
     jaws when the pick was judged "yes" (a block hanging from a jaw's edge and dropped at
     the lift looks held from above), and the pick verdict is revised to "no". A block that
-    slipped out on the way lies along the path, hundreds of mm from there."""
+    slipped out on the way lies along the path, hundreds of mm from there. True: revised."""
     s, st = ctx.settings, ctx.state
     v = st.pick_verdict
     if s.pick_recheck_mm is None or st.lifted_block_xz is None or seen_xz is None:
-        return
+        return False
     if v is None or v.verdict != "yes":
-        return
+        return False
     now = await ctx.eyes.locate_block(0.0, seen_xz, "lost_mat")
     moved = None if now is None else math.dist(now, st.lifted_block_xz) * 1000.0
     entry: dict[str, Any] = {"lifted_xz": list(st.lifted_block_xz),
                              "lost_xz": None if now is None else list(now), "moved_mm": moved}  # fmt: skip
     if now is None or moved is None or moved > s.pick_recheck_mm:
         ctx.trace.decision("pick_recheck", {**entry, "revised": False})
-        return
+        return False
     st.pick_verdict = VerdictObservation(
         "no",
         round(0.9 * v.confidence, 4),
         f"revised: the lost block lies {moved:.0f} mm from where the top "
         f"camera saw it after the lift; it never left the mat (at the lift: {v.reason})",
-        "pick_recheck",
+        PICK_RECHECK,
         {**entry, "first": v.to_dict()},
     )
     ctx.trace.decision(
         "pick_recheck", {**entry, "revised": True, "pick_verdict": st.pick_verdict.to_dict()}
     )
     log.warning("pick_revised", moved_mm=round(moved, 1), why="the block never left the mat")
+    return True
 
 
 async def _side_frame(ctx: TrialContext, tag: str) -> None:

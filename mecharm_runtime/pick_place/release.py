@@ -13,6 +13,7 @@ from mecharm_runtime.engine import Outcome, StageFailed
 from mecharm_runtime.perception.judge import BOX_MOVED_MM
 from mecharm_runtime.pick_place.context import BlockLost, TrialContext
 from mecharm_runtime.pick_place.place import (
+    PICK_RECHECK,
     _HeldBlockWatch,
     _learn_failed_place,
     _lost,
@@ -248,7 +249,7 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     st.place_verdict = v
     placed = v.verdict == "yes"
     if st.block_lost:  # the height memory learnt from the loss already (_learn_failed_place)
-        return Outcome.OK
+        return _retry_never_lifted(ctx)
     if s.height_rule == "failures":  # before the measured rule: raise after a failure only
         dee = ctx.heights.update(st.place_key, placed, s.height_step_mm, s.height_max_mm)
         ctx.trace.decision(
@@ -283,6 +284,32 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
         why=up.why,
     )
     return Outcome.OK
+
+
+def _retry_never_lifted(ctx: TrialContext) -> Outcome:
+    """RETRY when the pick was revised to "no" (the block never left the mat, docs/release.md)
+    and attempts are left: retry_pick takes the arm back over the box, opens the empty jaws
+    and goes HOME, and detect finds the block where it lies."""
+    s, st = ctx.settings, ctx.state
+    v = st.pick_verdict
+    revised = v is not None and v.judge == PICK_RECHECK and v.verdict == "no"
+    if not (s.retry_never_lifted and revised):
+        return Outcome.OK
+    if st.pick_attempts >= s.max_pick_attempts:
+        ctx.trace.decision(
+            "pick_retry",
+            {
+                "attempt": st.pick_attempts,
+                "of": s.max_pick_attempts,
+                "why": "never lifted; no attempt left",
+            },
+        )
+        return Outcome.OK
+    ctx.trace.decision(
+        "pick_retry",
+        {"attempt": st.pick_attempts, "of": s.max_pick_attempts, "why": "never lifted"},
+    )
+    return Outcome.RETRY
 
 
 async def return_home(ctx: TrialContext) -> Outcome:

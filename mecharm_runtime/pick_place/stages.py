@@ -63,6 +63,8 @@ TRANSITIONS: dict[tuple[Stage, Outcome], Stage] = {
     (Stage.RELEASE, Outcome.OK): Stage.RETREAT_AND_JUDGE,
     (Stage.RELEASE, Outcome.LOST): Stage.RETREAT_AND_JUDGE,
     (Stage.RETREAT_AND_JUDGE, Outcome.OK): Stage.RETURN_HOME,
+    # the pick was found never to have lifted the block (the pick judgement revised)
+    (Stage.RETREAT_AND_JUDGE, Outcome.RETRY): Stage.RETRY_PICK,
     (Stage.RETURN_HOME, Outcome.OK): Stage.DONE,
 }
 

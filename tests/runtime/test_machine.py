@@ -34,13 +34,16 @@ BOX = (-0.20, 0.18)
 
 
 def test_transition_table_is_complete_and_reachable() -> None:
-    # every stage but the end states has an OK successor; only stage6 can ask for a retry
+    # every stage but the end states has an OK successor; a retry comes from the pick's
+    # judgement, or from the place's when the pick was found never to have lifted the block
     for st in STAGE_ORDER:
         assert (st, Outcome.OK) in TRANSITIONS
         assert (st, Outcome.FAIL) not in TRANSITIONS  # failures all take the one exit path
     assert [k for k in TRANSITIONS if k[1] is Outcome.RETRY] == [
-        (Stage.LIFT_AND_JUDGE, Outcome.RETRY)
+        (Stage.LIFT_AND_JUDGE, Outcome.RETRY),
+        (Stage.RETREAT_AND_JUDGE, Outcome.RETRY),
     ]
+    assert {TRANSITIONS[k] for k in TRANSITIONS if k[1] is Outcome.RETRY} == {Stage.RETRY_PICK}
     seen, st = [], Stage.OPEN_GRIPPER_HOME
     while st is not Stage.DONE:
         seen.append(st)
@@ -467,8 +470,8 @@ class _DroppedInServoEyes(TrueStateEyes):
         self, lift_m: float, near_xz: tuple[float, float], tag: str
     ) -> tuple[float, float] | None:
         pos = await super().locate_block(lift_m, near_xz, tag)
-        if pos is None:
-            return None
+        if pos is None or tag.startswith("lift_mat"):  # after the lift it is still held
+            return pos
         if self.first is None:
             self.first = (pos[0] + 0.020, pos[1])
         return self.first

@@ -15,7 +15,7 @@ import pytest
 from mecharm_common.layout import DataRoot
 from mecharm_runtime import engine
 from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
-from mecharm_runtime.pick_place import context, place
+from mecharm_runtime.pick_place import TRANSITIONS, Stage, context, pick, place, release
 from mecharm_runtime.ports import VerdictObservation
 from mecharm_runtime.records.reconcile import reconcile_run_folders
 from mecharm_runtime.records.runlog import build_runlog
@@ -165,3 +165,89 @@ def test_the_revision_reaches_the_run_log_and_a_ledger_row_rebuilt_from_the_trac
     assert row.run_stem == stem
     (ledger_row,) = csv.DictReader(layout.ledger.read_text().splitlines())
     assert ledger_row["pick_verdict"] == "no" and ledger_row["pick_confidence"] == "0.57"
+
+
+# ---- a revised pick is tried again (docs/release.md, "A pick that never lifted the block")
+
+REVISED = VerdictObservation("no", 0.57, "revised: ...", place.PICK_RECHECK)
+APPROACH = (45.0, 56.0, 16.8, 0.1, -90.2, -29.4)
+HOVER_POSE = (-33.5, 87.7, -38.3, 3.6, -70.1, -30.0)
+
+
+def _after_the_place(tmp_path: Path, **settings: Any) -> Any:
+    ctx = _ctx(tmp_path, LIFTED, **settings)
+    st = ctx.state
+    st.pick_verdict, st.block_lost, st.pick_attempts = REVISED, True, 1
+    st.place_key, st.place_approach, st.place_pose = "place_x-200_z180", APPROACH, APPROACH
+    st.place_path = [APPROACH]
+    st.place_verdict = VerdictObservation("no", 0.99, "block on the mat", "geometric")
+    return ctx
+
+
+def test_a_revised_pick_with_attempts_left_is_tried_again(tmp_path: Path) -> None:
+    ctx = _after_the_place(tmp_path)
+    assert release._retry_never_lifted(ctx) is engine.Outcome.RETRY
+    (d,) = _decisions(ctx, "pick_retry")
+    assert d == {"attempt": 1, "of": 3, "why": "never lifted"}
+    assert TRANSITIONS[(Stage.RETREAT_AND_JUDGE, engine.Outcome.RETRY)] is Stage.RETRY_PICK
+    # no attempt left, the setting off, or a pick the judge said no to itself: the trial ends
+    ctx.state.pick_attempts = 3
+    assert release._retry_never_lifted(ctx) is engine.Outcome.OK
+    assert _decisions(ctx, "pick_retry")[-1]["why"] == "never lifted; no attempt left"
+    assert release._retry_never_lifted(_after_the_place(tmp_path, retry_never_lifted=False)) is (
+        engine.Outcome.OK
+    )
+    judged_no = _after_the_place(tmp_path)
+    judged_no.state.pick_verdict = VerdictObservation(
+        "no", 0.9, "held at the tip in 0/3", "geometric"
+    )
+    assert release._retry_never_lifted(judged_no) is engine.Outcome.OK
+    assert BEFORE_THE_SETTING["retry_never_lifted"] is False
+
+
+@pytest.mark.anyio
+async def test_the_retry_goes_back_over_the_box_opens_goes_home_and_forgets_the_place(
+    tmp_path: Path,
+) -> None:
+    ctx = _after_the_place(tmp_path)
+    st = ctx.state
+    st.pick_pose, st.pick_approach = (-30.0, 87.7, -28.3, 3.6, -55.1, -30.0), HOVER_POSE
+    done: list[tuple[str, Any]] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        done.append(("move", note))
+        ctx.last_commanded = tuple(target)
+
+    async def gripper(action: str, note: str) -> None:
+        done.append(("gripper", action))
+
+    ctx.safe.move = move  # type: ignore[method-assign]
+    ctx.safe.gripper = gripper  # type: ignore[method-assign]
+    assert await pick.retry_pick(ctx) is engine.Outcome.OK
+    # never lowered onto the mat (the block lies there, the jaws are empty): over the box,
+    # open, HOME
+    assert done == [
+        ("move", "retry: back over the box"),
+        ("gripper", "open"),
+        ("move", "home before re-detect"),
+    ]
+    assert not st.block_lost and not st.holding
+    assert st.place_approach is None and st.place_pose is None and st.place_path == []
+    assert st.place_verdict is None and st.place_key == "" and st.lifted_block_xz is None
+    assert st.pick_verdict is REVISED and st.pick_attempts == 1  # the attempt still counts
+
+
+@pytest.mark.anyio
+async def test_a_revised_pick_teaches_the_height_memory_nothing(tmp_path: Path) -> None:
+    """A block lost on the box raises its place cell (it hung too low); one that never left
+    the mat says nothing about the height, and the cell stays."""
+    from mecharm_runtime.memories import HeightMemory
+
+    for lost_at, raised in ((LIFTED, False), ((-0.19, 0.17), True)):
+        s = RuntimeSettings(data_root=tmp_path)
+        ctx = offline_context(s, BOX, heights=HeightMemory(tmp_path / f"h{raised}.json"))
+        ctx.eyes = MatEyes(lost_at)
+        ctx.state.pick_verdict, ctx.state.lifted_block_xz = YES, LIFTED
+        ctx.state.place_key = "place_x-200_z180"
+        await place._lost(ctx, context.BlockLost("lost", block_xz=(0.176, 0.254)))
+        assert bool(_decisions(ctx, "height_update")) is raised
