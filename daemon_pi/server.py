@@ -302,6 +302,13 @@ class ArmServer:
                     reason="command in flight did not finish; cancelling its connection",
                 )
         if conn is not None:
+            # no byte may reach a reader that has seen EOF: asyncio asserts against it in the
+            # transport's read callback ("feed_data after feed_eof") and the loop reports it;
+            # a client polling while the daemon stopped made it happen (docs/daemon.md)
+            transport = conn.writer.transport
+            if isinstance(transport, asyncio.ReadTransport):
+                with suppress(Exception):  # the transport may be closing already
+                    transport.pause_reading()
             conn.reader.feed_eof()  # the handler's read ends; it closes the connection itself
             with anyio.move_on_after(_CLOSE_S):
                 await conn.done.wait()
