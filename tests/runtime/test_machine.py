@@ -169,12 +169,16 @@ async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
     assert sim_daemon.arm.wait_idle(5)
     sends.clear()
     sim_daemon.arm.faults.ignore_next_sends(1)
+    # the simulated arm ends a move up to 1.8° off per joint, plus read noise: the rig's 2°
+    # approach tolerance then failed the pick hover once in CI (2.05°); this test is about
+    # the re-send, not the tolerance
     rig, client = await _rig(
-        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
-    )
+        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX),
+        tol_approach=3.0,
+    )  # fmt: skip
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "completed"
+    assert t.status == "completed", t.reason
     assert [s["accepted"] for s in sends[:2]] == [False, True] and sends[0]["angles"] == sends[1][
         "angles"
     ]
