@@ -125,7 +125,13 @@ async def test_lost_stage_ends_rechecks_the_pick_before_judging_the_place(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("key", "bad"), [("pick_recheck_mm", 0.0), ("pick_recheck_mm", 150.0), ("pick_recheck_mm", "x")]
+    ("key", "bad"),
+    [
+        ("pick_recheck_mm", 0.0),
+        ("pick_recheck_mm", 150.0),
+        ("pick_recheck_mm", "x"),
+        ("retry_never_lifted", "sometimes"),
+    ],
 )
 def test_bad_recheck_distances_are_refused_naming_the_key(key: str, bad: Any) -> None:
     with pytest.raises(ValueError, match=key):
