@@ -399,6 +399,10 @@ class SuccessRow:
     missed_place: bool | None
     false_held: bool | None
     pick_wrong: bool | None
+    #: the jaws' events in the trial as the simulator logged them (grasp, miss, slip, drop),
+    #: each as ``kind`` plus what decided it (``lever_mm``: the block's centre beside the pinch
+    #: point; ``axis_mm``/``across_mm``: its centre in the hand frame; ``why``: the miss's)
+    jaw_events: str = ""
     #: the snapshots themselves (JSON only, not in the CSV)
     captures: list[dict[str, Any]] = field(default_factory=list)
 
@@ -487,8 +491,23 @@ def success_row(
         placed_true=flags["placed_true"], false_placed=flags["false_placed"],
         missed_place=flags["missed_place"], false_held=flags["false_held"],
         pick_wrong=flags["pick_wrong"],
+        jaw_events=jaw_events(end),
         captures=[_capture_json(c) for c in captures],
     )  # fmt: skip
+
+
+def jaw_events(end: Mapping[str, Any] | None) -> str:
+    """The end truth's jaw events, one ``kind(key=value ...)`` each, joined by ``|``: why a
+    pick held, slipped or missed (the simulator's grasp model, docs/simulation-contact.md)."""
+    out = []
+    for ev in (end or {}).get("events", []):
+        if not isinstance(ev, dict) or ev.get("kind") not in (*JAW_EVENTS, "slip"):
+            continue
+        parts = [f"{k}={ev[k]}" for k in ("lever_mm", "axis_mm", "across_mm") if k in ev]
+        if ev.get("kind") == "miss" and ev.get("reason"):
+            parts.append(f"why={str(ev['reason']).split(' (')[0].split(':')[0]}")
+        out.append(f"{ev.get('kind')}({' '.join(parts)})")
+    return "|".join(out)
 
 
 def _capture_json(c: Capture) -> dict[str, Any]:

@@ -512,3 +512,21 @@ def test_two_trials_of_the_demos_path_against_the_truth(
     assert doc["sessions"][0]["trials"] == 2
     assert len(doc["trials"]) == 2 and doc["trials"][0]["captures"]
     assert "placed (truth):" in out and "sessions needed:       1" in out
+
+
+def test_the_jaws_events_say_why_each_pick_held_slipped_or_missed() -> None:
+    end = _end("mat")
+    end["events"] = [
+        {"kind": "miss", "ts": 1.0, "axis_mm": 3.1, "across_mm": -9.0,
+         "reason": "grasped by an edge (pads overlap the block 5.2 mm < 7 mm): it slipped out"},
+        {"kind": "placed", "ts": 1.5},
+        {"kind": "grasp", "ts": 2.0, "axis_mm": 1.0, "across_mm": 2.0, "lever_mm": 7.4},
+        {"kind": "slip", "ts": 2.1, "reason": "off-centre grasp: ..."},
+    ]  # fmt: skip
+    assert sc.jaw_events(end) == (
+        "miss(axis_mm=3.1 across_mm=-9.0 why=grasped by an edge)"
+        "|grasp(lever_mm=7.4 axis_mm=1.0 across_mm=2.0)|slip()"
+    )
+    assert sc.jaw_events(None) == ""
+    row = sc.success_row(1, 1, _summary(), [], end)
+    assert row.csv_dict()["jaw_events"].startswith("miss(")
