@@ -96,8 +96,22 @@ async def approach_pick(ctx: TrialContext) -> Outcome:
 async def descend_pick(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     st = ctx.state
-    assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
     st.pick_hover = False  # approach_pick has just set pick_approach to the arc's pose
+    st.pick_servo_mm = (0.0, 0.0)
+    await _descend(ctx, "pick descend")
+    if s.pick_servo_max_iter > 0:
+        await _servo_pick(ctx, "descend_pick")
+        if _redescent_wanted(ctx):
+            await _redescend(ctx)
+    return Outcome.OK
+
+
+async def _descend(ctx: TrialContext, note: str) -> None:
+    """From the pick approach pose (the arc's, or a hover) down to the aim in the pick band,
+    then the top camera's tip measurement at rest. Raises StageFailed when no pose reaches
+    the aim (before anything moved)."""
+    s, st = ctx.settings, ctx.state
+    assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
     if _step_bound(s, st.pick_approach):
         res = await _bounded_pick(ctx)
     else:
@@ -107,29 +121,82 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
         # no row in the retry band reaches the block from here: the whole band, as before
         ctx.trace.decision("height_retry_band", {"reachable": False, "reason": res.reason})
         st.height_miss = False
-        return await descend_pick(ctx)
+        return await _descend(ctx, note)
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
         res.angles,
         s.tol_pick_place,
-        "pick descend",
+        note,
         lookup_ok=res.ok,
         lookup_reason=res.reason or "",
         near_work=True,
     )
     st.pick_pose, st.pick_ee_y = tuple(res.angles), res.selected_ee_y
-    st.pick_servo_mm, st.pick_path = (0.0, 0.0), [st.pick_pose]
+    st.pick_path = [st.pick_pose]
     await ctx.at_rest("tip measurement")
-    tip = await ctx.eyes.measure_tip(
+    st.tip = await ctx.eyes.measure_tip(
         st.scene.block_xz,
         float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_tip_height_mm / 1000.0,
-        "descend_pick_tip",
+        _capture_tag(note) + "_tip",
     )
-    st.tip = tip
-    if s.pick_servo_max_iter > 0:
-        await _servo_pick(ctx)
-    return Outcome.OK
+
+
+def _capture_tag(note: str) -> str:
+    """The tip measurements' capture names: the first descent's, or the re-descent's."""
+    return "descend_pick" if note == "pick descend" else "descend_pick_again"
+
+
+def _redescent_wanted(ctx: TrialContext) -> bool:
+    """The servo ended with the tip still measured farther than ``pick_redescend_mm`` from
+    the block: a grasp there misses (docs/stages.md, "The pick servo")."""
+    s, st = ctx.settings, ctx.state
+    tip = st.tip
+    return (
+        s.pick_redescend_mm is not None
+        and tip is not None
+        and tip.ok
+        and math.isfinite(tip.dist_mm)
+        and tip.dist_mm > s.pick_redescend_mm
+    )
+
+
+async def _redescend(ctx: TrialContext) -> None:
+    """Up the way the arm came, then the descent again at the aim moved by the measured
+    offset (one servo step: bounded per step and in total), then the servo again. Nothing
+    left to step (the total bound) or no pose for the new aim: back down to where the arm
+    was, and the grasp there, as without the re-descent."""
+    s, st = ctx.settings, ctx.state
+    assert st.tip is not None and st.scene is not None and st.scene.block_xz is not None
+    tip = st.tip
+    step, why = _pick_servo_step(s, tip, st.correction_used_mm, st.pick_servo_mm)
+    entry: dict[str, Any] = {"tip_mm": round(tip.dist_mm, 2), "tip_dx_mm": tip.dx_mm,
+                             "tip_dz_mm": tip.dz_mm}  # fmt: skip
+    if step is None:
+        ctx.trace.decision("pick_redescend", {**entry, "used": False, "why": why})
+        return
+    bx, bz = st.scene.block_xz
+    total = (st.pick_servo_mm[0] + step[0], st.pick_servo_mm[1] + step[1])
+    used = st.correction_used_mm
+    aim = (bx - (used[0] + total[0]) / 1000.0, bz - (used[1] + total[1]) / 1000.0)
+    ctx.trace.decision(
+        "pick_redescend",
+        {**entry, "used": True, "step_mm": list(step), "total_mm": list(total),
+         "aim_xz": list(aim)},
+    )  # fmt: skip
+    log.info("pick_redescend", tip_mm=round(tip.dist_mm, 1), step_mm=[round(v, 1) for v in step])
+    before = (st.aim_xz, st.pick_servo_mm, st.pick_pose, st.pick_ee_y, st.pick_path, st.tip)
+    await up_from_mat(ctx, "re-descend: up from the block")
+    st.aim_xz, st.pick_servo_mm = aim, total
+    try:
+        await _descend(ctx, "pick descend again")
+    except StageFailed as exc:
+        st.aim_xz, st.pick_servo_mm, st.pick_pose, st.pick_ee_y, st.pick_path, st.tip = before
+        ctx.trace.decision("pick_redescend_refused", {"reason": str(exc)})
+        log.warning("pick_redescend_refused", reason=str(exc))
+        await lower_to_mat(ctx, "re-descend refused", at_approach=True)
+        return
+    await _servo_pick(ctx, _capture_tag("pick descend again"))
 
 
 def _pick_servo_step(
@@ -226,7 +293,7 @@ def _fine_step(
     return tuple(round(float(v), 3) for v in q), "fine", None
 
 
-async def _servo_pick(ctx: TrialContext) -> None:
+async def _servo_pick(ctx: TrialContext, tag: str) -> None:
     """Pick servo (docs/stages.md, "The pick servo"): while the top camera sees the tip farther
     than ``pick_servo_tol_mm`` from the block in x-z, re-aim by the measured offset through the
     pick lookup and every motion guard, then measure again; at most ``pick_servo_max_iter``
@@ -300,7 +367,7 @@ async def _servo_pick(ctx: TrialContext) -> None:
         iters = it
         await ctx.at_rest(f"pick servo {it}")
         st.tip = await ctx.eyes.measure_tip(
-            (bx, bz), height + s.pick_tip_height_mm / 1000.0, f"descend_pick_servo{it}"
+            (bx, bz), height + s.pick_tip_height_mm / 1000.0, f"{tag}_servo{it}"
         )
     else:
         if st.tip is not None:  # the last step's measurement decides "converged"
@@ -400,12 +467,13 @@ async def up_from_mat(ctx: TrialContext, note: str) -> None:
     await ctx.move(st.pick_approach, s.tol_approach, note, lookup_ok=True, near_work=True)
 
 
-async def lower_to_mat(ctx: TrialContext, why: str) -> None:
+async def lower_to_mat(ctx: TrialContext, why: str, *, at_approach: bool = False) -> None:
     """Back down to the pick pose the way the descent went: over the block first when the
-    pick came from the hover (the judge looked from the arc's pose), then straight down."""
+    pick came from the hover (the judge looked from the arc's pose; ``at_approach``: the
+    arm is at the hover already), then straight down."""
     s, st = ctx.settings, ctx.state
     assert st.pick_pose is not None and st.pick_approach is not None
-    if st.pick_hover:
+    if st.pick_hover and not at_approach:
         await ctx.move(st.pick_approach, s.tol_approach, f"{why}: over the block", lookup_ok=True)
     if len(st.pick_path) > 1:  # the servo moved: down the way it went
         await ctx.retrace(

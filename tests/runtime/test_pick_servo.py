@@ -64,6 +64,8 @@ async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> Tr
     from mecharm_runtime.recorder_link import RecorderLink
 
     s = _settings(root, fk, **kw)
+    # the settings loader reads None as "not given" (a CLI flag left out): set those after it
+    s = s.model_copy(update={k: v for k, v in kw.items() if v is None})
     client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
     await client.connect()
     clock = RealClock()
@@ -306,7 +308,7 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(
         sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
-        pick_servo_fine_fallback=False,
+        pick_servo_fine_fallback=False, pick_redescend_mm=None,
     )  # fmt: skip
     (step,) = _decisions(t, "pick_servo")
     assert step["action"].startswith("stop: lookup out_of_range"), step
@@ -315,6 +317,86 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     # the grasp happened at the descent's pose, then the lift: nothing moved in between
     i = notes.index("pick descend")
     assert notes[i + 1] == "lift"
+    assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
+
+
+def _refuse_servo_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The servo's own lookups find no row (the descents plan in lookup/descent.py)."""
+    real = pick.fk_lookup
+
+    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
+        if phase == "pick":
+            return real(table, phase, (5.0, 5.0), *a, **kw)
+        return real(table, phase, target, *a, **kw)
+
+    monkeypatch.setattr(pick, "fk_lookup", refusing)
+
+
+@pytest.mark.anyio
+async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measured_aim(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The servo stops ~16 mm off (no step it may make): instead of closing the jaws there
+    (a miss that pushes the block), the arm goes up the way it came, descends again at the
+    aim moved by the measured offset, every move through every check, and the pick holds."""
+    _refuse_servo_lookups(monkeypatch)
+    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
+    t = await _trial(
+        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
+        pick_servo_fine_fallback=False,
+    )  # fmt: skip
+    assert t.status == "completed" and t.pick_verdict == "yes", t.reason
+    (redescent,) = _decisions(t, "pick_redescend")
+    assert redescent["used"] and redescent["tip_mm"] > RuntimeSettings().pick_redescend_mm
+    # one bounded servo step: the aim moved by at most pick_servo_step_mm
+    assert math.hypot(*redescent["step_mm"]) <= RuntimeSettings().pick_servo_step_mm + 1e-9
+    notes = [c["note"] for c in _decisions(t, "command")]
+    i, j = notes.index("pick descend"), notes.index("pick descend again")
+    assert notes[i + 1].startswith("re-descend: up from the block") and i < j
+    assert notes[notes.index("pick descend again") + 1] == "lift", notes  # grasped there
+    tips = [e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "tip"]
+    assert tips[0]["dist_mm"] > GRASP_MM > tips[-1]["dist_mm"], tips
+    checks = _assert_checked(t, "pick descend", "re-descend: up from the block")
+    again = [c for c in checks if c["note"] == "pick descend again"]
+    assert again and all(c["path"]["ok"] for c in again)
+    guards = _decisions(t, "guard")
+    assert all(g["ok"] for g in guards), [g for g in guards if not g["ok"]]
+    s = RuntimeSettings()
+    pose = next(c for c in _decisions(t, "command") if c["note"] == "pick descend again")
+    assert s.pick_band[0] <= float(fk_tip(pose["angles"])[1]) < s.pick_band[1]
+    assert pose["angles"][1] <= s.j1_max
+
+
+@pytest.mark.anyio
+async def test_a_re_descent_no_pose_reaches_goes_back_down_and_grasps_as_before(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _refuse_servo_lookups(monkeypatch)
+    real = pick.plan_pick_descent
+    calls = []
+
+    def second_refused(table: Any, aim: Any, *a: Any, **kw: Any) -> Any:
+        calls.append(aim)
+        return real(table, aim if len(calls) == 1 else (5.0, 5.0), *a, **kw)
+
+    monkeypatch.setattr(pick, "plan_pick_descent", second_refused)
+    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
+    t = await _trial(
+        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
+        pick_servo_fine_fallback=False,
+    )  # fmt: skip
+    assert len(calls) == 2
+    (refused,) = _decisions(t, "pick_redescend_refused")
+    assert "out_of_range" in refused["reason"]
+    notes = [c["note"] for c in _decisions(t, "command")]
+    k = notes.index("re-descend: up from the block")
+    # back down to the first descent's pose, then the grasp there and the lift
+    assert notes[k + 1].startswith("re-descend refused"), notes
+    assert notes[k + 2] == "lift", notes
+    down = next(c for c in _decisions(t, "command") if c["note"].startswith("re-descend refused"))
+    first = next(c for c in _decisions(t, "command") if c["note"] == "pick descend")
+    assert down["angles"] == first["angles"]
+    _assert_checked(t, "pick descend", "re-descend")
     assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
 
 
