@@ -11,7 +11,7 @@ block in x-z and that has a pick row within the bound below it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +47,7 @@ def pick_hover(
     dist_max: float,
     hover_dist_max: float,
     step_max: float,
+    reachable: Callable[[Sequence[float]], bool] | None = None,
 ) -> FkLookupResult | None:
     """The hover lookup (phase ``approach_pick``) for ``target_xz``, or None when none of
     the ``MAX_CANDIDATES`` hover rows nearest to the target (within ``hover_dist_max``)
@@ -55,7 +56,9 @@ def pick_hover(
     The hover whose bounded descent lands nearest the target wins (the first, in order
     of x-z distance then row number, to land within ``GOOD_LANDING_M`` ends the search):
     deterministic, and as accurate as the table allows, so the correction memory learns
-    the camera's error and not the table's spacing.
+    the camera's error and not the table's spacing. ``reachable`` (the path check from
+    where the arm is) skips a hover the arm cannot move to: some hover rows turn the wrist
+    60° and the straight joint path there dips the tool to the mat.
     """
     tx, tz = float(target_xz[0]), float(target_xz[1])
     rows = table.index.band_rows(*hover_band)
@@ -76,6 +79,8 @@ def pick_hover(
             step_max=step_max,
         )
         if pick.ok and (best is None or (pick.distance or 0.0) < best[0]):
+            if reachable is not None and not reachable(tuple(table.joints[r].tolist())):
+                continue
             best = (pick.distance or 0.0, int(r))
             if best[0] <= GOOD_LANDING_M:
                 break
@@ -130,10 +135,12 @@ def plan_pick_descent(
     hover_dist_max: float,
     resid_max: float,
     step_max: float,
+    reachable: Callable[[Sequence[float]], bool] | None = None,
 ) -> PickDescent:
     """Direct descent if it lands within ``resid_max`` of the aim; else look for a hover
     pose (an accurate landing, ``resid_max``, first; then any within ``dist_max``) and
-    descend from it when that lands nearer than the direct descent."""
+    descend from it when that lands nearer than the direct descent. ``reachable``: as
+    for ``pick_hover``."""
     lo, hi = pick_band
     direct = fk_lookup(
         table, "pick", aim_xz, lo, hi, dist_max=dist_max, step_ref=approach, step_max=step_max
@@ -149,6 +156,7 @@ def plan_pick_descent(
             dist_max=reach,
             hover_dist_max=hover_dist_max,
             step_max=step_max,
+            reachable=reachable,
         )
         if hover is not None and hover.angles is not None:
             pick = fk_lookup(

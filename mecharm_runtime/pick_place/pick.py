@@ -554,7 +554,12 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
             hover_dist_max=s.pick_hover_dist_m,
             resid_max=s.pick_resid_max_m,
             step_max=s.joint_step_max_deg,
+            reachable=reachable,
         )
+
+    def reachable(hover: Sequence[float]) -> bool:
+        # the path check the move to the hover will pass (from the approach pose, read)
+        return ctx.motion_checks(hover, near_work=False, into_box=False)[1] is None
 
     # a worker thread: the first call extends the table (~0.2-1 s), a hover search can take
     # ~0.5 s; the event loop keeps serving the daemon link meanwhile

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -125,3 +128,43 @@ def test_plan_uses_a_hover_when_the_approach_is_not_above_the_block() -> None:
         dist_max=0.03, hover_dist_max=0.015, resid_max=0.005, step_max=15.0,
     )  # fmt: skip
     assert not plan.use_hover and not plan.pick.ok and plan.pick.reason_code == "joint_step"
+
+
+def test_a_hover_the_arm_cannot_move_to_is_skipped_for_the_next() -> None:
+    """``reachable`` (the path check from where the arm is) refuses the nearest hover: the
+    plan takes the next one that has a bounded descent, or none."""
+    wild = (0.200, 0.100, 0.240, -20.0, 15.0, 45.0, -150.0, 46.0, -30.0)  # wrist turned over
+    tame = (0.205, 0.100, 0.240, 0.0, 40.0, 0.0, 0.0, -60.0, -30.0)
+    under_wild = (0.201, 0.020, 0.240, -15.0, 25.0, 50.0, -140.0, 50.0, -30.0)
+    under_tame = (0.202, 0.020, 0.240, 5.0, 50.0, 10.0, 0.0, -50.0, -30.0)
+    t = _table([wild, tame, under_wild, under_tame])
+    kw: dict[str, Any] = dict(
+        pick_band=(0.01, 0.04), hover_band=(0.08, 0.14), dist_max=0.03,
+        hover_dist_max=0.015, resid_max=0.0005, step_max=15.0,
+    )  # fmt: skip
+    free = plan_pick_descent(t, (0.20, 0.24), APPROACH, **kw)
+    assert free.use_hover and free.hover is not None and free.hover.selected_index == 0
+    asked: list[tuple[float, ...]] = []
+
+    def no_wrist_flip(angles: Sequence[float]) -> bool:
+        a = tuple(angles)
+        asked.append(a)
+        return abs(a[3]) < 90.0
+
+    plan = plan_pick_descent(t, (0.20, 0.24), APPROACH, reachable=no_wrist_flip, **kw)
+    assert plan.use_hover and plan.hover is not None and plan.hover.selected_index == 1
+    assert plan.pick.selected_index == 3 and asked[0][3] == -150.0
+    none = plan_pick_descent(t, (0.20, 0.24), APPROACH, reachable=lambda a: False, **kw)
+    assert none.hover is None and not none.use_hover
+
+
+def test_the_hover_that_stopped_a_harsh_trial_is_refused_by_the_path_check() -> None:
+    """Seed 10323 on harsh: from the pick arc's pose, the straight joint path to a hover row
+    with the wrist turned over dips the tool to the mat (the move was refused, the trial
+    stopped); the planner now asks the same check before it chooses a hover."""
+    from mecharm_runtime.pathcheck import Workspace, check_path
+
+    arc = (-27.5976, 87.74, -38.33, 3.6, -70.11, -30.0)
+    hover = (-20.0, 15.0, 45.0, -150.0, 46.0, -30.0)
+    v = check_path(arc, hover, Workspace(mat_margin_m=0.005), into_box=False, step_deg=1.0)
+    assert not v.ok and v.obstacle == "mat"
