@@ -16,6 +16,7 @@ why; the stage driver (engine.py) ends the stage with that reason (docs/stages.m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +40,20 @@ from mecharm_runtime.ports import ArmPort, Clock, Reading, Sent
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import TraceWriter
 
-__all__ = ["MotionRefused", "SafeArm"]
+__all__ = ["MotionRefused", "SafeArm", "StreamStep"]
 
 log = get_logger("mecharm_runtime.safe_arm")
+
+
+@dataclass(frozen=True)
+class StreamStep:
+    """One streamed step: what was wanted, what went on the wire (None: refused, nothing
+    sent), whether the step bound cut it, and the refusal."""
+
+    wanted: tuple[float, ...]
+    sent: Sent | None
+    clamped: bool
+    refused: str | None
 
 
 class MotionRefused(RuntimeError):
@@ -189,6 +201,59 @@ class SafeArm:
         self.last_commanded = tgt
         return res
 
+    async def stream(
+        self, target: Sequence[float], max_step_deg: float, note: str, *, into_box: bool = False
+    ) -> StreamStep:
+        """One step of a streamed motion (a fixed-rate control loop, control.py): no arrival
+        wait, the next step follows from the next reading.
+
+        From the last reading, each joint's change is clamped to ``max_step_deg`` (lerobot's
+        ``max_relative_target``); the clamped pose then passes the guard (joint limits,
+        ``j1_max``, the daemon's envelope) and the path check from the arm's pose. A pose
+        they refuse is not sent: the arm holds, and the step says why. Without a reading
+        nothing is sent (``MotionRefused``): a streamed step is only ever relative to a
+        measured pose (docs/safety.md, "Streamed motion").
+        """
+        present = self.last_measured
+        if present is None:
+            raise MotionRefused(f"{self.where()}: {note}: no reading to step from")
+        want = tuple(float(v) for v in target)
+        if len(want) != len(present) or not all(math.isfinite(v) for v in want):
+            raise MotionRefused(f"{self.where()}: {note}: not six finite angles: {list(target)}")
+        bound = min(max_step_deg, self.settings.joint_step_max_deg or max_step_deg)
+        step = tuple(p + max(-bound, min(bound, w - p)) for w, p in zip(want, present, strict=True))
+        clamped = any(abs(a - b) > 1e-9 for a, b in zip(step, want, strict=True))
+        s = self.settings
+        verdict = check_pose(step, j1_max=s.j1_max, envelope=self.envelope)
+        refusal = None if verdict.ok else f"guard: {verdict.reason}"
+        path: dict[str, Any] | None = None
+        if refusal is None and s.path_check:
+            v = check_path(
+                present, verdict.angles, self.workspace(), into_box=into_box,
+                step_deg=s.path_sample_deg,
+            )  # fmt: skip
+            path = v.to_dict()
+            refusal = None if v.ok else f"path check: {v.reason}"
+        if refusal is not None:
+            self.trace.decision(
+                "stream_step",
+                {"note": note, "wanted": list(want), "clamped": clamped, "sent": None,
+                 "refused": refusal, "path": path},
+            )  # fmt: skip
+            return StreamStep(want, None, clamped, refusal)
+        ts_send = self.clock.wall()
+        sent = await self.arm.send_angles(verdict.angles, s.speed)
+        # streamed: commanded, never waited for; the next reference is the next reading
+        self.last_commanded = None
+        self.moves += 1
+        self.recorder.commanded(sent.angles, s.speed, ts_send, 1, f"{self.where()}:{note}")
+        self.trace.decision(
+            "stream_step",
+            {"note": note, "wanted": list(want), "clamped": clamped, "sent": list(sent.angles),
+             "refused": None},
+        )  # fmt: skip
+        return StreamStep(want, sent, clamped, None)
+
     async def retrace(
         self, waypoints: Sequence[Sequence[float]], tol: float, note: str, *, into_box: bool = True
     ) -> None:
@@ -272,6 +337,15 @@ class SafeArm:
                 if not v.ok and refusal is None:
                     refusal = f"path check refused: {v.reason}"
         return out, refusal
+
+    async def gripper_value(self, value: int, note: str) -> None:
+        """A streamed gripper command (0 closed … 100 open): sent, traced, told to the
+        recorder, with no settle wait (the control loop's next tick follows)."""
+        if not 0 <= value <= 100:
+            raise MotionRefused(f"{self.where()}: {note}: gripper value {value} not in 0-100")
+        await self.arm.set_gripper_value(value, self.settings.gripper_speed)
+        self.trace.decision("gripper", {"action": "value", "note": note, "value": value})
+        self.recorder.gripper(value, f"{self.where()}:value: {note}")
 
     async def gripper(self, action: str, note: str) -> None:
         """Open (``set_gripper_state(0)``) or close (``set_gripper_value``); the recorder gets

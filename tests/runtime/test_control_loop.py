@@ -1,0 +1,185 @@
+"""The fixed-rate control loop (docs/control-loop.md) against the real daemon and the
+time-scaled SimArm: streamed steps bounded against each reading, unsafe actions held
+before the arm gets there, an honest schedule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mecharm_common.kinematics import fk_tip
+from mecharm_runtime.arm import DaemonArm
+from mecharm_runtime.client import DaemonClient
+from mecharm_runtime.config import RuntimeSettings
+from mecharm_runtime.control import Action, ControlLoop, Observation
+from mecharm_runtime.ports import RealClock
+from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.trace import TraceWriter
+from mecharm_runtime.safe_arm import MotionRefused, SafeArm
+
+from .conftest import SimDaemon, trial_settings
+
+HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
+#: above a block on the mat (ee_y ~87 mm), as the pick hover is
+HOVER = (-35.5, 67.5, -42.87, 17.5, -10.98, -30.0)
+STEP = 4.0
+
+
+@pytest.fixture
+async def safe(sim_daemon: SimDaemon, tmp_path: Path) -> AsyncIterator[SafeArm]:
+    client = DaemonClient("127.0.0.1", sim_daemon.port, request_timeout=2.0)
+    await client.connect()
+    await client.set_fresh_mode(1)
+    clock = RealClock()
+    s: RuntimeSettings = trial_settings(tmp_path, tmp_path)
+    arm = SafeArm(
+        s, DaemonArm(client, clock), clock, TraceWriter(tmp_path / "trace.jsonl"),
+        RecorderLink(None), where=lambda: "control",
+    )  # fmt: skip
+    await arm.read()
+    try:
+        yield arm
+    finally:
+        await client.aclose()
+
+
+def _decisions(arm: SafeArm, kind: str) -> list[dict[str, Any]]:
+    return [e["value"] for e in arm.trace.lines if e.get("kind") == kind]
+
+
+@pytest.mark.anyio
+async def test_each_streamed_step_is_bounded_against_the_reading_and_the_arm_follows(
+    safe: SafeArm,
+) -> None:
+    seen: dict[int, Observation] = {}
+
+    def sway(obs: Observation) -> Action:
+        seen[obs.step] = obs
+        j0 = 25.0 * math.sin(obs.step / 6.0)
+        return Action((j0, *HOME[1:]))
+
+    loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+    report = await loop.run(sway, max_steps=40)
+    assert report.stopped_by == "max_steps"
+    assert len(report.ticks) + report.missed == 40 and report.refused == 0
+    for t in report.ticks:
+        assert t.sent is not None
+        before = seen[t.step].joints
+        assert max(abs(a - b) for a, b in zip(t.sent, before, strict=True)) <= STEP + 0.011
+        assert t.sent_s >= t.due_s == pytest.approx(t.step / 20.0)
+    assert report.clamped > 0  # a 25° sway at 20 Hz asks more than 4° per tick at times
+    # the arm followed the stream: it ends near the last pose sent
+    await anyio.sleep(0.3)
+    last = report.ticks[-1].sent
+    assert last is not None
+    now = await safe.read()
+    assert abs(now[0] - last[0]) < 3.0
+    (summary,) = _decisions(safe, "control_loop")
+    assert summary["ticks"] == len(report.ticks) and summary["stopped_by"] == "max_steps"
+    assert len(_decisions(safe, "stream_step")) == len(report.ticks)
+
+
+@pytest.mark.anyio
+async def test_a_policy_asking_past_j1_max_is_held_before_it(
+    safe: SafeArm, sim_daemon: SimDaemon
+) -> None:
+    # folded (the tool stays well above the mat whatever j1 does), then j1 asked past j1_max
+    folded = (0.0, 0.0, -90.0, 0.0, -60.0, -30.0)
+    await safe.move(folded, 2.0, "fold")
+    true_j1: list[float] = []
+
+    def reach(obs: Observation) -> Action:
+        true_j1.append(float(sim_daemon.arm.true_angles()[1]))
+        return Action((0.0, 120.0, -90.0, 0.0, -60.0, -30.0))
+
+    report = await ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP).run(reach, max_steps=40)
+    j1_max = safe.settings.j1_max
+    sent = [t.sent for t in report.ticks if t.sent is not None]
+    assert sent and all(p[1] <= j1_max for p in sent)
+    assert report.refused > 0
+    refusals = [t.refused for t in report.ticks if t.refused]
+    assert all("guard" in r and "j1" in r for r in refusals), refusals[:3]
+    assert max(true_j1) <= j1_max + 1.0  # the simulated arm's own settle noise, no more
+    assert max(true_j1) > j1_max - 2 * STEP  # it did go as far as it safely could
+
+
+@pytest.mark.anyio
+async def test_a_policy_driving_the_tool_into_the_mat_is_refused_before_the_mat(
+    safe: SafeArm,
+) -> None:
+    await safe.move(HOVER, 2.0, "to the hover")
+    into_mat = (-35.5, 88.0, -20.0, 17.5, -10.98, -30.0)
+    assert float(fk_tip(into_mat)[1]) < 0.0  # the target is below the mat's surface
+    report = await ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP).run(
+        lambda obs: Action(into_mat), max_steps=30
+    )
+    sent = [t.sent for t in report.ticks if t.sent is not None]
+    margin = safe.settings.path_mat_margin_m
+    assert sent and all(float(fk_tip(p)[1]) >= margin for p in sent)
+    assert report.refused > 0
+    assert any("path check" in (t.refused or "") for t in report.ticks)
+
+
+@pytest.mark.anyio
+async def test_an_action_that_is_not_six_finite_angles_ends_the_loop_saying_so(
+    safe: SafeArm,
+) -> None:
+    def broken(obs: Observation) -> Action:
+        return Action((0.0, math.nan, 0.0, 0.0, 0.0, -30.0) if obs.step == 3 else HOME)
+
+    loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+    with pytest.raises(MotionRefused, match="not six finite angles"):
+        await loop.run(broken, max_steps=10)
+    (summary,) = _decisions(safe, "control_loop")
+    assert "not six finite angles" in summary["stopped_by"] and summary["ticks"] == 3
+    with pytest.raises(MotionRefused, match="not six finite"):
+        await loop.send_action(Action((0.0, 0.0, 0.0)))
+
+
+@pytest.mark.anyio
+async def test_an_overrun_skips_the_ticks_it_missed_and_counts_them(safe: SafeArm) -> None:
+    async def slow_once(obs: Observation) -> Action | None:
+        if obs.step == 2:
+            await anyio.sleep(0.35)  # 3.5 ticks at 10 Hz
+        return None if obs.step >= 8 else Action(HOME)
+
+    report = await ControlLoop(safe, rate_hz=10.0, max_step_deg=STEP).run(slow_once, 20)
+    steps = [t.step for t in report.ticks]
+    assert steps[:3] == [0, 1, 2] and steps[3] >= 6 and report.missed == steps[3] - 3
+    assert report.stopped_by == "policy done"
+    for t in report.ticks:  # every tick ran at or after its due time, never early
+        assert t.sent_s >= t.due_s == pytest.approx(t.step / 10.0)
+
+
+@pytest.mark.anyio
+async def test_the_gripper_is_sent_when_it_changes_and_a_bad_value_is_refused(
+    safe: SafeArm,
+) -> None:
+    loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+    report = await loop.run(lambda obs: Action(HOME, 40 if obs.step >= 2 else None), 6)
+    grips = _decisions(safe, "gripper")
+    assert [g["value"] for g in grips] == [40]  # once, when it changed
+    assert report.ticks[-1].gripper == 40
+    with pytest.raises(MotionRefused, match="not in 0-100"):
+        await loop.send_action(Action(HOME, 150))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"rate_hz": 0.2, "max_step_deg": 4.0}, "rate_hz"),
+        ({"rate_hz": math.inf, "max_step_deg": 4.0}, "rate_hz"),
+        ({"rate_hz": 10.0, "max_step_deg": 0.0}, "max_step_deg"),
+        ({"rate_hz": 10.0, "max_step_deg": 45.0}, "max_step_deg"),
+    ],
+)
+def test_a_loop_with_a_bad_rate_or_step_is_refused_naming_it(
+    kw: dict[str, float], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ControlLoop(object(), **kw)  # type: ignore[arg-type]
