@@ -91,6 +91,8 @@ BEFORE_THE_SETTING: dict[str, object] = {
     "tol_lift_to_arc": 2.0,
     # a servo that could not close the tip's offset grasped where it ended
     "pick_redescend_mm": None,
+    # a block lost on the box raised its own cell only
+    "height_lost_floor": False,
 }
 
 
@@ -445,6 +447,11 @@ class RuntimeSettings(RigSettings):
     #: hung too low, so it may take the cell past height_max_mm, which bounds only the
     #: raises after good places (docs/release.md); None: height_max_mm
     height_lost_max_mm: float | None = Field(60.0, ge=0, le=HEIGHT_LIMIT_MM[1])
+    #: a block lost on the box raises every cell below the lost cell's new height to it, not
+    #: only that cell: the arm that held it so low holds it as low over the whole place region
+    #: (docs/release.md, "Every trial teaches"); on harsh 6 of 9 losses were in cells still at
+    #: 30 mm after others had been raised to 45-60; off: the lost cell alone
+    height_lost_floor: bool = True
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
     #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0

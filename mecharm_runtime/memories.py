@@ -343,6 +343,19 @@ class HeightMemory(_JsonMemory):
         self.entries[key] = {"dee_y_mm": new, "n": n}
         return HeightUpdate(margin_mm, old_mm, new, n, change, why)
 
+    def raise_floor(self, floor_mm: float) -> dict[str, tuple[float, float]]:
+        """Every cell lower than ``floor_mm`` raised to it (counts kept): a block lost on the
+        box in one cell says the arm holds blocks that low over every cell (docs/release.md,
+        "Every trial teaches"). Returns the cells raised, each (old, new)."""
+        floor = max(HEIGHT_LIMIT_MM[0], min(HEIGHT_LIMIT_MM[1], floor_mm))
+        raised: dict[str, tuple[float, float]] = {}
+        for key, e in self.entries.items():
+            old = float(e["dee_y_mm"])
+            if old < floor:
+                self.entries[key] = {**e, "dee_y_mm": floor}
+                raised[key] = (old, floor)
+        return raised
+
 
 @dataclass(frozen=True)
 class HeightUpdate:

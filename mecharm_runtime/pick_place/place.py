@@ -440,3 +440,11 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
     )
     ctx.trace.decision("height_update", {"key": st.place_key, outcome: True, **up.to_dict()})
     log.info("height_update", key=st.place_key, outcome=outcome, change=up.change, why=up.why)
+    if outcome == "lost" and s.height_lost_floor and up.change == "raise":
+        raised = ctx.heights.raise_floor(up.dee_y_mm)
+        if raised:
+            ctx.trace.decision(
+                "height_floor",
+                {"floor_mm": up.dee_y_mm, "raised": {k: list(v) for k, v in raised.items()}},
+            )
+            log.info("height_floor", floor_mm=up.dee_y_mm, cells=len(raised))

@@ -257,3 +257,57 @@ async def test_a_revised_pick_teaches_the_height_memory_nothing(tmp_path: Path) 
         ctx.state.place_key = "place_x-200_z180"
         await place._lost(ctx, context.BlockLost("lost", block_xz=(0.176, 0.254)))
         assert bool(_decisions(ctx, "height_update")) is raised
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("floor", [True, False])
+async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(
+    tmp_path: Path, floor: bool
+) -> None:
+    """The arm that held the block low over one cell holds it as low over the others: with
+    ``height_lost_floor`` every cell below the lost cell's new height is raised to it (counts
+    kept, higher cells untouched), and the memory file keeps it; off: the lost cell alone."""
+    from mecharm_runtime.memories import HeightMemory
+
+    path = tmp_path / "heights.json"
+    heights = HeightMemory(path)
+    heights.entries.update({
+        "place_x-200_z180": {"dee_y_mm": 30.0, "n": 4},  # the cell that loses the block
+        "place_x-180_z180": {"dee_y_mm": 30.0, "n": 2},
+        "place_x-220_z160": {"dee_y_mm": 15.0, "n": 1},
+        "place_x-160_z200": {"dee_y_mm": 60.0, "n": 7},
+    })  # fmt: skip
+    s = RuntimeSettings(data_root=tmp_path, height_lost_floor=floor)
+    ctx = offline_context(s, BOX, heights=heights)
+    ctx.eyes = MatEyes((-0.19, 0.17))  # lost on the box: not where it lay after the lift
+    ctx.state.pick_verdict, ctx.state.lifted_block_xz = YES, LIFTED
+    ctx.state.place_key = "place_x-200_z180"
+    await place._lost(ctx, context.BlockLost("lost", block_xz=(0.176, 0.254)))
+    (up,) = _decisions(ctx, "height_update")
+    assert up["old_mm"] == 30.0 and up["dee_y_mm"] == 45.0
+    got = {k: (e["dee_y_mm"], e["n"]) for k, e in heights.entries.items()}
+    if floor:
+        assert got == {"place_x-200_z180": (45.0, 5), "place_x-180_z180": (45.0, 2),
+                       "place_x-220_z160": (45.0, 1), "place_x-160_z200": (60.0, 7)}  # fmt: skip
+        (f,) = _decisions(ctx, "height_floor")
+        assert f["floor_mm"] == 45.0 and set(f["raised"]) == {
+            "place_x-180_z180",
+            "place_x-220_z160",
+        }
+    else:
+        assert got["place_x-180_z180"] == (30.0, 2) and got["place_x-220_z160"] == (15.0, 1)
+        assert _decisions(ctx, "height_floor") == []
+    heights.save()
+    again = HeightMemory(path)
+    assert {k: e["dee_y_mm"] for k, e in again.entries.items()} == {k: v[0] for k, v in got.items()}
+
+
+def test_the_floor_never_lowers_a_cell_and_stays_in_the_memory_s_bounds(tmp_path: Path) -> None:
+    from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory
+
+    h = HeightMemory(tmp_path / "h.json")
+    h.entries.update({"a": {"dee_y_mm": 10.0, "n": 1}, "b": {"dee_y_mm": 50.0, "n": 3}})
+    assert h.raise_floor(20.0) == {"a": (10.0, 20.0)}
+    assert h.entries["b"]["dee_y_mm"] == 50.0 and h.entries["a"]["n"] == 1
+    h.raise_floor(10_000.0)
+    assert all(e["dee_y_mm"] == HEIGHT_LIMIT_MM[1] for e in h.entries.values())
