@@ -45,6 +45,11 @@ def trial_settings(root: Path, fk: Path, **kw: Any) -> RuntimeSettings:
             "fk_data_dir": fk,
             "time_scale": TIME_SCALE,
             "recorder_enabled": False,
+            # the rig's 8 s arrival minimum is 0.4 s at TIME_SCALE: the daemon runs on the
+            # test's own event loop, and on a loaded machine a send reached the simulated arm
+            # late enough that a 39° move had done 11° at that deadline (CI under load); 1 s
+            # keeps every stall a stall (the faults never arrive at all) without that race
+            "arrival_min_s": 20.0,
             **kw,
         },
     )
