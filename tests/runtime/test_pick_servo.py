@@ -293,18 +293,24 @@ async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     assert not result["converged"] and result["why"].startswith("total bound")
 
 
+def _refuse_servo_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The servo's own lookups find no row (far out of reach: out_of_range); the descents
+    plan in lookup/descent.py and are not touched."""
+    real = pick.fk_lookup
+
+    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
+        if phase == "pick":
+            return real(table, phase, (5.0, 5.0), *a, **kw)
+        return real(table, phase, target, *a, **kw)
+
+    monkeypatch.setattr(pick, "fk_lookup", refusing)
+
+
 @pytest.mark.anyio
 async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = pick.fk_lookup
-
-    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
-        if phase == "pick":  # the servo's lookup only (the descent plans in lookup/descent.py)
-            return real(table, phase, (5.0, 5.0), *a, **kw)  # far out of reach: out_of_range
-        return real(table, phase, target, *a, **kw)
-
-    monkeypatch.setattr(pick, "fk_lookup", refusing)
+    _refuse_servo_lookups(monkeypatch)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(
         sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
@@ -318,18 +324,6 @@ async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
     i = notes.index("pick descend")
     assert notes[i + 1] == "lift"
     assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
-
-
-def _refuse_servo_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The servo's own lookups find no row (the descents plan in lookup/descent.py)."""
-    real = pick.fk_lookup
-
-    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
-        if phase == "pick":
-            return real(table, phase, (5.0, 5.0), *a, **kw)
-        return real(table, phase, target, *a, **kw)
-
-    monkeypatch.setattr(pick, "fk_lookup", refusing)
 
 
 @pytest.mark.anyio
@@ -407,14 +401,7 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     """At the edge of reach the table has no row within dist_max: the step is solved with the
     FK model from the arm's pose (``pick_servo_fine_fallback``), every joint within the bound,
     through every guard, and the pick holds."""
-    real = pick.fk_lookup
-
-    def refusing(table: Any, phase: str, target: Any, *a: Any, **kw: Any) -> Any:
-        if phase == "pick":
-            return real(table, phase, (5.0, 5.0), *a, **kw)
-        return real(table, phase, target, *a, **kw)
-
-    monkeypatch.setattr(pick, "fk_lookup", refusing)
+    _refuse_servo_lookups(monkeypatch)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
     steps = _decisions(t, "pick_servo")
