@@ -11,7 +11,7 @@ from mecharm_common.logging import get_logger
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.engine import Outcome, StageFailed
 from mecharm_runtime.perception.judge import BOX_MOVED_MM
-from mecharm_runtime.pick_place.context import BlockLost, TrialContext
+from mecharm_runtime.pick_place.context import BlockLost, TrialContext, TrialState
 from mecharm_runtime.pick_place.place import (
     PICK_RECHECK,
     _HeldBlockWatch,
@@ -249,6 +249,8 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     st.place_verdict = v
     placed = v.verdict == "yes"
     if st.block_lost:  # the height memory learnt from the loss already (_learn_failed_place)
+        if not placed and not _never_lifted(st) and await look_at_jaws(ctx) == "seen":
+            await _still_held(ctx)
         return _retry_never_lifted(ctx)
     if s.height_rule == "failures":  # before the measured rule: raise after a failure only
         dee = ctx.heights.update(st.place_key, placed, s.height_step_mm, s.height_max_mm)
@@ -286,14 +288,40 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     return Outcome.OK
 
 
+def _never_lifted(st: TrialState) -> bool:
+    """The pick was revised to "no": the block lies on the mat, the jaws are empty."""
+    v = st.pick_verdict
+    return v is not None and v.judge == PICK_RECHECK and v.verdict == "no"
+
+
+async def _still_held(ctx: TrialContext) -> None:
+    """The block judged lost (it stopped moving with the tip) and not found in the box is seen
+    in the jaws at the swept retreat: it was held all along (pressed against the box, it
+    lagged the tip). The trial ends as a refused release does — the block goes back on the
+    mat (``release_refused: put_back``) or is held in the hover — instead of carrying it
+    HOME, where the next trial's first open would drop it (docs/release.md, "Say what was
+    seen, not what was believed")."""
+    s, st = ctx.settings, ctx.state
+    assert st.place_approach is not None
+    st.block_lost, st.holding = False, True
+    why = "the block judged lost is still in the gripper (seen at the tip after the place judge)"
+    st.release_refused = why
+    ctx.trace.decision("lost_block_held", {"why": why})
+    log.warning("lost_block_held", why=why)
+    # from the swept retreat back over the box: the hover the exit path holds in or puts the
+    # block back from (the arm left the box already: nothing to retrace)
+    await ctx.move(st.place_approach, s.tol_pick_place, "held after all: back over the box",
+                   lookup_ok=True)  # fmt: skip
+    st.hovering = True
+    raise StageFailed(f"{ctx.stage}: {why}")
+
+
 def _retry_never_lifted(ctx: TrialContext) -> Outcome:
     """RETRY when the pick was revised to "no" (the block never left the mat, docs/release.md)
     and attempts are left: retry_pick takes the arm back over the box, opens the empty jaws
     and goes HOME, and detect finds the block where it lies."""
     s, st = ctx.settings, ctx.state
-    v = st.pick_verdict
-    revised = v is not None and v.judge == PICK_RECHECK and v.verdict == "no"
-    if not (s.retry_never_lifted and revised):
+    if not (s.retry_never_lifted and _never_lifted(st)):
         return Outcome.OK
     if st.pick_attempts >= s.max_pick_attempts:
         ctx.trace.decision(

@@ -311,3 +311,64 @@ def test_the_floor_never_lowers_a_cell_and_stays_in_the_memory_s_bounds(tmp_path
     assert h.entries["b"]["dee_y_mm"] == 50.0 and h.entries["a"]["n"] == 1
     h.raise_floor(10_000.0)
     assert all(e["dee_y_mm"] == HEIGHT_LIMIT_MM[1] for e in h.entries.values())
+
+
+class JudgeEyes:
+    """The place judge says "no"; the jaws' look finds a red block at ``at`` (None: none)."""
+
+    def __init__(self, at: tuple[float, float] | None) -> None:
+        self.at = at
+
+    async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+        return VerdictObservation("no", 0.99, "block not inside the box's footprint", "geometric")
+
+    async def locate_block(
+        self, lift_m: float, near_xz: tuple[float, float], tag: str
+    ) -> tuple[float, float] | None:
+        return None if self.at is None else (near_xz[0] + self.at[0], near_xz[1] + self.at[1])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("seen", [True, False])
+async def test_a_block_judged_lost_but_seen_in_the_jaws_is_not_carried_home(
+    tmp_path: Path, seen: bool
+) -> None:
+    """harsh seeds 10434 and 10532: the held-block watch called a block pressed against the
+    box lost (it lagged the tip); the place judge found no block in the box, and the trial
+    went HOME with it in the jaws. Now the jaws are looked at: a block seen at the tip is held
+    after all, and the trial ends as a refused release does (back over the box, then the exit
+    path puts it back on the mat); a block not seen there keeps the old account."""
+    ctx = _after_the_place(tmp_path)
+    st = ctx.state
+    st.pick_verdict = YES  # judged yes at the lift and never revised
+    st.pick_ee_y, st.lifted_at = 0.03, HOVER_POSE
+    st.place_path = [APPROACH, APPROACH]
+    ctx.eyes = JudgeEyes((0.004, -0.006) if seen else None)
+    done: list[str] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        done.append(note)
+        ctx.last_commanded = tuple(target)
+
+    async def retrace(points: Any, tol: float, note: str, **kw: Any) -> None:
+        done.append(note)
+        ctx.last_commanded = tuple(points[-1])
+
+    async def at_rest(note: str) -> None:
+        return None
+
+    ctx.safe.move = move  # type: ignore[method-assign]
+    ctx.safe.retrace = retrace  # type: ignore[method-assign]
+    ctx.safe.at_rest = at_rest  # type: ignore[method-assign]
+    if not seen:
+        assert await release.retreat_and_judge(ctx) is engine.Outcome.OK
+        assert st.block_lost and not st.holding and _decisions(ctx, "lost_block_held") == []
+        assert done == ["retreat up", "swept retreat"]
+        return
+    with pytest.raises(engine.StageFailed, match="still in the gripper"):
+        await release.retreat_and_judge(ctx)
+    assert done == ["retreat up", "swept retreat", "held after all: back over the box"]
+    assert st.holding and not st.block_lost and st.hovering
+    assert "still in the gripper" in st.release_refused  # the exit path puts it back
+    (check,) = _decisions(ctx, "held_block_check")
+    assert check["seen"] is True
