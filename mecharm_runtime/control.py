@@ -27,7 +27,7 @@ from typing import Any
 from mecharm_cameras.base import CameraSource, Frame
 from mecharm_common.gripper import GRIPPER_OPEN_VALUE
 from mecharm_common.logging import get_logger
-from mecharm_runtime.safe_arm import MotionRefused, SafeArm, StreamStep
+from mecharm_runtime.safe_arm import SafeArm, StreamStep
 from mecharm_runtime.threads import to_thread
 
 __all__ = ["Action", "ControlLoop", "LoopReport", "Observation", "TickRecord"]
@@ -157,9 +157,7 @@ class ControlLoop:
         step: the pose the arm holds, as read). ``last_step`` keeps the safe arm's account."""
         if action.gripper is not None:
             value = int(action.gripper)
-            if not 0 <= value <= 100:
-                raise MotionRefused(f"{self.note}: gripper value {action.gripper!r} not in 0-100")
-            if value != self.gripper:
+            if value != self.gripper:  # the safe arm refuses a value outside 0-100
                 await self.arm.gripper_value(value, f"{self.note} step {step}")
                 self.gripper = value
         res = await self.arm.stream(

@@ -227,13 +227,9 @@ class SafeArm:
         verdict = check_pose(step, j1_max=s.j1_max, envelope=self.envelope)
         refusal = None if verdict.ok else f"guard: {verdict.reason}"
         path: dict[str, Any] | None = None
-        if refusal is None and s.path_check:
-            v = check_path(
-                present, verdict.angles, self.workspace(), into_box=into_box,
-                step_deg=s.path_sample_deg,
-            )  # fmt: skip
-            path = v.to_dict()
-            refusal = None if v.ok else f"path check: {v.reason}"
+        if refusal is None:  # the path check from the reading (the bound was applied above)
+            checks, refusal = self.motion_checks(verdict.angles, near_work=False, into_box=into_box)
+            path = checks.get("path")
         if refusal is not None:
             self.trace.decision(
                 "stream_step",

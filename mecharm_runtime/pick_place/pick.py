@@ -98,7 +98,7 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     st = ctx.state
     st.pick_hover = False  # approach_pick has just set pick_approach to the arc's pose
     st.pick_servo_mm = (0.0, 0.0)
-    await _descend(ctx, "pick descend")
+    await _descend(ctx, "pick descend", "descend_pick")
     if s.pick_servo_max_iter > 0:
         await _servo_pick(ctx, "descend_pick")
         if _redescent_wanted(ctx):
@@ -106,10 +106,10 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     return Outcome.OK
 
 
-async def _descend(ctx: TrialContext, note: str) -> None:
-    """From the pick approach pose (the arc's, or a hover) down to the aim in the pick band,
-    then the top camera's tip measurement at rest. Raises StageFailed when no pose reaches
-    the aim (before anything moved)."""
+async def _descend(ctx: TrialContext, note: str, tag: str) -> None:
+    """From the pick approach pose (the arc's, or a hover) down to the aim in the pick band
+    (the move named ``note``), then the top camera's tip measurement at rest (its capture
+    named ``tag``). Raises StageFailed when no pose reaches the aim (before anything moved)."""
     s, st = ctx.settings, ctx.state
     assert st.aim_xz is not None and st.scene is not None and st.scene.block_xz is not None
     if _step_bound(s, st.pick_approach):
@@ -121,7 +121,7 @@ async def _descend(ctx: TrialContext, note: str) -> None:
         # no row in the retry band reaches the block from here: the whole band, as before
         ctx.trace.decision("height_retry_band", {"reachable": False, "reason": res.reason})
         st.height_miss = False
-        return await _descend(ctx, note)
+        return await _descend(ctx, note, tag)
     if not res.ok or res.angles is None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
@@ -138,13 +138,8 @@ async def _descend(ctx: TrialContext, note: str) -> None:
     st.tip = await ctx.eyes.measure_tip(
         st.scene.block_xz,
         float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_tip_height_mm / 1000.0,
-        _capture_tag(note) + "_tip",
+        f"{tag}_tip",
     )
-
-
-def _capture_tag(note: str) -> str:
-    """The tip measurements' capture names: the first descent's, or the re-descent's."""
-    return "descend_pick" if note == "pick descend" else "descend_pick_again"
 
 
 def _redescent_wanted(ctx: TrialContext) -> bool:
@@ -175,10 +170,7 @@ async def _redescend(ctx: TrialContext) -> None:
     if step is None:
         ctx.trace.decision("pick_redescend", {**entry, "used": False, "why": why})
         return
-    bx, bz = st.scene.block_xz
-    total = (st.pick_servo_mm[0] + step[0], st.pick_servo_mm[1] + step[1])
-    used = st.correction_used_mm
-    aim = (bx - (used[0] + total[0]) / 1000.0, bz - (used[1] + total[1]) / 1000.0)
+    total, aim = _stepped_aim(st, step)
     ctx.trace.decision(
         "pick_redescend",
         {**entry, "used": True, "step_mm": list(step), "total_mm": list(total),
@@ -189,14 +181,14 @@ async def _redescend(ctx: TrialContext) -> None:
     await up_from_mat(ctx, "re-descend: up from the block")
     st.aim_xz, st.pick_servo_mm = aim, total
     try:
-        await _descend(ctx, "pick descend again")
+        await _descend(ctx, "pick descend again", "descend_pick_again")
     except StageFailed as exc:
         st.aim_xz, st.pick_servo_mm, st.pick_pose, st.pick_ee_y, st.pick_path, st.tip = before
         ctx.trace.decision("pick_redescend_refused", {"reason": str(exc)})
         log.warning("pick_redescend_refused", reason=str(exc))
         await lower_to_mat(ctx, "re-descend refused", at_approach=True)
         return
-    await _servo_pick(ctx, _capture_tag("pick descend again"))
+    await _servo_pick(ctx, "descend_pick_again")
 
 
 def _pick_servo_step(
@@ -223,6 +215,18 @@ def _pick_servo_step(
             f"(memory {used[0]:+.1f}/{used[1]:+.1f} mm, servo {done[0]:+.1f}/{done[1]:+.1f} mm)"
         )
     return (step[0], step[1]), "step"
+
+
+def _stepped_aim(
+    st: TrialState, step: tuple[float, float]
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(the servo's total after ``step``, mm; the aim it gives, m): the detected block minus
+    the memory's correction and every servo step so far."""
+    assert st.scene is not None and st.scene.block_xz is not None
+    bx, bz = st.scene.block_xz
+    total = (st.pick_servo_mm[0] + step[0], st.pick_servo_mm[1] + step[1])
+    used = st.correction_used_mm
+    return total, (bx - (used[0] + total[0]) / 1000.0, bz - (used[1] + total[1]) / 1000.0)
 
 
 def _solve_tip(
@@ -316,9 +320,7 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
         if step is None:
             ctx.trace.decision("pick_servo", {**entry, "action": why})
             break
-        total = (st.pick_servo_mm[0] + step[0], st.pick_servo_mm[1] + step[1])
-        used = st.correction_used_mm
-        aim = (bx - (used[0] + total[0]) / 1000.0, bz - (used[1] + total[1]) / 1000.0)
+        total, aim = _stepped_aim(st, step)
         res = fk_lookup(
             table, "pick", aim, *band, dist_max=s.dist_max_m,
             **_step_bound(s, pose),

@@ -323,21 +323,13 @@ def _retry_never_lifted(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     if not (s.retry_never_lifted and _never_lifted(st)):
         return Outcome.OK
-    if st.pick_attempts >= s.max_pick_attempts:
-        ctx.trace.decision(
-            "pick_retry",
-            {
-                "attempt": st.pick_attempts,
-                "of": s.max_pick_attempts,
-                "why": "never lifted; no attempt left",
-            },
-        )
-        return Outcome.OK
+    last = st.pick_attempts >= s.max_pick_attempts
     ctx.trace.decision(
         "pick_retry",
-        {"attempt": st.pick_attempts, "of": s.max_pick_attempts, "why": "never lifted"},
-    )
-    return Outcome.RETRY
+        {"attempt": st.pick_attempts, "of": s.max_pick_attempts,
+         "why": "never lifted; no attempt left" if last else "never lifted"},
+    )  # fmt: skip
+    return Outcome.OK if last else Outcome.RETRY
 
 
 async def return_home(ctx: TrialContext) -> Outcome:
