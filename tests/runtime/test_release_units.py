@@ -285,6 +285,12 @@ def test_side_view_with_the_arm_at_a_real_place_pose(
         ("servo_drop_still_mm", float("nan")),
         ("place_approach_above_band_mm", -1.0),
         ("learn_failed_places", "maybe"),
+        ("height_lost_floor", "everywhere"),
+        ("pick_redescend_mm", 0.0),
+        ("pick_redescend_mm", 150.0),
+        ("pick_redescend_mm", float("nan")),
+        ("pick_redescend_mm", "far"),
+        ("retry_never_lifted", "sometimes"),
     ],
 )
 def test_the_recovery_settings_refuse_bad_values_naming_the_key(key: str, value: object) -> None:
