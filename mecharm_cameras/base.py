@@ -98,6 +98,12 @@ class CameraSource(ABC):
     def is_open(self) -> bool: ...
 
     # --- taps (docs/top-camera.md) -------------------------------------------------------
+    def newest(self) -> tuple[Any, float, int] | None:
+        """The newest frame already obtained, as a tap receives it (``data, wall_ts, mono_ns``),
+        without waiting; None when there is none yet. A source that obtains frames only in
+        read() has none to give (a recording started now begins with the next frame)."""
+        return None
+
     def add_tap(self, tap: FrameTap) -> None:
         """Call ``tap`` with every frame from now on (see ``FrameTap``)."""
         self._taps = (*self._taps, tap)  # swapped by reference: the reader never takes a lock

@@ -252,6 +252,10 @@ class MjpegHttpCamera(CameraSource):
                 self._failure = why
             self._cond.notify_all()
 
+    def newest(self) -> tuple[bytes, float, int] | None:
+        with self._cond:
+            return self._latest
+
     # --- read -------------------------------------------------------------------------
     def read(self) -> Frame:
         if self._sock is None:

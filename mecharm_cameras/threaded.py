@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from mecharm_cameras.base import CameraNotOpenError, CameraSource, Frame
 
@@ -73,6 +74,13 @@ class ThreadedCamera(CameraSource):
                 # a source that fails at once, raising or not (an unplugged webcam returns
                 # ok=False immediately), must not spin a core
                 time.sleep(FAIL_PAUSE_S)
+
+    def newest(self) -> tuple[Any, float, int] | None:
+        with self._cond:
+            f = self._latest
+        if f is None or not f.ok:
+            return None
+        return (f.jpeg if f.jpeg is not None else f.image, f.wall_ts, f.mono_ns)
 
     def read(self) -> Frame:
         if not self._running:

@@ -55,6 +55,11 @@ GUARD_EVERY_S = 1.0
 #: records (trace, ledger row, run log, stage images) and the side video come first, and
 #: a video must never be what fills the disk under them (docs/top-camera.md)
 MIN_FREE_BYTES = 256 * 1024 * 1024
+#: a recording starts with the camera's newest frame when it is at most this old: the video
+#: then covers the trial's first instant instead of waiting up to a frame period (longer on
+#: a loaded machine) for the next one; an older frame means the camera stalled, and the
+#: recording begins with the next frame instead (docs/top-camera.md, "The first frame")
+PREROLL_MAX_AGE_S = 1.0
 
 
 class _Stopped(Exception):
@@ -359,6 +364,9 @@ class TopVideo:
         )
         w.start()
         self._writer = w
+        newest = self.camera.newest()  # before the tap: its frames are never older than this
+        if newest is not None and time.monotonic_ns() - newest[2] <= PREROLL_MAX_AGE_S * 1e9:
+            w.offer(*newest)
         self.camera.add_tap(w.offer)
 
     def stop(self) -> dict[str, Any]:

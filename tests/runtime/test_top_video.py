@@ -271,6 +271,35 @@ def test_stop_and_abandon_take_the_tap_off_the_camera_every_trial(tmp_path: Path
         cam.close()
 
 
+def test_a_recording_starts_with_the_cameras_newest_frame_unless_it_is_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 4 fps camera: the recording must not wait up to 0.25 s (longer under load) for the
+    next frame to cover the trial's first instant; a stalled camera's old frame is not used."""
+    cam = ThreadedCamera(SyntheticCamera(fps=4, width=64, height=48))
+    cam.open()
+    tv = TopVideo(cam, fps=0.0, stop_wait_s=30.0)
+    try:
+        _until(lambda: cam.newest() is not None, "a first frame")
+        for name, max_age, fresh in (("fresh", 1.0, True), ("stale", 0.0, False)):
+            monkeypatch.setattr(topvideo, "PREROLL_MAX_AGE_S", max_age)
+            newest = cam.newest()
+            assert newest is not None
+            started = time.monotonic_ns()
+            tv.start(tmp_path / f"{name}.mkv", tmp_path / f"{name}.csv")
+            w = tv._writer
+            assert w is not None
+            _until(lambda w=w: w.frames >= 2, "2 frames written")
+            assert tv.stop()["status"] == "ok"
+            first = int(_rows(tmp_path / f"{name}.csv")[0]["mono_ns"])
+            if fresh:  # the newest frame, or one that came between the two reads above
+                assert newest[2] <= first <= started
+            else:
+                assert first > started
+    finally:
+        cam.close()
+
+
 # ------------------------------------------------------------------ whole trials
 
 
@@ -297,6 +326,10 @@ async def _trial(
         if delivered is not None:
             assert rig.top_video is not None
             rig.top_video.camera.add_tap(lambda d, wall, mono: delivered.append((wall, mono)))
+            for _ in range(3000):  # a camera just opened gives its first frame a while later
+                if delivered:
+                    break
+                await asyncio.sleep(0.01)
         t = await run_trial(rig, scene_seed=SEED)
     return t, json.loads((t.run_dir / f"{t.run_stem}.json").read_text())
 
@@ -327,9 +360,21 @@ def assert_same_decisions(a: TrialSummary, b: TrialSummary) -> None:
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_trial_leaves_its_top_video_and_decides_as_without_it(
-    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+    sim_daemon: SimDaemon,
+    workcell: Workcell,
+    tmp_path: Path,
+    fk_data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     delivered: list[tuple[float, int]] = []
+    started: list[int] = []
+    start = TopVideo.start
+
+    def timed_start(tv: TopVideo, video: Path, frame_log: Path) -> None:
+        start(tv, video, frame_log)
+        started.append(time.monotonic_ns())
+
+    monkeypatch.setattr(TopVideo, "start", timed_start)
     on, log = await _trial(
         workcell, _settings(tmp_path / "on", fk_data_dir, sim_daemon, workcell), delivered
     )
@@ -342,6 +387,9 @@ async def test_a_trial_leaves_its_top_video_and_decides_as_without_it(
     assert [int(r["frame_idx"]) for r in rows] == list(range(len(rows)))
     assert _decoded(video) == len(rows) == len(_packets(video))
     kept = [int(r["mono_ns"]) for r in rows]
+    # the first frame is the one the camera had when the recording started, not the next one
+    # (docs/top-camera.md, "The first frame")
+    assert len(started) == 1 and kept[0] <= started[0]
     # in camera time: every frame the camera delivered while recording was kept, but those
     # that came less than 0.8/fps after a kept one (10 fps: the sim's top camera, 10 fps, is
     # recorded whole; its wall-clock rate is what the loaded box lets it render)
