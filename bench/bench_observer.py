@@ -121,8 +121,9 @@ def _member(tmp: Path, fk: Path, seed: int, on: bool, tag: str) -> dict[str, Any
             top_video=on and "top_video" in OBSERVERS,
             recorder_key_file=tmp / "recorder.key",
             fk_data_dir=fk,
-            # a second trial of a scene must decide as the first: no memories carried over
-            height_rule="failures",
+            # a second trial of a scene must decide as the first: a height step of 0 keeps the
+            # place height where the first started
+            height_step_mm=0.0,
         )
         watched = {"sim": rig.daemon.proc.pid}
         if rec is not None:

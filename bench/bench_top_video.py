@@ -63,8 +63,9 @@ def _settings(root: Path, daemon_port: int, top_url: str, top_video: bool) -> Ru
             "time_scale": SCALE,
             "log_level": "warning",
             "top_video": top_video,
-            # a second trial of a scene must decide as the first: no memories carried over
-            "height_rule": "failures",
+            # a second trial of a scene must decide as the first: a height step of 0 keeps the
+            # place height where the first started
+            "height_step_mm": 0.0,
         },
     )
 

@@ -54,7 +54,7 @@ try:
         s = load_settings(
             RuntimeSettings,
             overrides=rig.runtime_overrides(
-                root, SCALE, fk_data_dir=fk, release_side_check=False, height_rule="failures"
+                root, SCALE, fk_data_dir=fk, release_side_check=False, height_step_mm=0.0
             ),
         )
         scene_next(rig.control_url, seed)

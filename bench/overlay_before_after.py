@@ -75,7 +75,7 @@ def main() -> None:
             overrides={"data_root": root, "fk_data_dir": fk, "daemon_port": rig.daemon_port,
                        "top_camera": rig.top_url, "recorder_enabled": False,
                        "time_scale": SCALE, "release_side_check": False,
-                       "height_rule": "failures", "log_level": "warning"},
+                       "height_step_mm": 0.0, "log_level": "warning"},
         )  # fmt: skip
 
         async def one() -> Any:

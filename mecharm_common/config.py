@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -77,6 +77,9 @@ class RigSettings(BaseSettings):
     model_config = SettingsConfigDict(
         extra="forbid", env_nested_delimiter="__", validate_default=True
     )
+    #: settings this process no longer has, each with what happens now: a file or variable
+    #: that still sets one is refused with that sentence instead of "unknown key"
+    removed_settings: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def settings_customise_sources(
@@ -254,11 +257,20 @@ def _known_keys(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> Collecti
     return tuple(model.model_fields) if model is not None else ()
 
 
+def _removed(model: type[BaseModel] | None, name: str) -> str | None:
+    """Why ``name`` is refused when ``model`` no longer has it (None: it never had it)."""
+    removed = getattr(model, "removed_settings", None) or {}
+    why = removed.get(name)
+    return f"removed setting: {why}; delete it" if why is not None else None
+
+
 def _message(err: Any, model: type[BaseModel] | None) -> str:
     if err["type"] != "extra_forbidden":
         return str(err["msg"])
     loc = tuple(err["loc"])
     name = str(loc[-1]) if loc else ""
+    if len(loc) == 1 and (gone := _removed(model, name)) is not None:
+        return gone
     return "unknown key" + did_you_mean(name, _known_keys(model, loc[:-1]))
 
 
@@ -300,6 +312,8 @@ def _check_environment(model: type[RigSettings], environ: Mapping[str, str] | No
         key = var[len(prefix) :].split("__", 1)[0].lower()
         if key in fields:
             continue
+        if (gone := _removed(model, key)) is not None:
+            raise ConfigError(f"environment variable {var}: {gone} (unset it)")
         match = closest(key, fields)
         hint = f"; did you mean {prefix}{match.upper()}?" if match else ""
         raise ConfigError(

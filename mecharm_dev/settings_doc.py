@@ -194,6 +194,17 @@ def render() -> str:
         rows: list[str] = []
         _rows(cls, "", env, rows, "")
         lines += [*rows, ""]
+        removed = getattr(cls, "removed_settings", None) or {}
+        if removed:
+            lines += [
+                "Removed keys (a file or variable that still sets one is refused with this "
+                'sentence; docs/replay.md, "Traces older than the code"):',
+                "",
+                "| key | what happens now |",
+                "|---|---|",
+                *(f"| `{k}` | {why} |" for k, why in sorted(removed.items())),
+                "",
+            ]
     return "\n".join(lines)
 
 

@@ -11,8 +11,9 @@ changes a decision. It comes from the daemon's hello (docs/setup.md, "Time scale
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -28,72 +29,42 @@ from mecharm_common.rigid import check_rig_id, rig_id_from
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
 from mecharm_runtime.perception.config import CameraCalibration
 
-__all__ = ["BEFORE_THE_SETTING", "RuntimeSettings"]
+__all__ = ["NOT_CONSTANTS", "REMOVED_SETTINGS", "RuntimeSettings"]
 
 Angles6 = tuple[float, float, float, float, float, float]
 
 
-#: For settings that changed a decision when they were introduced: the value that reproduces the
-#: behaviour from before the setting existed. A trace recorded before then (its constants lack
-#: the key) replays with this value, not today's default, so old traces stay replayable
-#: (docs/replay.md). Every new decision-changing setting adds its "off" value here.
-BEFORE_THE_SETTING: dict[str, object] = {
-    # never release blind (docs/stages.md, "release"): no check before opening, no hold on abort
-    "release_check": False,
-    # the height memory's rule before the measured one (docs/runtime.md, "Memories")
-    "height_rule": "failures",
-    # before: a new place cell started from the plain band, whatever the other cells had learnt
-    "height_new_cell": "zero",
-    # before: the place servo steered whatever block it saw, moving with the tip or not
-    "servo_drop_check": False,
-    # a missed pick opened the gripper at the lift height (docs/stages.md, "retry_pick")
-    "retry_open_at": "lift",
-    # no bound on a joint's change near the work, no path check (docs/safety.md)
-    "joint_step_max_deg": 0.0,
-    "path_check": False,
-    # before: the trial placed at whatever box detect returned (even the fallback position)
-    "place_at_untrusted_box": True,
-    # before: a pinhole self-calibrated from the mat, no lens distortion undone
-    "top_camera_calibration": None,
-    # no pick servo: the descent's tip measurement was only learnt from (docs/stages.md)
-    "pick_servo_max_iter": 0,
-    # the correction memory learnt from picks judged yes only (docs/runtime.md, "Memories")
-    "correction_learn": "yes",
-    # a pick servo step without any table row within dist_max ended the servo
-    "pick_servo_fine_fallback": False,
-    # a retry after a miss in height searched the whole pick band again
-    "pick_height_retry": False,
-    # no frozen-feed check: repeated top-camera frames were used as live (docs/perception.md)
-    "camera_frozen_frames": 0,
-    # a refused release was final: no re-aim, the block held in the hover, the session over
-    # (docs/release.md)
-    "release_reaim_max": 0,
-    # a depth step snapped to the place lookup's nearest table row (docs/stages.md)
-    "depth_step": "lookup",
-    "release_refused": "hold",
-    # a block that left the jaws before the release stopped the trial, the place unjudged
-    "lost_block": "stop",
-    # the height memory learnt from places that happened only
-    "learn_failed_places": False,
-    # an empty height memory placed with the plain band
-    "height_start_mm": 0.0,
-    # the block crossed the box's wall at the approach arc's fixed height, whatever the band
-    "place_approach_above_band_mm": None,
-    # a block lost on the box raised its cell no higher than height_max_mm
-    "height_lost_max_mm": None,
-    # a held block that moved less than a third of the tip's move was lost, however far it moved
-    "servo_drop_still_mm": None,
-    # a pick judged yes stayed yes, whatever the block did afterwards
-    "pick_recheck_mm": None,
-    # a pick found never lifted ended the trial after its place judgement
-    "retry_never_lifted": False,
-    # the lift's move on to the approach arc kept the approach's 2° tolerance
-    "tol_lift_to_arc": 2.0,
-    # a servo that could not close the tip's offset grasped where it ended
-    "pick_redescend_mm": None,
-    # a block lost on the box raised its own cell only
-    "height_lost_floor": False,
+#: Settings that chose between today's behaviour and an older one, removed with the older
+#: code path (docs/replay.md, "Traces older than the code"): what each does now. A file or
+#: variable that still sets one is refused with this sentence; a trace that recorded one
+#: replays with today's behaviour and reports where its decisions differ.
+REMOVED_SETTINGS: dict[str, str] = {
+    "height_rule": "the height memory always learns from the release margin it measured",
+    "height_new_cell": "a new place cell always starts from the highest learnt cell",
+    "servo_drop_check": "the place servo always stops steering a block that does not move "
+    "with the tip",
+    "retry_open_at": "a missed pick always opens the gripper lowered to the pick pose",
+    "path_check": "every move's joint-space path is always checked (docs/safety.md)",
+    "place_at_untrusted_box": "detect always stops when the box detection doubts itself",
+    "correction_learn": "the pick correction always learns from every measured tip",
+    "pick_servo_fine_fallback": "a pick servo step with no table row is always solved "
+    "from the arm's pose",
+    "pick_height_retry": "a pick missed in height always retries in pick_retry_band",
+    "depth_step": "a depth step is always solved from the arm's pose",
+    "lost_block": "a block that left the jaws is always judged where it went",
+    "learn_failed_places": "places that did not happen always teach the height memory",
+    "retry_never_lifted": "a pick found never lifted is always tried again",
+    "height_lost_floor": "a block lost on the box always raises every lower place cell",
 }
+
+
+#: settings that shape no decision, left out of a trace's constants (secrets' paths, the
+#: session's length, what is shown and how the top camera is recorded: it only observes)
+NOT_CONSTANTS = frozenset({
+    "daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level",
+    "rerun_after_trial", "display", "display_url",
+    "top_video", "top_video_fps", "top_video_queue", "rig_id",
+})  # fmt: skip
 
 
 def default_rig_id() -> str:
@@ -106,6 +77,7 @@ class RuntimeSettings(RigSettings):
 
     # no NaN or infinity in any number: a NaN pose would pass every comparison it meets
     model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
+    removed_settings: ClassVar[Mapping[str, str]] = REMOVED_SETTINGS
 
     # ---- where things are
     #: where every record goes (runs, ledger, logs, memories); must exist (docs/setup.md)
@@ -255,10 +227,7 @@ class RuntimeSettings(RigSettings):
     box_score_thresh: float = Field(0.5, ge=0, le=1)
     #: where the box is taken to be when no box is found (x, z in metres)
     box_xz_fallback: tuple[float, float] = (-0.01, 0.108)
-    #: detect stops the trial when the box detection doubts itself (docs/perception.md,
-    #: "Detections that doubt themselves"); True places there anyway, e.g. at box_xz_fallback
-    place_at_untrusted_box: bool = False
-    #: j0 of the swept-aside pose (retreats, puts down)
+    #: j0 of the swept-aside pose (the retreat after the place)
     swept_j0: float = 85.0
     #: the largest j1 any pose may have (the rig's limit; the daemon's envelope may narrow it)
     j1_max: float = Field(88.0, le=90.7)
@@ -298,8 +267,8 @@ class RuntimeSettings(RigSettings):
     place_band_depth_m: float = Field(0.030, gt=0)
     #: approach_place raises the arc's pose (same x-z) so that its tip is at least this far
     #: above the place band's top: the held block crosses the box's wall no lower than it
-    #: will descend to (docs/stages.md, "approach_place"); None: the arc's pose as it is
-    place_approach_above_band_mm: float | None = Field(0.0, ge=0.0, le=50.0)
+    #: will descend to (docs/stages.md, "approach_place")
+    place_approach_above_band_mm: float = Field(0.0, ge=0.0, le=50.0)
     #: an approach arc pose farther than this from the target in z is logged
     z_resid_warn_m: float = Field(0.05, gt=0)
     # joint continuity (docs/safety.md): near the work no joint moves more than this per move
@@ -312,9 +281,6 @@ class RuntimeSettings(RigSettings):
     pick_hover_dist_m: float = Field(0.015, gt=0)
     # a bounded descent that lands farther than this from the aim tries the hover first
     pick_resid_max_m: float = Field(0.005, gt=0)
-    # path check (docs/safety.md): the joint-space path of every move keeps tip and wrist
-    # above the mat + margin and outside the box, sampled every path_sample_deg
-    path_check: bool = True
     #: the path check keeps tip and wrist this far above the mat
     path_mat_margin_m: float = Field(0.005, ge=0)
     #: ... and this far outside the box's walls
@@ -334,10 +300,6 @@ class RuntimeSettings(RigSettings):
     depth_steps: int = Field(3, ge=0)
     #: a depth step stops within this of the target depth
     depth_tol_mm: float = Field(8.0, gt=0)
-    #: how a depth step is solved: "fine" from the arm's pose with the FK model (the joints
-    #: stay near the servo's, so the block keeps where the servo put it in x); "lookup" the
-    #: place lookup's nearest table row (docs/stages.md, "servo_place")
-    depth_step: Literal["fine", "lookup"] = "fine"
 
     # ---- pick servo (descend_pick; docs/stages.md, "The pick servo"): while the top camera sees
     # the tip farther than pick_servo_tol_mm from the block in x-z, re-aim by the measured
@@ -348,20 +310,12 @@ class RuntimeSettings(RigSettings):
     pick_servo_tol_mm: float = Field(8.0, gt=0)
     #: the largest pick servo re-aim per step
     pick_servo_step_mm: float = Field(15.0, gt=0, le=CORRECTION_LIMIT_MM)
-    #: a servo step the table has no row for within dist_max (a block at the edge of reach)
-    #: is solved from the arm's pose with the FK model, as a row too far off already was;
-    #: off: such a step ends the servo
-    pick_servo_fine_fallback: bool = True
     #: the servo ended (no step within the joint bound reaches the aim, or its iterations
     #: spent) with the tip still measured farther than this from the block in x-z: go up the
     #: way the arm came and descend again at the aim moved by the measured offset, then servo
     #: again, once (docs/stages.md, "The pick servo"); on harsh 39 of 42 grasps closed
-    #: farther than 16 mm off missed, 10 of 10 closed 8-12 mm off held; None: grasp there
-    pick_redescend_mm: float | None = Field(12.0, gt=0, le=100)
-    #: after a pick missed with the tip measured within pick_servo_tol_mm of the block in x-z
-    #: (so the miss was in height, which the top camera cannot see), the next descent chooses
-    #: its row in pick_retry_band, the middle of pick_band (off: pick_band again)
-    pick_height_retry: bool = True
+    #: farther than 16 mm off missed, 10 of 10 closed 8-12 mm off held
+    pick_redescend_mm: float = Field(12.0, gt=0, le=100)
     #: the arm's tip height at the pick, true minus the model's (mm), when calibrated (e.g. by
     #: touching the mat); the tip measurement projects the marker at the true height and the
     #: pick lookups choose rows whose true tip is in the band. 0: the model's height
@@ -376,39 +330,24 @@ class RuntimeSettings(RigSettings):
     max_correction_mm: float = Field(20.0, ge=0, le=CORRECTION_LIMIT_MM)
     #: how much one new measurement moves a correction cell (exponential average)
     ema_alpha: float = Field(0.5, gt=0, le=1)
-    #: yes: learn the pick correction after a pick judged yes only (the rig's rule); measured:
-    #: also after a miss whose tip was measured (the offset shows either way)
-    correction_learn: Literal["yes", "measured"] = "measured"
     #: how far one place moves its height cell
     height_step_mm: float = Field(5.0, ge=0)
     #: the highest a height cell goes from places and refusals
     height_max_mm: float = Field(30.0, ge=0, le=HEIGHT_LIMIT_MM[1])
-    #: measured: raise after a place judged yes whose release margin was >= height_raise_margin_mm,
-    #: lower after a place judged no; failures: the older rule (raise after a failure only)
-    height_rule: Literal["measured", "failures"] = "measured"
     #: a place judged yes with a release margin at or above this raises nothing
     height_raise_margin_mm: float = Field(10.0, ge=0)
-    #: a place cell not in the height memory: ``highest`` starts it from the highest learnt
-    #: cell (the arm's sag is much the same over the place region, and a block lost on the box
-    #: anywhere says the arm holds it that low everywhere), ``learnt`` from the count-weighted
-    #: mean of the learnt cells, ``zero`` from the plain band (docs/runtime.md, "Memories")
-    height_new_cell: Literal["highest", "learnt", "zero"] = "highest"
     #: where a place cell starts when nothing is learnt yet (an empty memory). The reference
     #: rig's memory settled at +15..+25 mm: its arm holds the block lower than the model says,
     #: and at +0 a fresh rig drags the low-hanging block along the box's walls while it
     #: servos (docs/release.md, "Every trial teaches"); 0 = the plain band
     height_start_mm: float = Field(15.0, ge=0, le=HEIGHT_LIMIT_MM[1])
-    #: the place servo stops when the block it steers does not move with the tip (it is not
-    #: in the jaws): a tip move of at least servo_drop_tip_mm with the block moving less than
-    #: a third of it (docs/stages.md, "servo_place")
-    servo_drop_check: bool = True
     #: the held-block watch compares sightings only after the tip moved this far
     servo_drop_tip_mm: float = Field(10.0, gt=0, le=200)
     #: ... and only when the block moved less than this, i.e. lay still: blocks that really
     #: left the jaws moved 0-4 mm between sightings on harsh; held blocks the wrist partly hid
     #: moved 6-14 mm while the tip moved 18-41 mm, and were carried HOME as lost (docs/release.md,
-    #: "A block that left the jaws"); None: a third of the tip's move alone decides
-    servo_drop_still_mm: float | None = Field(5.0, gt=0, le=50)
+    #: "A block that left the jaws")
+    servo_drop_still_mm: float = Field(5.0, gt=0, le=50)
 
     # ---- never release blind, safe pick retry (docs/stages.md, "release", "retry_pick")
     #: before opening over the box the block must be seen above the opening; an abort while
@@ -428,40 +367,20 @@ class RuntimeSettings(RigSettings):
     #: it was picked, opens there and goes HOME, so an unattended session goes on; hold stays
     #: in the hover holding it, and the session stops (docs/release.md)
     release_refused: Literal["put_back", "hold"] = "put_back"
-    #: the held block stopped moving with the tip before the release (it left the jaws):
-    #: judge (the default) goes on to retreat_and_judge, so the place verdict says where it
-    #: went; stop ends the trial there, the place unjudged (docs/release.md)
-    lost_block: Literal["judge", "stop"] = "judge"
     #: a block found lost that lies (on the mat) within this distance of where the top camera
     #: saw it right after the lift never left the mat: the pick judgement is revised to "no"
     #: (docs/release.md, "A pick that never lifted the block"); on harsh such blocks lay
-    #: 1.7-9.1 mm from it, blocks that slipped out on the way 260 mm or more; None: no look
-    pick_recheck_mm: float | None = Field(25.0, gt=0, le=100)
-    #: a place that did not happen teaches the height memory too: a block lost in the box
-    #: raises the cell one step, a refused release counts it (docs/release.md)
-    learn_failed_places: bool = True
+    #: 1.7-9.1 mm from it, blocks that slipped out on the way 260 mm or more
+    pick_recheck_mm: float = Field(25.0, gt=0, le=100)
     #: how far a block lost in the box raises its cell (it hung low enough to catch on the
     #: box: a height error of the arm's size, not of the memory's usual 5 mm step)
     height_lost_step_mm: float = Field(15.0, ge=0)
     #: how high blocks lost on the box may raise a cell: a loss is evidence that the block
     #: hung too low, so it may take the cell past height_max_mm, which bounds only the
-    #: raises after good places (docs/release.md); None: height_max_mm
-    height_lost_max_mm: float | None = Field(60.0, ge=0, le=HEIGHT_LIMIT_MM[1])
-    #: a block lost on the box raises every cell below the lost cell's new height to it, not
-    #: only that cell: the arm that held it so low holds it as low over the whole place region
-    #: (docs/release.md, "Every trial teaches"); on harsh 6 of 9 losses were in cells still at
-    #: 30 mm after others had been raised to 45-60; off: the lost cell alone
-    height_lost_floor: bool = True
+    #: raises after good places (docs/release.md)
+    height_lost_max_mm: float = Field(60.0, ge=0, le=HEIGHT_LIMIT_MM[1])
     #: --confirm: how long the "release anyway / abort" prompt waits (no answer: abort holding)
     release_confirm_timeout_s: float = Field(60.0, gt=0)
-    #: where a missed pick opens the gripper: mat (lowered to the pick pose), swept (j0 = swept_j0
-    #: at the lift height, as the rig did) or lift (where it is)
-    retry_open_at: Literal["mat", "swept", "lift"] = "mat"
-    #: a pick revised to "no" (the block never left the mat: pick_recheck_mm) is tried again,
-    #: from detect, while pick attempts are left: back over the box, open, HOME
-    #: (docs/release.md, "A pick that never lifted the block"); off: the trial completes
-    #: with the place judged where the block lies
-    retry_never_lifted: bool = True
 
     @field_validator("pick_band", "place_band", "pick_hover_band", "pick_retry_band")
     @classmethod
@@ -520,10 +439,4 @@ class RuntimeSettings(RigSettings):
 
     def constants(self) -> dict[str, object]:
         """The constants block of the run log (everything that shapes a decision)."""
-        skip = {
-            "daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level",
-            "rerun_after_trial", "display", "display_url",
-            # the top camera's recording only observes (docs/top-camera.md)
-            "top_video", "top_video_fps", "top_video_queue", "rig_id",
-        }  # fmt: skip
-        return {k: v for k, v in self.model_dump(mode="json").items() if k not in skip}
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in NOT_CONSTANTS}

@@ -260,32 +260,11 @@ class HeightMemory(_JsonMemory):
 
     def highest(self) -> float | None:
         """The highest dee_y of the cells learnt so far (None: none): where a new cell starts
-        with ``height_new_cell: highest`` (docs/runtime.md, "Memories"). A block lost on the
+        (docs/runtime.md, "Memories"). A block lost on the
         box in one cell raised that cell; the arm that held it so low holds it as low over
         the next cell, so the next cell starts there rather than paying for it again."""
         learnt = [float(e["dee_y_mm"]) for e in self.entries.values() if int(e["n"]) > 0]
         return max(learnt) if learnt else None
-
-    def learnt(self) -> float | None:
-        """The places' count-weighted mean dee_y over the cells learnt so far (None: none).
-
-        Where a new cell starts with ``height_new_cell: learnt`` (docs/runtime.md, "Memories"):
-        the arm's sag under the block is much the same over the small place region, so a cell
-        need not relearn from zero what its neighbours already paid for in failed places."""
-        total = sum(int(e["n"]) for e in self.entries.values())
-        if total <= 0:
-            return None
-        return sum(float(e["dee_y_mm"]) * int(e["n"]) for e in self.entries.values()) / total
-
-    def update(self, key: str, placed_ok: bool, step_mm: float, max_mm: float) -> float:
-        """The rule before ``height_rule: measured``: a failed place raises the cell's target by
-        ``step_mm`` (capped at ``max_mm``); a good place keeps it and counts it."""
-        old = self.entries.get(key, {"dee_y_mm": 0.0, "n": 0})
-        dee = float(old["dee_y_mm"])
-        if not placed_ok:
-            dee = min(max_mm, HEIGHT_LIMIT_MM[1], dee + step_mm)
-        self.entries[key] = {"dee_y_mm": dee, "n": min(int(old["n"]) + 1, N_LIMIT)}
-        return dee
 
     def learn(
         self,

@@ -321,17 +321,16 @@ class SafeArm:
                         f"joint step refused: j{j} {jumps[j]:+.1f}° from the last {src} pose "
                         f"> joint_step_max_deg {bound:g}°"
                     )
-        if s.path_check:
-            start = self.last_measured if self.last_measured is not None else self.last_commanded
-            if start is None:
-                out["path"] = {"ok": True, "reason": "no start pose yet"}
-            else:
-                v = check_path(
-                    start, target, self.workspace(), into_box=into_box, step_deg=s.path_sample_deg
-                )
-                out["path"] = {"into_box": into_box, **v.to_dict()}
-                if not v.ok and refusal is None:
-                    refusal = f"path check refused: {v.reason}"
+        start = self.last_measured if self.last_measured is not None else self.last_commanded
+        if start is None:
+            out["path"] = {"ok": True, "reason": "no start pose yet"}
+        else:
+            v = check_path(
+                start, target, self.workspace(), into_box=into_box, step_deg=s.path_sample_deg
+            )
+            out["path"] = {"into_box": into_box, **v.to_dict()}
+            if not v.ok and refusal is None:
+                refusal = f"path check refused: {v.reason}"
         return out, refusal
 
     async def gripper_value(self, value: int, note: str) -> None:

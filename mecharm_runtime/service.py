@@ -103,9 +103,8 @@ def runtime_limits(s: RuntimeSettings, arcs: Sequence[ArcPose] = ()) -> RuntimeL
     and their poses in one send, the largest move a daemon's per-move bound must allow."""
     largest: tuple[int, float, str] | None = None
     for arc in arcs:
-        # HOME to each approach pose; j0 swept aside from it (the retreat after the place, a
-        # pick retry with retry_open_at: swept)
-        swept = arc.phase != "approach_pick" or s.retry_open_at == "swept"
+        # HOME to each approach pose; j0 swept aside from it (the retreat after the place)
+        swept = arc.phase != "approach_pick"
         for j0 in (arc.points[0][2], arc.points[-1][2]):
             pose = (j0, *arc.base)
             moves = [(s.home, "HOME")] + ([((s.swept_j0, *arc.base), "swept_j0")] if swept else [])

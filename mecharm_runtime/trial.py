@@ -154,7 +154,6 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> str:
         and st.place_approach is None
         and st.pick_verdict is not None
         and st.pick_verdict.verdict == "no"
-        and s.retry_open_at != "lift"
         and st.pick_pose is not None
         and st.pick_approach is not None
     )
@@ -250,24 +249,14 @@ async def _retrace_up(ctx: TrialContext, note: str) -> None:
 async def _put_down(
     ctx: TrialContext, attempt: Callable[[str, Callable[[], Any]], Awaitable[bool]]
 ) -> None:
-    """After the last failed pick: open at the mat (or swept aside), as retry_pick does."""
+    """After the last failed pick: open at the mat, as retry_pick does."""
     s, st = ctx.settings, ctx.state
     assert st.pick_pose is not None and st.pick_approach is not None
-    if s.retry_open_at == "mat":
-        there = await attempt("lower to the mat", lambda: lower_to_mat(ctx, "abort"))
-    else:
-        swept = (s.swept_j0, *st.pick_approach[1:])
-        there = await attempt(
-            "swept aside", lambda: ctx.move(swept, s.tol_pick_place, "abort: swept aside")
-        )
-    if not there or not await attempt(
-        "open", lambda: ctx.gripper("open", f"abort: put down ({s.retry_open_at})")
-    ):
+    there = await attempt("lower to the mat", lambda: lower_to_mat(ctx, "abort"))
+    if not there or not await attempt("open", lambda: ctx.gripper("open", "abort: put down (mat)")):
         return  # still holding: told below, the arm stays where it got to
     st.holding = False
-    if s.retry_open_at == "mat" and not await attempt(
-        "up from the mat", lambda: up_from_mat(ctx, "abort: up")
-    ):
+    if not await attempt("up from the mat", lambda: up_from_mat(ctx, "abort: up")):
         return
     await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
 

@@ -48,10 +48,8 @@ async def detect(ctx: TrialContext) -> Outcome:
     if not obs.ok or obs.block_xz is None or obs.box_xz is None:
         raise StageFailed(f"{ctx.stage}: detection failed: {obs.reason or 'no block/box'}")
     if not obs.box_trusted:  # never in traces from before the flag: they read as trusted
-        go_on = ctx.settings.place_at_untrusted_box
-        ctx.trace.decision("box_untrusted", {"doubt": obs.box_doubt, "proceed": go_on})
-        if not go_on:
-            raise StageFailed(f"{ctx.stage}: {obs.box_doubt or 'box detection not trusted'}")
+        ctx.trace.decision("box_untrusted", {"doubt": obs.box_doubt, "proceed": False})
+        raise StageFailed(f"{ctx.stage}: {obs.box_doubt or 'box detection not trusted'}")
     ctx.state.scene = obs
     return Outcome.OK
 
@@ -148,8 +146,7 @@ def _redescent_wanted(ctx: TrialContext) -> bool:
     s, st = ctx.settings, ctx.state
     tip = st.tip
     return (
-        s.pick_redescend_mm is not None
-        and tip is not None
+        tip is not None
         and tip.ok
         and math.isfinite(tip.dist_mm)
         and tip.dist_mm > s.pick_redescend_mm
@@ -332,7 +329,7 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
         how = "lookup"
         if res.ok and res.angles is not None and (res.distance or 0.0) <= s.pick_resid_max_m:
             target = tuple(res.angles)
-        elif res.ok or s.pick_servo_fine_fallback:
+        else:
             # no table row that near under the bound (at the edge of reach, none within
             # dist_max at all): solve the small step from this pose with the FK model
             target, how, stop = _fine_step(s, pose, aim, band)
@@ -342,8 +339,6 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
                 entry["lookup"] = f"out_of_range: {res.reason}"
                 if stop is not None:
                     stop = f"lookup out_of_range: {res.reason}; {stop}"
-        else:
-            stop = f"lookup out_of_range: {res.reason}"
         if target is not None and stop is None:
             entry["how"] = how
             verdict = check_pose(
@@ -410,16 +405,14 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     st.pick_verdict = v
     if v.verdict == "yes":
         _learn_correction(ctx)
-        if s.pick_recheck_mm is not None:
-            at = fk_tip(judged_at)
-            st.lifted_block_xz = await ctx.eyes.locate_block(
-                0.0, (float(at[0]), float(at[2])), f"lift_mat_attempt{st.pick_attempts}"
-            )
+        at = fk_tip(judged_at)
+        st.lifted_block_xz = await ctx.eyes.locate_block(
+            0.0, (float(at[0]), float(at[2])), f"lift_mat_attempt{st.pick_attempts}"
+        )
         return Outcome.OK
-    if s.correction_learn == "measured":  # a miss with a measured tip still shows the offset
-        _learn_correction(ctx)
+    _learn_correction(ctx)  # a miss with a measured tip still shows the offset
     tip = st.tip
-    if s.pick_height_retry and tip is not None and tip.ok:
+    if tip is not None and tip.ok:
         st.height_miss = tip.dist_mm <= s.pick_servo_tol_mm
         ctx.trace.decision(
             "height_miss",
@@ -432,8 +425,8 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
 
 
 def _learn_correction(ctx: TrialContext) -> None:
-    """Learn the offset from the attempt's last tip measurement: after a pick judged yes, and
-    with ``correction_learn: measured`` after a miss too (docs/runtime.md, "Memories"). The
+    """Learn the offset from the attempt's last tip measurement, after a pick judged yes or
+    missed (docs/runtime.md, "Memories"). The
     aim was the block minus the memory's correction and the servo's steps; the tip landed
     the measured offset from the block, so the arm's offset is their sum."""
     st, s = ctx.state, ctx.settings
@@ -491,13 +484,12 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     """A missed pick: open where a partly held block cannot fall far, then HOME, so detect sees
     the mat unobstructed as on the first attempt.
 
-    ``retry_open_at`` (docs/stages.md, "retry_pick"): ``mat`` lowers to the pick pose (the
-    block, if held, is back on the mat where it was grasped), opens, goes up again; ``swept``
-    turns j0 to ``swept_j0`` at the lift height first, as the rig did; ``lift`` opens where the
-    arm is (the behaviour before the setting).
+    It lowers to the pick pose (the block, if held, is back on the mat where it was
+    grasped), opens, goes up again (docs/stages.md, "retry_pick"); with nothing to lower to
+    (a pick found never lifted, the arm beside the box) it opens where the arm is.
     """
     s, st = ctx.settings, ctx.state
-    where = s.retry_open_at
+    where = "mat"
     if st.block_lost:
         # the pick was found never to have lifted the block (release.py, _retry_never_lifted):
         # the jaws are empty and the arm is beside the box; back over it as return_home goes,
@@ -514,10 +506,6 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
         ctx.trace.decision("retry_release", {"open_at": where})
     if where == "mat":
         await lower_to_mat(ctx, "retry")
-    elif where == "swept":
-        assert st.pick_approach is not None
-        swept = (s.swept_j0, *st.pick_approach[1:])
-        await ctx.move(swept, s.tol_pick_place, "retry: swept aside")
     note = "release after failed pick" + ("" if where == "lift" else f" ({where})")
     await ctx.gripper("open", note)
     st.holding = False
@@ -588,7 +576,7 @@ def _pick_band(ctx: TrialContext) -> tuple[float, float]:
     gripper's reach in height (docs/stages.md, "The pick servo"); both moved by the
     calibrated ``pick_tip_height_mm``."""
     s = ctx.settings
-    lo, hi = s.pick_retry_band if ctx.state.height_miss and s.pick_height_retry else s.pick_band
+    lo, hi = s.pick_retry_band if ctx.state.height_miss else s.pick_band
     # a calibrated tip height error: choose rows whose true tip height is in the band
     h = s.pick_tip_height_mm / 1000.0
     return (lo - h, hi - h) if h else (lo, hi)

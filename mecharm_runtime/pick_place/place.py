@@ -68,8 +68,6 @@ def _raised_approach(
     the FK model near the arc's pose; a pose it cannot solve leaves the arc's pose (traced).
     """
     s, st = ctx.settings, ctx.state
-    if s.place_approach_above_band_mm is None:
-        return arc_pose
     st.place_key = cell_key("place", *box_xz, s.cell_mm)
     _lo, hi, dee = _place_band(ctx)
     want = hi + s.place_approach_above_band_mm / 1000.0
@@ -95,9 +93,8 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     """(band_min, band_max, dee_y_mm): memory target 0.100 + dee_y, band the 30 mm below it."""
     s, st = ctx.settings, ctx.state
     dee = ctx.heights.get(st.place_key)
-    if dee is None and s.height_new_cell != "zero":
-        # a new cell starts where the learnt cells are
-        dee = ctx.heights.highest() if s.height_new_cell == "highest" else ctx.heights.learnt()
+    if dee is None:  # a new cell starts at the highest learnt cell (docs/runtime.md, "Memories")
+        dee = ctx.heights.highest()
         st.place_dee_start_mm = dee or 0.0
     if dee is None and s.height_start_mm > 0:  # nothing learnt anywhere yet
         dee = st.place_dee_start_mm = s.height_start_mm
@@ -181,14 +178,14 @@ class _HeldBlockWatch:
         tip = fk_tip(pose)
         tip_xz = (float(tip[0]), float(tip[2]))
         last, self.last = self.last, (tuple(block_xz), tip_xz)  # type: ignore[assignment]
-        if not s.servo_drop_check or last is None:
+        if last is None:
             return
         tip_mm = math.dist(tip_xz, last[1]) * 1000.0
         block_mm = math.dist(block_xz, last[0]) * 1000.0
         if tip_mm < s.servo_drop_tip_mm:
             return
         info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
-        still = s.servo_drop_still_mm is None or block_mm < s.servo_drop_still_mm
+        still = block_mm < s.servo_drop_still_mm
         if block_mm < tip_mm / 3.0 and not still:
             # the block moved, less than the tip: not the evidence of a block lying still that
             # "not in the jaws" needs (a held block partly hidden by the wrist looks so); the
@@ -221,16 +218,13 @@ async def servo_place(ctx: TrialContext) -> Outcome:
 
 
 async def _lost(ctx: TrialContext, exc: BlockLost) -> Outcome:
-    """The block left the jaws in the box's neighbourhood: with ``lost_block: judge`` the
-    trial goes on to retreat_and_judge, whose judge says where it went (in the box or not);
-    the reason stays in the trace and the log. Else the trial stops with the reason. Either
-    way the pick judgement is checked against where the block now lies (``_recheck_pick``);
+    """The block left the jaws in the box's neighbourhood: the trial goes on to
+    retreat_and_judge, whose judge says where it went (in the box or not); the reason stays
+    in the trace and the log. The pick judgement is checked against where the block now lies (``_recheck_pick``);
     a block lost on the box teaches the height memory, one that never left the mat does not
     (it says nothing about the height the block hung at)."""
     if not await _recheck_pick(ctx, exc.block_xz):
         _learn_failed_place(ctx, "lost")
-    if ctx.settings.lost_block != "judge":
-        raise exc
     ctx.trace.decision("block_lost", {"why": str(exc), "next": "judge the place"})
     log.warning("block_lost", why=str(exc))
     return Outcome.LOST
@@ -249,7 +243,7 @@ async def _recheck_pick(ctx: TrialContext, seen_xz: tuple[float, float] | None) 
     slipped out on the way lies along the path, hundreds of mm from there. True: revised."""
     s, st = ctx.settings, ctx.state
     v = st.pick_verdict
-    if s.pick_recheck_mm is None or st.lifted_block_xz is None or seen_xz is None:
+    if st.lifted_block_xz is None or seen_xz is None:
         return False
     if v is None or v.verdict != "yes":
         return False
@@ -398,22 +392,20 @@ def _depth_target(
 ) -> tuple[tuple[float, ...], bool | None, str, float | None]:
     """A depth step's pose: (angles, lookup_ok for the guard, why not, its tip height).
 
-    With ``depth_step: fine`` the step is solved from the arm's pose with the FK model, the
+    The step is solved from the arm's pose with the FK model, the
     way the pick servo's small steps are: the tip moves in z, keeps its x and height, and
     every joint stays near where the servo left it. The place lookup instead snaps to the
     table's rows, whose j0 lies on the table's grid: a row a few mm from the aim can turn j0
     and the forearm's roll by 5-15°, undoing the j0 servo and swinging the block hanging
     under the jaws by 20-30 mm (docs/stages.md, "servo_place"). When no fine step lands,
     the lookup is the fallback."""
-    s = ctx.settings
-    if s.depth_step == "fine":
-        target, _how, why = _fine_step(s, pose, aim, band, where="place")
-        ctx.trace.decision(
-            "depth_fine",
-            {"depth_step": k, "aim_xz": list(aim), "angles": list(target or ()), "why": why},
-        )
-        if target is not None:
-            return target, None, "", float(fk_tip(target)[1])
+    target, _how, why = _fine_step(ctx.settings, pose, aim, band, where="place")
+    ctx.trace.decision(
+        "depth_fine",
+        {"depth_step": k, "aim_xz": list(aim), "angles": list(target or ()), "why": why},
+    )
+    if target is not None:
+        return target, None, "", float(fk_tip(target)[1])
     res = _place_lookup(ctx, aim, pose, *band)
     ctx.trace.decision("lookup", {"depth_step": k, **res.to_dict()})
     return tuple(res.angles or ()), res.ok, res.reason or "", res.selected_ee_y
@@ -425,7 +417,7 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
     the cell's place height one step; ``refused`` counts the cell and keeps its height (what
     kept the block out was measured in x-z, which the servo and the re-aim act on)."""
     s, st = ctx.settings, ctx.state
-    if s.height_rule == "failures" or not s.learn_failed_places or not st.place_key:
+    if not st.place_key:
         return
     view = st.release_view
     up = ctx.heights.learn_failed(
@@ -433,14 +425,12 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
         outcome,
         None if view is None else view.margin_mm,
         step_mm=s.height_lost_step_mm if outcome == "lost" else s.height_step_mm,
-        max_mm=s.height_lost_max_mm
-        if outcome == "lost" and s.height_lost_max_mm is not None
-        else s.height_max_mm,
+        max_mm=s.height_lost_max_mm if outcome == "lost" else s.height_max_mm,
         start_mm=st.place_dee_start_mm,
     )
     ctx.trace.decision("height_update", {"key": st.place_key, outcome: True, **up.to_dict()})
     log.info("height_update", key=st.place_key, outcome=outcome, change=up.change, why=up.why)
-    if outcome == "lost" and s.height_lost_floor and up.change == "raise":
+    if outcome == "lost" and up.change == "raise":
         raised = ctx.heights.raise_floor(up.dee_y_mm)
         if raised:
             ctx.trace.decision(

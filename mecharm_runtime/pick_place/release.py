@@ -252,12 +252,6 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
         if not placed and not _never_lifted(st) and await look_at_jaws(ctx) == "seen":
             await _still_held(ctx)
         return _retry_never_lifted(ctx)
-    if s.height_rule == "failures":  # before the measured rule: raise after a failure only
-        dee = ctx.heights.update(st.place_key, placed, s.height_step_mm, s.height_max_mm)
-        ctx.trace.decision(
-            "height_update", {"key": st.place_key, "placed_ok": placed, "dee_y_mm": dee}
-        )
-        return Outcome.OK
     # measured at the release (the release check's top view), only when it was confirmed
     view = st.release_view if st.release_confirmed else None
     up = ctx.heights.learn(
@@ -321,7 +315,7 @@ def _retry_never_lifted(ctx: TrialContext) -> Outcome:
     and attempts are left: retry_pick takes the arm back over the box, opens the empty jaws
     and goes HOME, and detect finds the block where it lies."""
     s, st = ctx.settings, ctx.state
-    if not (s.retry_never_lifted and _never_lifted(st)):
+    if not _never_lifted(st):
         return Outcome.OK
     last = st.pick_attempts >= s.max_pick_attempts
     ctx.trace.decision(

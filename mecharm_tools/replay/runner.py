@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from mecharm_common.config import ConfigError, load_settings
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import NOT_CONSTANTS, REMOVED_SETTINGS, RuntimeSettings
 from mecharm_runtime.engine import run_stages
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
@@ -82,28 +82,34 @@ def replay_settings(
     fields = set(RuntimeSettings.model_fields)
     consts = recorded.constants
     notes: list[str] = []
-    gone = sorted(k for k in consts if k not in fields)
+    removed = sorted(k for k in consts if k in REMOVED_SETTINGS)
+    if removed:
+        notes.append(
+            "recorded with settings this code no longer has (replayed with today's behaviour, "
+            "its decisions may differ): " + ", ".join(f"{k}={consts[k]!r}" for k in removed)
+        )
+    gone = sorted(k for k in consts if k not in fields and k not in REMOVED_SETTINGS)
     if gone:
         notes.append(f"constants recorded but unknown to this code (ignored): {', '.join(gone)}")
-    new = sorted(
-        k
-        for k in fields - set(consts)
-        if k not in ("daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level")
-        and k not in BEFORE_THE_SETTING
-    )
+    new = sorted(fields - set(consts) - NOT_CONSTANTS)
     if new:
-        notes.append(f"settings not in the trace (defaults used): {', '.join(new)}")
-    values = {k: v for k, v in consts.items() if k in fields}
-    older = {k: v for k, v in BEFORE_THE_SETTING.items() if k in fields and k not in consts}
-    if older:
         notes.append(
-            "recorded before these settings existed (replayed as then): "
-            + ", ".join(f"{k}={v!r}" for k, v in sorted(older.items()))
+            "settings not in the trace (today's defaults used, its decisions may differ): "
+            + ", ".join(new)
         )
-    values = {**older, **values}
+    values = {k: v for k, v in consts.items() if k in fields}
+    # a rule the trace recorded switched off (null) that this code always applies
+    always = sorted(k for k, v in values.items() if v is None and not _takes_none(k))
+    if always:
+        notes.append(
+            "recorded switched off (null), always on in this code (today's defaults used, its "
+            "decisions may differ): " + ", ".join(always)
+        )
+        for k in always:
+            del values[k]
     values.update(overrides or {})
-    # load_settings reads None as "flag not given" (the default); a recorded or "before" null
-    # (a rule switched off) must stay null, so it is set after loading, if the key takes it
+    # load_settings reads None as "flag not given" (the default); a recorded null (a rule
+    # switched off) must stay null, so it is set after loading, if the key takes it
     nulls = sorted(k for k, v in values.items() if v is None)
     try:
         settings = load_settings(
@@ -120,6 +126,14 @@ def replay_settings(
             f"the trace's constants or --set: {k} = null is not a value this key takes"
         ) from None
     return settings.model_copy(update=dict.fromkeys(nulls)), notes
+
+
+def _takes_none(key: str) -> bool:
+    try:
+        TypeAdapter(RuntimeSettings.model_fields[key].annotation or Any).validate_python(None)
+    except ValidationError:
+        return False
+    return True
 
 
 @dataclass

@@ -130,7 +130,8 @@ def test_dev_null_means_defaults_only() -> None:
         ("log_level: loud\n", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
         ("path_sample_deg: 0.000001\n", "path_sample_deg: Input should be greater than or equal to 0.1"),
         ("joint_step_max_deg: -1\n", "joint_step_max_deg"),
-        ("retry_open_at: floor\n", "retry_open_at: Input should be"),
+        ("release_refused: drop\n", "release_refused: Input should be"),
+        ("retry_open_at: mat\n", "retry_open_at: removed setting: a missed pick always opens"),
     ],
 )  # fmt: skip
 def test_runtime_values_that_would_pass_every_comparison_are_refused(

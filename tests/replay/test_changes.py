@@ -12,7 +12,7 @@ import pytest
 
 from mecharm_common.config import ConfigError
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import BEFORE_THE_SETTING
+from mecharm_runtime.config import REMOVED_SETTINGS, RuntimeSettings
 from mecharm_runtime.lookup import descent, ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.table import write_table
 from mecharm_runtime.pick_place import pick
@@ -35,14 +35,15 @@ def _replay(path: Path, fk_data_dir: Path, overrides: dict[str, Any] | None = No
 def test_place_band_change_names_stage8_and_the_band(
     replay_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc = main(["replay", str(SUCCESS), *replay_args, "--set", "place_band=[0.075, 0.100]"])
+    # the place band is the height memory's target and the 30 mm below it: 10 mm instead
+    rc = main(["replay", str(SUCCESS), *replay_args, "--set", "place_band_depth_m=0.01"])
     out = capsys.readouterr().out
     assert rc == 1, out
     assert f"{SUCCESS}: different" in out
     first = out.split("first difference ", 1)[1].splitlines()
     assert "stage descend_place, place_band" in first[0]
     assert first[1].strip() == "band:"
-    assert "recorded [0.07, 0.1]" in first[2] and "replayed [0.075, 0.1]" in first[3]
+    assert "recorded [0.085, 0.115]" in first[2] and "replayed [0.105" in first[3]
     # the commanded place pose changed too: before and after are both shown
     cmd = out.split("stage descend_place, command", 1)[1]
     assert "angles:" in cmd.splitlines()[1]
@@ -200,15 +201,26 @@ def test_replay_opens_no_socket_camera_or_file(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_trace_from_before_a_setting_replays_with_its_before_value_null_included() -> None:
-    """A "before" value of None is a rule switched off (no recheck, no raise past the cap):
-    it must not fall back to today's default, which a loader reading None as "not given"
-    would do."""
+def test_a_trace_older_than_the_code_replays_with_todays_behaviour_and_says_what_it_lacks() -> None:
+    """No older behaviour is kept for old traces (docs/replay.md, "Traces older than the
+    code"): a removed setting, a rule recorded switched off (null) and a setting the trace
+    lacks all replay with today's values, each named in a note."""
     rec = read_recorded(SUCCESS)
-    settings, _notes = replay_settings(rec)
-    for key, before in BEFORE_THE_SETTING.items():
-        if key not in rec.constants:
-            assert getattr(settings, key) == before, key
-    assert settings.pick_recheck_mm is None and settings.servo_drop_still_mm is None
+    consts = rec.header["constants"]  # the trial line's: edited as an older trace would read
+    consts.update({"retry_open_at": "lift", "pick_recheck_mm": None})
+    del consts["pick_redescend_mm"]
+    settings, notes = replay_settings(rec)
+    defaults = RuntimeSettings()
+    assert settings.pick_recheck_mm == defaults.pick_recheck_mm
+    assert settings.pick_redescend_mm == defaults.pick_redescend_mm
+    said = "\n".join(notes)
+    assert (
+        "no longer has (replayed with today's behaviour" in said and "retry_open_at='lift'" in said
+    )
+    assert (
+        "recorded switched off (null), always on in this code" in said and "pick_recheck_mm" in said
+    )
+    assert "settings not in the trace" in said and "pick_redescend_mm" in said
+    assert set(REMOVED_SETTINGS).isdisjoint(RuntimeSettings.model_fields)
     with pytest.raises(ConfigError, match="tol_approach = null"):
         replay_settings(rec, {"tol_approach": None})

@@ -111,7 +111,11 @@ def test_missing_input_is_a_named_divergence(
     tmp_path: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     events = _events(SUCCESS)
-    i = next(n for n, e in enumerate(events) if e["event"] == "input" and e["kind"] == "block_xz")
+    i = next(
+        n
+        for n, e in enumerate(events)
+        if e["event"] == "input" and e["kind"] == "block_xz" and e["stage"] == "servo_place"
+    )
     del events[i]
     rc, out = _replay(_write(tmp_path, events), replay_args, capsys)
     assert rc == 1

@@ -1,5 +1,6 @@
 """Traces of the first format (stage names ``stage1``..``stage10``, ``send_t`` inputs, the
-``gripper_sleep_s`` setting) still replay, identical, against today's code. The three
+``gripper_sleep_s`` setting) are still read and replayed against today's code, which reports
+where they now decide otherwise (docs/replay.md, "Traces older than the code"). The three
 traces in ``legacy_v1/`` were recorded before the rename and are kept as they were (but for
 their ``fk_data_dir``, made relative: docs/replay.md)."""
 
@@ -42,11 +43,15 @@ def test_legacy_trace_reads_with_todays_names(trace: Path) -> None:
 
 
 @pytest.mark.parametrize("trace", LEGACY, ids=lambda p: p.name.removesuffix(".trace.jsonl"))
-def test_legacy_trace_replays_identical(
+def test_legacy_trace_replays_against_todays_code_reporting_by_decision(
     trace: Path, replay_args: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Read in today's names and replayed with today's behaviour: the replay reports where
+    the old trial would now decide otherwise, by stage and decision, and nothing fails."""
     rc = main(["replay", str(trace), *replay_args])
     out = capsys.readouterr()
-    assert rc == 0, out.out + out.err
-    assert f"{trace}: identical (" in out.out
+    assert rc == 1, out.out + out.err
+    assert f"{trace}: different" in out.out and "DIFFERENT: " in out.out
+    assert "first difference" in out.out and ", motion_check" in out.out
     assert "unknown to this code" not in out.out + out.err
+    assert "Traceback" not in out.out + out.err

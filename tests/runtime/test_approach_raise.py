@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
 from mecharm_runtime.lookup.j0 import j0_lookup
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, cell_key
@@ -113,11 +113,7 @@ def test_a_harsh_arm_carries_the_block_over_the_wall_higher_than_from_the_arc(
     assert from_raised > from_arc + 0.01
 
 
-def test_no_raise_before_the_setting_and_none_at_the_plain_band(tmp_path: Path) -> None:
-    assert BEFORE_THE_SETTING["place_approach_above_band_mm"] is None
-    ctx = _ctx(tmp_path, BOXES[0], 60.0, place_approach_above_band_mm=None)
-    arc, pose, raised = _raise(ctx)
-    assert pose == arc and raised is None
+def test_no_raise_at_the_plain_band(tmp_path: Path) -> None:
     # an empty memory starts at height_start_mm (15): the band's top stays under the arc pose
     ctx = _ctx(tmp_path, BOXES[0], None)
     arc, pose, raised = _raise(ctx)

@@ -9,8 +9,9 @@ import random
 
 import pytest
 
+from mecharm_common.config import load_settings
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import check_pose
 from mecharm_runtime.pick_place import pick
 
@@ -29,7 +30,6 @@ def _tip_xz(pose: tuple[float, ...]) -> tuple[float, float]:
 
 def test_a_depth_step_moves_the_tip_in_z_and_keeps_the_servos_j0() -> None:
     s = RuntimeSettings()
-    assert s.depth_step == "fine"
     x, z = _tip_xz(SERVO_POSE)
     height = float(fk_tip(SERVO_POSE)[1])
     for dz_mm in (-32.0, -8.0, 12.0):
@@ -72,7 +72,6 @@ def test_no_aim_makes_a_depth_step_leave_its_band_or_its_joint_bound() -> None:
     assert refused >= 3  # the far ones and the NaN are refused, not reached
 
 
-def test_old_traces_replay_with_the_table_rows_depth_step() -> None:
-    assert BEFORE_THE_SETTING["depth_step"] == "lookup"
-    with pytest.raises(ValueError, match="depth_step"):
-        RuntimeSettings(depth_step="nearest")  # type: ignore[arg-type]
+def test_the_table_rows_depth_step_is_gone() -> None:
+    with pytest.raises(ValueError, match="depth_step: removed setting"):
+        load_settings(RuntimeSettings, overrides={"depth_step": "lookup"})

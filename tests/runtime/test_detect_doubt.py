@@ -13,7 +13,7 @@ import pytest
 
 from mecharm_cameras import open_camera
 from mecharm_runtime import engine
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes
 from mecharm_runtime.pick_place import context, pick
 from mecharm_runtime.ports import SceneObservation
@@ -107,13 +107,6 @@ def test_detect_stops_on_an_untrusted_box() -> None:
         ("box_untrusted", {"doubt": DOUBTFUL.box_doubt, "proceed": False})
     ]
     assert ctx.state.scene is None
-
-
-def test_place_at_untrusted_box_goes_on_as_before() -> None:
-    ctx = _ctx(DOUBTFUL, place_at_untrusted_box=True)
-    assert asyncio.run(pick.detect(ctx)) == engine.Outcome.OK  # type: ignore[arg-type]
-    assert ctx.state.scene is DOUBTFUL
-    assert BEFORE_THE_SETTING["place_at_untrusted_box"] is True
 
 
 def test_old_trace_scene_reads_as_trusted_and_makes_no_decision() -> None:

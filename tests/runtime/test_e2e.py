@@ -47,9 +47,10 @@ def _settings(root: Path, fk: Path, rig: SimRig, udp: int | None) -> RuntimeSett
             # the recorder's side camera here is its synthetic source (below), no view of the
             # workcell: the release check goes by the top camera alone (docs/stages.md)
             "release_side_check": False,
-            # the second trial of the same scene must decide as the first: the measured height
-            # rule would raise the place height after the first good place (docs/runtime.md)
-            "height_rule": "failures",
+            # the second trial of the same scene must decide as the first: the height memory
+            # would move the place height after the first place (docs/runtime.md); a step of
+            # 0 keeps it where the first trial started
+            "height_step_mm": 0.0,
             # the rig's 8 s arrival minimum is 0.4 s at x20: too tight for a loaded machine
             # (docs/testing.md, "No wall-clock upper bound in a test")
             "arrival_min_s": 20.0,

@@ -139,8 +139,6 @@ async def test_each_setting_is_compared(
         # HOME -> the approach_place pose turns j4 89.2°: a 40° per-move bound refuses every trial
         (Envelope(JOINT_MIN, DEFAULT_MAX, 40.0), {},
          "the trial's moves turn j4 by up to 89.2° in one send (HOME to the approach_place pose)"),
-        # a pick retry swept aside turns j0 from the pick arc to 85°: larger still
-        (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {"retry_open_at": "swept"}, "(swept_j0 to the approach_pick pose)"),
         (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {}, None),
         # the runtime's own near-work bound must fit too
         (Envelope(JOINT_MIN, DEFAULT_MAX, 100.0), {"joint_step_max_deg": 120.0},

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.memories import HeightMemory, cell_key
 from mecharm_runtime.pick_place import context, place
 from tests.runtime.offline_ctx import offline_context
@@ -51,9 +51,3 @@ def test_a_block_that_moved_less_than_the_tip_but_did_not_lie_still_is_not_calle
         kinds = [e["kind"] for e in ctx.trace.lines if e.get("event") == "decision"]
         assert "held_block_lagged" in kinds and "held_block_lost" not in kinds
         assert not ctx.state.block_lost
-    # before the setting a third of the tip's move alone decided
-    ctx, watch = _watch(tmp_path, servo_drop_still_mm=None)
-    watch.check((-0.2, 0.17), pose, "servo 1")
-    with pytest.raises(context.BlockLost):
-        watch.check(seen, moved, "servo 2")
-    assert BEFORE_THE_SETTING["servo_drop_still_mm"] is None

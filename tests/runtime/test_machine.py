@@ -259,17 +259,11 @@ async def test_pick_judged_no_three_times_aborts(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
-    # the rule learning from picks judged yes only (a measured miss teaches the memory
-    # otherwise: tests/runtime/test_pick_servo.py)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, correction_learn="yes")
+    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
     t = await run_trial(rig)
     await client.aclose()
     assert (
         t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
-    )
-    assert (
-        not DataRoot(tmp_path).correction_memory.exists()
-        or "pick_x200_z260" not in (DataRoot(tmp_path).correction_memory).read_text()
     )
 
 
@@ -486,19 +480,14 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, lost_block="stop")
-    t = await run_trial(rig)
-    await client.aclose()
-    assert t.status == "stopped" and "no longer moves with the gripper" in t.reason, t.reason
-    lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
-    assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
-    assert lost[0]["value"]["tip_moved_mm"] >= 10.0
-    assert not t.block_held  # the stop does not announce a block in the jaws
-    # by default the place is judged where the block went: retreat, judge, HOME, no release
-    eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
     rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
     t = await run_trial(rig)
     await client.aclose()
+    lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
+    assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
+    assert lost[0]["value"]["tip_moved_mm"] >= 10.0
+    assert not t.block_held  # nothing announces a block in the jaws
+    # the place is judged where the block went: retreat, judge, HOME, no release
     assert t.status == "completed" and t.place_verdict != "", t.reason
     kinds = [e["kind"] for e in _trace(t) if e["event"] == "decision"]
     assert "block_lost" in kinds and "release_check" not in kinds
@@ -509,9 +498,3 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
         e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "height_update"
     ]
     assert len(ups) == 1 and ups[0]["lost"] and ups[0]["change"] == "raise", ups
-    # before the check, the same servo steered on and completed the trial
-    eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes, servo_drop_check=False)
-    t = await run_trial(rig)
-    await client.aclose()
-    assert "no longer moves with the gripper" not in t.reason

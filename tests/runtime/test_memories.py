@@ -76,19 +76,6 @@ def test_unparseable_file_moved_aside_not_overwritten(tmp_path: Path) -> None:
     assert any(e["event"] == "memory_file_corrupt" for e in logs)
 
 
-def test_height_memory_raises_on_failed_place_only(tmp_path: Path) -> None:
-    mem = HeightMemory(tmp_path / "h.json")
-    key = "place_x-200_z180"
-    assert mem.get(key) is None
-    assert mem.update(key, placed_ok=False, step_mm=5, max_mm=15) == 5
-    assert mem.update(key, placed_ok=True, step_mm=5, max_mm=15) == 5
-    for _ in range(5):
-        mem.update(key, placed_ok=False, step_mm=5, max_mm=15)
-    assert mem.get(key) == 15
-    mem.save()
-    assert HeightMemory(tmp_path / "h.json").entries[key]["n"] == 7
-
-
 # ---------------------------------------------------------------- plausibility bounds
 
 
@@ -185,7 +172,7 @@ def test_updates_stay_inside_the_bounds(tmp_path: Path) -> None:
     assert CorrectionMemory(path).get("pick_x200_z260") == c  # what is written loads again
     heights = HeightMemory(tmp_path / "h.json")
     for _ in range(30):
-        heights.update("place_x-200_z180", placed_ok=False, step_mm=5, max_mm=1000)
+        heights.learn_failed("place_x-200_z180", "lost", None, step_mm=5, max_mm=1000)
     assert heights.get("place_x-200_z180") == HEIGHT_LIMIT_MM[1]
 
 
@@ -199,23 +186,8 @@ def test_config_cannot_set_maxima_beyond_the_bounds() -> None:
         load_settings(RuntimeSettings, None, {"height_max_mm": HEIGHT_LIMIT_MM[1] + 1})
 
 
-def test_a_new_place_cell_starts_from_the_learnt_cells(tmp_path: Path) -> None:
-    heights = HeightMemory(tmp_path / "h.json")
-    assert heights.learnt() is None  # nothing learnt: the plain band
-    kw = {"step_mm": 5.0, "max_mm": 30.0, "raise_margin_mm": 10.0}
-    for _ in range(3):  # well inside the box three times: 0 -> 15 mm
-        heights.learn("place_x-200_z180", True, 20.0, **kw)
-    heights.learn("place_x-160_z220", True, 2.0, **kw)  # kept at 0, one place
-    assert heights.learnt() == pytest.approx((15.0 * 3 + 0.0 * 1) / 4)
-    # a new cell that started its band from the learnt mean learns on from there
-    up = heights.learn("place_x-180_z200", True, 20.0, start_mm=11.25, **kw)
-    assert (up.old_mm, up.dee_y_mm) == (11.25, 16.25)
-    # a known cell ignores the start
-    assert heights.learn("place_x-200_z180", True, 2.0, start_mm=0.0, **kw).old_mm == 15.0
-
-
 def test_a_new_place_cell_starts_from_the_highest_learnt_cell(tmp_path: Path) -> None:
-    """``height_new_cell: highest`` (the default): one block lost on the box anywhere lifts
+    """One block lost on the box anywhere lifts
     where every new cell starts, as the arm that held it so low holds it so low everywhere."""
     heights = HeightMemory(tmp_path / "h.json")
     assert heights.highest() is None
@@ -226,7 +198,10 @@ def test_a_new_place_cell_starts_from_the_highest_learnt_cell(tmp_path: Path) ->
                               start_mm=15.0)  # fmt: skip
     assert (up.old_mm, up.dee_y_mm, up.change) == (15.0, 30.0, "raise")
     assert heights.highest() == 30.0
-    assert heights.learnt() == pytest.approx((15.0 * 3 + 30.0) / 4)  # the mean lags behind
+    # a new cell that started its band there learns on from there; a known cell ignores it
+    up = heights.learn("place_x-180_z200", True, 20.0, start_mm=30.0, **kw)
+    assert (up.old_mm, up.dee_y_mm) == (30.0, 30.0)  # at height_max_mm already
+    assert heights.learn("place_x-200_z180", True, 2.0, start_mm=0.0, **kw).old_mm == 15.0
     heights.entries["place_x-100_z100"] = {"dee_y_mm": 70.0, "n": 0}  # never placed: no vote
     assert heights.highest() == 30.0
 

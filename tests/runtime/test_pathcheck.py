@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.kinematics import fk_frames, fk_tip, fk_wrist_tip
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.pathcheck import Workspace, check_path, sample_path
 from mecharm_runtime.safe_arm import MotionRefused
 
@@ -111,7 +113,6 @@ class _NoArm:
 
 
 def _ctx(**settings: Any) -> Any:
-    from mecharm_runtime.config import RuntimeSettings
     from mecharm_runtime.pick_place import Stage
     from tests.runtime.offline_ctx import offline_context
 
@@ -157,10 +158,15 @@ def test_move_refuses_a_path_below_the_mat_and_through_the_box() -> None:
     assert refusal is None and checks["path"]["ok"] and checks["joint_step"]["ok"]
 
 
-def test_checks_off_leave_no_trace_and_refuse_nothing() -> None:
-    ctx = _ctx(joint_step_max_deg=0.0, path_check=False)
+def test_the_path_check_cannot_be_switched_off() -> None:
+    """The joint bound off (0) leaves the path check: the dip between safe ends is refused."""
+    ctx = _ctx(joint_step_max_deg=0.0)
     ctx.last_commanded = ctx.last_measured = DIP_A
-    assert ctx.motion_checks(DIP_B, near_work=True, into_box=False) == ({}, None)
+    checks, refusal = ctx.motion_checks(DIP_B, near_work=True, into_box=False)
+    assert "joint_step" not in checks and not checks["path"]["ok"]
+    assert refusal is not None and refusal.startswith("path check refused")
+    with pytest.raises(ConfigError, match="path_check: removed setting"):
+        load_settings(RuntimeSettings, overrides={"path_check": False})
 
 
 @pytest.mark.parametrize("bound", [15.0, 0.0])

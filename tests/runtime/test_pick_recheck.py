@@ -14,7 +14,7 @@ import pytest
 
 from mecharm_common.layout import DataRoot
 from mecharm_runtime import engine
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.pick_place import TRANSITIONS, Stage, context, pick, place, release
 from mecharm_runtime.ports import VerdictObservation
 from mecharm_runtime.records.reconcile import reconcile_run_folders
@@ -108,11 +108,6 @@ async def test_no_revision_without_the_evidence(tmp_path: Path) -> None:
         before = ctx.state.pick_verdict
         await place._recheck_pick(ctx, (0.176, 0.254))
         assert ctx.state.pick_verdict is before and ctx.eyes.asked == []
-    # before the setting: a pick judged yes stayed yes, and nothing was looked at
-    ctx = _ctx(tmp_path, LIFTED, pick_recheck_mm=None)
-    await place._recheck_pick(ctx, (0.176, 0.254))
-    assert ctx.state.pick_verdict is YES and ctx.eyes.asked == []
-    assert BEFORE_THE_SETTING["pick_recheck_mm"] is None
 
 
 @pytest.mark.anyio
@@ -130,7 +125,6 @@ async def test_lost_stage_ends_rechecks_the_pick_before_judging_the_place(tmp_pa
         ("pick_recheck_mm", 0.0),
         ("pick_recheck_mm", 150.0),
         ("pick_recheck_mm", "x"),
-        ("retry_never_lifted", "sometimes"),
     ],
 )
 def test_bad_recheck_distances_are_refused_naming_the_key(key: str, bad: Any) -> None:
@@ -196,19 +190,15 @@ def test_a_revised_pick_with_attempts_left_is_tried_again(tmp_path: Path) -> Non
     (d,) = _decisions(ctx, "pick_retry")
     assert d == {"attempt": 1, "of": 3, "why": "never lifted"}
     assert TRANSITIONS[(Stage.RETREAT_AND_JUDGE, engine.Outcome.RETRY)] is Stage.RETRY_PICK
-    # no attempt left, the setting off, or a pick the judge said no to itself: the trial ends
+    # no attempt left, or a pick the judge said no to itself: the trial ends
     ctx.state.pick_attempts = 3
     assert release._retry_never_lifted(ctx) is engine.Outcome.OK
     assert _decisions(ctx, "pick_retry")[-1]["why"] == "never lifted; no attempt left"
-    assert release._retry_never_lifted(_after_the_place(tmp_path, retry_never_lifted=False)) is (
-        engine.Outcome.OK
-    )
     judged_no = _after_the_place(tmp_path)
     judged_no.state.pick_verdict = VerdictObservation(
         "no", 0.9, "held at the tip in 0/3", "geometric"
     )
     assert release._retry_never_lifted(judged_no) is engine.Outcome.OK
-    assert BEFORE_THE_SETTING["retry_never_lifted"] is False
 
 
 @pytest.mark.anyio
@@ -260,13 +250,10 @@ async def test_a_revised_pick_teaches_the_height_memory_nothing(tmp_path: Path) 
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("floor", [True, False])
-async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(
-    tmp_path: Path, floor: bool
-) -> None:
-    """The arm that held the block low over one cell holds it as low over the others: with
-    ``height_lost_floor`` every cell below the lost cell's new height is raised to it (counts
-    kept, higher cells untouched), and the memory file keeps it; off: the lost cell alone."""
+async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(tmp_path: Path) -> None:
+    """The arm that held the block low over one cell holds it as low over the others: every
+    cell below the lost cell's new height is raised to it (counts kept, higher cells
+    untouched), and the memory file keeps it."""
     from mecharm_runtime.memories import HeightMemory
 
     path = tmp_path / "heights.json"
@@ -277,7 +264,7 @@ async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(
         "place_x-220_z160": {"dee_y_mm": 15.0, "n": 1},
         "place_x-160_z200": {"dee_y_mm": 60.0, "n": 7},
     })  # fmt: skip
-    s = RuntimeSettings(data_root=tmp_path, height_lost_floor=floor)
+    s = RuntimeSettings(data_root=tmp_path)
     ctx = offline_context(s, BOX, heights=heights)
     ctx.eyes = MatEyes((-0.19, 0.17))  # lost on the box: not where it lay after the lift
     ctx.state.pick_verdict, ctx.state.lifted_block_xz = YES, LIFTED
@@ -286,17 +273,10 @@ async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(
     (up,) = _decisions(ctx, "height_update")
     assert up["old_mm"] == 30.0 and up["dee_y_mm"] == 45.0
     got = {k: (e["dee_y_mm"], e["n"]) for k, e in heights.entries.items()}
-    if floor:
-        assert got == {"place_x-200_z180": (45.0, 5), "place_x-180_z180": (45.0, 2),
-                       "place_x-220_z160": (45.0, 1), "place_x-160_z200": (60.0, 7)}  # fmt: skip
-        (f,) = _decisions(ctx, "height_floor")
-        assert f["floor_mm"] == 45.0 and set(f["raised"]) == {
-            "place_x-180_z180",
-            "place_x-220_z160",
-        }
-    else:
-        assert got["place_x-180_z180"] == (30.0, 2) and got["place_x-220_z160"] == (15.0, 1)
-        assert _decisions(ctx, "height_floor") == []
+    assert got == {"place_x-200_z180": (45.0, 5), "place_x-180_z180": (45.0, 2),
+                   "place_x-220_z160": (45.0, 1), "place_x-160_z200": (60.0, 7)}  # fmt: skip
+    (f,) = _decisions(ctx, "height_floor")
+    assert f["floor_mm"] == 45.0 and set(f["raised"]) == {"place_x-180_z180", "place_x-220_z160"}
     heights.save()
     again = HeightMemory(path)
     assert {k: e["dee_y_mm"] for k, e in again.entries.items()} == {k: v[0] for k, v in got.items()}

@@ -22,7 +22,7 @@ import pytest
 
 from mecharm_common.kinematics import fk_tip
 from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.memories import CorrectionMemory
 from mecharm_runtime.pick_place import context, pick
@@ -143,8 +143,6 @@ def test_pick_band_after_a_height_miss_and_with_a_calibrated_tip_height() -> Non
     assert pick._pick_band(ctx) == (0.010, 0.040)
     st.height_miss = True
     assert pick._pick_band(ctx) == (0.0175, 0.0325)
-    ctx.settings = RuntimeSettings(pick_height_retry=False)
-    assert pick._pick_band(ctx) == (0.010, 0.040)
     # the tip sits 19 mm below the model: rows whose model tip is 19 mm higher
     ctx.settings = RuntimeSettings(pick_tip_height_mm=-19.0)
     assert pick._pick_band(ctx) == pytest.approx((0.0365, 0.0515))
@@ -152,9 +150,7 @@ def test_pick_band_after_a_height_miss_and_with_a_calibrated_tip_height() -> Non
         RuntimeSettings(pick_tip_height_mm=80.0)
 
 
-def test_before_values_turn_the_servo_and_miss_learning_off() -> None:
-    assert BEFORE_THE_SETTING["pick_servo_max_iter"] == 0
-    assert BEFORE_THE_SETTING["correction_learn"] == "yes"
+def test_the_servo_is_on_and_stops_within_a_grasp() -> None:
     s = RuntimeSettings()
     assert s.pick_servo_max_iter > 0 and s.pick_servo_tol_mm < GRASP_MM
 
@@ -306,24 +302,13 @@ def _refuse_servo_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pick, "fk_lookup", refusing)
 
 
-@pytest.mark.anyio
-async def test_servo_stops_at_the_first_lookup_failure_keeping_the_last_pose(
-    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _refuse_servo_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No servo step at all: no row (above) and no step solved from the pose either, as for
+    a block at the very edge of reach; the servo ends where the descent put the tip."""
     _refuse_servo_lookups(monkeypatch)
-    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
-    t = await _trial(
-        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
-        pick_servo_fine_fallback=False, pick_redescend_mm=None,
-    )  # fmt: skip
-    (step,) = _decisions(t, "pick_servo")
-    assert step["action"].startswith("stop: lookup out_of_range"), step
-    notes = [c["note"] for c in _decisions(t, "command")]
-    assert not any(n.startswith("pick servo") for n in notes)
-    # the grasp happened at the descent's pose, then the lift: nothing moved in between
-    i = notes.index("pick descend")
-    assert notes[i + 1] == "lift"
-    assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
+    monkeypatch.setattr(
+        pick, "_fine_step", lambda *a, **kw: (None, "fine", "no step from the pose either")
+    )
 
 
 @pytest.mark.anyio
@@ -333,12 +318,9 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
     """The servo stops ~16 mm off (no step it may make): instead of closing the jaws there
     (a miss that pushes the block), the arm goes up the way it came, descends again at the
     aim moved by the measured offset, every move through every check, and the pick holds."""
-    _refuse_servo_lookups(monkeypatch)
+    _refuse_servo_steps(monkeypatch)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
-    t = await _trial(
-        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
-        pick_servo_fine_fallback=False,
-    )  # fmt: skip
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
     assert t.status == "completed" and t.pick_verdict == "yes", t.reason
     (redescent,) = _decisions(t, "pick_redescend")
     assert redescent["used"] and redescent["tip_mm"] > RuntimeSettings().pick_redescend_mm
@@ -365,7 +347,7 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
 async def test_a_re_descent_no_pose_reaches_goes_back_down_and_grasps_as_before(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _refuse_servo_lookups(monkeypatch)
+    _refuse_servo_steps(monkeypatch)
     real = pick.plan_pick_descent
     calls = []
 
@@ -375,10 +357,7 @@ async def test_a_re_descent_no_pose_reaches_goes_back_down_and_grasps_as_before(
 
     monkeypatch.setattr(pick, "plan_pick_descent", second_refused)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
-    t = await _trial(
-        sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1,
-        pick_servo_fine_fallback=False,
-    )  # fmt: skip
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
     assert len(calls) == 2
     (refused,) = _decisions(t, "pick_redescend_refused")
     assert "out_of_range" in refused["reason"]
@@ -399,7 +378,7 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """At the edge of reach the table has no row within dist_max: the step is solved with the
-    FK model from the arm's pose (``pick_servo_fine_fallback``), every joint within the bound,
+    FK model from the arm's pose, every joint within the bound,
     through every guard, and the pick holds."""
     _refuse_servo_lookups(monkeypatch)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
@@ -433,21 +412,6 @@ async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
     first, *_ = _decisions(t, "correction_update")
     assert first["updated"] and math.hypot(first["dx_mm"], first["dz_mm"]) > GRASP_MM
     assert _decisions(t, "pick_servo") == []
-
-
-@pytest.mark.slow  # two whole attempts that miss
-@pytest.mark.anyio
-async def test_before_the_settings_every_attempt_misses_and_nothing_is_learnt(
-    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
-) -> None:
-    eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
-    t = await _trial(
-        sim_daemon, tmp_path, fk_data_dir, eyes, pick_servo_max_iter=0, correction_learn="yes",
-        max_pick_attempts=2,
-    )  # fmt: skip
-    assert t.status == "stopped" and "judged no after 2 attempts" in t.reason
-    assert _decisions(t, "correction_update") == []
-    assert CorrectionMemory(DataRoot(tmp_path).correction_memory).entries == {}
 
 
 # ---------------------------------------------------------------- end to end, sim profiles

@@ -295,43 +295,28 @@ async def test_measured_place_raises_the_height_and_logs_the_distance(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("open_at", ["mat", "swept"])
-async def test_pick_retry_opens_only_at_the_mat_or_swept_aside(
-    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, open_at: str
+async def test_pick_retry_opens_only_at_the_mat(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
-    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, retry_open_at=open_at)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
     assert t.status == "completed" and t.pick_attempts == 2, t.reason
     opens = _pose_at_gripper(t, "open")
     retry = [(pose, e) for pose, e in opens if e["stage"] == "retry_pick"]
     assert len(retry) == 1
     pose, _e = retry[0]
     (pick,) = [c for c in _decisions(t, "command") if c["value"]["note"] == "pick descend"][:1]
-    if open_at == "mat":
-        # sent to the pick pose (the tip at the block's grasp height, 10-40 mm above the mat)
-        # and arrived there within the move's tolerance before the gripper opened
-        lowered = [
-            c for c in _decisions(t, "command") if c["value"]["note"] == "retry: lower to the mat"
-        ]
-        assert len(lowered) == 1 and lowered[0]["value"]["angles"] == pick["value"]["angles"]
-        assert float(fk_tip(lowered[0]["value"]["angles"])[1]) < 0.045
-        assert max(abs(a - b) for a, b in zip(pose, pick["value"]["angles"], strict=True)) <= 3.5
-    else:
-        assert abs(pose[0] - 85.0) <= 3.5
+    # sent to the pick pose (the tip at the block's grasp height, 10-40 mm above the mat)
+    # and arrived there within the move's tolerance before the gripper opened
+    lowered = [
+        c for c in _decisions(t, "command") if c["value"]["note"] == "retry: lower to the mat"
+    ]
+    assert len(lowered) == 1 and lowered[0]["value"]["angles"] == pick["value"]["angles"]
+    assert float(fk_tip(lowered[0]["value"]["angles"])[1]) < 0.045
+    assert max(abs(a - b) for a, b in zip(pose, pick["value"]["angles"], strict=True)) <= 3.5
     # HOME follows the open (re-detect sees the mat unobstructed)
     notes = [c["value"]["note"] for c in _decisions(t, "command") if c["stage"] == "retry_pick"]
     assert notes[-1] == "home before re-detect"
-
-
-@pytest.mark.anyio
-async def test_pick_retry_before_the_setting_opened_at_lift_height(
-    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
-) -> None:
-    eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
-    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, retry_open_at="lift")
-    assert t.status == "completed", t.reason
-    (pose, _e), *_ = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "retry_pick"]
-    assert float(fk_tip(pose)[1]) > 0.05  # the lift height: what the safe retry avoids
 
 
 # ------------------------------------------------------------------ the real workcell

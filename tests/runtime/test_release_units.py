@@ -18,7 +18,7 @@ import pytest
 
 from mecharm_common.config import ConfigError, load_settings
 from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import BEFORE_THE_SETTING, RuntimeSettings
+from mecharm_runtime.config import REMOVED_SETTINGS, RuntimeSettings
 from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
 from mecharm_runtime.perception.side import side_view
 from mecharm_runtime.pick_place.release import _release_verdict
@@ -131,16 +131,26 @@ def test_release_view_round_trips_through_the_trace_form() -> None:
         ReleaseView.from_dict({**v.to_dict(), "side": "maybe"})
 
 
-def test_new_decisions_replay_old_traces_as_before() -> None:
-    assert BEFORE_THE_SETTING["release_check"] is False
-    assert BEFORE_THE_SETTING["height_rule"] == "failures"
-    assert BEFORE_THE_SETTING["retry_open_at"] == "lift"
-    assert BEFORE_THE_SETTING["release_reaim_max"] == 0
-    assert BEFORE_THE_SETTING["release_refused"] == "hold"
+def test_the_release_defaults_check_re_aim_and_put_back() -> None:
     defaults = _s()
     assert defaults.release_reaim_max == 2 and defaults.release_refused == "put_back"
-    assert defaults.release_check and defaults.height_rule == "measured"
-    assert defaults.retry_open_at == "mat"
+    assert defaults.release_check
+
+
+@pytest.mark.parametrize("key", sorted(REMOVED_SETTINGS))
+def test_a_removed_setting_is_refused_saying_what_happens_now(
+    key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configuration written for an older version still names a removed setting: the
+    loader refuses it with what the runtime now always does, in a file and in a variable."""
+    cfg = tmp_path / "runtime.yaml"
+    cfg.write_text(f"{key}: true\n")
+    with pytest.raises(ConfigError, match=rf"{key}: removed setting: .+; delete it"):
+        load_settings(RuntimeSettings, cfg)
+    monkeypatch.setenv(f"MECHARM_RUNTIME_{key.upper()}", "1")
+    with pytest.raises(ConfigError, match=rf"MECHARM_RUNTIME_{key.upper()}: removed setting"):
+        load_settings(RuntimeSettings)
+    assert key not in RuntimeSettings.model_fields
 
 
 # ------------------------------------------------------------------ height memory
@@ -270,7 +280,6 @@ def test_side_view_with_the_arm_at_a_real_place_pose(
     ("key", "value"),
     [
         ("release_refused", "drop"),
-        ("lost_block", "ignore"),
         ("release_reaim_max", 9),
         ("release_reaim_max", -1),
         ("height_start_mm", -1.0),
@@ -279,18 +288,14 @@ def test_side_view_with_the_arm_at_a_real_place_pose(
         ("height_lost_max_mm", -1.0),
         ("height_lost_max_mm", 90.0),
         ("height_lost_max_mm", "high"),
-        ("height_new_cell", "lowest"),
         ("servo_drop_still_mm", 0.0),
         ("servo_drop_still_mm", 60.0),
         ("servo_drop_still_mm", float("nan")),
         ("place_approach_above_band_mm", -1.0),
-        ("learn_failed_places", "maybe"),
-        ("height_lost_floor", "everywhere"),
         ("pick_redescend_mm", 0.0),
         ("pick_redescend_mm", 150.0),
         ("pick_redescend_mm", float("nan")),
         ("pick_redescend_mm", "far"),
-        ("retry_never_lifted", "sometimes"),
     ],
 )
 def test_the_recovery_settings_refuse_bad_values_naming_the_key(key: str, value: object) -> None:
