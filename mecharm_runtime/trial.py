@@ -201,7 +201,11 @@ async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> str:
     if holding and st.holding:
         await _tell_block_held(ctx, forced, attempt)
     ctx.trace.decision("exit", {"forced": forced, "steps": steps})
-    return reason + ("; the block was put back on the mat" if st.put_back else "")
+    if not st.put_back:
+        return reason
+    if st.held_evidence == "not_seen":  # say what was done, not what was believed
+        return reason + "; the gripper was opened on the mat where the block was picked"
+    return reason + "; the block was put back on the mat"
 
 
 async def _put_back(

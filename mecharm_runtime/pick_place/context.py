@@ -40,10 +40,10 @@ log = get_logger("mecharm_runtime.pick_place.context")
 
 
 class BlockLost(StageFailed):
-    """The held block no longer moves with the tip (``_HeldBlockWatch``): it left the jaws.
-    With ``lost_block: judge`` the stage ends ``LOST`` and the place is judged where the
-    block went (docs/release.md, "A block that left the jaws"); else the trial stops.
-    ``block_xz``: where the block was last seen (on the plane of a held block)."""
+    """The held block left the jaws: it no longer moves with the tip (``_HeldBlockWatch``), or
+    the release check finds it neither near the box nor at the tip. The stage ends ``LOST``
+    and the place is judged where the block went (docs/release.md, "A block that left the
+    jaws"). ``block_xz``: where the block was last seen (on the plane of a held block)."""
 
     def __init__(self, message: str, block_xz: tuple[float, float] | None = None) -> None:
         super().__init__(message)
@@ -98,6 +98,8 @@ class TrialState:
     put_back: bool = False
     #: the held block left the jaws before the release (``held_block_lost``)
     block_lost: bool = False
+    #: ... found so by the release check: seen neither near the box nor at the tip
+    lost_at_release: bool = False
     #: at a stop believing the block held: what the top camera saw at the tip (seen,
     #: not_seen, unknown; "" : not looked)
     held_evidence: str = ""

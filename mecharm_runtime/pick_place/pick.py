@@ -521,7 +521,8 @@ def _forget_the_place(st: TrialState) -> None:
     fresh = TrialState()
     for name in ("place_key", "place_dee_start_mm", "place_approach", "place_pose",
                  "place_ee_y", "place_path", "side_frame", "release_view", "release_confirmed",
-                 "hovering", "release_refused", "block_lost", "held_evidence", "place_verdict",
+                 "hovering", "release_refused", "block_lost", "lost_at_release", "held_evidence",
+                 "place_verdict",
                  "lifted_block_xz"):  # fmt: skip
         setattr(st, name, getattr(fresh, name))
 

@@ -133,6 +133,8 @@ async def _check_release(ctx: TrialContext) -> None:
         if ok:
             st.release_confirmed = True
             return
+        if _block_unseen(view):
+            await _gone_from_the_jaws(ctx, what)
         if attempt == s.release_reaim_max or not _can_reaim(view):
             break
         if view.box_refound and view.box_xz is not None:
@@ -160,6 +162,29 @@ async def _check_release(ctx: TrialContext) -> None:
         st.place_path or [st.place_pose], s.tol_pick_place, "release anyway: back down"
     )
     st.hovering = False
+
+
+def _block_unseen(v: ReleaseView) -> bool:
+    """The top camera did not see the held block near the box in most of its frames."""
+    return v.top_frames > 0 and 2 * v.top_seen <= v.top_frames
+
+
+async def _gone_from_the_jaws(ctx: TrialContext, what: str) -> None:
+    """The release view found no block near the box: look at the jaws, where the model puts
+    the tip. Not seen there either: the block may have left the jaws before the release (on
+    harsh it slipped out over the box and lay in it, 3 of 60 trials, which were refused and
+    "put back" with empty jaws), so the place is judged where it went (``BlockLost``); a
+    block the judge does not find in the box is then treated as still held, as the refusal
+    did (retreat_and_judge). Seen: the release is refused as before (docs/release.md, "A
+    block that left the jaws")."""
+    if await look_at_jaws(ctx) != "not_seen":
+        return
+    st = ctx.state
+    st.holding, st.block_lost, st.lost_at_release = False, True, True
+    raise BlockLost(
+        f"{ctx.stage}: the block is not in the jaws: {what}; not seen at the tip either",
+        block_xz=None,
+    )
 
 
 async def _reaim(
@@ -249,8 +274,12 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     st.place_verdict = v
     placed = v.verdict == "yes"
     if st.block_lost:  # the height memory learnt from the loss already (_learn_failed_place)
-        if not placed and not _never_lifted(st) and await look_at_jaws(ctx) == "seen":
-            await _still_held(ctx)
+        if not placed and not _never_lifted(st):
+            jaws = await look_at_jaws(ctx)
+            # not seen twice but not in the box either: a block the release check could not
+            # find may still hang in the jaws out of sight, never carried HOME on a guess
+            if jaws == "seen" or st.lost_at_release:
+                await _still_held(ctx, seen=jaws == "seen")
         return _retry_never_lifted(ctx)
     # measured at the release (the release check's top view), only when it was confirmed
     view = st.release_view if st.release_confirmed else None
@@ -288,17 +317,23 @@ def _never_lifted(st: TrialState) -> bool:
     return v is not None and v.judge == PICK_RECHECK and v.verdict == "no"
 
 
-async def _still_held(ctx: TrialContext) -> None:
-    """The block judged lost (it stopped moving with the tip) and not found in the box is seen
-    in the jaws at the swept retreat: it was held all along (pressed against the box, it
-    lagged the tip). The trial ends as a refused release does — the block goes back on the
-    mat (``release_refused: put_back``) or is held in the hover — instead of carrying it
-    HOME, where the next trial's first open would drop it (docs/release.md, "Say what was
-    seen, not what was believed")."""
+async def _still_held(ctx: TrialContext, *, seen: bool = True) -> None:
+    """The block judged lost and not found in the box is seen in the jaws at the swept
+    retreat (``seen``): it was held all along (pressed against the box, it lagged the tip);
+    or, lost at the release check, it is seen nowhere (it may hang out of sight). The trial
+    ends as a refused release does — the block goes back on the mat (``release_refused:
+    put_back``) or is held in the hover — instead of carrying it HOME, where the next
+    trial's first open would drop it (docs/release.md, "Say what was seen, not what was
+    believed")."""
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
     st.block_lost, st.holding = False, True
-    why = "the block judged lost is still in the gripper (seen at the tip after the place judge)"
+    why = (
+        "the block judged lost is still in the gripper (seen at the tip after the place judge)"
+        if seen
+        else "the block is not in the box and not seen at the tip: it may still be in the "
+        "gripper, out of sight"
+    )
     st.release_refused = why
     ctx.trace.decision("lost_block_held", {"why": why})
     log.warning("lost_block_held", why=why)

@@ -27,7 +27,7 @@ from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.service import open_rig, run_service
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
-from mecharm_sim.scene import random_layout
+from mecharm_sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, random_layout
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm_tools.replay.runner import replay, replay_settings
 from mecharm_tools.replay.tracefile import parse_trace, read_lines
@@ -164,7 +164,11 @@ async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
 
 
 class GoneAtRelease(HiddenAtRelease):
-    """The block is not seen at the release nor at the tip afterwards (it slipped out)."""
+    """The block is not seen at the release nor at the tip afterwards, nor in the box: it
+    hangs in the jaws out of sight (the stand-in's arm still holds it)."""
+
+    async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+        return VerdictObservation("no", 0.9, "no block in the box (stand-in)", "stand_in")
 
     async def locate_block(
         self, lift_m: float, near_xz: tuple[float, float], tag: str
@@ -178,14 +182,34 @@ class GoneAtRelease(HiddenAtRelease):
 async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
-    """The statement follows the top camera's look at the tip; the motion does not (a look
-    from the hover can miss a block tilted in the jaws): the block stays held in the hover."""
+    """The statement follows the top camera's looks at the tip; the motion does not (a look
+    can miss a block tilted in the jaws): not found in the box and not seen at the tip, the
+    block stays held in the hover, announced as not seen."""
     eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
     assert t.status == "stopped" and t.block_held and t.held_evidence == "not_seen"
     (told,) = [e for e in logs if e["event"] == "block_held_at_stop"]
     assert told["evidence"] == "not_seen"
+    # looked at the release, then after the place judge at the swept retreat
+    assert [d["stage"] for d in _decisions(t, "held_block_check")] == [
+        "release",
+        "retreat_and_judge",
+    ]
+    assert t.place_verdict == "no"  # judged where it might have gone first
+
+
+@pytest.mark.anyio
+async def test_a_put_back_of_a_block_seen_nowhere_says_what_was_done(
+    sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """Unattended, the same trial goes back to the mat and opens there; the reason says the
+    gripper was opened there, not that a block nobody saw was put back."""
+    eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
+    t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
+    assert t.status == "stopped" and not t.block_held, t.reason
+    assert t.reason.endswith("; the gripper was opened on the mat where the block was picked")
+    assert _decisions(t, "put_back")
 
 
 @pytest.mark.anyio
@@ -398,15 +422,59 @@ async def test_sim_block_dropped_in_transit_is_not_released(
     )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
+    # seen neither near the box nor at the tip: the place is judged first (it is not in the
+    # box), then, seen nowhere, the block is treated as possibly held: back over the box
+    (lost,) = _decisions(t, "block_lost")
+    assert (
+        "the block is not in the jaws: block not seen above the box opening" in lost["value"]["why"]
+    )
+    assert t.place_verdict == "no"
     assert t.status == "stopped", t.reason
-    assert t.reason.startswith(
-        "release refused: block not seen above the box opening (top: not visible near the box in "
+    assert t.reason == (
+        "retreat_and_judge: the block is not in the box and not seen at the tip: it may still "
+        "be in the gripper, out of sight"
     ), t.reason
     assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
-    assert _decisions(t, "command")[-1]["value"]["note"] == "release refused: hover"
+    assert _decisions(t, "command")[-1]["value"]["note"] == "held after all: back over the box"
     # a block not seen at all is not re-aimed (nothing to steer), and not announced as held
     assert not _decisions(t, "release_reaim")
     assert t.held_evidence == "not_seen"
+
+
+def _drop_in_the_box(wc: Workcell) -> None:
+    """The block slips out of the jaws over the box and lies on its floor (harsh, 3 of 60)."""
+    with wc.scene.lock:
+        sc = wc.scene
+        bx, bz, _yaw = sc.box
+        sc.grasped, sc.resting_on, sc.place_outcome = False, "box", "box"
+        sc.block_xyz = [bx, BOX_FLOOR_M + BLOCK_SIZE_M / 2, bz]
+        sc.bump()
+    wc.arm.block_gripper_at(None)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_sim_block_that_fell_into_the_box_before_the_release_is_judged_placed(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path
+) -> None:
+    """Not refused and "put back" with empty jaws: the block is seen neither near the tip
+    over the box nor at the tip, so the place is judged where it went, and it is in the box."""
+
+    def on_stage(stage: str, outcome: str, reason: str) -> None:
+        if stage == "servo_place" and outcome == "ok":
+            _drop_in_the_box(workcell)
+
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
+    async with open_rig(s) as (rig, _client):
+        t = await run_trial(rig, on_stage=on_stage)
+    assert t.status == "completed" and t.place_verdict == "yes", t.reason
+    (look,) = _decisions(t, "held_block_check")
+    assert look["stage"] == "release" and look["value"]["seen"] is False
+    assert [d["value"]["confirmed"] for d in _decisions(t, "release_check")] == [False]
+    # nothing opened over the box or on the mat: the jaws were already empty
+    assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
+    assert not _decisions(t, "put_back") and not t.block_held
+    assert workcell.truth()["block"]["resting_on"] == "box"
 
 
 @pytest.mark.slow
