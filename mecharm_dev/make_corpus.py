@@ -87,10 +87,17 @@ async def _one(settings: RuntimeSettings, control_url: str, seed: int, misses: i
 def _neutral_root(trace: Path, name: str) -> None:
     """The trace's recorded data root was a temporary directory of the recording machine; a
     committed trace names the scenario instead (replay never reads it: the FK data dir is
-    recorded as given, and replay writes nowhere)."""
+    recorded as given, and replay writes nowhere). The shipped approach arcs are recorded
+    relative to the checkout (replay reads a shipped arc of another installation from its
+    own, docs/replay.md)."""
     lines = trace.read_text(encoding="utf-8").splitlines(keepends=True)
     head = json.loads(lines[0])
     head["constants"]["data_root"] = name
+    repo = Path(__file__).resolve().parents[1]
+    for key in ("approach_pick_arc", "approach_place_arc"):
+        arc = Path(str(head["constants"].get(key, "")))
+        if arc.is_absolute() and arc.is_relative_to(repo):
+            head["constants"][key] = arc.relative_to(repo).as_posix()
     lines[0] = json.dumps(head) + "\n"
     trace.write_text("".join(lines), encoding="utf-8")
 

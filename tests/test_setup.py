@@ -455,13 +455,15 @@ def test_replaying_the_run_log_names_the_trace(tmp_path: Path) -> None:
     assert f"is the run log; replay takes the trace: {trace.name} beside it" in r.stderr + r.stdout
 
 
-def test_a_legacy_trace_replays_identically_from_root(fk_data_dir: Path) -> None:
+def test_a_legacy_trace_replays_from_root(fk_data_dir: Path) -> None:
     """Its recorded arcs are the old relative defaults (configs/poses/...): from / the
-    replay reads the shipped ones, and every decision comes out the same (exit 0)."""
+    replay reads the shipped ones and runs the trial through today's code, which decides
+    otherwise (exit 1, docs/replay.md, "Traces older than the code"), not a missing arc."""
     trace = REPO / "tests" / "replay" / "legacy_v1" / f"success_seed7{TRACE_SUFFIX}"
     assert '"approach_pick_arc": "configs/poses/approach_pick.json"' in trace.read_text()
     r = run_from_root("mecharm_tools.cli", "replay", str(trace), "--data-dir", str(fk_data_dir))
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 1 and f"{trace}: different" in r.stdout, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_doctor_fails_the_daemon_check_on_a_time_scale_setting_it_does_not_announce(

@@ -61,6 +61,6 @@ def test_committed_traces_name_no_machine_path() -> None:
     assert len(traces) >= 10
     for t in traces:
         constants = json.loads(t.read_text().splitlines()[0])["constants"]
-        for key in ("fk_data_dir", "data_root"):
+        for key in ("fk_data_dir", "data_root", "approach_pick_arc", "approach_place_arc"):
             value = constants.get(key)
             assert value is None or not Path(value).is_absolute(), (t.name, key, value)
