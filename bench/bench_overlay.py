@@ -32,7 +32,8 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.eyes import CameraEyes, StageCapture
 from mecharm_runtime.perception import DEFAULT_CONFIG, detect_scene, estimate_homography
 from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, draw_stage
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import run_trial
 from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import SceneState, random_layout

@@ -27,7 +27,8 @@ import cv2
 import mecharm_runtime.eyes as eyes_mod
 from mecharm_common.config import load_settings
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import run_trial
 from mecharm_tools.simrig import start_sim_daemon
 

@@ -41,7 +41,8 @@ from mecharm_common.layout import DataRoot
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_sim.profile import ProfileError, SimProfile, load_profile
 from mecharm_sim.world_arm import WorldArm

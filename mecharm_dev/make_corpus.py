@@ -33,7 +33,8 @@ from mecharm_common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX, default_data_r
 from mecharm_common.logging import configure_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.ports import VerdictObservation
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import run_trial
 from mecharm_tools.simrig import start_sim_daemon
 

@@ -38,7 +38,8 @@ from mecharm_common.logging import configure_logging
 from mecharm_dev.learncheck import TrialRow, _get_json, _reason_class, trial_row
 from mecharm_runtime.cli import session_logging
 from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.service import ServiceReport, scene_next, session_console
+from mecharm_runtime.service import ServiceReport, session_console
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary
 from mecharm_sim.profile import PROFILE_NAMES, ProfileError, load_profile
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_INNER_M

@@ -208,7 +208,7 @@ def session_logging(settings: RuntimeSettings, console: RuntimeConsole) -> Itera
 def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
     """Simulated rig: before every trial, the first too (an earlier session may have left the
     block in the box), a fresh scene from the workcell at ``url``; returns its seed."""
-    from mecharm_runtime.service import scene_next
+    from mecharm_runtime.simcontrol import scene_next
 
     async def between(i: int) -> int | None:
         info = await to_thread(scene_next, url)
@@ -220,7 +220,8 @@ def fresh_scenes(url: str) -> Callable[[int], Awaitable[int | None]]:
 
 
 async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
-    from mecharm_runtime.service import ask_block_removed, ask_yes, run_service
+    from mecharm_runtime.service import run_service
+    from mecharm_runtime.terminal import ask_block_removed, ask_yes
 
     between = fresh_scenes(settings.sim_control_url) if settings.sim_control_url else None
     with capture_signals() as sigs:
@@ -282,12 +283,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings.model_copy(update={"display": True})
     from mecharm_runtime.client import TimeScaleMismatch
     from mecharm_runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
-    from mecharm_runtime.service import (
-        DaemonUnavailable,
-        EnvelopeRefused,
-        RecorderRequired,
-        session_console,
-    )
+    from mecharm_runtime.rigsetup import DaemonUnavailable, EnvelopeRefused, RecorderRequired
+    from mecharm_runtime.service import session_console
 
     console = session_console(settings)
     with contextlib.ExitStack() as session:

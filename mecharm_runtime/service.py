@@ -1,6 +1,6 @@
 """The long-running runtime: set up the rig once, then run trials one after another.
 
-Life cycle (uvicorn-style): ``open_rig`` (FK table, arcs, top camera, daemon,
+Life cycle (uvicorn-style): ``open_rig`` (rigsetup.py: FK table, arcs, top camera, daemon,
 recorder link) → trials → close. Signals: the first Ctrl-C lets the current trial
 finish and then stops (the console says so at once); the second stops the arm at once
 (the trial aborts through its exit path with ``stop`` instead of a retreat). A daemon
@@ -12,331 +12,45 @@ docs/console.md); each trial's Rerun file is built in the background (viewjobs.p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import anyio
 
-from mecharm_cameras import CameraError, open_camera
-from mecharm_cameras.threaded import ThreadedCamera
 from mecharm_common.dirlock import DirBusyError, lock_dir, unlock_dir
-from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
-from mecharm_common.keyfile import read_daemon_token
 from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_common.shutdown import ShutdownSignals
-from mecharm_runtime.arm import DaemonArm, DryRunArm
-from mecharm_runtime.client import DaemonClient, DaemonError, TimeScaleMismatch, connect_fix
+from mecharm_runtime.arm import DaemonArm
+from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole, recorder_heartbeat
-from mecharm_runtime.eyes import CameraEyes, DryRunEyes
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.lookup.descent import pick_descent_table
-from mecharm_runtime.lookup.j0 import ArcPose
-from mecharm_runtime.perception import (
-    GeometricJudge,
-    HumanJudge,
-    Judge,
-    PerceptionConfig,
-    make_judge,
-)
-from mecharm_runtime.ports import RealClock
 from mecharm_runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
 from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
 from mecharm_runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
-from mecharm_runtime.terminal import ask_terminal
-from mecharm_runtime.threads import to_thread
-from mecharm_runtime.topvideo import TopVideo
+from mecharm_runtime.rigsetup import (
+    RecorderRequired,
+    check_envelope,
+    open_rig,
+)
+from mecharm_runtime.simcontrol import SimControlError
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from mecharm_runtime.viewjobs import ViewJobs
-from recorder.sender import RecorderSender
 
 __all__ = [
-    "DaemonUnavailable",
-    "EnvelopeRefused",
-    "RecorderRequired",
     "ServiceReport",
-    "SimControlError",
-    "ask_release",
-    "check_envelope",
     "check_recorder",
-    "open_rig",
-    "release_prompt",
-    "rig_judge",
     "run_service",
-    "runtime_limits",
-    "scene_next",
     "session_console",
     "summary_line",
 ]
 
 log = get_logger("mecharm_runtime.service")
-
-
-class EnvelopeRefused(RuntimeError):
-    """The runtime's settings reach beyond the daemon's safety envelope (the CLI exits 7)."""
-
-
-class DaemonUnavailable(RuntimeError):
-    """The daemon could not be reached or refused this runtime at the start (the CLI exits 1);
-    the message ends with what to do (client.connect_fix)."""
-
-
-class RecorderRequired(RuntimeError):
-    """``require_recorder`` and no recorder proved it records into this data root (exit 8)."""
-
-
-def runtime_limits(s: RuntimeSettings, arcs: Sequence[ArcPose] = ()) -> RuntimeLimits:
-    """What this runtime's settings will ask of the arm, for ``wider_than_envelope``.
-
-    Every setting that bounds what the runtime sends belongs here (a per-move joint bound
-    goes in ``joint_step_max_deg``). ``arcs``: the approach arcs; a trial moves between HOME
-    and their poses in one send, the largest move a daemon's per-move bound must allow."""
-    largest: tuple[int, float, str] | None = None
-    for arc in arcs:
-        # HOME to each approach pose; j0 swept aside from it (the retreat after the place)
-        swept = arc.phase != "approach_pick"
-        for j0 in (arc.points[0][2], arc.points[-1][2]):
-            pose = (j0, *arc.base)
-            moves = [(s.home, "HOME")] + ([((s.swept_j0, *arc.base), "swept_j0")] if swept else [])
-            for other, name in moves:
-                j = max(range(6), key=lambda i: abs(pose[i] - other[i]))
-                deg = abs(pose[j] - other[j])
-                if largest is None or deg > largest[1]:
-                    largest = (j, deg, f"{name} to the {arc.name} pose")
-    return RuntimeLimits(
-        j1_max=s.j1_max,
-        poses={"home": s.home},
-        joints={"swept_j0": (0, s.swept_j0)},
-        joint_step_max_deg=s.joint_step_max_deg if s.joint_step_max_deg > 0 else None,
-        largest_move=largest,
-    )
-
-
-def check_envelope(
-    s: RuntimeSettings,
-    client: DaemonClient,
-    *,
-    warn_missing: bool = True,
-    arcs: Sequence[ArcPose] = (),
-) -> Envelope | None:
-    """The daemon's safety envelope from its hello, once the settings are known to fit in it.
-
-    Raises EnvelopeRefused naming every setting that goes beyond it (or a malformed
-    announcement). A daemon older than the envelope announces none: None, and the guard
-    keeps to the runtime's own limits (a warning when ``warn_missing``).
-    (docs/daemon.md, "Safety envelope")"""
-    daemon = f"{client.host}:{client.port}"
-    try:
-        env = client.envelope()
-    except ValueError as exc:
-        raise EnvelopeRefused(
-            f"daemon {daemon} announced a malformed safety envelope ({exc}); "
-            "run a daemon and a runtime of the same version"
-        ) from None
-    if env is None:
-        if warn_missing:
-            log.warning(
-                "daemon_envelope_missing",
-                daemon=daemon,
-                reason="the daemon announces no safety envelope (older than it): only the "
-                "runtime's own limits apply, other clients are not held to them",
-                operator=True,
-            )
-        return None
-    problems = wider_than_envelope(runtime_limits(s, arcs), env)
-    if problems:
-        raise EnvelopeRefused(
-            f"settings wider than the safety envelope of daemon {daemon}: "
-            + "; ".join(problems)
-            + ". Narrow these runtime settings (configs/runtime.yaml) or widen the daemon's "
-            "envelope (configs/daemon.yaml, envelope:)"
-        )
-    log.info("daemon_envelope", daemon=daemon, **env.to_wire())
-    return env
-
-
-@asynccontextmanager
-async def open_rig(
-    settings: RuntimeSettings, guard: DataRootGuard | None = None
-) -> AsyncIterator[tuple[Rig, DaemonClient | None]]:
-    """Everything a session needs; released in reverse order, also when set-up fails half-way."""
-    s = settings
-    clock = RealClock()
-    table_path = await to_thread(ensure_table, s.fk_dir)
-    # the lookups keep to the guard's j1 limit, so they never choose a pose it would refuse
-    table = await to_thread(load_table, table_path, j1_max=s.j1_max)
-    # build the lookup index and the default bands' views now, not in the first trial's stages
-    await to_thread(table.warm, [s.pick_band, s.place_band])
-    arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
-    if s.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
-        await to_thread(pick_descent_table, table, arc_pick)
-    try:
-        camera = await to_thread(open_camera, s.top_camera)
-    except CameraError as exc:
-        raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
-    if s.top_video and not camera.taps_every_frame:
-        # a source read on demand (a USB webcam) must be read continuously to be recorded
-        # between the stage captures: a reader thread in front of it (docs/top-camera.md)
-        camera = ThreadedCamera(camera)
-        await to_thread(camera.open)
-    client: DaemonClient | None = None
-    sender: RecorderSender | None = None
-    judge: Judge | None = None
-    try:
-        judge = rig_judge(s)
-        cam_eyes = CameraEyes(
-            camera,
-            judge,
-            homography_frames=s.homography_frames,
-            detect_repeat=s.detect_repeat,
-            frozen_frames=s.camera_frozen_frames,
-            box_fallback_xz=s.box_xz_fallback,
-            box_score_thresh=s.box_score_thresh,
-            config=PerceptionConfig(top_camera=s.top_camera_calibration),
-            guard=guard,
-            # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
-            release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
-        )
-        if s.dry_run:
-            s = s.at_time_scale(s.scale)  # no daemon to ask (docs/setup.md, "Time scale")
-            arm: Any = DryRunArm(clock, s.home, s.j1_max)
-            eyes: Any = DryRunEyes(arm, cam_eyes)
-            alive: Callable[[], bool] = lambda: True  # noqa: E731
-        else:
-            token = read_daemon_token(s.daemon_token_file)  # docs/setup.md, "Defaults"
-            client = DaemonClient(
-                s.daemon_host,
-                s.daemon_port,
-                token=token,
-                request_timeout=s.request_timeout_s,
-                connect_timeout=s.connect_timeout_s,
-                busy_wait_s=s.daemon_busy_wait_s,
-                keepalive_s=s.daemon_keepalive_s or None,
-                time_scale=s.time_scale,  # set: a check, refused when the daemon's differs
-            )
-            try:
-                await client.connect()
-            except TimeScaleMismatch:
-                raise  # its message says what to do; the CLI exits 2
-            except DaemonError as exc:
-                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon_token_file)
-                raise DaemonUnavailable(f"{exc}. Do: {fix}") from None
-            s = s.at_time_scale(client.time_scale)  # the daemon's (docs/setup.md, "Time scale")
-            log.info("time_scale", scale=s.scale, source="daemon")
-            # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
-            envelope = check_envelope(s, client, arcs=(arc_pick, arc_place))
-            arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes
-            c = client
-            alive = lambda: c.is_connected  # noqa: E731
-        if s.recorder_enabled and not s.dry_run:
-            # signs every event; a key file that is too open stops the start here
-            # events leave from the sender's own thread, never the event loop's (docs/observer.md)
-            sender = RecorderSender(
-                s.recorder_host, s.recorder_port, key_file=s.recorder_key_file, background=True
-            )
-        link = RecorderLink(
-            sender,
-            s.frame_timeout_s,
-            data_root=s.data_root,
-            off_reason="recorder off: dry run" if s.dry_run else "recorder off: --no-recorder",
-        )
-        rig = Rig(
-            s,
-            arm,
-            eyes,
-            link,
-            clock,
-            table,
-            arc_pick,
-            arc_place,
-            arm_alive=alive,
-            dry_run=s.dry_run,
-            guard=guard,
-            top_video=TopVideo(
-                camera, fps=s.top_video_fps, queue_size=s.top_video_queue, guard=guard
-            )
-            if s.top_video
-            else None,
-        )
-        # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
-        async with client.keepalive() if client is not None else contextlib.nullcontext():
-            yield rig, client
-    finally:
-        if sender is not None:
-            sender.close()
-        if client is not None:
-            await client.aclose()
-        judge_close = getattr(judge, "aclose", None)
-        if judge_close is not None:  # the VLM judge's HTTP connections
-            await judge_close()
-        await to_thread(camera.close)
-
-
-def rig_judge(s: RuntimeSettings) -> Judge:
-    """The judge the settings choose; the VLM one with the rig's adoption rule (docs/perception.md,
-    "VLM judge"). Raises ``VlmConfigError`` without an API key."""
-    if s.judge == "human":
-        return make_judge("human", timeout=s.human_judge_timeout_s)
-    if s.judge != "vlm":
-        return make_judge(s.judge)
-    from mecharm_runtime.perception.vlm import DistanceOverride, anthropic_from_env
-
-    client = anthropic_from_env(s.vlm_model, s.vlm_base_url, s.vlm_timeout_s, s.vlm_max_tokens)
-    return make_judge(
-        "vlm",
-        client=client,
-        max_frames=s.vlm_max_images,
-        fallback=GeometricJudge(),
-        override=DistanceOverride(s.vlm_still_mm, s.vlm_outside_mm),
-        human=HumanJudge(timeout=s.human_judge_timeout_s) if s.vlm_ask_human else None,
-        confidence_min=s.vlm_confidence_min,
-        max_calls=s.vlm_max_calls,
-        timeout_s=s.vlm_timeout_s,
-    )
-
-
-class SimControlError(RuntimeError):
-    """The simulated rig's control URL did not answer; the message says what to check."""
-
-
-def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[str, Any]:
-    """Simulated rig only: ask the workcell for a fresh scene (``POST {url}/scene/next``).
-
-    Raises SimControlError (one line: the URL, why, what to check), never a raw URLError:
-    the usual cause is a daemon that stopped between trials (docs/setup.md, "Traps")."""
-    import json
-
-    target = url.rstrip("/") + "/scene/next" + (f"?seed={seed}" if seed is not None else "")
-    req = urllib.request.Request(target, data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        raise SimControlError(
-            f"sim control {target} answered HTTP {exc.code} {exc.reason}; is --sim-control the "
-            "camera server's URL (http://HOST:CAMERA_PORT)?"
-        ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        why = getattr(exc, "reason", None) or exc
-        raise SimControlError(
-            f"sim control {url} does not answer ({why}): the simulated daemon stopped or "
-            "--sim-control is wrong; start mecharm-daemon --backend sim --scene random again"
-        ) from None
-    try:
-        out = json.loads(body) if body else {}
-    except ValueError:
-        out = {"raw": body[:200].decode("utf-8", "replace")}
-    return out if isinstance(out, dict) else {"result": out}
 
 
 def summary_line(t: TrialSummary, recorder: RecorderLink | None = None) -> str:
@@ -698,55 +412,3 @@ async def _trials(
 #: how long the post-trial Rerun builder waits for the side video (the recorder finishes the
 #: mp4 after the trial)
 POST_TRIAL_VIDEO_WAIT_S = 30.0
-
-
-async def ask_yes(prompt: str = "next trial? [Y/n] ") -> bool:
-    """Terminal confirmation between trials (EOF or 'n' = stop)."""
-    answer = await to_thread(_input, prompt)
-    return answer is not None and answer.strip().lower() in ("", "y", "yes")
-
-
-async def ask_block_removed() -> bool:
-    """After a stop holding the block (``--confirm``): the operator takes it out by hand and
-    says so; only an explicit yes goes on (the next trial opens the gripper at HOME)."""
-    answer = await to_thread(
-        _input,
-        "The block is still in the gripper. Take it out by hand; then go on (y) or stop (n)? "
-        "[y/N] ",
-    )
-    return answer is not None and answer.strip().lower() in ("y", "yes")
-
-
-def _input(prompt: str) -> str | None:
-    with contextlib.suppress(EOFError):
-        return input(prompt)
-    return None
-
-
-def release_prompt(
-    timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
-) -> Callable[[str], Awaitable[bool | None]]:
-    """The ``--confirm`` prompt of a refused release, bound to its timeout."""
-
-    async def prompt(why: str) -> bool | None:
-        return await ask_release(why, timeout_s, in_fd, out)
-
-    return prompt
-
-
-async def ask_release(
-    why: str, timeout_s: float, in_fd: int | None = None, out: TextIO | None = None
-) -> bool | None:
-    """Ask on the terminal whether to open the gripper although the block was not confirmed
-    above the box: True = release anyway, False = abort, None = no answer within
-    ``timeout_s`` or no terminal (the caller aborts, holding the block)."""
-    release, _why = await ask_terminal(
-        f"RELEASE REFUSED: {why}.\nThe arm holds the block above the box. "
-        f"Release anyway (r) or abort holding it (a)? [r/a] (within {timeout_s:.0f} s): ",
-        {"r": True, "release": True, "a": False, "abort": False},
-        "r (release) or a (abort)",
-        timeout_s,
-        in_fd,
-        out,
-    )
-    return release

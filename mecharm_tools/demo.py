@@ -25,7 +25,8 @@ from mecharm_common.shutdown import capture_signals
 from mecharm_runtime.cli import session_logging
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.service import ServiceReport, run_service, scene_next, session_console
+from mecharm_runtime.service import ServiceReport, run_service, session_console
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_sim.profile import ProfileError, SimProfile, load_profile
 from mecharm_tools.report.cli import run as write_report
 from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon

@@ -192,7 +192,7 @@ class Doctor:
             Unauthorized,
             connect_fix,
         )
-        from mecharm_runtime.service import EnvelopeRefused, check_envelope
+        from mecharm_runtime.rigsetup import EnvelopeRefused, check_envelope
 
         s = self.s
         where = f"{s.daemon_host}:{s.daemon_port}"

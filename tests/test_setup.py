@@ -23,7 +23,7 @@ from mecharm_common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
 from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
 from mecharm_runtime.records.ledger import LEDGER_COLUMNS
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import scene_next
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_tools.cli import TOOL_GROUPS
 from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
 
@@ -373,7 +373,8 @@ def test_a_missing_or_wrong_token_says_what_to_do(
     from daemon_pi.server import run_server
     from mecharm_common.config import load_settings
     from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.service import DaemonUnavailable, run_service
+    from mecharm_runtime.rigsetup import DaemonUnavailable
+    from mecharm_runtime.service import run_service
     from mecharm_sim.arm import SimArm, SimArmConfig
 
     token_file = tmp_path / "daemon.token"

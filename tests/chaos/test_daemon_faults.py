@@ -19,7 +19,8 @@ from daemon_pi.server import run_server
 from mecharm_common.config import load_settings
 from mecharm_runtime.client import ArmNoReply, ConnectionLost, DaemonClient, DaemonTimeout
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import run_trial
 from mecharm_sim.arm import SimArm, SimArmConfig
 from mecharm_sim.firmware import FirmwareEmulator

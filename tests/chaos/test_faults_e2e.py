@@ -23,7 +23,8 @@ import pytest
 from mecharm_common.config import load_settings
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.simrig import SimRig, start_sim_daemon
 

@@ -42,7 +42,8 @@ from mecharm_runtime.records.ledger import (
     wait_recording_meta,
 )
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import export_lerobot

@@ -27,7 +27,8 @@ from mecharm_common.shutdown import ShutdownSignals
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import verify_ledger
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import ServiceReport, run_service, scene_next
+from mecharm_runtime.service import ServiceReport, run_service
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 from recorder.sender import RecorderSender
 

@@ -552,7 +552,7 @@ async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_
 ) -> None:
     """A top camera without the mat: the dry trial stops at detect. Then the scene server is
     gone: the session ends with its report (the CLI's summary line), not an exception."""
-    from mecharm_runtime.service import SimControlError
+    from mecharm_runtime.simcontrol import SimControlError
 
     async def between(i: int) -> int | None:
         if i == 1:

@@ -21,7 +21,8 @@ from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.ledger import ledger_path, verify_ledger
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
 from recorder.events import STATES_COLUMNS

@@ -23,7 +23,7 @@ from mecharm_runtime.client import DaemonClient, OutsideEnvelope
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.guard import GuardViolation, check_pose
 from mecharm_runtime.ports import RealClock
-from mecharm_runtime.service import EnvelopeRefused, check_envelope
+from mecharm_runtime.rigsetup import EnvelopeRefused, check_envelope
 from mecharm_sim.arm import SimArm, SimArmConfig
 
 TOP = "synthetic?fps=15&w=640&h=360"
@@ -290,7 +290,8 @@ def test_a_trial_is_guarded_by_the_envelope_and_replays_with_it(
     daemon would; the trace carries the envelope, so the replay guards with it too."""
     from mecharm_common.config import load_settings
     from mecharm_runtime.records.trace import read_trace
-    from mecharm_runtime.service import open_rig, scene_next
+    from mecharm_runtime.rigsetup import open_rig
+    from mecharm_runtime.simcontrol import scene_next
     from mecharm_runtime.trial import run_trial
     from mecharm_tools.cli import main
     from mecharm_tools.simrig import start_sim_daemon

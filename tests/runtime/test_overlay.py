@@ -32,7 +32,7 @@ from mecharm_runtime.perception.overlay import (
 from mecharm_runtime.perception.results import BlockDetection, SceneDetection, TipMeasurement
 from mecharm_runtime.perception.tip import find_tip_marker
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig
+from mecharm_runtime.rigsetup import open_rig
 from mecharm_runtime.trial import run_trial
 from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
 from mecharm_sim.scene import Pose, SceneLayout, SceneState

@@ -28,7 +28,7 @@ from mecharm_runtime.memories import CorrectionMemory
 from mecharm_runtime.pick_place import context, pick
 from mecharm_runtime.ports import TipObservation
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import scene_next
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
 from mecharm_tools.simrig import start_sim_daemon
 
@@ -421,7 +421,7 @@ def _e2e(
     root: Path, fk: Path, logs: Path, seed: int, profile: str | None
 ) -> tuple[TrialSummary, dict[str, Any]]:
     from mecharm_common.config import load_settings
-    from mecharm_runtime.service import open_rig
+    from mecharm_runtime.rigsetup import open_rig
 
     extra = ["--sim-profile", profile] if profile else []
     rig = start_sim_daemon(logs, seed=seed, time_scale=20.0, extra_args=extra)

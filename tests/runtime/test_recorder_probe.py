@@ -22,7 +22,8 @@ from structlog.testing import capture_logs
 from mecharm_common.layout import META, DataRoot
 from mecharm_runtime.recorder_link import RecorderLink, recording_text
 from mecharm_runtime.records.ledger import RecordingInfo
-from mecharm_runtime.service import RecorderRequired, run_service
+from mecharm_runtime.rigsetup import RecorderRequired
+from mecharm_runtime.service import run_service
 from mecharm_tools.simrig import free_port, start_sim_daemon
 from recorder.config import RecorderSettings, VideoSettings
 from recorder.sender import RecorderSender

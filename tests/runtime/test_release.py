@@ -25,7 +25,8 @@ from mecharm_runtime.memories import HeightMemory
 from mecharm_runtime.ports import RealClock, ReleaseView, VerdictObservation
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, run_service
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.service import run_service
 from mecharm_runtime.trial import Rig, TrialSummary, run_trial
 from mecharm_sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, random_layout
 from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell

@@ -23,7 +23,7 @@ from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
 from mecharm_runtime.perception.side import side_view
 from mecharm_runtime.pick_place.release import _release_verdict
 from mecharm_runtime.ports import ReleaseView
-from mecharm_runtime.service import ask_release
+from mecharm_runtime.terminal import ask_release
 from mecharm_sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
 
 BOX = (-0.20, 0.18, 20.0)

@@ -32,7 +32,7 @@ from mecharm_runtime import topvideo
 from mecharm_runtime import trial as trial_mod
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig
+from mecharm_runtime.rigsetup import open_rig
 from mecharm_runtime.topvideo import TopVideo, TopVideoWriter
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_sim.workcell import Workcell, start_workcell

@@ -41,7 +41,8 @@ from mecharm_runtime.perception import (
 from mecharm_runtime.perception.results import Verdict
 from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmError, VlmJudge
 from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import TrialSummary, run_trial
 from mecharm_sim.scene import Pose, SceneLayout
 from mecharm_tools.cli import main as tools_main

@@ -18,7 +18,8 @@ import yaml
 
 from mecharm_common.config import load_settings
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.service import open_rig, scene_next
+from mecharm_runtime.rigsetup import open_rig
+from mecharm_runtime.simcontrol import scene_next
 from mecharm_runtime.trial import run_trial
 from mecharm_sim.optics import OPTICS_PROFILES
 from mecharm_tools.simrig import start_sim_daemon
