@@ -25,6 +25,20 @@ from mecharm_tools.export.verify import verify_dataset
 TOP_KEY = "observation.images.top"
 
 
+def _capture_times(path: Path) -> np.ndarray:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return np.array([float(r["capture_ts"]) for r in csv.DictReader(fh)])
+
+
+def _worst_top_offset(layout: DataRoot, stem: str, fps: int) -> float:
+    """The largest distance from a dataset row (``fps`` from the side video's first frame
+    to its last) to the nearest top-camera frame, from the two frame logs alone."""
+    side = _capture_times(layout.recording(stem).frame_log)
+    top = _capture_times(layout.top_frame_log(stem))
+    rows = np.arange(side[0], side[-1] + 1e-9, 1.0 / fps)
+    return float(np.abs(rows[:, None] - top[None, :]).min(axis=1).max())
+
+
 def test_demo_trials_export_with_both_cameras_and_their_outcomes(
     demo_root: Path, tmp_path: Path
 ) -> None:
@@ -47,7 +61,16 @@ def test_demo_trials_export_with_both_cameras_and_their_outcomes(
     rep = export_lerobot(
         demo_root, out, ExportSettings(select="recorded", progress=False, rig_id="demo-rig")
     )
-    assert not rep.refused, rep.refused
+    # the exporter's own rule refuses a trial whose top camera stalled (every row needs a top
+    # frame within 0.5 s): the suite's loaded machine can starve the simulated camera, so a
+    # refusal is accepted only when the frame logs bear it out, and at least one trial exports
+    stalled = set()
+    for skip in rep.refused:
+        assert "from the nearest top camera frame (limit 0.5 s)" in skip.reason, skip
+        assert _worst_top_offset(layout, skip.run_stem, ExportSettings().fps) > 0.5, skip
+        stalled.add(skip.run_stem)
+    recorded = [r for r in recorded if r["run_stem"] not in stalled]
+    assert recorded, f"every demo trial was refused: {rep.refused}"
     assert [e.run_stem for e in rep.exported] == [r["run_stem"] for r in recorded]
 
     info = json.loads((out / L.INFO_PATH).read_text(encoding="utf-8"))
