@@ -489,7 +489,6 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     (a pick found never lifted, the arm beside the box) it opens where the arm is.
     """
     s, st = ctx.settings, ctx.state
-    where = "mat"
     if st.block_lost:
         # the pick was found never to have lifted the block (release.py, _retry_never_lifted):
         # the jaws are empty and the arm is beside the box; back over it as return_home goes,
@@ -498,18 +497,16 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
         await ctx.move(
             st.place_approach, s.tol_pick_place, "retry: back over the box", lookup_ok=True
         )
-        where = "lift"
         _forget_the_place(st)
-    if where != "lift" and (st.pick_pose is None or st.pick_approach is None):
-        where = "lift"  # never lowered: nothing to lower to (cannot happen after a grasp)
-    if where != "lift":
-        ctx.trace.decision("retry_release", {"open_at": where})
-    if where == "mat":
+        at_mat = False
+    else:  # never lowered: nothing to lower to (cannot happen after a grasp)
+        at_mat = st.pick_pose is not None and st.pick_approach is not None
+    if at_mat:
+        ctx.trace.decision("retry_release", {"open_at": "mat"})
         await lower_to_mat(ctx, "retry")
-    note = "release after failed pick" + ("" if where == "lift" else f" ({where})")
-    await ctx.gripper("open", note)
+    await ctx.gripper("open", "release after failed pick" + (" (mat)" if at_mat else ""))
     st.holding = False
-    if where == "mat":
+    if at_mat:
         await up_from_mat(ctx, "retry: up from the mat")
     await ctx.move(s.home, s.tol_home, "home before re-detect")
     return Outcome.OK

@@ -368,12 +368,18 @@ def _slip_out_of_the_opening(wc: Workcell, dx_m: float) -> None:
     wc.step()
 
 
-def _drop_on_the_mat(wc: Workcell) -> None:
-    """The block falls out of the jaws in transit and lands on the mat far from the box."""
+def _drop_out_of_the_jaws(wc: Workcell, into_box: bool = False) -> None:
+    """The block falls out of the jaws: in transit onto the mat far from the box, or over the
+    box onto its floor (``into_box``; harsh, 3 of 60)."""
     with wc.scene.lock:
         sc = wc.scene
-        sc.grasped, sc.resting_on = False, "mat"
-        sc.block_xyz = [0.05, 0.0125, 0.33]
+        if into_box:
+            bx, bz, _yaw = sc.box
+            sc.resting_on = sc.place_outcome = "box"
+            sc.block_xyz = [bx, BOX_FLOOR_M + BLOCK_SIZE_M / 2, bz]
+        else:
+            sc.resting_on, sc.block_xyz = "mat", [0.05, 0.0125, 0.33]
+        sc.grasped = False
         sc.bump()
     wc.arm.block_gripper_at(None)
 
@@ -416,7 +422,7 @@ async def test_sim_block_dropped_in_transit_is_not_released(
 ) -> None:
     def on_stage(stage: str, outcome: str, reason: str) -> None:
         if stage == "servo_place" and outcome == "ok":
-            _drop_on_the_mat(workcell)
+            _drop_out_of_the_jaws(workcell)
 
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
         update={"release_refused": "hold"}
@@ -442,17 +448,6 @@ async def test_sim_block_dropped_in_transit_is_not_released(
     assert t.held_evidence == "not_seen"
 
 
-def _drop_in_the_box(wc: Workcell) -> None:
-    """The block slips out of the jaws over the box and lies on its floor (harsh, 3 of 60)."""
-    with wc.scene.lock:
-        sc = wc.scene
-        bx, bz, _yaw = sc.box
-        sc.grasped, sc.resting_on, sc.place_outcome = False, "box", "box"
-        sc.block_xyz = [bx, BOX_FLOOR_M + BLOCK_SIZE_M / 2, bz]
-        sc.bump()
-    wc.arm.block_gripper_at(None)
-
-
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_sim_block_that_fell_into_the_box_before_the_release_is_judged_placed(
@@ -463,7 +458,7 @@ async def test_sim_block_that_fell_into_the_box_before_the_release_is_judged_pla
 
     def on_stage(stage: str, outcome: str, reason: str) -> None:
         if stage == "servo_place" and outcome == "ok":
-            _drop_in_the_box(workcell)
+            _drop_out_of_the_jaws(workcell, into_box=True)
 
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
     async with open_rig(s) as (rig, _client):
