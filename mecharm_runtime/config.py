@@ -193,9 +193,11 @@ class RuntimeSettings(RigSettings):
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
     #: send_angles speed (1-100)
     speed: int = Field(20, ge=1, le=100)
-    #: arrival tolerance (degrees) of the approaches and the lift from the mat
+    #: arrival tolerance (degrees) of the approaches and of moves up from the mat with the
+    #: gripper empty
     tol_approach: float = Field(2.0, gt=0)
-    #: arrival tolerance of the descents, servo steps and carrying moves
+    #: arrival tolerance of the descents, servo steps and the moves that carry the block
+    #: (the lift from the mat included: on harsh it stalled 2.03° short under the load)
     tol_pick_place: float = Field(3.0, gt=0)
     #: arrival tolerance at HOME
     tol_home: float = Field(2.5, gt=0)

@@ -449,17 +449,22 @@ def _learn_correction(ctx: TrialContext) -> None:
 
 
 async def up_from_mat(ctx: TrialContext, note: str) -> None:
-    """From the pick pose up to the pick approach pose (tol 2.0): one move, or after pick servo
-    steps back the way the arm came down, each move within the joint bound (docs/safety.md)."""
+    """From the pick pose up to the pick approach pose: one move, or after pick servo steps
+    back the way the arm came down, each move within the joint bound (docs/safety.md).
+
+    With the gripper empty it arrives within ``tol_approach`` (the rig's 2°); holding the
+    block it is a carrying move and arrives within ``tol_pick_place`` (3°), like the other
+    moves under the block's load: on harsh the lift stalled 2.03° short with the block held
+    (docs/safety.md, "Joint continuity")."""
     s, st = ctx.settings, ctx.state
     assert st.pick_approach is not None
+    tol = s.tol_pick_place if st.holding else s.tol_approach
     if len(st.pick_path) > 1:
         await ctx.retrace(
-            [*reversed(st.pick_path[:-1]), st.pick_approach], s.tol_approach, note,
-            into_box=False,
-        )  # fmt: skip
+            [*reversed(st.pick_path[:-1]), st.pick_approach], tol, note, into_box=False
+        )
         return
-    await ctx.move(st.pick_approach, s.tol_approach, note, lookup_ok=True, near_work=True)
+    await ctx.move(st.pick_approach, tol, note, lookup_ok=True, near_work=True)
 
 
 async def lower_to_mat(ctx: TrialContext, why: str, *, at_approach: bool = False) -> None:
