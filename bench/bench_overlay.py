@@ -28,8 +28,8 @@ import numpy as np
 from bench import Row, has
 from mecharm_common.config import load_settings
 from mecharm_common.logging import configure_logging
+from mecharm_runtime.camera_eyes import CameraEyes, StageCapture
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.eyes import CameraEyes, StageCapture
 from mecharm_runtime.perception import DEFAULT_CONFIG, detect_scene, estimate_homography
 from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, draw_stage
 from mecharm_runtime.rigsetup import open_rig

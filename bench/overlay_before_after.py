@@ -24,7 +24,10 @@ from typing import Any
 
 import cv2
 
-import mecharm_runtime.eyes as eyes_mod
+try:  # the top camera's eyes moved to camera_eyes.py; older checkouts have them in eyes.py
+    import mecharm_runtime.camera_eyes as eyes_mod
+except ImportError:
+    import mecharm_runtime.eyes as eyes_mod  # type: ignore[no-redef]
 from mecharm_common.config import load_settings
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.rigsetup import open_rig

@@ -17,12 +17,14 @@ backend calls run in a worker thread (one at a time), so the event loop keeps
 answering (busy replies, shutdown) while the arm works, and no two calls ever
 overlap on the serial line. Who owns which task, and every deadline:
 [docs/concurrency.md](../docs/concurrency.md).
+
+One concern: the daemon's connections (accept, the client slot, its keeper, the life cycle);
+what a request does is in commands.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import math
 import socket
 import time
@@ -37,26 +39,18 @@ import anyio.abc
 from pydantic import BaseModel
 
 from daemon_pi.acceptor import LISTEN_BACKLOG, Acceptor
-from daemon_pi.backends.base import ArmBackend, BackendError
+from daemon_pi.backends.base import ArmBackend
+from daemon_pi.commands import ArmCommands
 from daemon_pi.protocol import (
-    ARGS_MODELS,
     COMMANDS,
-    JOINT_MAX,
-    JOINT_MIN,
     MAX_LINE_BYTES,
-    PROTOCOL_VERSION,
     ErrorCode,
-    HelloArgs,
-    HelloResult,
     ProtocolError,
-    decode_request,
     encode,
-    encode_ok,
     error_response,
-    validate_args,
 )
 from daemon_pi.stats import DaemonStats
-from mecharm_common.envelope import Envelope, EnvelopeViolation
+from mecharm_common.envelope import Envelope
 from mecharm_common.hosted import start_hosted
 from mecharm_common.logging import get_logger
 
@@ -74,7 +68,7 @@ _FAILURE_ADDRESSES = 1024
 
 
 @dataclass(eq=False)  # identity: a connection is a key of the waiting pool
-class _Conn:
+class Conn:
     peer: str
     host: str
     reader: asyncio.StreamReader
@@ -113,7 +107,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-class ArmServer:
+class ArmServer(ArmCommands):
     """Serve ``backend`` on ``host:port`` (port 0 = pick a free one; see ``.port``).
 
     ``token``: shared secret; when set, the first request must be ``hello`` with it
@@ -172,8 +166,8 @@ class ArmServer:
         # one arm call at a time: the lock orders them, the limiter caps the threads at one
         self._arm_lock = anyio.Lock()
         self._arm_limiter = anyio.CapacityLimiter(1)
-        self._active: _Conn | None = None  # the slot's holder
-        self._waiting: dict[_Conn, None] = {}  # not yet proved, oldest first (max_connections)
+        self._active: Conn | None = None  # the slot's holder
+        self._waiting: dict[Conn, None] = {}  # not yet proved, oldest first (max_connections)
         self._rejecting = 0  # busy / shutting_down replies being flushed
         self._keeper_wake = anyio.Event()
         self._link_lost = anyio.Event()
@@ -184,7 +178,7 @@ class ArmServer:
         self._stop_requested = anyio.Event()
         self._stopped = anyio.Event()
         self._host: asyncio.Task[None] | None = None
-        self._commands: dict[str, Callable[[_Conn, Any], Any]] = {
+        self._commands: dict[str, Callable[[Conn, Any], Any]] = {
             name: getattr(self, f"_cmd_{name}") for name in COMMANDS
         }
 
@@ -406,7 +400,7 @@ class ArmServer:
                 "evictions",
             )
         now = time.monotonic()
-        conn = _Conn(peer, host, reader, writer, deadline=now + self.auth_timeout_s, opened=now)
+        conn = Conn(peer, host, reader, writer, deadline=now + self.auth_timeout_s, opened=now)
         self._waiting[conn] = None
         self._keeper_wake.set()
         log.info("client_connected", peer=peer, waiting=len(self._waiting))
@@ -465,7 +459,7 @@ class ArmServer:
         finally:
             self._rejecting -= 1
 
-    def _drop(self, conn: _Conn, code: ErrorCode, why: str, counter: str | None) -> None:
+    def _drop(self, conn: Conn, code: ErrorCode, why: str, counter: str | None) -> None:
         """Tell ``conn`` why (one error line) and end its task; it no longer holds or waits."""
         if conn.drop_reason is not None:
             return
@@ -482,7 +476,7 @@ class ArmServer:
         )
         conn.scope.cancel()
 
-    def _claim(self, conn: _Conn, rid: int | None) -> None:
+    def _claim(self, conn: Conn, rid: int | None) -> None:
         """``conn`` has proved itself: it takes the slot, or gets ``busy`` and is closed."""
         holder = self._active
         if holder is not None and holder is not conn:
@@ -604,7 +598,7 @@ class ArmServer:
             except asyncio.LimitOverrunError as exc:
                 consumed = exc.consumed
 
-    async def _next_line(self, conn: _Conn) -> bytes | object | None:
+    async def _next_line(self, conn: Conn) -> bytes | object | None:
         """The next line; the keeper ends the wait if a deadline passes (no timer here)."""
         conn.reading = True
         conn.read_since = time.monotonic()
@@ -614,7 +608,7 @@ class ArmServer:
         finally:
             conn.reading = False
 
-    async def _serve(self, conn: _Conn) -> str:
+    async def _serve(self, conn: Conn) -> str:
         writer = conn.writer
         while not self._closing:
             line = await self._next_line(conn)
@@ -643,202 +637,6 @@ class ArmServer:
             if conn.auth_failures >= self.max_auth_failures:
                 return f"{conn.auth_failures} failed authentication attempts"
         return "daemon shutdown"
-
-    # ------------------------------------------------------------ requests
-    async def _handle_line(self, conn: _Conn, line: bytes) -> bytes:
-        """Answer one request line with its encoded response line; count it in the stats."""
-        t0 = time.perf_counter()
-        cmd_label = "<invalid>"
-        rid: int | None = None
-        try:
-            req = decode_request(line.strip())
-            rid = req.id
-            cmd_label = req.cmd if req.cmd in ARGS_MODELS else "<unknown>"
-            if not conn.holder:  # still waiting in the pool (docs/daemon.md, "Client slot")
-                if self.token is None:
-                    self._claim(conn, rid)  # its first complete request takes the slot
-                elif req.cmd != "hello":
-                    raise ProtocolError(
-                        ErrorCode.UNAUTHORIZED,
-                        f"{req.cmd[:64]!r} refused: authenticate first with hello {{token}}",
-                        rid,
-                    )
-            args = validate_args(req.cmd, req.args, rid)
-            result = await self._commands[req.cmd](conn, args)
-            out = encode_ok(req.id, result)  # no response model on the hot path: same bytes
-        except ProtocolError as exc:
-            resp = error_response(
-                exc.request_id if exc.request_id is not None else rid, exc.code, exc.message
-            )
-            log.warning(
-                "request_rejected",
-                peer=conn.peer,
-                id=resp.id,
-                cmd=cmd_label,
-                code=exc.code.value,
-                reason=exc.message,
-            )
-        except BackendError as exc:
-            if exc.code is ErrorCode.SERIAL_ERROR:
-                self._link_lost.set()  # the backend may want its link reopened
-            resp = error_response(rid, exc.code, exc.message)
-            log.warning(
-                "arm_error",
-                peer=conn.peer,
-                id=rid,
-                cmd=cmd_label,
-                code=exc.code.value,
-                reason=exc.message,
-            )
-        except Exception as exc:
-            resp = error_response(
-                rid, ErrorCode.INTERNAL, f"{cmd_label}: internal error {type(exc).__name__}: {exc}"
-            )
-            log.exception("internal_error", peer=conn.peer, id=rid, cmd=cmd_label)
-        else:
-            self.stats.record(cmd_label, time.perf_counter() - t0, None)
-            return out
-        self.stats.record(cmd_label, time.perf_counter() - t0, resp.error.code)
-        return encode(resp)
-
-    async def _arm(self, fn: Callable[..., Any], *args: Any, blocks: bool | None = None) -> Any:
-        """Run one backend call, serialized; blocking calls go to a worker thread.
-
-        ``blocks``: whether ``fn`` may sleep; default ``backend.blocks(fn.__name__)``."""
-        if blocks is None:
-            blocks = self.backend.blocks(fn.__name__)
-        if not blocks and not self._arm_lock.locked():
-            # runs to completion on the loop thread without yielding: nothing can overlap it,
-            # so taking and releasing the free lock would only cost time
-            return fn(*args)
-        async with self._arm_lock:
-            if blocks:
-                # not abandoned on cancel: a cancelled connection waits for its call to
-                # return, so the lock is never released while the arm is still busy
-                return await anyio.to_thread.run_sync(fn, *args, limiter=self._arm_limiter)
-            return fn(*args)
-
-    # ------------------------------------------------------------ commands
-    async def _cmd_hello(self, conn: _Conn, args: HelloArgs) -> dict[str, Any]:
-        if self.token is not None and not conn.authed:
-            given = (args.token or "").encode()
-            if not hmac.compare_digest(given, self.token.encode()):
-                conn.auth_failures += 1
-                self.stats.count("auth_failures")
-                recent, delay = self._failure_delay(conn.host)
-                # only this reply waits, never past the connection's auth deadline
-                delay = min(delay, conn.deadline - time.monotonic())
-                if delay > 0:
-                    await anyio.sleep(delay)
-                what = "missing" if args.token is None else "wrong"
-                raise ProtocolError(
-                    ErrorCode.UNAUTHORIZED,
-                    f"hello: {what} token ({conn.auth_failures}/{self.max_auth_failures} attempts "
-                    f"on this connection; {recent} failures from {conn.host} recently, so this "
-                    f"reply was held back {max(delay, 0.0):.2f} s)",
-                )
-            conn.authed = True
-            log.info("client_authenticated", peer=conn.peer, client=args.client)
-            self._claim(conn, None)
-        caps = {
-            "auth_required": self.token is not None,
-            "auth_timeout_s": self.auth_timeout_s,
-            "idle_timeout_s": self.idle_timeout_s,
-            "max_line_bytes": MAX_LINE_BYTES,
-            "fresh_mode": True,
-            "gripper": True,
-            "stats": True,
-            **self.backend.capabilities(),
-        }
-        return HelloResult(
-            protocol_version=PROTOCOL_VERSION,
-            backend=self.backend.name,
-            joint_min=list(JOINT_MIN),
-            joint_max=list(JOINT_MAX),
-            commands=list(COMMANDS),
-            capabilities=caps,
-            authenticated=conn.authed or self.token is None,
-            envelope=self.envelope.to_wire(),
-            time_scale=self.backend.time_scale(),
-        ).model_dump()
-
-    async def _cmd_get_angles(self, conn: _Conn, args: Any) -> list[float]:
-        return await self._arm(self.backend.get_angles)  # type: ignore[no-any-return]
-
-    async def _cmd_send_angles(self, conn: _Conn, args: Any) -> dict[str, Any]:
-        angles = list(args.angles)
-        bad = self.envelope.violation(angles)
-        if bad is None and self.envelope.max_step_deg is None:
-            sent = await self._arm(self.backend.send_angles, angles, args.speed)
-        elif bad is None:
-            # read and send in one arm call: nothing can move the arm in between
-            blocks = self.backend.blocks("get_angles") or self.backend.blocks("send_angles")
-            sent = await self._arm(self._send_within_step, angles, args.speed, blocks=blocks)
-            if isinstance(sent, EnvelopeViolation):
-                bad = sent
-        if bad is not None:
-            raise ProtocolError(
-                ErrorCode.OUTSIDE_ENVELOPE,
-                f"send_angles refused, the arm does not move: {bad.message()} "
-                "(the daemon's safety envelope; docs/daemon.md)",
-            )
-        return {"angles": sent, "speed": args.speed}
-
-    def _send_within_step(self, angles: list[float], speed: int) -> list[float] | EnvelopeViolation:
-        """Read the arm, then send only if no joint moves more than the per-move bound from
-        where the arm is AND from the last target it accepted; else return the violation
-        (nothing sent). The second reference matters in queue mode (fresh mode 0), where a
-        send runs from the previous queued target, not from where the arm is now. Costs one
-        ``get_angles`` per send (docs/daemon.md, "Safety envelope"). When both references
-        are broken the larger move is named: what the message says then does not depend on
-        how far the arm got toward the queued target before the send."""
-        found = [self.envelope.step_violation(angles, self.backend.get_angles())]
-        if self._last_target is not None:
-            found.append(self.envelope.step_violation(angles, self._last_target))
-        broken = [v for v in found if v is not None]
-        if broken:
-            return max(broken, key=lambda v: abs(v.value - (v.current or 0.0)))
-        sent = self.backend.send_angles(angles, speed)
-        self._last_target = list(angles)
-        return sent  # type: ignore[no-any-return]
-
-    async def _cmd_set_gripper_state(self, conn: _Conn, args: Any) -> None:
-        await self._arm(self.backend.set_gripper_state, args.state, args.speed)
-
-    async def _cmd_set_gripper_value(self, conn: _Conn, args: Any) -> None:
-        await self._arm(self.backend.set_gripper_value, args.value, args.speed)
-
-    async def _cmd_get_gripper_value(self, conn: _Conn, args: Any) -> int:
-        return await self._arm(self.backend.get_gripper_value)  # type: ignore[no-any-return]
-
-    async def _cmd_set_fresh_mode(self, conn: _Conn, args: Any) -> None:
-        await self._arm(self.backend.set_fresh_mode, args.mode)
-
-    async def _cmd_get_fresh_mode(self, conn: _Conn, args: Any) -> int:
-        return await self._arm(self.backend.get_fresh_mode)  # type: ignore[no-any-return]
-
-    async def _cmd_is_moving(self, conn: _Conn, args: Any) -> bool:
-        return await self._arm(self.backend.is_moving)  # type: ignore[no-any-return]
-
-    async def _cmd_power_on(self, conn: _Conn, args: Any) -> None:
-        await self._arm(self.backend.power_on)
-
-    async def _cmd_release_all_servos(self, conn: _Conn, args: Any) -> None:
-        self._last_target = None  # limp: the arm goes wherever it is pushed
-        await self._arm(self.backend.release_all_servos)
-
-    async def _cmd_stop(self, conn: _Conn, args: Any) -> None:
-        await self._arm(self.backend.stop)
-        self._last_target = None  # stopped, queue dropped: where the arm is is the reference
-
-    async def _cmd_ping(self, conn: _Conn, args: Any) -> None:
-        """Keeps the slot (a complete request): never reaches the arm."""
-        return None
-
-    async def _cmd_stats(self, conn: _Conn, args: Any) -> dict[str, Any]:
-        snap = self.stats.snapshot()
-        snap.update(backend=self.backend.name, client=conn.peer)
-        return snap
 
 
 @asynccontextmanager

@@ -10,6 +10,9 @@ middle of a motion must abort the trial, so ``connect()`` is explicit.
 The daemon drops a client that sends no request for its ``idle_timeout_s``
 (docs/daemon.md, "Client slot"); ``keepalive()`` pings it while nothing else is
 sent, so the operator's client never loses the arm by idling.
+
+One concern: the daemon's client, its typed errors and its keepalive; they share one
+connection's state.
 """
 
 from __future__ import annotations

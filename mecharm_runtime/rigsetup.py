@@ -16,9 +16,10 @@ from mecharm_common.fsutil import DataRootGuard
 from mecharm_common.keyfile import read_daemon_token
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import DaemonArm, DryRunArm
+from mecharm_runtime.camera_eyes import CameraEyes
 from mecharm_runtime.client import DaemonClient, DaemonError, TimeScaleMismatch, connect_fix
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.eyes import CameraEyes, DryRunEyes
+from mecharm_runtime.eyes import DryRunEyes
 from mecharm_runtime.lookup import ensure_table, load_arc, load_table
 from mecharm_runtime.lookup.descent import pick_descent_table
 from mecharm_runtime.lookup.j0 import ArcPose

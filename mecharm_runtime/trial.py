@@ -5,6 +5,9 @@ Whatever happens in the stages, a trial leaves the same things behind
 fresh mode off, the JSONL trace ending in ``event=result``, ``trial_end`` to the
 recorder, the ledger row (after the bounded wait for ``recording_meta.json``) and
 the run log, derived from the trace.
+
+One concern: one trial's lifetime; the stages are the task's (pick_place/), the records'
+formats in records/.
 """
 
 from __future__ import annotations

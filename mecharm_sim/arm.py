@@ -25,6 +25,9 @@ state at "now". Motion model (documented in docs/daemon.md):
 
 Every duration is divided by ``time_scale``. Given the same seed and the same
 sequence of calls, settle errors and read noise are reproducible.
+
+One concern: the arm model (motion profile, gripper, faults) that every simulated path
+queries; its parts share one lazily evaluated state and are not separable.
 """
 
 from __future__ import annotations

@@ -28,6 +28,9 @@ idle the newcomer gets a 503 at once. A connection that sends nothing for
 arrive within ``idle_timeout_s``; a JSON body nested deeper than ``MAX_JSON_DEPTH``
 gets a 400. Whatever a handler meets, it answers (a 4xx/5xx JSON naming the
 problem) and logs one line; the server never prints a traceback and keeps serving.
+
+One concern: the simulated cameras' HTTP surface; each route is short, and they share the
+producers and the scene lock.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ moves the box; here MuJoCo decides (docs/simulation-contact.md):
 
 Frames: the scene uses the Unity frame (y up); MuJoCo z is up. ``_P`` swaps y and z;
 rotations convert as ``P R P``.
+
+One concern: the MuJoCo world of the workcell (model, stepping, contacts, the read-back to
+the scene); split, each part would reach into the same model and data.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ green ball marks the tool tip. Cost is kept low for a 2-core machine: the
 static part (mat, markers, box, a block at rest, lighting) is rendered once per
 scene change and cached; each frame copies it, draws the arm (and a held
 block), then applies per-frame flicker and pre-generated sensor noise.
+
+One concern: drawing the workcell for one camera; the static cache, the arm, the held block
+and the sensor effects are steps of one frame.
 """
 
 from __future__ import annotations

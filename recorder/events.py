@@ -11,6 +11,9 @@ file code can contain a separator, ``..``, NUL or be empty or overlong.
 
 On the wire each event travels signed, inside ``recorder.envelope``; ``parse_event``
 reads the JSON inside, after the MAC has been checked.
+
+One concern: the recorder's wire contract, one typed model per event and reply, kept in one
+place so sender and reader agree on every name.
 """
 
 from __future__ import annotations

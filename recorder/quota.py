@@ -1,17 +1,53 @@
-"""Hourly quotas on what the recorder writes outside the runtime's control (docs/recorder.md, "Quotas").
+"""Budgets on what the recorder writes and answers outside the runtime's control (docs/recorder.md, "Quotas").
 
 Orphan frames (frame requests outside a trial) and trial folders each have a
 count and a byte budget over a sliding hour. The defaults are far above what an
 operator produces (a trial lasts minutes); they bound what a misbehaving sender
-holding the key can write to the disk.
+holding the key can write to the disk. A token bucket bounds the rate of frame requests
+and pings, so a flood can neither fill the disk with JPEGs nor reflect traffic.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from pathlib import Path
 
-__all__ = ["HourlyQuota"]
+__all__ = ["Bucket", "HourlyQuota", "file_bytes", "folder_bytes"]
+
+
+def file_bytes(path: Path) -> int:
+    """A file's size; 0 when it cannot be read (gone, or the disk failed)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files of one trial folder (for the hourly trial quota)."""
+    try:
+        return sum(file_bytes(p) for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+class Bucket:
+    """Token bucket: at most ``rate`` a second, bursts of one second's worth."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = rate
+        self.refill = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self.refill) * self.rate)
+        self.refill = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
 
 
 class HourlyQuota:

@@ -21,6 +21,10 @@ Idempotent: a folder whose meta says anything but ``crashed`` is complete and le
 alone; a crashed one whose frame log already matches its meta is left alone too.
 Runs at recorder start-up (``RepairScan``, for every recording left without a meta)
 and as ``mecharm recording repair``.
+
+One concern: accounting for crashed recordings, the numbered steps above, each a short
+function, with the lookups (``find_recording``, ``unrepaired_recordings``) and the scan
+(``RepairScan``) that call them.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ acts on it (MAC, replay, the trial it names: docs/recorder.md, "Authenticated
 events"), and every datagram handler is wrapped: a bad datagram is logged
 (rate-limited), counted and dropped, the service keeps serving.
 Tasks, owners and deadlines: [docs/concurrency.md](../docs/concurrency.md).
+
+One concern: the recorder's socket, event dispatch, trials and life cycle; the replies
+(frame requests, pings) are in replies.py, the capture, writers and quotas in their own
+modules.
 """
 
 from __future__ import annotations
@@ -39,12 +43,10 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from mecharm_cameras.base import CameraSource
-from mecharm_cameras.factory import is_synthetic, make_camera
-from mecharm_cameras.freshness import NoFrameError, StaleFrameError
-from mecharm_common.fsutil import DataRootGuard, StorageFault, UnsafeNameError, safe_join
+from mecharm_cameras.factory import make_camera
+from mecharm_common.fsutil import DataRootGuard, StorageFault, UnsafeNameError
 from mecharm_common.hosted import start_hosted
 from mecharm_common.keyfile import load_or_create_key
-from mecharm_common.layout import ORPHAN_FRAMES
 from mecharm_common.logging import get_logger
 from recorder.capture import CameraWorker
 from recorder.config import RecorderSettings
@@ -55,56 +57,37 @@ from recorder.envelope import (
     DROP_REPLAYED,
     DROP_TRIAL_QUOTA,
     EVENT_LABEL,
-    REPLY_LABEL,
     EnvelopeError,
     ReplayGuard,
     Sealed,
-    seal,
     unseal,
 )
 from recorder.events import (
-    DROP_PING_RATE,
-    DROP_PING_SOURCE,
     MAX_EVENT_BYTES,
-    MAX_PONG_BYTES,
     PINGS_PER_SEC,
-    REASON_IMWRITE_FAILED,
-    REASON_MOUNT_LOST,
-    REASON_NO_FRAME,
-    REASON_OK,
-    REASON_OK_ORPHAN,
-    REASON_ORPHAN_SAVE_FAILED,
-    REASON_QUOTA_EXCEEDED,
-    REASON_STALE_FRAME,
     Arrival,
     Commanded,
     EventError,
-    FrameReply,
     FrameRequest,
     Gripper,
     Measured,
     Ping,
-    Pong,
     Stage,
     TrialEnd,
     TrialStart,
-    exception_reason,
     parse_event,
-    root_identity,
 )
-from recorder.quota import HourlyQuota
+from recorder.quota import Bucket, HourlyQuota, folder_bytes
 from recorder.repair import RepairScan, unrepaired_recordings
-from recorder.snapshots import SnapshotEncodeError, save_jpeg
+from recorder.replies import Replies
 from recorder.status import RateLimitedLog, StatusCounters
 from recorder.trial import TrialRecording
 from recorder.writer import CapturedFrame, FrameWriter
 
-__all__ = ["REASON_RATE_LIMITED", "RecorderService"]
+__all__ = ["RecorderService"]
 
 log = get_logger("recorder")
 _RCVBUF = 4 * 1024 * 1024
-#: the exception:{Type} reason (docs/recorder.md) for a request refused by the rate limit
-REASON_RATE_LIMITED = "exception:RateLimited"
 
 
 Datagram = tuple[bytes, Any]
@@ -126,39 +109,6 @@ def encoder_nice(setting: int | None) -> int:
         return setting
     leads = hasattr(os, "getsid") and os.getsid(0) == os.getpid()
     return OWN_SESSION_ENCODER_NICE if leads else 0
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _folder_bytes(folder: Path) -> int:
-    """Bytes of the files of one trial folder (for the hourly trial quota)."""
-    try:
-        return sum(_size(p) for p in folder.rglob("*") if p.is_file())
-    except OSError:
-        return 0
-
-
-class _Bucket:
-    """Token bucket: at most ``rate`` a second, bursts of one second's worth."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self.refill = time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.rate, self.tokens + (now - self.refill) * self.rate)
-        self.refill = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -187,7 +137,7 @@ class _Receiver(asyncio.DatagramProtocol):
         log.debug("udp_error", error=str(exc))
 
 
-class RecorderService:
+class RecorderService(Replies):
     """Start with ``await start()``, stop with ``await stop()`` (or ``serve(stop_event)``)."""
 
     def __init__(
@@ -240,11 +190,10 @@ class RecorderService:
             "trials", settings.trials_per_hour, settings.trial_bytes_per_hour
         )
         self._overflow = RateLimitedLog(log, "event_dropped", per_sec=1)
-        self._fr_tokens = settings.max_frame_requests_per_sec
-        self._fr_refill = time.monotonic()
+        self._frame_bucket = Bucket(settings.max_frame_requests_per_sec)
         #: pongs answered; their budget (docs/recorder.md, "Ping: proving the data root")
         self.pings = 0
-        self._ping_bucket = _Bucket(PINGS_PER_SEC)
+        self._ping_bucket = Bucket(PINGS_PER_SEC)
         self._root_text = str(self.root.resolve())
         #: one event per trial whose media and meta are still being finished
         self._closing: set[anyio.Event] = set()
@@ -569,172 +518,6 @@ class RecorderService:
                 "states_write_failed", run_stem=trial.run_stem, error=f"{type(exc).__name__}: {exc}"
             )
 
-    # --- frame requests -------------------------------------------------------------------------
-    def _take_frame_token(self) -> bool:
-        """Token bucket: a flood of frame_requests must not fill the disk with JPEGs."""
-        rate = self.settings.max_frame_requests_per_sec
-        now = time.monotonic()
-        self._fr_tokens = min(rate, self._fr_tokens + (now - self._fr_refill) * rate)
-        self._fr_refill = now
-        if self._fr_tokens >= 1.0:
-            self._fr_tokens -= 1.0
-            return True
-        return False
-
-    def _frame_request(self, ev: FrameRequest) -> None:
-        t0 = time.perf_counter()
-        c0 = time.thread_time()
-        trial = self._scoped()  # another session's request is an orphan, never in this trial
-        if self._take_frame_token():
-            reply = self.serve_frame(ev.tag, trial)
-        else:
-            reply = FrameReply(
-                reason=REASON_RATE_LIMITED, camera_frozen=self.camera.frozen, tag=ev.tag
-            )
-        self.counters.frame_requests += 1
-        self.counters.reply(reply.reason)
-        origin = self._origin
-        if self._transport is not None and origin is not None:
-            # signed, and bound to the request's session and sequence number
-            data = seal(
-                self._key,
-                REPLY_LABEL,
-                origin.sid,
-                origin.seq,
-                None,
-                reply.model_dump_json().encode(),
-            )
-            try:
-                self._transport.sendto(data, ("127.0.0.1", ev.reply_port))
-            except OSError as exc:
-                log.warning("frame_reply_failed", tag=ev.tag, error=str(exc))
-        if trial is not None:
-            trial.frame_requests += 1
-            self._write_row(trial, ev, note=f"{ev.tag} {reply.reason}")
-        log.info(
-            "frame_request",
-            tag=ev.tag,
-            reason=reply.reason,
-            frame_age_ms=reply.frame_age_ms,
-            camera_frozen=reply.camera_frozen,
-            path=reply.path,
-            took_ms=round((time.perf_counter() - t0) * 1e3, 2),
-            cpu_ms=round((time.thread_time() - c0) * 1e3, 2),
-        )
-
-    def serve_frame(self, tag: str, trial: TrialRecording | None) -> FrameReply:
-        """Save the newest frame for ``tag`` (into ``trial``, or the orphan folder) and describe
-        it; every failure is a reason."""
-        frozen = self.camera.frozen
-        if trial is None:
-            why = self._orphan_quota.exceeded()
-            if why is not None:
-                self._quota_hit(self._orphan_quota, why)
-                return FrameReply(reason=REASON_QUOTA_EXCEEDED, camera_frozen=frozen, tag=tag)
-        try:  # the shared freshness rule: docs/recorder.md#frame-freshness
-            aged = self.camera.buffer.read_latest(self.settings.stale_frame_sec)
-        except NoFrameError:
-            return FrameReply(reason=REASON_NO_FRAME, camera_frozen=frozen, tag=tag)
-        except StaleFrameError as stale:
-            return FrameReply(
-                reason=REASON_STALE_FRAME,
-                capture_ts=stale.latest.frame.wall_ts,
-                frame_age_ms=stale.latest.age_ms,
-                camera_frozen=frozen or stale.latest.frozen,
-                tag=tag,
-            )
-        latest, age_ms, frozen = aged.frame, aged.age_ms, frozen or aged.frozen
-        fail = REASON_IMWRITE_FAILED if trial else REASON_ORPHAN_SAVE_FAILED
-        try:
-            # the housekeeping check (with its probe write) may be up to a second old, and an
-            # unmounted SSD's path is a folder on the local disk: the guard's stat-only device
-            # check runs before every file (docs/reliability.md)
-            moved = self.guard is not None and self.guard.problem() is not None
-            if moved or (not self.mount_ok and self._check_mount() is not None):
-                return FrameReply(reason=REASON_MOUNT_LOST, camera_frozen=frozen, tag=tag)
-            if trial is not None:
-                folder = trial.extracted
-            else:
-                folder = safe_join(self.root, *ORPHAN_FRAMES)
-                folder.mkdir(parents=True, exist_ok=True)
-            path = save_jpeg(
-                latest.image,
-                folder,
-                tag,
-                latest.wall_ts,
-                self.settings.jpeg_quality,
-                jpeg=latest.jpeg,
-            )
-        except SnapshotEncodeError:
-            return FrameReply(reason=fail, camera_frozen=frozen, tag=tag)
-        except OSError as exc:
-            reason = REASON_MOUNT_LOST if self._check_mount() is not None else fail
-            log.warning("frame_save_failed", tag=tag, error=str(exc), reason=reason)
-            return FrameReply(reason=reason, camera_frozen=frozen, tag=tag)
-        except Exception as exc:
-            log.exception("frame_save_failed", tag=tag)
-            return FrameReply(reason=exception_reason(exc), camera_frozen=frozen, tag=tag)
-        if trial is None:
-            self._orphan_quota.add(items=1, nbytes=_size(path))
-        return FrameReply(
-            path=str(path),
-            capture_ts=latest.wall_ts,
-            frame_age_ms=age_ms,
-            reason=REASON_OK if trial else REASON_OK_ORPHAN,
-            camera_frozen=frozen,
-            tag=tag,
-        )
-
-    # --- ping ----------------------------------------------------------------------------------
-    def pong(self, nonce: str) -> Pong:
-        """Where this recorder writes and whether it can record now (stat calls, no write)."""
-        ident = root_identity(self.root)
-        guard_problem = self.guard.problem() if self.guard is not None else None
-        problem = guard_problem or ("" if self.mount_ok else "failed the recorder's mount check")
-        newest = self.camera.latest
-        age = None if newest is None else (time.monotonic_ns() - newest.mono_ns) / 1e6
-        trial = self.trial
-        return Pong.describe(
-            nonce,
-            self._root_text,
-            problem,
-            root_dev=ident[0] if ident else None,
-            root_ino=ident[1] if ident else None,
-            root_ok=not problem and ident is not None,
-            udp_port=self.port or self.settings.udp_port,
-            camera=self.camera.state,
-            camera_frozen=self.camera.frozen,
-            frame_age_ms=None if age is None else round(age, 1),
-            recording=trial is not None,
-            trial=trial.run_stem if trial else None,
-            synthetic=is_synthetic(self.camera_spec),
-        )
-
-    def _ping(self, ev: Ping) -> None:
-        """Answer an authenticated ping to its source: loopback only, a bounded size, at most
-        PINGS_PER_SEC a second (a spoofed or flooding sender gets nothing to reflect)."""
-        origin, peer = self._origin, self._peer
-        if origin is None or self._transport is None:
-            return
-        if not (isinstance(peer, tuple) and peer[0] == "127.0.0.1" and int(peer[1]) >= 1024):
-            self._refuse(DROP_PING_SOURCE, f"pong not sent to {peer!r}", 0, str(peer))
-            return
-        if not self._ping_bucket.take():
-            self._refuse(DROP_PING_RATE, f"more than {PINGS_PER_SEC} pings a second", 0, peer[0])
-            return
-        body = self.pong(ev.nonce).model_dump_json().encode()
-        data = seal(self._key, REPLY_LABEL, origin.sid, origin.seq, None, body)
-        if len(data) > MAX_PONG_BYTES:  # the model's bounds keep it far below; never sent larger
-            log.error("pong_too_large", size=len(data), limit=MAX_PONG_BYTES)
-            return
-        try:
-            self._transport.sendto(data, (peer[0], int(peer[1])))
-        except OSError as exc:
-            log.warning("pong_failed", error=str(exc))
-            return
-        self.pings += 1
-        log.debug("pong", to=peer[1], size=len(data))
-
     # --- closing a trial ------------------------------------------------------------------------
     def _close_trial(self, status: str | None, reason: str) -> None:
         trial, self.trial = self.trial, None
@@ -773,7 +556,7 @@ class RecorderService:
                     error=f"{exc.strerror or exc}",
                 )
                 return
-            self._trial_quota.add(nbytes=_folder_bytes(trial.dir))
+            self._trial_quota.add(nbytes=folder_bytes(trial.dir))
             log.info(
                 "trial_closed",
                 run_stem=trial.run_stem,

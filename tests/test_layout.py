@@ -210,3 +210,27 @@ def test_every_dependency_is_imported_where_its_profile_installs_it() -> None:
     assert not unused, "declared but not imported by the code its profile is for:\n" + "\n".join(
         unused
     )
+
+
+#: a product module longer than this is several jobs, unless its docstring says why it is
+#: one (issue 25: "no product module over ~500 lines unless it is one concern")
+MODULE_LINES_MAX = 500
+ONE_CONCERN = "One concern:"
+
+
+def test_a_long_product_module_says_why_it_is_one_concern() -> None:
+    long: list[str] = []
+    for package in OURS:
+        if package == DEV:
+            continue
+        for path in _modules(package):
+            text = path.read_text(encoding="utf-8")
+            if text.count("\n") <= MODULE_LINES_MAX:
+                continue
+            doc = ast.get_docstring(ast.parse(text)) or ""
+            if ONE_CONCERN not in doc:
+                long.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not long, (
+        f"modules over {MODULE_LINES_MAX} lines: split them by job, or say in the module "
+        f"docstring ({ONE_CONCERN!r} ...) why the module is one job: " + ", ".join(long)
+    )

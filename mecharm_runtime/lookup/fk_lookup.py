@@ -18,6 +18,9 @@ target first and falls back to the exact band scan only when nothing lies within
 whole-table grid index. At ~0.05 ms a call the fixed per-call costs matter as
 much as the search, so the hot path avoids re-validating what is already clean
 and builds the result without the frozen dataclass's per-field ``__setattr__``.
+
+One concern: one lookup, its query validation, its three search methods (kept equal by
+tests) and the explanation of a miss, over one ``_Query``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ overwritten, and never copied to a version-suffixed sibling. File names: docs/da
 Which rows are safe depends on the j1 limit the table was loaded with (the runtime's
 ``j1_max``, the guard's limit), so the lookup never chooses a pose the guard would
 refuse; the limit is not part of the checksum, which is the CSV's alone.
+
+One concern: the FK table's files: the CSV, its checksum record, the binary cache and the
+archives, which must change together.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ on the plane where its visible top lies (block top face at 25 mm, box rim at
 A box detection that doubts itself (the fallback, a template hit with nothing
 white near it, samples that disagree) says so: ``trusted=False`` and ``doubt``
 (docs/perception.md, "Detections that doubt themselves").
+
+One concern: finding the block and the box in top-camera frames; the measurements share the
+mat plane and the colour rules.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ person at the terminal, a remote model) never blocks the event loop.
 * ``VlmJudge`` (vlm.py): a vision-language model behind any object with
   ``async ask(images: list[bytes], prompt: str) -> str``, adopted by the rig's
   rule with the geometric judge as fallback (docs/perception.md, "VLM judge").
+
+One concern: the pick and place judges behind one ``Judge`` protocol, with the geometric
+rules they share.
 """
 
 from __future__ import annotations

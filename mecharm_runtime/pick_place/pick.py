@@ -1,5 +1,9 @@
 """The pick phase: HOME and open, detect, aim, approach, descend (with the pick servo),
-grasp, lift and judge, retry (docs/stages.md)."""
+grasp, lift and judge, retry (docs/stages.md).
+
+One concern: the pick phase's stage bodies and the helpers only they use (the place and the
+release are in their own modules).
+"""
 
 from __future__ import annotations
 

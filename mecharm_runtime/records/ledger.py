@@ -7,6 +7,9 @@ because appending under another header would silently misalign every cell.
 Migration archives the old file, verifies the archive, pads every old row with
 empty cells for the new columns and checks that each old row survived byte for byte
 (docs/runtime.md: rebuilding a ledger from zero once lost 393 trials).
+
+One concern: the ledger file: its columns, the append, the read and the migration, which
+must agree on one header.
 """
 
 from __future__ import annotations

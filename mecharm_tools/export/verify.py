@@ -9,110 +9,42 @@ file and the row; lines are grouped by kind and bounded (``MAX_PER_KIND``).
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-import av
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from numpy.typing import NDArray
-from tqdm import tqdm
 
-from mecharm_tools.export.stats import (
-    NUM_BINS,
-    STAT_KEYS,
-    aggregate_stats,
-    image_sample_indices,
-    image_stats,
-    image_stride,
-    vector_stats,
+from mecharm_tools.export.verify_base import (
+    CODEBASE_VERSION,
+    DEFAULT_FEATURES,
+    EPISODE_COLUMNS,
+    EPISODES_DIR,
+    INFO_KEYS,
+    INFO_PATH,
+    MANIFEST_PATH,
+    MAX_PER_KIND,
+    TASKS_PATH,
+    TOLERANCE_S,
+    VIDEO_COLUMNS,
+    Problems,
+    VerifyReport,
+    column_values,
+    finite,
+    type_problem,
 )
-from mecharm_tools.export.video import sample_rgb
+from mecharm_tools.export.verify_stats import StatsChecks
+from mecharm_tools.export.verify_video import VideoChecks
 
 __all__ = ["MAX_PER_KIND", "TOLERANCE_S", "VerifyReport", "verify_dataset"]
-
-#: LeRobotDataset's default ``tolerance_s``: a queried timestamp needs a frame this close
-TOLERANCE_S = 1e-4
-#: lines kept per kind of problem, then "... N more"
-MAX_PER_KIND = 20
-CODEBASE_VERSION = "v3.0"
-INFO_PATH = "meta/info.json"
-STATS_PATH = "meta/stats.json"
-TASKS_PATH = "meta/tasks.parquet"
-EPISODES_DIR = "meta/episodes"
-MANIFEST_PATH = "meta/mecharm_export.json"  # our provenance sidecar: optional
-#: keys lerobot's metadata reads from info.json (create_empty_dataset_info writes them all)
-INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "chunks_size",
-             "data_files_size_in_mb", "video_files_size_in_mb", "fps", "splits", "data_path", "video_path", "features")  # fmt: skip
-#: lerobot's DEFAULT_FEATURES: every dataset has them, with these dtypes
-DEFAULT_FEATURES = {"timestamp": "float32", "frame_index": "int64", "episode_index": "int64",
-                    "index": "int64", "task_index": "int64"}  # fmt: skip
-#: features lerobot's tools renumber in the data but whose per-episode stats they copy as
-#: they were (dataset_tools.delete_episodes, aggregate.merge): allowed a whole-number shift
-REINDEXED = ("index", "episode_index", "task_index")
-EPISODE_COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index",
-                   "dataset_from_index", "dataset_to_index", "meta/episodes/chunk_index", "meta/episodes/file_index")  # fmt: skip
-VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
-#: decoded-video vs stored image stats (normalized 0..1): lossy codecs move pixels, the
-#: extremes most (ringing), the mean least
-IMAGE_ATOL = {"mean": 0.03, "std": 0.03, "min": 0.15, "max": 0.15, "q01": 0.1, "q10": 0.06,
-              "q50": 0.06, "q90": 0.06, "q99": 0.1}  # fmt: skip
-REQUIRED_STATS = ("min", "max", "mean", "std", "count")
-
-
-@dataclass
-class VerifyReport:
-    path: Path
-    episodes: int = 0
-    frames: int = 0
-    videos_checked: int = 0
-    errors: list[str] = field(default_factory=list)
-    #: problems found, including the ones elided from ``errors``
-    problems: int = 0
-    #: harmless disagreements (e.g. info.json's codec name after lerobot re-encoded)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-class _Problems:
-    """Problems grouped by kind; at most MAX_PER_KIND lines each."""
-
-    def __init__(self) -> None:
-        self.by_kind: dict[str, list[str]] = {}
-        self.total = 0
-        self.notes: list[str] = []
-
-    def note(self, line: str) -> None:
-        """Worth knowing, harmless to lerobot: reported, not counted as a problem."""
-        if len(self.notes) < MAX_PER_KIND:
-            self.notes.append(line)
-
-    def add(self, kind: str, line: str) -> None:
-        self.by_kind.setdefault(kind, []).append(line)
-        self.total += 1
-
-    def lines(self) -> list[str]:
-        out: list[str] = []
-        for kind, lines in self.by_kind.items():
-            out.extend(lines[:MAX_PER_KIND])
-            if len(lines) > MAX_PER_KIND:
-                out.append(f"... {len(lines) - MAX_PER_KIND} more {kind} problem(s)")
-        return out
 
 
 def verify_dataset(root: Path, *, check_video: bool = True, progress: bool = False) -> VerifyReport:
     """Check the dataset in ``root``; every problem becomes one line of ``errors``."""
     rep = VerifyReport(Path(root))
-    probs = _Problems()
+    probs = Problems()
     try:
         _Verifier(Path(root), rep, probs, check_video, progress).run()
     except Exception as exc:  # a file we did not foresee must still give a report
@@ -123,132 +55,8 @@ def verify_dataset(root: Path, *, check_video: bool = True, progress: bool = Fal
     return rep
 
 
-def _finite(value: Any) -> TypeGuard[float | int]:
-    """A JSON/parquet number that arithmetic can use: not a bool, not NaN, not infinite."""
-    if not isinstance(value, float | int) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _fmt(values: Any, n: int = 7) -> str:
-    flat = np.asarray(values, dtype=np.float64).ravel()
-    text = ", ".join(f"{v:.6g}" for v in flat[:n])
-    return f"[{text}{', ...' if flat.size > n else ''}]"
-
-
-def _arrow_base(dtype: str) -> pa.DataType | None:
-    try:
-        return pa.type_for_alias(dtype)
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _type_problem(t: pa.DataType, dtype: str, shape: list[int]) -> str | None:
-    """Why an arrow column type cannot hold lerobot feature ``dtype``/``shape`` (None: it can)."""
-    if dtype == "image":
-        return None if pa.types.is_struct(t) else f"type {t}, expected an image struct"
-    if dtype == "string":
-        return (
-            None
-            if pa.types.is_string(t) or pa.types.is_large_string(t)
-            else f"type {t}, expected string"
-        )
-    base = _arrow_base(dtype)
-    if base is None:
-        return f"info.json dtype {dtype!r} is not a type lerobot can store"
-    if list(shape) == [1]:
-        return None if t == base else f"type {t}, expected {base} (dtype {dtype}, shape [1])"
-    leaf, depth, size = t, 0, None
-    while isinstance(leaf, pa.ExtensionType):
-        leaf = leaf.storage_type
-    while (
-        pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf)
-    ):
-        if depth == 0 and pa.types.is_fixed_size_list(leaf):
-            size = leaf.list_size
-        leaf, depth = leaf.value_type, depth + 1
-    if depth != len(shape) or leaf != base:
-        return (
-            f"type {t}, expected {len(shape)}-d list of {base} (dtype {dtype}, shape {list(shape)})"
-        )
-    if size is not None and size != shape[0]:
-        return f"fixed lists of {size}, expected {shape[0]} (shape {list(shape)})"
-    return None
-
-
-def _column_values(col: pa.ChunkedArray, n: int) -> NDArray[Any]:
-    """A numeric column as (n, d): scalars become (n, 1), nested lists are flattened per row."""
-    arr = col.combine_chunks()
-    while isinstance(arr, pa.ExtensionArray):
-        arr = arr.storage
-    while (
-        pa.types.is_list(arr.type)
-        or pa.types.is_large_list(arr.type)
-        or pa.types.is_fixed_size_list(arr.type)
-    ):
-        arr = arr.flatten()
-    values = arr.to_numpy(zero_copy_only=False)
-    return np.asarray(values).reshape(n, -1) if n else np.asarray(values).reshape(0, 1)
-
-
-def _canonical_codec(name: str) -> str:
-    """Codec name through FFmpeg's descriptor: libdav1d, libaom-av1, libsvtav1 -> av1."""
-    for mode in ("r", "w"):
-        try:
-            return str(av.codec.Codec(name, mode).canonical_name)
-        except Exception:  # not a decoder: try the encoder, else keep the name
-            continue
-    return name
-
-
-class _Verifier:
-    def __init__(
-        self, root: Path, rep: VerifyReport, probs: _Problems, check_video: bool, progress: bool
-    ) -> None:
-        self.root = root
-        self.rep = rep
-        self.p = probs
-        self.check_video = check_video
-        self.progress = progress
-        self.info: dict[str, Any] = {}
-        self.features: dict[str, dict[str, Any]] = {}
-        self.fps = 0.0
-        self.task_names: list[str] = []
-        self.episodes: list[dict[str, Any]] = []  # meta rows, with "_where" (file row)
-        self.used_files: set[str] = set()
-        self.data: dict[str, Any] = {}
-
-    # ------------------------------------------------------------------ helpers
-    def _read_json(self, rel: str) -> Any:
-        path = self.root / rel
-        if not path.is_file():
-            self.p.add("files", f"{rel}: missing")
-            return None
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            self.p.add("read", f"{rel}: not readable JSON: {exc}")
-            return None
-
-    def _read_parquet(self, rel: str) -> pa.Table | None:
-        path = self.root / rel
-        if not path.is_file():
-            self.p.add("files", f"{rel}: missing")
-            return None
-        try:
-            return pq.read_table(path)
-        except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ... on a damaged file
-            self.p.add("read", f"{rel}: not a readable parquet file: {str(exc).splitlines()[0]}")
-            return None
-
-    def _path(self, template_key: str, **kw: Any) -> str | None:
-        try:
-            return str(self.info[template_key]).format(**kw)
-        except (KeyError, IndexError, ValueError, TypeError):  # a bad template or index
-            return None
+class _Verifier(StatsChecks, VideoChecks):
+    """The whole check, in the order lerobot reads a dataset."""
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
@@ -282,7 +90,7 @@ class _Verifier:
                 f"{INFO_PATH}: codebase_version {info.get('codebase_version')!r}, expected {CODEBASE_VERSION!r}",
             )
         fps = info.get("fps")
-        if not _finite(fps) or fps <= 0:
+        if not finite(fps) or fps <= 0:
             self.p.add("info", f"{INFO_PATH}: fps {fps!r} is not a positive finite number")
             return False
         self.fps = float(fps)
@@ -333,10 +141,6 @@ class _Verifier:
             ):
                 self.p.add("info", f"{INFO_PATH}: {key} {info[key]!r} is not a count")
         return all(k in good for k in DEFAULT_FEATURES)  # without them no row can be placed
-
-    @property
-    def video_keys(self) -> list[str]:
-        return [k for k, ft in self.features.items() if ft["dtype"] == "video"]
 
     def _check_tasks(self) -> None:
         table = self._read_parquet(TASKS_PATH)
@@ -432,7 +236,7 @@ class _Verifier:
                 self.p.add("tasks", f"{where}: no tasks")
             for key in self.video_keys:
                 start, stop = ep[f"videos/{key}/from_timestamp"], ep[f"videos/{key}/to_timestamp"]
-                if not _finite(start) or not _finite(stop) or start < 0 or stop < start:
+                if not finite(start) or not finite(stop) or start < 0 or stop < start:
                     # the video check cannot place this episode's frames: skip it there
                     ep.setdefault("_bad_range", set()).add(key)
                     self.p.add(
@@ -486,7 +290,7 @@ class _Verifier:
                     self.p.add("schema", f"{rel}: no column {key!r} (a feature in {INFO_PATH})")
                     bad = True
                     continue
-                why = _type_problem(table.schema.field(key).type, ft["dtype"], list(ft["shape"]))
+                why = type_problem(table.schema.field(key).type, ft["dtype"], list(ft["shape"]))
                 if why:
                     self.p.add("schema", f"{rel}: column {key!r}: {why}")
                     bad = True
@@ -518,7 +322,7 @@ class _Verifier:
                 cols[key].append(table.column(key).to_numpy(zero_copy_only=False))
             for key, ft in data_feats.items():
                 if ft["dtype"] not in ("string", "image") and key not in DEFAULT_FEATURES:
-                    values.setdefault(key, []).append(_column_values(table.column(key), n))
+                    values.setdefault(key, []).append(column_values(table.column(key), n))
         if not names:
             return
         d = {k: np.concatenate(v) for k, v in cols.items()}
@@ -535,11 +339,6 @@ class _Verifier:
         self._check_rows(d)
         self._check_ranges(d)
         self._check_episode_stats(d, vals)
-
-    def where(self, i: Any) -> str:
-        i = int(i)
-        d = self.data
-        return f"{d['names'][int(d['file'][i])]} row {int(d['row'][i])} (episode {int(d['episode_index'][i])}, frame {int(d['frame_index'][i])})"
 
     def _check_rows(self, d: dict[str, Any]) -> None:
         idx, ep, fi, ts, ti = (
@@ -633,152 +432,6 @@ class _Verifier:
                 "range", f"{self.where(i)}: episode {k} has rows but no row in {EPISODES_DIR}"
             )
 
-    # ------------------------------------------------------------------ stats
-    def _stored(self, e: dict[str, Any], key: str) -> dict[str, NDArray[Any]] | None:
-        out: dict[str, NDArray[Any]] = {}
-        for stat in STAT_KEYS:
-            col = f"stats/{key}/{stat}"
-            if col in e and e[col] is not None:
-                try:
-                    out[stat] = np.asarray(e[col], dtype=np.float64)
-                except (TypeError, ValueError):
-                    self.p.add("stats", f"{e['_where']}: {col} is not numeric")
-                    return None
-        missing = [s for s in REQUIRED_STATS if s not in out]
-        if missing:
-            self.p.add("stats", f"{e['_where']}: no stats/{key}/{{{','.join(missing)}}}")
-            return None
-        return out
-
-    def _check_episode_stats(self, d: dict[str, Any], vals: dict[str, NDArray[Any]]) -> None:
-        for key, ft in self.features.items():
-            if ft["dtype"] in ("string", "video", "image"):
-                continue
-            base = d[key].reshape(len(d[key]), -1) if key in DEFAULT_FEATURES else vals.get(key)
-            if base is None:
-                continue
-            for e in self.episodes:
-                rows = e.get("_rows")
-                stored = self._stored(e, key)
-                if rows is None or stored is None:
-                    continue
-                x = base[rows]
-                want = vector_stats(x)
-                self._compare_numeric(e, key, ft["dtype"], stored, want, x)
-
-    def _compare_numeric(
-        self,
-        e: dict[str, Any],
-        key: str,
-        dtype: str,
-        got: dict[str, NDArray[Any]],
-        want: dict[str, NDArray[Any]],
-        x: NDArray[Any],
-    ) -> None:
-        where = e["_where"]
-        xf = x.astype(np.float64)
-        eps = (
-            float(np.finfo(np.float32).eps)
-            if dtype in ("float32", "float16")
-            else float(np.finfo(np.float64).eps)
-        )
-        scale = np.abs(xf).max(axis=0) if len(xf) else np.zeros(xf.shape[1])
-        span = (xf.max(axis=0) - xf.min(axis=0)) if len(xf) else scale
-        for stat, value in got.items():
-            if value.size != want[stat].size:
-                self.p.add(
-                    "stats",
-                    f"{where}: stats/{key}/{stat} has {value.size} values, the feature has {want[stat].size}",
-                )
-                return
-        if int(got["count"].ravel()[0]) != len(x):
-            self.p.add(
-                "stats",
-                f"{where}: stats/{key}/count {int(got['count'].ravel()[0])}, the episode has {len(x)} rows",
-            )
-            return
-        loc_tol = 64 * eps * scale + 1e-9
-        tol = {s: loc_tol for s in ("min", "max", "mean")} | {
-            q: loc_tol + 2 * span / NUM_BINS for q in STAT_KEYS if q.startswith("q")
-        }
-        shift = 0.0
-        if key in REINDEXED:  # lerobot's tools copy these per-episode stats from before renumbering
-            d = float(np.round(got["min"].ravel()[0] - want["min"].ravel()[0]))
-            if np.allclose(got["min"].ravel(), want["min"].ravel() + d, atol=1e-6):
-                shift = d
-        for stat in ("min", "max", "mean", *(q for q in STAT_KEYS if q.startswith("q"))):
-            if stat not in got:
-                continue
-            g, w = got[stat].ravel(), want[stat].ravel() + shift
-            if not (np.abs(g - w) <= tol[stat]).all():
-                self.p.add(
-                    "stats",
-                    f"{where}: stats/{key}/{stat} {_fmt(g)}, recomputed from the data {_fmt(w)}",
-                )
-        g, v = got["std"].ravel(), want["std"].ravel() ** 2
-        if not (
-            np.abs(g**2 - v) <= 64 * eps * scale**2 + 1e-12
-        ).all():  # float32 E[x²]-E[x]² cancels
-            self.p.add(
-                "stats",
-                f"{where}: stats/{key}/std {_fmt(g)}, recomputed from the data {_fmt(np.sqrt(v))}",
-            )
-
-    def _check_stats_json(self) -> None:
-        stats = self._read_json(STATS_PATH)
-        if stats is None or not self.episodes:
-            return
-        if not isinstance(stats, dict):
-            self.p.add("stats.json", f"{STATS_PATH}: not a JSON object")
-            return
-        for key, ft in self.features.items():
-            if ft["dtype"] == "string":
-                continue
-            if key not in stats or not isinstance(stats[key], dict):
-                self.p.add("stats.json", f"{STATS_PATH}: no stats for feature {key!r}")
-                continue
-            per_ep: list[dict[str, Any]] = []
-            for e in self.episodes:
-                s = {
-                    stat: np.asarray(e[f"stats/{key}/{stat}"], dtype=np.float64)
-                    for stat in STAT_KEYS
-                    if e.get(f"stats/{key}/{stat}") is not None
-                }
-                if any(k not in s for k in STAT_KEYS):
-                    break
-                per_ep.append({key: s})
-            else:
-                try:
-                    agg = aggregate_stats(per_ep)[key]
-                except (ValueError, KeyError):
-                    self.p.add(
-                        "stats.json",
-                        f"{EPISODES_DIR}: the stats/{key} of the episodes do not have one shape",
-                    )
-                    continue
-                for stat in STAT_KEYS:
-                    try:
-                        got = np.asarray(stats[key].get(stat), dtype=np.float64)
-                    except (TypeError, ValueError):
-                        got = np.asarray([np.nan])
-                    want = np.asarray(agg[stat], dtype=np.float64)
-                    if got.size != want.size or not np.allclose(
-                        got.ravel(), want.ravel(), rtol=1e-6, atol=1e-9
-                    ):
-                        self.p.add(
-                            "stats.json",
-                            f"{STATS_PATH}: {key}/{stat} {_fmt(got)}, the episodes' stats aggregate to {_fmt(want)}",
-                        )
-
-    # ------------------------------------------------------------------ files
-    def _video_rel(self, key: str, e: dict[str, Any]) -> str | None:
-        return self._path(
-            "video_path",
-            video_key=key,
-            chunk_index=e[f"videos/{key}/chunk_index"],
-            file_index=e[f"videos/{key}/file_index"],
-        )
-
     def _check_files(self) -> None:
         for key in self.video_keys:
             for e in self.episodes:
@@ -827,243 +480,4 @@ class _Verifier:
             self.p.add(
                 "manifest",
                 f"{MANIFEST_PATH}: its file list differs from the files the episodes use ({sorted(set(files) ^ self.used_files)[:5]})",
-            )
-
-    # ------------------------------------------------------------------ videos
-    def _check_videos(self) -> None:
-        d = self.data
-        total = len(d["index"]) * len(self.video_keys)
-        with tqdm(
-            total=total, unit="frame", desc="verify", disable=not self.progress, leave=False
-        ) as bar:
-            for key in self.video_keys:
-                by_file: dict[str, list[dict[str, Any]]] = {}
-                for e in self.episodes:
-                    rel = self._video_rel(key, e)
-                    if (
-                        rel is not None
-                        and "_rows" in e
-                        and key not in e.get("_bad_range", ())
-                        and (self.root / rel).is_file()
-                    ):
-                        by_file.setdefault(rel, []).append(e)
-                for rel, eps in sorted(by_file.items()):
-                    self._check_video(key, rel, eps, bar.update)
-                    self.rep.videos_checked += 1
-
-    def _frame_hw(self, key: str) -> tuple[int, int]:
-        ft = self.features[key]
-        names = ft.get("names") or ["height", "width", "channels"]
-        shape = list(ft["shape"])
-        try:
-            return shape[list(names).index("height")], shape[list(names).index("width")]
-        except (ValueError, IndexError):
-            return shape[0], shape[1]
-
-    def _check_video(
-        self, key: str, rel: str, eps: list[dict[str, Any]], tick: Callable[[int], Any]
-    ) -> None:
-        d = self.data
-        h, w = self._frame_hw(key)
-        vinfo = self.features[key].get("info") or {}
-        # image-stats samples: lerobot's rows, as times in this file
-        sample_t: list[float] = []
-        sample_of: list[tuple[int, int]] = []
-        for n, e in enumerate(eps):
-            for i in image_sample_indices(len(e["_rows"])):
-                sample_of.append((n, int(i)))
-                sample_t.append(
-                    e[f"videos/{key}/from_timestamp"] + float(d["timestamp"][e["_rows"][i]])
-                )
-        order = np.argsort(sample_t)
-        st = np.asarray(sample_t)[order]
-        stride = image_stride(h, w)
-        pts: list[float] = []
-        kept: dict[int, NDArray[np.uint8]] = {}
-        try:
-            with av.open(str(self.root / rel)) as container:
-                if not container.streams.video:
-                    self.p.add("video", f"{rel}: no video stream")
-                    return
-                stream = container.streams.video[0]
-                name = _canonical_codec(stream.codec_context.name)
-                want_codec = vinfo.get("video.codec")
-                # lerobot decodes by probing the file, and its delete_episodes re-encodes to AV1
-                # without updating info.json: a disagreement is a note, not a problem
-                if want_codec is not None and _canonical_codec(str(want_codec)) != name:
-                    self.p.note(
-                        f"{rel}: codec {name} (decoder {stream.codec_context.name}), {INFO_PATH} features.{key}.info says {want_codec}"
-                    )
-                want_fmt = vinfo.get("video.pix_fmt")
-                if want_fmt is not None and stream.codec_context.pix_fmt not in (None, want_fmt):
-                    self.p.note(
-                        f"{rel}: pix_fmt {stream.codec_context.pix_fmt}, {INFO_PATH} features.{key}.info says {want_fmt}"
-                    )
-                if (stream.codec_context.height, stream.codec_context.width) != (h, w):
-                    self.p.add(
-                        "video",
-                        f"{rel}: {stream.codec_context.width}x{stream.codec_context.height}, {INFO_PATH} features.{key}.shape says {w}x{h}",
-                    )
-                stream.thread_type = "AUTO"
-                try:
-                    for n, frame in enumerate(container.decode(stream)):
-                        t = (
-                            float(frame.pts * frame.time_base)
-                            if frame.pts is not None and frame.time_base is not None
-                            else float("nan")
-                        )
-                        pts.append(t)
-                        j = int(np.searchsorted(st, t))
-                        near = any(
-                            0 <= k < len(st) and abs(st[k] - t) <= 0.5 / self.fps
-                            for k in (j - 1, j)
-                        )
-                        if near:
-                            kept[n] = sample_rgb(frame, stride)
-                        tick(1)
-                except Exception as exc:  # a damaged stream: judge the frames that did decode
-                    self.p.add(
-                        "video",
-                        f"{rel}: decoding stops after frame {len(pts)}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                    )
-        except Exception as exc:
-            self.p.add(
-                "video",
-                f"{rel}: cannot be opened as video: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-            )
-            return
-        if not pts:
-            self.p.add("video", f"{rel}: no decodable frame")
-            return
-        frame_t = np.asarray(pts)
-        by_time = np.argsort(frame_t, kind="stable")
-        sorted32 = frame_t[by_time].astype(np.float32)
-        last = float(frame_t[by_time[-1]])
-        tol32 = np.float32(TOLERANCE_S)
-        for e in eps:
-            rows = e["_rows"]
-            # lerobot's query: from_timestamp + row timestamp, compared in float32 (torch tensors)
-            start = float(e[f"videos/{key}/from_timestamp"])
-            q = (start + d["timestamp"][rows].astype(np.float64)).astype(np.float32)
-            nxt = (
-                np.clip(np.searchsorted(sorted32, q), 1, max(1, len(sorted32) - 1))
-                if len(sorted32) > 1
-                else np.zeros(len(q), int)
-            )
-            dist = (
-                np.minimum(np.abs(sorted32[nxt] - q), np.abs(sorted32[nxt - 1] - q))
-                if len(sorted32) > 1
-                else np.abs(sorted32[0] - q)
-            )
-            # torchcodec (lerobot's default decoder) takes frame round(ts * fps) by position
-            pos = np.rint(q.astype(np.float64) * self.fps).astype(np.int64)
-            for r in np.nonzero(~(dist < tol32))[0]:
-                i = int(rows[r])
-                if q[r] > last + TOLERANCE_S:
-                    self.p.add(
-                        "frames",
-                        f"{rel}: {self.where(i)}: timestamp {float(q[r]):.4f} s is past the video's end (last frame at {last:.4f} s)",
-                    )
-                else:
-                    self.p.add(
-                        "frames",
-                        f"{rel}: {self.where(i)}: no frame within {TOLERANCE_S} s of {float(q[r]):.4f} s (nearest {float(dist[r]):.6f} s away)",
-                    )
-            ok = dist < tol32
-            inside = (pos >= 0) & (pos < len(sorted32))
-            for r in np.nonzero(
-                ok & (~inside | (np.abs(sorted32[np.clip(pos, 0, len(sorted32) - 1)] - q) >= tol32))
-            )[0]:
-                i = int(rows[r])
-                self.p.add(
-                    "frames",
-                    f"{rel}: {self.where(i)}: frame #{pos[r]} (the one lerobot's torchcodec decoder takes for {float(q[r]):.4f} s) is not within {TOLERANCE_S} s of it",
-                )
-        self._check_image_stats(
-            key, rel, eps, frame_t, by_time, kept, sample_of, np.asarray(sample_t)
-        )
-
-    def _check_image_stats(
-        self, key: str, rel: str, eps: list[dict[str, Any]], frame_t: NDArray[np.float64], by_time: NDArray[np.int64],
-        kept: dict[int, NDArray[np.uint8]], sample_of: list[tuple[int, int]], sample_t: NDArray[np.float64],
-    ) -> None:  # fmt: skip
-        images: dict[int, list[NDArray[np.uint8]]] = {}
-        ft = frame_t[by_time]
-        for (n, _i), t in zip(sample_of, sample_t, strict=True):
-            j = int(np.clip(np.searchsorted(ft, t), 0, len(ft) - 1))
-            if j > 0 and abs(ft[j - 1] - t) < abs(ft[j] - t):
-                j -= 1
-            frame_no = int(by_time[j])
-            if frame_no in kept and abs(ft[j] - t) <= 0.5 / self.fps:  # else: a timestamp problem
-                images.setdefault(n, []).append(kept[frame_no])
-        for n, e in enumerate(eps):
-            stored = self._stored(e, key)
-            if stored is None:
-                continue
-            where = e["_where"]
-            bad_shape = [s for s, v in stored.items() if s != "count" and v.size != 3]
-            if bad_shape:
-                self.p.add(
-                    "stats",
-                    f"{where}: stats/{key}/{bad_shape[0]} has {stored[bad_shape[0]].size} values, expected 3 (per channel, shape (3, 1, 1))",
-                )
-                continue
-            count = int(stored["count"].ravel()[0])
-            if not 1 <= count <= e["length"]:
-                self.p.add(
-                    "stats",
-                    f"{where}: stats/{key}/count {count}, expected 1..{e['length']} sampled frames",
-                )
-            if n not in images or len(images[n]) < len(image_sample_indices(e["length"])):
-                continue  # frames missing: reported by the timestamp check
-            imgs = np.stack(images[n])
-            got = image_stats(imgs)
-            for stat, atol in IMAGE_ATOL.items():
-                if stat == "std" or stat not in stored:
-                    continue
-                if not (np.abs(stored[stat].ravel() - got[stat].ravel()) <= atol).all():
-                    self.p.add(
-                        "stats",
-                        f"{where}: stats/{key}/{stat} {_fmt(stored[stat])}, the decoded video gives {_fmt(got[stat])} (allowed {atol})",
-                    )
-            self._check_image_std(where, key, stored, got, imgs)
-
-    def _check_image_std(
-        self,
-        where: str,
-        key: str,
-        stored: dict[str, NDArray[Any]],
-        got: dict[str, NDArray[Any]],
-        imgs: NDArray[np.uint8],
-    ) -> None:
-        """The true std, or what lerobot 0.4.4 writes: it squares uint8 pixels in uint8 (mod 256)."""
-        s, m = stored["std"].ravel(), stored["mean"].ravel()
-        true_ok = np.abs(s - got["std"].ravel()) <= IMAGE_ATOL["std"]
-        # E[x² mod 256] <= 255, so a wrapped std obeys (255 s)² + (255 m)² <= 255
-        bound_ok = (255 * s) ** 2 + (255 * m) ** 2 <= 255 * (1 + 0.05) + 1
-        if (true_ok | bound_ok).all():
-            return
-        flat = imgs.reshape(-1, imgs.shape[-1])
-        levels = np.arange(256, dtype=np.float64)
-        counts = [np.bincount(flat[:, c], minlength=256) for c in range(flat.shape[1])]
-        wrapped = (
-            np.asarray(
-                [
-                    np.sqrt(
-                        max(
-                            0.0,
-                            (n * (levels**2 % 256)).sum() / n.sum()
-                            - ((n * levels).sum() / n.sum()) ** 2,
-                        )
-                    )
-                    for n in counts
-                ]
-            )
-            / 255.0
-        )
-        wrap_ok = np.abs(s - wrapped) <= IMAGE_ATOL["std"]
-        if not (true_ok | wrap_ok | bound_ok).all():
-            self.p.add(
-                "stats",
-                f"{where}: stats/{key}/std {_fmt(s)}, the decoded video gives {_fmt(got['std'])} (or lerobot's uint8-wrapped {_fmt(wrapped)})",
             )

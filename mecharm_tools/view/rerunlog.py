@@ -6,6 +6,9 @@ that is still running (``mecharm view --follow`` feeds lines as they are appende
 Every entity is logged on one timeline, ``time``: the wall-clock timestamps of the
 trace lines, the recorder's ``capture_ts`` and the stage images' write times. The
 entity paths are listed in docs/viewing.md; ``ENTITIES`` names them here.
+
+One concern: one trial as a Rerun recording; every entity is logged from the same trace
+lines on one timeline.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO
-from mecharm_tools.export import lerobot as lerobot_mod
+from mecharm_tools.export import writer as writer_mod
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, export_lerobot
 from mecharm_tools.export.recording import RecordingError
@@ -305,7 +305,7 @@ def test_decode_failure_aborts_without_commit(
     before = _tree(out)
     for i in (2, 3):
         recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5))
-    real = lerobot_mod.decode_selected
+    real = writer_mod.decode_selected
 
     def failing(path: Path, wanted: Any, expected: int, **kw: Any) -> Any:
         # the disk fails while the second new trial is being read, after frames were encoded
@@ -314,12 +314,12 @@ def test_decode_failure_aborts_without_commit(
                 raise RecordingError(f"{path.name} cannot be decoded: I/O error")
             yield item
 
-    monkeypatch.setattr(lerobot_mod, "decode_selected", failing)
+    monkeypatch.setattr(writer_mod, "decode_selected", failing)
     with pytest.raises(RecordingError, match="I/O error"):
         export_lerobot(data_root, out, SETTINGS)
     assert _tree(out) == before  # the first new trial was encoded in staging, never committed
     assert not list(out.glob(".staging-*"))
-    monkeypatch.setattr(lerobot_mod, "decode_selected", real)
+    monkeypatch.setattr(writer_mod, "decode_selected", real)
     rep = export_lerobot(data_root, out, SETTINGS)
     assert [e.episode_index for e in rep.exported] == [1, 2]
     assert verify_dataset(out).ok

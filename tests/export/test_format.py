@@ -266,9 +266,9 @@ def test_copy_of_dataset_verifies(dataset: Path, tmp_path: Path) -> None:
 def test_data_and_video_files_roll_over_at_the_size_limit(
     recs: Any, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mecharm_tools.export import lerobot as lerobot_mod
+    from mecharm_tools.export import writer as writer_mod
 
-    monkeypatch.setattr(lerobot_mod, "_MB", 1000)  # limits of 100 kB data / 200 kB video per file
+    monkeypatch.setattr(writer_mod, "_MB", 1000)  # limits of 100 kB data / 200 kB video per file
     for i in range(3):
         recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5))
     out = tmp_path / "ds"

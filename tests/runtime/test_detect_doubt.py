@@ -13,8 +13,8 @@ import pytest
 
 from mecharm_cameras import open_camera
 from mecharm_runtime import engine
+from mecharm_runtime.camera_eyes import CameraEyes
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.eyes import CameraEyes
 from mecharm_runtime.pick_place import context, pick
 from mecharm_runtime.ports import SceneObservation
 from mecharm_sim.arm import SimArm, SimArmConfig

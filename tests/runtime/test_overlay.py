@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from structlog.testing import capture_logs
 
 from mecharm_common.layout import STAGE_RAW
-from mecharm_runtime.eyes import CameraEyes, StageCapture
+from mecharm_runtime.camera_eyes import CameraEyes, StageCapture
 from mecharm_runtime.perception import (
     DEFAULT_CONFIG,
     MatHomography,

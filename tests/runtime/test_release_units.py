@@ -230,15 +230,15 @@ def test_confirm_prompt_runs_in_the_event_loop() -> None:
 
 @pytest.mark.anyio
 async def test_side_check_reads_the_recorders_frame_file(tmp_path: Path) -> None:
-    from mecharm_runtime.eyes import _side_check
+    from mecharm_runtime.camera_eyes import side_check
 
     held, mat = tmp_path / "held.jpg", tmp_path / "mat.jpg"
     cv2.imwrite(str(held), _side((-0.20, 0.095, 0.18), "gripper", 1.0))
     cv2.imwrite(str(mat), _side((0.20, 0.0125, 0.26), "mat", 1.0))
-    assert (await _side_check(str(held)))[0] == "seen"
-    assert (await _side_check(str(mat)))[0] == "not_seen"
-    assert await _side_check(None) == ("no_frame", "no side frame")
-    side, why = await _side_check(str(tmp_path / "missing.jpg"))
+    assert (await side_check(str(held)))[0] == "seen"
+    assert (await side_check(str(mat)))[0] == "not_seen"
+    assert await side_check(None) == ("no_frame", "no side frame")
+    side, why = await side_check(str(tmp_path / "missing.jpg"))
     assert side == "no_frame" and "unreadable" in why
 
 
