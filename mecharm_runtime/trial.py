@@ -224,7 +224,7 @@ async def _put_back(
     ctx.trace.decision("put_back", {"to": "pick pose", "why": st.release_refused})
     if not await attempt(
         "back over the mat",
-        lambda: ctx.move(lifted, s.tol_approach, "put back: over the mat", lookup_ok=True),
+        lambda: ctx.move(lifted, ctx.approach_tol, "put back: over the mat", lookup_ok=True),
     ):
         return
     st.hovering = False

@@ -178,6 +178,15 @@ class TrialContext:
     def last_measured(self, pose: tuple[float, ...] | None) -> None:
         self.safe.last_measured = pose
 
+    @property
+    def approach_tol(self) -> float:
+        """Arrival tolerance of a move up to an approach pose or between them: the rig's 2°
+        (``tol_approach``) with the gripper empty; holding the block it is a carrying move
+        under the block's load and arrives within ``tol_pick_place`` (3°): on harsh such
+        moves stalled 2.03-2.24° short (docs/safety.md, "Joint continuity")."""
+        s = self.settings
+        return s.tol_pick_place if self.state.holding else s.tol_approach
+
     async def sleep(self, real_rig_seconds: float) -> None:
         await self.safe.sleep(real_rig_seconds)
 

@@ -456,13 +456,10 @@ async def up_from_mat(ctx: TrialContext, note: str) -> None:
     """From the pick pose up to the pick approach pose: one move, or after pick servo steps
     back the way the arm came down, each move within the joint bound (docs/safety.md).
 
-    With the gripper empty it arrives within ``tol_approach`` (the rig's 2°); holding the
-    block it is a carrying move and arrives within ``tol_pick_place`` (3°), like the other
-    moves under the block's load: on harsh the lift stalled 2.03° short with the block held
-    (docs/safety.md, "Joint continuity")."""
-    s, st = ctx.settings, ctx.state
+    Holding the block it is a carrying move (``ctx.approach_tol``)."""
+    st = ctx.state
     assert st.pick_approach is not None
-    tol = s.tol_pick_place if st.holding else s.tol_approach
+    tol = ctx.approach_tol
     if len(st.pick_path) > 1:
         await ctx.retrace(
             [*reversed(st.pick_path[:-1]), st.pick_approach], tol, note, into_box=False
@@ -478,7 +475,7 @@ async def lower_to_mat(ctx: TrialContext, why: str, *, at_approach: bool = False
     s, st = ctx.settings, ctx.state
     assert st.pick_pose is not None and st.pick_approach is not None
     if st.pick_hover and not at_approach:
-        await ctx.move(st.pick_approach, s.tol_approach, f"{why}: over the block", lookup_ok=True)
+        await ctx.move(st.pick_approach, ctx.approach_tol, f"{why}: over the block", lookup_ok=True)
     if len(st.pick_path) > 1:  # the servo moved: down the way it went
         await ctx.retrace(
             st.pick_path, s.tol_pick_place, f"{why}: lower to the mat", into_box=False

@@ -101,3 +101,39 @@ async def test_a_stall_past_it_still_ends_the_stage_and_a_tighter_tolerance_too(
         await _lift(tmp_path, 2.3, tol_lift_to_arc=2.0)
     with pytest.raises(ValueError, match="tol_lift_to_arc"):
         RuntimeSettings(tol_lift_to_arc=0.0)
+
+
+@pytest.mark.anyio
+async def test_the_put_back_carries_the_block_over_the_mat_within_the_carrying_tolerance(
+    tmp_path: Path,
+) -> None:
+    # seed 11042 (harsh): the put-back's move over the mat stalled 2.24° short holding the
+    # block, at the 2° it had, and the session stopped with the block held
+    from mecharm_runtime import trial
+
+    ctx = offline_context(RuntimeSettings(data_root=tmp_path), BOX)
+    moves: list[dict[str, Any]] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        moves.append({"note": note, "tol": tol})
+        if tol < 2.24:  # the stall of seed 11042
+            raise MotionRefused(f"{note}: partial move/stall, still 2.24°")
+
+    async def attempt(step: str, fn: Any) -> bool:
+        if step != "back over the mat":  # the move under test; the rest is not this test's
+            return False
+        try:
+            await fn()
+        except MotionRefused:
+            return False
+        return True
+
+    ctx.safe.move = move  # type: ignore[method-assign]
+    st = ctx.state
+    st.lifted_at, st.holding, st.hovering = HOVER, True, True
+    assert ctx.approach_tol == 3.0
+    await trial._put_back(ctx, attempt)
+    assert moves == [{"note": "put back: over the mat", "tol": 3.0}]
+    assert not st.hovering  # it arrived: the put-back went on
+    st.holding = False  # with the gripper empty the rig's 2° again
+    assert ctx.approach_tol == RuntimeSettings().tol_approach == 2.0
