@@ -76,7 +76,9 @@ class StageContext(Protocol):
 class Task(Generic[S, C]):
     """A task as the driver runs it. ``may_stop(ctx)``: whether a storage fault may end the
     trial at this stage boundary (the pick-and-place never stops holding the block: the
-    place goes on to the release)."""
+    place goes on to the release). ``exit(ctx, arm_alive, reason)``: the task's way out
+    after a stop that did not reach ``done`` (a safe pose, and what became of what it
+    held); returns the trial's reason, with what it did. The trial runs it (trial.py)."""
 
     name: str
     first: S
@@ -84,6 +86,7 @@ class Task(Generic[S, C]):
     abort: S
     transitions: Mapping[tuple[S, Outcome], S]
     bodies: Mapping[S, Callable[[C], Awaitable[Outcome]]]
+    exit: Callable[[C, bool, str], Awaitable[str]]
     may_stop: Callable[[C], bool] = lambda ctx: True
 
     def next_stage(self, stage: S, outcome: Outcome) -> S:

@@ -1,8 +1,9 @@
 """Pick-and-place, the first task: the red block from the mat into the white box.
 
 Its stages (stages.py), what they share (context.py) and their bodies by phase — pick
-(pick.py), place (place.py), release (release.py) — make ``TASK``, which the stage
-driver (engine.py) runs; the exit path after a stop is trial.py's (docs/stages.md).
+(pick.py), place (place.py), release (release.py) — and its way out after a stop
+(abort.py) make ``TASK``, which the stage driver (engine.py) and the trial (trial.py)
+run (docs/stages.md).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from mecharm_runtime.engine import Outcome, Task
+from mecharm_runtime.pick_place.abort import exit_path
 from mecharm_runtime.pick_place.context import BlockLost, TrialContext, TrialState
 from mecharm_runtime.pick_place.pick import (
     approach_pick,
@@ -65,5 +67,6 @@ TASK: Task[Stage, TrialContext] = Task(
     abort=Stage.ABORT,
     transitions=TRANSITIONS,
     bodies=BODIES,
+    exit=exit_path,
     may_stop=_may_stop,
 )

@@ -109,7 +109,7 @@ async def test_the_put_back_carries_the_block_over_the_mat_within_the_carrying_t
 ) -> None:
     # seed 11042 (harsh): the put-back's move over the mat stalled 2.24° short holding the
     # block, at the 2° it had, and the session stopped with the block held
-    from mecharm_runtime import trial
+    from mecharm_runtime.pick_place import abort
 
     ctx = offline_context(RuntimeSettings(data_root=tmp_path), BOX)
     moves: list[dict[str, Any]] = []
@@ -132,7 +132,7 @@ async def test_the_put_back_carries_the_block_over_the_mat_within_the_carrying_t
     st = ctx.state
     st.lifted_at, st.holding, st.hovering = HOVER, True, True
     assert ctx.approach_tol == 3.0
-    await trial._put_back(ctx, attempt)
+    await abort.put_back(ctx, attempt)
     assert moves == [{"note": "put back: over the mat", "tol": 3.0}]
     assert not st.hovering  # it arrived: the put-back went on
     st.holding = False  # with the gripper empty the rig's 2° again
