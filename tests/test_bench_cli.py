@@ -193,6 +193,7 @@ def test_a_burner_ends_by_itself_when_its_bench_dies_without_cleaning_up() -> No
     assert not _running(pid), f"burner {pid} outlived its bench"
 
 
+@pytest.mark.slow
 def test_the_observer_bench_refuses_an_unknown_observer_before_running_anything() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench.bench_observer", "--only", "camera"],

@@ -105,6 +105,7 @@ def test_every_check_passes_on_the_simulated_rig(rig: Rig, capsys: Any) -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "check", "detail", "fix"),
     [

@@ -116,6 +116,7 @@ def test_hello_announces_the_time_scale_and_a_reconnect_must_keep_it(tmp_path: P
         slow.daemon.stop()
 
 
+@pytest.mark.slow
 def test_a_time_scale_setting_the_daemon_does_not_announce_is_refused(
     sim_rig: SimRig, root: Path, fk_data_dir: Path
 ) -> None:
@@ -155,6 +156,7 @@ def test_a_trial_from_root_takes_the_daemons_time_scale(
     assert constants["approach_pick_arc"] == str(APPROACH_PICK_ARC)
 
 
+@pytest.mark.slow
 def test_a_dry_run_from_root_uses_the_setting_else_real_time(
     sim_rig: SimRig, root: Path, fk_data_dir: Path
 ) -> None:
@@ -185,6 +187,7 @@ def _constants(root: Path) -> dict[str, object]:
 # ---------------------------------------------------------------- every command from /
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, args",
     [
@@ -286,6 +289,7 @@ def test_a_recorder_port_in_use_names_the_port_and_its_flag(tmp_path: Path, root
     assert f"UDP port 127.0.0.1:{port} is already in use" in line and "--udp-port" in line
 
 
+@pytest.mark.slow
 def test_a_stopped_sim_daemon_is_one_line_not_a_url_error(
     sim_rig: SimRig, root: Path, fk_data_dir: Path, tmp_path: Path
 ) -> None:
@@ -456,6 +460,7 @@ def test_replaying_the_run_log_names_the_trace(tmp_path: Path) -> None:
     assert f"is the run log; replay takes the trace: {trace.name} beside it" in r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_a_legacy_trace_replays_from_root(fk_data_dir: Path) -> None:
     """Its recorded arcs are the old relative defaults (configs/poses/...): from / the
     replay reads the shipped ones and runs the trial through today's code, which decides

@@ -64,6 +64,7 @@ def offenders(path: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_layout_names_are_spelled_only_in_layout_py() -> None:
     files = [p for pkg in SCANNED for p in sorted((ROOT / pkg).rglob("*.py"))]
     assert len(files) > 100

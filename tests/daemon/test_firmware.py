@@ -143,6 +143,7 @@ async def test_every_command_through_the_daemon_on_the_mycobot_backend(
         await c.close()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_no_reply_becomes_arm_no_reply(emulator: FirmwareEmulator) -> None:
     async with run_server(MyCobotBackend(emulator.path, 1000000), "127.0.0.1", 0) as srv:

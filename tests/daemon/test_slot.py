@@ -205,6 +205,7 @@ async def test_a_drip_without_newline_is_not_activity() -> None:
         assert msg["error"]["code"] == "idle_timeout"
 
 
+@pytest.mark.slow
 async def test_ping_keeps_the_slot_and_never_reaches_the_arm() -> None:
     arm = SimArm(SimArmConfig(**FAST))
     async with run_server(SimBackend(arm), "127.0.0.1", 0, idle_timeout_s=0.6) as srv:

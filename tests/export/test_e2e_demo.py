@@ -14,6 +14,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from mecharm_common.layout import DataRoot
 from mecharm_runtime.records.ledger import ledger_path
@@ -39,6 +40,7 @@ def _worst_top_offset(layout: DataRoot, stem: str, fps: int) -> float:
     return float(np.abs(rows[:, None] - top[None, :]).min(axis=1).max())
 
 
+@pytest.mark.slow
 def test_demo_trials_export_with_both_cameras_and_their_outcomes(
     demo_root: Path, tmp_path: Path
 ) -> None:

@@ -83,6 +83,7 @@ async def _record_trial(root: Path) -> list[tuple[float, list[float]]]:
     return measured
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
     root = tmp_path / "data"

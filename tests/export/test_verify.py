@@ -464,6 +464,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_exit_codes(ds: Path, tmp_path: Path) -> None:
     clean = _cli(str(ds))
     assert clean.returncode == 0, clean.stdout + clean.stderr

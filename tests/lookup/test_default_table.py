@@ -127,6 +127,7 @@ def test_default_table_sample(default_table: FkTable, seed: int) -> None:
         )
 
 
+@pytest.mark.slow
 def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) -> None:
     """Over every pick and place cell with a valid approach (5 mm grid over the scenes'
     regions, docs/safety.md): each chosen descent moves no joint more than the bound, from

@@ -118,6 +118,7 @@ def test_sigkill_mid_trial_leaves_a_decodable_mp4(tmp_path):
     assert lost <= 1.0, f"lost {lost:.2f} s of encoded video"
 
 
+@pytest.mark.slow
 def test_sigterm_closes_the_trial_truncated(tmp_path):
     port = _free_udp_port()
     proc = _start(tmp_path, port)
@@ -138,6 +139,7 @@ def test_sigterm_closes_the_trial_truncated(tmp_path):
     assert "shutdown_requested" in log and "trial_closed" in log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -159,6 +161,7 @@ def test_bad_flags_exit_2_naming_the_problem(tmp_path, args, message):
     assert r.returncode == 2 and message in r.stderr
 
 
+@pytest.mark.slow
 def test_port_in_use_exits_with_a_reason(tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as busy:
         busy.bind(("127.0.0.1", 0))

@@ -151,6 +151,7 @@ def test_hostile_datagrams_are_rejected_with_a_clear_reason(data, message):
         parse_event(data)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.one_of(

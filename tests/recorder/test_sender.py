@@ -267,6 +267,7 @@ def test_background_notify_delivers_every_event_in_order_with_its_trial():
     assert not _background_threads()  # close() ended the thread
 
 
+@pytest.mark.slow
 def test_background_notify_never_waits_on_a_stuck_thread_and_bounds_its_queue(monkeypatch):
     import recorder.sender as sender_mod
 

@@ -150,6 +150,7 @@ async def test_frame_request_outside_trial_goes_to_orphans(
     assert not (data_root / "runs").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_stale_frame_answered_while_read_blocks(settings_factory, run_recorder, wait_for):
     synth = SyntheticCamera(fps=30, width=320, height=240)

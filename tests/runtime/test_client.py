@@ -86,6 +86,7 @@ async def test_connect_refused_is_connection_lost(tcp_port: int) -> None:
         await DaemonClient("127.0.0.1", tcp_port).connect()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_timeout_closes_the_connection() -> None:
     # a real arm whose reads take 2 s (a hung serial line), client timeout 0.3 s

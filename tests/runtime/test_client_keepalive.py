@@ -34,6 +34,7 @@ async def daemon(**kwargs: Any) -> AsyncIterator[ArmServer]:
         yield s
 
 
+@pytest.mark.slow
 async def test_keepalive_holds_the_slot_through_idle_time() -> None:
     async with daemon(idle_timeout_s=1.0) as srv:
         c = DaemonClient("127.0.0.1", srv.port)

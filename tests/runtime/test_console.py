@@ -75,6 +75,7 @@ def _state_statement(text: str) -> str:
     return "\n".join(lines[i : i + 5])
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_stage_starts_with_targets_before_their_end_and_one_line_each(
     sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path, fk_data_dir: Path

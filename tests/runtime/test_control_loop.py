@@ -52,6 +52,7 @@ def _decisions(arm: SafeArm, kind: str) -> list[dict[str, Any]]:
     return [e["value"] for e in arm.trace.lines if e.get("kind") == kind]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_each_streamed_step_is_bounded_against_the_reading_and_the_arm_follows(
     safe: SafeArm,
@@ -84,6 +85,7 @@ async def test_each_streamed_step_is_bounded_against_the_reading_and_the_arm_fol
     assert len(_decisions(safe, "stream_step")) == len(report.ticks)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_policy_asking_past_j1_max_is_held_before_it(
     safe: SafeArm, sim_daemon: SimDaemon

@@ -87,6 +87,7 @@ def _trace(t: TrialSummary) -> list[dict[str, Any]]:
     return list(read_trace(t.trace_path))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_full_trial_completes_with_all_records(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -407,6 +408,7 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
     assert not (tmp_path / "not_mounted").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_correction_applied_clamped_and_corrupt_entry_never_used(
     tmp_path: Path, fk_data_dir: Path
@@ -475,6 +477,7 @@ class _DroppedInServoEyes(TrueStateEyes):
         return self.first
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path

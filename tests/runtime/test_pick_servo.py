@@ -158,6 +158,7 @@ def test_the_servo_is_on_and_stops_within_a_grasp() -> None:
 # ---------------------------------------------------------------- on the daemon, offset arm
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_servo_closes_the_offset_and_memory_learns_it(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -184,6 +185,7 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
     _assert_checked(t, "pick servo", "pick descend")
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -217,6 +219,7 @@ class FaultingEyes(OffsetEyes):
         return obs
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("after", "fault"),
@@ -261,6 +264,7 @@ async def test_abort_after_a_servo_step_that_did_not_arrive_goes_up_within_the_b
     assert not any(n.startswith("pick servo") for n in way_up), cmds
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -311,6 +315,7 @@ def _refuse_servo_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measured_aim(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -343,6 +348,7 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
     assert pose["angles"][1] <= s.j1_max
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_re_descent_no_pose_reaches_goes_back_down_and_grasps_as_before(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -373,6 +379,7 @@ async def test_a_re_descent_no_pose_reaches_goes_back_down_and_grasps_as_before(
     assert t.status == "stopped" and "judged no" in t.reason  # 16 mm off: the grasp missed
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_the_bound(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -399,6 +406,7 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     assert t.pick_verdict == "yes", t.reason
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path

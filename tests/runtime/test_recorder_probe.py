@@ -142,6 +142,7 @@ async def _service(
     return out.getvalue(), logs, sends, report
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("wrong", ["port", "root"])
 async def test_a_missing_or_misrooted_recorder_is_flagged_before_and_in_every_trial(

@@ -118,6 +118,7 @@ def _pose_at_gripper(t: TrialSummary, action: str) -> list[tuple[list[float], di
 # ------------------------------------------------------------------ never release blind
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -179,6 +180,7 @@ class GoneAtRelease(HiddenAtRelease):
         return await super().locate_block(lift_m, near_xz, tag)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -200,6 +202,7 @@ async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     assert t.place_verdict == "no"  # judged where it might have gone first
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_put_back_of_a_block_seen_nowhere_says_what_was_done(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -213,6 +216,7 @@ async def test_a_put_back_of_a_block_seen_nowhere_says_what_was_done(
     assert _decisions(t, "put_back")
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -249,6 +253,7 @@ async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
     await _replays_identically(t, fk_data_dir)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_operator_release_anyway_goes_back_down_then_opens(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -265,6 +270,7 @@ async def test_operator_release_anyway_goes_back_down_then_opens(
     assert up["value"]["change"] == "keep" and up["value"]["dist_mm"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_abort_while_holding_hovers_instead_of_going_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -280,6 +286,7 @@ async def test_abort_while_holding_hovers_instead_of_going_home(
     assert sim_daemon.arm.get_fresh_mode() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -292,6 +299,7 @@ async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
 # ------------------------------------------------------------------ height memory
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_measured_place_raises_the_height_and_logs_the_distance(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -319,6 +327,7 @@ async def test_measured_place_raises_the_height_and_logs_the_distance(
 # ------------------------------------------------------------------ safe pick retry
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_pick_retry_opens_only_at_the_mat(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
@@ -521,6 +530,7 @@ async def test_sim_normal_place_is_confirmed_then_released(
     print(f"release view seed={seed}: {view} height: {up['value']}")  # figures for docs
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path

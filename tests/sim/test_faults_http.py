@@ -160,6 +160,7 @@ def test_frozen_feed_repeats_the_last_jpeg_byte_for_byte(served: Any) -> None:
     assert _jpeg(port)[1] != frozen[0]
 
 
+@pytest.mark.slow
 def test_a_live_feed_never_repeats_a_frame_even_in_a_noiseless_scene(served: Any) -> None:
     # the schema allows no noise and almost no flicker; the sensor's own noise floor still
     # makes every frame differ, so the runtime's frozen-feed check (10 in a row) never fires
@@ -192,6 +193,7 @@ def test_camera_lost_cuts_the_stream_and_refuses_until_it_is_back(served: Any) -
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_dropped_and_late_frames(served: Any) -> None:
     port = _port(served.wc)
     _fault(port, {"fault": "drop_frames", "camera": "top", "fraction": 0.5})

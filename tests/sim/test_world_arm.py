@@ -237,6 +237,7 @@ def _figures(cells: list[armcheck.Cell], truth: ArmTruth) -> dict[str, dict]:
     return {k: armcheck.summarize(err[kinds == k]) for k in ("pick", "place")}
 
 
+@pytest.mark.slow
 def test_uncorrected_pick_misses_as_on_the_rig(cells: list[armcheck.Cell]) -> None:
     assert sum(c.kind == "pick" for c in cells) >= 20
     assert sum(c.kind == "place" for c in cells) >= 10
@@ -264,6 +265,7 @@ def test_uncorrected_pick_misses_as_on_the_rig(cells: list[armcheck.Cell]) -> No
     assert np.abs(a - b).max() > 1.0  # another arm, not the same one
 
 
+@pytest.mark.slow
 def test_armcheck_cli(table: FkTable, capsys: pytest.CaptureFixture[str]) -> None:
     fk_dir = Path(table.path).parent.parent
     assert armcheck.main(["--profile", "rig", "--fk-dir", str(fk_dir), "--step", "0.04"]) == 0

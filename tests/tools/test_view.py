@@ -255,6 +255,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_follow_streams_lines_appended_to_a_growing_trace(tmp_path: Path) -> None:
     """Follow a trial whose trace grows, then a second trial; SIGINT; the file holds both."""
     root = DataRoot(tmp_path / "root")

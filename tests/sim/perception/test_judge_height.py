@@ -111,6 +111,7 @@ def test_block_on_the_mat_under_a_lifted_gripper_is_not_picked(sim, want: str) -
         assert c.new == "no", c
 
 
+@pytest.mark.slow
 def test_a_small_hold_out_run_has_no_wrong_verdict() -> None:
     cases = list(run_cases(3000, n_place=8, n_pick=8))
     assert len(cases) >= 14  # a case is skipped only when the physics did not do what it asked

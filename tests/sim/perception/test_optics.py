@@ -101,6 +101,7 @@ def test_gain_spans_the_schema_under_rig_and_old_seeds_keep_their_scenes() -> No
         assert (a.block, a.box) == (b.block, b.box)
 
 
+@pytest.mark.slow
 def test_rig_perception_within_3mm_with_the_nominal_calibration() -> None:
     """The issue's figure: median error <= 3 mm for block and box under the rig camera."""
     seeds = range(900, 906)
@@ -113,6 +114,7 @@ def test_rig_perception_within_3mm_with_the_nominal_calibration() -> None:
     assert raw["block_mm"]["median"] > cal["block_mm"]["median"] + 1.0, (raw, cal)
 
 
+@pytest.mark.slow
 def test_harsh_perception_finds_everything_with_its_calibration() -> None:
     r = perception_accuracy("harsh", range(910, 914), calibrated=True, homography_frames=3)
     assert not r["missed"], r["missed"]
