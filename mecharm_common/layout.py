@@ -9,6 +9,7 @@ docs/data-root.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -20,6 +21,7 @@ from mecharm_common.fsutil import OutsideRootError, inside_root, validate_name
 __all__ = [
     "CORRECTION_MEMORY",
     "DATA_ROOT_ENV",
+    "DEFAULT_TASK",
     "FK_ARCHIVE",
     "FK_DIR",
     "FK_TABLE",
@@ -28,6 +30,7 @@ __all__ = [
     "HEIGHT_MEMORY",
     "LEDGER",
     "LEDGER_ARCHIVE",
+    "LEDGER_SUFFIX",
     "LOGS_DIR",
     "MEMORIES",
     "META",
@@ -38,11 +41,13 @@ __all__ = [
     "RUNLOG_SUFFIX",
     "RUNS_DIR",
     "RUN_FOLDERS",
+    "RUN_FOLDER_PREFIX",
     "RUN_STEM_FORMAT",
     "RUN_STEM_RE",
     "SNAPSHOTS",
     "STAGE_RAW",
     "STATES",
+    "TASK_NAME_RE",
     "TOP_FRAME_LOG",
     "TOP_FRAME_LOG_BEFORE_REPAIR",
     "TOP_VIDEO",
@@ -51,16 +56,50 @@ __all__ = [
     "DataRoot",
     "FkTableFiles",
     "RecordingFiles",
+    "check_task_name",
     "default_data_root",
     "default_demo_root",
     "format_run_stem",
+    "ledger_name",
+    "run_folders_name",
     "run_number",
 ]
 
 # --- names (one spelling each) ------------------------------------------------------------
 RUNS_DIR = "runs"
-RUN_FOLDERS = "run_pick_place"
-LEDGER = "pick_place_ledger.csv"
+#: each task has its folder of run folders, ``runs/run_<task>/``, and its ledger,
+#: ``runs/<task>_ledger.csv`` (docs/data-root.md, "One folder and one ledger per task")
+RUN_FOLDER_PREFIX = "run_"
+LEDGER_SUFFIX = "_ledger.csv"
+#: the task of a root, a recorder event or a command that names none: the first task, so
+#: every root written before tasks had names is already in this layout
+DEFAULT_TASK = "pick_place"
+#: a task's name becomes a folder and a file name: lower case, digits and underscores
+TASK_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def check_task_name(task: str) -> str:
+    """``task`` when it can name a task's folder and ledger; else ValueError saying why."""
+    if not isinstance(task, str) or not TASK_NAME_RE.fullmatch(task):
+        raise ValueError(
+            f"task name {task!r} is not lower-case letters, digits and underscores "
+            "(at most 40, starting with a letter)"
+        )
+    return task
+
+
+def run_folders_name(task: str) -> str:
+    """``run_<task>``: the folder of a task's run folders."""
+    return RUN_FOLDER_PREFIX + check_task_name(task)
+
+
+def ledger_name(task: str) -> str:
+    """``<task>_ledger.csv``: the task's ledger."""
+    return check_task_name(task) + LEDGER_SUFFIX
+
+
+RUN_FOLDERS = run_folders_name(DEFAULT_TASK)
+LEDGER = ledger_name(DEFAULT_TASK)
 LEDGER_ARCHIVE = "ledger_archive"
 RECORDING = "recording"
 VIDEO = "episode.mp4"
@@ -202,20 +241,42 @@ class FkTableFiles:
 
 @dataclass(frozen=True)
 class DataRoot:
-    """Paths under one data root. Run stems are checked with ``validate_name`` (they may
-    come from the network), so a path built here never leaves the root."""
+    """Paths under one data root, for one task (``task``: its run folders and ledger). Run
+    stems are checked with ``validate_name`` (they may come from the network), so a path
+    built here never leaves the root."""
 
     root: Path
+    task: str = DEFAULT_TASK
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "root", Path(self.root))
+        check_task_name(self.task)
+
+    def for_task(self, task: str) -> DataRoot:
+        """The same root, for ``task``."""
+        return DataRoot(self.root, task)
+
+    def task_folders(self) -> list[Path]:
+        """Every task's folder of run folders under ``runs/`` (``run_<task>``), by name."""
+        try:
+            return sorted(
+                p for p in self.runs.iterdir()
+                if p.is_dir() and p.name.startswith(RUN_FOLDER_PREFIX)
+                and TASK_NAME_RE.fullmatch(p.name[len(RUN_FOLDER_PREFIX):])
+            )  # fmt: skip
+        except OSError:
+            return []
+
+    def tasks(self) -> list[str]:
+        """The tasks this root holds run folders of."""
+        return [p.name[len(RUN_FOLDER_PREFIX) :] for p in self.task_folders()]
 
     def links_out(self) -> list[str]:
         """What of the root's fixed folders and files resolves outside the root (a symlink
         out of it), one reason each: a process refuses to start on such a root rather than
         write through the link (docs/data-root.md, "Nothing outside the root")."""
         out = []
-        for path in (self.runs, self.run_folders, self.logs, self.memories,
+        for path in (self.runs, *self.task_folders(), self.run_folders, self.logs, self.memories,
                      self.correction_memory, self.height_memory):  # fmt: skip
             if not os.path.lexists(path):
                 continue
@@ -232,12 +293,13 @@ class DataRoot:
 
     @property
     def run_folders(self) -> Path:
-        """Holds one folder per trial, named by its run stem."""
-        return self.runs / RUN_FOLDERS
+        """Holds one folder per trial of the task, named by its run stem."""
+        return self.runs / run_folders_name(self.task)
 
     @property
     def ledger(self) -> Path:
-        return self.runs / LEDGER
+        """The task's ledger: one row per trial (records/ledger.py)."""
+        return self.runs / ledger_name(self.task)
 
     @property
     def ledger_archive(self) -> Path:
@@ -270,19 +332,24 @@ class DataRoot:
         return self.run_dir(run_stem) / f"{run_stem}{RERUN_SUFFIX}"
 
     @staticmethod
-    def recording_rel(run_stem: str) -> PurePosixPath:
+    def recording_rel(run_stem: str, task: str = DEFAULT_TASK) -> PurePosixPath:
         """The recording folder relative to the root (as written in the meta and the ledger)."""
-        return PurePosixPath(RUNS_DIR, RUN_FOLDERS, validate_name(run_stem, "run_stem"), RECORDING)
+        return PurePosixPath(
+            RUNS_DIR, run_folders_name(task), validate_name(run_stem, "run_stem"), RECORDING
+        )
 
     def recording(self, run_stem: str) -> RecordingFiles:
-        return RecordingFiles(self.root.joinpath(*self.recording_rel(run_stem).parts))
+        rel = self.recording_rel(run_stem, self.task)
+        return RecordingFiles(self.root.joinpath(*rel.parts))
 
     def next_run_stem(self, now: float | None = None) -> str:
-        """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest existing run folder."""
+        """``run_NNNN_YYYYmmdd_HHMMSS`` with NNNN one above the highest run folder of any
+        task: a run stem names one trial in the whole root."""
         n = 0
-        if self.run_folders.is_dir():
-            for p in self.run_folders.iterdir():
-                n = max(n, run_number(p.name) or 0)
+        for folder in self.task_folders():
+            with contextlib.suppress(OSError):
+                for p in folder.iterdir():
+                    n = max(n, run_number(p.name) or 0)
         return format_run_stem(n + 1, now)
 
     # --- memories, FK table, diagnostics ------------------------------------------------

@@ -143,7 +143,7 @@ def trial_row(
     grasps = [ev for ev in end.get("events", []) if ev.get("kind") in ("grasp", "miss")]
     g0 = grasps[0] if grasps else None
     on = str(end.get("block", {}).get("resting_on", "-"))
-    claims_placed = t.place_verdict == "yes"  # a completed trial judged "no" reported it
+    claims_placed = t.outcome["place_verdict"] == "yes"  # a completed trial judged "no" reported it
     return TrialRow(
         trial=i, seed=seed, status=t.status, reason=t.reason,
         true_dx_mm=tdx, true_dz_mm=tdz, height_err_mm=tdy, true_xz_mm=txz, measured_xz_mm=mxz,
@@ -151,10 +151,10 @@ def trial_row(
         correction_dz_mm=float(corr[1]) if corr else 0.0,
         first_grasp=g0 is not None and g0["kind"] == "grasp",
         first_grasp_xz_mm=None if g0 is None else g0.get("dxz_mm"),
-        servo_steps_first=servo_first, servo_steps_total=servo_total, attempts=t.pick_attempts,
-        pick_verdict=t.pick_verdict or "-", place_verdict=t.place_verdict or "-",
+        servo_steps_first=servo_first, servo_steps_total=servo_total, attempts=t.outcome["pick_attempts"],
+        pick_verdict=t.outcome["pick_verdict"] or "-", place_verdict=t.outcome["place_verdict"] or "-",
         true_block_on=on, undetected_wrong=claims_placed and on != "box",
-        held_claim_wrong=bool(t.block_held) and on != "gripper",
+        held_claim_wrong=bool(t.held) and on != "gripper",
     )  # fmt: skip
 
 

@@ -78,8 +78,8 @@ async def _one(settings: RuntimeSettings, control_url: str, seed: int, misses: i
             rig.eyes = _ScriptedMiss(rig.eyes, misses)
         summary = await run_trial(rig, scene_seed=seed)
     print(
-        f"  {summary.run_stem}: {summary.status} {summary.reason} pick {summary.pick_verdict} "
-        f"place {summary.place_verdict} attempts {summary.pick_attempts}",
+        f"  {summary.run_stem}: {summary.status} {summary.reason} pick {summary.outcome['pick_verdict']} "
+        f"place {summary.outcome['place_verdict']} attempts {summary.outcome['pick_attempts']}",
         flush=True,
     )
     return summary.trace_path

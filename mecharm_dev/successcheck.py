@@ -356,7 +356,7 @@ class SuccessRow:
     reason: str
     pick_verdict: str
     place_verdict: str
-    #: the trial stopped holding the block (TrialSummary.block_held)
+    #: the trial stopped holding the block (TrialSummary.held)
     block_held: bool
     duration_s: float
     #: the world at the trial's end: where the block rests, where the last release landed,
@@ -444,13 +444,13 @@ def success_row(
     # the trial's last word on the pick (a judgement revised from later evidence included:
     # docs/release.md, "A pick that never lifted the block"), compared with the jaws at the
     # last judgement
-    pick_verdict = t.pick_verdict or "-"
+    pick_verdict = t.outcome["pick_verdict"] or "-"
     if pick_verdict == "-" and last_pick is not None and isinstance(last_pick.claim, str):
         pick_verdict = last_pick.claim or pick_verdict
     flags = truth_flags(
         pick_verdict=pick_verdict,
-        place_verdict=t.place_verdict or "-",
-        block_held=t.block_held,
+        place_verdict=t.outcome["place_verdict"] or "-",
+        block_held=t.held,
         end=end,
         pick_grasped=pick_grasped,
     )
@@ -459,8 +459,8 @@ def success_row(
     final = checks[-1:] if t.reason.startswith("release refused") else []
     return SuccessRow(
         trial=trial, session=session, seed=t.scene_seed, run_stem=t.run_stem, status=t.status,
-        reason=t.reason, pick_verdict=t.pick_verdict or "-", place_verdict=t.place_verdict or "-",
-        block_held=t.block_held, duration_s=t.duration_s,
+        reason=t.reason, pick_verdict=t.outcome["pick_verdict"] or "-", place_verdict=t.outcome["place_verdict"] or "-",
+        block_held=t.held, duration_s=t.duration_s,
         true_block_on=str(block.get("resting_on", "-")) if end is not None else "-",
         true_place_outcome=str((end or {}).get("place_outcome") or "-"),
         true_grasped=None if end is None else bool(end.get("grasped")),
@@ -487,7 +487,7 @@ def success_row(
         late_captures=sum(c.late for c in captures),
         failed_captures=sum(c.truth is None for c in captures),
         first_grasp=bool(getattr(lc_row, "first_grasp", False)),
-        attempts=int(getattr(lc_row, "attempts", t.pick_attempts)),
+        attempts=int(getattr(lc_row, "attempts", t.outcome["pick_attempts"])),
         true_tip_xz_mm=getattr(lc_row, "true_xz_mm", None),
         placed_true=flags["placed_true"], false_placed=flags["false_placed"],
         missed_place=flags["missed_place"], false_held=flags["false_held"],

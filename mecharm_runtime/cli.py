@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="YAML settings (default: the shipped runtime.yaml, docs/setup.md)",
     )
+    p.add_argument(
+        "--task",
+        help="the task the trials run: pick_place (default) or another of "
+        "mecharm_runtime/tasks.py (docs/tasks.md)",
+    )
     p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
     p.add_argument(
         "--confirm", action="store_const", const=True, help="ask before each further trial"
@@ -234,9 +239,9 @@ async def _amain(settings: RuntimeSettings, console: RuntimeConsole) -> int:
             resolve_held=ask_block_removed if settings.confirm else None,
         )
     done = report.completed
-    ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
+    ok = sum(t.succeeded for t in report.trials)
     print(
-        f"{len(report.trials)} trial(s): {done} completed, {ok} with pick and place yes"
+        f"{len(report.trials)} trial(s): {done} completed, {ok} succeeded"
         + (f"; stopped: {report.stopped_by}" if report.stopped_by else "")
     )
     if report.storage_problem or report.records_lost:

@@ -23,7 +23,7 @@ from mecharm_common.defaults import APPROACH_PICK_ARC, APPROACH_PLACE_ARC
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_MAX, GRIPPER_MIN, GRIPPER_SETTLE_S
 from mecharm_common.keyfile import default_recorder_key_file
 from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_common.layout import default_data_root
+from mecharm_common.layout import DEFAULT_TASK, default_data_root
 from mecharm_common.rerun_viewer import viewer_url_problem
 from mecharm_common.rigid import check_rig_id, rig_id_from
 from mecharm_runtime.memories import CORRECTION_LIMIT_MM, HEIGHT_LIMIT_MM
@@ -64,6 +64,8 @@ NOT_CONSTANTS = frozenset({
     "daemon_token_file", "recorder_key_file", "trials", "confirm", "log_level",
     "rerun_after_trial", "display", "display_url",
     "top_video", "top_video_fps", "top_video_queue", "rig_id",
+    # the trace's header names the task on its own line (trial.py)
+    "task",
 })  # fmt: skip
 
 
@@ -79,7 +81,10 @@ class RuntimeSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_RUNTIME_", allow_inf_nan=False)
     removed_settings: ClassVar[Mapping[str, str]] = REMOVED_SETTINGS
 
-    # ---- where things are
+    # ---- what runs, and where things are
+    #: the task the trials run: its stages, its run folders and its ledger (mecharm_runtime/tasks.py
+    #: lists them; docs/tasks.md)
+    task: str = DEFAULT_TASK
     #: where every record goes (runs, ledger, logs, memories); must exist (docs/setup.md)
     data_root: Path = Field(default_factory=default_data_root)
     #: the data root must be a mount point (the rig's SSD), checked before each file is created
@@ -390,6 +395,13 @@ class RuntimeSettings(RigSettings):
         if not v[0] < v[1]:
             raise ValueError(f"band must be (min, max) with min < max, got {v}")
         return v
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        from mecharm_runtime.tasks import get_task  # the registry imports the tasks, and they this
+
+        return get_task(v).name
 
     @field_validator("rig_id")
     @classmethod

@@ -254,7 +254,7 @@ class RuntimeConsole:
         if summary.status != "completed":
             self.last_known_state(
                 summary.reason,
-                summary.block_held,
+                summary.held,
                 arm_alive,
                 evidence=getattr(summary, "held_evidence", ""),
             )

@@ -19,16 +19,29 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
+from mecharm_common.envelope import Envelope
+from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
+from mecharm_runtime.ports import ArmPort, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
+from mecharm_runtime.records.outcome import TaskRecords
 from mecharm_runtime.records.trace import TraceWriter
-from mecharm_runtime.safe_arm import MotionRefused
+from mecharm_runtime.safe_arm import MotionRefused, SafeArm
 
-__all__ = ["Outcome", "StageContext", "StageFailed", "Task", "describe_error", "run_stages"]
+__all__ = [
+    "Outcome",
+    "StageContext",
+    "StageFailed",
+    "Task",
+    "TrialSetup",
+    "describe_error",
+    "run_stages",
+]
 
 log = get_logger("mecharm_runtime.engine")
 
@@ -66,6 +79,8 @@ class StageContext(Protocol):
     def storage_fault(self) -> Callable[[], str | None]: ...
     @property
     def stage_times(self) -> dict[str, float]: ...
+    @property
+    def safe(self) -> SafeArm: ...
 
     def enter(self, stage: Any) -> None:
         """The driver is about to run ``stage``."""
@@ -73,12 +88,44 @@ class StageContext(Protocol):
 
 
 @dataclass(frozen=True)
+class TrialSetup:
+    """What the trial (trial.py) hands a task to build its context from: the session's
+    resources (``rig``: trial.Rig), the trial's traced ports, its trace, run folder and
+    root, the envelope the trial started under, and the operator's status hooks."""
+
+    rig: Any
+    arm: ArmPort
+    eyes: EyesPort
+    trace: TraceWriter
+    layout: DataRoot
+    run_dir: Path
+    envelope: Envelope | None
+    on_stage: Callable[[str, str, str], None] | None
+    on_stage_start: Callable[[str], None] | None
+
+
+def _nothing_held(ctx: Any) -> str | None:
+    return None
+
+
+def _nothing_learnt(ctx: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
 class Task(Generic[S, C]):
-    """A task as the driver runs it. ``may_stop(ctx)``: whether a storage fault may end the
-    trial at this stage boundary (the pick-and-place never stops holding the block: the
-    place goes on to the release). ``exit(ctx, arm_alive, reason)``: the task's way out
-    after a stop that did not reach ``done`` (a safe pose, and what became of what it
-    held); returns the trial's reason, with what it did. The trial runs it (trial.py)."""
+    """A task as the driver and the trial run it (docs/tasks.md).
+
+    ``context(setup)``: the task's context for one trial (it writes the header inputs
+    replay needs). ``may_stop(ctx)``: whether a storage fault may end the trial at this
+    stage boundary (the pick-and-place never stops holding the block: the place goes on to
+    the release). ``exit(ctx, arm_alive, reason)``: the task's way out after a stop that
+    did not reach ``done`` (a safe pose, and what became of what it held); returns the
+    trial's reason, with what it did. ``held(ctx)``: after a stop, None when the gripper
+    is empty, else what was seen of what it holds (the operator is asked before the next
+    trial opens it). ``learn(ctx)``: save what the trial taught (not after a dry run).
+    ``records``: its columns in the records (records/outcome.py).
+    """
 
     name: str
     first: S
@@ -87,7 +134,19 @@ class Task(Generic[S, C]):
     transitions: Mapping[tuple[S, Outcome], S]
     bodies: Mapping[S, Callable[[C], Awaitable[Outcome]]]
     exit: Callable[[C, bool, str], Awaitable[str]]
+    context: Callable[[TrialSetup], C]
+    records: TaskRecords
     may_stop: Callable[[C], bool] = lambda ctx: True
+    held: Callable[[C], str | None] = _nothing_held
+    learn: Callable[[C], None] = _nothing_learnt
+
+    def __post_init__(self) -> None:
+        if self.records.task != self.name:
+            raise ValueError(f"task {self.name}: its records are task {self.records.task}'s")
+        missing = [s.value for s in type(self.first) if s not in self.bodies
+                   and s not in (self.done, self.abort)]  # fmt: skip
+        if missing:
+            raise ValueError(f"task {self.name}: stages without a body: {missing}")
 
     def next_stage(self, stage: S, outcome: Outcome) -> S:
         """Anything the table does not list (every FAIL) goes to the abort stage."""

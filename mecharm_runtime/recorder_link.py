@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mecharm_common.layout import DEFAULT_TASK
 from mecharm_runtime.records.ledger import RecordingInfo
 from recorder.events import (
     REASON_MALFORMED_REPLY,
@@ -210,11 +211,12 @@ class RecorderLink:
         if self.sender is not None and not self.muted:
             self.sender.notify(event)
 
-    def trial_start(self, run_stem: str) -> None:
-        """The trial's first event; the first of a session also names the trial the start-up
-        reconciliation found cut (``supersedes``), so the recorder hands its recording over."""
+    def trial_start(self, run_stem: str, task: str = DEFAULT_TASK) -> None:
+        """The trial's first event, naming its task (where its recording goes); the first of
+        a session also names the trial the start-up reconciliation found cut
+        (``supersedes``), so the recorder hands its recording over."""
         if self._sending:
-            self._send(TrialStart(run_stem=run_stem, supersedes=self.supersedes))
+            self._send(TrialStart(run_stem=run_stem, supersedes=self.supersedes, task=task))
             self.supersedes = None
 
     def trial_end(self, run_stem: str) -> None:

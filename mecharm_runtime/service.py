@@ -31,7 +31,7 @@ from mecharm_runtime.client import DaemonClient, DaemonError
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.console import RuntimeConsole, recorder_heartbeat
 from mecharm_runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
-from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row, ledger_path
+from mecharm_runtime.records.ledger import check_ledger_ready, check_ledger_row
 from mecharm_runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
 from mecharm_runtime.rigsetup import (
     RecorderRequired,
@@ -39,6 +39,7 @@ from mecharm_runtime.rigsetup import (
     open_rig,
 )
 from mecharm_runtime.simcontrol import SimControlError
+from mecharm_runtime.tasks import task_records
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from mecharm_runtime.viewjobs import ViewJobs
 
@@ -57,11 +58,11 @@ def summary_line(t: TrialSummary, recorder: RecorderLink | None = None) -> str:
     """One line per trial; ``recorder``: the session's link, so a trial without side video
     says why (recorder_link.recording_text)."""
     rec_txt = recording_text(t.recording, recorder)
-    verdicts = f"pick {t.pick_verdict or '-'} place {t.place_verdict or '-'}"
+    verdicts = f"; {t.verdicts}" if t.verdicts else ""
     why = f" ({t.reason})" if t.reason else ""
     pending = f"; NOT WRITTEN YET: {', '.join(t.records_pending)}" if t.records_pending else ""
     return (
-        f"{t.run_stem}: {t.status}{why}; {verdicts}; {t.duration_s:.1f}s; {t.moves} moves; "
+        f"{t.run_stem}: {t.status}{why}{verdicts}; {t.duration_s:.1f}s; {t.moves} moves; "
         f"{rec_txt}{pending}"
     )
 
@@ -192,11 +193,13 @@ async def _locked_session(
     and write its records, then the trials."""
     # a ledger the trials could not append to stops the run before the arm moves
     # (docs/runtime.md, "Start-up checks"); so does a trial whose row did not reach it
-    check_ledger_ready(ledger_path(Path(settings.data_root)))
+    records = task_records(settings.task)
+    ledger = DataRoot(Path(settings.data_root), settings.task).ledger
+    check_ledger_ready(ledger, records.ledger_columns)
     # every run folder on the books: a trial cut by kill -9 or a power loss gets its row
     # (docs/runtime.md, "Interrupted trials")
     try:
-        reconciled = reconcile_run_folders(Path(settings.data_root))
+        reconciled = reconcile_run_folders(Path(settings.data_root), task_records)
     except OSError as exc:
         raise DataRootError(describe_os_error(exc, "writing the ledger")) from None
     for r in reconciled:
@@ -245,7 +248,7 @@ async def _locked_session(
                 con.session_end(
                     report.stopped_by,
                     last.run_stem if last else None,
-                    bool(last and last.block_held),
+                    bool(last and last.held),
                 )
                 await views.finish(VIEW_FINISH_WAIT_S, give_up=sigs.force.is_set)
     finally:
@@ -394,7 +397,7 @@ async def _trials(
                 else 0.0
             )
             views.build(summary.run_dir, summary.run_stem, wait)
-        if summary.block_held:  # the next trial would open the gripper at HOME
+        if summary.held:  # the next trial would open the gripper at HOME
             # ... so only an operator who took the block out lets the session go on
             if resolve_held is None or not await resolve_held():
                 report.stopped_by = "block held in the gripper (take it out by hand)"
@@ -402,7 +405,9 @@ async def _trials(
             log.warning("block_held_resolved", run_stem=summary.run_stem, by="operator")
             print("the operator took the block out: the session goes on", file=out, flush=True)
         if "ledger row" not in summary.records_pending:  # a pending row waits for the root
-            check_ledger_row(ledger_path(Path(settings.data_root)), summary.run_stem)
+            check_ledger_row(
+                DataRoot(Path(settings.data_root), settings.task).ledger, summary.run_stem
+            )
         i += 1
         if sigs.force.is_set():
             report.stopped_by = "forced stop"

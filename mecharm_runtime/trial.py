@@ -6,8 +6,9 @@ fresh mode off, the JSONL trace ending in ``event=result``, ``trial_end`` to the
 recorder, the ledger row (after the bounded wait for ``recording_meta.json``) and
 the run log, derived from the trace.
 
-The stages and the way out after a stop are the task's (``Task.exit``; pick_place/abort.py),
-the records' formats records/'s.
+The trial knows no task: it runs the one its settings name (``task``; mecharm_runtime/tasks.py),
+which brings its stages, its context, its way out after a stop (``Task.exit``) and its
+columns in the records (``Task.records``); the records' formats are records/'s.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from mecharm_common.layout import DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.arm import TracedArm
 from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.engine import run_stages
+from mecharm_runtime.engine import Task, TrialSetup, run_stages
 from mecharm_runtime.eyes import TracedEyes
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
-from mecharm_runtime.memories import CorrectionMemory, HeightMemory
-from mecharm_runtime.pick_place import TASK, TrialContext
 from mecharm_runtime.ports import ArmPort, Clock, EyesPort
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.backlog import Backlog
@@ -41,6 +40,7 @@ from mecharm_runtime.records.ledger import (
 )
 from mecharm_runtime.records.runlog import build_runlog, iso, write_runlog
 from mecharm_runtime.records.trace import TRACE_FORMAT, TraceWriter
+from mecharm_runtime.tasks import get_task
 from mecharm_runtime.threads import to_thread
 from mecharm_runtime.topvideo import TopVideo, top_video_off
 
@@ -73,6 +73,11 @@ class Rig:
     #: the top camera's recording (None: top_video off); observes only (docs/top-camera.md)
     top_video: TopVideo | None = None
 
+    @property
+    def task(self) -> Task[Any, Any]:
+        """The task the session runs (``settings.task``)."""
+        return get_task(self.settings.task)
+
     def envelope(self) -> Envelope | None:
         """The daemon's safety envelope as the arm adapter last learned it (None: none known)."""
         env = getattr(self.arm, "envelope", None)
@@ -81,16 +86,21 @@ class Rig:
 
 @dataclass
 class TrialSummary:
+    """One trial as the operator, the service and the checks see it; the task's own columns
+    are in ``outcome`` (its ledger columns, records/outcome.py)."""
+
     run_stem: str
     status: str
     reason: str
     dry_run: bool
     duration_s: float
-    pick_verdict: str
-    pick_confidence: float | None
-    place_verdict: str
-    place_confidence: float | None
-    pick_attempts: int
+    task: str
+    #: the task's ledger columns of this trial (pick_place: pick_verdict, place_verdict, ...)
+    outcome: dict[str, Any]
+    #: a success by the task's rule (pick_place: both verdicts yes)
+    succeeded: bool
+    #: the verdicts in a few words for a trial line (``pick yes place no``)
+    verdicts: str
     moves: int
     recording: RecordingInfo
     run_dir: Path
@@ -99,9 +109,9 @@ class TrialSummary:
     scene_seed: int | None = None
     #: records not on disk yet (the data root failed); the service retries them
     records_pending: list[str] = field(default_factory=list)
-    #: the trial stopped with the block in the gripper (the arm holds it in the hover)
-    block_held: bool = False
-    #: with block_held: what the top camera saw at the tip (seen, not_seen, unknown)
+    #: the trial stopped with something in the gripper (pick_place: the block, in the hover)
+    held: bool = False
+    #: with held: what the top camera saw at the tip (seen, not_seen, unknown)
     held_evidence: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,10 +126,10 @@ def next_run_stem(data_root: Path, now: float | None = None) -> str:
     return DataRoot(data_root).next_run_stem(now)
 
 
-async def exit_path(ctx: TrialContext, rig: Rig, reason: str) -> str:
+async def exit_path(ctx: Any, rig: Rig, reason: str) -> str:
     """The task's way out of a stopped trial (``Task.exit``), told whether the arm is still
     reachable. Returns the trial's reason, with what the exit path did to what it held."""
-    return await TASK.exit(ctx, rig.arm_alive(), reason)
+    return await rig.task.exit(ctx, rig.arm_alive(), reason)
 
 
 async def run_trial(
@@ -141,13 +151,14 @@ async def run_trial(
     ``storage (...)`` and what could not be written waits in ``rig.backlog``.
     """
     s = rig.settings
+    task = rig.task
     root = Path(s.data_root)
     try:
         guard = rig.guard or DataRootGuard(root, s.require_mount)
         guard.ensure(probe=True)
     except StorageFault as exc:
         raise DataRootError(str(exc)) from None
-    layout = DataRoot(root)
+    layout = DataRoot(root, task.name)
     stem = layout.next_run_stem()
     run_dir = layout.run_dir(stem)
     trace_path = layout.trace(stem)
@@ -162,6 +173,7 @@ async def run_trial(
     trace.write(
         "trial",
         format=TRACE_FORMAT,
+        task=task.name,
         run_stem=stem,
         dry_run=rig.dry_run,
         scene_seed=scene_seed,
@@ -171,25 +183,11 @@ async def run_trial(
     envelope = rig.envelope()
     if envelope is not None:  # a header input, as the table: replay guards with the same one
         trace.input("envelope", envelope.to_wire())
-    ctx = TrialContext(
-        settings=s,
-        arm=TracedArm(rig.arm, trace),
-        eyes=TracedEyes(rig.eyes, trace),
-        recorder=rig.recorder,
-        clock=rig.clock,
-        trace=trace,
-        table=rig.table,
-        arc_pick=rig.arc_pick,
-        arc_place=rig.arc_place,
-        corrections=CorrectionMemory(layout.correction_memory, root=layout.root),
-        heights=HeightMemory(layout.height_memory, root=layout.root),
-        run_dir=run_dir,
-        on_stage=on_stage,
+    ctx = task.context(TrialSetup(
+        rig=rig, arm=TracedArm(rig.arm, trace), eyes=TracedEyes(rig.eyes, trace), trace=trace,
+        layout=layout, run_dir=run_dir, envelope=envelope, on_stage=on_stage,
         on_stage_start=on_stage_start,
-        storage_fault=trace.check_storage,
-        envelope=envelope,
-    )
-    trace.input("memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries})
+    ))  # fmt: skip
     rig.eyes.start_trial(run_dir)
     if rig.top_video is not None:  # the run folder exists, the arm has not moved yet
         rig.top_video.start(layout.top_video(stem), layout.top_frame_log(stem))
@@ -197,26 +195,21 @@ async def run_trial(
     # tap off the camera and lets the writer close alone (docs/top-camera.md)
     top_video_stopped = False
     try:
-        rig.recorder.trial_start(stem)
+        rig.recorder.trial_start(stem, task.name)
         log.info("trial_start", run_stem=stem, dry_run=rig.dry_run, scene_seed=scene_seed)
         try:
-            last, reason = await run_stages(TASK, ctx, force)
-            if last is not TASK.done:
+            last, reason = await run_stages(task, ctx, force)
+            if last is not task.done:
                 reason = await exit_path(ctx, rig, reason)
         except asyncio.CancelledError:
             reason = "cancelled"
             trace.result("stopped", reason)
             rig.recorder.trial_end(stem)
             raise
-        status = "completed" if last is TASK.done else "stopped"
+        status = "completed" if last is task.done else "stopped"
         backlog = rig.backlog
         if not rig.dry_run:  # a dry run never teaches the memories (its tip is modelled)
-
-            def save_memories() -> None:
-                ctx.corrections.save()
-                ctx.heights.save()
-
-            backlog.attempt(guard, stem, "memories", save_memories)
+            backlog.attempt(guard, stem, "memories", lambda: task.learn(ctx))
         trace.stage = "end"
         trace.result(status, reason)
         if trace.pending:
@@ -245,52 +238,46 @@ async def run_trial(
         )
     else:
         rec = RecordingInfo(status="none", note="recorder disabled")
-    st = ctx.state
-    scene = st.scene
+    outcome = task.records.outcome(trace.lines)
+    held = task.held(ctx) if status == "stopped" else None
     summary = TrialSummary(
         run_stem=stem,
         status=status,
         reason=reason,
         dry_run=rig.dry_run,
         duration_s=duration,
-        pick_verdict=st.pick_verdict.verdict if st.pick_verdict else "",
-        pick_confidence=st.pick_verdict.confidence if st.pick_verdict else None,
-        place_verdict=st.place_verdict.verdict if st.place_verdict else "",
-        place_confidence=st.place_verdict.confidence if st.place_verdict else None,
-        pick_attempts=st.pick_attempts,
+        task=task.name,
+        outcome=outcome,
+        succeeded=task.records.succeeded(outcome),
+        verdicts=task.records.describe(outcome),
         moves=ctx.safe.moves,
         recording=rec,
         run_dir=run_dir,
         trace_path=trace_path,
-        stage_times=dict(st.stage_times),
+        stage_times=dict(ctx.stage_times),
         scene_seed=scene_seed,
-        block_held=st.holding and status == "stopped",
-        held_evidence=st.held_evidence if st.holding and status == "stopped" else "",
+        held=held is not None,
+        held_evidence=held or "",
     )
     row = {
         "run_stem": stem, "started_at": iso(started_wall), "ended_at": iso(rig.clock.wall()),
         "duration_s": round(duration, 3), "status": status, "reason": reason, "dry_run": rig.dry_run,
-        "scene_seed": scene_seed, "pick_verdict": summary.pick_verdict, "pick_confidence": summary.pick_confidence,
-        "place_verdict": summary.place_verdict, "place_confidence": summary.place_confidence,
-        "pick_attempts": st.pick_attempts,
-        "block_x": scene.block_xz[0] if scene and scene.block_xz else None,
-        "block_z": scene.block_xz[1] if scene and scene.block_xz else None,
-        "box_x": scene.box_xz[0] if scene and scene.box_xz else None,
-        "box_z": scene.box_xz[1] if scene and scene.box_xz else None,
+        "scene_seed": scene_seed, **outcome,
         "recording_path": rec.path, "recording_fps": rec.fps, "recording_frames": rec.frames,
         "recording_status": rec.status,
     }  # fmt: skip
     ledger_error = None
     try:
-        backlog.attempt(guard, stem, "ledger row", lambda: append_row(layout.ledger, row))
+        backlog.attempt(
+            guard, stem, "ledger row",
+            lambda: append_row(layout.ledger, row, task.records.ledger_columns),
+        )  # fmt: skip
     except LedgerError as exc:
         ledger_error = str(exc)
         log.error("ledger_append_failed", run_stem=stem, error=ledger_error, row=row)
     runlog = build_runlog(trace.lines, trace_name=trace_path.name, after={
         "recording": rec.__dict__, "ended_at": row["ended_at"], "duration_s": round(duration, 3),
-        "pick_verdict": summary.pick_verdict, "place_verdict": summary.place_verdict,
-        "pick_attempts": st.pick_attempts, "ledger_error": ledger_error,
-        "storage_fault": trace.fault,
+        "task": task.name, **outcome, "ledger_error": ledger_error, "storage_fault": trace.fault,
     })  # fmt: skip
     runlog["top_video"], runlog["rig_id"] = top_video, s.rig_id
     backlog.attempt(guard, stem, "run log", lambda: write_runlog(layout.runlog(stem), runlog))
@@ -301,8 +288,8 @@ async def run_trial(
         status=status,
         reason=reason or None,
         duration_s=round(duration, 2),
-        pick=summary.pick_verdict,
-        place=summary.place_verdict,
+        task=task.name,
+        verdicts=summary.verdicts or None,
         recording=rec.status,
         records_pending=summary.records_pending or None,
     )

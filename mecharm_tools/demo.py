@@ -35,12 +35,12 @@ __all__ = ["DemoRig", "main", "run_session", "start_demo_rig", "summary_table"]
 
 
 def summary_table(report: ServiceReport) -> str:
-    head = f"{'trial':<28} {'result':<10} {'pick':<5} {'place':<6} {'duration':>9} {'frames':>7} {'fps':>6}  recording"
+    head = f"{'trial':<28} {'result':<10} {'verdicts':<20} {'duration':>9} {'frames':>7} {'fps':>6}  recording"
     lines = [head, "-" * len(head)]
     for t in report.trials:
         r = t.recording
         lines.append(
-            f"{t.run_stem:<28} {t.status:<10} {t.pick_verdict or '-':<5} {t.place_verdict or '-':<6} "
+            f"{t.run_stem:<28} {t.status:<10} {t.verdicts or '-':<20} "
             f"{t.duration_s:>8.1f}s {r.frames if r.frames is not None else '-':>7} "
             f"{f'{r.fps:.1f}' if r.fps else '-':>6}  {r.status}"
         )
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rig.stop()
     print()
     print(summary_table(report))
-    ok = sum(t.pick_verdict == "yes" and t.place_verdict == "yes" for t in report.trials)
+    ok = sum(t.succeeded for t in report.trials)
     print(
         f"\n{ok}/{len(report.trials)} trials placed the block in the box; demo took {time.monotonic() - t0:.0f}s"
     )

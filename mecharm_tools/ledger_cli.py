@@ -6,23 +6,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE
+from mecharm_common.layout import LEDGER_ARCHIVE, LEDGER_SUFFIX
 from mecharm_runtime.records.ledger import (
-    LEDGER_COLUMNS,
     LedgerError,
     migrate_ledger,
     verify_ledger,
 )
+from mecharm_runtime.tasks import records_for_ledger
 
 __all__ = ["register"]
 
 
 def _verify(args: argparse.Namespace) -> int:
-    rep = verify_ledger(Path(args.ledger))
+    records = records_for_ledger(Path(args.ledger))  # its task, by its name
+    rep = verify_ledger(Path(args.ledger), records)
     for err in rep.errors:
         print(f"{rep.path}: {err}", file=sys.stderr)
     if rep.ok:
-        print(f"{rep.path}: ok, {rep.rows} rows, {len(LEDGER_COLUMNS)} columns")
+        print(
+            f"{rep.path}: ok, {rep.rows} rows, {len(records.ledger_columns)} columns "
+            f"(task {records.task})"
+        )
         return 0
     print(f"{rep.path}: {len(rep.errors)} problem(s) in {rep.rows} rows", file=sys.stderr)
     return 1
@@ -31,7 +35,9 @@ def _verify(args: argparse.Namespace) -> int:
 def _migrate(args: argparse.Namespace) -> int:
     try:
         rep = migrate_ledger(
-            Path(args.ledger), archive_dir=Path(args.archive_dir) if args.archive_dir else None
+            Path(args.ledger),
+            records_for_ledger(Path(args.ledger)).ledger_columns,
+            archive_dir=Path(args.archive_dir) if args.archive_dir else None,
         )
     except LedgerError as exc:
         print(f"migrate failed: {exc}", file=sys.stderr)
@@ -49,10 +55,10 @@ def _migrate(args: argparse.Namespace) -> int:
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="ledger_cmd", required=True)
     v = sub.add_parser("verify", help="check header, cells, vocabularies and run stems of a ledger")
-    v.add_argument("ledger", help=f"path to {LEDGER}")
+    v.add_argument("ledger", help=f"path to a task's ledger (runs/<task>{LEDGER_SUFFIX})")
     v.set_defaults(func=_verify)
     m = sub.add_parser("migrate", help="add missing columns (archive, pad old rows, check)")
-    m.add_argument("ledger", help=f"path to {LEDGER}")
+    m.add_argument("ledger", help=f"path to a task's ledger (runs/<task>{LEDGER_SUFFIX})")
     m.add_argument(
         "--archive-dir",
         help=f"where the old generation goes (default: {LEDGER_ARCHIVE}/ beside it)",

@@ -37,6 +37,7 @@ from pydantic import (
 
 from mecharm_common.fsutil import UnsafeNameError, validate_name
 from mecharm_common.gripper import GRIPPER_MAX, GRIPPER_MIN
+from mecharm_common.layout import DEFAULT_TASK, check_task_name
 
 __all__ = [
     "DEFAULT_HOST",
@@ -213,6 +214,14 @@ class TrialStart(_RunStemEvent):
     #: ``interrupted``: a recording of it still open is handed over at once, whoever's
     #: session opened it (docs/recorder.md, "Sessions")
     supersedes: str | None = None
+    #: the task the trial runs: its recording goes to ``runs/run_<task>/<run_stem>/``
+    #: (a runtime from before tasks had names sends none: the first task)
+    task: str = DEFAULT_TASK
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, v: str) -> str:
+        return check_task_name(v)
 
     @field_validator("supersedes")
     @classmethod

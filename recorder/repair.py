@@ -56,10 +56,13 @@ from mecharm_common.fsutil import (
     validate_name,
 )
 from mecharm_common.layout import (
+    DEFAULT_TASK,
     FRAME_LOG,
     META,
     RECORDING,
+    RUN_FOLDER_PREFIX,
     STATES,
+    TASK_NAME_RE,
     VIDEO,
     DataRoot,
     RecordingFiles,
@@ -229,22 +232,32 @@ def probe_video(path: Path) -> VideoProbe:
 # --------------------------------------------------------------------------- finding folders
 
 
+def _task_of(rec_dir: Path) -> str:
+    """The task whose folder holds the recording folder ``rec_dir``
+    (``runs/run_<task>/<stem>/recording``); the first task when the path says none."""
+    folder = rec_dir.parent.parent.name
+    task = folder[len(RUN_FOLDER_PREFIX) :] if folder.startswith(RUN_FOLDER_PREFIX) else ""
+    return task if TASK_NAME_RE.fullmatch(task) else DEFAULT_TASK
+
+
 def find_recording(root: Path, target: str) -> Path:
-    """The recording folder meant by ``target``: a run stem, a run folder or a recording
-    folder, inside ``root``. Raises RepairError saying why anything else is refused."""
+    """The recording folder meant by ``target``: a run stem (of any task), a run folder or a
+    recording folder, inside ``root``. Raises RepairError saying why anything else is refused."""
     root = Path(root)
     if not root.is_dir():
         raise RepairError(f"data root {root} is not a folder")
     layout = DataRoot(root.resolve())
-    folders = layout.run_folders
+    folders = layout.task_folders()
+    where = " or ".join(str(f) for f in folders) or str(layout.run_folders)
     if "/" not in target and os.sep not in target and target not in (".", ".."):
         try:
             stem = validate_name(target, "run stem")
         except UnsafeNameError as exc:
             raise RepairError(str(exc)) from None
-        path = layout.recording(stem).dir
-        if not path.parent.is_dir():
-            raise RepairError(f"no run {stem} in {folders}")
+        found = [f / stem / RECORDING for f in folders if (f / stem).is_dir()]
+        if not found:
+            raise RepairError(f"no run {stem} in {where}")
+        path = found[0]
     else:
         try:
             path = inside_root(layout.root, Path(target))
@@ -252,10 +265,9 @@ def find_recording(root: Path, target: str) -> Path:
             raise RepairError(str(exc)) from None
         if path.name != RECORDING and (path / RECORDING).is_dir():
             path = path / RECORDING
-        if path.name != RECORDING or path.parent.parent != folders:
+        if path.name != RECORDING or path.parent.parent not in folders:
             raise RepairError(
-                f"{target} is not a recording folder "
-                f"({folders}/RUN_STEM or {folders}/RUN_STEM/{RECORDING})"
+                f"{target} is not a recording folder ({where}: RUN_STEM or RUN_STEM/{RECORDING})"
             )
     if not path.is_dir():
         raise RepairError(f"{path} does not exist: the run has no recording")
@@ -266,22 +278,23 @@ def find_recording(root: Path, target: str) -> Path:
 
 
 def unrepaired_recordings(root: Path) -> list[Path]:
-    """Recording folders under ``root`` without a meta but with media or logs, by name."""
-    layout = DataRoot(root)
-    try:
-        runs = sorted(layout.run_folders.iterdir())
-    except OSError:
-        return []
+    """Recording folders under ``root`` (every task's) without a meta but with media or
+    logs, by task and name."""
     out = []
-    for run in runs:
+    for folder in DataRoot(root).task_folders():
         try:
-            files = layout.recording(run.name)
-        except UnsafeNameError:
+            runs = sorted(folder.iterdir())
+        except OSError:
             continue
-        if files.meta.exists() or not files.dir.is_dir():
-            continue
-        if any(p.is_file() for p in (files.video, files.frame_log, files.states)):
-            out.append(files.dir)
+        for run in runs:
+            try:
+                files = RecordingFiles(folder / validate_name(run.name, "run stem") / RECORDING)
+            except UnsafeNameError:
+                continue
+            if files.meta.exists() or not files.dir.is_dir():
+                continue
+            if any(p.is_file() for p in (files.video, files.frame_log, files.states)):
+                out.append(files.dir)
     return out
 
 
@@ -371,7 +384,7 @@ def repair_recording(
     folder is busy or its meta is invalid, OSError when it cannot be written."""
     rec_dir = Path(rec_dir)
     stem = rec_dir.parent.name
-    rel = str(DataRoot.recording_rel(stem))
+    rel = str(DataRoot.recording_rel(stem, _task_of(rec_dir)))
     try:  # a run folder symlinked out of the root is never written through (by name, --all, scan)
         inside_root(root, rec_dir)
     except OutsideRootError as exc:

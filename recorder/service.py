@@ -474,7 +474,9 @@ class RecorderService(Replies):
             self._refuse(DROP_TRIAL_QUOTA, why, 0, "")
             return
         try:
-            trial = TrialRecording.create(self.root, ev.run_stem, self.settings, self.camera_spec)
+            trial = TrialRecording.create(
+                self.root, ev.run_stem, self.settings, self.camera_spec, ev.task
+            )
         except (OSError, UnsafeNameError) as exc:
             log.error(
                 "trial_start_refused", run_stem=ev.run_stem, reason=f"{type(exc).__name__}: {exc}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from mecharm_common.dirlock import lock_dir, unlock_dir
 from mecharm_common.fsutil import LineFile, atomic_write_json, safe_join
-from mecharm_common.layout import DataRoot, RecordingFiles
+from mecharm_common.layout import DEFAULT_TASK, DataRoot, RecordingFiles
 from recorder.config import RecorderSettings
 from recorder.events import (
     FRAME_LOG_COLUMNS,
@@ -43,10 +43,10 @@ class TrialExistsError(FileExistsError):
     """A recording for this run_stem already exists; it is never overwritten."""
 
 
-def recording_dir(root: Path, run_stem: str) -> Path:
+def recording_dir(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> Path:
     """The trial's recording folder (docs/data-root.md); names validated, stays in root
     even through symlinks."""
-    return safe_join(root, *DataRoot.recording_rel(run_stem).parts)
+    return safe_join(root, *DataRoot.recording_rel(run_stem, task).parts)
 
 
 def _num(v: Any) -> str:
@@ -89,16 +89,21 @@ class TrialRecording:
     """Files and counters of one trial. Create with ``TrialRecording.create``."""
 
     def __init__(
-        self, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str
+        self,
+        root: Path,
+        run_stem: str,
+        settings: RecorderSettings,
+        camera_spec: str,
+        task: str = DEFAULT_TASK,
     ) -> None:
         self.root = Path(root)
         self.run_stem = run_stem
         self.settings = settings
         self.camera_spec = camera_spec
-        self.dir = recording_dir(self.root, run_stem)
+        self.dir = recording_dir(self.root, run_stem, task)
         self.files = RecordingFiles(self.dir)
         self.extracted = self.files.snapshots
-        self.rel_path = str(DataRoot.recording_rel(run_stem))
+        self.rel_path = str(DataRoot.recording_rel(run_stem, task))
         self.started_ts = time.time()
         self.start_mono_ns = time.monotonic_ns()
         self.ended_ts: float | None = None
@@ -135,10 +140,15 @@ class TrialRecording:
 
     @classmethod
     def create(
-        cls, root: Path, run_stem: str, settings: RecorderSettings, camera_spec: str
+        cls,
+        root: Path,
+        run_stem: str,
+        settings: RecorderSettings,
+        camera_spec: str,
+        task: str = DEFAULT_TASK,
     ) -> TrialRecording:
         """Make the folder and open both CSVs (headers written). Raises OSError, TrialExistsError."""
-        trial = cls(root, run_stem, settings, camera_spec)
+        trial = cls(root, run_stem, settings, camera_spec, task)
         if trial.files.video.exists() or trial.files.meta.exists():
             raise TrialExistsError(f"a recording for {run_stem} already exists in {trial.rel_path}")
         trial.extracted.mkdir(parents=True, exist_ok=True)

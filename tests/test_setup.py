@@ -21,12 +21,13 @@ import pytest
 from mecharm_common.defaults import APPROACH_PICK_ARC, RUNTIME_CONFIG
 from mecharm_common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
 from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
-from mecharm_runtime.records.ledger import LEDGER_COLUMNS
+from mecharm_runtime.pick_place.records import RECORDS
 from mecharm_runtime.records.trace import read_trace
 from mecharm_runtime.simcontrol import scene_next
 from mecharm_tools.cli import TOOL_GROUPS
 from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
 
+LEDGER_COLUMNS = RECORDS.ledger_columns
 REPO = Path(__file__).resolve().parents[1]
 SCALE = 20.0
 #: the checkout first on the path, so a process started in / runs this code

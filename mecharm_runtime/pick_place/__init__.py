@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from mecharm_runtime.engine import Outcome, Task
+from mecharm_runtime.engine import Outcome, Task, TrialSetup
+from mecharm_runtime.memories import CorrectionMemory, HeightMemory
 from mecharm_runtime.pick_place.abort import exit_path
 from mecharm_runtime.pick_place.context import BlockLost, TrialContext, TrialState
 from mecharm_runtime.pick_place.pick import (
@@ -26,6 +27,7 @@ from mecharm_runtime.pick_place.pick import (
     up_from_mat,
 )
 from mecharm_runtime.pick_place.place import approach_place, descend_place, servo_place
+from mecharm_runtime.pick_place.records import RECORDS
 from mecharm_runtime.pick_place.release import look_at_jaws, retreat_and_judge, return_home
 from mecharm_runtime.pick_place.release import release as _release  # not the module's name
 from mecharm_runtime.pick_place.stages import FORMER_NAMES, STAGE_ORDER, TRANSITIONS, Stage
@@ -33,6 +35,7 @@ from mecharm_runtime.pick_place.stages import FORMER_NAMES, STAGE_ORDER, TRANSIT
 __all__ = [
     "BODIES",
     "FORMER_NAMES",
+    "RECORDS",
     "STAGE_ORDER",
     "TASK",
     "TRANSITIONS",
@@ -60,6 +63,46 @@ def _may_stop(ctx: TrialContext) -> bool:
     return not ctx.state.holding
 
 
+def _context(setup: TrialSetup) -> TrialContext:
+    """One trial's context: the session's FK table and arcs, the root's memories (traced
+    as a header input, as replay needs them)."""
+    rig, layout = setup.rig, setup.layout
+    ctx = TrialContext(
+        settings=rig.settings,
+        arm=setup.arm,
+        eyes=setup.eyes,
+        recorder=rig.recorder,
+        clock=rig.clock,
+        trace=setup.trace,
+        table=rig.table,
+        arc_pick=rig.arc_pick,
+        arc_place=rig.arc_place,
+        corrections=CorrectionMemory(layout.correction_memory, root=layout.root),
+        heights=HeightMemory(layout.height_memory, root=layout.root),
+        run_dir=setup.run_dir,
+        on_stage=setup.on_stage,
+        on_stage_start=setup.on_stage_start,
+        storage_fault=setup.trace.check_storage,
+        envelope=setup.envelope,
+    )
+    setup.trace.input(
+        "memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries}
+    )
+    return ctx
+
+
+def _held(ctx: TrialContext) -> str | None:
+    """After a stop: the block still in the jaws (the arm holds it in the hover), with what
+    the top camera saw at the tip; None when the gripper is empty."""
+    return ctx.state.held_evidence if ctx.state.holding else None
+
+
+def _learn(ctx: TrialContext) -> None:
+    """The correction and height memories, as the trial left them (docs/lookup.md)."""
+    ctx.corrections.save()
+    ctx.heights.save()
+
+
 TASK: Task[Stage, TrialContext] = Task(
     name="pick_place",
     first=Stage.OPEN_GRIPPER_HOME,
@@ -68,5 +111,9 @@ TASK: Task[Stage, TrialContext] = Task(
     transitions=TRANSITIONS,
     bodies=BODIES,
     exit=exit_path,
+    context=_context,
+    records=RECORDS,
     may_stop=_may_stop,
+    held=_held,
+    learn=_learn,
 )

@@ -32,6 +32,7 @@ from mecharm_common.config import closest, did_you_mean
 from mecharm_common.dirlock import dir_held
 from mecharm_common.fsutil import LineFile, atomic_write_bytes
 from mecharm_common.layout import (
+    DEFAULT_TASK,
     LEDGER,
     LEDGER_ARCHIVE,
     META,
@@ -40,10 +41,10 @@ from mecharm_common.layout import (
     DataRoot,
     RecordingFiles,
 )
+from mecharm_runtime.records.outcome import VERDICTS, TaskRecords
 from recorder.events import RECORDING_STATUSES, EventError, parse_recording_meta
 
 __all__ = [
-    "LEDGER_COLUMNS",
     "LEDGER_NAME",
     "RECORDING_STATUSES",
     "LedgerError",
@@ -53,6 +54,7 @@ __all__ = [
     "append_row",
     "check_ledger_ready",
     "check_ledger_row",
+    "default_records",
     "header_problem",
     "ledger_path",
     "ledger_stems",
@@ -64,26 +66,20 @@ __all__ = [
 ]
 
 LEDGER_NAME = LEDGER
-LEDGER_COLUMNS: tuple[str, ...] = (
-    "run_stem", "started_at", "ended_at", "duration_s", "status", "reason", "dry_run", "scene_seed",
-    "pick_verdict", "pick_confidence", "place_verdict", "place_confidence", "pick_attempts",
-    "block_x", "block_z", "box_x", "box_z",
-    "recording_path", "recording_fps", "recording_frames", "recording_status",
-)  # fmt: skip
 #: ``interrupted``: the process ended before the trial's result (records/reconcile.py)
 STATUSES = ("completed", "stopped", "interrupted")
-VERDICTS = ("yes", "no", "")
-_NUMERIC = (
-    "duration_s",
-    "pick_confidence",
-    "place_confidence",
-    "block_x",
-    "block_z",
-    "box_x",
-    "box_z",
-    "recording_fps",
-)
-_INTEGER = ("pick_attempts", "recording_frames", "scene_seed")
+
+
+def default_records() -> TaskRecords:
+    """The records of the root's default task (``DEFAULT_TASK``), for a caller that names
+    no task. The columns are the task's (records/outcome.py); this module knows none."""
+    from mecharm_runtime.tasks import task_records  # the registry imports every task
+
+    return task_records(DEFAULT_TASK)
+
+
+def _columns(columns: Sequence[str] | None) -> Sequence[str]:
+    return default_records().ledger_columns if columns is None else columns
 
 
 class LedgerError(ValueError):
@@ -111,9 +107,10 @@ def _encode_row(cells: Sequence[str]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def unknown_column(name: str, columns: Sequence[str] = LEDGER_COLUMNS) -> str:
+def unknown_column(name: str, columns: Sequence[str] | None = None) -> str:
     """``unknown ledger column 'x'; did you mean 'y'?`` (else the column list): the one
     message for a column name that is not one of ``columns`` (docs/setup.md, "Traps")."""
+    columns = _columns(columns)
     return f"unknown ledger column {name!r}" + did_you_mean(name, columns, "columns")
 
 
@@ -130,14 +127,14 @@ def read_header(path: Path) -> list[str] | None:
 
 
 def header_problem(
-    path: Path, header: Sequence[str], columns: Sequence[str] = LEDGER_COLUMNS
+    path: Path, header: Sequence[str], columns: Sequence[str] | None = None
 ) -> str | None:
     """What is wrong with a ledger ``header`` and what to do about it; None when it is ``columns``.
 
     An older generation (a prefix of ``columns``) is migrated; any other header cannot
     be padded, so the file has to be moved aside (docs/runtime.md, "Start-up checks").
     """
-    header, columns = list(header), list(columns)
+    header, columns = list(header), list(_columns(columns))
     if header == columns:
         return None
     if columns[: len(header)] == header:
@@ -233,7 +230,7 @@ def _duplicates_problem(path: Path, stems: Mapping[str, list[int]]) -> str | Non
     )
 
 
-def check_ledger_ready(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> None:
+def check_ledger_ready(path: Path, columns: Sequence[str] | None = None) -> None:
     """Refuse, before any trial, a ledger that the trials could not append to.
 
     A missing or empty file is fine (the first row creates it). Raises LedgerError
@@ -246,6 +243,7 @@ def check_ledger_ready(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> N
     records = _read_records(path)
     if not records or not any(c.strip() for c in records[0]):
         return
+    columns = _columns(columns)
     problem = header_problem(path, records[0], columns) or _duplicates_problem(
         path, run_stems(records)
     )
@@ -271,13 +269,14 @@ def check_ledger_row(path: Path, run_stem: str) -> None:
         )
 
 
-def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] = LEDGER_COLUMNS) -> None:
+def append_row(path: Path, row: Mapping[str, Any], columns: Sequence[str] | None = None) -> None:
     """Append one trial's row (creating the file with its header when absent).
 
     Raises LedgerError when ``row`` has keys outside ``columns``, the file's header
     is not ``columns`` (run ``mecharm ledger migrate``) or the row's run stem is
     already in the file (one row per trial).
     """
+    columns = _columns(columns)
     unknown = set(row) - set(columns)
     if unknown:
         raise LedgerError(
@@ -426,9 +425,12 @@ class VerifyReport:
         return not self.errors
 
 
-def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> VerifyReport:
-    """Check a ledger: header, cell counts, vocabularies, numbers, unique run stems."""
+def verify_ledger(path: Path, schema: TaskRecords | None = None) -> VerifyReport:
+    """Check a ledger of the task whose records (``schema``) are given (default: the
+    default task's): header, cell counts, vocabularies, numbers, unique run stems."""
     path = Path(path)
+    task = schema or default_records()
+    columns = task.ledger_columns
     rep = VerifyReport(path)
     try:
         raw = path.read_bytes()
@@ -477,7 +479,7 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
             rep.errors.append(f"line {lineno}: status {row['status']!r} not in {STATUSES}")
         if row["status"] in ("stopped", "interrupted") and not row["reason"]:
             rep.errors.append(f"line {lineno}: {row['status']} without a reason")
-        for key in ("pick_verdict", "place_verdict"):
+        for key in task.verdicts:
             if row[key] not in VERDICTS:
                 rep.errors.append(f"line {lineno}: {key} {row[key]!r} not yes/no/empty")
         # empty = a row migrated from before the column existed (padded, never rewritten)
@@ -487,13 +489,13 @@ def verify_ledger(path: Path, columns: Sequence[str] = LEDGER_COLUMNS) -> Verify
             )
         if row.get("dry_run", "") not in ("0", "1"):
             rep.errors.append(f"line {lineno}: dry_run {row.get('dry_run')!r} not 0/1")
-        for key in _NUMERIC:
+        for key in task.all_numeric:
             if key in row and row[key] != "":
                 try:
                     float(row[key])
                 except ValueError:
                     rep.errors.append(f"line {lineno}: {key} {row[key]!r} is not a number")
-        for key in _INTEGER:
+        for key in task.all_integer:
             if key in row and row[key] != "" and not re.fullmatch(r"-?\d+", row[key]):
                 rep.errors.append(f"line {lineno}: {key} {row[key]!r} is not an integer")
     return rep
@@ -516,7 +518,7 @@ def _sha256(data: bytes) -> str:
 
 def migrate_ledger(
     path: Path,
-    columns: Sequence[str] = LEDGER_COLUMNS,
+    columns: Sequence[str] | None = None,
     *,
     archive_dir: Path | None = None,
     now: Callable[[], float] = time.time,
@@ -538,7 +540,7 @@ def migrate_ledger(
     header = read_header(path)
     if header is None:
         raise LedgerError(f"{path} is empty: nothing to migrate")
-    columns = list(columns)
+    columns = list(_columns(columns))
     if header == columns:
         return MigrationReport(path, None, raw.count(b"\n") - 1, [])
     if columns[: len(header)] != header:

@@ -9,6 +9,9 @@ verdicts it got) and its recording (the meta, or the media a killed recorder lef
 status ``interrupted``. A trace that does end in ``result`` (its row was lost with the
 process after the trace was written) gets that result's status and reason.
 
+Every task's run folders are reconciled, each into its own ledger; the task's columns
+come from its trace by the task's own fold (``TaskRecords.outcome``), as at a trial's end.
+
 The trace itself is never rewritten: it is the journal of what happened, and it ends where
 the process ended.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,7 @@ from mecharm_common.fsutil import OutsideRootError, inside_root
 from mecharm_common.layout import RUN_STEM_RE, DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_runtime.records.ledger import append_row, ledger_stems
+from mecharm_runtime.records.outcome import TaskRecords
 from mecharm_runtime.records.runlog import iso
 from mecharm_runtime.records.trace import TraceReadError, read_trace
 from mecharm_runtime.topvideo import cut_log_to_video
@@ -46,20 +51,21 @@ class Reconciled:
     recording_status: str
 
 
-def _trace_facts(path: Path) -> dict[str, Any]:
-    """What the trace says: start, last line, stages reached, verdicts, scene, result."""
-    facts: dict[str, Any] = {"stages": []}
+def _trace_facts(path: Path, records: TaskRecords) -> dict[str, Any]:
+    """What the trace says: start, last line, stages reached, the task's columns, result."""
+    facts: dict[str, Any] = {"stages": [], "outcome": records.outcome([])}
     try:
         lines = list(read_trace(path))
     except (OSError, TraceReadError, ValueError) as exc:
         facts["unreadable"] = str(exc)
         return facts
+    facts["outcome"] = records.outcome(lines)
     for e in lines:
         ts = e.get("ts")
         if isinstance(ts, int | float):
             facts.setdefault("started_ts", ts)
             facts["last_ts"] = ts
-        ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
+        ev = e.get("event")
         if ev == "trial" and e.get("stage") == "start":
             facts["dry_run"] = bool(e.get("dry_run"))
             facts["scene_seed"] = e.get("scene_seed")
@@ -67,22 +73,6 @@ def _trace_facts(path: Path) -> dict[str, Any]:
             stage = e.get("to")
             if isinstance(stage, str) and stage not in facts["stages"]:
                 facts["stages"].append(stage)
-        elif ev == "input" and isinstance(value, dict):
-            if kind == "pick_verdict":
-                facts["pick"] = value.get("verdict", "")
-                facts["pick_confidence"] = value.get("confidence")
-                facts["pick_attempts"] = facts.get("pick_attempts", 0) + 1
-            elif kind == "place_verdict":
-                facts["place"] = value.get("verdict", "")
-                facts["place_confidence"] = value.get("confidence")
-            elif kind == "scene" and value.get("ok"):
-                facts["block_xz"] = value.get("block_xz")
-                facts["box_xz"] = value.get("box_xz")
-        elif ev == "decision" and kind == "pick_recheck" and isinstance(value, dict):
-            revised = value.get("pick_verdict") if value.get("revised") else None
-            if isinstance(revised, dict):  # the pick judged again from later evidence
-                facts["pick"] = revised.get("verdict", "")
-                facts["pick_confidence"] = revised.get("confidence")
         elif ev == "result":
             facts["result"] = (e.get("status", ""), e.get("reason", ""))
         if ev == "transition" and isinstance(e.get("to"), str):
@@ -95,7 +85,7 @@ def _trace_facts(path: Path) -> dict[str, Any]:
 def _recording(layout: DataRoot, stem: str) -> tuple[str, float | None, int | None, str]:
     """(status, fps, frames, path) of the trial's recording as it is on disk now."""
     files = layout.recording(stem)
-    rel = str(DataRoot.recording_rel(stem))
+    rel = str(DataRoot.recording_rel(stem, layout.task))
     with contextlib.suppress(OSError, EventError):
         meta = parse_recording_meta(files.meta.read_bytes())
         return meta.status, meta.effective_fps, meta.frames_written, rel
@@ -120,18 +110,32 @@ def _cut_top_log(layout: DataRoot, stem: str) -> None:
         log.info("top_video_reconciled", run_stem=stem, rows_removed=removed)
 
 
-def _xz(v: Any, i: int) -> float | None:
-    if isinstance(v, list | tuple) and len(v) == 2 and isinstance(v[i], int | float):
-        return float(v[i])
-    return None
+def reconcile_run_folders(
+    root: Path, records_of: Callable[[str], TaskRecords] | None = None
+) -> list[Reconciled]:
+    """Give every run folder under ``root``, of every task, without a row in its task's
+    ledger one (see the module docstring); returns what was added, by task and in run
+    order. ``records_of(task)``: the task's records (default: the registry's; a
+    ValueError: a task this runtime does not know, whose folders are left alone and
+    logged). A folder whose name is not a run stem, or that links out of the root, is left
+    alone (and logged). Raises LedgerError when a ledger cannot be read or appended to
+    (the start-up check names it first)."""
+    if records_of is None:
+        from mecharm_runtime.tasks import task_records  # the registry imports every task
+
+        records_of = task_records
+    added: list[Reconciled] = []
+    for task in DataRoot(Path(root)).tasks():
+        try:
+            records = records_of(task)
+        except ValueError as exc:
+            log.warning("run_folders_of_unknown_task", task=task, reason=str(exc))
+            continue
+        added += _reconcile_task(DataRoot(Path(root), task), records)
+    return added
 
 
-def reconcile_run_folders(root: Path) -> list[Reconciled]:
-    """Give every run folder under ``root`` without a ledger row one (see the module
-    docstring); returns what was added, in run order. A folder whose name is not a run
-    stem, or that links out of the root, is left alone (and logged). Raises LedgerError
-    when the ledger cannot be read or appended to (the start-up check names it first)."""
-    layout = DataRoot(Path(root))
+def _reconcile_task(layout: DataRoot, records: TaskRecords) -> list[Reconciled]:
     try:
         folders = sorted(p for p in layout.run_folders.iterdir() if p.is_dir())
     except OSError:
@@ -150,7 +154,7 @@ def reconcile_run_folders(root: Path) -> list[Reconciled]:
         except OutsideRootError as exc:
             log.error("run_folder_outside_root", path=str(folder), reason=str(exc))
             continue
-        facts = _trace_facts(layout.trace(stem))
+        facts = _trace_facts(layout.trace(stem), records)
         stages = facts["stages"]
         if "result" in facts:
             status, reason = facts["result"]
@@ -178,7 +182,6 @@ def reconcile_run_folders(root: Path) -> list[Reconciled]:
         if started is None:
             with contextlib.suppress(OSError):
                 started = last = os.stat(folder).st_mtime
-        block, box = facts.get("block_xz"), facts.get("box_xz")
         row = {
             "run_stem": stem,
             "started_at": iso(started) if started is not None else "",
@@ -188,26 +191,19 @@ def reconcile_run_folders(root: Path) -> list[Reconciled]:
             "reason": reason,
             "dry_run": facts.get("dry_run", False),
             "scene_seed": facts.get("scene_seed"),
-            "pick_verdict": facts.get("pick", ""),
-            "pick_confidence": facts.get("pick_confidence"),
-            "place_verdict": facts.get("place", ""),
-            "place_confidence": facts.get("place_confidence"),
-            "pick_attempts": facts.get("pick_attempts", 0),
-            "block_x": _xz(block, 0),
-            "block_z": _xz(block, 1),
-            "box_x": _xz(box, 0),
-            "box_z": _xz(box, 1),
+            **facts["outcome"],
             "recording_path": rec_path,
             "recording_fps": fps,
             "recording_frames": frames,
             "recording_status": rec_status,
         }
-        append_row(layout.ledger, row)
+        append_row(layout.ledger, row, records.ledger_columns)
         known.add(stem)
         added.append(Reconciled(stem, status, reason, rec_status))
         log.warning(
             "run_reconciled",
             run_stem=stem,
+            task=layout.task,
             status=status,
             reason=reason,
             recording=rec_status,

@@ -22,7 +22,7 @@ from pathlib import Path
 from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
 from mecharm_common.layout import DataRoot, RecordingFiles
 from mecharm_common.logging import get_logger
-from mecharm_runtime.records.ledger import LEDGER_COLUMNS, ledger_path, unknown_column
+from mecharm_runtime.records.ledger import default_records, ledger_path, unknown_column
 from recorder.events import EventError, parse_recording_meta
 
 log = get_logger("mecharm_tools.export.selection")
@@ -98,7 +98,7 @@ def parse_select(text: str) -> list[Condition]:
             raise LedgerReadError(
                 f"--select: {part!r} is neither a preset ({', '.join(PRESETS)}) nor column=value"
             )
-        if col not in LEDGER_COLUMNS:
+        if col not in default_records().ledger_columns:
             raise LedgerReadError(f"--select: {unknown_column(col)}")
         conds.append(Condition(col, frozenset(v.strip() for v in value.split("|")), negate))
     return conds

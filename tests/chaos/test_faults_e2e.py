@@ -141,7 +141,7 @@ def test_stall_stops_the_stage_as_a_partial_move(
     t = _trial(tmp_path, fk_data_dir, fresh, "detect", {"fault": "stall", "at_fraction": 0.5})
     assert t.status == "stopped"
     assert t.reason.startswith("approach_pick:") and "partial move/stall" in t.reason, t.reason
-    assert t.pick_attempts == 0
+    assert t.outcome["pick_attempts"] == 0
 
 
 def test_settle_error_beyond_the_tolerance_stops_the_stage_naming_the_distance(
@@ -200,7 +200,7 @@ def test_camera_lost_fails_detect_naming_the_camera(
     )
     assert t.status == "stopped"
     assert t.reason.startswith("detect:") and "top.mjpg: 30 consecutive failed reads" in t.reason
-    assert t.pick_attempts == 0
+    assert t.outcome["pick_attempts"] == 0
 
 
 def test_frozen_feed_after_the_grasp_stops_without_judging_and_keeps_the_block(
@@ -211,8 +211,10 @@ def test_frozen_feed_after_the_grasp_stops_without_judging_and_keeps_the_block(
     t = _trial(tmp_path, fk_data_dir, fresh, "grasp", {"fault": "frozen_feed", "camera": "top"})
     assert t.status == "stopped"
     assert t.reason.startswith("lift_and_judge:") and "feed frozen" in t.reason, t.reason
-    assert t.pick_verdict == "" and t.pick_attempts == 1  # no verdict from a stale image
-    assert t.block_held  # never released blind: held in the hover for the operator
+    assert (
+        t.outcome["pick_verdict"] == "" and t.outcome["pick_attempts"] == 1
+    )  # no verdict from a stale image
+    assert t.held  # never released blind: held in the hover for the operator
     truth = _call(fresh, "GET", "/scene/truth")
     assert truth["grasped"] is True
     assert _top(fresh)["frozen_frames"] >= 10
@@ -244,7 +246,7 @@ def test_block_knocked_after_detect_the_pick_misses_then_redetects_and_succeeds(
 ) -> None:
     t = _trial(tmp_path, fk_data_dir, fresh, "detect", {"fault": "knock", "dx_m": 0.03, "dz_m": 0})
     assert t.status == "completed", t.reason
-    assert t.pick_attempts == 2 and t.pick_verdict == "yes"
+    assert t.outcome["pick_attempts"] == 2 and t.outcome["pick_verdict"] == "yes"
     kinds = [e["kind"] for e in _events(fresh)]
     assert kinds.index("knock") < kinds.index("miss") < kinds.index("grasp"), kinds
 
@@ -266,7 +268,7 @@ def test_box_pushed_before_the_release_is_found_there_and_the_block_goes_in(
     assert views[0]["box_refound"] and views[0]["box_moved_mm"] > 10.0, views[0]
     assert t.status == "completed" and checks[-1]["confirmed"], t.reason
     truth = _call(fresh, "GET", "/scene/truth")
-    assert truth["place_outcome"] == "box" and t.place_verdict == "yes"
+    assert truth["place_outcome"] == "box" and t.outcome["place_verdict"] == "yes"
 
 
 def test_box_pushed_far_before_the_release_is_refused_naming_it_and_put_back(
@@ -287,7 +289,7 @@ def test_box_pushed_far_before_the_release_is_refused_naming_it_and_put_back(
     assert not any(c["confirmed"] for c in checks), checks
     assert t.status == "stopped" and t.reason.startswith("release refused:"), t.reason
     assert "from where detect saw it" in t.reason, t.reason
-    assert t.reason.endswith("; the block was put back on the mat") and not t.block_held
+    assert t.reason.endswith("; the block was put back on the mat") and not t.held
     truth = _call(fresh, "GET", "/scene/truth")
     assert truth["place_outcome"] != "box" and not truth["grasped"]
     assert truth["block"]["resting_on"] == "mat"
@@ -298,7 +300,7 @@ def test_missed_grasp_is_judged_no_then_the_retry_succeeds(
 ) -> None:
     t = _trial(tmp_path, fk_data_dir, fresh, None, {"fault": "missed_grasp"})
     assert t.status == "completed", t.reason
-    assert t.pick_attempts == 2 and t.pick_verdict == "yes"
+    assert t.outcome["pick_attempts"] == 2 and t.outcome["pick_verdict"] == "yes"
     misses = [e for e in _events(fresh) if e["kind"] == "miss"]
     assert len(misses) == 1 and "forced miss" in misses[0]["reason"]
 
@@ -311,7 +313,7 @@ def test_lighting_change_mid_trial_still_detects_and_judges(
         tmp_path, fk_data_dir, fresh, "detect", {"fault": "lighting", "gain": 0.8, "flicker": 0.05}
     )
     assert t.status == "completed", t.reason
-    assert t.pick_verdict == "yes" and t.place_verdict == "yes"
+    assert t.outcome["pick_verdict"] == "yes" and t.outcome["place_verdict"] == "yes"
     assert _call(fresh, "GET", "/scene/truth")["layout"]["lighting"]["gain"] == 0.8
 
 

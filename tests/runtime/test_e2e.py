@@ -233,5 +233,9 @@ def test_success_rate_over_random_scenes(sim_rig: SimRig, root: Path, fk_data_di
         return out
 
     results = asyncio.run(run_all())
-    ok = [t for t in results if t.pick_verdict == "yes" and t.place_verdict == "yes"]
+    ok = [
+        t
+        for t in results
+        if t.outcome["pick_verdict"] == "yes" and t.outcome["place_verdict"] == "yes"
+    ]
     assert len(ok) >= math.ceil(0.75 * len(seeds)), [(t.scene_seed, t.reason) for t in results]

@@ -13,9 +13,9 @@ import pytest
 
 from mecharm_common.dirlock import dir_held, hold_dir
 from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
+from mecharm_runtime.pick_place.records import RECORDS
 from mecharm_runtime.records import ledger
 from mecharm_runtime.records.ledger import (
-    LEDGER_COLUMNS,
     LedgerError,
     append_row,
     migrate_ledger,
@@ -25,6 +25,8 @@ from mecharm_runtime.records.ledger import (
 from mecharm_tools.cli import main as mecharm_main
 from recorder import events
 from recorder.events import RecordingMeta
+
+LEDGER_COLUMNS = RECORDS.ledger_columns
 
 
 def _row(i: int, **kw: object) -> dict[str, object]:

@@ -98,7 +98,12 @@ async def test_full_trial_completes_with_all_records(
     lines: list[tuple[str, str, str]] = []
     t = await run_trial(rig, on_stage=lambda *a: lines.append(a))
     await client.aclose()
-    assert (t.status, t.reason, t.pick_verdict, t.place_verdict) == ("completed", "", "yes", "yes")
+    assert (t.status, t.reason, t.outcome["pick_verdict"], t.outcome["place_verdict"]) == (
+        "completed",
+        "",
+        "yes",
+        "yes",
+    )
     assert [ln[0] for ln in lines] == [s.value for s in STAGE_ORDER if s is not Stage.RETRY_PICK]
     # every send was guarded, none above j1 88°, and all were accepted by the arm
     assert sends and all(s["angles"][1] <= 88.0 and s["accepted"] for s in sends)
@@ -249,7 +254,7 @@ async def test_pick_retry_then_success(
     stages: list[str] = []
     t = await run_trial(rig, on_stage=lambda s, o, r: stages.append(f"{s}:{o}"))
     await client.aclose()
-    assert t.status == "completed" and t.pick_attempts == 2
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 2
     assert "lift_and_judge:retry" in stages and "retry_pick:ok" in stages
     assert stages.count("detect:ok") == 2
 
@@ -264,7 +269,9 @@ async def test_pick_judged_no_three_times_aborts(
     t = await run_trial(rig)
     await client.aclose()
     assert (
-        t.status == "stopped" and t.pick_attempts == 3 and "judged no after 3 attempts" in t.reason
+        t.status == "stopped"
+        and t.outcome["pick_attempts"] == 3
+        and "judged no after 3 attempts" in t.reason
     )
 
 
@@ -489,9 +496,9 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
     assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
     assert lost[0]["value"]["tip_moved_mm"] >= 10.0
-    assert not t.block_held  # nothing announces a block in the jaws
+    assert not t.held  # nothing announces a block in the jaws
     # the place is judged where the block went: retreat, judge, HOME, no release
-    assert t.status == "completed" and t.place_verdict != "", t.reason
+    assert t.status == "completed" and t.outcome["place_verdict"] != "", t.reason
     kinds = [e["kind"] for e in _trace(t) if e["event"] == "decision"]
     assert "block_lost" in kinds and "release_check" not in kinds
     stages = [e["to"] for e in _trace(t) if e["event"] == "transition"]

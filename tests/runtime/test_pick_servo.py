@@ -165,7 +165,7 @@ async def test_servo_closes_the_offset_and_memory_learns_it(
 ) -> None:
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
-    assert t.status == "completed" and t.pick_attempts == 1, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 1, t.reason
     steps = _decisions(t, "pick_servo")
     assert (
         steps[0]["action"] == "move"
@@ -194,7 +194,7 @@ async def test_a_retry_after_servo_steps_goes_down_and_up_the_servo_s_way(
     # servoed pose and comes up again through the poses the servo went, each within the bound
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
-    assert t.status == "completed" and t.pick_attempts == 2, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 2, t.reason
     notes = [c["note"] for c in _decisions(t, "command")]
     assert any(n.startswith("pick servo") for n in notes)
     assert any(n.startswith("retry: lower to the mat") for n in notes)
@@ -326,7 +326,7 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
     _refuse_servo_steps(monkeypatch)
     eyes = OffsetEyes(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
-    assert t.status == "completed" and t.pick_verdict == "yes", t.reason
+    assert t.status == "completed" and t.outcome["pick_verdict"] == "yes", t.reason
     (redescent,) = _decisions(t, "pick_redescend")
     assert redescent["used"] and redescent["tip_mm"] > RuntimeSettings().pick_redescend_mm
     # one bounded servo step: the aim moved by at most pick_servo_step_mm
@@ -403,7 +403,7 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
         )
         assert c["angles"][1] <= s.j1_max
         prev = c["angles"]
-    assert t.pick_verdict == "yes", t.reason
+    assert t.outcome["pick_verdict"] == "yes", t.reason
 
 
 @pytest.mark.slow
@@ -416,7 +416,7 @@ async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
     t = await _trial(
         sim_daemon, tmp_path, fk_data_dir, eyes, pick_servo_max_iter=0, max_pick_attempts=2
     )
-    assert t.status == "completed" and t.pick_attempts == 2, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 2, t.reason
     first, *_ = _decisions(t, "correction_update")
     assert first["updated"] and math.hypot(first["dx_mm"], first["dz_mm"]) > GRASP_MM
     assert _decisions(t, "pick_servo") == []
@@ -464,7 +464,7 @@ def test_e2e_offset_profile_first_pick_holds_after_servo_steps(
     root = tmp_path / "root"
     root.mkdir()
     t, truth = _e2e(root, fk_data_dir, tmp_path / "logs", 100, str(prof))
-    assert t.status == "completed" and t.pick_attempts == 1, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 1, t.reason
     moved = [s for s in _decisions(t, "pick_servo") if s["action"] == "move"]
     first_tip = moved[0]
     assert math.hypot(first_tip["tip_dx_mm"], first_tip["tip_dz_mm"]) > GRASP_MM

@@ -126,7 +126,7 @@ async def test_hidden_block_at_release_stops_in_the_hover_holding_it(
     eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
-    assert t.status == "stopped" and t.block_held
+    assert t.status == "stopped" and t.held
     # the statement follows what the top camera saw at the tip, not the belief alone
     assert t.held_evidence == "seen"
     (look,) = _decisions(t, "held_block_check")
@@ -191,7 +191,7 @@ async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
     eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, release_refused="hold")
-    assert t.status == "stopped" and t.block_held and t.held_evidence == "not_seen"
+    assert t.status == "stopped" and t.held and t.held_evidence == "not_seen"
     (told,) = [e for e in logs if e["event"] == "block_held_at_stop"]
     assert told["evidence"] == "not_seen"
     # looked at the release, then after the place judge at the swept retreat
@@ -199,7 +199,7 @@ async def test_a_block_not_seen_at_the_tip_is_not_announced_as_held(
         "release",
         "retreat_and_judge",
     ]
-    assert t.place_verdict == "no"  # judged where it might have gone first
+    assert t.outcome["place_verdict"] == "no"  # judged where it might have gone first
 
 
 @pytest.mark.slow
@@ -211,7 +211,7 @@ async def test_a_put_back_of_a_block_seen_nowhere_says_what_was_done(
     gripper was opened there, not that a block nobody saw was put back."""
     eyes = GoneAtRelease(sim_daemon.arm, BLOCK, BOX)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
-    assert t.status == "stopped" and not t.block_held, t.reason
+    assert t.status == "stopped" and not t.held, t.reason
     assert t.reason.endswith("; the gripper was opened on the mat where the block was picked")
     assert _decisions(t, "put_back")
 
@@ -228,7 +228,7 @@ async def test_a_refused_release_puts_the_block_back_where_it_was_picked(
     eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
     with capture_logs() as logs:
         t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
-    assert t.status == "stopped" and not t.block_held, t.reason
+    assert t.status == "stopped" and not t.held, t.reason
     assert t.reason.endswith("; the block was put back on the mat"), t.reason
     (put,) = _decisions(t, "put_back")
     assert put["value"]["why"].startswith("block not seen above the box opening")
@@ -279,7 +279,7 @@ async def test_abort_while_holding_hovers_instead_of_going_home(
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, (-0.33, 0.40))
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
     assert t.status == "stopped" and "lookup out_of_range" in t.reason, t.reason
-    assert t.block_held
+    assert t.held
     notes = [c["value"]["note"] for c in _decisions(t, "command")]
     assert "abort: home" not in notes and notes[-1] == "abort: hover"
     assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
@@ -334,7 +334,7 @@ async def test_pick_retry_opens_only_at_the_mat(
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes)
-    assert t.status == "completed" and t.pick_attempts == 2, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] == 2, t.reason
     opens = _pose_at_gripper(t, "open")
     retry = [(pose, e) for pose, e in opens if e["stage"] == "retry_pick"]
     assert len(retry) == 1
@@ -408,7 +408,7 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
     )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
-    assert t.status == "stopped" and t.block_held, t.reason
+    assert t.status == "stopped" and t.held, t.reason
     assert t.reason.startswith("release refused: block not seen above the box opening (top: ")
     (check,) = _decisions(t, "release_check")
     view = next(e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "release_view")
@@ -444,7 +444,7 @@ async def test_sim_block_dropped_in_transit_is_not_released(
     assert (
         "the block is not in the jaws: block not seen above the box opening" in lost["value"]["why"]
     )
-    assert t.place_verdict == "no"
+    assert t.outcome["place_verdict"] == "no"
     assert t.status == "stopped", t.reason
     assert t.reason == (
         "retreat_and_judge: the block is not in the box and not seen at the tip: it may still "
@@ -472,13 +472,13 @@ async def test_sim_block_that_fell_into_the_box_before_the_release_is_judged_pla
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
-    assert t.status == "completed" and t.place_verdict == "yes", t.reason
+    assert t.status == "completed" and t.outcome["place_verdict"] == "yes", t.reason
     (look,) = _decisions(t, "held_block_check")
     assert look["stage"] == "release" and look["value"]["seen"] is False
     assert [d["value"]["confirmed"] for d in _decisions(t, "release_check")] == [False]
     # nothing opened over the box or on the mat: the jaws were already empty
     assert [g["value"]["action"] for g in _decisions(t, "gripper")] == ["open", "close"]
-    assert not _decisions(t, "put_back") and not t.block_held
+    assert not _decisions(t, "put_back") and not t.held
     assert workcell.truth()["block"]["resting_on"] == "box"
 
 
@@ -538,7 +538,7 @@ async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=2)
     assert t.status == "stopped" and "judged no after 2 attempts" in t.reason, t.reason
-    assert not t.block_held
+    assert not t.held
     opens = [(p, e) for p, e in _pose_at_gripper(t, "open") if e["stage"] == "abort"]
     cmds = [c for c in _decisions(t, "command") if c["stage"] == "abort"]
     lowered = next(c for c in cmds if c["value"]["note"] == "abort: lower to the mat")
@@ -566,7 +566,7 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     )
     out = io.StringIO()
     report = await run_service(s, out=out)
-    assert len(report.trials) == 1 and report.trials[0].block_held
+    assert len(report.trials) == 1 and report.trials[0].held
     assert report.stopped_by == "block held in the gripper (take it out by hand)"
     said = out.getvalue()
     assert "release refused: block not seen above the box opening" in said
@@ -613,7 +613,7 @@ async def test_sim_service_goes_on_after_a_refused_release_put_back(
     report = await run_service(s, out=out)
     assert len(report.trials) == 2 and not report.stopped_by, report.stopped_by
     for t in report.trials:
-        assert t.status == "stopped" and not t.block_held
+        assert t.status == "stopped" and not t.held
         assert t.reason.endswith("; the block was put back on the mat"), t.reason
     truth = workcell.truth()
     assert not truth["grasped"] and truth["block"]["resting_on"] == "mat"

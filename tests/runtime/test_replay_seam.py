@@ -154,7 +154,7 @@ async def test_trace_replays_to_identical_decisions(
     )
     t = await run_trial(rig)
     await client.aclose()
-    assert t.status == "completed" and t.pick_attempts >= 2, t.reason
+    assert t.status == "completed" and t.outcome["pick_attempts"] >= 2, t.reason
     recorded = list(read_trace(t.trace_path))
 
     inputs = _Inputs(recorded)

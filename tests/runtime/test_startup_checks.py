@@ -25,9 +25,10 @@ from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lookup import build_table, load_table
 from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
 from mecharm_runtime.lookup.table import file_checksum
+from mecharm_runtime.pick_place.records import RECORDS
 from mecharm_runtime.recorder_link import RecorderLink
 from mecharm_runtime.records.backlog import Backlog
-from mecharm_runtime.records.ledger import LEDGER_COLUMNS, LedgerError, RecordingInfo, append_row
+from mecharm_runtime.records.ledger import LedgerError, RecordingInfo, append_row
 from mecharm_runtime.trial import TrialSummary
 from mecharm_tools.cli import main as mecharm_main
 
@@ -88,7 +89,7 @@ def test_edited_header_stops_the_run_before_any_trial(
 ) -> None:
     layout = DataRoot(tmp_path)
     layout.runs.mkdir()
-    header = [c if c != "pick_verdict" else "pick_ok" for c in LEDGER_COLUMNS]
+    header = [c if c != "pick_verdict" else "pick_ok" for c in RECORDS.ledger_columns]
     with open(layout.ledger, "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerow(header)
     before = layout.ledger.read_bytes()
@@ -107,7 +108,7 @@ def test_older_header_names_the_migrate_command(
 ) -> None:
     layout = DataRoot(tmp_path)
     layout.runs.mkdir()
-    layout.ledger.write_text(",".join(LEDGER_COLUMNS[:17]) + "\n")
+    layout.ledger.write_text(",".join(RECORDS.ledger_columns[:17]) + "\n")
     r = _runtime(tmp_path, daemon_listener.getsockname()[1])
     assert r.returncode == 4 and "Traceback" not in r.stderr
     assert f"mecharm ledger migrate {layout.ledger}" in r.stderr
@@ -187,8 +188,9 @@ async def test_service_stops_when_a_trials_row_did_not_reach_the_ledger(
             append_row(layout.ledger, _row(i))
         return TrialSummary(
             run_stem=str(_row(i)["run_stem"]), status="completed", reason="", dry_run=True,
-            duration_s=1.0, pick_verdict="yes", pick_confidence=None, place_verdict="yes",
-            place_confidence=None, pick_attempts=1, moves=0,
+            duration_s=1.0, task="pick_place",
+            outcome={"pick_verdict": "yes", "place_verdict": "yes", "pick_attempts": 1},
+            succeeded=True, verdicts="pick yes place yes", moves=0,
             recording=RecordingInfo(),
             run_dir=tmp_path, trace_path=tmp_path / "t",
         )  # fmt: skip

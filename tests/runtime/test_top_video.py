@@ -352,8 +352,8 @@ def assert_same_decisions(a: TrialSummary, b: TrialSummary) -> None:
     cmds = [[e["value"]["angles"] for e in d if e.get("kind") == "command"] for d in (da, db)]
     for x, y in zip(*cmds, strict=True):
         assert max(abs(p - q) for p, q in zip(x, y, strict=True)) < 0.5
-    assert (a.status, a.reason, a.pick_verdict, a.place_verdict) == (
-        b.status, b.reason, b.pick_verdict, b.place_verdict
+    assert (a.status, a.reason, a.outcome["pick_verdict"], a.outcome["place_verdict"]) == (
+        b.status, b.reason, b.outcome["pick_verdict"], b.outcome["place_verdict"]
     )  # fmt: skip
 
 

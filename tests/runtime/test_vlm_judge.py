@@ -139,7 +139,7 @@ def test_vlm_verdicts_adopted_and_the_trace_replays_without_the_api(
     # the model's "no" (0.97 >= 0.7) wins over the geometric "yes": the rule, not the geometry
     assert (place["verdict"], place["confidence"], place["judge"]) == ("no", 0.97, "vlm")
     assert place["details"]["geometric"]["verdict"] == "yes"
-    assert t.pick_verdict == "yes" and t.place_verdict == "no"
+    assert t.outcome["pick_verdict"] == "yes" and t.outcome["place_verdict"] == "no"
     calls = _api_calls(api)
     assert len(calls) == 2 and all(c["images"] == 3 for c in calls)
     assert all(c["model"] == "claude-sonnet-4-6" for c in calls)

@@ -20,7 +20,9 @@ import pytest
 
 from mecharm_common.layout import DataRoot
 from mecharm_dev import lerobot_check as lc
-from mecharm_runtime.records.ledger import LEDGER_COLUMNS
+from mecharm_runtime.pick_place.records import RECORDS
+
+LEDGER_COLUMNS = RECORDS.ledger_columns
 
 PROBE = Path(lc.__file__).with_name("lerobot_probe.py")
 STRINGS = ("run_stem", "rig_id", "pick_verdict", "place_verdict", "judge", "recording_status")

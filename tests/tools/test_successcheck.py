@@ -198,18 +198,23 @@ def _summary(**kw: Any) -> TrialSummary:
         "reason": "",
         "dry_run": False,
         "duration_s": 12.0,
-        "pick_verdict": "yes",
-        "pick_confidence": 0.9,
-        "place_verdict": "yes",
-        "place_confidence": 0.9,
-        "pick_attempts": 1,
+        "task": "pick_place",
+        "succeeded": True,
+        "verdicts": "pick yes place yes",
         "moves": 9,
         "recording": RecordingInfo(),
         "run_dir": Path("/nowhere"),
         "trace_path": Path("/nowhere/trace.jsonl"),
         "scene_seed": 9100,
     }
-    return TrialSummary(**{**base, **kw})
+    outcome = {"pick_verdict": "yes", "pick_confidence": 0.9, "place_verdict": "yes",
+               "place_confidence": 0.9, "pick_attempts": 1}  # fmt: skip
+    for key in list(kw):
+        if key in outcome:
+            outcome[key] = kw.pop(key)
+    if "block_held" in kw:
+        kw["held"] = kw.pop("block_held")
+    return TrialSummary(**{**base, "outcome": outcome, **kw})
 
 
 def _cap(kind: str, claim: Any, truth: dict[str, Any] | None) -> sc.Capture:
