@@ -377,7 +377,10 @@ class DataRoot:
 
     @property
     def report(self) -> Path:
-        return self.root / REPORT
+        """``report.html`` for the default task (every root's page before tasks had names),
+        ``<task>_report.html`` for another."""
+        name = REPORT if self.task == DEFAULT_TASK else f"{self.task}_{REPORT}"
+        return self.root / name
 
     @property
     def orphan_frames(self) -> Path:

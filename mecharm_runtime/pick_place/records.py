@@ -2,8 +2,9 @@
 
 Its ledger columns — the two verdicts with their confidences, the pick attempts, where the
 block and the box were seen — are folded from the trial's trace: the last pick verdict
-(or its revision by a later recheck), the last place verdict, one attempt per pick
-verdict, the last scene seen. The same fold gives the row of a trial that ended normally
+(or its revision by a later recheck), the last place verdict, one attempt per run of
+lift_and_judge (a judgement that failed, on a frozen camera say, is an attempt too), the
+last scene seen. The same fold gives the row of a trial that ended normally
 and of one a crash cut (records/reconcile.py), so the two never disagree.
 """
 
@@ -23,16 +24,19 @@ def _xz(v: Any, i: int) -> float | None:
 
 
 def _from_trace(lines: TraceLines) -> dict[str, Any]:
-    out: dict[str, Any] = {"pick_verdict": "", "place_verdict": "", "pick_attempts": 0}
+    out: dict[str, Any] = {"pick_verdict": "", "place_verdict": ""}
     block = box = None
+    judged = lifts = 0
     for e in lines:
         ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
+        if ev == "transition" and e.get("frm") == "lift_and_judge":
+            lifts += 1  # an attempt whose judgement failed (a frozen camera) counts too
         if not isinstance(value, dict):
             continue
         if ev == "input" and kind == "pick_verdict":
             out["pick_verdict"] = value.get("verdict", "")
             out["pick_confidence"] = value.get("confidence")
-            out["pick_attempts"] += 1
+            judged += 1
         elif ev == "input" and kind == "place_verdict":
             out["place_verdict"] = value.get("verdict", "")
             out["place_confidence"] = value.get("confidence")
@@ -43,6 +47,7 @@ def _from_trace(lines: TraceLines) -> dict[str, Any]:
             if isinstance(revised, dict):  # the pick judged again from later evidence
                 out["pick_verdict"] = revised.get("verdict", "")
                 out["pick_confidence"] = revised.get("confidence")
+    out["pick_attempts"] = max(judged, lifts)
     out.update(block_x=_xz(block, 0), block_z=_xz(block, 1), box_x=_xz(box, 0), box_z=_xz(box, 1))
     return out
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from mecharm_common.config import ConfigError, load_settings
-from mecharm_common.layout import LEDGER, RUNS_DIR
+from mecharm_common.layout import LEDGER_SUFFIX, RUNS_DIR
 from mecharm_common.logging import configure_logging
 from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.lerobot import DatasetError, ExportReport, export_lerobot
@@ -24,7 +24,7 @@ def _print_report(rep: ExportReport, dry_run: bool) -> None:
     for ep in rep.exported:
         print(
             f"{verb} {ep.run_stem} as episode {ep.episode_index}: {ep.length} frames (from {ep.source_frames} recorded), "
-            f"rig {ep.rig_id}, {'success' if ep.success else 'not placed'}"
+            f"rig {ep.rig_id}, {'success' if ep.success else 'no success'}"
             + (f" [{ep.note}]" if ep.note else ""),
             file=out,
         )
@@ -57,6 +57,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "fps": args.fps,
                 "select": args.select,
                 "task": args.task,
+                "trials_of": args.trials_of,
                 "include_crashed": True if args.include_crashed else None,
                 "allow_synthetic": True if args.allow_synthetic else None,
                 "cameras": args.cameras,
@@ -127,7 +128,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     lr = sub.add_parser(
         "lerobot", help="export recorded trials as a LeRobot v3.0 dataset (incremental)"
     )
-    lr.add_argument("--root", required=True, help=f"data root holding {RUNS_DIR}/{LEDGER}")
+    lr.add_argument(
+        "--root", required=True, help=f"data root holding {RUNS_DIR}/<task>{LEDGER_SUFFIX}"
+    )
+    lr.add_argument(
+        "--trials-of",
+        dest="trials_of",
+        metavar="TASK",
+        help="the runtime task whose trials are exported: its ledger, success rule and "
+        "verdicts (default pick_place; docs/tasks.md)",
+    )
     lr.add_argument(
         "--out", required=True, help="dataset folder (created, or extended with new trials)"
     )
@@ -139,7 +149,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     lr.add_argument(
         "--run", action="append", metavar="RUN_STEM", help="only this trial (repeatable)"
     )
-    lr.add_argument("--task", help="task text for the new episodes")
+    lr.add_argument(
+        "--task", help="task text for the new episodes (default: the runtime task's words)"
+    )
     lr.add_argument(
         "--include-crashed",
         action="store_true",

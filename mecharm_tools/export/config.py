@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from mecharm_common.config import RigSettings
 from mecharm_common.gripper import GRIPPER_SETTLE_S
+from mecharm_common.layout import DEFAULT_TASK as LAYOUT_DEFAULT_TASK
 from mecharm_common.rigid import check_rig_id
+
+if TYPE_CHECKING:
+    from mecharm_runtime.records.outcome import TaskRecords
 
 __all__ = ["CAMERAS", "DEFAULT_TASK", "ExportSettings"]
 
+#: pick-and-place's words (its ``TaskRecords.instruction``): the dataset's task string when
+#: neither ``task`` nor a task of its own is given
 DEFAULT_TASK = "put the red block in the white box"
 #: the cameras a dataset can carry, in the order their features are written; the side
 #: camera's frame log sets the rows, so it is always one of them
@@ -27,7 +33,12 @@ class ExportSettings(RigSettings):
 
     #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (docs/recorder.md)
     fps: int = Field(10, ge=1, le=60)
-    task: str = Field(DEFAULT_TASK, min_length=1, max_length=500)
+    #: the runtime task whose trials are exported: its ledger, run folders, selection
+    #: columns and per-episode verdicts (docs/tasks.md); fixed by a dataset's first export
+    trials_of: str = LAYOUT_DEFAULT_TASK
+    #: the dataset's task string (what a language-conditioned policy is told); "" = the
+    #: runtime task's own words (pick_place: "put the red block in the white box")
+    task: str = Field("", max_length=500)
     robot_type: str = Field("mecharm270", min_length=1, max_length=64)
     #: ledger selection (see docs/lerobot.md): a preset name or column=value conditions
     select: str = "success"
@@ -104,10 +115,37 @@ class ExportSettings(RigSettings):
         v = v.strip()
         return check_rig_id(v) if v else v  # "" = the data root's folder name
 
-    @field_validator("task", "robot_type")
+    @field_validator("robot_type")
     @classmethod
     def _printable(cls, v: str) -> str:
         v = v.strip()
         if not v or not v.isprintable():
             raise ValueError("must be non-empty printable text")
         return v
+
+    @field_validator("task")
+    @classmethod
+    def _task_words(cls, v: str) -> str:
+        v = v.strip()
+        if not v.isprintable():
+            raise ValueError("must be printable text")
+        return v
+
+    @field_validator("trials_of")
+    @classmethod
+    def _trials_of(cls, v: str) -> str:
+        from mecharm_runtime.tasks import get_task  # the registry imports the runtime's tasks
+
+        return get_task(v).name
+
+    @property
+    def records(self) -> TaskRecords:
+        """The records of the task whose trials are exported."""
+        from mecharm_runtime.tasks import task_records
+
+        return task_records(self.trials_of)
+
+    @property
+    def task_words(self) -> str:
+        """The dataset's task string: ``task``, else the runtime task's instruction."""
+        return self.task or self.records.instruction

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mecharm_common.fsutil import atomic_write_bytes
+from mecharm_common.layout import DEFAULT_TASK
 from mecharm_common.logging import get_logger
 from mecharm_tools.export import layout as L
 from mecharm_tools.export.config import ExportSettings
@@ -249,9 +250,21 @@ def write_derived(out: Path, manifest: dict[str, Any], rows: list[dict[str, Any]
             manifest["fps"],
             video["codec"],
             top=top_video_size(manifest),
+            fields=dataset_fields(manifest),
         ),
     )
     _write_json4(out / L.INFO_PATH, info)
+
+
+def dataset_trials_of(manifest: dict[str, Any]) -> str:
+    """The runtime task whose trials the dataset holds; a manifest from before tasks had
+    names: pick_place."""
+    return str(manifest.get("trials_of", DEFAULT_TASK))
+
+
+def dataset_fields(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The dataset's per-episode fields; a manifest from before tasks had names: pick_place's."""
+    return tuple(manifest.get("episode_fields", L.EPISODE_FIELDS))
 
 
 def dataset_cameras(manifest: dict[str, Any]) -> list[str]:
@@ -289,6 +302,9 @@ def new_manifest(
         "video": {"key": L.VIDEO_KEY, "codec": "h264", "height": size[0], "width": size[1]},
         "cameras": list(settings.cameras),
         **top,
+        # the runtime task whose trials it holds, and so its per-episode fields (docs/tasks.md)
+        "trials_of": settings.trials_of,
+        "episode_fields": list(L.episode_fields(settings.records.verdicts)),
         "tasks": [],
         "episodes": [],
         "files": [],

@@ -8,6 +8,7 @@ info.json keys.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,13 @@ __all__ = [
     "VIDEO_PATH",
     "camera_keys",
     "data_schema",
+    "episode_columns",
+    "episode_features",
+    "episode_fields",
     "episodes_schema",
     "feature_order",
     "features",
+    "fields_of_features",
     "info_json",
     "next_file",
     "stats_from_row",
@@ -71,17 +76,34 @@ _OUTCOME_DTYPES = {"next.reward": "float32", "next.done": "bool", "next.success"
 #: per-episode fields, written twice (docs/lerobot-outcomes.md): as constant per-frame string
 #: features ``mecharm.<field>`` (every lerobot tool keeps data columns) and as meta/episodes
 #: columns ``mecharm/<field>`` plus ``mecharm/success`` (what lerobot's loader exposes per episode)
-EPISODE_FIELDS = (
-    "run_stem",
-    "rig_id",
-    "pick_verdict",
-    "place_verdict",
-    "judge",
-    "recording_status",
-)
-EPISODE_FEATURES = tuple(f"mecharm.{k}" for k in EPISODE_FIELDS)
+#: The verdicts are the runtime task's (its ``TaskRecords.verdicts``, docs/tasks.md):
+#: ``episode_fields`` gives a task's list; the constants below are the default task's.
+
+
+def episode_fields(verdicts: Sequence[str]) -> tuple[str, ...]:
+    """The per-episode fields of a dataset of a task with these verdict columns."""
+    return ("run_stem", "rig_id", *verdicts, "judge", "recording_status")
+
+
+def episode_features(fields: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"mecharm.{k}" for k in fields)
+
+
 SUCCESS_COLUMN = "mecharm/success"
-EPISODE_COLUMNS = (*(f"mecharm/{k}" for k in EPISODE_FIELDS), SUCCESS_COLUMN)
+
+
+def episode_columns(fields: Sequence[str]) -> tuple[str, ...]:
+    return (*(f"mecharm/{k}" for k in fields), SUCCESS_COLUMN)
+
+
+def fields_of_features(feats: Mapping[str, Any]) -> tuple[str, ...]:
+    """A dataset's per-episode fields, from its info.json features (``mecharm.<field>``)."""
+    return tuple(k.removeprefix("mecharm.") for k in feats if k.startswith("mecharm."))
+
+
+EPISODE_FIELDS = episode_fields(("pick_verdict", "place_verdict"))  # pick_place's (the default)
+EPISODE_FEATURES = episode_features(EPISODE_FIELDS)
+EPISODE_COLUMNS = episode_columns(EPISODE_FIELDS)
 #: features with statistics, in info.json order (lerobot: the dataset's own features in the
 #: order given, then its default index features; string features have no statistics)
 FEATURE_ORDER = ("observation.state", "action", VIDEO_KEY, *OUTCOME_FEATURES, *INDEX_FEATURES)
@@ -124,9 +146,10 @@ def features(
     codec: str = "h264",
     *,
     top: tuple[int, int] | None = None,
+    fields: Sequence[str] = EPISODE_FIELDS,
 ) -> dict[str, Any]:
     """The ``features`` block of info.json, in lerobot's order; ``top`` = (height, width)
-    of the top camera's video in a two-camera dataset."""
+    of the top camera's video in a two-camera dataset; ``fields`` the per-episode fields."""
     vec = {"dtype": "float32", "shape": [len(JOINT_NAMES)], "names": list(JOINT_NAMES)}
     scalar = {"shape": [1], "names": None}
     videos = {VIDEO_KEY: _video_feature(height, width, fps, codec)}
@@ -137,7 +160,7 @@ def features(
         "action": dict(vec, names=list(JOINT_NAMES)),
         **videos,
         **{k: {"dtype": _OUTCOME_DTYPES[k], **scalar} for k in OUTCOME_FEATURES},
-        **{k: {"dtype": "string", **scalar} for k in EPISODE_FEATURES},
+        **{k: {"dtype": "string", **scalar} for k in episode_features(fields)},
         "timestamp": {"dtype": "float32", **scalar},
         "frame_index": {"dtype": "int64", **scalar},
         "episode_index": {"dtype": "int64", **scalar},
@@ -185,8 +208,9 @@ def _list(t: pa.DataType, size: int = -1) -> pa.DataType:
     return pa.list_(pa.field("element", t), size)
 
 
-def data_schema() -> pa.Schema:
-    """Data file schema with the ``huggingface`` metadata that `datasets` reads features from."""
+def data_schema(episode: Sequence[str] = EPISODE_FIELDS) -> pa.Schema:
+    """Data file schema with the ``huggingface`` metadata that `datasets` reads features
+    from; ``episode``: the per-episode fields."""
     vec = _list(pa.float32(), len(JOINT_NAMES))
     fields = [
         pa.field("observation.state", vec),
@@ -194,7 +218,7 @@ def data_schema() -> pa.Schema:
         pa.field("next.reward", pa.float32()),
         pa.field("next.done", pa.bool_()),
         pa.field("next.success", pa.bool_()),
-        *(pa.field(k, pa.string()) for k in EPISODE_FEATURES),
+        *(pa.field(k, pa.string()) for k in episode_features(episode)),
         pa.field("timestamp", pa.float32()),
         pa.field("frame_index", pa.int64()),
         pa.field("episode_index", pa.int64()),
@@ -212,7 +236,7 @@ def data_schema() -> pa.Schema:
                 "observation.state": value,
                 "action": value,
                 **{k: {"dtype": _OUTCOME_DTYPES[k], "_type": "Value"} for k in OUTCOME_FEATURES},
-                **{k: {"dtype": "string", "_type": "Value"} for k in EPISODE_FEATURES},
+                **{k: {"dtype": "string", "_type": "Value"} for k in episode_features(episode)},
                 **{
                     k: {"dtype": "float32" if k == "timestamp" else "int64", "_type": "Value"}
                     for k in INDEX_FEATURES
@@ -235,7 +259,9 @@ def _stat_type(feature: str, stat: str) -> pa.DataType:
     return _list(pa.float64())
 
 
-def episodes_schema(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> pa.Schema:
+def episodes_schema(
+    video_keys: tuple[str, ...] = (VIDEO_KEY,), episode: Sequence[str] = EPISODE_FIELDS
+) -> pa.Schema:
     """meta/episodes schema: index ranges, each camera's video range, per-episode stats, own
     location, then our per-episode fields (extra columns lerobot's loader keeps and its merge
     carries)."""
@@ -262,7 +288,7 @@ def episodes_schema(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> pa.Schema:
     fields += [
         pa.field("meta/episodes/chunk_index", pa.int64()),
         pa.field("meta/episodes/file_index", pa.int64()),
-        *(pa.field(c, pa.string()) for c in EPISODE_COLUMNS if c != SUCCESS_COLUMN),
+        *(pa.field(c, pa.string()) for c in episode_columns(episode) if c != SUCCESS_COLUMN),
         pa.field(SUCCESS_COLUMN, pa.bool_()),
     ]
     return pa.schema(fields)

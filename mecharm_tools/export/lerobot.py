@@ -32,6 +32,7 @@ from mecharm_tools.export.config import ExportSettings
 from mecharm_tools.export.dataset import (
     DatasetError,
     dataset_cameras,
+    dataset_trials_of,
     exclusive,
     load_dataset_state,
     new_manifest,
@@ -98,9 +99,9 @@ class ExportReport:
 
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
-    keys = ("fps", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
+    keys = ("fps", "trials_of", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
             "max_frame_offset_s", "cameras", "top_width", "preset", "crf", "gop")  # fmt: skip
-    return {k: getattr(s, k) for k in keys}
+    return {k: getattr(s, k) for k in keys} | {"task": s.task_words}
 
 
 def export_lerobot(
@@ -130,7 +131,9 @@ def _export(
     t_start = time.perf_counter()
     root, out = Path(root), Path(out)
     report = ExportReport(out)
-    conditions = parse_select(settings.select)
+    records = settings.records  # the runtime task whose trials these are (docs/tasks.md)
+    task = settings.trials_of
+    conditions = parse_select(settings.select, records)
     state = load_dataset_state(out)
     if state is not None:
         m = state.manifest
@@ -141,6 +144,11 @@ def _export(
         if m["robot_type"] != settings.robot_type:
             raise DatasetError(
                 f"{out} has robot_type {m['robot_type']!r}, settings say {settings.robot_type!r}"
+            )
+        if dataset_trials_of(m) != task:
+            raise DatasetError(
+                f"{out} holds trials of task {dataset_trials_of(m)}; cannot add trials of "
+                f"{task} (their outcomes are other columns): export them into a new folder"
             )
         if dataset_cameras(m) != list(settings.cameras):
             raise DatasetError(
@@ -160,10 +168,10 @@ def _export(
     if state is None and not dry_run:
         for left in out.parent.glob(f".{out.name}.staging-*"):
             shutil.rmtree(left, ignore_errors=True)  # a first export that was interrupted
-    rows = read_ledger(root)
+    rows = read_ledger(root, task)
     if settings.include_crashed:
         conditions = with_crashed(conditions)
-        rows = resolve_crashed(root, rows)
+        rows = resolve_crashed(root, rows, task)
     if runs:
         unknown = sorted(runs - {row.get("run_stem", "") for _line, row in rows})
         if unknown:  # a typo must not export an empty dataset and exit 0
@@ -171,7 +179,7 @@ def _export(
                 f"--run {', '.join(unknown)}: no such trial in {root}'s ledger "
                 "(the ledger's run_stem column and the report list them)"
             )
-    cands, report.skipped = select_trials(root, rows, conditions, runs)
+    cands, report.skipped = select_trials(root, rows, conditions, runs, task)
     # an episode is (rig id, run stem): another rig's run_0001_... is a new episode
     done = (
         {(e["rig_id"], e["run_stem"]): e["episode_index"] for e in state.manifest["episodes"]}
@@ -190,11 +198,7 @@ def _export(
     new: list[tuple[Candidate, EpisodeInfo]] = []
     for cand in cands:
         info = episode_info(
-            root,
-            cand.run_stem,
-            {"pick_verdict": cand.pick_verdict, "place_verdict": cand.place_verdict},
-            cand.recording_status,
-            fallback_rig,
+            root, cand.run_stem, cand.row, cand.recording_status, fallback_rig, records
         )
         if info.key in done:
             report.already.append(
@@ -261,9 +265,10 @@ def _export(
     stage.mkdir(parents=True)
     writer = EpisodeWriter(stage, settings, state, sizes)
     try:
-        if settings.task not in manifest["tasks"]:
-            manifest["tasks"].append(settings.task)
-        task_index = manifest["tasks"].index(settings.task)
+        words = settings.task_words
+        if words not in manifest["tasks"]:
+            manifest["tasks"].append(words)
+        task_index = manifest["tasks"].index(words)
         start = report.total_frames
         total_rows = sum(len(p.ep) for p in ready)
         with tqdm(
@@ -275,7 +280,7 @@ def _export(
         ) as bar:
             for i, prep in enumerate(ready):
                 ep_index = n_old + i
-                writer.add(prep, ep_index, start, task_index, settings.task, bar.update)
+                writer.add(prep, ep_index, start, task_index, words, bar.update)
                 start += len(prep.ep)
                 report.exported.append(
                     ExportedEpisode(
@@ -294,8 +299,7 @@ def _export(
                         "episode_index": ep_index,
                         "run_stem": prep.rec.run_stem,
                         "rig_id": prep.info.rig_id,
-                        "pick_verdict": prep.info.pick_verdict,
-                        "place_verdict": prep.info.place_verdict,
+                        **dict(prep.info.verdicts),
                         "judge": prep.info.judge,
                         "success": prep.info.success,
                         "recording_status": prep.rec.meta.status,

@@ -1,6 +1,7 @@
 """What an exported episode carries besides its recording: the trial's outcome and provenance.
 
-Sources: the ledger row (pick and place verdicts), the recording's meta (its status) and
+Sources: the ledger row (the runtime task's verdicts and success rule, docs/tasks.md), the
+recording's meta (its status) and
 the trial's run log (the rig id and the judge). The dataset carries them twice
 (docs/lerobot-outcomes.md): per frame (``next.reward``/``next.done``/``next.success`` and
 constant ``mecharm.*`` strings, which every lerobot tool keeps) and per episode
@@ -10,15 +11,18 @@ constant ``mecharm.*`` strings, which every lerobot tool keeps) and per episode
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mecharm_common.fsutil import UnsafeNameError
-from mecharm_common.layout import DataRoot
+from mecharm_common.layout import DEFAULT_TASK, DataRoot
 from mecharm_common.logging import get_logger
 from mecharm_common.rigid import is_rig_id, rig_id_from
+from mecharm_runtime.records.outcome import TaskRecords
+from mecharm_tools.export.layout import episode_fields
 
 __all__ = ["EpisodeInfo", "default_rig_id", "episode_info", "outcome_columns", "runlog_fields"]
 
@@ -27,19 +31,29 @@ log = get_logger("mecharm_tools.export.outcomes")
 
 @dataclass(frozen=True)
 class EpisodeInfo:
-    """One episode's per-episode fields (layout.EPISODE_FIELDS, in that order)."""
+    """One episode's per-episode fields (``fields``: layout.episode_fields of the task's
+    verdicts, in that order)."""
 
     run_stem: str
     rig_id: str
-    pick_verdict: str
-    place_verdict: str
+    #: the task's verdict columns and their values, in the task's order
+    verdicts: tuple[tuple[str, str], ...]
     judge: str
     recording_status: str
+    #: a success by the task's rule (pick_place: both verdicts yes; ``--select success``)
+    success: bool
 
     @property
-    def success(self) -> bool:
-        """The trial placed the block: both verdicts yes (what ``--select success`` takes)."""
-        return self.pick_verdict == "yes" and self.place_verdict == "yes"
+    def fields(self) -> tuple[str, ...]:
+        return episode_fields([k for k, _v in self.verdicts])
+
+    def values(self) -> list[str]:
+        """The fields' values, in ``fields`` order."""
+        verdicts = dict(self.verdicts)
+        return [verdicts[k] if k in verdicts else str(getattr(self, k)) for k in self.fields]
+
+    def verdict(self, name: str) -> str:
+        return dict(self.verdicts).get(name, "")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -53,7 +67,7 @@ def default_rig_id(root: Path, setting: str) -> str:
     return setting or rig_id_from(Path(root).resolve().name)
 
 
-def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
+def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[str, str]:
     """``rig_id`` and ``judge`` from the trial's run log, each only when the log has it.
 
     The judge is the run log's top-level ``judge`` if any, else the judge setting the trial
@@ -62,7 +76,7 @@ def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
     or a malformed rig id is logged and ignored, and the caller's fallback applies.
     """
     try:
-        path = DataRoot(root).runlog(run_stem)
+        path = DataRoot(root, task).runlog(run_stem)
     except UnsafeNameError:
         return {}
     try:
@@ -99,17 +113,23 @@ def runlog_fields(root: Path, run_stem: str) -> dict[str, str]:
 
 
 def episode_info(
-    root: Path, run_stem: str, row: dict[str, str], recording_status: str, fallback_rig: str
+    root: Path,
+    run_stem: str,
+    row: Mapping[str, str],
+    recording_status: str,
+    fallback_rig: str,
+    records: TaskRecords,
 ) -> EpisodeInfo:
-    """The fields of one trial from its ledger ``row`` and its run log."""
-    fields = runlog_fields(root, run_stem)
+    """The fields of one trial of the task ``records`` describes, from its ledger ``row``
+    and its run log."""
+    fields = runlog_fields(root, run_stem, records.task)
     return EpisodeInfo(
         run_stem=run_stem,
         rig_id=fields.get("rig_id", fallback_rig),
-        pick_verdict=row.get("pick_verdict", ""),
-        place_verdict=row.get("place_verdict", ""),
+        verdicts=tuple((k, row.get(k, "")) for k in records.verdicts),
         judge=fields.get("judge", ""),
         recording_status=recording_status,
+        success=records.succeeded(row),
     )
 
 

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 
 from mecharm_cameras.factory import is_synthetic
 from mecharm_cameras.jpeg import jpeg_size
-from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
+from mecharm_common.layout import DEFAULT_TASK, FRAME_LOG, META, STATES, VIDEO, DataRoot
 from recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,
@@ -438,33 +438,35 @@ def _top_packets(video: Path) -> tuple[int, int, int]:
     return frames, size[0], size[1]
 
 
-def _runlog_top(root: Path, run_stem: str) -> str:
+def _runlog_top(root: Path, run_stem: str, task: str) -> str:
     """What the run log says about the top recording (``top_video``), for a refusal's reason."""
     try:
-        entry = json.loads(DataRoot(root).runlog(run_stem).read_text(encoding="utf-8"))["top_video"]
+        runlog = DataRoot(root, task).runlog(run_stem)
+        entry = json.loads(runlog.read_text(encoding="utf-8"))["top_video"]
         status, reason = str(entry.get("status", "")), str(entry.get("reason", ""))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return ""
     return f" (the run log says top_video {status}{': ' + reason if reason else ''})"
 
 
-def load_top_recording(root: Path, run_stem: str) -> TopRecording:
-    """Read and cross-check the top camera's recording of ``run_stem`` under the data root
-    ``root``; raise RecordingError naming what is missing or wrong and what to do."""
-    files = DataRoot(root)
+def load_top_recording(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> TopRecording:
+    """Read and cross-check the top camera's recording of ``run_stem`` (a trial of ``task``)
+    under the data root ``root``; raise RecordingError naming what is missing or wrong and
+    what to do."""
+    files = DataRoot(root, task)
     video, log_path = files.top_video(run_stem), files.top_frame_log(run_stem)
     missing = [p.name for p in (video, log_path) if not p.is_file()]
     if missing:
         raise RecordingError(
             f"no top camera recording: {' and '.join(missing)} missing in the run folder"
-            f"{_runlog_top(root, run_stem)}; {_NO_TOP}"
+            f"{_runlog_top(root, run_stem, task)}; {_NO_TOP}"
         )
     frame_ts = _read_frame_log(log_path)
     frames, width, height = _top_packets(video)
     if frames != len(frame_ts):
         raise RecordingError(
             f"{video.name} holds {frames} frames but {log_path.name} lists {len(frame_ts)}"
-            f"{_runlog_top(root, run_stem)}"
+            f"{_runlog_top(root, run_stem, task)}"
         )
     if frames < 2:
         raise RecordingError(f"{video.name} holds only {frames} frame; {_NO_TOP}")

@@ -1,10 +1,11 @@
 """Choose the trials to export from the ledger, and say why every other trial was skipped.
 
-``--select`` is a preset name or comma-separated conditions on ledger columns:
-``column=value`` (``|`` separates alternatives, an empty value matches an empty
-cell) or ``column!=value``. Presets: ``success`` (default: recording ok and both
-verdicts yes), ``recorded`` (recording ok, any verdict), ``all`` (every row; broken
-recordings are still refused when read).
+The ledger is the runtime task's (``trials_of``; docs/tasks.md). ``--select`` is a preset
+name or comma-separated conditions on its columns: ``column=value`` (``|`` separates
+alternatives, an empty value matches an empty cell) or ``column!=value``. Presets:
+``success`` (default: recording ok and the task's success rule, pick_place: both verdicts
+yes), ``recorded`` (recording ok, any verdict), ``all`` (every row; broken recordings are
+still refused when read).
 
 ``--include-crashed`` (docs/lerobot.md, "Crashed recordings") widens a condition that
 accepts ``recording_status=ok`` to ``crashed`` too, and reads a ledger ``none`` as
@@ -16,13 +17,15 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mecharm_common.fsutil import UnsafeNameError, safe_join, validate_name
-from mecharm_common.layout import DataRoot, RecordingFiles
+from mecharm_common.layout import DEFAULT_TASK, DataRoot, RecordingFiles
 from mecharm_common.logging import get_logger
-from mecharm_runtime.records.ledger import default_records, ledger_path, unknown_column
+from mecharm_runtime.records.ledger import default_records, unknown_column
+from mecharm_runtime.records.outcome import TaskRecords
 from recorder.events import EventError, parse_recording_meta
 
 log = get_logger("mecharm_tools.export.selection")
@@ -34,17 +37,24 @@ __all__ = [
     "LedgerReadError",
     "Skipped",
     "parse_select",
+    "presets",
     "read_ledger",
     "resolve_crashed",
     "select_trials",
     "with_crashed",
 ]
 
-PRESETS: dict[str, str] = {
-    "success": "recording_status=ok,pick_verdict=yes,place_verdict=yes",
-    "recorded": "recording_status=ok",
-    "all": "",
-}
+#: the presets' names; what ``success`` means is the task's (``presets``)
+PRESETS: tuple[str, ...] = ("success", "recorded", "all")
+
+
+def presets(records: TaskRecords) -> dict[str, str]:
+    """The presets for the task ``records`` describes, as conditions."""
+    rule = ",".join(f"{c}={v}" for c, v in records.success.items())
+    return {"success": "recording_status=ok" + (f",{rule}" if rule else ""),
+            "recorded": "recording_status=ok", "all": ""}  # fmt: skip
+
+
 _REQUIRED = ("run_stem", "recording_path", "recording_status")
 
 
@@ -75,9 +85,8 @@ class Candidate:
     recording_dir: Path
     recording_status: str
     line: int
-    #: the ledger's verdicts: the episode's outcome (docs/lerobot-outcomes.md)
-    pick_verdict: str = ""
-    place_verdict: str = ""
+    #: the ledger row: the episode's outcome comes from it (docs/lerobot-outcomes.md)
+    row: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,9 +95,11 @@ class Skipped:
     reason: str
 
 
-def parse_select(text: str) -> list[Condition]:
-    """Parse a preset name or ``col=a|b,col!=c``; raise LedgerReadError naming the bad part."""
-    text = PRESETS.get(text.strip(), text.strip())
+def parse_select(text: str, records: TaskRecords | None = None) -> list[Condition]:
+    """Parse a preset name or ``col=a|b,col!=c`` on the ledger of the task ``records``
+    describes (default: the default task's); raise LedgerReadError naming the bad part."""
+    records = records or default_records()
+    text = presets(records).get(text.strip(), text.strip())
     conds: list[Condition] = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         negate = "!=" in part
@@ -98,8 +109,8 @@ def parse_select(text: str) -> list[Condition]:
             raise LedgerReadError(
                 f"--select: {part!r} is neither a preset ({', '.join(PRESETS)}) nor column=value"
             )
-        if col not in default_records().ledger_columns:
-            raise LedgerReadError(f"--select: {unknown_column(col)}")
+        if col not in records.ledger_columns:
+            raise LedgerReadError(f"--select: {unknown_column(col, records.ledger_columns)}")
         conds.append(Condition(col, frozenset(v.strip() for v in value.split("|")), negate))
     return conds
 
@@ -115,7 +126,7 @@ def with_crashed(conditions: list[Condition]) -> list[Condition]:
 
 
 def resolve_crashed(
-    root: Path, rows: list[tuple[int, dict[str, str]]]
+    root: Path, rows: list[tuple[int, dict[str, str]]], task: str = DEFAULT_TASK
 ) -> list[tuple[int, dict[str, str]]]:
     """Rows whose ledger says ``none`` but whose recording now has a crashed meta (repaired
     after the row was written) read as ``crashed``; the ledger file is not changed."""
@@ -124,7 +135,7 @@ def resolve_crashed(
         if row.get("recording_status") == "none":
             try:
                 rec_dir = _recording_dir(
-                    root, row.get("run_stem", ""), row.get("recording_path", "")
+                    root, row.get("run_stem", ""), row.get("recording_path", ""), task
                 )
                 meta = parse_recording_meta(RecordingFiles(rec_dir).meta.read_bytes())
             except (UnsafeNameError, OSError, EventError):
@@ -135,9 +146,10 @@ def resolve_crashed(
     return out
 
 
-def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:
-    """(line number, row) of every ledger record; raise LedgerReadError when unusable."""
-    path = ledger_path(root)
+def read_ledger(root: Path, task: str = DEFAULT_TASK) -> list[tuple[int, dict[str, str]]]:
+    """(line number, row) of every record of ``task``'s ledger; raise LedgerReadError when
+    unusable."""
+    path = DataRoot(root, task).ledger
     try:
         fh = open(path, encoding="utf-8", newline="")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
@@ -167,8 +179,8 @@ def read_ledger(root: Path) -> list[tuple[int, dict[str, str]]]:
     return rows
 
 
-def _recording_dir(root: Path, run_stem: str, rel: str) -> Path:
-    rel = rel.strip() or str(DataRoot.recording_rel(run_stem))
+def _recording_dir(root: Path, run_stem: str, rel: str, task: str = DEFAULT_TASK) -> Path:
+    rel = rel.strip() or str(DataRoot.recording_rel(run_stem, task))
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     return safe_join(root, *parts)
 
@@ -178,6 +190,7 @@ def select_trials(
     rows: list[tuple[int, dict[str, str]]],
     conditions: list[Condition],
     runs: set[str] | None = None,
+    task: str = DEFAULT_TASK,
 ) -> tuple[list[Candidate], list[Skipped]]:
     """Split ledger rows into candidates (in ledger order) and skipped trials with reasons."""
     chosen: list[Candidate] = []
@@ -202,7 +215,7 @@ def select_trials(
             skipped.append(Skipped(stem, f"not selected: {reason}"))
             continue
         try:
-            rec_dir = _recording_dir(root, stem, row.get("recording_path", ""))
+            rec_dir = _recording_dir(root, stem, row.get("recording_path", ""), task)
         except UnsafeNameError as exc:
             skipped.append(Skipped(stem, f"recording_path refused: {exc}"))
             continue
@@ -212,8 +225,7 @@ def select_trials(
                 rec_dir,
                 row.get("recording_status", ""),
                 lineno,
-                row.get("pick_verdict", ""),
-                row.get("place_verdict", ""),
+                row,
             )
         )
     if runs:

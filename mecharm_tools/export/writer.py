@@ -80,7 +80,7 @@ def prepare(
                 cand.recording_dir, cand.run_stem, allow_crashed=settings.include_crashed,
                 allow_synthetic=settings.allow_synthetic,
             )  # fmt: skip
-            top = load_top_recording(root, cand.run_stem) if with_top else None
+            top = load_top_recording(root, cand.run_stem, settings.trials_of) if with_top else None
             # "none"/"crashed" = the runtime's deadline passed without a meta; the meta that
             # came later (the recorder's, or the repair's) decides
             if (
@@ -161,6 +161,8 @@ class EpisodeWriter:
         #: (height, width) of each camera's video, by video key, in feature order
         self.sizes = sizes
         self.video_keys = tuple(sizes)
+        #: the per-episode fields of the task's datasets (layout.episode_fields)
+        self.fields = L.episode_fields(settings.records.verdicts)
         cs = settings.chunks_size
 
         def start(prefix: str) -> tuple[int, int]:
@@ -182,7 +184,9 @@ class EpisodeWriter:
         if self._data is None:
             rel = self._path(L.DATA_PATH, self.data_idx)
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
-            self._data = pq.ParquetWriter(self.stage / rel, L.data_schema(), compression="snappy")
+            self._data = pq.ParquetWriter(
+                self.stage / rel, L.data_schema(self.fields), compression="snappy"
+            )
             self.files.append(rel)
         return self._data
 
@@ -273,7 +277,7 @@ class EpisodeWriter:
             for source in sources.values():
                 source.close()
         to_ts = {key: videos[key].frames / fps for key in keys}
-        schema = L.data_schema()
+        schema = L.data_schema(self.fields)
         vec = schema.field("action").type
         outcome = outcome_columns(n, prep.info.success)
         data = {
@@ -286,7 +290,7 @@ class EpisodeWriter:
             **outcome,
             **{
                 f"mecharm.{k}": pa.repeat(pa.scalar(v, pa.string()), n)
-                for k, v in zip(L.EPISODE_FIELDS, episode_fields(prep.info), strict=True)
+                for k, v in zip(self.fields, prep.info.values(), strict=True)
             },
             "timestamp": pa.array(ts32, pa.float32()),
             "frame_index": pa.array(frame_index),
@@ -324,7 +328,7 @@ class EpisodeWriter:
             for stat, value in stats[feat].items():
                 meta[f"stats/{feat}/{stat}"] = np.asarray(value).tolist()
         meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
-        for k, v in zip(L.EPISODE_FIELDS, episode_fields(prep.info), strict=True):
+        for k, v in zip(self.fields, prep.info.values(), strict=True):
             meta[f"mecharm/{k}"] = v
         meta[L.SUCCESS_COLUMN] = prep.info.success
         self.rows.append(meta)
@@ -357,7 +361,9 @@ class EpisodeWriter:
             rel = self._path(L.EPISODES_PATH, self.meta_idx)
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(
-                pa.Table.from_pylist(self.rows, schema=L.episodes_schema(self.video_keys)),
+                pa.Table.from_pylist(
+                    self.rows, schema=L.episodes_schema(self.video_keys, self.fields)
+                ),
                 self.stage / rel,
                 compression="snappy",
             )
@@ -371,7 +377,3 @@ class EpisodeWriter:
             with contextlib.suppress(Exception):
                 if video is not None:
                     video.close()
-
-
-def episode_fields(info: EpisodeInfo) -> list[str]:
-    return [getattr(info, k) for k in L.EPISODE_FIELDS]

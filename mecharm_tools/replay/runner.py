@@ -2,7 +2,9 @@
 
 Why it reuses the runtime's own code: the point of a replay is to prove that the
 code as it is now takes the decisions the recorded trial took. So this runs
-``engine.run_stages`` (the pick-and-place task) and the trial's exit path (``trial.exit_path``) with the
+``engine.run_stages`` (the task the trace names, pick_place when it names none: the
+tasks whose context is pick-and-place's, docs/tasks.md) and the trial's exit path
+(``trial.exit_path``) with the
 replay ports (feed.py) and the constants the trace recorded — only ``overrides``
 (``--set KEY=VALUE``) change them, for "what if" questions. The memories start as
 the trace recorded them and are never saved; nothing touches the network or disk.
@@ -18,12 +20,15 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from mecharm_common.config import ConfigError, load_settings
+from mecharm_common.layout import DEFAULT_TASK
 from mecharm_runtime.config import NOT_CONSTANTS, REMOVED_SETTINGS, RuntimeSettings
 from mecharm_runtime.engine import run_stages
 from mecharm_runtime.lookup.j0 import ArcPose
 from mecharm_runtime.lookup.table import FkTable
 from mecharm_runtime.memories import CorrectionMemory, HeightMemory
-from mecharm_runtime.pick_place import TASK, Stage, TrialContext
+from mecharm_runtime.pick_place import TASK as PICK_PLACE
+from mecharm_runtime.pick_place import TrialContext
+from mecharm_runtime.tasks import get_task
 from mecharm_runtime.trial import Rig, exit_path
 from mecharm_tools.replay.compare import DecisionDiff, decisions_of, diff_decisions
 from mecharm_tools.replay.feed import (
@@ -107,6 +112,8 @@ def replay_settings(
         )
         for k in always:
             del values[k]
+    # the trial's task is the trace header's (a trace from before tasks had names: pick_place)
+    values["task"] = recorded.header.get("task") or DEFAULT_TASK
     values.update(overrides or {})
     # load_settings reads None as "flag not given" (the default); a recorded null (a rule
     # switched off) must stay null, so it is set after loading, if the key takes it
@@ -124,6 +131,12 @@ def replay_settings(
             raise ConfigError(
                 f"the trace's constants or --set: {k} = null is not a value this key takes"
             )
+    task = get_task(settings.task)
+    if task.context is not PICK_PLACE.context:  # replay builds pick-and-place's context
+        raise ConfigError(
+            f"the trace is a trial of task {task.name}, whose context is its own: replay "
+            "re-drives the tasks built on pick-and-place's context (docs/tasks.md)"
+        )
     return settings.model_copy(update=dict.fromkeys(nulls)), notes
 
 
@@ -189,10 +202,11 @@ async def replay(
     )
     rig = Rig(settings, arm, eyes, link, clock, table, arc_pick, arc_place, arm_alive=lambda: alive)
     trace.stage = "start"
-    last, reason = await run_stages(TASK, ctx, force)
-    if last is not Stage.DONE:
+    task = get_task(settings.task)
+    last, reason = await run_stages(task, ctx, force)
+    if last is not task.done:
         reason = await exit_path(ctx, rig, reason)
-    status = "completed" if last is Stage.DONE else "stopped"
+    status = "completed" if last is task.done else "stopped"
     trace.stage = "end"
     trace.result(status, reason)
     feed._drop_past()

@@ -13,20 +13,20 @@ import sys
 from pathlib import Path
 
 from mecharm_common.fsutil import atomic_write_bytes
-from mecharm_common.layout import REPORT, DataRoot
+from mecharm_common.layout import DEFAULT_TASK, REPORT, DataRoot
 from mecharm_tools.report.collect import BadRootError, collect
 from mecharm_tools.report.render import render
 
 __all__ = ["register", "run"]
 
 
-def run(root: Path, out: Path | None = None) -> int:
+def run(root: Path, out: Path | None = None, task: str = DEFAULT_TASK) -> int:
     try:
-        data = collect(root)
+        data = collect(root, task)
     except BadRootError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2
-    out = out if out is not None else DataRoot(root).report
+    out = out if out is not None else DataRoot(root, task).report
     try:
         atomic_write_bytes(out, render(data, out).encode("utf-8"))
         # the temp file was private (0600); a page is for anyone who may read the root
@@ -50,7 +50,7 @@ def run(root: Path, out: Path | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    return run(Path(args.root), Path(args.out) if args.out else None)
+    return run(Path(args.root), Path(args.out) if args.out else None, args.task)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         metavar="FILE",
-        help=f"where to write the page (default: {REPORT} at the data root)",
+        help=f"where to write the page (default: {REPORT} at the data root; "
+        f"<task>_{REPORT} for another task)",
+    )
+    parser.add_argument(
+        "--task",
+        default=DEFAULT_TASK,
+        help="the runtime task whose trials the page shows (default pick_place; docs/tasks.md)",
     )
     parser.set_defaults(func=_main)

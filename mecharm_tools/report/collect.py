@@ -16,8 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from mecharm_common.fsutil import UnsafeNameError, validate_name
-from mecharm_common.layout import DataRoot, RecordingFiles
+from mecharm_common.layout import DEFAULT_TASK, DataRoot, RecordingFiles
+from mecharm_runtime.records.ledger import default_records
+from mecharm_runtime.records.outcome import TaskRecords
 from mecharm_runtime.records.trace import read_trace
+from mecharm_runtime.tasks import UnknownTask, task_records
 from mecharm_tools.export.selection import LedgerReadError, read_ledger
 from recorder.events import EventError, parse_recording_meta
 
@@ -68,15 +71,13 @@ class TrialData:
     video: Path | None = None
     rerun: Path | None = None
     problems: list[str] = field(default_factory=list)
+    #: its task's records (pick_place's unless collect was told another task)
+    records: TaskRecords = field(default_factory=default_records)
 
     @property
     def success(self) -> bool:
-        r = self.row
-        return (
-            r.get("status") == "completed"
-            and r.get("pick_verdict") == "yes"
-            and r.get("place_verdict") == "yes"
-        )
+        """Completed, and a success by its task's rule (pick_place: both verdicts yes)."""
+        return self.row.get("status") == "completed" and self.records.succeeded(self.row)
 
     def number(self, column: str) -> float | None:
         """A numeric ledger cell, None when empty or not a number."""
@@ -91,12 +92,19 @@ class TrialData:
 class RunData:
     root: Path
     trials: list[TrialData]
+    #: the runtime task these trials ran (its verdicts and success rule, docs/tasks.md)
+    records: TaskRecords = field(default_factory=default_records)
 
 
-def collect(root: Path) -> RunData:
-    """Every ledger trial of ``root`` with its files; raise BadRootError when there is none."""
+def collect(root: Path, task: str = DEFAULT_TASK) -> RunData:
+    """Every trial of ``task`` in ``root``'s ledger with its files; raise BadRootError when
+    there is none."""
     root = Path(root)
-    dr = DataRoot(root)
+    try:
+        records = task_records(task)
+    except UnknownTask as exc:
+        raise BadRootError(str(exc)) from None
+    dr = DataRoot(root, task)
     if not root.exists():
         raise BadRootError(f"no such folder: {root}")
     if not root.is_dir():
@@ -108,7 +116,7 @@ def collect(root: Path) -> RunData:
             "wrote to (its --data-root), e.g. the one `make run` used"
         )
     try:
-        rows = read_ledger(root)
+        rows = read_ledger(root, task)
     except LedgerReadError as exc:
         raise BadRootError(f"{exc}; check it with `mecharm ledger verify {dr.ledger}`") from None
     if not rows:
@@ -117,11 +125,12 @@ def collect(root: Path) -> RunData:
     seen: dict[str, int] = {}
     for lineno, row in rows:
         t = _trial(dr, lineno, row)
+        t.records = records
         if t.stem in seen:  # one row per trial: a second one is the ledger's problem, shown
             t.problems.append(f"ledger line {lineno} repeats the run stem of line {seen[t.stem]}")
         seen.setdefault(t.stem, lineno)
         trials.append(t)
-    return RunData(root, trials)
+    return RunData(root, trials, records)
 
 
 def _trial(dr: DataRoot, lineno: int, row: dict[str, str]) -> TrialData:

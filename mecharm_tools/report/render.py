@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from mecharm_runtime.records.outcome import TaskRecords
 from mecharm_tools.report.collect import MemoryEvent, RunData, TrialData
 from mecharm_tools.report.stats import (
     Summary,
@@ -133,12 +134,12 @@ def render(data: RunData, page: Path, now: float | None = None) -> str:
         "<h1>mechArm run report</h1>",
         f'<p class="sub">Data root <code>{escape(str(data.root))}</code> · '
         f"{s.trials} trial(s), {escape(span)} · written {escape(stamp)}</p>",
-        _success(s),
+        _success(s, data.records),
         _failures(trials),
         _stages(trials),
         _memory(trials),
         _recording(s),
-        _trial_table(trials, page_dir),
+        _trial_table(trials, page_dir, data.records),
         "<footer>Made by <code>mecharm report</code> from the ledger, run logs, traces and "
         "recording metas. Numbers are explained in docs/report.md.</footer>",
         "</main></body></html>",
@@ -153,7 +154,7 @@ def _rate_class(part: int, whole: int) -> str:
     return "warn" if whole and part / whole >= 0.8 else "bad"
 
 
-def _success(s: Summary) -> str:
+def _success(s: Summary, records: TaskRecords) -> str:
     cards = [
         _card("trials", str(s.trials)),
         _card(
@@ -163,8 +164,10 @@ def _success(s: Summary) -> str:
             s.success / s.trials if s.trials else 0.0,
         ),
         _card("completed", f"{s.completed} / {s.trials}"),
-        _card("pick yes", f"{s.pick_yes} / {s.trials}"),
-        _card("place yes", f"{s.place_yes} / {s.trials}"),
+        *(
+            _card(f"{c.removesuffix('_verdict')} yes", f"{n} / {s.trials}")
+            for c, n in s.verdict_yes.items()
+        ),
         _card("recorded ok", f"{s.recording.get('ok', 0)} / {s.trials}"),
     ]
     if s.duration is not None:
@@ -179,10 +182,11 @@ def _success(s: Summary) -> str:
         for seed, (n, ok) in s.by_seed.items()
     )
     dry = f" {s.dry_run} of them dry runs." if s.dry_run else ""
+    rule = " and ".join(f"{c.replace('_', ' ')} {v}" for c, v in records.success.items())
     return (
         '<section id="success"><h2>Success rate</h2>'
         f'<div class="cards">{"".join(cards)}</div>'
-        f'<p class="sub">Success = status completed, pick verdict yes and place verdict yes.{dry}</p>'
+        f'<p class="sub">Success = status completed, {escape(rule)}.{dry}</p>'
         '<h3>By scene seed</h3><table style="width:auto;min-width:360px"><thead><tr><th>scene seed</th>'
         '<th class="n">trials</th><th class="n">success</th><th class="n">rate</th></tr></thead>'
         f"<tbody>{rows}</tbody></table></section>"
@@ -323,7 +327,12 @@ def _link(path: Path | None, page_dir: Path, text: str, absent: str, what: str) 
     return f'<a href="{escape(_href(path, page_dir))}">{escape(text)}</a>'
 
 
-def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
+def _label(column: str) -> str:
+    """A count column's header: ``pick_attempts`` -> ``attempts`` (what the page always said)."""
+    return column.rsplit("_", 1)[-1]
+
+
+def _trial_table(trials: Sequence[TrialData], page_dir: Path, records: TaskRecords) -> str:
     rows: list[str] = []
     anchors: set[str] = set()
     for i, t in enumerate(trials):
@@ -350,10 +359,9 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
             f"<td>{_link(t.run_dir, page_dir, t.stem, t.stem + ' (no folder)', 'run_dir')}</td>"
             f'<td class="n">{escape(r.get("scene_seed", ""))}</td>'
             f"<td>{_pill(status or '?', 'ok' if status == 'completed' else 'bad')}</td>"
-            f"<td>{_verdict(r.get('pick_verdict', ''))}</td>"
-            f"<td>{_verdict(r.get('place_verdict', ''))}</td>"
-            f'<td class="n">{escape(r.get("pick_attempts", ""))}</td>'
-            f'<td class="n">{_f(t.number("duration_s"), 1)}</td>'
+            + "".join(f"<td>{_verdict(r.get(c, ''))}</td>" for c in t.records.verdicts)
+            + "".join(f'<td class="n">{escape(r.get(c, ""))}</td>' for c in t.records.integer)
+            + f'<td class="n">{_f(t.number("duration_s"), 1)}</td>'
             f"<td>{_rec_pill(t.rec_status)}</td>"
             f'<td class="n">{"–" if t.rec_frames is None else t.rec_frames}</td>'
             f'<td class="n">{_f(t.rec_fps, 1)}</td>'
@@ -363,8 +371,10 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path) -> str:
         )
     return (
         '<section id="trials"><h2>Trials</h2><table><thead><tr><th class="n">#</th>'
-        '<th>run folder</th><th class="n">seed</th><th>status</th><th>pick</th><th>place</th>'
-        '<th class="n">attempts</th><th class="n">time s</th><th>recording</th>'
+        '<th>run folder</th><th class="n">seed</th><th>status</th>'
+        + "".join(f"<th>{escape(c.removesuffix('_verdict'))}</th>" for c in records.verdicts)
+        + "".join(f'<th class="n">{escape(_label(c))}</th>' for c in records.integer)
+        + '<th class="n">time s</th><th>recording</th>'
         '<th class="n">frames</th><th class="n">fps</th><th>video</th><th>Rerun</th><th>notes</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
     )

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mecharm_runtime.records.ledger import default_records
 from mecharm_tools.report.collect import TrialData
 
 __all__ = [
@@ -52,8 +53,8 @@ def spread(values: Sequence[float]) -> Spread | None:
 class Summary:
     trials: int
     completed: int
-    pick_yes: int
-    place_yes: int
+    #: verdict column -> trials judged yes, in the task's order
+    verdict_yes: dict[str, int]
     success: int
     dry_run: int
     unreadable: int
@@ -74,8 +75,7 @@ def summarize(trials: Sequence[TrialData]) -> Summary:
     return Summary(
         trials=len(trials),
         completed=sum(t.row.get("status") == "completed" for t in trials),
-        pick_yes=sum(t.row.get("pick_verdict") == "yes" for t in trials),
-        place_yes=sum(t.row.get("place_verdict") == "yes" for t in trials),
+        verdict_yes={c: sum(t.row.get(c) == "yes" for t in trials) for c in _verdicts(trials)},
         success=sum(t.success for t in trials),
         dry_run=sum(t.row.get("dry_run") == "1" for t in trials),
         unreadable=sum(bool(t.problems) for t in trials),
@@ -83,6 +83,11 @@ def summarize(trials: Sequence[TrialData]) -> Summary:
         recording=Counter(t.rec_status for t in trials),
         duration=spread(durations),
     )
+
+
+def _verdicts(trials: Sequence[TrialData]) -> tuple[str, ...]:
+    """The verdict columns of the trials' task (pick_place's when there are none)."""
+    return (trials[0].records if trials else default_records()).verdicts
 
 
 def _seed_key(seed: str) -> tuple[int, float, str]:
@@ -126,9 +131,12 @@ def failure_groups(trials: Sequence[TrialData]) -> list[FailureGroup]:
             reason = r.get("reason", "") or "stopped without a reason"
             key = reason_group(reason)
         elif r.get("status") == "completed":
-            which = "pick" if r.get("pick_verdict") != "yes" else "place"
-            verdict = r.get(f"{which}_verdict") or "no verdict"
-            reason = key = f"completed, {which} judged {verdict}"
+            # the first of the task's verdicts that was not yes (the task's own rule may
+            # also fail on its other columns: then the last verdict is named)
+            verdicts = t.records.verdicts or ("verdict",)
+            col = next((c for c in verdicts if r.get(c) != "yes"), verdicts[-1])
+            verdict = r.get(col) or "no verdict"
+            reason = key = f"completed, {col.removesuffix('_verdict')} judged {verdict}"
         else:
             reason = key = f"status {r.get('status', '')!r} in the ledger"
         g = groups.setdefault(key, FailureGroup(key, example=reason))

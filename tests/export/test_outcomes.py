@@ -230,7 +230,7 @@ def test_cli_rig_id_flag_and_report(
     assert main([*args, "--select", "recorded", "--rig-id", "lab-arm"]) == 0
     text = capsys.readouterr().out
     assert f"exported {recs.stem(0)} as episode 0: " in text
-    assert "rig lab-arm, success" in text and "rig lab-arm, not placed" in text
+    assert "rig lab-arm, success" in text and "rig lab-arm, no success" in text
     assert main([*args, "--rig-id", "bad\tid"]) == 2
     assert "rig_id" in capsys.readouterr().err
 
