@@ -14,13 +14,14 @@ from typing import Any
 from mecharm_common.config import did_you_mean
 from mecharm_common.layout import DEFAULT_TASK, LEDGER_SUFFIX
 from mecharm_runtime.engine import Task
+from mecharm_runtime.lift_return import TASK as LIFT_RETURN
 from mecharm_runtime.pick_place import TASK as PICK_PLACE
 from mecharm_runtime.records.outcome import TaskRecords
 
 __all__ = ["TASKS", "UnknownTask", "get_task", "records_for_ledger", "task_records"]
 
 #: every task, by name (``DEFAULT_TASK`` first)
-TASKS: dict[str, Task[Any, Any]] = {t.name: t for t in (PICK_PLACE,)}
+TASKS: dict[str, Task[Any, Any]] = {t.name: t for t in (PICK_PLACE, LIFT_RETURN)}
 assert DEFAULT_TASK in TASKS, "the default task must be registered"
 for _name, _task in TASKS.items():
     assert _task.records.task == _name, f"task {_name}: its records name {_task.records.task}"

@@ -1,0 +1,50 @@
+"""What a lift-and-return trial puts in the records (``TaskRecords``, records/outcome.py):
+the pick verdict and attempts, the return verdict and how far the block moved, where it
+was; folded from the trace as pick-and-place's are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mecharm_runtime.records.outcome import TaskRecords, TraceLines
+
+__all__ = ["RECORDS"]
+
+
+def _at(out: dict[str, Any], xz: Any) -> None:
+    if isinstance(xz, list) and len(xz) == 2 and all(isinstance(v, int | float) for v in xz):
+        out["block_x"], out["block_z"] = float(xz[0]), float(xz[1])
+
+
+def _from_trace(lines: TraceLines) -> dict[str, Any]:
+    out: dict[str, Any] = {"pick_verdict": "", "return_verdict": ""}
+    judged = lifts = 0
+    for e in lines:
+        ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
+        if ev == "transition" and e.get("frm") == "lift_and_judge":
+            lifts += 1  # an attempt whose judgement failed (a frozen camera) counts too
+        if not isinstance(value, dict):
+            continue
+        if ev == "input" and kind == "pick_verdict":
+            out["pick_verdict"] = value.get("verdict", "")
+            judged += 1
+        elif ev == "input" and kind == "scene" and e.get("stage") == "detect" and value.get("ok"):
+            _at(out, value.get("block_xz"))  # where detect saw the block (the last detect)
+        elif ev == "decision" and kind == "return_verdict":
+            out["return_verdict"] = value.get("verdict", "")
+            out["moved_mm"] = value.get("moved_mm")
+            _at(out, value.get("from_xz"))
+    out["pick_attempts"] = max(judged, lifts)
+    return out
+
+
+RECORDS = TaskRecords(
+    task="lift_return",
+    instruction="lift the red block and put it back where it was",
+    columns=("pick_verdict", "pick_attempts", "return_verdict", "moved_mm", "block_x", "block_z"),
+    from_trace=_from_trace,
+    verdicts=("pick_verdict", "return_verdict"),
+    numeric=("moved_mm", "block_x", "block_z"),
+    integer=("pick_attempts",),
+    success={"pick_verdict": "yes", "return_verdict": "yes"},
+)
