@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mecharm_runtime.pick_place.records import pick_outcome
 from mecharm_runtime.records.outcome import TaskRecords, TraceLines
 
 __all__ = ["RECORDS"]
@@ -17,24 +18,18 @@ def _at(out: dict[str, Any], xz: Any) -> None:
 
 
 def _from_trace(lines: TraceLines) -> dict[str, Any]:
-    out: dict[str, Any] = {"pick_verdict": "", "return_verdict": ""}
-    judged = lifts = 0
+    lines = list(lines)
+    out: dict[str, Any] = {**pick_outcome(lines), "return_verdict": ""}
     for e in lines:
         ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
-        if ev == "transition" and e.get("frm") == "lift_and_judge":
-            lifts += 1  # an attempt whose judgement failed (a frozen camera) counts too
         if not isinstance(value, dict):
             continue
-        if ev == "input" and kind == "pick_verdict":
-            out["pick_verdict"] = value.get("verdict", "")
-            judged += 1
-        elif ev == "input" and kind == "scene" and e.get("stage") == "detect" and value.get("ok"):
+        if ev == "input" and kind == "scene" and e.get("stage") == "detect" and value.get("ok"):
             _at(out, value.get("block_xz"))  # where detect saw the block (the last detect)
         elif ev == "decision" and kind == "return_verdict":
             out["return_verdict"] = value.get("verdict", "")
             out["moved_mm"] = value.get("moved_mm")
             _at(out, value.get("from_xz"))
-    out["pick_attempts"] = max(judged, lifts)
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from mecharm_runtime.records.outcome import TaskRecords, TraceLines
 
-__all__ = ["RECORDS"]
+__all__ = ["RECORDS", "pick_outcome"]
 
 
 def _xz(v: Any, i: int) -> float | None:
@@ -23,31 +23,45 @@ def _xz(v: Any, i: int) -> float | None:
     return None
 
 
-def _from_trace(lines: TraceLines) -> dict[str, Any]:
-    out: dict[str, Any] = {"pick_verdict": "", "place_verdict": ""}
-    block = box = None
+def pick_outcome(lines: TraceLines) -> dict[str, Any]:
+    """The pick's columns of a trial whose pick is pick-and-place's (lift_return's too):
+    ``pick_verdict`` and ``pick_confidence`` (the last, or its revision by a later recheck)
+    and ``pick_attempts``."""
+    out: dict[str, Any] = {"pick_verdict": "", "pick_confidence": None}
     judged = lifts = 0
     for e in lines:
         ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
         if ev == "transition" and e.get("frm") == "lift_and_judge":
             lifts += 1  # an attempt whose judgement failed (a frozen camera) counts too
+        elif ev == "input" and kind == "pick_verdict" and isinstance(value, dict):
+            out.update(
+                pick_verdict=value.get("verdict", ""), pick_confidence=value.get("confidence")
+            )
+            judged += 1
+        elif ev == "decision" and kind == "pick_recheck" and isinstance(value, dict):
+            revised = value.get("pick_verdict") if value.get("revised") else None
+            if isinstance(revised, dict):  # the pick judged again from later evidence
+                out.update(
+                    pick_verdict=revised.get("verdict", ""),
+                    pick_confidence=revised.get("confidence"),
+                )
+    out["pick_attempts"] = max(judged, lifts)
+    return out
+
+
+def _from_trace(lines: TraceLines) -> dict[str, Any]:
+    lines = list(lines)
+    out: dict[str, Any] = {**pick_outcome(lines), "place_verdict": ""}
+    block = box = None
+    for e in lines:
+        ev, kind, value = e.get("event"), e.get("kind"), e.get("value")
         if not isinstance(value, dict):
             continue
-        if ev == "input" and kind == "pick_verdict":
-            out["pick_verdict"] = value.get("verdict", "")
-            out["pick_confidence"] = value.get("confidence")
-            judged += 1
-        elif ev == "input" and kind == "place_verdict":
+        if ev == "input" and kind == "place_verdict":
             out["place_verdict"] = value.get("verdict", "")
             out["place_confidence"] = value.get("confidence")
         elif ev == "input" and kind == "scene" and value.get("ok"):
             block, box = value.get("block_xz"), value.get("box_xz")
-        elif ev == "decision" and kind == "pick_recheck" and value.get("revised"):
-            revised = value.get("pick_verdict")
-            if isinstance(revised, dict):  # the pick judged again from later evidence
-                out["pick_verdict"] = revised.get("verdict", "")
-                out["pick_confidence"] = revised.get("confidence")
-    out["pick_attempts"] = max(judged, lifts)
     out.update(block_x=_xz(block, 0), block_z=_xz(block, 1), box_x=_xz(box, 0), box_z=_xz(box, 1))
     return out
 
