@@ -22,6 +22,7 @@ from mecharm_common.config import load_settings
 from mecharm_common.layout import DataRoot
 from mecharm_runtime.config import RuntimeSettings
 from mecharm_runtime.lift_return import RECORDS, TASK, Stage
+from mecharm_runtime.lift_return.body import put_back_down
 from mecharm_runtime.pick_place import TASK as PICK_PLACE
 from mecharm_runtime.records.ledger import verify_ledger
 from mecharm_runtime.records.trace import read_trace
@@ -35,6 +36,7 @@ from mecharm_tools.export.lerobot import DatasetError, export_lerobot
 from mecharm_tools.export.verify import verify_dataset
 from mecharm_tools.report import cli as report_cli
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
+from tests.runtime.offline_ctx import offline_context
 
 SCALE = 20.0
 
@@ -184,3 +186,52 @@ def test_the_records_come_from_the_trace_the_last_detect_and_the_verdict() -> No
     cut = RECORDS.outcome(lines[:2])
     assert cut["return_verdict"] == "" and cut["moved_mm"] is None
     assert RECORDS.describe(cut) == "pick no return -"
+
+
+# ---------------------------------------------------------------- where it moves the arm
+POSES = {
+    "approach": (-30.0, 60.0, -10.0, 3.6, -55.0, -30.0),
+    "pick": (-30.0, 75.0, -25.0, 3.6, -60.0, -30.0),
+    "servo": (-31.0, 76.0, -26.0, 3.6, -61.0, -30.0),
+}
+
+
+async def _return(tmp_path: Path, path: list[tuple[float, ...]], hover: bool) -> list[Any]:
+    """put_back_down after a lift, every motion recorded (target or waypoints, and the
+    gripper) instead of sent: the safe arm's own guards are tested in tests/runtime."""
+    ctx = offline_context(RuntimeSettings(data_root=tmp_path), (-0.199, 0.173))
+    did: list[Any] = []
+
+    async def move(target: Any, tol: float, note: str, **kw: Any) -> None:
+        did.append(("move", tuple(target), note))
+
+    async def retrace(waypoints: Any, tol: float, note: str, **kw: Any) -> None:
+        did.extend(("move", tuple(w), note) for w in waypoints)
+
+    async def gripper(action: str, note: str) -> None:
+        did.append(("gripper", action, note))
+
+    ctx.safe.move, ctx.safe.retrace, ctx.safe.gripper = move, retrace, gripper  # type: ignore[method-assign]
+    st = ctx.state
+    st.pick_approach, st.pick_pose, st.pick_hover = POSES["approach"], path[-1], hover
+    st.pick_path, st.holding = list(path), True
+    await put_back_down(ctx)
+    assert not st.holding
+    return did
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("servo", [False, True])
+@pytest.mark.parametrize("hover", [False, True])
+async def test_the_block_goes_back_down_only_through_poses_the_pick_made(
+    tmp_path: Path, servo: bool, hover: bool
+) -> None:
+    path = [POSES["pick"], POSES["servo"]] if servo else [POSES["pick"]]
+    did = await _return(tmp_path, path, hover)
+    made = {POSES["approach"], *path}
+    moves = [d[1] for d in did if d[0] == "move"]
+    assert moves and set(moves) <= made  # nowhere the pick did not go with this block
+    opened = did.index(("gripper", "open", "return: on the mat"))
+    # opened where it was grasped (the last pose of the pick path), then up again
+    assert moves.index(path[-1]) < opened and did[opened - 1][1] == path[-1]
+    assert did[-1][0] == "move" and did[-1][1] == POSES["approach"]
