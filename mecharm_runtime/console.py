@@ -14,7 +14,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
@@ -24,17 +24,7 @@ from rich.text import Text
 
 from mecharm_common.logging import for_operator, short_line
 
-__all__ = ["NOMINAL_STAGE_S", "RuntimeConsole", "recorder_heartbeat"]
-
-#: real-rig seconds a stage takes, before this session has timed one: the medians of the
-#: simulated rig's demo runs (5x time scale, scaled back to 1x), rounded; divided by the
-#: session's time scale when shown (docs/console.md, "Expected durations")
-NOMINAL_STAGE_S = {
-    "open_gripper_home": 2.5, "detect": 8.0, "correct_aim": 0.0, "approach_pick": 5.0,
-    "descend_pick": 6.0, "grasp": 2.0, "lift_and_judge": 6.0, "approach_place": 5.0,
-    "descend_place": 1.0, "servo_place": 3.0, "release": 6.0, "retreat_and_judge": 5.0,
-    "return_home": 7.0,
-}  # fmt: skip
+__all__ = ["RuntimeConsole", "recorder_heartbeat"]
 
 #: the status line's own colours (reset before and after it: docs/console.md)
 STATUS_STYLE = "black on white"
@@ -82,6 +72,7 @@ class RuntimeConsole:
         heartbeat: Callable[[], str] | None = None,
         refresh_per_second: float = 2.0,
         dry_run: bool = False,
+        nominal_s: Mapping[str, float] | None = None,
     ) -> None:
         self.rc = (
             out
@@ -93,6 +84,9 @@ class RuntimeConsole:
         self.want_live = self.rc.is_terminal if live is None else live
         #: a dry run never moves the arm: a stop leaves it where it was
         self.dry_run = dry_run
+        #: real-rig seconds each of the task's stages takes before this session has timed
+        #: one (``Task.nominal_s``); divided by the time scale when shown
+        self.nominal_s: Mapping[str, float] = nominal_s or {}
         #: warnings and errors the log file got ({level: count}), shown or not
         self.logged: dict[str, int] = {}
         self.heartbeat = heartbeat
@@ -178,7 +172,7 @@ class RuntimeConsole:
         done = self.history.get(stage)
         if done:
             return f"~{statistics.median(done):.1f} s (median of {len(done)})"
-        nominal = NOMINAL_STAGE_S.get(stage)
+        nominal = self.nominal_s.get(stage)
         if nominal is None:
             return "~? s"
         return f"~{nominal / self.time_scale:.1f} s (nominal)"
@@ -352,7 +346,7 @@ class RuntimeConsole:
         stage = self.stage
         if stage is not None:
             done = self.history.get(stage)
-            nominal = NOMINAL_STAGE_S.get(stage)
+            nominal = self.nominal_s.get(stage)
             want = (
                 statistics.median(done)
                 if done

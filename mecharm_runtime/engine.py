@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -124,7 +124,8 @@ class Task(Generic[S, C]):
     trial's reason, with what it did. ``held(ctx)``: after a stop, None when the gripper
     is empty, else what was seen of what it holds (the operator is asked before the next
     trial opens it). ``learn(ctx)``: save what the trial taught (not after a dry run).
-    ``records``: its columns in the records (records/outcome.py).
+    ``records``: its columns in the records (records/outcome.py). ``nominal_s``: what each
+    stage takes on the real rig, for the console.
     """
 
     name: str
@@ -136,6 +137,9 @@ class Task(Generic[S, C]):
     exit: Callable[[C, bool, str], Awaitable[str]]
     context: Callable[[TrialSetup], C]
     records: TaskRecords
+    #: real-rig seconds each stage takes, by wire name, for the console's expected
+    #: durations before the session has timed one (docs/console.md)
+    nominal_s: Mapping[str, float] = field(default_factory=dict)
     may_stop: Callable[[C], bool] = lambda ctx: True
     held: Callable[[C], str | None] = _nothing_held
     learn: Callable[[C], None] = _nothing_learnt

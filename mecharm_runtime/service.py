@@ -39,7 +39,7 @@ from mecharm_runtime.rigsetup import (
     open_rig,
 )
 from mecharm_runtime.simcontrol import SimControlError
-from mecharm_runtime.tasks import task_records
+from mecharm_runtime.tasks import get_task, task_records
 from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 from mecharm_runtime.viewjobs import ViewJobs
 
@@ -71,7 +71,12 @@ def session_console(settings: RuntimeSettings, out: TextIO | None = None) -> Run
     """The operator's console on ``out`` (stdout); its status line only on a terminal, and
     not when a question may be asked on it mid-trial (it would redraw over the question)."""
     asks = settings.confirm or settings.judge == "human" or settings.vlm_ask_human
-    return RuntimeConsole(out or sys.stdout, live=False if asks else None, dry_run=settings.dry_run)
+    return RuntimeConsole(
+        out or sys.stdout,
+        live=False if asks else None,
+        dry_run=settings.dry_run,
+        nominal_s=get_task(settings.task).nominal_s,
+    )
 
 
 @dataclass

@@ -30,7 +30,13 @@ from mecharm_runtime.pick_place.place import approach_place, descend_place, serv
 from mecharm_runtime.pick_place.records import RECORDS
 from mecharm_runtime.pick_place.release import look_at_jaws, retreat_and_judge, return_home
 from mecharm_runtime.pick_place.release import release as _release  # not the module's name
-from mecharm_runtime.pick_place.stages import FORMER_NAMES, STAGE_ORDER, TRANSITIONS, Stage
+from mecharm_runtime.pick_place.stages import (
+    FORMER_NAMES,
+    NOMINAL_S,
+    STAGE_ORDER,
+    TRANSITIONS,
+    Stage,
+)
 
 __all__ = [
     "BODIES",
@@ -113,6 +119,7 @@ TASK: Task[Stage, TrialContext] = Task(
     exit=exit_path,
     context=_context,
     records=RECORDS,
+    nominal_s=NOMINAL_S,
     may_stop=_may_stop,
     held=_held,
     learn=_learn,

@@ -69,4 +69,14 @@ TRANSITIONS: dict[tuple[Stage, Outcome], Stage] = {
 }
 
 
+#: real-rig seconds a stage takes: the medians of the simulated rig's demo runs (5x time
+#: scale, scaled back to 1x), rounded (the console's expected durations, docs/console.md)
+NOMINAL_S: dict[str, float] = {
+    "open_gripper_home": 2.5, "detect": 8.0, "correct_aim": 0.0, "approach_pick": 5.0,
+    "descend_pick": 6.0, "grasp": 2.0, "lift_and_judge": 6.0, "approach_place": 5.0,
+    "descend_place": 1.0, "servo_place": 3.0, "release": 6.0, "retreat_and_judge": 5.0,
+    "return_home": 7.0,
+}  # fmt: skip
+
+
 STAGE_ORDER: tuple[Stage, ...] = tuple(s for s in Stage if s not in (Stage.DONE, Stage.ABORT))

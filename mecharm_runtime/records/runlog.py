@@ -23,6 +23,9 @@ from mecharm_runtime.records.trace import jsonable
 
 __all__ = ["SECTIONS", "build_runlog", "write_runlog"]
 
+#: a trace input or decision whose kind ends so is a judgement (``pick_verdict``: "pick")
+VERDICT_SUFFIX = "_verdict"
+
 #: The list sections of a run log, in file order.
 SECTIONS = (
     "stages",
@@ -58,7 +61,15 @@ def build_runlog(
         out[name] = []
     out.update(correction=None, height=None, exit=[], stage_times={}, recording=None, result=None)
     constants: dict[str, Any] = {}
-    scenes = tips = picks = 0
+    scenes = tips = 0
+    judged: dict[str, int] = {}
+
+    def judge(stage: Any, kind: str, value: dict[str, Any]) -> None:
+        """A judgement, numbered per what was judged (``pick_verdict``: "pick")."""
+        what = kind.removesuffix(VERDICT_SUFFIX)
+        judged[what] = judged.get(what, 0) + 1
+        out["judgements"].append({"stage": stage, "what": what, "attempt": judged[what], **value})
+
     durations: dict[str, float] = {}
     for e in lines:
         ev, stage = e.get("event"), e.get("stage")
@@ -88,13 +99,8 @@ def build_runlog(
                 out["tip_measurements"].append({"attempt": tips, **value})
                 if value.get("capture"):
                     out["captures"].append({"stage": stage, "file": value["capture"]})
-            elif kind == "pick_verdict":
-                picks += 1
-                out["judgements"].append(
-                    {"stage": stage, "what": "pick", "attempt": picks, **value}
-                )
-            elif kind == "place_verdict":
-                out["judgements"].append({"stage": stage, "what": "place", **value})
+            elif _is_verdict(kind, value):  # pick_place: pick_verdict, place_verdict
+                judge(stage, str(kind), value)
             elif kind in ("release_view", "release_answer"):
                 out["release"].append({"stage": stage, "kind": kind, "value": value})
             elif kind == "side_frame":
@@ -102,11 +108,18 @@ def build_runlog(
                 out["side_frames"].append({"tag": f"{stage}_side", "path": path, "capture_ts": capture_ts,
                                            "reason": reason})  # fmt: skip
         elif ev == "decision":
-            if kind == "pick_recheck" and value.get("revised"):
-                out["judgements"].append(
-                    {"stage": stage, "what": "pick", "attempt": picks, "revised": True,
-                     **value.get("pick_verdict", {})}
-                )  # fmt: skip
+            if _is_verdict(kind, value):  # decided by the task itself (lift_return's return)
+                judge(stage, str(kind), value)
+            elif isinstance(value, dict) and value.get("revised"):
+                # a judgement revised from later evidence (pick_place's pick_recheck): the
+                # new verdict under its ``<what>_verdict`` key
+                for key, new in value.items():
+                    if key.endswith(VERDICT_SUFFIX) and isinstance(new, dict):
+                        what = key.removesuffix(VERDICT_SUFFIX)
+                        out["judgements"].append(
+                            {"stage": stage, "what": what, "attempt": judged.get(what, 0),
+                             "revised": True, **new}
+                        )  # fmt: skip
             elif kind == "lookup":
                 phase = str(value.get("phase", ""))
                 lk = "j0_lookup" if phase.startswith("approach") else "fk_lookup"
@@ -153,6 +166,10 @@ def build_runlog(
         out["result"] = {"status": None, "reason": "the trace has no result line"}
     out["result"].update(after)
     return jsonable(out)  # type: ignore[no-any-return]
+
+
+def _is_verdict(kind: Any, value: Any) -> bool:
+    return isinstance(kind, str) and kind.endswith(VERDICT_SUFFIX) and isinstance(value, dict)
 
 
 def write_runlog(path: Path, runlog: dict[str, Any]) -> None:

@@ -235,3 +235,18 @@ async def test_the_block_goes_back_down_only_through_poses_the_pick_made(
     # opened where it was grasped (the last pose of the pick path), then up again
     assert moves.index(path[-1]) < opened and did[opened - 1][1] == path[-1]
     assert did[-1][0] == "move" and did[-1][1] == POSES["approach"]
+
+
+def test_the_console_expects_the_session_task_s_own_stage_times(tmp_path: Path) -> None:
+    """The console knows no task: its nominal times are the task's (docs/console.md)."""
+    import io
+
+    from mecharm_runtime.service import session_console
+
+    pick = session_console(RuntimeSettings(data_root=tmp_path), io.StringIO())
+    back = session_console(RuntimeSettings(data_root=tmp_path, task="lift_return"), io.StringIO())
+    assert "judge_return" not in pick.nominal_s and pick.nominal_s["return_home"] == 7.0
+    assert (
+        back.nominal_s["judge_return"] > 0 and back.nominal_s["detect"] == pick.nominal_s["detect"]
+    )
+    assert {"put_back_down", "judge_return"} <= set(back.nominal_s)
