@@ -121,12 +121,14 @@ class Doctor:
 
     def ledger(self, root_failed: bool) -> Check:
         from mecharm_runtime.records.ledger import LedgerError, check_ledger_ready
+        from mecharm_runtime.tasks import task_records
 
-        path = DataRoot(self.s.data_root).ledger
+        # the ledger of the task the session would run (docs/tasks.md)
+        path = DataRoot(self.s.data_root, self.s.task).ledger
         if root_failed:
             return _skip("ledger", "data root not usable")
         try:
-            check_ledger_ready(path)
+            check_ledger_ready(path, task_records(self.s.task).ledger_columns)
         except LedgerError as exc:
             return _fail("ledger", str(exc), "the message names the command; then run again")
         if not path.is_file():

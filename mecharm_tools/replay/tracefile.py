@@ -23,7 +23,13 @@ from typing import Any
 
 from mecharm_common.envelope import Envelope
 from mecharm_common.gripper import GRIPPER_CLOSE_VALUE, GRIPPER_OPEN_VALUE
-from mecharm_common.layout import RERUN_SUFFIX, RUN_FOLDERS, RUNLOG_SUFFIX, RUNS_DIR, TRACE_SUFFIX
+from mecharm_common.layout import (
+    RERUN_SUFFIX,
+    RUN_FOLDER_PREFIX,
+    RUNLOG_SUFFIX,
+    RUNS_DIR,
+    TRACE_SUFFIX,
+)
 from mecharm_runtime.pick_place.stages import FORMER_NAMES
 from mecharm_runtime.ports import (
     Reading,
@@ -359,7 +365,7 @@ def find_trace(path: Path, tool: str) -> Path:
             )
         raise NotATrace(
             f"{path}: not a trial folder (no *{TRACE_SUFFIX} in it); give a run folder under "
-            f"{RUNS_DIR}/{RUN_FOLDERS} or a trace file"
+            f"{RUNS_DIR}/{RUN_FOLDER_PREFIX}<task>/ or a trace file"
         )
     if path.name.endswith(TRACE_SUFFIX):
         return path

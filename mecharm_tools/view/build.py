@@ -115,7 +115,7 @@ def run_follow(root_path: Path, save: Path | None, connect: str | None) -> int:
     except Exception as exc:  # a URL rerun refuses, a viewer that does not start
         say(f"cannot reach the viewer: {type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    say(f"following trials under {root.run_folders} (Ctrl-C stops)")
+    say(f"following trials under {root.runs} (every task's; Ctrl-C stops)")
     with stop_signals() as stopped:
         n = follow(rec, root, stopped, say)
     rec.flush()

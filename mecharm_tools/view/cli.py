@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mecharm_common.layout import RUN_FOLDERS, RUNS_DIR, DataRoot, run_number
+from mecharm_common.layout import RUN_FOLDER_PREFIX, RUNS_DIR, TASK_NAME_RE, DataRoot, run_number
 from mecharm_common.logging import configure_logging
 from mecharm_common.rerun_viewer import NOT_INSTALLED, rerun_available, viewer_url_problem
 
@@ -63,6 +63,12 @@ def save_problem(save: Path) -> str | None:
     return None
 
 
+def _task_folder(path: Path) -> bool:
+    """A task's folder of run folders (``run_<task>``: docs/tasks.md)."""
+    task = path.name.removeprefix(RUN_FOLDER_PREFIX)
+    return path.name.startswith(RUN_FOLDER_PREFIX) and bool(TASK_NAME_RE.fullmatch(task))
+
+
 def follow_root_problem(root: Path) -> str | None:
     """Why ``root`` is not a data root to follow, or None. A folder inside a data root (its
     runs folder, the run folders' folder, one trial's folder) is answered with the root to
@@ -74,9 +80,9 @@ def follow_root_problem(root: Path) -> str | None:
     up = None
     if root.name == RUNS_DIR:
         up = root.parent
-    elif root.name == RUN_FOLDERS and root.parent.name == RUNS_DIR:
+    elif _task_folder(root) and root.parent.name == RUNS_DIR:
         up = root.parent.parent
-    elif run_number(root.name) is not None and root.parent.name == RUN_FOLDERS:
+    elif run_number(root.name) is not None and _task_folder(root.parent):
         up = root.parent.parent.parent
         return (
             f"{root} is one trial's folder: `mecharm view {root}` shows it; to follow the "

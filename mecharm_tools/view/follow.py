@@ -33,17 +33,19 @@ log = get_logger("mecharm_tools.view.follow")
 POLL_S = 0.2
 
 
-def newest_trial(root: DataRoot) -> str | None:
-    """The stem of the highest-numbered run folder, or None when there is none yet."""
-    best: tuple[int, str] | None = None
-    try:
-        entries = list(root.run_folders.iterdir())
-    except OSError:
-        return None
-    for p in entries:
-        n = run_number(p.name)
-        if n is not None and p.is_dir() and (best is None or n > best[0]):
-            best = (n, p.name)
+def newest_trial(root: DataRoot) -> Path | None:
+    """The highest-numbered run folder of any task (run numbers count across the tasks of a
+    root, docs/tasks.md), or None when there is none yet."""
+    best: tuple[int, Path] | None = None
+    for folder in root.task_folders():
+        try:
+            entries = list(folder.iterdir())
+        except OSError:
+            continue
+        for p in entries:
+            n = run_number(p.name)
+            if n is not None and p.is_dir() and (best is None or n > best[0]):
+                best = (n, p)
     return best[1] if best else None
 
 
@@ -97,10 +99,10 @@ def follow(rec: rr.RecordingStream, root: DataRoot, stopped: Callable[[], bool],
     lines = trial_lines = 0
     while not stopped():
         newest = newest_trial(root)
-        if newest is not None and newest != stem:
-            stem = newest
-            tail = TraceTail(root.run_dir(stem) / f"{stem}{TRACE_SUFFIX}")
-            logger = TrialLogger(rec, run_dir=root.run_dir(stem), stem=stem)
+        if newest is not None and newest.name != stem:
+            stem = newest.name
+            tail = TraceTail(newest / f"{stem}{TRACE_SUFFIX}")
+            logger = TrialLogger(rec, run_dir=newest, stem=stem)
             trial_lines = 0
             log.info("follow_trial", run_stem=stem)
             say(f"following {stem}")

@@ -83,7 +83,9 @@ _LOOKUPS = {
     "height_update",
 }
 _GUARDS = {"guard", "motion_check", "home_needed", "release_check", "release_override"}
-_VERDICTS = {"pick_verdict", "place_verdict", "release_answer", "release_view"}
+#: judgements shown on the verdicts panel: these, and any task's ``<what>_verdict``
+_VERDICTS = {"release_answer", "release_view"}
+_VERDICT_SUFFIX = "_verdict"
 #: inputs a stage image may be the evidence of (the observation follows its capture)
 _OBSERVATIONS = {"tip", "block_xz", "release_view", "pick_verdict", "place_verdict", "scene"}
 #: an image file written later than this after the trial's start was copied, not captured
@@ -320,7 +322,7 @@ class TrialLogger:
                        f"{'' if ok else ': ' + str(value.get('reason'))}", "INFO" if ok else "WARN")  # fmt: skip
         elif isinstance(value, dict) and isinstance(value.get("capture"), str) and value["capture"]:
             self._named.setdefault(value["capture"], ts)
-        if kind in _VERDICTS:
+        if kind in _VERDICTS or kind.endswith(_VERDICT_SUFFIX):
             level = "INFO"
             if isinstance(value, dict) and value.get("verdict") not in (None, "yes"):
                 level = "WARN"
@@ -344,9 +346,13 @@ class TrialLogger:
                 self.rec.log(ENTITIES["gripper"], rr.Scalars(float(v)))
                 self._count("gripper")
         what = "lookups" if kind in _LOOKUPS else "guards" if kind in _GUARDS else "decisions"
+        if kind.endswith(_VERDICT_SUFFIX):  # a verdict the task decided (lift_return's return)
+            what = "verdicts"
         level = "INFO"
         if isinstance(value, dict) and (
-            value.get("ok") is False or value.get("confirmed") is False
+            value.get("ok") is False
+            or value.get("confirmed") is False
+            or (what == "verdicts" and value.get("verdict") not in (None, "yes"))
         ):
             level = "WARN"
         self._text(what, ts, f"{kind}: {_short(value)}", level)

@@ -36,7 +36,9 @@ from mecharm_tools.export.lerobot import DatasetError, export_lerobot
 from mecharm_tools.export.verify import verify_dataset
 from mecharm_tools.report import cli as report_cli
 from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
+from mecharm_tools.view.build import build as view_build
 from tests.runtime.offline_ctx import offline_context
+from tests.tools.test_view import read_rrd
 
 SCALE = 20.0
 
@@ -106,6 +108,11 @@ def test_a_lifted_block_is_back_where_it_was_by_the_truth_and_on_the_task_s_book
     _exported_and_reported(root, tmp_path / "dataset", t)
     # replay re-drives the task the trace names, through the same stages: the same decisions
     assert mecharm_main(["replay", str(t.trace_path), "--data-dir", str(fk_data_dir)]) == 0
+    # the viewer shows its verdicts, the return's among them
+    code, _summary = view_build(t.run_dir, tmp_path / "trial.rrd")
+    assert code == 0, _summary
+    _rows, texts = read_rrd(tmp_path / "trial.rrd")
+    assert any(x.startswith("return_verdict:") for x in texts["/events/verdicts"])
 
 
 def _exported_and_reported(root: Path, out: Path, t: TrialSummary) -> None:
