@@ -19,7 +19,7 @@ $(STAMP): $(ROOT)/pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m mecharm_tools.demo --data-root $(ROOT)/data/demo
+	cd $(ROOT) && $(BIN)/python -m mecharm.tools.demo --data-root $(ROOT)/data/demo
 
 test: $(STAMP)
 	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile

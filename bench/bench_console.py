@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import Row, has
-from mecharm_common.layout import TRACE_SUFFIX
-from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.records.trace import TraceWriter
+from mecharm.common.layout import TRACE_SUFFIX
+from mecharm.runtime.console import RuntimeConsole
+from mecharm.runtime.records.trace import TraceWriter
 
 
 def trial_shaped() -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def _spawn_daemon(args: list[str]) -> tuple[subprocess.Popen[str], int]:
         [
             sys.executable,
             "-m",
-            "daemon_pi.cli",
+            "mecharm.daemon.cli",
             "--config",
             os.devnull,
             "--host",
@@ -202,7 +202,7 @@ def _spawn_fake_arm(read_reply: float) -> tuple[subprocess.Popen[str], str]:
         [
             sys.executable,
             "-m",
-            "mecharm_sim.firmware",
+            "mecharm.sim.firmware",
             "--read-reply",
             str(read_reply),
             "--log-level",

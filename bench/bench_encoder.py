@@ -35,11 +35,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bench import Row
-from mecharm_cameras import SyntheticCamera
-from mecharm_sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
-from mecharm_sim.scene import SceneState, random_layout
-from recorder.config import VideoSettings
-from recorder.video import MOVFLAGS, VideoWriter, bgr_to_i420
+from mecharm.cameras import SyntheticCamera
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.video import MOVFLAGS, VideoWriter, bgr_to_i420
+from mecharm.sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
+from mecharm.sim.scene import SceneState, random_layout
 
 __all__ = ["UNDER_LOAD", "rows", "run"]
 

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import Row, has
-from daemon_pi.backends.base import ArmBackend
-from daemon_pi.backends.mycobot import MyCobotBackend
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import run_server
-from mecharm_common.envelope import Envelope
-from mecharm_common.logging import configure_logging
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.firmware import FirmwareEmulator
+from mecharm.common.envelope import Envelope
+from mecharm.common.logging import configure_logging
+from mecharm.daemon.backends.base import ArmBackend
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import run_server
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.firmware import FirmwareEmulator
 
 _START = (0.0, 10.0, 0.0, 0.0, 0.0, -30.0)
 

@@ -33,15 +33,15 @@ import cv2
 import numpy as np
 
 from bench import Row, has
-from mecharm_common.config import load_settings
-from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
-from mecharm_runtime.records.ledger import append_row, ledger_path
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.verify import verify_dataset
-from recorder.config import VideoSettings
-from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
-from recorder.video import VideoWriter
+from mecharm.common.config import load_settings
+from mecharm.common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
+from mecharm.recorder.video import VideoWriter
+from mecharm.runtime.records.ledger import append_row, ledger_path
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.verify import verify_dataset
 
 __all__ = ["run"]
 
@@ -73,8 +73,8 @@ def _frames(n: int, rng: np.random.Generator) -> Any:
 def _top_frames(n: int) -> Any:
     """The sim's top camera view (rendered once: its texture and noise set the JPEG size,
     about 115 KB as the sim's camera streams it) with the arm-coloured block moving."""
+    from mecharm.sim.workcell import Workcell
     from mecharm_dev.handheld import exact_arm
-    from mecharm_sim.workcell import Workcell
 
     base = Workcell(exact_arm(), "random", seed=3).render("top")
     h, w = base.shape[:2]

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from bench import Row, has
-from mecharm_common.kinematics import JOINT_ORIGINS, TOOL_OFFSET_M, fk_tip, urdf_to_unity
-from mecharm_runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc, load_table
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.lookup.table import read_csv_rows
-from mecharm_tools.fktable.holes import hole_map, summarize
+from mecharm.common.kinematics import JOINT_ORIGINS, TOOL_OFFSET_M, fk_tip, urdf_to_unity
+from mecharm.runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc, load_table
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm.runtime.lookup.table import read_csv_rows
+from mecharm.tools.fktable.holes import hole_map, summarize
 
 __all__ = ["run"]
 

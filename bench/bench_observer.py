@@ -40,15 +40,15 @@ from typing import Any
 from bench import Row, process_cpu_s
 from bench.__main__ import cpu_burners
 from bench.bench_top_video import same_decisions
-from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.simrig import start_recorder, start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.simrig import start_recorder, start_sim_daemon
 
 __all__ = ["rows", "run"]
 
@@ -243,7 +243,7 @@ def run(quick: bool = False, conditions: tuple[str, ...] = ("quiet", "loaded")) 
         "target": "median pair difference < 1 % quiet and with the cores busy; decisions identical",
     }
     with tempfile.TemporaryDirectory(prefix="bench_observer_") as tmp:
-        from mecharm_runtime.lookup import ensure_table
+        from mecharm.runtime.lookup import ensure_table
 
         fk = Path(tmp) / "fk"
         ensure_table(fk)  # built once, outside every trial

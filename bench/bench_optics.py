@@ -24,9 +24,9 @@ import numpy as np
 
 from bench import Row, has
 from bench import median_ms as _median
-from mecharm_sim.optics import OPTICS_PROFILES
-from mecharm_sim.render import Renderer, SceneSnapshot, _distortion_maps, camera_of
-from mecharm_sim.scene import SceneState, random_layout
+from mecharm.sim.optics import OPTICS_PROFILES
+from mecharm.sim.render import Renderer, SceneSnapshot, _distortion_maps, camera_of
+from mecharm.sim.scene import SceneState, random_layout
 
 __all__ = ["run"]
 
@@ -113,10 +113,10 @@ def images(out_dir: Path) -> list[Path]:
     """optics_<profile>_top.png / _side.png: the block and the box where the rig's log saw
     them, the arm at the pick descend over the block; on the top view, the rig's logged
     pixels as yellow crosses (they should sit on the block's and the box's centres)."""
+    from mecharm.sim.profile import load_profile
+    from mecharm.sim.scene import Lighting, Pose, SceneLayout
+    from mecharm.sim.workcell import Workcell
     from mecharm_dev.handheld import exact_arm
-    from mecharm_sim.profile import load_profile
-    from mecharm_sim.scene import Lighting, Pose, SceneLayout
-    from mecharm_sim.workcell import Workcell
 
     written = []
     for name, gain in (("rig", 1.0), ("harsh", 0.82)):
@@ -155,10 +155,10 @@ def stream(seconds: float) -> dict[str, Any]:
     encodes, two readers decode, all in this process): delivered fps vs requested."""
     import threading
 
-    from mecharm_cameras import open_camera
-    from mecharm_sim.arm import SimArm
-    from mecharm_sim.profile import load_profile
-    from mecharm_sim.workcell import start_workcell
+    from mecharm.cameras import open_camera
+    from mecharm.sim.arm import SimArm
+    from mecharm.sim.profile import load_profile
+    from mecharm.sim.workcell import start_workcell
 
     out: dict[str, Any] = {}
     for name in OPTICS_PROFILES:

@@ -26,18 +26,18 @@ import cv2
 import numpy as np
 
 from bench import Row, has
-from mecharm_common.config import load_settings
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.camera_eyes import CameraEyes, StageCapture
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.perception import DEFAULT_CONFIG, detect_scene, estimate_homography
-from mecharm_runtime.perception.overlay import StageMarks, VerdictMark, draw_stage
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import run_trial
-from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
-from mecharm_sim.scene import SceneState, random_layout
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.camera_eyes import CameraEyes, StageCapture
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.perception import DEFAULT_CONFIG, detect_scene, estimate_homography
+from mecharm.runtime.perception.overlay import StageMarks, VerdictMark, draw_stage
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import run_trial
+from mecharm.sim.render import TOP_CAMERA, Renderer, SceneSnapshot
+from mecharm.sim.scene import SceneState, random_layout
+from mecharm.tools.simrig import start_sim_daemon
 
 __all__ = ["run"]
 

@@ -1,4 +1,4 @@
-"""Path-check benchmark: the vectorised check (mecharm_runtime/pathcheck.py) against the same
+"""Path-check benchmark: the vectorised check (mecharm/runtime/pathcheck.py) against the same
 check done sample by sample with the scalar ``fk_tip`` (plus the flange from ``fk_frames``).
 
 The moves are the trial's own: HOME -> approach_pick, approach -> pick descent,
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from bench import Row, has
-from mecharm_common.kinematics import fk_frames, fk_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import j0_lookup, load_arc
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.pathcheck import Workspace, check_path, sample_path
+from mecharm.common.kinematics import fk_frames, fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import j0_lookup, load_arc
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm.runtime.pathcheck import Workspace, check_path, sample_path
 
 __all__ = ["moves", "run", "scalar_check"]
 

@@ -9,7 +9,7 @@ Figures (each with its target and a baseline measured in the same run):
 - simulated camera cost per frame (render + JPEG encode) for top and side;
   baseline: the JPEG encode alone;
 - the MJPEG stream's delivered fps vs requested, top (10 fps) and side (30 fps)
-  streamed at the same time through ``mecharm_cameras.open_camera`` (the CPU
+  streamed at the same time through ``mecharm.cameras.open_camera`` (the CPU
   share covers the server's rendering and encoding plus both readers' decoding,
   all in this process).
 """
@@ -25,12 +25,12 @@ import cv2
 import numpy as np
 
 from bench import Row, median_ms
-from mecharm_cameras import open_camera
-from mecharm_runtime.perception import detect_block, detect_box, detect_scene, estimate_homography
-from mecharm_sim.arm import SimArm
-from mecharm_sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
-from mecharm_sim.scene import SceneState, random_layout
-from mecharm_sim.workcell import WorkcellConfig, start_workcell
+from mecharm.cameras import open_camera
+from mecharm.runtime.perception import detect_block, detect_box, detect_scene, estimate_homography
+from mecharm.sim.arm import SimArm
+from mecharm.sim.render import SIDE_CAMERA, TOP_CAMERA, Renderer, SceneSnapshot
+from mecharm.sim.scene import SceneState, random_layout
+from mecharm.sim.workcell import WorkcellConfig, start_workcell
 
 __all__ = ["UNDER_LOAD", "rows", "run"]
 

@@ -30,12 +30,12 @@ import cv2
 import numpy as np
 
 from bench import Row, process_cpu_s
-from mecharm_cameras import SyntheticCamera
-from mecharm_common.layout import VIDEO, DataRoot
-from recorder.config import VideoSettings
-from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart
-from recorder.sender import RecorderSender
-from recorder.video import VideoWriter
+from mecharm.cameras import SyntheticCamera
+from mecharm.common.layout import VIDEO, DataRoot
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart
+from mecharm.recorder.sender import RecorderSender
+from mecharm.recorder.video import VideoWriter
 
 __all__ = ["UNDER_LOAD", "rows", "run"]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import Row, has
-from mecharm_tools.simrig import free_port, start_recorder
-from recorder.sender import RecorderSender
+from mecharm.recorder.sender import RecorderSender
+from mecharm.tools.simrig import free_port, start_recorder
 
 _ECHO = """
 import socket, sys

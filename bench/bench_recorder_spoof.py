@@ -32,10 +32,9 @@ from typing import Any
 import numpy as np
 
 from bench import Row, has
-from mecharm_common.layout import DataRoot, format_run_stem
-from mecharm_tools.simrig import start_recorder
-from recorder.envelope import EVENT_LABEL, seal, unseal
-from recorder.events import (
+from mecharm.common.layout import DataRoot, format_run_stem
+from mecharm.recorder.envelope import EVENT_LABEL, seal, unseal
+from mecharm.recorder.events import (
     MAX_EVENT_BYTES,
     Arrival,
     Commanded,
@@ -47,7 +46,8 @@ from recorder.events import (
     TrialStart,
     parse_event,
 )
-from recorder.sender import RecorderSender
+from mecharm.recorder.sender import RecorderSender
+from mecharm.tools.simrig import start_recorder
 
 __all__ = ["SpoofRun", "Tap", "mac_cost_us", "run", "run_spoof_scenario"]
 

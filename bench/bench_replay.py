@@ -19,15 +19,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import mecharm_common.kinematics
-import mecharm_runtime.lookup.build
+import mecharm.common.kinematics
+import mecharm.runtime.lookup.build
 from bench import Row, has, median_ms
-from mecharm_common.layout import TRACE_SUFFIX
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.records.trace import DECISION_EVENTS
-from mecharm_tools.replay.runner import replay, replay_settings
-from mecharm_tools.replay.tracefile import read_recorded
+from mecharm.common.layout import TRACE_SUFFIX
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.records.trace import DECISION_EVENTS
+from mecharm.tools.replay.runner import replay, replay_settings
+from mecharm.tools.replay.tracefile import read_recorded
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "replay" / "corpus"
@@ -35,7 +35,7 @@ CORPUS = REPO / "tests" / "replay" / "corpus"
 
 def _table_dir() -> Path:
     h = hashlib.sha256()
-    for mod in (mecharm_runtime.lookup.build, mecharm_common.kinematics):
+    for mod in (mecharm.runtime.lookup.build, mecharm.common.kinematics):
         h.update(Path(str(mod.__file__)).read_bytes())
     return Path(tempfile.gettempdir()) / f"mecharm_bench_replay_fk_{h.hexdigest()[:12]}"
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import Row
-from mecharm_common.config import load_settings
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.simrig import SimRig, start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.simrig import SimRig, start_sim_daemon
 
 SCALE = 20.0
 

@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import Row, has
-from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.simrig import start_sim_daemon
 
 SCALE = 1.0
 SEED0 = 700
@@ -275,7 +275,7 @@ def run_concurrent(quick: bool = False) -> dict[str, Any]:
     import subprocess
     import sys
 
-    from mecharm_runtime.lookup import ensure_table
+    from mecharm.runtime.lookup import ensure_table
 
     configure_logging("warning")
     n = 2 if quick else 8

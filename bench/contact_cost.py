@@ -13,13 +13,13 @@ import time
 
 import mujoco
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.contact import CONTACT_PROFILES
-from mecharm_sim.mujoco_physics import build_mjcf
-from mecharm_sim.profile import SimProfile
-from mecharm_sim.scene import Pose, SceneLayout
-from mecharm_sim.workcell import Workcell
+from mecharm.common.kinematics import fk_tip
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.contact import CONTACT_PROFILES
+from mecharm.sim.mujoco_physics import build_mjcf
+from mecharm.sim.profile import SimProfile
+from mecharm.sim.scene import Pose, SceneLayout
+from mecharm.sim.workcell import Workcell
 
 PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)
 PLACE = (37.059, 66.65, 2.83, -1.4, -78.04, -29.53)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import yaml
 
-from mecharm_common.config import load_settings
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import ensure_table
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.contact import CONTACT_PROFILES
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import ensure_table
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.sim.contact import CONTACT_PROFILES
+from mecharm.tools.simrig import start_sim_daemon
 
 SCALE = 20.0
 _ENGINES = ("rules", "mujoco", *CONTACT_PROFILES)

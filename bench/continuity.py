@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import ensure_table, fk_lookup, j0_lookup, load_arc, load_table
-from mecharm_runtime.lookup.descent import pick_descent_table, plan_pick_descent
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, ArcPose
-from mecharm_runtime.lookup.table import FkTable
-from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import ensure_table, fk_lookup, j0_lookup, load_arc, load_table
+from mecharm.runtime.lookup.descent import pick_descent_table, plan_pick_descent
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, ArcPose
+from mecharm.runtime.lookup.table import FkTable
+from mecharm.sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
 
 __all__ = ["cells", "descent_jumps", "main", "summary"]
 

@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 _SERVER = r"""
 import sys
-from mecharm_common.logging import configure_logging
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.workcell import start_workcell
+from mecharm.common.logging import configure_logging
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.workcell import start_workcell
 configure_logging("warning", json=True)
 wc = start_workcell(SimArm(SimArmConfig(time_scale=20)), "random", seed=7, camera_port=0)
 print(wc.server.port, flush=True)

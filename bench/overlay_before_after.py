@@ -25,15 +25,15 @@ from typing import Any
 import cv2
 
 try:  # the top camera's eyes moved to camera_eyes.py; older checkouts have them in eyes.py
-    import mecharm_runtime.camera_eyes as eyes_mod
+    import mecharm.runtime.camera_eyes as eyes_mod
 except ImportError:
-    import mecharm_runtime.eyes as eyes_mod  # type: ignore[no-redef]
-from mecharm_common.config import load_settings
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import run_trial
-from mecharm_tools.simrig import start_sim_daemon
+    import mecharm.runtime.eyes as eyes_mod  # type: ignore[no-redef]
+from mecharm.common.config import load_settings
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import run_trial
+from mecharm.tools.simrig import start_sim_daemon
 
 WAITS: list[float] = []
 SCALE = 20.0

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mecharm_common.config import ConfigError, load_settings
-from mecharm_common.defaults import RUNTIME_CONFIG
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import (
+from mecharm.common.config import ConfigError, load_settings
+from mecharm.common.defaults import RUNTIME_CONFIG
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import (
     FkTable,
     TableError,
     ensure_table,
@@ -39,11 +39,11 @@ from mecharm_runtime.lookup import (
     load_arc,
     load_table,
 )
-from mecharm_runtime.lookup.descent import pick_descent_table, plan_pick_descent
-from mecharm_sim.physics import GRASP_XZ_TOL_M, GRASP_Y_RANGE_M
-from mecharm_sim.profile import ProfileError, load_profile
-from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
-from mecharm_sim.world_arm import WorldArm
+from mecharm.runtime.lookup.descent import pick_descent_table, plan_pick_descent
+from mecharm.sim.physics import GRASP_XZ_TOL_M, GRASP_Y_RANGE_M
+from mecharm.sim.profile import ProfileError, load_profile
+from mecharm.sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
+from mecharm.sim.world_arm import WorldArm
 
 __all__ = ["Cell", "arm_errors", "cell_poses", "main", "pick_outcomes", "summarize"]
 
@@ -120,7 +120,7 @@ def arm_errors(world: WorldArm, cells: Sequence[Cell]) -> NDArray[np.float64]:
 
 def pick_outcomes(cells: Sequence[Cell], err: NDArray[np.float64]) -> dict[str, int]:
     """What today's physics would make of each uncorrected pick, the block centred on its
-    cell on the mat (mecharm_sim/physics.py's grasp rule; the table's own landing error
+    cell on the mat (mecharm/sim/physics.py's grasp rule; the table's own landing error
     included): grasped, missed beside it (x-z), missed in height, and tips below the mat."""
     out = {"grasp": 0, "miss_xz": 0, "miss_height": 0, "below_mat": 0}
     for c, e in zip(cells, err, strict=True):
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step", type=float, default=0.02, help="grid step, m (0.02)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = p.parse_args(argv)
-    from mecharm_common.logging import configure_logging
+    from mecharm.common.logging import configure_logging
 
     configure_logging("error")
     if not 0.005 <= args.step <= 0.1:

@@ -2,7 +2,7 @@
 
 Outside ``make test`` (it needs Debian's ``chromium``; ``make report-check`` runs it and
 installs the package when it is missing and we are root). It builds a report from a data
-root (by default a fresh ``mecharm_tools.demo`` root of a few trials), then asks Chromium
+root (by default a fresh ``mecharm.tools.demo`` root of a few trials), then asks Chromium
 for the DOM after rendering (``--dump-dom``) and for a PNG screenshot, and checks:
 
 * the page's headings and the ledger's numbers (trial count, success rate, one table row
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 
-from mecharm_common.layout import DataRoot
-from mecharm_tools.report.cli import run as run_report
-from mecharm_tools.report.collect import collect
+from mecharm.common.layout import DataRoot
+from mecharm.tools.report.cli import run as run_report
+from mecharm.tools.report.collect import collect
 
 __all__ = ["FLAGS", "chromium_path", "main", "render_page"]
 
@@ -179,7 +179,7 @@ def _demo_root(where: Path, trials: int) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "mecharm_tools.demo",
+        "mecharm.tools.demo",
         "--trials",
         str(trials),
         "--data-root",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.scene import Pose, SceneLayout
-from mecharm_sim.workcell import Workcell, WorkcellConfig
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.scene import Pose, SceneLayout
+from mecharm.sim.workcell import Workcell, WorkcellConfig
 
 __all__ = ["HOME", "HandheldCell", "exact_arm", "lay_out"]
 

@@ -36,16 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_dev.handheld import HandheldCell
-from mecharm_runtime.perception import (
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.perception import (
     GeometricJudge,
     JudgeEvidence,
     detect_scene,
     estimate_homography,
 )
-from mecharm_sim.physics import classify_drop
-from mecharm_sim.scene import BLOCK_SIZE_M, BOX_OUTER_M, Lighting, Pose, SceneLayout
+from mecharm.sim.physics import classify_drop
+from mecharm.sim.scene import BLOCK_SIZE_M, BOX_OUTER_M, Lighting, Pose, SceneLayout
+from mecharm_dev.handheld import HandheldCell
 
 __all__ = [
     "PICK_KINDS",
@@ -259,8 +259,8 @@ LIGHTING_GAINS = (0.8, 0.9, 1.0, 1.1, 1.2)
 
 def lighting_sweep(n_seeds: int, detects: int = 2) -> dict[str, Any]:
     """Box detections (combined and single samples) over ``LIGHTING_GAINS`` x seeds 0..n-1."""
-    from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
-    from mecharm_sim.scene import SceneState, random_layout
+    from mecharm.sim.render import TOP_CAMERA, Renderer, SceneSnapshot
+    from mecharm.sim.scene import SceneState, random_layout
 
     renderer = Renderer(TOP_CAMERA, 0)
     counts: Counter[str] = Counter()
@@ -320,11 +320,11 @@ def perception_accuracy(
     ``calibrated``: the runtime is configured with the profile's nominal calibration."""
     import cv2
 
-    from mecharm_runtime.perception import PerceptionConfig
-    from mecharm_runtime.perception.config import CameraCalibration
-    from mecharm_sim.arm import SimArm
-    from mecharm_sim.profile import load_profile
-    from mecharm_sim.workcell import Workcell
+    from mecharm.runtime.perception import PerceptionConfig
+    from mecharm.runtime.perception.config import CameraCalibration
+    from mecharm.sim.arm import SimArm
+    from mecharm.sim.profile import load_profile
+    from mecharm.sim.workcell import Workcell
 
     prof = load_profile(profile)
     nominal = prof.optics.top.nominal
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.accuracy < 1:
             print("--accuracy needs at least 1 scene", file=sys.stderr)
             return 2
-        from mecharm_sim.profile import ProfileError
+        from mecharm.sim.profile import ProfileError
 
         for calibrated in (False, True):
             try:

@@ -34,19 +34,19 @@ from typing import Any
 import cv2
 import numpy as np
 
-from mecharm_common.config import load_settings
-from mecharm_common.defaults import RUNTIME_CONFIG
-from mecharm_common.kinematics import fk_tip
-from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.profile import ProfileError, SimProfile, load_profile
-from mecharm_sim.world_arm import WorldArm
-from mecharm_tools.simrig import Child, start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.defaults import RUNTIME_CONFIG
+from mecharm.common.kinematics import fk_tip
+from mecharm.common.layout import DataRoot
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.sim.profile import ProfileError, SimProfile, load_profile
+from mecharm.sim.world_arm import WorldArm
+from mecharm.tools.simrig import Child, start_sim_daemon
 
 __all__ = ["TrialRow", "draw_curve", "main", "trial_row"]
 

@@ -742,7 +742,7 @@ def _setting_exists(module: str, cls: str, name: str) -> bool:
 
 
 def make_demo_root(where: Path, trials: int, seed: int, rig_id: str) -> Path:
-    """A fresh demo data root (``python -m mecharm_tools.demo``) recorded as rig ``rig_id``.
+    """A fresh demo data root (``python -m mecharm.tools.demo``) recorded as rig ``rig_id``.
 
     A demo session ends early when a trial leaves the block in the gripper; further
     sessions (next seeds) run until the ledger holds ``trials`` trials, at most
@@ -750,7 +750,7 @@ def make_demo_root(where: Path, trials: int, seed: int, rig_id: str) -> Path:
     """
     root = where / rig_id
     extra = {}
-    if _setting_exists("mecharm_runtime.config", "RuntimeSettings", "rig_id"):
+    if _setting_exists("mecharm.runtime.config", "RuntimeSettings", "rig_id"):
         extra["MECHARM_RUNTIME_RIG_ID"] = rig_id
     done = 0
     for _ in range(trials):
@@ -758,7 +758,7 @@ def make_demo_root(where: Path, trials: int, seed: int, rig_id: str) -> Path:
         cmd = [
             sys.executable,
             "-m",
-            "mecharm_tools.demo",
+            "mecharm.tools.demo",
             "--data-root",
             str(root),
             "--trials",
@@ -790,7 +790,7 @@ def export(
     cmd = [
         sys.executable,
         "-m",
-        "mecharm_tools.cli",
+        "mecharm.tools.cli",
         "export",
         "lerobot",
         "--root",
@@ -801,7 +801,7 @@ def export(
         select,
         "--no-progress",
     ]
-    if rig_id and _setting_exists("mecharm_tools.export.config", "ExportSettings", "rig_id"):
+    if rig_id and _setting_exists("mecharm.tools.export.config", "ExportSettings", "rig_id"):
         cmd += ["--rig-id", rig_id]  # only for trials whose run log names no rig
     res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=project_env())
     lines = res.stdout.strip().splitlines()
@@ -829,7 +829,7 @@ def verify(dataset: Path) -> tuple[list[str], str]:
     cmd = [
         sys.executable,
         "-m",
-        "mecharm_tools.cli",
+        "mecharm.tools.cli",
         "export",
         "verify",
         str(dataset),
@@ -901,7 +901,7 @@ def edit_dataset(venv: Path, work: Path, args: Sequence[str]) -> tuple[int, str]
 
 def read_ledger(root: Path) -> list[dict[str, str]]:
     """The ledger's rows (plain CSV); [] when it cannot be read."""
-    from mecharm_common.layout import DataRoot
+    from mecharm.common.layout import DataRoot
 
     try:
         with open(DataRoot(root).ledger, encoding="utf-8", newline="") as fh:

@@ -28,15 +28,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mecharm_common.config import load_settings
-from mecharm_common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX, default_data_root
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.ports import VerdictObservation
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import run_trial
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.common.layout import FK_DIR, FK_TABLE, TRACE_SUFFIX, default_data_root
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.ports import VerdictObservation
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import run_trial
+from mecharm.tools.simrig import start_sim_daemon
 
 __all__ = ["SCENARIOS", "main", "record"]
 

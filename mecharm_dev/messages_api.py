@@ -50,8 +50,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from mecharm_common.logging import get_logger
-from mecharm_sim.timing import TIMING_PROFILES, JudgeLatency
+from mecharm.common.logging import get_logger
+from mecharm.sim.timing import TIMING_PROFILES, JudgeLatency
 
 __all__ = ["MessagesApiServer", "main"]
 

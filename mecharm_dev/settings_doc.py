@@ -31,24 +31,29 @@ PAGE = ROOT / "docs" / "settings.md"
 
 #: (title, import path of the model, its config file, its command)
 MODELS: tuple[tuple[str, str, str, str], ...] = (
-    ("Arm daemon", "daemon_pi.config:DaemonSettings", "configs/daemon.yaml", "mecharm-daemon"),
-    ("Recorder", "recorder.config:RecorderSettings", "configs/recorder.yaml", "mecharm-recorder"),
+    ("Arm daemon", "mecharm.daemon.config:DaemonSettings", "configs/daemon.yaml", "mecharm-daemon"),
+    (
+        "Recorder",
+        "mecharm.recorder.config:RecorderSettings",
+        "configs/recorder.yaml",
+        "mecharm-recorder",
+    ),
     (
         "Runtime",
-        "mecharm_runtime.config:RuntimeSettings",
+        "mecharm.runtime.config:RuntimeSettings",
         "configs/runtime.yaml",
         "mecharm-runtime",
     ),
-    ("Pose lookups", "mecharm_runtime.lookup.settings:FkToolSettings", "-", "mecharm fk"),
+    ("Pose lookups", "mecharm.runtime.lookup.settings:FkToolSettings", "-", "mecharm fk"),
     (
         "Export",
-        "mecharm_tools.export.config:ExportSettings",
+        "mecharm.tools.export.config:ExportSettings",
         "configs/export.yaml",
         "mecharm export",
     ),
     (
         "Replay",
-        "mecharm_tools.replay.config:ReplaySettings",
+        "mecharm.tools.replay.config:ReplaySettings",
         "configs/replay.yaml",
         "mecharm replay",
     ),

@@ -28,8 +28,8 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from daemon_pi.config import is_loopback
-from mecharm_runtime.client import DaemonClient, DaemonError
+from mecharm.daemon.config import is_loopback
+from mecharm.runtime.client import DaemonClient, DaemonError
 
 __all__ = ["KINDS", "Attacker", "Flood", "Try", "operator_tries", "stale_takeover"]
 
@@ -295,9 +295,9 @@ async def _with_attack(kind: str, port: int, token: str | None, tries: int) -> d
 
 
 async def _serial_recovery(unplugged_s: float) -> dict[str, Any]:
-    from daemon_pi.backends.mycobot import MyCobotBackend
-    from daemon_pi.server import run_server
-    from mecharm_sim.firmware import FirmwareEmulator
+    from mecharm.daemon.backends.mycobot import MyCobotBackend
+    from mecharm.daemon.server import run_server
+    from mecharm.sim.firmware import FirmwareEmulator
 
     with tempfile.TemporaryDirectory() as tmp:
         emu = FirmwareEmulator(link=Path(tmp) / "ttyMECHARM")
@@ -345,7 +345,7 @@ async def _serial_recovery(unplugged_s: float) -> dict[str, Any]:
 
 
 async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
-    from mecharm_tools.simrig import start_sim_daemon
+    from mecharm.tools.simrig import start_sim_daemon
 
     figures: dict[str, Any] = {}
     token_file = log_dir / "token"
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-timeout", type=float, default=1.0, help="daemon idle timeout, s (1)")
     p.add_argument("--unplugged", type=float, default=3.0, help="serial unplugged for, s (3)")
     args = p.parse_args(argv)
-    from mecharm_common.logging import configure_logging
+    from mecharm.common.logging import configure_logging
 
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:

@@ -33,18 +33,18 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
-from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging
+from mecharm.common.layout import DataRoot
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.cli import session_logging
+from mecharm.runtime.console import RuntimeConsole
+from mecharm.runtime.service import ServiceReport, session_console
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary
+from mecharm.sim.profile import PROFILE_NAMES, ProfileError, load_profile
+from mecharm.sim.scene import BLOCK_SIZE_M, BOX_INNER_M
+from mecharm.sim.world_arm import WorldArm
+from mecharm.tools.demo import DemoRig, run_session, start_demo_rig
 from mecharm_dev.learncheck import TrialRow, _get_json, _reason_class, trial_row
-from mecharm_runtime.cli import session_logging
-from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.service import ServiceReport, session_console
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary
-from mecharm_sim.profile import PROFILE_NAMES, ProfileError, load_profile
-from mecharm_sim.scene import BLOCK_SIZE_M, BOX_INNER_M
-from mecharm_sim.world_arm import WorldArm
-from mecharm_tools.demo import DemoRig, run_session, start_demo_rig
 
 __all__ = [
     "Capture",

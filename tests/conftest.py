@@ -75,12 +75,12 @@ def fk_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     import hashlib
 
-    import mecharm_common.kinematics
-    import mecharm_runtime.lookup.build
-    from mecharm_runtime.lookup import ensure_table, load_table
+    import mecharm.common.kinematics
+    import mecharm.runtime.lookup.build
+    from mecharm.runtime.lookup import ensure_table, load_table
 
     h = hashlib.sha256()
-    for mod in (mecharm_runtime.lookup.build, mecharm_common.kinematics):
+    for mod in (mecharm.runtime.lookup.build, mecharm.common.kinematics):
         h.update(Path(str(mod.__file__)).read_bytes())
     shared = tmp_path_factory.getbasetemp().parent / f"fk_{h.hexdigest()[:12]}"
     shared.mkdir(exist_ok=True)
@@ -102,7 +102,7 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Pa
     import subprocess
     import sys
 
-    from mecharm_common.layout import FK_DIR
+    from mecharm.common.layout import FK_DIR
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
@@ -116,7 +116,7 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Pa
             shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)
             repo = Path(__file__).resolve().parents[1]
             proc = subprocess.run(
-                [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--data-root", str(root)],
+                [sys.executable, "-m", "mecharm.tools.demo", "--trials", "2", "--data-root", str(root)],
                 capture_output=True, text=True, cwd=repo, timeout=600, check=False,
                 # as `make run`: each trial's Rerun file built after it (tests/tools/test_view.py)
                 env={**os.environ, "PYTHONPATH": str(repo), "MECHARM_RUNTIME_RERUN_AFTER_TRIAL": "true"},

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_tools.cli import main as mecharm
-from mecharm_tools.doctor import Check, render
-from mecharm_tools.simrig import Child, SimRig, start_recorder, start_sim_daemon
+from mecharm.common.layout import DataRoot
+from mecharm.tools.cli import main as mecharm
+from mecharm.tools.doctor import Check, render
+from mecharm.tools.simrig import Child, SimRig, start_recorder, start_sim_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +186,7 @@ def _commands(rig: Rig) -> dict[str, int]:
     """The daemon's count of requests by command since it started (its ``stats``)."""
     import anyio
 
-    from mecharm_runtime.client import DaemonClient
+    from mecharm.runtime.client import DaemonClient
 
     async def read() -> dict[str, int]:
         async with DaemonClient("127.0.0.1", rig.sim.daemon_port, token=TOKEN) as c:

@@ -18,34 +18,35 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OURS = ("mecharm_common", "mecharm_cameras", "mecharm_sim", "daemon_pi", "recorder", "mecharm_runtime",
-        "mecharm_tools", "mecharm_dev")  # fmt: skip
+#: the product's packages, one namespace (mecharm/), and the development code beside it
+OURS = ("mecharm.common", "mecharm.cameras", "mecharm.sim", "mecharm.daemon", "mecharm.recorder",
+        "mecharm.runtime", "mecharm.tools", "mecharm_dev")  # fmt: skip
 #: development code: checks, harnesses and fakes, outside the wheel (docs/architecture.md)
 DEV = "mecharm_dev"
 
 #: package -> the modules of ours it may import (a package prefix allows its submodules).
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "mecharm_common": ("mecharm_common",),
-    "mecharm_cameras": ("mecharm_common", "mecharm_cameras"),
-    "mecharm_sim": ("mecharm_common", "mecharm_sim"),
-    "daemon_pi": ("mecharm_common", "mecharm_sim", "daemon_pi"),
+    "mecharm.common": ("mecharm.common",),
+    "mecharm.cameras": ("mecharm.common", "mecharm.cameras"),
+    "mecharm.sim": ("mecharm.common", "mecharm.sim"),
+    "mecharm.daemon": ("mecharm.common", "mecharm.sim", "mecharm.daemon"),
     # the observer never imports the daemon or the runtime
-    "recorder": ("mecharm_common", "mecharm_cameras", "recorder"),
+    "mecharm.recorder": ("mecharm.common", "mecharm.cameras", "mecharm.recorder"),
     # the runtime speaks the daemon's and the recorder's wire contracts, nothing else of theirs
-    "mecharm_runtime": (
-        "mecharm_common",
-        "mecharm_cameras",
-        "mecharm_runtime",
-        "daemon_pi.protocol",
-        "recorder.events",
-        "recorder.sender",
+    "mecharm.runtime": (
+        "mecharm.common",
+        "mecharm.cameras",
+        "mecharm.runtime",
+        "mecharm.daemon.protocol",
+        "mecharm.recorder.events",
+        "mecharm.recorder.sender",
     ),
-    "mecharm_tools": tuple(p for p in OURS if p != DEV),
+    "mecharm.tools": tuple(p for p in OURS if p != DEV),
     DEV: OURS,
 }
 
 #: Modules the Pi profile (`pip install '.[pi]'`) must be able to import.
-PI_MODULES = ("daemon_pi", "mecharm_sim.arm", "mecharm_sim.firmware", "mecharm_common")
+PI_MODULES = ("mecharm.daemon", "mecharm.sim.arm", "mecharm.sim.firmware", "mecharm.common")
 #: Third-party packages the Pi never installs.
 NOT_ON_PI = ("cv2", "av", "pyarrow", "scipy", "tqdm")
 
@@ -63,8 +64,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _dir(package: str) -> Path:
+    return ROOT / package.replace(".", "/")
+
+
 def _modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    return sorted(_dir(package).rglob("*.py"))
 
 
 def _allowed(name: str, rules: tuple[str, ...]) -> bool:
@@ -72,7 +77,7 @@ def _allowed(name: str, rules: tuple[str, ...]) -> bool:
 
 
 def _ours(name: str) -> bool:
-    return name.split(".")[0] in OURS
+    return name == "mecharm" or any(name == p or name.startswith(p + ".") for p in OURS)
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
@@ -82,7 +87,7 @@ def test_package_imports_only_what_it_may(package: str) -> None:
         for line, name in _imports(path):
             if not _ours(name) or _allowed(name, ALLOWED[package]):
                 continue
-            # ``from daemon_pi import protocol`` also yields "daemon_pi" itself: judge the leaf only
+            # ``from mecharm.daemon import protocol`` also yields "mecharm.daemon" itself: judge the leaf only
             if any(_allowed(r, (name,)) for r in ALLOWED[package]):
                 continue
             broken.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
@@ -90,8 +95,10 @@ def test_package_imports_only_what_it_may(package: str) -> None:
 
 
 def test_every_package_has_a_rule() -> None:
-    on_disk = {
-        p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("tests", "bench")
+    on_disk = {f"mecharm.{p.parent.name}" for p in ROOT.glob("mecharm/*/__init__.py")} | {
+        p.parent.name
+        for p in ROOT.glob("*/__init__.py")
+        if p.parent.name not in ("tests", "bench", "mecharm")
     }
     assert on_disk == set(ALLOWED), (
         "a new package needs its import rule here and in docs/architecture.md"
@@ -107,11 +114,11 @@ def test_the_wheel_holds_the_product_and_no_development_code() -> None:
         "setuptools"
     ]["packages"]["find"]
     shipped = set(find_packages(str(ROOT), include=find["include"]))
-    tops = {p.split(".")[0] for p in shipped}
-    assert tops == set(OURS) - {DEV}, tops
+    tops = {".".join(p.split(".")[:2]) for p in shipped if p != "mecharm"}
+    assert "mecharm" in shipped and tops == set(OURS) - {DEV}, tops
     assert not any(p == DEV or p.startswith(DEV + ".") for p in shipped)
     # and no development check hides in a product package any more
-    names = {p.stem for pkg in tops for p in (ROOT / pkg).rglob("*.py")}
+    names = {p.stem for pkg in tops for p in _dir(pkg).rglob("*.py")}
     dev_modules = {p.stem for p in (ROOT / DEV).glob("*.py")} - {"__init__"}
     assert not names & dev_modules, names & dev_modules
 
@@ -138,10 +145,10 @@ def _pi_closure() -> set[Path]:
                     elif isinstance(node, ast.ImportFrom) and node.module and _ours(node.module):
                         todo.append(node.module)
                         todo.extend(f"{node.module}.{a.name}" for a in node.names)
-        if name in PI_MODULES and (ROOT / name).is_dir():
+        if name in PI_MODULES and _dir(name).is_dir():
             todo.extend(
                 str(p.relative_to(ROOT).with_suffix("")).replace("/", ".")
-                for p in (ROOT / name).rglob("*.py")
+                for p in _dir(name).rglob("*.py")
                 if p.name != "__init__.py"
             )
     return seen
@@ -167,11 +174,11 @@ _IMPORT_NAME = {"pyserial": "serial", "opencv-python-headless": "cv2", "pyyaml":
                 "pydantic-settings": "pydantic_settings", "rerun-sdk": "rerun"}  # fmt: skip
 #: extra -> the packages (or modules) it installs libraries for
 _EXTRA_USERS = {
-    "pi": ("daemon_pi", "mecharm_sim/arm.py", "mecharm_sim/firmware.py"),
-    "sim": ("mecharm_sim",),
-    "recorder": ("recorder", "mecharm_cameras"),
-    "runtime": ("mecharm_runtime", "mecharm_cameras"),
-    "tools": ("mecharm_tools",),
+    "pi": ("mecharm.daemon", "mecharm/sim/arm.py", "mecharm/sim/firmware.py"),
+    "sim": ("mecharm.sim",),
+    "recorder": ("mecharm.recorder", "mecharm.cameras"),
+    "runtime": ("mecharm.runtime", "mecharm.cameras"),
+    "tools": ("mecharm.tools",),
 }
 
 
@@ -191,9 +198,7 @@ def test_every_dependency_is_imported_where_its_profile_installs_it() -> None:
     unused = []
     for extra, users in _EXTRA_USERS.items():
         paths = [
-            q
-            for u in users
-            for q in ((ROOT / u).rglob("*.py") if (ROOT / u).is_dir() else [ROOT / u])
+            q for u in users for q in (_dir(u).rglob("*.py") if _dir(u).is_dir() else [ROOT / u])
         ]
         imported = _top_imports(paths)
         unused += [

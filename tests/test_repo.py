@@ -56,7 +56,7 @@ def test_the_pattern_catches_both_forms() -> None:
 
 def test_the_scan_sees_code_configs_and_docs() -> None:
     rels = {p.relative_to(ROOT).as_posix() for p in _project_files()}
-    assert {"mecharm_runtime/config.py", "configs/runtime.yaml", "docs/recorder.md",
+    assert {"mecharm/runtime/config.py", "configs/runtime.yaml", "docs/recorder.md",
             "tests/test_repo.py"} <= rels  # fmt: skip
     assert not any("/corpus/" in r for r in rels)
 
@@ -124,21 +124,21 @@ _TOKEN_PATH = re.compile(r"[\w~$/{}.-]*(?:mecharm_token|\.mecharm/token|mecharm/
 
 
 #: the rig's data root as the README and docs show it (set once as MECHARM_DATA_ROOT on the rig;
-#: the code has no machine path: mecharm_common.layout.default_data_root)
+#: the code has no machine path: mecharm.common.layout.default_data_root)
 RIG_EXAMPLE_ROOT = "/Volumes/RigSSD"
 
 
 def _operator_texts() -> list[Path]:
     """README, docs and the shipped settings files (their comments show paths too)."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-            *sorted((ROOT / "mecharm_common" / "defaults").glob("*.yaml"))]  # fmt: skip
+            *sorted((ROOT / "mecharm.common" / "defaults").glob("*.yaml"))]  # fmt: skip
 
 
 def test_one_data_root_and_one_token_path() -> None:
     """The README's rig examples, docs and config comments name one data root
     (the rig's, set as MECHARM_DATA_ROOT) and one daemon token file (beside the recorder key): two spellings of either would have
     a runtime and a recorder, or a daemon and a runtime, disagree (docs/setup.md)."""
-    from mecharm_common.keyfile import default_daemon_token_file
+    from mecharm.common.keyfile import default_daemon_token_file
 
     roots: dict[str, set[str]] = {}
     tokens: dict[str, set[str]] = {}
@@ -171,8 +171,8 @@ def test_the_docs_index_links_every_page_and_only_pages_that_exist() -> None:
 
 
 #: the packages whose modules the docs name
-_PACKAGES = ("mecharm_runtime", "mecharm_common", "mecharm_cameras", "mecharm_sim",
-             "mecharm_tools", "daemon_pi", "recorder", "bench", "tests")  # fmt: skip
+_PACKAGES = ("mecharm.runtime", "mecharm.common", "mecharm.cameras", "mecharm.sim",
+             "mecharm.tools", "mecharm.daemon", "recorder", "bench", "tests")  # fmt: skip
 _FILE_SUFFIXES = (".yaml", ".key", ".json", ".csv", ".md", ".log", ".toml", ".token", ".py")
 
 

@@ -18,14 +18,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mecharm_common.defaults import APPROACH_PICK_ARC, RUNTIME_CONFIG
-from mecharm_common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
-from mecharm_runtime.client import DaemonClient, TimeScaleMismatch
-from mecharm_runtime.pick_place.records import RECORDS
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_tools.cli import TOOL_GROUPS
-from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
+from mecharm.common.defaults import APPROACH_PICK_ARC, RUNTIME_CONFIG
+from mecharm.common.layout import LEDGER, RUNS_DIR, TRACE_SUFFIX, DataRoot
+from mecharm.runtime.client import DaemonClient, TimeScaleMismatch
+from mecharm.runtime.pick_place.records import RECORDS
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.tools.cli import TOOL_GROUPS
+from mecharm.tools.simrig import SimRig, free_port, start_sim_daemon
 
 LEDGER_COLUMNS = RECORDS.ledger_columns
 REPO = Path(__file__).resolve().parents[1]
@@ -81,13 +81,13 @@ def test_the_simulated_rig_runs_in_a_session_of_its_own(sim_rig: SimRig) -> None
 
 
 def test_the_runtime_has_no_time_scale_flag_and_says_where_it_is() -> None:
-    r = run_from_root("mecharm_runtime.cli", "--time-scale", "20")
+    r = run_from_root("mecharm.runtime.cli", "--time-scale", "20")
     assert r.returncode == 2, r.stderr
     assert one_line(r, "mecharm-runtime") == (
         "mecharm-runtime: --time-scale: the runtime takes the daemon's time scale; start the "
         "daemon with --time-scale K"
     )
-    from mecharm_runtime.cli import build_parser
+    from mecharm.runtime.cli import build_parser
 
     assert "--time-scale" not in build_parser().format_help()  # hidden: not an option
     assert "time_scale: 1.0\n" not in RUNTIME_CONFIG.read_text()  # a set key would be a check
@@ -122,7 +122,7 @@ def test_a_time_scale_setting_the_daemon_does_not_announce_is_refused(
     sim_rig: SimRig, root: Path, fk_data_dir: Path
 ) -> None:
     r = run_from_root(
-        "mecharm_runtime.cli",
+        "mecharm.runtime.cli",
         *("--trials", "1", "--no-recorder", "--data-root", str(root)),
         *("--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url),
         env={"MECHARM_RUNTIME_TIME_SCALE": "1", "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
@@ -143,7 +143,7 @@ def test_a_trial_from_root_takes_the_daemons_time_scale(
     """The strong test: a real trial, started in /, with the packaged config and arcs and no
     time scale given: the trace records the daemon's."""
     r = run_from_root(
-        "mecharm_runtime.cli",
+        "mecharm.runtime.cli",
         *("--trials", "1", "--no-recorder", "--data-root", str(root)),
         *("--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url),
         *("--sim-control", sim_rig.control_url, "--log-level", "warning"),
@@ -165,7 +165,7 @@ def test_a_dry_run_from_root_uses_the_setting_else_real_time(
     # a fresh scene: an earlier test of this module may have left the block in the box
     scene_next(sim_rig.control_url, seed=3)
     r = run_from_root(
-        "mecharm_runtime.cli",
+        "mecharm.runtime.cli",
         *("--dry-run", "--trials", "1", "--data-root", str(root)),
         *("--top-camera", sim_rig.top_url, "--log-level", "warning"),
         env={
@@ -192,12 +192,12 @@ def _constants(root: Path) -> dict[str, object]:
 @pytest.mark.parametrize(
     "module, args",
     [
-        ("mecharm_runtime.cli", ["--help"]),
-        ("daemon_pi.cli", ["--help"]),
-        ("recorder.cli", ["--help"]),
-        ("mecharm_tools.cli", ["--help"]),
-        *[("mecharm_tools.cli", [group, "--help"]) for group in TOOL_GROUPS],
-        ("mecharm_tools.demo", ["--help"]),
+        ("mecharm.runtime.cli", ["--help"]),
+        ("mecharm.daemon.cli", ["--help"]),
+        ("mecharm.recorder.cli", ["--help"]),
+        ("mecharm.tools.cli", ["--help"]),
+        *[("mecharm.tools.cli", [group, "--help"]) for group in TOOL_GROUPS],
+        ("mecharm.tools.demo", ["--help"]),
     ],
 )
 def test_every_entry_point_starts_from_root(module: str, args: list[str]) -> None:
@@ -210,7 +210,7 @@ def test_the_defaults_are_found_from_root(tmp_path: Path) -> None:
     """From /, the runtime loads the shipped settings and arcs and stops at the first thing
     the operator must give: a data root (none set, and the user's default folder is absent)."""
     env = {"XDG_DATA_HOME": str(tmp_path), "MECHARM_DATA_ROOT": ""}
-    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", env=env, timeout=120)
+    r = run_from_root("mecharm.runtime.cli", "--dry-run", "--trials", "1", env=env, timeout=120)
     assert r.returncode == 3, r.stderr
     line = one_line(r, "mecharm-runtime")
     assert "does not exist" in line and str(tmp_path / "mecharm" / "data") in line
@@ -222,12 +222,12 @@ def test_one_variable_sets_every_process_default_data_root(
 ) -> None:
     """MECHARM_DATA_ROOT (docs/setup.md): the runtime, the recorder, `mecharm fk` and
     `mecharm replay` default to it alike; no machine's mount point is written in the code."""
-    from mecharm_common.config import load_settings
-    from mecharm_common.layout import default_data_root
-    from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.lookup.settings import FkToolSettings
-    from mecharm_tools.replay.config import ReplaySettings
-    from recorder.config import RecorderSettings
+    from mecharm.common.config import load_settings
+    from mecharm.common.layout import default_data_root
+    from mecharm.recorder.config import RecorderSettings
+    from mecharm.runtime.config import RuntimeSettings
+    from mecharm.runtime.lookup.settings import FkToolSettings
+    from mecharm.tools.replay.config import ReplaySettings
 
     monkeypatch.setenv("MECHARM_DATA_ROOT", str(tmp_path / "ssd"))
     assert default_data_root() == tmp_path / "ssd"
@@ -247,7 +247,7 @@ def test_one_variable_sets_every_process_default_data_root(
 
 def test_unknown_scene_suggests_the_closest() -> None:
     r = run_from_root(
-        "daemon_pi.cli", "--backend", "sim", "--scene", "randm", "--port", "0",
+        "mecharm.daemon.cli", "--backend", "sim", "--scene", "randm", "--port", "0",
         "--camera-port", "0", "--log-level", "error", timeout=120,
     )  # fmt: skip
     assert r.returncode == 2
@@ -268,7 +268,7 @@ def test_a_daemon_port_in_use_names_the_port_and_its_flag(busy_port: int, flag: 
     ports = {"--port": str(free_port()), "--camera-port": str(free_port())}
     ports[flag] = str(busy_port)
     r = run_from_root(
-        "daemon_pi.cli", "--backend", "sim", "--scene", "random", "--log-level", "error",
+        "mecharm.daemon.cli", "--backend", "sim", "--scene", "random", "--log-level", "error",
         *[a for kv in ports.items() for a in kv], timeout=120,
     )  # fmt: skip
     assert r.returncode == 1
@@ -281,7 +281,7 @@ def test_a_recorder_port_in_use_names_the_port_and_its_flag(tmp_path: Path, root
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         r = run_from_root(
-            "recorder.cli", "--data-root", str(root), "--udp-port", str(port),
+            "mecharm.recorder.cli", "--data-root", str(root), "--udp-port", str(port),
             "--camera", "synthetic",
             "--key-file", str(tmp_path / "key"), "--log-level", "error", timeout=120,
         )  # fmt: skip
@@ -299,7 +299,7 @@ def test_a_stopped_sim_daemon_is_one_line_not_a_url_error(
     gone = start_sim_daemon(tmp_path / "gone", seed=3, time_scale=SCALE)
     gone.daemon.stop()
     r = run_from_root(
-        "mecharm_runtime.cli",
+        "mecharm.runtime.cli",
         *("--dry-run", "--trials", "2", "--data-root", str(root)),
         *("--top-camera", sim_rig.top_url, "--sim-control", gone.control_url),
         *("--log-level", "error"),
@@ -320,7 +320,7 @@ def test_the_first_trial_gets_a_fresh_scene_too() -> None:
     import http.server
     import threading
 
-    from mecharm_runtime.cli import fresh_scenes
+    from mecharm.runtime.cli import fresh_scenes
 
     asked: list[str] = []
 
@@ -353,7 +353,7 @@ def test_the_first_trial_gets_a_fresh_scene_too() -> None:
 def test_an_unreachable_daemon_says_what_to_do(root: Path, fk_data_dir: Path) -> None:
     port = free_port()
     r = run_from_root(
-        "mecharm_runtime.cli",
+        "mecharm.runtime.cli",
         *("--trials", "1", "--no-recorder", "--no-rerun", "--data-root", str(root)),
         *("--daemon-port", str(port), "--top-camera", "synthetic?fps=30&w=320&h=240"),
         env={"MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
@@ -374,13 +374,13 @@ def test_a_missing_or_wrong_token_says_what_to_do(
     token: str | None, root: Path, fk_data_dir: Path, tmp_path: Path
 ) -> None:
     """The same fix texts as ``mecharm doctor`` (client.connect_fix)."""
-    from daemon_pi.backends.sim import SimBackend
-    from daemon_pi.server import run_server
-    from mecharm_common.config import load_settings
-    from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.rigsetup import DaemonUnavailable
-    from mecharm_runtime.service import run_service
-    from mecharm_sim.arm import SimArm, SimArmConfig
+    from mecharm.common.config import load_settings
+    from mecharm.daemon.backends.sim import SimBackend
+    from mecharm.daemon.server import run_server
+    from mecharm.runtime.config import RuntimeSettings
+    from mecharm.runtime.rigsetup import DaemonUnavailable
+    from mecharm.runtime.service import run_service
+    from mecharm.sim.arm import SimArm, SimArmConfig
 
     token_file = tmp_path / "daemon.token"
     if token is not None:
@@ -421,11 +421,11 @@ def test_a_missing_or_wrong_token_says_what_to_do(
 def test_an_unknown_settings_key_suggests_the_closest(tmp_path: Path) -> None:
     cfg = tmp_path / "runtime.yaml"
     cfg.write_text("time_scle: 2\n")
-    r = run_from_root("mecharm_runtime.cli", "--config", str(cfg), timeout=120)
+    r = run_from_root("mecharm.runtime.cli", "--config", str(cfg), timeout=120)
     assert r.returncode == 2
     assert "time_scle: unknown key; did you mean 'time_scale'?" in one_line(r, "mecharm-runtime")
     cfg.write_text("sim:\n  time_scal: 3\n")  # nested: the daemon's sim block
-    r = run_from_root("daemon_pi.cli", "--config", str(cfg), timeout=120)
+    r = run_from_root("mecharm.daemon.cli", "--config", str(cfg), timeout=120)
     assert r.returncode == 2
     assert "sim.time_scal: unknown key; did you mean 'time_scale'?" in one_line(r, "mecharm-daemon")
 
@@ -436,13 +436,13 @@ def test_an_unknown_ledger_column_suggests_the_closest(tmp_path: Path, root: Pat
     header = ["recording_stauts" if c == "recording_status" else c for c in LEDGER_COLUMNS]
     (root / RUNS_DIR).mkdir()
     (root / RUNS_DIR / LEDGER).write_text(",".join(header) + "\n")
-    r = run_from_root("mecharm_runtime.cli", "--dry-run", "--trials", "1", "--data-root", str(root))
+    r = run_from_root("mecharm.runtime.cli", "--dry-run", "--trials", "1", "--data-root", str(root))
     assert r.returncode == 4
     assert "extra 'recording_stauts' (did you mean 'recording_status'?)" in one_line(
         r, "mecharm-runtime"
     )
     r = run_from_root(
-        "mecharm_tools.cli", "export", "lerobot", "--root", str(root),
+        "mecharm.tools.cli", "export", "lerobot", "--root", str(root),
         "--out", str(tmp_path / "ds"), "--select", "recording_stauts=ok", "--no-progress",
     )  # fmt: skip
     assert r.returncode != 0 and "Traceback" not in r.stderr
@@ -455,7 +455,7 @@ def test_replaying_the_run_log_names_the_trace(tmp_path: Path) -> None:
     run_dir.mkdir(parents=True)
     runlog = DataRoot(tmp_path).runlog(stem)
     runlog.write_text(json.dumps({"run_stem": stem}))
-    r = run_from_root("mecharm_tools.cli", "replay", str(runlog), timeout=120)
+    r = run_from_root("mecharm.tools.cli", "replay", str(runlog), timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     trace = DataRoot(tmp_path).trace(stem)
     assert f"is the run log; replay takes the trace: {trace.name} beside it" in r.stderr + r.stdout
@@ -468,7 +468,7 @@ def test_a_legacy_trace_replays_from_root(fk_data_dir: Path) -> None:
     otherwise (exit 1, docs/replay.md, "Traces older than the code"), not a missing arc."""
     trace = REPO / "tests" / "replay" / "legacy_v1" / f"success_seed7{TRACE_SUFFIX}"
     assert '"approach_pick_arc": "configs/poses/approach_pick.json"' in trace.read_text()
-    r = run_from_root("mecharm_tools.cli", "replay", str(trace), "--data-dir", str(fk_data_dir))
+    r = run_from_root("mecharm.tools.cli", "replay", str(trace), "--data-dir", str(fk_data_dir))
     assert r.returncode == 1 and f"{trace}: different" in r.stdout, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
 
@@ -477,7 +477,7 @@ def test_doctor_fails_the_daemon_check_on_a_time_scale_setting_it_does_not_annou
     sim_rig: SimRig, root: Path, fk_data_dir: Path
 ) -> None:
     r = run_from_root(
-        "mecharm_tools.cli", "doctor", "--data-root", str(root), "--no-recorder",
+        "mecharm.tools.cli", "doctor", "--data-root", str(root), "--no-recorder",
         "--daemon-port", str(sim_rig.daemon_port), "--top-camera", sim_rig.top_url,
         env={"MECHARM_RUNTIME_TIME_SCALE": "1", "MECHARM_RUNTIME_FK_DATA_DIR": str(fk_data_dir)},
     )  # fmt: skip

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.camserver import CameraServer
-from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.camserver import CameraServer
+from mecharm.sim.workcell import Workcell, WorkcellConfig, start_workcell
 
 MAX_CONNECTIONS = 16
 IDLE_TIMEOUT_S = 2.0

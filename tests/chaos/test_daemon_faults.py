@@ -14,17 +14,17 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon_pi.backends.mycobot import MyCobotBackend
-from daemon_pi.server import run_server
-from mecharm_common.config import load_settings
-from mecharm_runtime.client import ArmNoReply, ConnectionLost, DaemonClient, DaemonTimeout
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import run_trial
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.firmware import FirmwareEmulator
-from mecharm_tools.simrig import SimRig, start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.server import run_server
+from mecharm.runtime.client import ArmNoReply, ConnectionLost, DaemonClient, DaemonTimeout
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import run_trial
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.firmware import FirmwareEmulator
+from mecharm.tools.simrig import SimRig, start_sim_daemon
 
 REQUEST_TIMEOUT_S = 1.5
 #: never-hang guard around each fault: the request timeout plus room for a loaded machine

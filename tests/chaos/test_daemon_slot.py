@@ -17,9 +17,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mecharm.runtime.client import DaemonBusy, DaemonClient
+from mecharm.tools.simrig import SimRig, start_sim_daemon
 from mecharm_dev.slotcheck import Attacker, Flood, operator_tries, stale_takeover
-from mecharm_runtime.client import DaemonBusy, DaemonClient
-from mecharm_tools.simrig import SimRig, start_sim_daemon
 
 TOKEN = "chaos-token-0123456789"
 TRIES = 20

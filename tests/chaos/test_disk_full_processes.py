@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.records.ledger import verify_ledger
-from mecharm_runtime.records.trace import read_trace
-from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.records.ledger import verify_ledger
+from mecharm.runtime.records.trace import read_trace
+from mecharm.tools.simrig import SimRig, start_recorder, start_sim_daemon
 
 from .test_runtime_kill import _runtime
 
@@ -139,7 +139,7 @@ def test_disk_full_while_holding_through_the_demo(
     fillers: list[Path] = []
     out: list[str] = []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mecharm_tools.demo", "--trials", "2", "--time-scale", "20",
+        [sys.executable, "-m", "mecharm.tools.demo", "--trials", "2", "--time-scale", "20",
          "--data-root", str(fs.path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

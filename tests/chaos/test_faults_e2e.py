@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.simrig import SimRig, start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.simrig import SimRig, start_sim_daemon
 
 #: whole trials against the simulated rig as processes (`make test-fast` skips them)
 pytestmark = pytest.mark.slow

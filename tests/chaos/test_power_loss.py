@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.records.ledger import verify_ledger
-from mecharm_tools.cli import main as mecharm_main
-from mecharm_tools.simrig import Child, start_recorder, start_sim_daemon
-from recorder.events import parse_recording_meta
+from mecharm.common.layout import DataRoot
+from mecharm.recorder.events import parse_recording_meta
+from mecharm.runtime.records.ledger import verify_ledger
+from mecharm.tools.cli import main as mecharm_main
+from mecharm.tools.simrig import Child, start_recorder, start_sim_daemon
 
 from .test_runtime_kill import _finish, _follow, _runtime
 

@@ -32,25 +32,25 @@ import anyio
 import numpy as np
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.ledger import (
+from mecharm.common.config import load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.recorder.events import Measured, Stage, TrialStart, parse_recording_meta
+from mecharm.recorder.repair import probe_video
+from mecharm.recorder.sender import RecorderSender
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.ledger import (
     append_row,
     ledger_path,
     verify_ledger,
     wait_recording_meta,
 )
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.simrig import Child, free_port, start_recorder, start_sim_daemon
-from recorder.events import Measured, Stage, TrialStart, parse_recording_meta
-from recorder.repair import probe_video
-from recorder.sender import RecorderSender
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.simrig import Child, free_port, start_recorder, start_sim_daemon
 
 KILLS = int(os.environ.get("MECHARM_CHAOS_KILLS", "4"))
 SEED = int(os.environ.get("MECHARM_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -80,7 +80,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _ledger_row(stem: str, info: Any) -> dict[str, Any]:
-    """The row the runtime appends after its bounded wait (mecharm_runtime/trial.py)."""
+    """The row the runtime appends after its bounded wait (mecharm/runtime/trial.py)."""
     return {
         "run_stem": stem, "started_at": "2026-01-01T12:00:00", "ended_at": "2026-01-01T12:00:05",
         "duration_s": 5.0, "status": "completed", "reason": "", "dry_run": False,

@@ -29,8 +29,8 @@ from bench.bench_recorder_spoof import (
     attacker_folders,
     run_spoof_scenario,
 )
-from mecharm_common.layout import DataRoot
-from mecharm_tools.simrig import free_port, start_recorder
+from mecharm.common.layout import DataRoot
+from mecharm.tools.simrig import free_port, start_recorder
 
 HOSTILE = 10_000
 FPS = 30
@@ -115,7 +115,7 @@ def _recorder(tmp_path: Path, key: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_recorder_creates_the_key_file_0600_and_the_runtime_reads_it(tmp_path: Path) -> None:
-    from recorder.sender import RecorderSender
+    from mecharm.recorder.sender import RecorderSender
 
     key = tmp_path / "cfg" / "mecharm" / "recorder.key"
     rec, port = start_recorder(
@@ -153,7 +153,7 @@ def test_a_loose_key_file_is_refused_with_the_chmod_to_run(tmp_path: Path, mode:
     assert f"run: chmod 600 {key}" in r.stderr and f"{mode:04o}" in r.stderr
     assert "Traceback" not in r.stderr
     runtime = subprocess.run(
-        [sys.executable, "-m", "mecharm_runtime.cli", "--recorder-key-file", str(key),
+        [sys.executable, "-m", "mecharm.runtime.cli", "--recorder-key-file", str(key),
          "--data-root", str(tmp_path / "data"), "--trials", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.records.ledger import verify_ledger
-from mecharm_tools.cli import main as mecharm_main
-from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.records.ledger import verify_ledger
+from mecharm.tools.cli import main as mecharm_main
+from mecharm.tools.simrig import SimRig, start_recorder, start_sim_daemon
 
 pytestmark = pytest.mark.chaos
 
@@ -43,7 +43,7 @@ def _runtime(
 ) -> Any:
     return subprocess.Popen(
         [
-            sys.executable, "-m", "mecharm_runtime.cli",
+            sys.executable, "-m", "mecharm.runtime.cli",
             "--trials", str(trials),
             "--data-root", str(root),
             "--daemon-port", str(rig.daemon_port),

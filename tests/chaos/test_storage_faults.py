@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_common.shutdown import ShutdownSignals
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.ledger import verify_ledger
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import ServiceReport, run_service
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
-from recorder.sender import RecorderSender
+from mecharm.common.config import load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.common.shutdown import ShutdownSignals
+from mecharm.recorder.sender import RecorderSender
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.ledger import verify_ledger
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.service import ServiceReport, run_service
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.tools.simrig import SimRig, start_recorder, start_sim_daemon
 
 SCALE = 20.0
 SIDE = "synthetic?fps=15&w=320&h=240"
@@ -209,8 +209,8 @@ def test_a_row_that_does_not_fit_is_cut_back_to_the_last_whole_row(tmpfs: Any) -
     """A write that crosses into a page the full disk does not have is partly written by the
     kernel, then fails: the ledger (and every LineFile: trace, states.csv, frame_log.csv)
     is cut back to its last whole row."""
-    from mecharm_common.fsutil import LineFile
-    from mecharm_runtime.records.ledger import append_row
+    from mecharm.common.fsutil import LineFile
+    from mecharm.runtime.records.ledger import append_row
 
     fs = tmpfs("small", size_kib=1024)
     ledger = DataRoot(fs.path).ledger

@@ -1,5 +1,5 @@
 """Every config mistake ends in one clear message and exit 2, never a traceback, for
-every process that loads settings through ``mecharm_common.config`` (docs/architecture.md,
+every process that loads settings through ``mecharm.common.config`` (docs/architecture.md,
 "Configuration"): through each CLI's real ``main`` and, for the case testers hit, as
 real processes."""
 
@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from daemon_pi.cli import main as daemon_main
-from mecharm_common.config import MAX_CONFIG_BYTES, ConfigError, load_settings
-from mecharm_runtime.cli import main as runtime_main
-from mecharm_runtime.config import RuntimeSettings
-from recorder.cli import main as recorder_main
+from mecharm.common.config import MAX_CONFIG_BYTES, ConfigError, load_settings
+from mecharm.daemon.cli import main as daemon_main
+from mecharm.recorder.cli import main as recorder_main
+from mecharm.runtime.cli import main as runtime_main
+from mecharm.runtime.config import RuntimeSettings
 
 CLIS: dict[str, tuple[Callable[[list[str]], int], str, str]] = {
     # name: (main, module for `python -m`, a key of its settings whose value must be an int)
-    "mecharm-runtime": (runtime_main, "mecharm_runtime.cli", "trials"),
-    "mecharm-recorder": (recorder_main, "recorder.cli", "udp_port"),
-    "mecharm-daemon": (daemon_main, "daemon_pi.cli", "port"),
+    "mecharm-runtime": (runtime_main, "mecharm.runtime.cli", "trials"),
+    "mecharm-recorder": (recorder_main, "mecharm.recorder.cli", "udp_port"),
+    "mecharm-daemon": (daemon_main, "mecharm.daemon.cli", "port"),
 }
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -115,7 +115,7 @@ def test_benign_aliases_and_the_shipped_configs_still_load(tmp_path: Path) -> No
 
 def test_dev_null_means_defaults_only() -> None:
     """`--config /dev/null` is how scripts and tests say "no file": not a mistake."""
-    from mecharm_common.config import read_yaml
+    from mecharm.common.config import read_yaml
 
     assert read_yaml(Path(os.devnull)) == {}
 

@@ -1,8 +1,8 @@
 import pytest
 from pydantic_settings import SettingsConfigDict
 
-from mecharm_common.config import ConfigError, RigSettings, load_settings
-from mecharm_common.fsutil import UnsafeNameError, check_data_root, safe_join, validate_name
+from mecharm.common.config import ConfigError, RigSettings, load_settings
+from mecharm.common.fsutil import UnsafeNameError, check_data_root, safe_join, validate_name
 
 
 class DemoSettings(RigSettings):

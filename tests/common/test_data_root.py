@@ -1,4 +1,4 @@
-"""The data-root layout has one home: mecharm_common/layout.py (docs/data-root.md).
+"""The data-root layout has one home: mecharm/common/layout.py (docs/data-root.md).
 
 The runtime, the recorder and the tools meet only through these files, so a name
 spelled a second time is a second contract that can drift. The grep reads every
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_common import layout
-from mecharm_common.layout import DataRoot, FkTableFiles, format_run_stem, run_number
+from mecharm.common import layout
+from mecharm.common.layout import DataRoot, FkTableFiles, format_run_stem, run_number
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("mecharm_common", "mecharm_cameras", "mecharm_sim", "daemon_pi", "recorder", "mecharm_runtime",
-           "mecharm_tools", "bench", "tests")  # fmt: skip
-HOME = ROOT / "mecharm_common" / "layout.py"
+SCANNED = ("mecharm.common", "mecharm.cameras", "mecharm.sim", "mecharm.daemon", "recorder", "mecharm.runtime",
+           "mecharm.tools", "bench", "tests")  # fmt: skip
+HOME = ROOT / "mecharm.common" / "layout.py"
 #: The replay tools and their tests are being rewritten elsewhere; they switch over when that lands.
 #: the replay tests name corpus files (data, not the data-root layout) and test FK tables by file name
 PENDING: tuple[Path, ...] = (ROOT / "tests" / "replay",)
@@ -74,7 +74,7 @@ def test_layout_names_are_spelled_only_in_layout_py() -> None:
         if p not in (HOME, Path(__file__).resolve()) and not any(d in p.parents for d in PENDING)
         for o in offenders(p)
     ]
-    assert not found, "use mecharm_common.layout instead of spelling the path:\n" + "\n".join(found)
+    assert not found, "use mecharm.common.layout instead of spelling the path:\n" + "\n".join(found)
 
 
 def test_the_grep_sees_a_spelled_name(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_common.keyfile import (
+from mecharm.common.keyfile import (
     KeyFileError,
     config_dir,
     default_recorder_key_file,
@@ -100,7 +100,7 @@ def test_processes_starting_together_agree_on_one_key(tmp_path):
     """Runtime and recorder started at once: one of them creates the key, both read it."""
     path = tmp_path / "race" / "recorder.key"
     code = (
-        "import sys; from pathlib import Path; from mecharm_common.keyfile import load_or_create_key;"
+        "import sys; from pathlib import Path; from mecharm.common.keyfile import load_or_create_key;"
         "print(load_or_create_key(Path(sys.argv[1])).decode())"
     )
     procs = [

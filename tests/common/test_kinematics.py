@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import fk_frames, fk_tip
+from mecharm.common.kinematics import fk_frames, fk_tip
 
 CALIBRATION_ROWS = [
     ([-31.93, 87.74, -38.33, 18.6, -45.11, -30.0], (0.203019, 0.038917, 0.259061)),

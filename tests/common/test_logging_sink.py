@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_common.fsutil import LineFile
-from mecharm_common.logging import configure_logging, get_logger, log_lines_dropped
+from mecharm.common.fsutil import LineFile
+from mecharm.common.logging import configure_logging, get_logger, log_lines_dropped
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer, run_server
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.firmware import FirmwareEmulator
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.firmware import FirmwareEmulator
 
 FAST = {"time_scale": 50.0, "seed": 3}
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from daemon_pi import cli
-from daemon_pi.cli import StartupError, build_parser, settings_from_args
-from daemon_pi.config import DaemonSettings, is_loopback, read_token
-from mecharm_common.config import ConfigError
-from mecharm_sim.arm import SimArm
-from mecharm_sim.firmware import FirmwareEmulator
+from mecharm.common.config import ConfigError
+from mecharm.daemon import cli
+from mecharm.daemon.cli import StartupError, build_parser, settings_from_args
+from mecharm.daemon.config import DaemonSettings, is_loopback, read_token
+from mecharm.sim.arm import SimArm
+from mecharm.sim.firmware import FirmwareEmulator
 
 from .conftest import LineClient
 
@@ -136,7 +136,7 @@ def test_the_daemon_refuses_a_weak_token_file_before_listening(tmp_path: Path) -
     tok.write_text("letmein\n")
     tok.chmod(0o600)
     r = subprocess.run(
-        [sys.executable, "-m", "daemon_pi.cli", "--backend", "sim", "--port", "0",
+        [sys.executable, "-m", "mecharm.daemon.cli", "--backend", "sim", "--port", "0",
          "--token-file", str(tok)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -171,9 +171,9 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
         made.append(_FakeWorkcell())
         return made[-1]
 
-    mod = types.ModuleType("mecharm_sim.workcell")
+    mod = types.ModuleType("mecharm.sim.workcell")
     mod.start_workcell = start_workcell  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", mod)
+    monkeypatch.setitem(sys.modules, "mecharm.sim.workcell", mod)
     s = settings(
         ["--config", os.devnull, "--scene", "random", "--seed", "4", "--camera-port", "8099",
          "--sim-profile", "rig"]
@@ -194,7 +194,7 @@ def test_scene_starts_the_workcell(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_scene_without_workcell_module_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mecharm_sim.workcell", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "mecharm.sim.workcell", None)  # import raises ImportError
     s = settings(["--config", os.devnull, "--scene", "random"])
     with pytest.raises(StartupError, match="workcell is not available"):
         cli._start_workcell(s, SimArm(s.sim), "127.0.0.1", None)
@@ -213,14 +213,14 @@ def _env() -> dict[str, str]:
 
 
 class Daemon:
-    """``python -m daemon_pi.cli`` in a subprocess; learns its port from the JSON log."""
+    """``python -m mecharm.daemon.cli`` in a subprocess; learns its port from the JSON log."""
 
     def __init__(self, args: list[str], cwd: Path) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "daemon_pi.cli",
+                "mecharm.daemon.cli",
                 "--config",
                 os.devnull,
                 "--host",
@@ -346,7 +346,7 @@ def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "daemon_pi.cli",
+            "mecharm.daemon.cli",
             "--config",
             os.devnull,
             "--backend",
@@ -375,7 +375,7 @@ def test_startup_failure_exits_1_with_the_reason(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    from daemon_pi.demo import run_demo
+    from mecharm.daemon.demo import run_demo
 
     assert await run_demo(time_scale=50.0) == 0
     out = capsys.readouterr().out

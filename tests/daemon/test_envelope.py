@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from daemon_pi import cli
-from daemon_pi.backends.mycobot import MyCobotBackend
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer, run_server
-from mecharm_common.envelope import Envelope, RuntimeLimits, wider_than_envelope
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_sim.arm import HOME, SimArm
-from mecharm_sim.firmware import SEND_ANGLES, FirmwareEmulator
+from mecharm.common.envelope import Envelope, RuntimeLimits, wider_than_envelope
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm.daemon import cli
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.sim.arm import HOME, SimArm
+from mecharm.sim.firmware import SEND_ANGLES, FirmwareEmulator
 
 from .conftest import LineClient
 from .test_cli import Daemon

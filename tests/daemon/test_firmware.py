@@ -14,11 +14,11 @@ import time
 import pytest
 from pymycobot.mecharm270 import MechArm270
 
-from daemon_pi.backends.mycobot import MyCobotBackend
-from daemon_pi.server import run_server
-from mecharm_common.envelope import Envelope
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_sim.firmware import (
+from mecharm.common.envelope import Envelope
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.server import run_server
+from mecharm.sim.firmware import (
     GET_ANGLES,
     SEND_ANGLES,
     FirmwareEmulator,
@@ -175,7 +175,7 @@ async def test_lost_serial_port_becomes_serial_error(emulator: FirmwareEmulator)
 
 @pytest.mark.anyio
 async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from daemon_pi.backends.base import ArmSerialError
+    from mecharm.daemon.backends.base import ArmSerialError
 
     with pytest.raises(ArmSerialError, match="cannot open serial port"):
         async with run_server(MyCobotBackend(str(tmp_path / "ttyNONE"), 1000000), "127.0.0.1", 0):
@@ -184,7 +184,7 @@ async def test_mycobot_backend_fails_to_start_on_a_missing_port(tmp_path) -> Non
 
 def test_mecharm_fake_arm_process() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mecharm_sim.firmware", "--time-scale", "20"],
+        [sys.executable, "-m", "mecharm.sim.firmware", "--time-scale", "20"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

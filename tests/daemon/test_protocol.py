@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon_pi.protocol import (
+from mecharm.common import kinematics
+from mecharm.daemon.protocol import (
     ARGS_MODELS,
     JOINT_MAX,
     JOINT_MIN,
@@ -28,7 +29,6 @@ from daemon_pi.protocol import (
     ok_response,
     validate_args,
 )
-from mecharm_common import kinematics
 
 HOME = [0, 0, 0, 0, 0, -30]
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from daemon_pi.backends.base import ArmSerialError, ArmUnavailableError
-from daemon_pi.backends.mycobot import MyCobotBackend
-from daemon_pi.server import run_server
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.firmware import FirmwareEmulator
+from mecharm.daemon.backends.base import ArmSerialError, ArmUnavailableError
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.server import run_server
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.firmware import FirmwareEmulator
 
 from .conftest import LineClient
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.protocol import MAX_LINE_BYTES
-from daemon_pi.server import ArmServer, run_server
-from mecharm_common.envelope import Envelope
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_sim.arm import HOME, SimArm, SimArmConfig
+from mecharm.common.envelope import Envelope
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.protocol import MAX_LINE_BYTES
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.sim.arm import HOME, SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 

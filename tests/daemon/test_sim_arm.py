@@ -12,7 +12,7 @@ import time
 import pytest
 import serial
 
-from mecharm_sim.arm import HOME, SimArm, SimArmConfig, SimArmDataError
+from mecharm.sim.arm import HOME, SimArm, SimArmConfig, SimArmDataError
 
 
 class Clock:

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer, run_server
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 

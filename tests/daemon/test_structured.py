@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 from .conftest import FAST, LineClient
 

@@ -1,7 +1,7 @@
 """Recordings in the recorder's exact on-disk format (docs/recorder.md), built for the export tests.
 
 The video is written by the recorder's own ``VideoWriter`` (fragmented H.264 MP4,
-PTS = capture times), the CSVs with the column lists of ``recorder.events``, and
+PTS = capture times), the CSVs with the column lists of ``mecharm.recorder.events``, and
 the ledger with the runtime's ``append_row``. Each frame carries its frame index as
 a row of black/white 16-px blocks, so a test can read back which recorded frame a
 dataset row shows.
@@ -27,12 +27,12 @@ import numpy as np
 import pytest
 import structlog
 
-from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
-from mecharm_runtime.records.ledger import append_row, ledger_path
-from mecharm_runtime.records.runlog import build_runlog, write_runlog
-from recorder.config import VideoSettings
-from recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
-from recorder.video import VideoWriter
+from mecharm.common.layout import FRAME_LOG, META, STATES, VIDEO, DataRoot
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.events import FRAME_LOG_COLUMNS, STATES_COLUMNS
+from mecharm.recorder.video import VideoWriter
+from mecharm.runtime.records.ledger import append_row, ledger_path
+from mecharm.runtime.records.runlog import build_runlog, write_runlog
 
 W, H = 192, 96
 #: the fixtures' top camera: another size and aspect than the side's (16:9 like the sim's)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mecharm_tools.export.align import align_recording, nearest_frames
-from mecharm_tools.export.recording import Recording, RecordingError, parse_gripper
-from recorder.events import RecordingMeta
+from mecharm.recorder.events import RecordingMeta
+from mecharm.tools.export.align import align_recording, nearest_frames
+from mecharm.tools.export.recording import Recording, RecordingError, parse_gripper
 
 
 def _rec(

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import META, VIDEO
-from mecharm_tools.cli import main
+from mecharm.common.layout import META, VIDEO
+from mecharm.tools.cli import main
 
 
 def test_cli_export_then_verify(
@@ -109,8 +109,8 @@ def test_cli_verify_reports_problems(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_shipped_config_is_valid_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mecharm_common.config import load_settings
-    from mecharm_tools.export.config import ExportSettings
+    from mecharm.common.config import load_settings
+    from mecharm.tools.export.config import ExportSettings
 
     cfg = Path(__file__).resolve().parents[2] / "configs" / "export.yaml"
     s = load_settings(ExportSettings, cfg)

@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.records.ledger import ledger_path
-from mecharm_tools.export import layout as L
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.verify import verify_dataset
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.records.ledger import ledger_path
+from mecharm.tools.export import layout as L
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.verify import verify_dataset
 
 TOP_KEY = "observation.images.top"
 

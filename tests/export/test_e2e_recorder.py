@@ -13,15 +13,23 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_common.layout import FRAME_LOG, META, DataRoot
-from mecharm_runtime.records.ledger import append_row, ledger_path
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.verify import verify_dataset
-from recorder.config import RecorderSettings, VideoSettings
-from recorder.events import Commanded, Gripper, Measured, RecordingMeta, Stage, TrialEnd, TrialStart
-from recorder.sender import RecorderSender
-from recorder.service import RecorderService
+from mecharm.common.layout import FRAME_LOG, META, DataRoot
+from mecharm.recorder.config import RecorderSettings, VideoSettings
+from mecharm.recorder.events import (
+    Commanded,
+    Gripper,
+    Measured,
+    RecordingMeta,
+    Stage,
+    TrialEnd,
+    TrialStart,
+)
+from mecharm.recorder.sender import RecorderSender
+from mecharm.recorder.service import RecorderService
+from mecharm.runtime.records.ledger import append_row, ledger_path
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.verify import verify_dataset
 
 STEM = "run_0007_20251130_120000"
 

@@ -13,13 +13,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_common.layout import FRAME_LOG, META, STATES, VIDEO
-from mecharm_tools.export import writer as writer_mod
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import DatasetError, export_lerobot
-from mecharm_tools.export.recording import RecordingError
-from mecharm_tools.export.verify import verify_dataset
-from recorder.repair import repair_recording
+from mecharm.common.layout import FRAME_LOG, META, STATES, VIDEO
+from mecharm.recorder.repair import repair_recording
+from mecharm.tools.export import writer as writer_mod
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import DatasetError, export_lerobot
+from mecharm.tools.export.recording import RecordingError
+from mecharm.tools.export.verify import verify_dataset
 
 FPS = 10
 SETTINGS = ExportSettings(progress=False)

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_tools.export import layout as L
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.stats import aggregate_stats, image_stats, vector_stats
-from mecharm_tools.export.verify import verify_dataset
+from mecharm.tools.export import layout as L
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.stats import aggregate_stats, image_stats, vector_stats
+from mecharm.tools.export.verify import verify_dataset
 
 #: the dataset lerobot 0.4.4 wrote itself: MECHARM_LEROBOT_REFERENCE, else the copy in the
 #: shared/ folder beside the repository (docs/testing.md, "Reference data")
@@ -266,7 +266,7 @@ def test_copy_of_dataset_verifies(dataset: Path, tmp_path: Path) -> None:
 def test_data_and_video_files_roll_over_at_the_size_limit(
     recs: Any, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mecharm_tools.export import writer as writer_mod
+    from mecharm.tools.export import writer as writer_mod
 
     monkeypatch.setattr(writer_mod, "_MB", 1000)  # limits of 100 kB data / 200 kB video per file
     for i in range(3):
@@ -292,7 +292,7 @@ def test_data_and_video_files_roll_over_at_the_size_limit(
 
 
 def test_sampled_rgb_matches_ffmpeg_conversion() -> None:
-    from mecharm_tools.export.video import sample_rgb
+    from mecharm.tools.export.video import sample_rgb
 
     yy, xx = np.mgrid[0:720, 0:1280]
     img = np.stack([xx * 255 // 1280, yy * 255 // 720, (xx + yy) * 255 // 2000], axis=-1).astype(

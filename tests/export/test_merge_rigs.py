@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from mecharm_tools.export import layout as L
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.verify import verify_dataset
+from mecharm.tools.export import layout as L
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.verify import verify_dataset
 
 RECORDED = ExportSettings(progress=False, select="recorded")
 

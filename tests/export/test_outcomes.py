@@ -15,13 +15,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_tools.cli import main
-from mecharm_tools.export import layout as L
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import DatasetError, export_lerobot
-from mecharm_tools.export.outcomes import outcome_columns
-from mecharm_tools.export.stats import aggregate_stats, vector_stats
-from mecharm_tools.export.verify import verify_dataset
+from mecharm.tools.cli import main
+from mecharm.tools.export import layout as L
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import DatasetError, export_lerobot
+from mecharm.tools.export.outcomes import outcome_columns
+from mecharm.tools.export.stats import aggregate_stats, vector_stats
+from mecharm.tools.export.verify import verify_dataset
 
 LEROBOT = json.loads((Path(__file__).parent / "fixtures" / "lerobot_outcomes.json").read_text())
 SETTINGS = ExportSettings(progress=False)
@@ -266,8 +266,8 @@ def test_damaged_manifest_is_a_clear_error_not_a_key_error(
 def test_rig_id_flag_follows_the_runtime_rule(
     recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str
 ) -> None:
-    """One rule for rig ids (mecharm_common.rigid): what the runtime refuses, the export too."""
-    from mecharm_runtime.config import RuntimeSettings
+    """One rule for rig ids (mecharm.common.rigid): what the runtime refuses, the export too."""
+    from mecharm.runtime.config import RuntimeSettings
 
     with pytest.raises(ValueError, match="rig_id"):
         RuntimeSettings(rig_id=bad)

@@ -18,14 +18,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_cameras.jpeg import jpeg_size
-from mecharm_common.layout import TOP_FRAME_LOG, TOP_VIDEO, VIDEO, DataRoot
-from mecharm_tools.cli import main
-from mecharm_tools.export import layout as L
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import DatasetError, export_lerobot
-from mecharm_tools.export.verify import verify_dataset
-from mecharm_tools.export.video import jpeg_lowres
+from mecharm.cameras.jpeg import jpeg_size
+from mecharm.common.layout import TOP_FRAME_LOG, TOP_VIDEO, VIDEO, DataRoot
+from mecharm.tools.cli import main
+from mecharm.tools.export import layout as L
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import DatasetError, export_lerobot
+from mecharm.tools.export.verify import verify_dataset
+from mecharm.tools.export.video import jpeg_lowres
 
 FPS = 10
 TOP_DIR = "videos/observation.images.top/chunk-000"

@@ -22,11 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_tools.cli import main
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import export_lerobot
-from mecharm_tools.export.stats import aggregate_stats, vector_stats
-from mecharm_tools.export.verify import MAX_PER_KIND, verify_dataset
+from mecharm.tools.cli import main
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
+from mecharm.tools.export.stats import aggregate_stats, vector_stats
+from mecharm.tools.export.verify import MAX_PER_KIND, verify_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 #: the dataset lerobot 0.4.4 wrote itself (docs/testing.md, "Reference data")
@@ -455,7 +455,7 @@ def test_manifest_is_optional_but_must_agree(ours: Path, tmp_path: Path) -> None
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
-        [sys.executable, "-m", "mecharm_tools.cli", "export", "verify", *args, "--no-progress"],
+        [sys.executable, "-m", "mecharm.tools.cli", "export", "verify", *args, "--no-progress"],
         capture_output=True,
         text=True,
         env=env,

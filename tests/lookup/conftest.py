@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import structlog
 
-from mecharm_runtime.lookup import FkTable, ensure_table, load_table
-from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
+from mecharm.runtime.lookup import FkTable, ensure_table, load_table
+from mecharm.runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
 
 
 @pytest.fixture(autouse=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_common.layout import FK_TABLE
-from mecharm_runtime.lookup import build_table, load_arc, load_table
-from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
-from mecharm_runtime.lookup.table import COLUMNS
-from mecharm_tools.cli import main
+from mecharm.common.layout import FK_TABLE
+from mecharm.runtime.lookup import build_table, load_arc, load_table
+from mecharm.runtime.lookup.j0 import DEFAULT_PLACE_ARC
+from mecharm.runtime.lookup.table import COLUMNS
+from mecharm.tools.cli import main
 
 from .conftest import place_rows
 

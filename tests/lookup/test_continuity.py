@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkLookupResult, FkTable, fk_lookup
-from mecharm_runtime.lookup.build import approach_lattice_bases, with_approach_lattices
-from mecharm_runtime.lookup.descent import plan_pick_descent
+from mecharm.runtime.lookup import FkLookupResult, FkTable, fk_lookup
+from mecharm.runtime.lookup.build import approach_lattice_bases, with_approach_lattices
+from mecharm.runtime.lookup.descent import plan_pick_descent
 
 APPROACH = (-30.0, 80.0, -40.0, 0.0, -70.0, -30.0)
 
@@ -162,7 +162,7 @@ def test_the_hover_that_stopped_a_harsh_trial_is_refused_by_the_path_check() -> 
     """Seed 10323 on harsh: from the pick arc's pose, the straight joint path to a hover row
     with the wrist turned over dips the tool to the mat (the move was refused, the trial
     stopped); the planner now asks the same check before it chooses a hover."""
-    from mecharm_runtime.pathcheck import Workspace, check_path
+    from mecharm.runtime.pathcheck import Workspace, check_path
 
     arc = (-27.5976, 87.74, -38.33, 3.6, -70.11, -30.0)
     hover = (-20.0, 15.0, 45.0, -150.0, 46.0, -30.0)

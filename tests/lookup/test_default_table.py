@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_common.layout import FK_TABLE
-from mecharm_runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.lookup.table import read_csv_rows
+from mecharm.common.layout import FK_TABLE
+from mecharm.runtime.lookup import FkTable, ensure_table, fk_lookup, j0_lookup, load_arc
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm.runtime.lookup.table import read_csv_rows
 
 from .test_equivalence import assert_same
 
@@ -134,9 +134,9 @@ def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) 
     the pose it starts at (the approach, or the hover above the block), and reaches every
     cell the unbounded lookup reaches; without the bound most pick descents swing > 30°."""
     from bench.continuity import cells, descent_jumps
-    from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.lookup.descent import pick_descent_table
-    from mecharm_sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
+    from mecharm.runtime.config import RuntimeSettings
+    from mecharm.runtime.lookup.descent import pick_descent_table
+    from mecharm.sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
 
     s = RuntimeSettings()
     bound = s.joint_step_max_deg

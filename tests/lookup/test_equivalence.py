@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc
-from mecharm_runtime.lookup.build import lattice, rows_from_angles
-from mecharm_runtime.lookup.index import MAX_VIEWS
-from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
+from mecharm.runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc
+from mecharm.runtime.lookup.build import lattice, rows_from_angles
+from mecharm.runtime.lookup.index import MAX_VIEWS
+from mecharm.runtime.lookup.j0 import DEFAULT_PLACE_ARC
 
 from .conftest import dyadic_table, place_rows
 
@@ -100,7 +100,7 @@ def test_random_queries_through_each_search_path(
     ``block_max`` 0 runs the band-view ref_joints test joint by joint (the large-window form)."""
     if block_max is not None:
         monkeypatch.setattr(
-            importlib.import_module("mecharm_runtime.lookup.fk_lookup"), "_BLOCK_MAX", block_max
+            importlib.import_module("mecharm.runtime.lookup.fk_lookup"), "_BLOCK_MAX", block_max
         )
     table = dyadic_table(3000, seed=1)
     table.index.view_after = view_after

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mecharm_runtime.lookup import FkLookupResult, FkTable, fk_lookup
+from mecharm.runtime.lookup import FkLookupResult, FkTable, fk_lookup
 
 METHODS = ("brute", "indexed")
 
@@ -224,7 +224,7 @@ def test_invalid_input_raises_naming_the_argument(small: FkTable, kwargs: dict, 
 
 
 def test_every_phase_is_accepted(small: FkTable) -> None:
-    from mecharm_runtime.lookup import PHASES
+    from mecharm.runtime.lookup import PHASES
 
     assert PHASES == ("approach_pick", "pick", "approach_place", "place_withblock", "place_noblock")
     for ph in PHASES:

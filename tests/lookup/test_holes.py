@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_common.layout import FK_TABLE
-from mecharm_runtime.lookup import FkTable, build_table, j0_lookup, load_arc, load_table
-from mecharm_runtime.lookup.build import rows_from_angles
-from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
-from mecharm_tools.fktable.holes import (
+from mecharm.common.layout import FK_TABLE
+from mecharm.runtime.lookup import FkTable, build_table, j0_lookup, load_arc, load_table
+from mecharm.runtime.lookup.build import rows_from_angles
+from mecharm.runtime.lookup.j0 import DEFAULT_PLACE_ARC
+from mecharm.tools.fktable.holes import (
     Cell,
     ascii_map,
     cells_csv,

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.lookup import ArcPose, J0LookupResult, adopt_arc, j0_lookup, load_arc
-from mecharm_runtime.lookup.build import APPROACH_PICK_BASE, APPROACH_PLACE_BASE
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, bearing_deg, save_arc
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.lookup import ArcPose, J0LookupResult, adopt_arc, j0_lookup, load_arc
+from mecharm.runtime.lookup.build import APPROACH_PICK_BASE, APPROACH_PLACE_BASE
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC, bearing_deg, save_arc
 
 BASE = (57.39, 17.49, 0.08, -89.2, -29.44)
 

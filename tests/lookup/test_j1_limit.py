@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc, load_table
-from mecharm_runtime.lookup.j0 import DEFAULT_PLACE_ARC
-from mecharm_runtime.lookup.table import J1_SAFE_MAX, TableError, file_checksum
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm.runtime.lookup import FkTable, fk_lookup, j0_lookup, load_arc, load_table
+from mecharm.runtime.lookup.j0 import DEFAULT_PLACE_ARC
+from mecharm.runtime.lookup.table import J1_SAFE_MAX, TableError, file_checksum
 
 LOW = 60.0
 PICK_BAND = (0.010, 0.040)
@@ -115,7 +115,7 @@ def test_lowered_limit_no_lookup_returns_j1_above_it(low: FkTable, default_table
 def test_lowered_limit_is_named_in_reasons_and_violations(low: FkTable) -> None:
     r = fk_lookup(low, "pick", (0.19, 0.24), *PICK_BAND, dist_max=1e-4)
     assert not r.ok and f"j1<={LOW:g}" in (r.reason or "")
-    from mecharm_runtime.lookup.fk_lookup import joint_violations
+    from mecharm.runtime.lookup.fk_lookup import joint_violations
 
     assert joint_violations([0.0, 70.0, 0.0, 0.0, 0.0, 0.0], LOW) == (
         "j1 70.00 > 60 (firmware ignores the send above ~90.7)",

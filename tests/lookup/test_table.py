@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mecharm_common.layout import FK_TABLE, FkTableFiles
-from mecharm_runtime.lookup import (
+from mecharm.common.layout import FK_TABLE, FkTableFiles
+from mecharm.runtime.lookup import (
     FkTable,
     TableError,
     build_table,
@@ -18,9 +18,9 @@ from mecharm_runtime.lookup import (
     fk_lookup,
     load_table,
 )
-from mecharm_runtime.lookup import table as table_mod
-from mecharm_runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
-from mecharm_runtime.lookup.table import (
+from mecharm.runtime.lookup import table as table_mod
+from mecharm.runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
+from mecharm.runtime.lookup.table import (
     ChecksumMismatch,
     adopt_table,
     cache_path,
@@ -194,7 +194,7 @@ def test_lattice_keeps_j5_and_spans_15_degrees() -> None:
 
 
 def test_rows_match_the_kinematic_model() -> None:
-    from mecharm_common.kinematics import fk_tip
+    from mecharm.common.kinematics import fk_tip
 
     rows = rows_from_angles(np.array([[-31.93, 87.74, -38.33, 18.6, -45.11, -30.0]]))
     assert np.allclose(rows[0, :3], fk_tip(rows[0, 3:]), atol=1e-6)
@@ -233,7 +233,7 @@ def test_concurrent_ensure_builds_once(tmp_path: Path, monkeypatch: pytest.Monke
     """
     import threading
 
-    from mecharm_runtime.lookup import build as build_mod
+    from mecharm.runtime.lookup import build as build_mod
 
     small = default_rows(DEFAULT_BASES[:1], with_global=False)
     calls: list[int] = []

@@ -15,8 +15,8 @@ import cv2
 import numpy as np
 import pytest
 
-from recorder.config import RecorderSettings, VideoSettings
-from recorder.service import RecorderService
+from mecharm.recorder.config import RecorderSettings, VideoSettings
+from mecharm.recorder.service import RecorderService
 
 
 def free_udp_port() -> int:

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.keyfile import KeyFileError, load_or_create_key
-from mecharm_common.layout import META, DataRoot
-from recorder.envelope import (
+from mecharm.common.keyfile import KeyFileError, load_or_create_key
+from mecharm.common.layout import META, DataRoot
+from mecharm.recorder.envelope import (
     EVENT_LABEL,
     REPLY_LABEL,
     EnvelopeError,
@@ -23,7 +23,7 @@ from recorder.envelope import (
     seal,
     unseal,
 )
-from recorder.events import (
+from mecharm.recorder.events import (
     FrameRequest,
     Measured,
     RecordingMeta,
@@ -32,8 +32,8 @@ from recorder.events import (
     TrialStart,
     parse_event,
 )
-from recorder.sender import RecorderSender
-from recorder.service import RecorderService
+from mecharm.recorder.sender import RecorderSender
+from mecharm.recorder.service import RecorderService
 
 STEM = "run_0001_20260101_120000"
 STEM2 = "run_0002_20260101_120100"

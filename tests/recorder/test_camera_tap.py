@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from mecharm_cameras import SyntheticCamera, open_camera
-from mecharm_cameras.base import Frame
-from mecharm_cameras.threaded import ThreadedCamera
+from mecharm.cameras import SyntheticCamera, open_camera
+from mecharm.cameras.base import Frame
+from mecharm.cameras.threaded import ThreadedCamera
 
 
 def _until(cond: Any, what: str) -> None:

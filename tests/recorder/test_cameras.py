@@ -12,7 +12,7 @@ import av
 import numpy as np
 import pytest
 
-from mecharm_cameras import (
+from mecharm.cameras import (
     CameraNameError,
     CameraNotOpenError,
     CameraOpenError,

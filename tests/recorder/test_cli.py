@@ -14,10 +14,10 @@ from pathlib import Path
 import av
 import pytest
 
-from mecharm_common.layout import FRAME_LOG, META, VIDEO, DataRoot
-from recorder.events import RecordingMeta, TrialStart
-from recorder.repair import cut_partial_header
-from recorder.sender import RecorderSender
+from mecharm.common.layout import FRAME_LOG, META, VIDEO, DataRoot
+from mecharm.recorder.events import RecordingMeta, TrialStart
+from mecharm.recorder.repair import cut_partial_header
+from mecharm.recorder.sender import RecorderSender
 
 STEM = "run_0007_20260101_120000"
 CAMERA = "synthetic?fps=30&w=640&h=360"

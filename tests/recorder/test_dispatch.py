@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from recorder.events import Measured, Stage, TrialStart
-from recorder.sender import RecorderSender
+from mecharm.recorder.events import Measured, Stage, TrialStart
+from mecharm.recorder.sender import RecorderSender
 
 STEM = "run_0001_20260101_120000"
 

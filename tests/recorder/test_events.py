@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recorder.events import (
+from mecharm.recorder.events import (
     FRAME_LOG_COLUMNS,
     MAX_EVENT_BYTES,
     STATES_COLUMNS,

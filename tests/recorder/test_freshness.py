@@ -1,4 +1,4 @@
-"""The shared frame-freshness rule (mecharm_cameras.freshness), on an injected clock.
+"""The shared frame-freshness rule (mecharm.cameras.freshness), on an injected clock.
 
 The runtime's side of it (the eyes) is in tests/runtime/test_eyes.py; the recorder's
 replies (stale_frame, no_frame_available after loss) in test_service.py.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mecharm_cameras import (
+from mecharm.cameras import (
     FrameBuffer,
     FreezeWatch,
     NoFrameError,

@@ -10,10 +10,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from mecharm_common.layout import DataRoot
-from recorder.events import Arrival, Commanded, Gripper, Stage, TrialStart
-from recorder.status import RateLimitedLog
-from recorder.trial import state_row
+from mecharm.common.layout import DataRoot
+from mecharm.recorder.events import Arrival, Commanded, Gripper, Stage, TrialStart
+from mecharm.recorder.status import RateLimitedLog
+from mecharm.recorder.trial import state_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ async def test_service_records_from_http_mjpeg_and_reconnects(
     srv = mjpeg_server(fps=30)
     async with run_recorder(settings_factory(camera=srv.url)) as svc:
         await wait_for(lambda: svc.camera.latest is not None, what="first MJPEG frame")
-        from recorder.sender import RecorderSender
+        from mecharm.recorder.sender import RecorderSender
 
         path, _, reason = await RecorderSender(port=svc.port).request_frame_async("mjpeg_side")
         assert reason == "ok_orphan"
@@ -97,13 +97,13 @@ def test_state_rows_follow_the_columns():
 
 
 def test_observer_principle_recorder_never_touches_the_arm():
-    forbidden = ("daemon_pi", "DaemonClient", "send_angles", "5555")
+    forbidden = ("mecharm.daemon", "DaemonClient", "send_angles", "5555")
     for path in (REPO / "recorder").rglob("*.py"):
         text = path.read_text()
         assert not any(f in text for f in forbidden), path
     code = (
-        "import sys, recorder.cli, recorder.service, recorder.sender, mecharm_cameras;"
-        "bad=[m for m in sys.modules if m.startswith(('daemon_pi','mecharm_runtime'))];"
+        "import sys, mecharm.recorder.cli, mecharm.recorder.service, mecharm.recorder.sender, mecharm.cameras;"
+        "bad=[m for m in sys.modules if m.startswith(('mecharm.daemon','mecharm.runtime'))];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run(
@@ -120,7 +120,7 @@ class _OddCamera:
     def __init__(self) -> None:
         import numpy as np
 
-        from mecharm_cameras import SyntheticCamera
+        from mecharm.cameras import SyntheticCamera
 
         self.inner = SyntheticCamera(fps=60, width=64, height=48)
         self.n = 0
@@ -137,7 +137,7 @@ class _OddCamera:
         self.inner.close()
 
     def read(self):
-        from mecharm_cameras import Frame
+        from mecharm.cameras import Frame
 
         f = self.inner.read()
         self.n += 1
@@ -158,8 +158,8 @@ class _OddCamera:
 async def test_odd_frames_never_end_the_camera_loop(
     settings_factory, run_recorder, wait_for, data_root
 ):
-    from recorder.events import TrialEnd
-    from recorder.sender import RecorderSender
+    from mecharm.recorder.events import TrialEnd
+    from mecharm.recorder.sender import RecorderSender
 
     async with run_recorder(settings_factory(camera_lost_after=100), camera=_OddCamera()) as svc:
         s = RecorderSender(port=svc.port)
@@ -179,8 +179,8 @@ def test_backlog_past_the_close_budget_is_counted_dropped(tmp_path):
 
     import numpy as np
 
-    from recorder.config import RecorderSettings, VideoSettings
-    from recorder.trial import TrialRecording
+    from mecharm.recorder.config import RecorderSettings, VideoSettings
+    from mecharm.recorder.trial import TrialRecording
 
     root = tmp_path / "data"
     root.mkdir()

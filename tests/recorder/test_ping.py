@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from recorder.envelope import EVENT_LABEL, REPLY_LABEL, new_session_id, seal, unseal
-from recorder.events import (
+from mecharm.recorder.envelope import EVENT_LABEL, REPLY_LABEL, new_session_id, seal, unseal
+from mecharm.recorder.events import (
     DROP_PING_RATE,
     MAX_PONG_BYTES,
     PINGS_PER_SEC,
@@ -27,7 +27,7 @@ from recorder.events import (
     parse_pong,
     root_identity,
 )
-from recorder.sender import PING_REFUSED, RecorderSender
+from mecharm.recorder.sender import PING_REFUSED, RecorderSender
 
 OTHER_KEY = b"an entirely different key, 32+ chars"
 STEM = "run_0001_20260101_120000"

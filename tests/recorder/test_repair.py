@@ -18,12 +18,17 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.dirlock import hold_dir
-from mecharm_common.layout import FRAME_LOG, STATES, VIDEO, DataRoot, RecordingFiles
-from mecharm_tools.cli import main as mecharm_main
-from recorder.config import VideoSettings
-from recorder.events import Measured, RecordingMeta, TrialEnd, TrialStart, parse_recording_meta
-from recorder.repair import (
+from mecharm.common.dirlock import hold_dir
+from mecharm.common.layout import FRAME_LOG, STATES, VIDEO, DataRoot, RecordingFiles
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.events import (
+    Measured,
+    RecordingMeta,
+    TrialEnd,
+    TrialStart,
+    parse_recording_meta,
+)
+from mecharm.recorder.repair import (
     RecordingBusyError,
     RepairError,
     cut_partial_header,
@@ -32,9 +37,10 @@ from recorder.repair import (
     repair_recording,
     unrepaired_recordings,
 )
-from recorder.sender import RecorderSender
-from recorder.trial import TrialRecording
-from recorder.video import VideoWriter
+from mecharm.recorder.sender import RecorderSender
+from mecharm.recorder.trial import TrialRecording
+from mecharm.recorder.video import VideoWriter
+from mecharm.tools.cli import main as mecharm_main
 
 from .conftest import make_settings
 

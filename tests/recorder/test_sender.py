@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from recorder.envelope import EVENT_LABEL, REPLY_LABEL, Sealed, seal, unseal
-from recorder.events import Commanded, FrameReply, Stage, TrialEnd, TrialStart, parse_event
-from recorder.sender import RecorderSender
+from mecharm.recorder.envelope import EVENT_LABEL, REPLY_LABEL, Sealed, seal, unseal
+from mecharm.recorder.events import Commanded, FrameReply, Stage, TrialEnd, TrialStart, parse_event
+from mecharm.recorder.sender import RecorderSender
 
 KEY = b"0123456789abcdef0123456789abcdef"
 
@@ -205,7 +205,7 @@ async def test_request_frame_async_does_not_block_the_loop():
 
 
 def test_emit_builds_and_sends_or_counts_a_drop():
-    from recorder.events import Measured
+    from mecharm.recorder.events import Measured
 
     with _listener() as sock, _sender(sock.getsockname()[1]) as s:
         s.emit(Measured, angles=[1, 2, 3, 4, 5, 6])
@@ -269,7 +269,7 @@ def test_background_notify_delivers_every_event_in_order_with_its_trial():
 
 @pytest.mark.slow
 def test_background_notify_never_waits_on_a_stuck_thread_and_bounds_its_queue(monkeypatch):
-    import recorder.sender as sender_mod
+    import mecharm.recorder.sender as sender_mod
 
     monkeypatch.setattr(sender_mod, "BACKGROUND_QUEUE_MAX", 50)
     release = threading.Event()

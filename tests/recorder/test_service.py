@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_cameras import SyntheticCamera
-from mecharm_common.layout import FRAME_LOG, META, SNAPSHOTS, STATES, VIDEO, DataRoot
-from recorder.events import (
+from mecharm.cameras import SyntheticCamera
+from mecharm.common.layout import FRAME_LOG, META, SNAPSHOTS, STATES, VIDEO, DataRoot
+from mecharm.recorder.events import (
     FRAME_LOG_COLUMNS,
     STATES_COLUMNS,
     Commanded,
@@ -28,7 +28,7 @@ from recorder.events import (
     TrialEnd,
     TrialStart,
 )
-from recorder.sender import RecorderSender
+from mecharm.recorder.sender import RecorderSender
 
 STEM = "run_0001_20260101_120000"
 STEM2 = "run_0002_20260101_120100"

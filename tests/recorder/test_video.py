@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 import pytest
 
-from recorder.config import VideoSettings
-from recorder.repair import probe_video
-from recorder.video import VideoWriter, bgr_to_i420
+from mecharm.recorder.config import VideoSettings
+from mecharm.recorder.repair import probe_video
+from mecharm.recorder.video import VideoWriter, bgr_to_i420
 
 
 def _frames(n, w=160, h=120):

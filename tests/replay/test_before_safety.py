@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_tools.cli import main
+from mecharm.tools.cli import main
 
 BEFORE = sorted((Path(__file__).resolve().parent / "before_safety").glob("*.trace.jsonl"))
 

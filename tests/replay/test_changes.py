@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_common.config import ConfigError
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import REMOVED_SETTINGS, RuntimeSettings
-from mecharm_runtime.lookup import descent, ensure_table, load_arc, load_table
-from mecharm_runtime.lookup.table import write_table
-from mecharm_runtime.pick_place import pick
-from mecharm_tools.cli import main
-from mecharm_tools.replay.runner import ReplayResult, replay, replay_settings
-from mecharm_tools.replay.tracefile import read_recorded
+from mecharm.common.config import ConfigError
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.config import REMOVED_SETTINGS, RuntimeSettings
+from mecharm.runtime.lookup import descent, ensure_table, load_arc, load_table
+from mecharm.runtime.lookup.table import write_table
+from mecharm.runtime.pick_place import pick
+from mecharm.tools.cli import main
+from mecharm.tools.replay.runner import ReplayResult, replay, replay_settings
+from mecharm.tools.replay.tracefile import read_recorded
 
 from .conftest import ARC_PICK, ARC_PLACE, CORPUS
 
@@ -182,7 +182,7 @@ def test_replay_opens_no_socket_camera_or_file(
 
     import cv2
 
-    import mecharm_cameras
+    import mecharm.cameras
 
     def boom(*_a: Any, **_k: Any) -> Any:
         raise AssertionError("replay must not touch the network or a camera")
@@ -194,7 +194,7 @@ def test_replay_opens_no_socket_camera_or_file(
     monkeypatch.setattr(socket, "create_connection", boom)
     monkeypatch.setattr(urllib.request, "urlopen", boom)
     monkeypatch.setattr(cv2, "VideoCapture", boom)
-    monkeypatch.setattr(mecharm_cameras, "open_camera", boom)
+    monkeypatch.setattr(mecharm.cameras, "open_camera", boom)
     monkeypatch.chdir(tmp_path)  # anything written relative to the cwd would land here
     traces = [str(p) for p in sorted(CORPUS.glob("*.trace.jsonl"))]
     assert main(["replay", *traces, *replay_args]) == 0, capsys.readouterr()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_runtime.client import ArmNoReply, ArmRefused, ConnectionLost
-from mecharm_runtime.engine import describe_error
-from mecharm_tools.cli import main
-from mecharm_tools.replay.feed import recorded_error
+from mecharm.runtime.client import ArmNoReply, ArmRefused, ConnectionLost
+from mecharm.runtime.engine import describe_error
+from mecharm.tools.cli import main
+from mecharm.tools.replay.feed import recorded_error
 
 from .conftest import CORPUS
 
@@ -170,7 +170,7 @@ def test_stage_failures_are_not_port_errors(reason: str) -> None:
 def test_code_that_crashes_outside_a_stage_is_a_difference(
     replay_args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import mecharm_tools.replay.runner as runner
+    import mecharm.tools.replay.runner as runner
 
     async def broken_exit(*_a: Any, **_k: Any) -> Any:
         raise KeyError("steps")
@@ -186,8 +186,8 @@ def test_code_that_waits_forever_is_a_difference(
 ) -> None:
     import asyncio
 
-    import mecharm_tools.replay.cli as cli
-    import mecharm_tools.replay.runner as runner
+    import mecharm.tools.replay.cli as cli
+    import mecharm.tools.replay.runner as runner
 
     async def hangs(*_a: Any, **_k: Any) -> Any:
         await asyncio.Event().wait()

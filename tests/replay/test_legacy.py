@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_runtime.pick_place import FORMER_NAMES, STAGE_ORDER
-from mecharm_tools.cli import main
-from mecharm_tools.replay.tracefile import read_recorded
+from mecharm.runtime.pick_place import FORMER_NAMES, STAGE_ORDER
+from mecharm.tools.cli import main
+from mecharm.tools.replay.tracefile import read_recorded
 
 LEGACY = sorted((Path(__file__).resolve().parent / "legacy_v1").glob("*.trace.jsonl"))
 

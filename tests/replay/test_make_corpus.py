@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mecharm.tools.cli import main
 from mecharm_dev.make_corpus import record
-from mecharm_tools.cli import main
 
 
 @pytest.mark.slow

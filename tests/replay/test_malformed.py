@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_tools.cli import main
+from mecharm.tools.cli import main
 
 from .conftest import CORPUS
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot, format_run_stem
-from mecharm_runtime.records.ledger import append_row
-from mecharm_runtime.records.trace import TraceWriter
-from recorder.events import RecordingMeta
+from mecharm.common.layout import DataRoot, format_run_stem
+from mecharm.recorder.events import RecordingMeta
+from mecharm.runtime.records.ledger import append_row
+from mecharm.runtime.records.trace import TraceWriter
 
 T0 = 1_764_500_000.0
 

@@ -13,12 +13,12 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_tools.cli import main as mecharm
-from mecharm_tools.export.selection import read_ledger
-from mecharm_tools.report.cli import run
-from mecharm_tools.report.stats import quantile, reason_group
-from mecharm_tools.report.svg import nice_ticks
+from mecharm.common.layout import DataRoot
+from mecharm.tools.cli import main as mecharm
+from mecharm.tools.export.selection import read_ledger
+from mecharm.tools.report.cli import run
+from mecharm.tools.report.stats import quantile, reason_group
+from mecharm.tools.report.svg import nice_ticks
 
 from .conftest import Page
 
@@ -259,7 +259,7 @@ def test_the_command_runs_from_anywhere(data_root: tuple[Path, list[str]], tmp_p
     out = tmp_path / "r.html"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run(
-        ["sh", "-c", 'umask 022 && exec "$0" "$@"', sys.executable, "-m", "mecharm_tools.cli",
+        ["sh", "-c", 'umask 022 && exec "$0" "$@"', sys.executable, "-m", "mecharm.tools.cli",
          "report", str(root), "--out", str(out)],
         cwd="/", capture_output=True, text=True, env=env, check=False,
     )  # fmt: skip

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer, run_server
-from mecharm_common.config import load_settings
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.common.config import load_settings
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 TIME_SCALE = 20.0
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import load_arc
-from mecharm_runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
-from mecharm_runtime.memories import HeightMemory
-from mecharm_runtime.pick_place import TrialContext
-from mecharm_runtime.ports import SceneObservation
-from mecharm_runtime.records.trace import TraceWriter
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import load_arc
+from mecharm.runtime.lookup.j0 import DEFAULT_PICK_ARC, DEFAULT_PLACE_ARC
+from mecharm.runtime.memories import HeightMemory
+from mecharm.runtime.pick_place import TrialContext
+from mecharm.runtime.ports import SceneObservation
+from mecharm.runtime.records.trace import TraceWriter
 
 
 def offline_context(

@@ -13,14 +13,14 @@ import asyncio
 import math
 from pathlib import Path
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.ports import (
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.ports import (
     ReleaseView,
     SceneObservation,
     TipObservation,
     VerdictObservation,
 )
-from mecharm_sim.arm import SimArm
+from mecharm.sim.arm import SimArm
 
 
 class TrueStateEyes:

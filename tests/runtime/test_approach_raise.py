@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.guard import check_pose
-from mecharm_runtime.lookup.j0 import j0_lookup
-from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, cell_key
-from mecharm_runtime.pick_place import place
-from mecharm_sim.scene import BOX_HEIGHT_M, BOX_OUTER_M
-from mecharm_sim.world_arm import ARM_TRUTHS, WorldArm
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.guard import check_pose
+from mecharm.runtime.lookup.j0 import j0_lookup
+from mecharm.runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, cell_key
+from mecharm.runtime.pick_place import place
+from mecharm.sim.scene import BOX_HEIGHT_M, BOX_OUTER_M
+from mecharm.sim.world_arm import ARM_TRUTHS, WorldArm
 from tests.runtime.offline_ctx import offline_context
 
 # where the simulated scenes put the box (x, z in m): its centre and the corners of the region

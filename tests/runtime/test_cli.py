@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_runtime.records.ledger import ledger_path, verify_ledger
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.runtime.records.ledger import ledger_path, verify_ledger
+from mecharm.tools.simrig import start_sim_daemon
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mecharm_runtime.cli", *args],
+        [sys.executable, "-m", "mecharm.runtime.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -48,7 +48,7 @@ def test_first_ctrl_c_finishes_the_current_trial(tmp_path: Path, fk_data_dir: Pa
             [
                 sys.executable,
                 "-m",
-                "mecharm_runtime.cli",
+                "mecharm.runtime.cli",
                 "--dry-run",
                 "--trials",
                 "5",

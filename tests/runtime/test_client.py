@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import run_server
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import (
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import run_server
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import (
     ArmNoReply,
     ArmRefused,
     ClientClosed,
@@ -20,8 +20,8 @@ from mecharm_runtime.client import (
     DaemonError,
     DaemonTimeout,
 )
-from mecharm_runtime.ports import RealClock
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.runtime.ports import RealClock
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 from .conftest import SimDaemon
 

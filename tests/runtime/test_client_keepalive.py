@@ -12,17 +12,17 @@ from typing import Any
 import anyio
 import pytest
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.protocol import ErrorCode, error_response
-from daemon_pi.server import ArmServer, run_server
-from mecharm_runtime.client import (
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.protocol import ErrorCode, error_response
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.runtime.client import (
     ArmNoReply,
     ConnectionLost,
     DaemonBusy,
     DaemonClient,
     _error_for,
 )
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 pytestmark = pytest.mark.anyio
 

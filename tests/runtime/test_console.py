@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mecharm_common.layout import DataRoot
-from mecharm_common.shutdown import ShutdownSignals
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.service import ServiceReport, run_service
-from mecharm_runtime.viewjobs import ViewJobs
-from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.layout import DataRoot
+from mecharm.common.shutdown import ShutdownSignals
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.console import RuntimeConsole
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.service import ServiceReport, run_service
+from mecharm.runtime.viewjobs import ViewJobs
+from mecharm.sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm.tools.simrig import start_sim_daemon
 
 from .conftest import SimDaemon, trial_settings
 
@@ -260,7 +260,7 @@ def test_cli_exits_9_when_no_trial_completed_and_logs_to_a_file(
             [
                 sys.executable,
                 "-m",
-                "mecharm_runtime.cli",
+                "mecharm.runtime.cli",
                 "--trials",
                 "1",
                 "--data-root",
@@ -362,7 +362,7 @@ def test_the_console_shows_only_log_events_marked_for_the_operator(tmp_path: Pat
     the session's log file, counted at the end."""
     import structlog
 
-    from mecharm_runtime.cli import session_logging
+    from mecharm.runtime.cli import session_logging
 
     out = io.StringIO()
     con = RuntimeConsole(out)
@@ -397,7 +397,7 @@ def test_the_demo_uses_the_runtimes_log_file_and_console(
     runtime's log file under the root's logs folder."""
     import structlog
 
-    from mecharm_tools import demo
+    from mecharm.tools import demo
 
     class _Stub:
         def stop(self) -> None:
@@ -451,7 +451,7 @@ def test_no_rerun_sdk_one_line_at_the_start_then_no_builds(
 def test_display_without_a_viewer_says_so_before_the_first_trial(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mecharm_runtime.viewjobs import viewer_missing
+    from mecharm.runtime.viewjobs import viewer_missing
 
     bare = tmp_path / "venv" / "bin"
     bare.mkdir(parents=True)
@@ -484,7 +484,7 @@ async def test_display_url_needs_no_local_viewer(
     )
     said: list[str] = []
     jobs = ViewJobs(tmp_path, said.append, module="console_fake_follow2", python=sys.executable)
-    monkeypatch.setattr("mecharm_runtime.viewjobs.viewer_missing", lambda *_: "no viewer")
+    monkeypatch.setattr("mecharm.runtime.viewjobs.viewer_missing", lambda *_: "no viewer")
     jobs.start(build=False, display=True, url="rerun+http://127.0.0.1:9876/proxy")
     assert jobs.follower is not None and said == []
     jobs.follower.proc.wait(60)
@@ -553,7 +553,7 @@ async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_
 ) -> None:
     """A top camera without the mat: the dry trial stops at detect. Then the scene server is
     gone: the session ends with its report (the CLI's summary line), not an exception."""
-    from mecharm_runtime.simcontrol import SimControlError
+    from mecharm.runtime.simcontrol import SimControlError
 
     async def between(i: int) -> int | None:
         if i == 1:

@@ -12,15 +12,15 @@ from typing import Any
 import anyio
 import pytest
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import DaemonClient
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.control import Action, ControlLoop, Observation
-from mecharm_runtime.ports import RealClock
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.trace import TraceWriter
-from mecharm_runtime.safe_arm import MotionRefused, SafeArm
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.control import Action, ControlLoop, Observation
+from mecharm.runtime.ports import RealClock
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.records.trace import TraceWriter
+from mecharm.runtime.safe_arm import MotionRefused, SafeArm
 
 from .conftest import SimDaemon, trial_settings
 

@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.guard import check_pose
-from mecharm_runtime.pick_place import pick
+from mecharm.common.config import load_settings
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.guard import check_pose
+from mecharm.runtime.pick_place import pick
 
 # make run's second scene (seed 8, rig profile): where the j0 servo converged over the box,
 # and the band its place cell used. The table row the old depth step chose for a 32 mm

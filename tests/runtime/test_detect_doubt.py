@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from mecharm_cameras import open_camera
-from mecharm_runtime import engine
-from mecharm_runtime.camera_eyes import CameraEyes
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.pick_place import context, pick
-from mecharm_runtime.ports import SceneObservation
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.workcell import Workcell, WorkcellConfig
+from mecharm.cameras import open_camera
+from mecharm.runtime import engine
+from mecharm.runtime.camera_eyes import CameraEyes
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.pick_place import context, pick
+from mecharm.runtime.ports import SceneObservation
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.workcell import Workcell, WorkcellConfig
 
 
 @pytest.fixture

@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from daemon_pi.backends.sim import SimBackend
-from daemon_pi.server import ArmServer, run_server
-from mecharm_common.envelope import Envelope
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import DaemonClient, OutsideEnvelope
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.guard import GuardViolation, check_pose
-from mecharm_runtime.ports import RealClock
-from mecharm_runtime.rigsetup import EnvelopeRefused, check_envelope
-from mecharm_sim.arm import SimArm, SimArmConfig
+from mecharm.common.envelope import Envelope
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import ArmServer, run_server
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import DaemonClient, OutsideEnvelope
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.guard import GuardViolation, check_pose
+from mecharm.runtime.ports import RealClock
+from mecharm.runtime.rigsetup import EnvelopeRefused, check_envelope
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 TOP = "synthetic?fps=15&w=640&h=360"
 DEFAULT_MAX = Envelope().joint_max
@@ -85,7 +85,7 @@ async def test_runtime_refuses_to_start_against_a_narrower_daemon(
     root = tmp_path / "root"
     root.mkdir()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "mecharm_runtime.cli",
+        sys.executable, "-m", "mecharm.runtime.cli",
         "--config", os.devnull, "--data-root", str(root), "--daemon-port", str(srv.port),
         "--trials", "1", "--no-recorder", "--top-camera", TOP,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -149,7 +149,7 @@ async def test_each_setting_is_compared(
 async def test_a_per_move_bound_below_the_trials_moves_is_refused_at_start(
     daemon: tuple[ArmServer, SimArm], settings: dict[str, Any], needle: str | None
 ) -> None:
-    from mecharm_runtime.lookup import load_arc
+    from mecharm.runtime.lookup import load_arc
 
     srv, _ = daemon
     c = await _client(srv.port)
@@ -288,13 +288,13 @@ def test_a_trial_is_guarded_by_the_envelope_and_replays_with_it(
     """j0 may not go below −20° at this daemon: scene 7's block needs j0 −34° over it. The
     runtime's own guard refuses the approach (in the trace, naming the envelope) before the
     daemon would; the trace carries the envelope, so the replay guards with it too."""
-    from mecharm_common.config import load_settings
-    from mecharm_runtime.records.trace import read_trace
-    from mecharm_runtime.rigsetup import open_rig
-    from mecharm_runtime.simcontrol import scene_next
-    from mecharm_runtime.trial import run_trial
-    from mecharm_tools.cli import main
-    from mecharm_tools.simrig import start_sim_daemon
+    from mecharm.common.config import load_settings
+    from mecharm.runtime.records.trace import read_trace
+    from mecharm.runtime.rigsetup import open_rig
+    from mecharm.runtime.simcontrol import scene_next
+    from mecharm.runtime.trial import run_trial
+    from mecharm.tools.cli import main
+    from mecharm.tools.simrig import start_sim_daemon
 
     repo = Path(__file__).resolve().parents[2]
     rig = start_sim_daemon(

@@ -15,9 +15,9 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_cameras import CameraSource, Frame, MjpegHttpCamera, open_camera
-from mecharm_runtime.camera_eyes import CameraEyes, EyesError
-from mecharm_sim.camserver import CameraFeed, CameraServer
+from mecharm.cameras import CameraSource, Frame, MjpegHttpCamera, open_camera
+from mecharm.runtime.camera_eyes import CameraEyes, EyesError
+from mecharm.sim.camserver import CameraFeed, CameraServer
 
 H, W = 48, 256
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mecharm_runtime.guard import check_pose
+from mecharm.runtime.guard import check_pose
 
 
 def test_guard_cases() -> None:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.memories import HeightMemory, cell_key
-from mecharm_runtime.pick_place import context, place
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.memories import HeightMemory, cell_key
+from mecharm.runtime.pick_place import context, place
 from tests.runtime.offline_ctx import offline_context
 
 BOX = (-0.199, 0.173)

@@ -11,20 +11,20 @@ from typing import get_args
 
 import pytest
 
-from mecharm_common.dirlock import dir_held, hold_dir
-from mecharm_common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
-from mecharm_runtime.pick_place.records import RECORDS
-from mecharm_runtime.records import ledger
-from mecharm_runtime.records.ledger import (
+from mecharm.common.dirlock import dir_held, hold_dir
+from mecharm.common.layout import LEDGER, LEDGER_ARCHIVE, DataRoot, RecordingFiles
+from mecharm.recorder import events
+from mecharm.recorder.events import RecordingMeta
+from mecharm.runtime.pick_place.records import RECORDS
+from mecharm.runtime.records import ledger
+from mecharm.runtime.records.ledger import (
     LedgerError,
     append_row,
     migrate_ledger,
     verify_ledger,
     wait_recording_meta,
 )
-from mecharm_tools.cli import main as mecharm_main
-from recorder import events
-from recorder.events import RecordingMeta
+from mecharm.tools.cli import main as mecharm_main
 
 LEDGER_COLUMNS = RECORDS.ledger_columns
 

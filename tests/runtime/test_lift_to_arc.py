@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.pick_place import pick
-from mecharm_runtime.ports import VerdictObservation
-from mecharm_runtime.safe_arm import MotionRefused
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.pick_place import pick
+from mecharm.runtime.ports import VerdictObservation
+from mecharm.runtime.safe_arm import MotionRefused
 from tests.runtime.offline_ctx import offline_context
 
 BOX = (-0.199, 0.173)
@@ -109,7 +109,7 @@ async def test_the_put_back_carries_the_block_over_the_mat_within_the_carrying_t
 ) -> None:
     # seed 11042 (harsh): the put-back's move over the mat stalled 2.24° short holding the
     # block, at the 2° it had, and the session stopped with the block held
-    from mecharm_runtime.pick_place import abort
+    from mecharm.runtime.pick_place import abort
 
     ctx = offline_context(RuntimeSettings(data_root=tmp_path), BOX)
     moves: list[dict[str, Any]] = []

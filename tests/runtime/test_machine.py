@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-from daemon_pi.protocol import wire_angles
-from mecharm_common.layout import CORRECTION_MEMORY, DataRoot
-from mecharm_runtime.arm import DaemonArm, DryRunArm
-from mecharm_runtime.client import DaemonClient
-from mecharm_runtime.engine import Outcome
-from mecharm_runtime.eyes import DryRunEyes
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.lookup.j0 import ArcPose
-from mecharm_runtime.pick_place import STAGE_ORDER, TRANSITIONS, Stage
-from mecharm_runtime.ports import RealClock, SceneObservation
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.ledger import ledger_path, verify_ledger
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.trial import DataRootError, Rig, TrialSummary, run_trial
+from mecharm.common.layout import CORRECTION_MEMORY, DataRoot
+from mecharm.daemon.protocol import wire_angles
+from mecharm.runtime.arm import DaemonArm, DryRunArm
+from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.engine import Outcome
+from mecharm.runtime.eyes import DryRunEyes
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.lookup.j0 import ArcPose
+from mecharm.runtime.pick_place import STAGE_ORDER, TRANSITIONS, Stage
+from mecharm.runtime.ports import RealClock, SceneObservation
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.records.ledger import ledger_path, verify_ledger
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 
 from .conftest import SimDaemon
 from .conftest import trial_settings as _settings

@@ -10,9 +10,9 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from mecharm_common.layout import DataRoot
-from mecharm_common.logging import configure_logging
-from mecharm_runtime.memories import (
+from mecharm.common.layout import DataRoot
+from mecharm.common.logging import configure_logging
+from mecharm.runtime.memories import (
     CORRECTION_LIMIT_MM,
     HEIGHT_LIMIT_MM,
     CorrectionMemory,
@@ -177,8 +177,8 @@ def test_updates_stay_inside_the_bounds(tmp_path: Path) -> None:
 
 
 def test_config_cannot_set_maxima_beyond_the_bounds() -> None:
-    from mecharm_common.config import ConfigError, load_settings
-    from mecharm_runtime.config import RuntimeSettings
+    from mecharm.common.config import ConfigError, load_settings
+    from mecharm.runtime.config import RuntimeSettings
 
     with pytest.raises(ConfigError, match="max_correction_mm"):
         load_settings(RuntimeSettings, None, {"max_correction_mm": CORRECTION_LIMIT_MM + 1})
@@ -228,8 +228,8 @@ def test_lost_blocks_may_raise_a_cell_past_height_max_and_good_places_keep_it(
 
 
 def test_a_memory_symlinked_out_of_the_root_is_neither_read_nor_written(tmp_path: Path) -> None:
-    from mecharm_common.fsutil import OutsideRootError, StorageFault
-    from mecharm_runtime.memories import HeightMemory
+    from mecharm.common.fsutil import OutsideRootError, StorageFault
+    from mecharm.runtime.memories import HeightMemory
 
     root, outside = tmp_path / "root", tmp_path / "outside"
     root.mkdir()

@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from daemon_pi.protocol import wire_angles
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import ConnectionLost, DaemonClient
-from mecharm_runtime.guard import GuardViolation
-from mecharm_runtime.motion import (
+from mecharm.daemon.protocol import wire_angles
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import ConnectionLost, DaemonClient
+from mecharm.runtime.guard import GuardViolation
+from mecharm.runtime.motion import (
     MotionAbort,
     MotionPolicy,
     SendRecord,
     arrival_timeout,
     send_and_wait,
 )
-from mecharm_runtime.ports import Reading, RealClock, Sent
+from mecharm.runtime.ports import Reading, RealClock, Sent
 
 from .conftest import TIME_SCALE, SimDaemon
 

@@ -14,31 +14,31 @@ import pytest
 from numpy.typing import NDArray
 from structlog.testing import capture_logs
 
-from mecharm_common.layout import STAGE_RAW
-from mecharm_runtime.camera_eyes import CameraEyes, StageCapture
-from mecharm_runtime.perception import (
+from mecharm.common.layout import STAGE_RAW
+from mecharm.runtime.camera_eyes import CameraEyes, StageCapture
+from mecharm.runtime.perception import (
     DEFAULT_CONFIG,
     MatHomography,
     detect_scene,
     estimate_homography,
 )
-from mecharm_runtime.perception.overlay import (
+from mecharm.runtime.perception.overlay import (
     COLOURS,
     StageMarks,
     VerdictMark,
     draw_stage,
     stage_jpegs,
 )
-from mecharm_runtime.perception.results import BlockDetection, SceneDetection, TipMeasurement
-from mecharm_runtime.perception.tip import find_tip_marker
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.trial import run_trial
-from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot
-from mecharm_sim.scene import Pose, SceneLayout, SceneState
-from mecharm_sim.workcell import Workcell, WorkcellConfig
-from mecharm_tools.view.overlays import find_homography
-from mecharm_tools.view.trialfiles import stage_images
+from mecharm.runtime.perception.results import BlockDetection, SceneDetection, TipMeasurement
+from mecharm.runtime.perception.tip import find_tip_marker
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.trial import run_trial
+from mecharm.sim.render import TOP_CAMERA, Renderer, SceneSnapshot
+from mecharm.sim.scene import Pose, SceneLayout, SceneState
+from mecharm.sim.workcell import Workcell, WorkcellConfig
+from mecharm.tools.view.overlays import find_homography
+from mecharm.tools.view.trialfiles import stage_images
 
 from .conftest import SimDaemon, trial_settings
 

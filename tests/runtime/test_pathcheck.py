@@ -1,4 +1,4 @@
-"""The path check (mecharm_runtime/pathcheck.py): the joint-space path, not only its ends."""
+"""The path check (mecharm/runtime/pathcheck.py): the joint-space path, not only its ends."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_common.config import ConfigError, load_settings
-from mecharm_common.kinematics import fk_frames, fk_tip, fk_wrist_tip
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.pathcheck import Workspace, check_path, sample_path
-from mecharm_runtime.safe_arm import MotionRefused
+from mecharm.common.config import ConfigError, load_settings
+from mecharm.common.kinematics import fk_frames, fk_tip, fk_wrist_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.pathcheck import Workspace, check_path, sample_path
+from mecharm.runtime.safe_arm import MotionRefused
 
 #: Two poses with tip and wrist at least 37 mm above the mat whose joint-linear path dips
 #: 24 mm below it (found by a random search over the workspace).
@@ -113,7 +113,7 @@ class _NoArm:
 
 
 def _ctx(**settings: Any) -> Any:
-    from mecharm_runtime.pick_place import Stage
+    from mecharm.runtime.pick_place import Stage
     from tests.runtime.offline_ctx import offline_context
 
     t = fk_tip(ABOVE_BOX)

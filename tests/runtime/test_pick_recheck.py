@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime import engine
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.pick_place import TRANSITIONS, Stage, context, pick, place, release
-from mecharm_runtime.ports import VerdictObservation
-from mecharm_runtime.records.reconcile import reconcile_run_folders
-from mecharm_runtime.records.runlog import build_runlog
+from mecharm.common.layout import DataRoot
+from mecharm.runtime import engine
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.pick_place import TRANSITIONS, Stage, context, pick, place, release
+from mecharm.runtime.ports import VerdictObservation
+from mecharm.runtime.records.reconcile import reconcile_run_folders
+from mecharm.runtime.records.runlog import build_runlog
 from tests.runtime.offline_ctx import offline_context
 
 BOX = (-0.199, 0.173)
@@ -237,7 +237,7 @@ async def test_the_retry_goes_back_over_the_box_opens_goes_home_and_forgets_the_
 async def test_a_revised_pick_teaches_the_height_memory_nothing(tmp_path: Path) -> None:
     """A block lost on the box raises its place cell (it hung too low); one that never left
     the mat says nothing about the height, and the cell stays."""
-    from mecharm_runtime.memories import HeightMemory
+    from mecharm.runtime.memories import HeightMemory
 
     for lost_at, raised in ((LIFTED, False), ((-0.19, 0.17), True)):
         s = RuntimeSettings(data_root=tmp_path)
@@ -254,7 +254,7 @@ async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(tmp_pa
     """The arm that held the block low over one cell holds it as low over the others: every
     cell below the lost cell's new height is raised to it (counts kept, higher cells
     untouched), and the memory file keeps it."""
-    from mecharm_runtime.memories import HeightMemory
+    from mecharm.runtime.memories import HeightMemory
 
     path = tmp_path / "heights.json"
     heights = HeightMemory(path)
@@ -283,7 +283,7 @@ async def test_a_block_lost_on_the_box_raises_the_lower_cells_to_its_cell(tmp_pa
 
 
 def test_the_floor_never_lowers_a_cell_and_stays_in_the_memory_s_bounds(tmp_path: Path) -> None:
-    from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory
+    from mecharm.runtime.memories import HEIGHT_LIMIT_MM, HeightMemory
 
     h = HeightMemory(tmp_path / "h.json")
     h.entries.update({"a": {"dee_y_mm": 10.0, "n": 1}, "b": {"dee_y_mm": 50.0, "n": 3}})

@@ -20,17 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.memories import CorrectionMemory
-from mecharm_runtime.pick_place import context, pick
-from mecharm_runtime.ports import TipObservation
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import Rig, TrialSummary, run_trial
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.kinematics import fk_tip
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.memories import CorrectionMemory
+from mecharm.runtime.pick_place import context, pick
+from mecharm.runtime.ports import TipObservation
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import Rig, TrialSummary, run_trial
+from mecharm.tools.simrig import start_sim_daemon
 
 from .conftest import SimDaemon
 from .conftest import trial_settings as _settings
@@ -57,11 +57,11 @@ class OffsetEyes(TrueStateEyes):
 
 
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
-    from mecharm_runtime.arm import DaemonArm
-    from mecharm_runtime.client import DaemonClient
-    from mecharm_runtime.lookup.descent import pick_descent_table
-    from mecharm_runtime.ports import RealClock
-    from mecharm_runtime.recorder_link import RecorderLink
+    from mecharm.runtime.arm import DaemonArm
+    from mecharm.runtime.client import DaemonClient
+    from mecharm.runtime.lookup.descent import pick_descent_table
+    from mecharm.runtime.ports import RealClock
+    from mecharm.runtime.recorder_link import RecorderLink
 
     s = _settings(root, fk, **kw)
     # the settings loader reads None as "not given" (a CLI flag left out): set those after it
@@ -428,8 +428,8 @@ async def test_a_measured_miss_teaches_the_memory_and_the_retry_holds(
 def _e2e(
     root: Path, fk: Path, logs: Path, seed: int, profile: str | None
 ) -> tuple[TrialSummary, dict[str, Any]]:
-    from mecharm_common.config import load_settings
-    from mecharm_runtime.rigsetup import open_rig
+    from mecharm.common.config import load_settings
+    from mecharm.runtime.rigsetup import open_rig
 
     extra = ["--sim-profile", profile] if profile else []
     rig = start_sim_daemon(logs, seed=seed, time_scale=20.0, extra_args=extra)

@@ -7,9 +7,9 @@ import csv
 import json
 from pathlib import Path
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.records.ledger import append_row, verify_ledger
-from mecharm_runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.records.ledger import append_row, verify_ledger
+from mecharm.runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
 
 CUT = "run_0002_20261203_100000"
 

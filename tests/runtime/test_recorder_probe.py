@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.layout import META, DataRoot
-from mecharm_runtime.recorder_link import RecorderLink, recording_text
-from mecharm_runtime.records.ledger import RecordingInfo
-from mecharm_runtime.rigsetup import RecorderRequired
-from mecharm_runtime.service import run_service
-from mecharm_tools.simrig import free_port, start_sim_daemon
-from recorder.config import RecorderSettings, VideoSettings
-from recorder.sender import RecorderSender
-from recorder.service import RecorderService
+from mecharm.common.layout import META, DataRoot
+from mecharm.recorder.config import RecorderSettings, VideoSettings
+from mecharm.recorder.sender import RecorderSender
+from mecharm.recorder.service import RecorderService
+from mecharm.runtime.recorder_link import RecorderLink, recording_text
+from mecharm.runtime.records.ledger import RecordingInfo
+from mecharm.runtime.rigsetup import RecorderRequired
+from mecharm.runtime.service import run_service
+from mecharm.tools.simrig import free_port, start_sim_daemon
 
 from .conftest import SimDaemon, trial_settings
 
@@ -254,7 +254,7 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
     try:
         r = subprocess.run(
             [
-                sys.executable, "-m", "mecharm_runtime.cli", "--config", str(cfg),
+                sys.executable, "-m", "mecharm.runtime.cli", "--config", str(cfg),
                 "--data-root", str(root), "--daemon-port", str(rig.daemon_port),
                 "--top-camera", TOP, "--trials", "1",
                 "--recorder-port", str(udp_port), "--require-recorder", "--log-level", "error",
@@ -277,7 +277,7 @@ async def test_a_trial_the_recorder_holds_for_a_gone_runtime_is_booked_and_hande
     """The recorder is recording a trial for a runtime session that is gone (its folder has
     no ledger row): this runtime puts it on the books as interrupted, its first trial_start
     names it, and the recorder hands it over at once: the new trial has its side video."""
-    from recorder.events import TrialStart
+    from mecharm.recorder.events import TrialStart
 
     ours, _ = _dirs(tmp_path)
     gone = "run_0099_20260101_120000"

@@ -15,23 +15,23 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.kinematics import fk_tip
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import DaemonClient
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.memories import HeightMemory
-from mecharm_runtime.ports import RealClock, ReleaseView, VerdictObservation
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.service import run_service
-from mecharm_runtime.trial import Rig, TrialSummary, run_trial
-from mecharm_sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, random_layout
-from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
-from mecharm_tools.replay.runner import replay, replay_settings
-from mecharm_tools.replay.tracefile import parse_trace, read_lines
+from mecharm.common.kinematics import fk_tip
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.memories import HeightMemory
+from mecharm.runtime.ports import RealClock, ReleaseView, VerdictObservation
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.service import run_service
+from mecharm.runtime.trial import Rig, TrialSummary, run_trial
+from mecharm.sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, random_layout
+from mecharm.sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm.tools.replay.runner import replay, replay_settings
+from mecharm.tools.replay.tracefile import parse_trace, read_lines
 
 from .conftest import SimDaemon
 from .conftest import trial_settings as _settings

@@ -16,15 +16,15 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_common.config import ConfigError, load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import REMOVED_SETTINGS, RuntimeSettings
-from mecharm_runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
-from mecharm_runtime.perception.side import side_view
-from mecharm_runtime.pick_place.release import _release_verdict
-from mecharm_runtime.ports import ReleaseView
-from mecharm_runtime.terminal import ask_release
-from mecharm_sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
+from mecharm.common.config import ConfigError, load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.config import REMOVED_SETTINGS, RuntimeSettings
+from mecharm.runtime.memories import HEIGHT_LIMIT_MM, HeightMemory, learn_height
+from mecharm.runtime.perception.side import side_view
+from mecharm.runtime.pick_place.release import _release_verdict
+from mecharm.runtime.ports import ReleaseView
+from mecharm.runtime.terminal import ask_release
+from mecharm.sim.render import SIDE_CAMERA, Renderer, SceneSnapshot
 
 BOX = (-0.20, 0.18, 20.0)
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
@@ -230,7 +230,7 @@ def test_confirm_prompt_runs_in_the_event_loop() -> None:
 
 @pytest.mark.anyio
 async def test_side_check_reads_the_recorders_frame_file(tmp_path: Path) -> None:
-    from mecharm_runtime.camera_eyes import side_check
+    from mecharm.runtime.camera_eyes import side_check
 
     held, mat = tmp_path / "held.jpg", tmp_path / "mat.jpg"
     cv2.imwrite(str(held), _side((-0.20, 0.095, 0.18), "gripper", 1.0))
@@ -255,7 +255,7 @@ PLACES = [
 def test_side_view_with_the_arm_at_a_real_place_pose(
     box: tuple[float, float], pose: tuple[float, ...]
 ) -> None:
-    from mecharm_common.kinematics import fk_tip
+    from mecharm.common.kinematics import fk_tip
 
     tip = [float(v) for v in fk_tip(pose)]
     r = Renderer(SIDE_CAMERA, seed=3)  # the recorder's 1280x720 side view

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_runtime.arm import DaemonArm
-from mecharm_runtime.client import DaemonClient
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.engine import run_stages
-from mecharm_runtime.lookup import ensure_table, load_arc, load_table
-from mecharm_runtime.memories import CorrectionMemory, HeightMemory
-from mecharm_runtime.pick_place import TASK, TrialContext
-from mecharm_runtime.ports import (
+from mecharm.common.config import load_settings
+from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.engine import run_stages
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.memories import CorrectionMemory, HeightMemory
+from mecharm.runtime.pick_place import TASK, TrialContext
+from mecharm.runtime.ports import (
     Reading,
     ReleaseView,
     SceneObservation,
@@ -26,9 +26,9 @@ from mecharm_runtime.ports import (
     TipObservation,
     VerdictObservation,
 )
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.trace import DECISION_EVENTS, TraceWriter, read_trace
-from mecharm_runtime.trial import Rig, run_trial
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.records.trace import DECISION_EVENTS, TraceWriter, read_trace
+from mecharm.runtime.trial import Rig, run_trial
 
 from .conftest import TIME_SCALE, SimDaemon
 from .stand_ins import TrueStateEyes
@@ -137,7 +137,7 @@ async def test_trace_replays_to_identical_decisions(
     sim_daemon.arm.faults.ignore_next_sends(1)  # make the recorded run take the re-send branch too
     client = DaemonClient("127.0.0.1", sim_daemon.port)
     await client.connect()
-    from mecharm_runtime.ports import RealClock
+    from mecharm.runtime.ports import RealClock
 
     clock = RealClock()
     table = load_table(ensure_table(fk_data_dir))

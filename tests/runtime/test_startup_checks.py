@@ -19,18 +19,18 @@ from typing import Any
 import pytest
 import structlog
 
-from mecharm_common.layout import DataRoot
-from mecharm_runtime import service
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import build_table, load_table
-from mecharm_runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
-from mecharm_runtime.lookup.table import file_checksum
-from mecharm_runtime.pick_place.records import RECORDS
-from mecharm_runtime.recorder_link import RecorderLink
-from mecharm_runtime.records.backlog import Backlog
-from mecharm_runtime.records.ledger import LedgerError, RecordingInfo, append_row
-from mecharm_runtime.trial import TrialSummary
-from mecharm_tools.cli import main as mecharm_main
+from mecharm.common.layout import DataRoot
+from mecharm.runtime import service
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import build_table, load_table
+from mecharm.runtime.lookup.build import APPROACH_PLACE_BASE, lattice, rows_from_angles
+from mecharm.runtime.lookup.table import file_checksum
+from mecharm.runtime.pick_place.records import RECORDS
+from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.records.backlog import Backlog
+from mecharm.runtime.records.ledger import LedgerError, RecordingInfo, append_row
+from mecharm.runtime.trial import TrialSummary
+from mecharm.tools.cli import main as mecharm_main
 
 
 def _row(i: int) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def _runtime(
         [
             sys.executable,
             "-m",
-            "mecharm_runtime.cli",
+            "mecharm.runtime.cli",
             "--data-root",
             str(root),
             "--daemon-port",

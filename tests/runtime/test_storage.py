@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_common.fsutil import DataRootGuard, StorageFault, describe_os_error
-from mecharm_runtime.records.backlog import Backlog
-from mecharm_runtime.records.trace import TraceWriter, read_trace
+from mecharm.common.fsutil import DataRootGuard, StorageFault, describe_os_error
+from mecharm.runtime.records.backlog import Backlog
+from mecharm.runtime.records.trace import TraceWriter, read_trace
 
 needs_dev_full = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 
@@ -136,9 +136,9 @@ def test_describe_os_error_names_the_errno() -> None:
 
 
 def test_export_reads_a_ledger_whose_last_append_was_cut_short(tmp_path: Path) -> None:
-    from mecharm_common.layout import DataRoot
-    from mecharm_runtime.records.ledger import append_row
-    from mecharm_tools.export.selection import read_ledger
+    from mecharm.common.layout import DataRoot
+    from mecharm.runtime.records.ledger import append_row
+    from mecharm.tools.export.selection import read_ledger
 
     ledger = DataRoot(tmp_path).ledger
     append_row(ledger, {"run_stem": "run_0001_20260101_000000", "status": "completed"})
@@ -164,10 +164,10 @@ async def test_a_trial_the_root_refuses_is_retried_then_the_service_stops(
     from types import SimpleNamespace
     from typing import Any
 
-    from mecharm_runtime import service
-    from mecharm_runtime.config import RuntimeSettings
-    from mecharm_runtime.recorder_link import RecorderLink
-    from mecharm_runtime.trial import DataRootError
+    from mecharm.runtime import service
+    from mecharm.runtime.config import RuntimeSettings
+    from mecharm.runtime.recorder_link import RecorderLink
+    from mecharm.runtime.trial import DataRootError
 
     calls: list[int] = []
 

@@ -24,18 +24,18 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_cameras import SyntheticCamera
-from mecharm_cameras.jpeg import jpeg_size
-from mecharm_cameras.threaded import ThreadedCamera
-from mecharm_common.layout import DataRoot
-from mecharm_runtime import topvideo
-from mecharm_runtime import trial as trial_mod
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.topvideo import TopVideo, TopVideoWriter
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.workcell import Workcell, start_workcell
+from mecharm.cameras import SyntheticCamera
+from mecharm.cameras.jpeg import jpeg_size
+from mecharm.cameras.threaded import ThreadedCamera
+from mecharm.common.layout import DataRoot
+from mecharm.runtime import topvideo
+from mecharm.runtime import trial as trial_mod
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.topvideo import TopVideo, TopVideoWriter
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.sim.workcell import Workcell, start_workcell
 
 from .conftest import SimDaemon, trial_settings
 
@@ -473,9 +473,9 @@ def _folder_in_the_way(path: Path) -> Any:
 
 
 def test_flags_and_rig_id(tmp_path: Path) -> None:
-    from mecharm_common.config import ConfigError, load_settings
-    from mecharm_runtime.cli import build_parser
-    from mecharm_runtime.config import default_rig_id
+    from mecharm.common.config import ConfigError, load_settings
+    from mecharm.runtime.cli import build_parser
+    from mecharm.runtime.config import default_rig_id
 
     args = vars(build_parser().parse_args(["--no-top-video", "--rig-id", "cell-2.b"]))
     assert args["top_video"] is False and args["rig_id"] == "cell-2.b"

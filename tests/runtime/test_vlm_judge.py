@@ -24,29 +24,29 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_common.kinematics import fk_tip
-from mecharm_dev.handheld import HandheldCell
-from mecharm_dev.messages_api import MessagesApiServer
-from mecharm_runtime.cli import EXIT_CONFIG
-from mecharm_runtime.cli import main as runtime_main
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.perception import (
+from mecharm.common.config import load_settings
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.cli import EXIT_CONFIG
+from mecharm.runtime.cli import main as runtime_main
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.perception import (
     GeometricJudge,
     HumanJudge,
     JudgeEvidence,
     detect_scene,
     estimate_homography,
 )
-from mecharm_runtime.perception.results import Verdict
-from mecharm_runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmError, VlmJudge
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_sim.scene import Pose, SceneLayout
-from mecharm_tools.cli import main as tools_main
-from mecharm_tools.simrig import SimRig, free_port, start_sim_daemon
+from mecharm.runtime.perception.results import Verdict
+from mecharm.runtime.perception.vlm import AnthropicVlm, DistanceOverride, VlmError, VlmJudge
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.sim.scene import Pose, SceneLayout
+from mecharm.tools.cli import main as tools_main
+from mecharm.tools.simrig import SimRig, free_port, start_sim_daemon
+from mecharm_dev.handheld import HandheldCell
+from mecharm_dev.messages_api import MessagesApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = 20.0

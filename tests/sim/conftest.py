@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mecharm_common.kinematics import fk_tip
+from mecharm.common.kinematics import fk_tip
 from mecharm_dev.handheld import HOME, HandheldCell
 
 

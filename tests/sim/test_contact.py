@@ -15,21 +15,21 @@ import mujoco
 import numpy as np
 import pytest
 
-from mecharm_common.kinematics import fk_frames, fk_tip
-from mecharm_dev.handheld import lay_out
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.contact import CONTACT_PROFILES, ContactProfile
-from mecharm_sim.mujoco_physics import MujocoPhysics
-from mecharm_sim.physics import Physics
-from mecharm_sim.profile import SimProfile, load_profile
-from mecharm_sim.scene import (
+from mecharm.common.kinematics import fk_frames, fk_tip
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.contact import CONTACT_PROFILES, ContactProfile
+from mecharm.sim.mujoco_physics import MujocoPhysics
+from mecharm.sim.physics import Physics
+from mecharm.sim.profile import SimProfile, load_profile
+from mecharm.sim.scene import (
     BLOCK_SIZE_M,
     BOX_FLOOR_M,
     BOX_HEIGHT_M,
     BOX_INNER_M,
     BOX_WALL_M,
 )
-from mecharm_sim.workcell import Workcell
+from mecharm.sim.workcell import Workcell
+from mecharm_dev.handheld import lay_out
 
 PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)
 PLACE = (37.059, 66.65, 2.83, -1.4, -78.04, -29.53)

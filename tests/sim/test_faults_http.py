@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from mecharm_sim.faults import FAULT_MODELS, parse_fault
-from mecharm_sim.scene import SceneError, load_layout
-from mecharm_sim.workcell import Workcell
+from mecharm.sim.faults import FAULT_MODELS, parse_fault
+from mecharm.sim.scene import SceneError, load_layout
+from mecharm.sim.workcell import Workcell
 
 
 @pytest.fixture
@@ -285,7 +285,7 @@ def test_daemon_refuses_a_scene_file_with_a_bad_fault_naming_it(tmp_path: Path) 
     )
     args = ["--backend", "sim", "--scene", str(bad), "--port", "0", "--camera-port", "0"]
     out = subprocess.run(
-        [sys.executable, "-m", "daemon_pi.cli", *args, "--log-level", "warning"],
+        [sys.executable, "-m", "mecharm.daemon.cli", *args, "--log-level", "warning"],
         capture_output=True,
         text=True,
         timeout=120,

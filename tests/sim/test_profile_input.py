@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from mecharm_runtime.perception.config import CameraCalibration
-from mecharm_sim.profile import ProfileError, load_profile
+from mecharm.runtime.perception.config import CameraCalibration
+from mecharm.sim.profile import ProfileError, load_profile
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_builtin_profiles_calibrations_are_valid() -> None:
 def test_the_demo_refuses_an_unknown_profile_before_starting_anything(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from mecharm_tools import demo
+    from mecharm.tools import demo
 
     with pytest.raises(SystemExit) as exc:
         demo.main(["--sim-profile", "rgi", "--data-root", str(tmp_path / "root")])

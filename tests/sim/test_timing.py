@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-import mecharm_sim.arm as arm_module
-from daemon_pi.cli import _sim_arm_config, build_parser, load_sim_profile, settings_from_args
+import mecharm.sim.arm as arm_module
+from mecharm.daemon.cli import _sim_arm_config, build_parser, load_sim_profile, settings_from_args
+from mecharm.runtime.client import DaemonClient
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.camserver import CameraFeed
+from mecharm.sim.profile import load_profile
+from mecharm.sim.timing import TIMING_PROFILES, JudgeLatency, RigTiming
+from mecharm.sim.workcell import start_workcell
+from mecharm.tools.simrig import start_sim_daemon
 from mecharm_dev.messages_api import MessagesApiServer
-from mecharm_runtime.client import DaemonClient
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.camserver import CameraFeed
-from mecharm_sim.profile import load_profile
-from mecharm_sim.timing import TIMING_PROFILES, JudgeLatency, RigTiming
-from mecharm_sim.workcell import start_workcell
-from mecharm_tools.simrig import start_sim_daemon
 
 RIG = TIMING_PROFILES["rig"]
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01", "content-type": "application/json"}
@@ -114,12 +114,12 @@ def test_a_bad_profile_stops_the_daemon_with_a_clear_reason() -> None:
     import subprocess
     import sys
 
-    from mecharm_common.config import ConfigError
+    from mecharm.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="unknown name"):
         _arm_config("--sim-profile", "nosuch")
     out = subprocess.run(  # a bad flag: exit 2 with the reason, as README promises
-        [sys.executable, "-m", "daemon_pi.cli", "--backend", "sim", "--sim-profile", "nosuch"],
+        [sys.executable, "-m", "mecharm.daemon.cli", "--backend", "sim", "--sim-profile", "nosuch"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,4 @@
-"""The world's arm (mecharm_sim/world_arm.py): the ideal arm is the runtime's FK, every error
+"""The world's arm (mecharm/sim/world_arm.py): the ideal arm is the runtime's FK, every error
 does what it says, seeds draw arms of one quality, and the rig's arm misses an uncorrected
 pick as the rig did (docs/simulation-arm.md)."""
 
@@ -11,17 +11,15 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from mecharm_common.kinematics import JOINT_MAX, JOINT_MIN, fk_frames, fk_tip
-from mecharm_dev import armcheck
-from mecharm_dev.handheld import exact_arm
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lookup import FkTable, ensure_table, load_table
-from mecharm_sim.arm import SimArm, SimArmConfig
-from mecharm_sim.physics import GRIP_CONTACT
-from mecharm_sim.profile import load_profile
-from mecharm_sim.scene import Pose, SceneLayout
-from mecharm_sim.workcell import Workcell
-from mecharm_sim.world_arm import (
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN, fk_frames, fk_tip
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lookup import FkTable, ensure_table, load_table
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.physics import GRIP_CONTACT
+from mecharm.sim.profile import load_profile
+from mecharm.sim.scene import Pose, SceneLayout
+from mecharm.sim.workcell import Workcell
+from mecharm.sim.world_arm import (
     ARM_TRUTHS,
     LEVER_REF_M,
     ArmTruth,
@@ -29,6 +27,8 @@ from mecharm_sim.world_arm import (
     WorldArm,
     chain_frames,
 )
+from mecharm_dev import armcheck
+from mecharm_dev.handheld import exact_arm
 
 PICK = (-31.93, 87.74, -38.33, 18.6, -45.11, -30.0)  # a pick pose of the rig's FK table
 PLACE = (37.059, 66.65, 2.83, -1.4, -78.04, -29.53)

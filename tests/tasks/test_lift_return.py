@@ -18,25 +18,25 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from mecharm_common.config import load_settings
-from mecharm_common.layout import DataRoot
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.lift_return import RECORDS, TASK, Stage
-from mecharm_runtime.lift_return.body import put_back_down
-from mecharm_runtime.pick_place import TASK as PICK_PLACE
-from mecharm_runtime.records.ledger import verify_ledger
-from mecharm_runtime.records.trace import read_trace
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.tasks import TASKS, get_task
-from mecharm_runtime.trial import TrialSummary, run_trial
-from mecharm_tools.cli import main as mecharm_main
-from mecharm_tools.export.config import ExportSettings
-from mecharm_tools.export.lerobot import DatasetError, export_lerobot
-from mecharm_tools.export.verify import verify_dataset
-from mecharm_tools.report import cli as report_cli
-from mecharm_tools.simrig import SimRig, start_recorder, start_sim_daemon
-from mecharm_tools.view.build import build as view_build
+from mecharm.common.config import load_settings
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.lift_return import RECORDS, TASK, Stage
+from mecharm.runtime.lift_return.body import put_back_down
+from mecharm.runtime.pick_place import TASK as PICK_PLACE
+from mecharm.runtime.records.ledger import verify_ledger
+from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.tasks import TASKS, get_task
+from mecharm.runtime.trial import TrialSummary, run_trial
+from mecharm.tools.cli import main as mecharm_main
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import DatasetError, export_lerobot
+from mecharm.tools.export.verify import verify_dataset
+from mecharm.tools.report import cli as report_cli
+from mecharm.tools.simrig import SimRig, start_recorder, start_sim_daemon
+from mecharm.tools.view.build import build as view_build
 from tests.runtime.offline_ctx import offline_context
 from tests.tools.test_view import read_rrd
 
@@ -248,7 +248,7 @@ def test_the_console_expects_the_session_task_s_own_stage_times(tmp_path: Path) 
     """The console knows no task: its nominal times are the task's (docs/console.md)."""
     import io
 
-    from mecharm_runtime.service import session_console
+    from mecharm.runtime.service import session_console
 
     pick = session_console(RuntimeSettings(data_root=tmp_path), io.StringIO())
     back = session_console(RuntimeSettings(data_root=tmp_path, task="lift_return"), io.StringIO())

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.layout import DataRoot
+from mecharm.common.layout import DataRoot
+from mecharm.runtime.pick_place.records import RECORDS
 from mecharm_dev import lerobot_check as lc
-from mecharm_runtime.pick_place.records import RECORDS
 
 LEDGER_COLUMNS = RECORDS.ledger_columns
 

@@ -17,13 +17,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from mecharm_common.layout import FK_DIR
+from mecharm.common.layout import FK_DIR
+from mecharm.runtime.console import RuntimeConsole
+from mecharm.runtime.records.ledger import RecordingInfo
+from mecharm.runtime.trial import TrialSummary
+from mecharm.sim.physics import classify_drop
+from mecharm.sim.scene import BLOCK_SIZE_M, BOX_INNER_M, yaw_rotation
 from mecharm_dev import successcheck as sc
-from mecharm_runtime.console import RuntimeConsole
-from mecharm_runtime.records.ledger import RecordingInfo
-from mecharm_runtime.trial import TrialSummary
-from mecharm_sim.physics import classify_drop
-from mecharm_sim.scene import BLOCK_SIZE_M, BOX_INNER_M, yaw_rotation
 
 HALF_IN_MM = BOX_INNER_M / 2 * 1000
 HALF_BLOCK_MM = BLOCK_SIZE_M / 2 * 1000

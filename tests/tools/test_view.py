@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 import rerun.chunk as rrc
 
-from mecharm_common.layout import (
+from mecharm.common.layout import (
     META,
     RECORDING,
     RUNLOG_SUFFIX,
@@ -33,13 +33,13 @@ from mecharm_common.layout import (
     DataRoot,
     RecordingFiles,
 )
-from mecharm_common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
-from mecharm_runtime.records.trace import read_trace
-from mecharm_tools.cli import main as mecharm_main
-from mecharm_tools.replay.tracefile import TraceFormatError, read_recorded
-from mecharm_tools.view import build as view_build
-from mecharm_tools.view.build import build
-from mecharm_tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
+from mecharm.common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer_url_problem
+from mecharm.runtime.records.trace import read_trace
+from mecharm.tools.cli import main as mecharm_main
+from mecharm.tools.replay.tracefile import TraceFormatError, read_recorded
+from mecharm.tools.view import build as view_build
+from mecharm.tools.view.build import build
+from mecharm.tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
 
 REPO = Path(__file__).resolve().parents[2]
 REPLAY = REPO / "tests" / "replay"
@@ -79,7 +79,7 @@ def entity_times(path: Path, entity: str) -> list[int]:
 
 def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mecharm_tools.view", *args],
+        [sys.executable, "-m", "mecharm.tools.view", *args],
         capture_output=True, text=True, cwd=REPO, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -99,7 +99,7 @@ def _csv_rows(path: Path) -> list[dict[str, str]]:
 def test_the_demo_leaves_a_rerun_file_in_every_run_folder_that_rerun_reads(
     demo_root: Path,
 ) -> None:
-    # built by the runtime after each trial (mecharm_runtime/viewjobs.py), as `make run` does
+    # built by the runtime after each trial (mecharm/runtime/viewjobs.py), as `make run` does
     layout = DataRoot(demo_root)
     runs = sorted(p for p in layout.run_folders.iterdir() if p.is_dir())
     assert runs
@@ -268,7 +268,7 @@ def test_follow_streams_lines_appended_to_a_growing_trace(tmp_path: Path) -> Non
     traces[0].write_text("".join(src[:half]))
     out = tmp_path / "live.rrd"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mecharm_tools.view", "--follow", str(root.root), "--save", str(out)],
+        [sys.executable, "-m", "mecharm.tools.view", "--follow", str(root.root), "--save", str(out)],
         stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     try:
@@ -363,9 +363,9 @@ _NO_RERUN = "import sys; sys.modules['rerun'] = None; "
 @pytest.mark.parametrize(
     "entry",
     [
-        "import runpy; sys.argv = ['view', {t!r}]; runpy.run_module('mecharm_tools.view', run_name='__main__')",
-        "from mecharm_tools.cli import main; raise SystemExit(main(['view', {t!r}]))",
-        "from mecharm_tools.cli import main; raise SystemExit(main(['view', '--follow', {r!r}]))",
+        "import runpy; sys.argv = ['view', {t!r}]; runpy.run_module('mecharm.tools.view', run_name='__main__')",
+        "from mecharm.tools.cli import main; raise SystemExit(main(['view', {t!r}]))",
+        "from mecharm.tools.cli import main; raise SystemExit(main(['view', '--follow', {r!r}]))",
     ],
     ids=["python -m", "mecharm view", "mecharm view --follow"],
 )
@@ -379,7 +379,7 @@ def test_without_rerun_one_line_and_exit_2(entry: str, tmp_path: Path) -> None:
 
 def test_rerun_available_does_not_import_rerun() -> None:
     code = (
-        "import sys; from mecharm_common.rerun_viewer import rerun_available, viewer_executable; "
+        "import sys; from mecharm.common.rerun_viewer import rerun_available, viewer_executable; "
         "assert rerun_available() and viewer_executable(); assert 'rerun' not in sys.modules; "
         + _NO_RERUN
         + "assert not rerun_available()"
@@ -499,7 +499,7 @@ def test_follow_skips_a_bad_line_with_a_note(tmp_path: Path) -> None:
     """In follow mode too one bad value costs its line only, and the note says so live."""
     import rerun as rr
 
-    from mecharm_tools.view.follow import follow
+    from mecharm.tools.view.follow import follow
 
     root = DataRoot(tmp_path / "root")
     stem = "run_0001_20261201_100000"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mecharm_sim.scene import SceneLayout
+from mecharm.sim.scene import SceneLayout
 
 HOME = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 
@@ -19,8 +19,8 @@ class TopView:
     def __init__(
         self, seed: int, angles: tuple[float, ...] = HOME, layout: SceneLayout | None = None
     ) -> None:
-        from mecharm_sim.render import TOP_CAMERA, Renderer
-        from mecharm_sim.scene import SceneState, random_layout
+        from mecharm.sim.render import TOP_CAMERA, Renderer
+        from mecharm.sim.scene import SceneState, random_layout
 
         self.state = SceneState(layout or random_layout(seed))
         if TopView._renderer is None:  # shared: the noise patterns are drawn once per process
@@ -31,7 +31,7 @@ class TopView:
     def frames(self, n: int = 1, **replace: object) -> list:
         import dataclasses
 
-        from mecharm_sim.render import SceneSnapshot
+        from mecharm.sim.render import SceneSnapshot
 
         if replace:  # a modified snapshot must not hit the renderer's static-layer cache
             TopView._edits -= 1
@@ -54,7 +54,7 @@ def _accuracy(seeds: range) -> str:
 
     import numpy as np
 
-    from mecharm_runtime.perception import detect_block, detect_box, estimate_homography
+    from mecharm.runtime.perception import detect_block, detect_box, estimate_homography
 
     eb, ex, methods = [], [], []
     for seed in seeds:

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_runtime.perception import (
+from mecharm.runtime.perception import (
     BOX_FALLBACK_XZ,
     combine_detections,
     detect_block,
@@ -19,7 +19,7 @@ from mecharm_runtime.perception import (
     estimate_homography,
     locate_block,
 )
-from mecharm_sim.render import MAT_BGR, TOP_CAMERA
+from mecharm.sim.render import MAT_BGR, TOP_CAMERA
 
 OFF_STAGE = (5.0, 0.0125, 5.0)  # far outside the camera's view
 
@@ -167,7 +167,7 @@ def test_mat_colour_alone_gives_nothing(view) -> None:
 
 
 def test_colour_thresholds_are_configurable(view) -> None:
-    from mecharm_runtime.perception import PerceptionConfig
+    from mecharm.runtime.perception import PerceptionConfig
 
     f = view.frames(1)[0]
     dim = cv2.convertScaleAbs(f, alpha=0.7)  # a dim room: the rim drops below V 185

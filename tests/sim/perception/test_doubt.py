@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mecharm_runtime.perception import (
+from mecharm.runtime.perception import (
     BOX_MAX_SPREAD_MM,
     BoxDetection,
     combine_detections,
@@ -16,7 +16,7 @@ from mecharm_runtime.perception import (
     detect_scene,
     estimate_homography,
 )
-from mecharm_sim.scene import Lighting, random_layout
+from mecharm.sim.scene import Lighting, random_layout
 
 #: seeds and gains of the sweep (gain 0.8 and 1.2 are the schema's limits; seed 5 at 0.8 is the
 #: scene where the old template matcher returned score 1.00 at 104 mm from the box)

@@ -19,11 +19,11 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_runtime.perception import detect as D
-from mecharm_runtime.perception import judge as J
-from mecharm_runtime.perception.config import CameraCalibration, PerceptionConfig
-from mecharm_runtime.perception.detect import detect_scene
-from mecharm_runtime.perception.homography import estimate_homography
+from mecharm.runtime.perception import detect as D
+from mecharm.runtime.perception import judge as J
+from mecharm.runtime.perception.config import CameraCalibration, PerceptionConfig
+from mecharm.runtime.perception.detect import detect_scene
+from mecharm.runtime.perception.homography import estimate_homography
 
 DATA = Path(__file__).parent / "data"
 CASES = ["harsh_9814", "harsh_9324"]

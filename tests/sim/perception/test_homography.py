@@ -8,15 +8,15 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_runtime.perception import (
+from mecharm.runtime.perception import (
     DEFAULT_CONFIG,
     HomographyError,
     MatHomography,
     PerceptionConfig,
     estimate_homography,
 )
-from mecharm_sim.render import MAT_BGR, TOP_CAMERA
-from mecharm_sim.scene import MARKERS
+from mecharm.sim.render import MAT_BGR, TOP_CAMERA
+from mecharm.sim.scene import MARKERS
 
 
 def _hide_marker(frame: np.ndarray, mid: int) -> np.ndarray:
@@ -37,8 +37,8 @@ def _px(x: float, h: float, z: float) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def frames() -> list[np.ndarray]:
-    from mecharm_sim.render import Renderer, SceneSnapshot
-    from mecharm_sim.scene import SceneState, random_layout
+    from mecharm.sim.render import Renderer, SceneSnapshot
+    from mecharm.sim.scene import SceneState, random_layout
 
     r = Renderer(TOP_CAMERA, 5)
     snap = SceneSnapshot.of(SceneState(random_layout(5)))

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_runtime.perception import (
+from mecharm.runtime.perception import (
     GeometricJudge,
     HumanJudge,
     Judge,
@@ -23,7 +23,7 @@ from mecharm_runtime.perception import (
     estimate_homography,
     make_judge,
 )
-from mecharm_runtime.perception.judge import parse_vlm_answer
+from mecharm.runtime.perception.judge import parse_vlm_answer
 
 SWEPT = (85.0, 66.65, 2.83, -1.4, -78.04, -29.53)  # stage9b: j0 to 85° keeping the place approach
 

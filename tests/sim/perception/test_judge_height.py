@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from mecharm_common.kinematics import fk_tip
+from mecharm.common.kinematics import fk_tip
+from mecharm.runtime.perception.judge import (
+    RIM_SIZE_BELOW_MM,
+    RIM_SLACK_MM,
+    GeometricJudge,
+    JudgeEvidence,
+)
 from mecharm_dev import judgecheck
 from mecharm_dev.judgecheck import (
     PICK,
@@ -21,12 +27,6 @@ from mecharm_dev.judgecheck import (
     place_case,
     run_cases,
     wrong,
-)
-from mecharm_runtime.perception.judge import (
-    RIM_SIZE_BELOW_MM,
-    RIM_SLACK_MM,
-    GeometricJudge,
-    JudgeEvidence,
 )
 
 

@@ -11,17 +11,17 @@ import cv2
 import numpy as np
 import pytest
 
+from mecharm.runtime.perception import PerceptionConfig, estimate_homography
+from mecharm.runtime.perception.config import CameraCalibration
+from mecharm.runtime.perception.homography import MatHomography, detect_markers
+from mecharm.runtime.perception.tip import find_tip_marker
+from mecharm.sim.optics import IDEAL_GAIN_RANGE, OPTICS_PROFILES
+from mecharm.sim.profile import load_profile
+from mecharm.sim.render import TOP_CAMERA, Renderer, SceneSnapshot, camera_of
+from mecharm.sim.scene import MARKERS, SceneState, random_layout
+from mecharm.sim.workcell import Workcell
 from mecharm_dev.handheld import exact_arm
 from mecharm_dev.judgecheck import perception_accuracy
-from mecharm_runtime.perception import PerceptionConfig, estimate_homography
-from mecharm_runtime.perception.config import CameraCalibration
-from mecharm_runtime.perception.homography import MatHomography, detect_markers
-from mecharm_runtime.perception.tip import find_tip_marker
-from mecharm_sim.optics import IDEAL_GAIN_RANGE, OPTICS_PROFILES
-from mecharm_sim.profile import load_profile
-from mecharm_sim.render import TOP_CAMERA, Renderer, SceneSnapshot, camera_of
-from mecharm_sim.scene import MARKERS, SceneState, random_layout
-from mecharm_sim.workcell import Workcell
 
 #: the rig's log: top-camera pixel -> mat (x, z) (block twice, box by template)
 RIG_REFERENCE = [

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mecharm_common.config import load_settings
-from mecharm_runtime.config import RuntimeSettings
-from mecharm_runtime.rigsetup import open_rig
-from mecharm_runtime.simcontrol import scene_next
-from mecharm_runtime.trial import run_trial
-from mecharm_sim.optics import OPTICS_PROFILES
-from mecharm_tools.simrig import start_sim_daemon
+from mecharm.common.config import load_settings
+from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.rigsetup import open_rig
+from mecharm.runtime.simcontrol import scene_next
+from mecharm.runtime.trial import run_trial
+from mecharm.sim.optics import OPTICS_PROFILES
+from mecharm.tools.simrig import start_sim_daemon
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_runtime.perception import detect_block, estimate_homography, locate_block, measure_tip
+from mecharm.runtime.perception import detect_block, estimate_homography, locate_block, measure_tip
 
 
 @pytest.mark.parametrize(("dx", "dz"), [(0.0, 0.0), (0.008, -0.005), (-0.006, 0.009)])

@@ -14,9 +14,9 @@ import cv2
 import numpy as np
 import pytest
 
-from mecharm_cameras import open_camera
-from mecharm_sim.camserver import CameraServer, json_depth
-from mecharm_sim.workcell import Workcell, WorkcellConfig, start_workcell
+from mecharm.cameras import open_camera
+from mecharm.sim.camserver import CameraServer, json_depth
+from mecharm.sim.workcell import Workcell, WorkcellConfig, start_workcell
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_client_that_vanishes_does_not_stop_the_stream(served: Workcell) -> No
 
 
 def test_start_workcell_builds_urls_and_closes(arm_factory=None) -> None:
-    from mecharm_sim.arm import SimArm, SimArmConfig
+    from mecharm.sim.arm import SimArm, SimArmConfig
 
     arm = SimArm(SimArmConfig(time_scale=20))
     wc = start_workcell(
@@ -207,7 +207,7 @@ def test_start_workcell_builds_urls_and_closes(arm_factory=None) -> None:
 
 
 def test_port_in_use_fails_cleanly() -> None:
-    from mecharm_sim.arm import SimArm
+    from mecharm.sim.arm import SimArm
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -218,7 +218,7 @@ def test_port_in_use_fails_cleanly() -> None:
 
 def test_perception_through_the_stream_matches_truth(served: Workcell) -> None:
     """The runtime's path end to end: MJPEG (JPEG-compressed) frames -> homography -> detection."""
-    from mecharm_runtime.perception import detect_scene, estimate_homography
+    from mecharm.runtime.perception import detect_scene, estimate_homography
 
     cam = open_camera(served.urls["top"])
     try:

@@ -7,8 +7,8 @@ import math
 import pytest
 from structlog.testing import capture_logs
 
-from mecharm_sim.physics import GRASP_XZ_TOL_M, GRIP_CONTACT, classify_drop
-from mecharm_sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, BOX_HEIGHT_M, BOX_INNER_M, BOX_OUTER_M
+from mecharm.sim.physics import GRASP_XZ_TOL_M, GRIP_CONTACT, classify_drop
+from mecharm.sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, BOX_HEIGHT_M, BOX_INNER_M, BOX_OUTER_M
 
 
 def _pick_layout(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mecharm_runtime.perception.config import DEFAULT_CONFIG
-from mecharm_sim.scene import (
+from mecharm.runtime.perception.config import DEFAULT_CONFIG
+from mecharm.sim.scene import (
     MARKERS,
     MAT_X,
     MAT_Z,

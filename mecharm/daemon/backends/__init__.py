@@ -1,0 +1,7 @@
+"""Arm backends: ``base.ArmBackend`` (the interface), ``sim`` and ``mycobot``."""
+
+from __future__ import annotations
+
+from mecharm.daemon.backends.base import ArmBackend, ArmNoReplyError, ArmSerialError, BackendError
+
+__all__ = ["ArmBackend", "ArmNoReplyError", "ArmSerialError", "BackendError"]

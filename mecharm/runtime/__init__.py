@@ -1,0 +1,1 @@
+"""mecharm.runtime."""

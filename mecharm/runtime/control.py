@@ -1,0 +1,215 @@
+"""A fixed-rate observation → action loop over the safe arm (docs/control-loop.md).
+
+Beside the point-to-point moves the pick-and-place stages make (send, then poll until
+arrived), a teleoperator or a learned policy drives the arm by streaming: every tick it
+gets an observation (the joints as read, the gripper as last commanded, the newest frame
+of each camera, each with its time) and returns an action (six joint targets and,
+optionally, a gripper value). This is lerobot's ``get_observation`` / ``send_action``
+contract: ``send_action`` returns the action actually sent, after the safety layer cut it.
+
+Every action goes through ``SafeArm.stream``: each joint's change clamped against the
+present reading (``max_step_deg`` per tick, never more than ``joint_step_max_deg``), then
+the pose guard, the daemon's envelope and the path check; a refused step is not sent and
+the arm holds. Ticks keep a fixed schedule (tick ``k`` is due ``k / rate_hz`` after the
+start): a tick that overruns makes the loop skip the ticks it missed rather than run late
+ones back to back, and the report counts them, so a timeline stamped index / fps never
+claims a frame for a moment nothing happened.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mecharm.cameras.base import CameraSource, Frame
+from mecharm.common.gripper import GRIPPER_OPEN_VALUE
+from mecharm.common.logging import get_logger
+from mecharm.runtime.safe_arm import SafeArm, StreamStep
+from mecharm.runtime.threads import to_thread
+
+__all__ = ["Action", "ControlLoop", "LoopReport", "Observation", "TickRecord"]
+
+log = get_logger("mecharm.runtime.control")
+
+#: the loop's rate limits: below 1 Hz it is not a control loop; above 50 Hz one read plus
+#: one send over the daemon link (~20-40 ms on the rig) cannot keep up
+RATE_MIN_HZ, RATE_MAX_HZ = 1.0, 50.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the arm and cameras show at one tick: the joints as read (deg) and when
+    (monotonic s), the gripper value last commanded (the arm reports none), and each
+    camera's newest frame (its capture time is in the frame)."""
+
+    step: int
+    t: float
+    joints: tuple[float, ...]
+    gripper: int
+    frames: Mapping[str, Frame] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Action:
+    """Six joint targets (deg) and a gripper value (0 closed … 100 open; None: as it is)."""
+
+    joints: tuple[float, ...]
+    gripper: int | None = None
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """One tick as it ran: its index, when it was due and when it sent (s from the start),
+    what was wanted and what was sent (None: refused, nothing sent)."""
+
+    step: int
+    due_s: float
+    sent_s: float
+    wanted: tuple[float, ...]
+    sent: tuple[float, ...] | None
+    clamped: bool
+    refused: str | None
+    gripper: int
+
+
+@dataclass
+class LoopReport:
+    """A run of the loop: ticks run, ticks skipped because one overran, refusals, clamps,
+    and why it ended."""
+
+    rate_hz: float
+    ticks: list[TickRecord] = field(default_factory=list)
+    missed: int = 0
+    stopped_by: str = ""
+
+    @property
+    def refused(self) -> int:
+        return sum(t.refused is not None for t in self.ticks)
+
+    @property
+    def clamped(self) -> int:
+        return sum(t.clamped for t in self.ticks)
+
+    @property
+    def achieved_hz(self) -> float:
+        """Ticks run per second over the run (the schedule's rate when none overran)."""
+        if len(self.ticks) < 2:
+            return 0.0
+        span = self.ticks[-1].sent_s - self.ticks[0].due_s
+        return (len(self.ticks) - 1) / span if span > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate_hz": self.rate_hz, "ticks": len(self.ticks), "missed": self.missed,
+            "refused": self.refused, "clamped": self.clamped,
+            "achieved_hz": round(self.achieved_hz, 2), "stopped_by": self.stopped_by,
+        }  # fmt: skip
+
+
+#: a policy maps an observation to an action (None: the run is over); it may be async
+Policy = Callable[[Observation], "Action | Awaitable[Action | None] | None"]
+
+
+class ControlLoop:
+    """``get_observation`` / ``send_action`` at ``rate_hz`` over ``arm`` (a ``SafeArm``)."""
+
+    def __init__(
+        self,
+        arm: SafeArm,
+        *,
+        rate_hz: float,
+        max_step_deg: float,
+        cameras: Mapping[str, CameraSource] | None = None,
+        into_box: bool = False,
+        note: str = "control",
+    ) -> None:
+        if not (math.isfinite(rate_hz) and RATE_MIN_HZ <= rate_hz <= RATE_MAX_HZ):
+            raise ValueError(
+                f"rate_hz {rate_hz!r}: give {RATE_MIN_HZ:g}-{RATE_MAX_HZ:g} ticks per second"
+            )
+        if not (math.isfinite(max_step_deg) and 0 < max_step_deg <= 30):
+            raise ValueError(f"max_step_deg {max_step_deg!r}: give more than 0 and at most 30°")
+        self.arm = arm
+        self.rate_hz = rate_hz
+        self.max_step_deg = max_step_deg
+        self.cameras = dict(cameras or {})
+        self.into_box = into_box
+        self.note = note
+        self.gripper = GRIPPER_OPEN_VALUE  # as the trial start leaves it: open
+        #: the safe arm's account of the last step sent (or refused)
+        self.last_step: StreamStep | None = None
+
+    async def get_observation(self, step: int = 0) -> Observation:
+        """The joints (a fresh reading; ``MotionRefused`` when the arm gives none) and each
+        camera's next frame, read off the event loop."""
+        joints = await self.arm.read()
+        t = self.arm.clock.now()
+        frames: dict[str, Frame] = {}
+        for name, cam in self.cameras.items():
+            frames[name] = await to_thread(cam.read)
+        return Observation(step, t, joints, self.gripper, frames)
+
+    async def send_action(self, action: Action, step: int = 0) -> Action:
+        """Send ``action`` through the safe arm; return the action actually sent (a refused
+        step: the pose the arm holds, as read). ``last_step`` keeps the safe arm's account."""
+        if action.gripper is not None:
+            value = int(action.gripper)
+            if value != self.gripper:  # the safe arm refuses a value outside 0-100
+                await self.arm.gripper_value(value, f"{self.note} step {step}")
+                self.gripper = value
+        res = await self.arm.stream(
+            action.joints, self.max_step_deg, f"{self.note} step {step}", into_box=self.into_box
+        )
+        self.last_step = res
+        if res.sent is not None:
+            return Action(res.sent.angles, self.gripper)
+        held = self.arm.last_measured
+        assert held is not None  # stream() refuses without a reading
+        return Action(tuple(held), self.gripper)
+
+    async def run(self, policy: Policy, max_steps: int) -> LoopReport:
+        """Run ``policy`` until it returns None or ``max_steps`` ticks are due. A refused
+        step lets the loop go on (the arm holds); an error of the arm or link, or an action
+        that is not six finite angles, ends it (``stopped_by`` says why) and is raised."""
+        if max_steps < 1:
+            raise ValueError(f"max_steps {max_steps!r}: give at least 1")
+        clock, period = self.arm.clock, 1.0 / self.rate_hz
+        report = LoopReport(self.rate_hz)
+        t0 = clock.now()
+        step = 0
+        try:
+            while step < max_steps:
+                due = t0 + step * period
+                await clock.sleep(due - clock.now())
+                obs = await self.get_observation(step)
+                out = policy(obs)
+                action = await out if inspect.isawaitable(out) else out
+                if action is None:
+                    report.stopped_by = "policy done"
+                    break
+                await self.send_action(action, step)
+                now, res = clock.now(), self.last_step
+                assert res is not None
+                report.ticks.append(
+                    TickRecord(step, due - t0, now - t0, res.wanted,
+                               None if res.sent is None else res.sent.angles, res.clamped,
+                               res.refused, self.gripper)
+                )  # fmt: skip
+                # the next tick that is still ahead: the ones an overrun passed are skipped
+                nxt = step + 1
+                ahead = math.floor((now - t0) / period) + 1 if now > t0 + nxt * period else nxt
+                ahead = min(ahead, max_steps)
+                report.missed += max(0, ahead - nxt)
+                step = max(ahead, nxt)
+            else:
+                report.stopped_by = "max_steps"
+        except BaseException as exc:
+            report.stopped_by = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self.arm.trace.decision("control_loop", report.to_dict())
+            log.info("control_loop_end", **report.to_dict())
+        return report

@@ -1,0 +1,145 @@
+"""Resample a recording to the dataset's constant rate: rows, images, state and action.
+
+Row ``k`` of an episode is at ``t_k = t_0 + k / fps`` where ``t_0`` is the first
+frame's capture time (frame_log, the truth about timing; never the container's
+nominal fps). For every row:
+
+- image: the recorded frame whose capture time is nearest ``t_k`` (ties go to the
+  earlier frame, which was already visible at ``t_k``); the same rule picks the top
+  camera's frame from its own frame log (same wall clock), docs/lerobot-top-camera.md;
+- ``observation.state`` j0..j5: the ``measured`` readings linearly interpolated at
+  ``t_k`` when the two neighbours are at most ``max_interp_gap_s`` apart (the arm was
+  being polled during a move), otherwise the latest reading held (no polling = the
+  arm was at rest); before the first reading the first one is used;
+- ``observation.state`` gripper: the value of the last gripper command whose
+  settle time (``gripper_settle_s``) has passed, in SDK units;
+- ``action`` j0..j5: the angles of the last ``commanded`` row at or before ``t_k``:
+  the row is written the moment the send went on the wire and holds the angles
+  the daemon says it sent; before the first command the measured pose (hold);
+- ``action`` gripper: the value of the last gripper command at or before ``t_k``.
+
+Before the first gripper event both gripper values take that first event's value
+(the trial opens the gripper first); with no gripper event at all, open (100).
+See docs/lerobot.md ("How rows are built").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mecharm.common.gripper import GRIPPER_OPEN_VALUE, GRIPPER_SETTLE_S
+from mecharm.tools.export.recording import Recording, RecordingError
+
+__all__ = ["AlignedEpisode", "align_recording", "nearest_frames"]
+
+
+@dataclass
+class AlignedEpisode:
+    timestamps: NDArray[np.float64]  # k / fps
+    row_times: NDArray[np.float64]  # wall clock of each row
+    source_frames: NDArray[np.int64]  # frame index in episode.mp4 for each row
+    frame_offsets: NDArray[np.float64]  # |capture_ts - row time|, seconds
+    state: NDArray[np.float32]  # (N, 7)
+    action: NDArray[np.float32]  # (N, 7)
+    #: frame index in top_camera.mkv for each row, and its distance (None: side-only dataset)
+    top_frames: NDArray[np.int64] | None = None
+    top_offsets: NDArray[np.float64] | None = None
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+
+def nearest_frames(frame_ts: NDArray[np.float64], t: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Index of the frame nearest each time in ``t`` (ties to the earlier frame)."""
+    right = np.clip(np.searchsorted(frame_ts, t, side="left"), 1, len(frame_ts) - 1)
+    left = right - 1
+    take_left = (t - frame_ts[left]) <= (frame_ts[right] - t)
+    return np.where(take_left, left, right).astype(np.int64)
+
+
+def _interp_hold(
+    ts: NDArray[np.float64], values: NDArray[np.float64], t: NDArray[np.float64], max_gap: float
+) -> NDArray[np.float64]:
+    """Linear interpolation across gaps <= max_gap, zero-order hold across longer ones."""
+    j = np.searchsorted(ts, t, side="right") - 1
+    lo = np.clip(j, 0, len(ts) - 1)
+    hi = np.clip(j + 1, 0, len(ts) - 1)
+    t_lo, t_hi = ts[lo], ts[hi]
+    span = t_hi - t_lo
+    frac = np.where(
+        (span > 0) & (span <= max_gap) & (j >= 0), (t - t_lo) / np.where(span > 0, span, 1.0), 0.0
+    )
+    frac = np.clip(frac, 0.0, 1.0)[:, None]
+    out = values[lo] + frac * (values[hi] - values[lo])
+    return out
+
+
+def _step(
+    ts: NDArray[np.float64], values: NDArray[np.float64], t: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Last value at or before each t, and a mask of the times before the first one."""
+    j = np.searchsorted(ts, t, side="right") - 1
+    return values[np.clip(j, 0, len(ts) - 1)], j < 0
+
+
+def align_recording(
+    rec: Recording,
+    fps: int,
+    *,
+    max_interp_gap_s: float = 0.25,
+    gripper_settle_s: float = GRIPPER_SETTLE_S,
+    max_frame_offset_s: float = 0.5,
+    top_ts: NDArray[np.float64] | None = None,
+) -> AlignedEpisode:
+    """Build the episode's rows; raise RecordingError when a row has no frame near it.
+
+    ``top_ts``: the top camera's capture times; each row also gets the top frame
+    nearest it, under the same ``max_frame_offset_s`` limit."""
+    t0 = float(rec.frame_ts[0])
+    n = int(np.floor((float(rec.frame_ts[-1]) - t0) * fps + 1e-9)) + 1
+    k = np.arange(n, dtype=np.int64)
+    timestamps = k / fps
+    row_times = t0 + timestamps
+    frames = nearest_frames(rec.frame_ts, row_times)
+    offsets = np.abs(rec.frame_ts[frames] - row_times)
+    worst = int(np.argmax(offsets))
+    if offsets[worst] > max_frame_offset_s:
+        raise RecordingError(
+            f"row {worst} (t={timestamps[worst]:.2f} s) is {offsets[worst]:.3f} s from the nearest frame "
+            f"(limit {max_frame_offset_s} s): the camera stalled"
+        )
+    top_frames = top_offsets = None
+    if top_ts is not None:
+        top_frames = nearest_frames(top_ts, row_times)
+        top_offsets = np.abs(top_ts[top_frames] - row_times)
+        worst = int(np.argmax(top_offsets))
+        if top_offsets[worst] > max_frame_offset_s:
+            raise RecordingError(
+                f"row {worst} (t={timestamps[worst]:.2f} s) is {top_offsets[worst]:.3f} s from the "
+                f"nearest top camera frame (limit {max_frame_offset_s} s): the top camera stalled "
+                "or its recording does not cover the trial"
+            )
+    joints = _interp_hold(rec.measured_ts, rec.measured, row_times, max_interp_gap_s)
+    if len(rec.commanded_ts):
+        target, before = _step(rec.commanded_ts, rec.commanded, row_times)
+        target = np.where(before[:, None], joints, target)
+    else:
+        target = joints.copy()
+    if len(rec.gripper_ts):
+        g = rec.gripper[:, None]
+        grip_cmd, _ = _step(rec.gripper_ts, g, row_times)
+        grip_obs, _ = _step(rec.gripper_ts + gripper_settle_s, g, row_times)
+    else:
+        grip_cmd = grip_obs = np.full((n, 1), float(GRIPPER_OPEN_VALUE))
+    state = np.hstack([joints, grip_obs]).astype(np.float32)
+    action = np.hstack([target, grip_cmd]).astype(np.float32)
+    if not (
+        np.isfinite(state).all() and np.isfinite(action).all()
+    ):  # pragma: no cover - inputs are finite
+        raise RecordingError("state/action contain non-finite values")
+    return AlignedEpisode(
+        timestamps, row_times, frames, offsets, state, action, top_frames, top_offsets
+    )

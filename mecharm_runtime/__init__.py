@@ -1,1 +1,0 @@
-"""mecharm_runtime."""
