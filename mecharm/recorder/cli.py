@@ -84,7 +84,7 @@ def own_session() -> str:
 
 
 async def _run(settings: RecorderSettings) -> int:
-    log = get_logger("recorder")
+    log = get_logger("mecharm.recorder")
     if settings.own_session:
         session = own_session()
         log.info(

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["REASON_RATE_LIMITED", "Replies"]
 
-log = get_logger("recorder")
+log = get_logger("mecharm.recorder")
 #: the exception:{Type} reason (docs/recorder.md) for a request refused by the rate limit
 REASON_RATE_LIMITED = "exception:RateLimited"
 

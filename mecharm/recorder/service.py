@@ -86,7 +86,7 @@ from mecharm.recorder.writer import CapturedFrame, FrameWriter
 
 __all__ = ["RecorderService"]
 
-log = get_logger("recorder")
+log = get_logger("mecharm.recorder")
 _RCVBUF = 4 * 1024 * 1024
 
 

@@ -107,7 +107,7 @@ def test_spoofed_flood_during_a_real_recording_changes_nothing(tmp_path: Path) -
 def _recorder(tmp_path: Path, key: Path) -> subprocess.CompletedProcess[str]:
     (tmp_path / "data").mkdir(exist_ok=True)
     return subprocess.run(
-        [sys.executable, "-m", "recorder", "--data-root", str(tmp_path / "data"),
+        [sys.executable, "-m", "mecharm.recorder", "--data-root", str(tmp_path / "data"),
          "--udp-port", str(free_port(socket.SOCK_DGRAM)), "--key-file", str(key),
          "--camera", "synthetic"],
         capture_output=True, text=True, timeout=60,

@@ -39,7 +39,7 @@ def _start(
             [
                 sys.executable,
                 "-m",
-                "recorder",
+                "mecharm.recorder",
                 "--data-root",
                 "data",
                 "--udp-port",
@@ -152,7 +152,7 @@ def test_sigterm_closes_the_trial_truncated(tmp_path):
 )
 def test_bad_flags_exit_2_naming_the_problem(tmp_path, args, message):
     r = subprocess.run(
-        [sys.executable, "-m", "recorder", *args],
+        [sys.executable, "-m", "mecharm.recorder", *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
