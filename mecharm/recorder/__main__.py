@@ -1,4 +1,4 @@
-"""``python -m recorder`` = ``mecharm-recorder``."""
+"""``python -m mecharm.recorder`` = ``mecharm-recorder``."""
 
 from __future__ import annotations
 
