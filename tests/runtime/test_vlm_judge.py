@@ -1,10 +1,11 @@
 """The VLM judge at its true boundary: the vendor's SDK talking to a local Messages-API server.
 
-Whole trials run on the simulated rig (daemon + workcell as a real process) with
-``judge=vlm``; the server (mecharm_dev.messages_api) answers as scripted: a verdict,
-or 429 / 529 / 500 / a hang / malformed text / a closed connection / a refusal.
-The adoption rule and the fallbacks are read back from the trace, where every
-verdict is an input — so a replay needs no server (the last whole-trial test).
+The server (mecharm_dev.messages_api) answers as scripted: a verdict, or 429 / 529 /
+500 / a hang / malformed text / a closed connection / a refusal. One whole trial on the
+simulated rig (daemon + workcell as a real process, ``judge=vlm``) shows the runtime's
+wiring: the adopted verdicts in the trace, where every verdict is an input, so a replay
+needs no server. The fallbacks and the adoption rule are the judge's, tested judgement by
+judgement on the hand-driven workcell's frames.
 """
 
 from __future__ import annotations
@@ -159,7 +160,39 @@ def test_vlm_verdicts_adopted_and_the_trace_replays_without_the_api(
     assert len(api.requests) == 2
 
 
-@pytest.mark.slow
+# ---------------------------------------------------------------- the fallbacks, judge by judge
+# A pick and a place judged by one VlmJudge, as a trial's two judgements are (its call budget
+# is per trial), on the hand-driven workcell's frames: the fallbacks are the judge's, so
+# they are tested here; how the runtime builds the judge from its settings is the whole
+# trial's above.
+def _pick_and_place(
+    cell: _Cell, base_url: str, *, timeout_s: float = 5.0, max_calls: int = 4
+) -> dict[str, Verdict]:
+    H, scene = cell.scene(_tip(PICK), _tip(PLACE))
+    cell.move(PICK)
+    cell.grip(close=True)
+    cell.move(HOME)
+    picked = cell.evidence(H, scene)
+    cell.move(PLACE)
+    cell.grip(close=False)
+    cell.move(SWEPT)
+    placed = cell.evidence(H, scene)
+
+    async def both() -> dict[str, Verdict]:
+        client = AnthropicVlm(KEY, base_url=base_url, timeout_s=timeout_s)
+        j = VlmJudge(client, fallback=GeometricJudge(), override=DistanceOverride(), human=None,
+                     confidence_min=0.7, max_calls=max_calls, timeout_s=timeout_s)  # fmt: skip
+        try:
+            return {
+                "pick_verdict": await j.judge_pick(picked),
+                "place_verdict": await j.judge_place(placed),
+            }
+        finally:
+            await j.aclose()
+
+    return asyncio.run(both())
+
+
 @pytest.mark.parametrize(
     ("pick_b", "place_b", "pick_why", "place_why"),
     [
@@ -173,70 +206,56 @@ def test_vlm_verdicts_adopted_and_the_trace_replays_without_the_api(
     ids=["429-529", "500-malformed", "closed-refusal"],
 )  # fmt: skip
 def test_api_errors_fall_back_to_the_geometric_judge(
-    sim_rig: SimRig,
+    cell: _Cell,
     api: MessagesApiServer,
-    tmp_path: Path,
-    fk_data_dir: Path,
     pick_b: dict[str, Any],
     place_b: dict[str, Any],
     pick_why: str,
     place_why: str,
 ) -> None:
     api.script(None, pick_b, place_b)
-    t, v = _trial(tmp_path, fk_data_dir, sim_rig, api.url)
-    assert t.status == "completed", t.reason
+    v = _pick_and_place(cell, api.url)
     for kind, why in (("pick_verdict", pick_why), ("place_verdict", place_why)):
         got = v[kind]
-        d = got["details"]
-        assert got["judge"] == "vlm->geometric" and d["adopted"] == "geometric"
+        d = got.details
+        assert got.judge == "vlm->geometric" and d["adopted"] == "geometric"
         assert d["fallback"].startswith(why), d["fallback"]
-        assert got["reason"].startswith(f"vlm judge: {why}")
+        assert got.reason.startswith(f"vlm judge: {why}")
         assert d["vlm_verdict"] is None
         # the adopted verdict is the geometric one, as recorded beside it
-        assert (got["verdict"], got["confidence"]) == (
+        assert (got.verdict, got.confidence) == (
             d["geometric"]["verdict"],
             d["geometric"]["confidence"],
         )
     assert len(_api_calls(api)) == 2  # one call per judgement: the SDK's retries are off
 
 
-@pytest.mark.slow
-def test_connection_refused_falls_back(
-    sim_rig: SimRig, api: MessagesApiServer, tmp_path: Path, fk_data_dir: Path
-) -> None:
+def test_connection_refused_falls_back(cell: _Cell, api: MessagesApiServer) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    t, v = _trial(tmp_path, fk_data_dir, sim_rig, nobody)
-    assert t.status == "completed", t.reason
+    v = _pick_and_place(cell, nobody)
     for kind in ("pick_verdict", "place_verdict"):
-        d = v[kind]["details"]
+        d = v[kind].details
         assert d["fallback"].startswith("connection: Connection error.: ConnectError"), d
-        assert v[kind]["judge"] == "vlm->geometric"
+        assert v[kind].judge == "vlm->geometric"
 
 
-@pytest.mark.slow
-def test_a_hanging_api_costs_one_timeout_per_judgement(
-    sim_rig: SimRig, api: MessagesApiServer, tmp_path: Path, fk_data_dir: Path
-) -> None:
+@pytest.mark.slow  # two timeouts of 1.5 s
+def test_a_hanging_api_costs_one_timeout_per_judgement(cell: _Cell, api: MessagesApiServer) -> None:
     timeout = 1.5
     api.script({"hang": 60})
-    t, v = _trial(tmp_path, fk_data_dir, sim_rig, api.url, vlm_timeout_s=timeout)
-    assert t.status == "completed", t.reason
+    v = _pick_and_place(cell, api.url, timeout_s=timeout)
     for kind in ("pick_verdict", "place_verdict"):
-        d = v[kind]["details"]
+        d = v[kind].details
         assert d["fallback"] == f"timeout: no answer within {timeout:g} s", d
         # waited the timeout, and once: a retry (the SDK's default is 2) would take 2x or 3x
         assert timeout <= d["latency_s"] < 2 * timeout, d["latency_s"]
     assert len(_api_calls(api)) == 2
 
 
-@pytest.mark.slow
-def test_budget_and_confidence_threshold(
-    sim_rig: SimRig, api: MessagesApiServer, tmp_path: Path, fk_data_dir: Path
-) -> None:
+def test_budget_and_confidence_threshold(cell: _Cell, api: MessagesApiServer) -> None:
     api.script({"answer": {"verdict": "yes", "confidence": 0.55, "reason": "probably"}})
-    t, v = _trial(tmp_path, fk_data_dir, sim_rig, api.url, vlm_max_calls=1)
-    assert t.status == "completed", t.reason
-    pick, place = v["pick_verdict"]["details"], v["place_verdict"]["details"]
+    v = _pick_and_place(cell, api.url, max_calls=1)
+    pick, place = v["pick_verdict"].details, v["place_verdict"].details
     # pick: the model answered below the threshold -> the geometric verdict, both recorded
     assert pick["adopted"] == "geometric" and pick["vlm_verdict"]["confidence"] == 0.55
     assert pick["fallback"] == "low_confidence: 0.55 < 0.70"
