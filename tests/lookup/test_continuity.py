@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mecharm.runtime.lookup import FkLookupResult, FkTable, fk_lookup
+from mecharm.runtime.lookup import FkLookupResult, FkTable, build, fk_lookup
 from mecharm.runtime.lookup.build import approach_lattice_bases, with_approach_lattices
 from mecharm.runtime.lookup.descent import plan_pick_descent
 
@@ -105,8 +105,25 @@ def test_approach_lattices_are_appended_and_deterministic() -> None:
     assert big.n_rows == t.n_rows + 7 * 16807
     assert np.array_equal(big.joints[: t.n_rows], t.joints)  # row numbers keep their meaning
     assert big.checksum != t.checksum
+    # a second copy of the same rows (another load of the file) shares the built table
+    assert (
+        with_approach_lattices(_crafted(), (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4)) is big
+    )
+    build._AUGMENTED.clear()  # built again from nothing: the same rows and checksum
     again = with_approach_lattices(_crafted(), (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    assert again is not big
     assert again.checksum == big.checksum and np.array_equal(again.joints, big.joints)
+
+
+def test_approach_lattices_of_other_rows_under_the_same_checksum_are_built_for_them() -> None:
+    """The shared table is keyed by the rows, not only by the checksum a caller passed."""
+    t = _crafted()
+    other = FkTable.from_rows(
+        np.concatenate([t.xyz, t.joints], axis=1)[::-1].copy(), checksum=t.checksum
+    )
+    a = with_approach_lattices(t, (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    b = with_approach_lattices(other, (80.0, -40.0, 0.0, -70.0, -30.0), (-53.9, -5.4))
+    assert a is not b and np.array_equal(b.joints[: other.n_rows], other.joints)
 
 
 def test_plan_uses_a_hover_when_the_approach_is_not_above_the_block() -> None:
