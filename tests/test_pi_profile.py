@@ -29,10 +29,13 @@ def _free_port() -> int:
 
 
 def _install(venv: Path, src: Path) -> subprocess.CompletedProcess[str]:
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    """``pip install '.[pi]'`` into a fresh venv. The venv gets no pip of its own (bootstrapping
+    one is most of this test's CPU) and the suite's pip installs into it (``--python``); no
+    byte-code is compiled. What lands in the venv is what the Pi's pip would put there."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     return subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         f"{src}[pi]"],
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+         "--disable-pip-version-check", "--no-compile", f"{src}[pi]"],
         capture_output=True, text=True, timeout=840,
     )  # fmt: skip
 
