@@ -153,9 +153,13 @@ def test_frozen_feed_repeats_the_last_jpeg_byte_for_byte(served: Any) -> None:
     _fault(port, {"fault": "frozen_feed"})
     frozen = [_jpeg(port)[1] for _ in range(3)]
     assert frozen[0] == frozen[1] == frozen[2]
+    # the first frame served after the fault may be one whose render began before it (the
+    # producer was mid-frame): it is the picture that freezes, not a frozen repeat
+    counted = _request(port, "GET", "/faults")[1]["cameras"]["top"]["frozen_frames"]
+    assert counted >= 2
     served.move(served.PLACE)  # the arm moves; the frozen picture does not
     assert _jpeg(port)[1] == frozen[0]
-    assert _request(port, "GET", "/faults")[1]["cameras"]["top"]["frozen_frames"] >= 4
+    assert _request(port, "GET", "/faults")[1]["cameras"]["top"]["frozen_frames"] > counted
     _request(port, "DELETE", "/faults")
     assert _jpeg(port)[1] != frozen[0]
 
