@@ -7,6 +7,10 @@ PYTHON ?= python3.11
 VENV   := $(ROOT)/.venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# pytest workers: two per core of the 2-core reference machine. A whole trial mostly waits
+# on time-scaled motion, so a second worker per core fills that wait (docs/testing.md,
+# "Workers"); four of them peak near 15 GB of memory together.
+WORKERS ?= 4
 
 .PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check
 
@@ -22,13 +26,13 @@ run: $(STAMP)
 	cd $(ROOT) && $(BIN)/python -m mecharm.tools.demo --data-root $(ROOT)/data/demo
 
 test: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile
+	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 test-fast: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile -m "not slow and not chaos"
+	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not chaos"
 
 test-chaos: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n 2 --dist loadfile -m chaos -rs
+	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m chaos -rs
 
 # Every bench quiet, then the UNDER_LOAD ones beside CPU burners; then docs/benchmarks.md
 # is rendered from that one run (bench/report.py refuses results of mixed runs).
