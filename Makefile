@@ -11,6 +11,10 @@ STAMP  := $(VENV)/.installed
 # on time-scaled motion, so a second worker per core fills that wait (docs/testing.md,
 # "Workers"); four of them peak near 15 GB of memory together.
 WORKERS ?= 4
+# The suite starts hundreds of short Python processes; with PYTHONDONTWRITEBYTECODE set (as
+# on this machine) each compiled the project's sources again, and each worker re-wrote
+# every test module's asserts: the suite writes byte-code caches, Python's default.
+PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check
 
@@ -26,13 +30,13 @@ run: $(STAMP)
 	cd $(ROOT) && $(BIN)/python -m mecharm.tools.demo --data-root $(ROOT)/data/demo
 
 test: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not chaos"
+	$(PYTEST) -m "not slow and not chaos"
 
 test-chaos: $(STAMP)
-	cd $(ROOT) && $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m chaos -rs
+	$(PYTEST) -m chaos -rs
 
 # Every bench quiet, then the UNDER_LOAD ones beside CPU burners; then docs/benchmarks.md
 # is rendered from that one run (bench/report.py refuses results of mixed runs).
@@ -60,3 +64,4 @@ lint: $(STAMP)
 
 clean:
 	cd $(ROOT) && rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results
+	find $(ROOT) -name __pycache__ -not -path "$(VENV)/*" -prune -exec rm -rf {} +
