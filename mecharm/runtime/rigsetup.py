@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from mecharm.cameras import CameraError, open_camera
+from mecharm.cameras import CameraError, CameraSource, open_camera
 from mecharm.cameras.threaded import ThreadedCamera
 from mecharm.common.envelope import Envelope, RuntimeLimits, wider_than_envelope
 from mecharm.common.fsutil import DataRootGuard
@@ -31,7 +31,7 @@ from mecharm.runtime.perception import (
     PerceptionConfig,
     make_judge,
 )
-from mecharm.runtime.ports import RealClock
+from mecharm.runtime.ports import EyesPort, RealClock
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.terminal import release_prompt
 from mecharm.runtime.threads import to_thread
@@ -136,9 +136,14 @@ def check_envelope(
 
 @asynccontextmanager
 async def open_rig(
-    settings: RuntimeSettings, guard: DataRootGuard | None = None
+    settings: RuntimeSettings, guard: DataRootGuard | None = None, *, eyes: EyesPort | None = None
 ) -> AsyncIterator[tuple[Rig, DaemonClient | None]]:
-    """Everything a session needs; released in reverse order, also when set-up fails half-way."""
+    """Everything a session needs; released in reverse order, also when set-up fails half-way.
+
+    ``eyes``: a camera boundary of the caller's (a scripted or hand-driven one, a replay's)
+    instead of the top camera's perception; then no camera is opened and there is no top
+    video. Everything else (the daemon's time scale, its envelope, the warmed lookups,
+    the keepalive) is the session's own."""
     s = settings
     clock = RealClock()
     table_path = await to_thread(ensure_table, s.fk_dir)
@@ -149,11 +154,15 @@ async def open_rig(
     arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
     if s.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
         await to_thread(pick_descent_table, table, arc_pick)
-    try:
-        camera = await to_thread(open_camera, s.top_camera)
-    except CameraError as exc:
-        raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
-    if s.top_video and not camera.taps_every_frame:
+    if eyes is not None:
+        s = s.model_copy(update={"top_video": False})
+        camera: CameraSource | None = None
+    else:
+        try:
+            camera = await to_thread(open_camera, s.top_camera)
+        except CameraError as exc:
+            raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
+    if camera is not None and s.top_video and not camera.taps_every_frame:
         # a source read on demand (a USB webcam) must be read continuously to be recorded
         # between the stage captures: a reader thread in front of it (docs/top-camera.md)
         camera = ThreadedCamera(camera)
@@ -162,24 +171,28 @@ async def open_rig(
     sender: RecorderSender | None = None
     judge: Judge | None = None
     try:
-        judge = rig_judge(s)
-        cam_eyes = CameraEyes(
-            camera,
-            judge,
-            homography_frames=s.homography_frames,
-            detect_repeat=s.detect_repeat,
-            frozen_frames=s.camera_frozen_frames,
-            box_fallback_xz=s.box_xz_fallback,
-            box_score_thresh=s.box_score_thresh,
-            config=PerceptionConfig(top_camera=s.top_camera_calibration),
-            guard=guard,
-            # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
-            release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
+        judge = rig_judge(s) if camera is not None else None
+        cam_eyes = (
+            None
+            if camera is None
+            else CameraEyes(
+                camera,
+                judge,
+                homography_frames=s.homography_frames,
+                detect_repeat=s.detect_repeat,
+                frozen_frames=s.camera_frozen_frames,
+                box_fallback_xz=s.box_xz_fallback,
+                box_score_thresh=s.box_score_thresh,
+                config=PerceptionConfig(top_camera=s.top_camera_calibration),
+                guard=guard,
+                # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
+                release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
+            )
         )
         if s.dry_run:
             s = s.at_time_scale(s.scale)  # no daemon to ask (docs/setup.md, "Time scale")
             arm: Any = DryRunArm(clock, s.home, s.j1_max)
-            eyes: Any = DryRunEyes(arm, cam_eyes)
+            rig_eyes: EyesPort = DryRunEyes(arm, cam_eyes) if eyes is None else eyes
             alive: Callable[[], bool] = lambda: True  # noqa: E731
         else:
             token = read_daemon_token(s.daemon_token_file)  # docs/setup.md, "Defaults"
@@ -204,7 +217,12 @@ async def open_rig(
             log.info("time_scale", scale=s.scale, source="daemon")
             # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
             envelope = check_envelope(s, client, arcs=(arc_pick, arc_place))
-            arm, eyes = DaemonArm(client, clock, s.j1_max, envelope), cam_eyes
+            arm = DaemonArm(client, clock, s.j1_max, envelope)
+            if eyes is None:
+                assert cam_eyes is not None  # opened above
+                rig_eyes = cam_eyes
+            else:
+                rig_eyes = eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
         if s.recorder_enabled and not s.dry_run:
@@ -222,7 +240,7 @@ async def open_rig(
         rig = Rig(
             s,
             arm,
-            eyes,
+            rig_eyes,
             link,
             clock,
             table,
@@ -234,7 +252,7 @@ async def open_rig(
             top_video=TopVideo(
                 camera, fps=s.top_video_fps, queue_size=s.top_video_queue, guard=guard
             )
-            if s.top_video
+            if s.top_video and camera is not None
             else None,
         )
         # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
@@ -248,7 +266,8 @@ async def open_rig(
         judge_close = getattr(judge, "aclose", None)
         if judge_close is not None:  # the VLM judge's HTTP connections
             await judge_close()
-        await to_thread(camera.close)
+        if camera is not None:
+            await to_thread(camera.close)
 
 
 def rig_judge(s: RuntimeSettings) -> Judge:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from mecharm.common.layout import CORRECTION_MEMORY, DataRoot
 from mecharm.daemon.protocol import wire_angles
-from mecharm.runtime.arm import DaemonArm, DryRunArm
+from mecharm.runtime.arm import DryRunArm
 from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.engine import Outcome
 from mecharm.runtime.eyes import DryRunEyes
@@ -23,6 +25,7 @@ from mecharm.runtime.ports import RealClock, SceneObservation
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.records.ledger import ledger_path, verify_ledger
 from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.trial import DataRootError, Rig, TrialSummary, run_trial
 
 from .conftest import SimDaemon
@@ -51,26 +54,17 @@ def test_transition_table_is_complete_and_reachable() -> None:
     assert set(seen) | {Stage.RETRY_PICK} == set(STAGE_ORDER)
 
 
+@asynccontextmanager
 async def _rig(
     d: SimDaemon, root: Path, fk: Path, eyes: Any, arc_pick: ArcPose | None = None, **kw: Any
-) -> tuple[Rig, DaemonClient]:
-    s = _settings(root, fk, **kw)
-    client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
-    await client.connect()
-    clock = RealClock()
-    table = load_table(ensure_table(fk))
-    rig = Rig(
-        s,
-        DaemonArm(client, clock),
-        eyes,
-        RecorderLink(None),
-        clock,
-        table,
-        arc_pick or load_arc(s.approach_pick_arc),
-        load_arc(s.approach_place_arc),
-        arm_alive=lambda: client.is_connected,
-    )
-    return rig, client
+) -> AsyncIterator[tuple[Rig, DaemonClient | None]]:
+    """The service's own rig set-up (time scale, envelope, warmed lookups, keepalive) with
+    this camera boundary; ``arc_pick`` replaces the pick arc after the start-up checks (a
+    bad arc the guard must stop at motion time)."""
+    async with open_rig(_settings(root, fk, daemon_port=d.port, **kw), eyes=eyes) as (rig, c):
+        if arc_pick is not None:
+            rig.arc_pick = arc_pick
+        yield rig, c
 
 
 def _sends(d: SimDaemon) -> list[dict[str, Any]]:
@@ -94,10 +88,9 @@ async def test_full_trial_completes_with_all_records(
 ) -> None:
     sends = _sends(sim_daemon)
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
-    lines: list[tuple[str, str, str]] = []
-    t = await run_trial(rig, on_stage=lambda *a: lines.append(a))
-    await client.aclose()
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
+        lines: list[tuple[str, str, str]] = []
+        t = await run_trial(rig, on_stage=lambda *a: lines.append(a))
     assert (t.status, t.reason, t.outcome["pick_verdict"], t.outcome["place_verdict"]) == (
         "completed",
         "",
@@ -178,12 +171,14 @@ async def test_silently_rejected_send_is_resent_once_and_trial_goes_on(
     # the simulated arm ends a move up to 1.8° off per joint, plus read noise: the rig's 2°
     # approach tolerance then failed the pick hover once in CI (2.05°); this test is about
     # the re-send, not the tolerance
-    rig, client = await _rig(
-        sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX),
+    async with _rig(
+        sim_daemon,
+        tmp_path,
+        fk_data_dir,
+        TrueStateEyes(sim_daemon.arm, BLOCK, BOX),
         tol_approach=3.0,
-    )  # fmt: skip
-    t = await run_trial(rig)
-    await client.aclose()
+    ) as (rig, _client):
+        t = await run_trial(rig)
     assert t.status == "completed", t.reason
     assert [s["accepted"] for s in sends[:2]] == [False, True] and sends[0]["angles"] == sends[1][
         "angles"
@@ -201,16 +196,15 @@ async def test_daemon_killed_mid_move_aborts_with_reason(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
 
-    def on_stage(stage: str, outcome: str, reason: str) -> None:
-        if stage == "correct_aim":  # approach_pick is about to move: kill the daemon under it
-            asyncio.get_running_loop().call_later(
-                0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill"))
-            )
+        def on_stage(stage: str, outcome: str, reason: str) -> None:
+            if stage == "correct_aim":  # approach_pick is about to move: kill the daemon under it
+                asyncio.get_running_loop().call_later(
+                    0.05, lambda: asyncio.ensure_future(sim_daemon.server.stop("kill"))
+                )
 
-    t = await run_trial(rig, on_stage=on_stage)
-    await client.aclose()
+        t = await run_trial(rig, on_stage=on_stage)
     assert t.status == "stopped"
     assert t.reason.startswith("approach_pick: daemon connection lost"), t.reason
     tr = _trace(t)
@@ -233,9 +227,8 @@ async def test_lookup_failure_goes_through_exit_path_to_home(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, (0.20, 0.60), BOX)  # far beyond reach: no pick row
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
-    t = await run_trial(rig)
-    await client.aclose()
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
+        t = await run_trial(rig)
     assert t.status == "stopped" and "out_of_range" in t.reason
     home = rig.settings.home
     assert max(abs(a - b) for a, b in zip(sim_daemon.arm.true_angles(), home, strict=True)) <= 3.0
@@ -250,10 +243,9 @@ async def test_pick_retry_then_success(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=1)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
-    stages: list[str] = []
-    t = await run_trial(rig, on_stage=lambda s, o, r: stages.append(f"{s}:{o}"))
-    await client.aclose()
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
+        stages: list[str] = []
+        t = await run_trial(rig, on_stage=lambda s, o, r: stages.append(f"{s}:{o}"))
     assert t.status == "completed" and t.outcome["pick_attempts"] == 2
     assert "lift_and_judge:retry" in stages and "retry_pick:ok" in stages
     assert stages.count("detect:ok") == 2
@@ -265,9 +257,8 @@ async def test_pick_judged_no_three_times_aborts(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = TrueStateEyes(sim_daemon.arm, BLOCK, BOX, fail_picks=5)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
-    t = await run_trial(rig)
-    await client.aclose()
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
+        t = await run_trial(rig)
     assert (
         t.status == "stopped"
         and t.outcome["pick_attempts"] == 3
@@ -285,11 +276,10 @@ async def test_pose_above_j1_limit_is_never_sent(
     bad = ArcPose(
         name="bad", phase=good.phase, base=(89.5, *good.base[1:]), points=good.points, source="test"
     )
-    rig, client = await _rig(
+    async with _rig(
         sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), arc_pick=bad
-    )
-    t = await run_trial(rig)
-    await client.aclose()
+    ) as (rig, _client):
+        t = await run_trial(rig)
     assert (
         t.status == "stopped"
         and "j1 89.50 > 88" in t.reason
@@ -310,11 +300,10 @@ async def test_guard_refuses_what_a_lookup_accepted(
 ) -> None:
     # a tighter operational limit than the lookup's own mask: the guard alone must stop it
     sends = _sends(sim_daemon)
-    rig, client = await _rig(
+    async with _rig(
         sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX), j1_max=80.0
-    )
-    t = await run_trial(rig)
-    await client.aclose()
+    ) as (rig, _client):
+        t = await run_trial(rig)
     assert (
         t.status == "stopped"
         and "guard refused approach_pick: j1 = 87.74 above the safety limit 80" in t.reason
@@ -330,20 +319,19 @@ async def test_guard_refuses_what_a_lookup_accepted(
 async def test_forced_stop_stops_the_arm_at_once(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
-    rig, client = await _rig(
+    async with _rig(
         sim_daemon, tmp_path, fk_data_dir, TrueStateEyes(sim_daemon.arm, BLOCK, BOX)
-    )
-    force = asyncio.Event()
-    loop = asyncio.get_running_loop()
+    ) as (rig, _client):
+        force = asyncio.Event()
+        loop = asyncio.get_running_loop()
 
-    def on_arm_event(kind: str, data: dict) -> None:
-        # the operator's second Ctrl-C arrives as soon as the approach move has started
-        if kind == "send" and data["angles"][1] > 80.0:
-            loop.call_soon_threadsafe(force.set)
+        def on_arm_event(kind: str, data: dict) -> None:
+            # the operator's second Ctrl-C arrives as soon as the approach move has started
+            if kind == "send" and data["angles"][1] > 80.0:
+                loop.call_soon_threadsafe(force.set)
 
-    sim_daemon.arm.add_listener(on_arm_event)
-    t = await run_trial(rig, force=force)
-    await client.aclose()
+        sim_daemon.arm.add_listener(on_arm_event)
+        t = await run_trial(rig, force=force)
     assert t.status == "stopped" and t.reason == "forced stop during approach_pick (operator)"
     exit_ev = next(
         e["value"] for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit"
@@ -490,9 +478,8 @@ async def test_place_servo_stops_when_the_block_does_not_move_with_the_tip(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = _DroppedInServoEyes(sim_daemon.arm, BLOCK, BOX)
-    rig, client = await _rig(sim_daemon, tmp_path, fk_data_dir, eyes)
-    t = await run_trial(rig)
-    await client.aclose()
+    async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
+        t = await run_trial(rig)
     lost = [e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "held_block_lost"]
     assert len(lost) == 1 and lost[0]["value"]["block_moved_mm"] == 0.0
     assert lost[0]["value"]["tip_moved_mm"] >= 10.0

@@ -23,13 +23,13 @@ import pytest
 from mecharm.common.kinematics import fk_tip
 from mecharm.common.layout import DataRoot
 from mecharm.runtime.config import RuntimeSettings
-from mecharm.runtime.lookup import ensure_table, load_arc, load_table
 from mecharm.runtime.memories import CorrectionMemory
 from mecharm.runtime.pick_place import context, pick
 from mecharm.runtime.ports import TipObservation
 from mecharm.runtime.records.trace import read_trace
+from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.simcontrol import scene_next
-from mecharm.runtime.trial import Rig, TrialSummary, run_trial
+from mecharm.runtime.trial import TrialSummary, run_trial
 from mecharm.tools.simrig import start_sim_daemon
 
 from .conftest import SimDaemon
@@ -57,29 +57,12 @@ class OffsetEyes(TrueStateEyes):
 
 
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
-    from mecharm.runtime.arm import DaemonArm
-    from mecharm.runtime.client import DaemonClient
-    from mecharm.runtime.lookup.descent import pick_descent_table
-    from mecharm.runtime.ports import RealClock
-    from mecharm.runtime.recorder_link import RecorderLink
-
-    s = _settings(root, fk, **kw)
+    s = _settings(root, fk, daemon_port=d.port, **kw)
     # the settings loader reads None as "not given" (a CLI flag left out): set those after it
     s = s.model_copy(update={k: v for k, v in kw.items() if v is None})
-    client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
-    await client.connect()
-    clock = RealClock()
-    table, arc_pick = load_table(ensure_table(fk)), load_arc(s.approach_pick_arc)
-    pick_descent_table(table, arc_pick)  # as the service does at start: not mid-trial
-    rig = Rig(
-        s, DaemonArm(client, clock), eyes, RecorderLink(None), clock,
-        table, arc_pick, load_arc(s.approach_place_arc),
-        arm_alive=lambda: client.is_connected,
-    )  # fmt: skip
-    try:
+    # the service's own rig set-up (time scale, envelope, warmed lookups, keepalive)
+    async with open_rig(s, eyes=eyes) as (rig, _client):
         return await run_trial(rig)
-    finally:
-        await client.aclose()
 
 
 def _decisions(t: TrialSummary, kind: str) -> list[dict[str, Any]]:
@@ -429,7 +412,6 @@ def _e2e(
     root: Path, fk: Path, logs: Path, seed: int, profile: str | None
 ) -> tuple[TrialSummary, dict[str, Any]]:
     from mecharm.common.config import load_settings
-    from mecharm.runtime.rigsetup import open_rig
 
     extra = ["--sim-profile", profile] if profile else []
     rig = start_sim_daemon(logs, seed=seed, time_scale=20.0, extra_args=extra)

@@ -17,17 +17,14 @@ from structlog.testing import capture_logs
 
 from mecharm.common.kinematics import fk_tip
 from mecharm.common.layout import DataRoot
-from mecharm.runtime.arm import DaemonArm
-from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.lookup import ensure_table, load_arc, load_table
 from mecharm.runtime.memories import HeightMemory
-from mecharm.runtime.ports import RealClock, ReleaseView, VerdictObservation
-from mecharm.runtime.recorder_link import RecorderLink
+from mecharm.runtime.ports import ReleaseView, VerdictObservation
 from mecharm.runtime.records.trace import read_trace
 from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.service import run_service
-from mecharm.runtime.trial import Rig, TrialSummary, run_trial
+from mecharm.runtime.trial import TrialSummary, run_trial
 from mecharm.sim.scene import BLOCK_SIZE_M, BOX_FLOOR_M, random_layout
 from mecharm.sim.workcell import Workcell, WorkcellConfig, start_workcell
 from mecharm.tools.replay.runner import replay, replay_settings
@@ -62,25 +59,10 @@ class HiddenAtRelease(TrueStateEyes):
 
 
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
-    s = _settings(root, fk, **kw)
-    client = DaemonClient("127.0.0.1", d.port, request_timeout=2.0)
-    await client.connect()
-    clock = RealClock()
-    rig = Rig(
-        s,
-        DaemonArm(client, clock),
-        eyes,
-        RecorderLink(None),
-        clock,
-        load_table(ensure_table(fk)),
-        load_arc(s.approach_pick_arc),
-        load_arc(s.approach_place_arc),
-        arm_alive=lambda: client.is_connected,
-    )
-    try:
+    """One trial on the service's own rig set-up (the daemon's time scale and envelope, the
+    warmed lookups, the keepalive) with this camera boundary."""
+    async with open_rig(_settings(root, fk, daemon_port=d.port, **kw), eyes=eyes) as (rig, _c):
         return await run_trial(rig)
-    finally:
-        await client.aclose()
 
 
 async def _replays_identically(t: TrialSummary, fk: Path) -> None:
