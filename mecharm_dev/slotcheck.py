@@ -199,10 +199,11 @@ async def operator_tries(
 
 
 #: one flood process: non-blocking connects to 127.0.0.1:PORT, each closed at once, for
-#: SECONDS; prints its connects per second
+#: SECONDS at niceness NICE; prints its connects per second
 _FLOOD_CHILD = """
-import socket, sys, time
-port, secs = int(sys.argv[1]), float(sys.argv[2])
+import os, socket, sys, time
+port, secs, nice = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+os.nice(nice)
 end, n = time.monotonic() + secs, 0
 while time.monotonic() < end:
     s = socket.socket()
@@ -217,17 +218,28 @@ print(round(n / secs))
 class Flood:
     """A connect flood from ``processes`` processes of this machine (docs/daemon.md,
     "Connect flood"): each opens non-blocking connections to 127.0.0.1 and closes them at
-    once, as fast as it can, for ``seconds``. ``with Flood(...) as f:`` then ``f.rates``."""
+    once, as fast as it can, for ``seconds``. ``with Flood(...) as f:`` then ``f.rates``.
 
-    def __init__(self, port: int, processes: int = 4, seconds: float = 30.0) -> None:
-        self.port, self.processes, self.seconds = int(port), processes, seconds
+    ``nice`` lowers the flood's priority: at 0 on a busy machine it also takes the CPU from
+    the daemon, which is a different attack (CPU exhaustion) that no accept path survives;
+    at 10 it gets the CPU nobody else wants, which is all of it on a quiet machine."""
+
+    def __init__(self, port: int, processes: int = 4, seconds: float = 30.0, nice: int = 0) -> None:
+        self.port, self.processes, self.seconds, self.nice = int(port), processes, seconds, nice
         self._procs: list[subprocess.Popen[str]] = []
         self.rates: list[int] = []
 
     def __enter__(self) -> Flood:
         self._procs = [
             subprocess.Popen(
-                [sys.executable, "-c", _FLOOD_CHILD, str(self.port), str(self.seconds)],
+                [
+                    sys.executable,
+                    "-c",
+                    _FLOOD_CHILD,
+                    str(self.port),
+                    str(self.seconds),
+                    str(self.nice),
+                ],
                 stdout=subprocess.PIPE,
                 text=True,
             )

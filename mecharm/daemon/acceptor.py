@@ -28,7 +28,7 @@ from typing import Any
 
 from mecharm.common.logging import get_logger
 
-__all__ = ["BURST", "LISTEN_BACKLOG", "Acceptor"]
+__all__ = ["BURST", "LISTEN_BACKLOG", "Acceptor", "peer_closed"]
 
 log = get_logger(__name__)
 
@@ -40,6 +40,17 @@ BURST = 512
 SUMMARY_S = 10.0
 #: after an accept error (out of file descriptors) the listener rests this long
 RETRY_S = 1.0
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """True when ``sock``'s peer has closed it (end of file or reset), without reading:
+    one byte is peeked without waiting, and a connection with nothing to read is live."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False  # nothing sent yet: a client that will say hello
+    except OSError:
+        return True  # reset by the peer
 
 
 class Acceptor:
@@ -95,13 +106,7 @@ class Acceptor:
                     log.warning("accept_failed", error=str(exc), retry_s=RETRY_S)
                 self._pause(lsock)
                 break
-            try:
-                alive = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-            except (BlockingIOError, InterruptedError):
-                alive = True  # nothing sent yet: a client that will say hello
-            except OSError:
-                alive = False  # reset by the peer
-            if not alive:
+            if peer_closed(conn):
                 self.shed += 1
                 with contextlib.suppress(OSError):
                     conn.close()

@@ -41,7 +41,7 @@ from pydantic import BaseModel
 from mecharm.common.envelope import Envelope
 from mecharm.common.hosted import start_hosted
 from mecharm.common.logging import get_logger
-from mecharm.daemon.acceptor import LISTEN_BACKLOG, Acceptor
+from mecharm.daemon.acceptor import LISTEN_BACKLOG, Acceptor, peer_closed
 from mecharm.daemon.backends.base import ArmBackend
 from mecharm.daemon.commands import ArmCommands
 from mecharm.daemon.protocol import (
@@ -94,6 +94,8 @@ class Conn:
     #: set by the handler when it next goes idle or ends; created by stop() only
     idle_waiter: anyio.Event | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
+    #: the connection's socket, to see whether its peer has closed it without reading
+    sock: socket.socket | None = None
 
     def went_idle(self) -> None:
         if self.idle_waiter is not None:
@@ -374,14 +376,19 @@ class ArmServer(ArmCommands):
         except OSError:
             sock.close()
             return
-        await self._on_connect(reader, writer)
+        await self._on_connect(reader, writer, sock)
 
     async def _hand_off(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """asyncio's accept callback, never called (the server never serves: the Acceptor
         accepts); kept as the server's required callback."""
         writer.close()
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connect(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        sock: socket.socket | None = None,
+    ) -> None:
         name = tuple(writer.get_extra_info("peername") or ("?", "?"))
         host = str(name[0])
         peer = f"{host}:{name[1]}"
@@ -389,6 +396,8 @@ class ArmServer(ArmCommands):
         if self._closing or self._active is not None:
             await self._reject(writer, peer)
             return
+        if len(self._waiting) >= self.max_connections:
+            self._shed_closed_waiting()
         if len(self._waiting) >= self.max_connections:
             # the oldest has waited longest; a real client proves itself in one round trip,
             # so a flood must open max_connections connections within that to push it out
@@ -400,7 +409,9 @@ class ArmServer(ArmCommands):
                 "evictions",
             )
         now = time.monotonic()
-        conn = Conn(peer, host, reader, writer, deadline=now + self.auth_timeout_s, opened=now)
+        conn = Conn(
+            peer, host, reader, writer, deadline=now + self.auth_timeout_s, opened=now, sock=sock
+        )
         self._waiting[conn] = None
         self._keeper_wake.set()
         log.info("client_connected", peer=peer, waiting=len(self._waiting))
@@ -423,6 +434,21 @@ class ArmServer(ArmCommands):
             await _close(writer)
             conn.done.set()
             conn.went_idle()
+
+    def _shed_closed_waiting(self) -> None:
+        """End the waiting connections whose peers have closed them but whose end of file
+        this loop has not read yet, so they cannot push a live one out of a full pool.
+
+        A connect flood makes these: the Acceptor peeks a connection a moment before its
+        peer closes it, and a burst of accepts queues their tasks ahead of their end of
+        file (docs/daemon.md, "Connect flood"). No reply and no warning: nobody reads it.
+        """
+        for conn in list(self._waiting):
+            if conn.sock is not None and conn.drop_reason is None and peer_closed(conn.sock):
+                conn.drop_reason = "closed by its peer while waiting to prove itself"
+                self._waiting.pop(conn, None)
+                self.stats.count("closed_while_waiting")
+                conn.scope.cancel()
 
     async def _reject(self, writer: asyncio.StreamWriter, peer: str) -> None:
         """One ``busy`` / ``shutting_down`` line, then close (the holder is not disturbed)."""

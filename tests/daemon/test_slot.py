@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -129,6 +130,30 @@ async def test_the_waiting_pool_is_bounded_and_the_oldest_leaves_first() -> None
         assert (await third.ok("hello", {"token": TOKEN}))["authenticated"] is True
         assert (await _closing_line(second))["error"]["code"] == "busy"
         await third.close()
+
+
+async def test_a_full_pool_sheds_the_connections_already_closed_before_evicting() -> None:
+    """A connect flood's leftovers (closed by their peers, their end of file not yet read
+    by the daemon) leave the pool without a word; the live waiting one stays."""
+    async with daemon(token=TOKEN, auth_timeout_s=30, max_connections=3) as srv:
+        live = await LineClient.connect(srv.port)
+        await _until(lambda: len(srv._waiting) == 1)
+        gone = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+        await _until(lambda: len(srv._waiting) == 3)
+        for s in gone:  # closed with no await after it: the daemon has not read the ends yet
+            s.close()
+        srv._shed_closed_waiting()
+        assert len(srv._waiting) == 1 and next(iter(srv._waiting)).peer.endswith(
+            str(live.writer.get_extra_info("sockname")[1])
+        )
+        assert srv.stats.counters["closed_while_waiting"] == 2
+        # the pool is not full now: a newcomer is admitted and nobody is evicted
+        newcomer = await LineClient.connect(srv.port)
+        await _until(lambda: len(srv._waiting) == 2)
+        assert srv.stats.counters["evictions"] == 0
+        assert (await live.ok("hello", {"token": TOKEN}))["authenticated"] is True
+        assert (await _closing_line(newcomer))["error"]["code"] == "busy"
+        await live.close()
 
 
 async def test_failed_hellos_are_slowed_per_address_a_correct_one_never() -> None:
