@@ -86,7 +86,8 @@ class DaemonSettings(RigSettings):
         ge=1,
         le=1024,
         description="connections kept open at once (the holder, or those waiting to prove "
-        "themselves); when full, the oldest waiting one is dropped",
+        "themselves); when full, those whose peers have closed them leave first, then the "
+        "oldest waiting one is dropped",
     )
     auth_backoff_s: float = Field(
         default=0.25, ge=0, description="first delay of a failed hello's reply, per address"
