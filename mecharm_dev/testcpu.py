@@ -8,7 +8,7 @@ file runs on one worker, so a module fixture's processes (a simulated rig, reape
 module's end) land on that file's last test but still in that file. Processes nobody
 reaps (a demo's detached view builders) are not counted.
 
-    MECHARM_TESTCPU_DIR=/tmp/cpu make test PYTEST_PLUGINS=mecharm_dev.testcpu
+    MECHARM_TESTCPU_DIR=/tmp/cpu PYTEST_PLUGINS=mecharm_dev.testcpu make test
     python -m mecharm_dev.testcpu /tmp/cpu
 """
 
