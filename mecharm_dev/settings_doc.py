@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-__all__ = ["MODELS", "main", "render"]
+__all__ = ["MODELS", "main", "reading_modules", "render", "settings_read_in"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "settings.md"
@@ -58,6 +58,49 @@ MODELS: tuple[tuple[str, str, str, str], ...] = (
         "mecharm replay",
     ),
 )
+
+#: modules that declare the runtime settings they read (``SETTINGS_READ``): the safe arm,
+#: which every task's motion goes through, and each task's stage modules
+SAFE_ARM_MODULE = "mecharm.runtime.safe_arm"
+
+
+def settings_read_in(source: str, fields: frozenset[str] | set[str]) -> set[str]:
+    """The ``fields`` a module's ``source`` reads as ``s.X``, ``settings.X`` or
+    ``<anything>.settings.X`` (the stages' ``s = ctx.settings`` and ``ctx.settings.X``)."""
+    import ast
+
+    def is_settings(node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in ("s", "settings")
+        return isinstance(node, ast.Attribute) and node.attr == "settings"
+
+    return {
+        n.attr
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Attribute) and n.attr in fields and is_settings(n.value)
+    }
+
+
+def reading_modules() -> list[tuple[str, frozenset[str]]]:
+    """(module, the settings it declares it reads): the safe arm, then every module of
+    every registered task's package (``mecharm.runtime.<task>``) that declares them."""
+    import importlib
+    import pkgutil
+
+    from mecharm.runtime.tasks import TASKS
+
+    names = [SAFE_ARM_MODULE]
+    for task in TASKS:
+        pkg = importlib.import_module(f"mecharm.runtime.{task}")
+        names += [pkg.__name__]  # its __init__, then its modules
+        names += sorted(f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__))
+    out = []
+    for name in names:
+        declared = getattr(importlib.import_module(name), "SETTINGS_READ", None)
+        if declared is not None:
+            out.append((name, frozenset(declared)))
+    return out
+
 
 _SECTION = re.compile(r"^\s*# -{3,}\s*(.*)$")
 _FIELD = re.compile(r"^\s{4}([a-z_][a-z0-9_]*)\s*:")
@@ -199,6 +242,24 @@ def render() -> str:
         rows: list[str] = []
         _rows(cls, "", env, rows, "")
         lines += [*rows, ""]
+        if title == "Runtime":
+            lines += [
+                "### What each stage reads",
+                "",
+                "The safe arm and each task's stage modules declare the settings they read",
+                "(`SETTINGS_READ`; tests/runtime/test_settings_read.py checks each against the",
+                "module's code), so a change to a setting shows which stages it reaches. The",
+                "set-up (`mecharm/runtime/rigsetup.py`, `service.py`, `trial.py`, `cli.py`)",
+                "reads the rest: where things are, the links, the cameras and the judge.",
+                "",
+                "| module | settings |",
+                "|---|---|",
+                *(
+                    f"| `{m}` | {', '.join(f'`{k}`' for k in sorted(keys))} |"
+                    for m, keys in reading_modules()
+                ),
+                "",
+            ]
         removed = getattr(cls, "removed_settings", None) or {}
         if removed:
             lines += [

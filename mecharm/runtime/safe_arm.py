@@ -44,6 +44,16 @@ __all__ = ["MotionRefused", "SafeArm", "StreamStep"]
 
 log = get_logger("mecharm.runtime.safe_arm")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "arrival_base_s", "arrival_min_s", "arrival_per_deg_s", "gripper_close_value",
+    "gripper_settle_s", "gripper_speed", "ignored_move_deg", "j1_max",
+    "joint_step_max_deg", "path_box_margin_m", "path_mat_margin_m", "path_sample_deg",
+    "poll_interval_s", "rest_eps_deg", "rest_max_polls", "rest_poll_s", "send_wait_s",
+    "speed"
+})  # fmt: skip
+
 
 @dataclass(frozen=True)
 class StreamStep:

@@ -17,6 +17,10 @@ __all__ = ["RETURN_TOL_MM", "judge_return", "put_back_down"]
 
 log = get_logger("mecharm.runtime.lift_return")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({"home", "tol_home"})
+
 #: the block is back when the top camera sees it within this of where detect saw it: the
 #: detection's own scatter is a few mm, a grasp that slid moves it 10-20 mm
 RETURN_TOL_MM = 25.0

@@ -21,6 +21,12 @@ __all__ = ["exit_path", "put_back"]
 
 log = get_logger("mecharm.runtime.pick_place.abort")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "home", "release_check", "release_refused", "tol_home", "tol_pick_place"
+})  # fmt: skip
+
 #: one step of the exit path: its name and the call; False when it failed (told, not raised)
 Attempt = Callable[[str, Callable[[], Any]], Awaitable[bool]]
 

@@ -38,6 +38,10 @@ from mecharm.runtime.safe_arm import SafeArm
 
 log = get_logger("mecharm.runtime.pick_place.context")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({"tol_approach", "tol_pick_place"})
+
 
 class BlockLost(StageFailed):
     """The held block left the jaws: it no longer moves with the tip (``_HeldBlockWatch``), or

@@ -31,6 +31,16 @@ from mecharm.runtime.ports import (
 
 log = get_logger("mecharm.runtime.pick_place.pick")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "cell_mm", "dist_max_m", "ema_alpha", "home", "j1_max", "joint_step_max_deg",
+    "max_correction_mm", "max_pick_attempts", "pick_band", "pick_hover_band",
+    "pick_hover_dist_m", "pick_redescend_mm", "pick_resid_max_m", "pick_retry_band",
+    "pick_servo_max_iter", "pick_servo_step_mm", "pick_servo_tol_mm", "pick_tip_height_mm",
+    "tol_approach", "tol_home", "tol_lift_to_arc", "tol_pick_place", "x_resid_thresh_m"
+})  # fmt: skip
+
 
 async def open_gripper_home(ctx: TrialContext) -> Outcome:
     s = ctx.settings

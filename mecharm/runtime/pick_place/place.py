@@ -24,6 +24,17 @@ from mecharm.runtime.ports import (
 
 log = get_logger("mecharm.runtime.pick_place.place")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "cell_mm", "depth_steps", "depth_tol_mm", "dist_max_m", "height_lost_max_mm",
+    "height_lost_step_mm", "height_max_mm", "height_start_mm", "height_step_mm", "j1_max",
+    "pick_recheck_mm", "place_approach_above_band_mm", "place_band", "place_band_depth_m",
+    "place_floor_m", "place_joint_tol", "place_target_m", "servo_drop_still_mm",
+    "servo_drop_tip_mm", "servo_gain_deg_per_mm", "servo_max_iter", "servo_step_clamp_deg",
+    "servo_tol_mm", "tol_pick_place", "z_resid_warn_m"
+})  # fmt: skip
+
 
 async def approach_place(ctx: TrialContext) -> Outcome:
     s = ctx.settings

@@ -28,6 +28,14 @@ from mecharm.runtime.ports import (
 
 log = get_logger("mecharm.runtime.pick_place.release")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "gripper_settle_s", "height_max_mm", "height_raise_margin_mm", "height_step_mm",
+    "home", "max_pick_attempts", "release_check", "release_margin_mm", "release_reaim_max",
+    "release_side_check", "swept_j0", "tol_home", "tol_pick_place"
+})  # fmt: skip
+
 
 async def release(ctx: TrialContext) -> Outcome:
     """Open the gripper over the box, but never blind (docs/release.md).
