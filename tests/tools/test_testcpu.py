@@ -33,7 +33,8 @@ def test_waits():
 def test_each_test_s_own_and_children_s_cpu_lands_in_its_file(tmp_path: Path) -> None:
     (tmp_path / "test_busy.py").write_text(BUSY)
     out = tmp_path / "cpu"
-    env = {**os.environ, "MECHARM_TESTCPU_DIR": str(out), "PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MECHARM_TESTCPU"))}
+    env.update(MECHARM_TESTCPU_DIR=str(out), PYTHONPATH=str(REPO))  # not an xdist worker: main
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "mecharm_dev.testcpu", "-p", "no:randomly",
          "-p", "no:cacheprovider", str(tmp_path / "test_busy.py")],
