@@ -91,7 +91,11 @@ def test_ten_thousand_random_queries_on_a_tie_rich_table() -> None:
 
 @pytest.mark.parametrize(
     ("view_after", "n", "block_max"),
-    [pytest.param(1, 10_000, None, marks=pytest.mark.slow), (1, 3_000, 0), (0, 3_000, None)],
+    [
+        pytest.param(1, 10_000, None, marks=pytest.mark.slow),
+        (1, 3_000, 0),
+        pytest.param(0, 3_000, None, marks=pytest.mark.slow),  # 2.2 s alone, quiet
+    ],
 )
 def test_random_queries_through_each_search_path(
     view_after: int, n: int, block_max: int | None, monkeypatch: pytest.MonkeyPatch

@@ -112,6 +112,7 @@ def test_lowered_limit_no_lookup_returns_j1_above_it(low: FkTable, default_table
     assert changed > 5  # the limit matters on this grid: the test can fail
 
 
+@pytest.mark.slow  # 2.0 s alone, quiet
 def test_lowered_limit_is_named_in_reasons_and_violations(low: FkTable) -> None:
     r = fk_lookup(low, "pick", (0.19, 0.24), *PICK_BAND, dist_max=1e-4)
     assert not r.ok and f"j1<={LOW:g}" in (r.reason or "")
@@ -146,6 +147,7 @@ def test_limit_leaves_checksum_and_cache_alone(
     assert int(low.col("safe").sum()) < int(default_table.col("safe").sum())
 
 
+@pytest.mark.slow  # 2.0 s alone, quiet
 def test_with_j1_max_matches_a_table_loaded_with_it(default_table: FkTable, low: FkTable) -> None:
     default_table.warm([PICK_BAND, PLACE_BAND])
     derived = default_table.with_j1_max(LOW)
