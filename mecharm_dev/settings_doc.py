@@ -13,7 +13,10 @@ disagree, so the reference cannot go stale:
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import inspect
+import pkgutil
 import re
 import sys
 import types
@@ -59,15 +62,14 @@ MODELS: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-#: modules that declare the runtime settings they read (``SETTINGS_READ``): the safe arm,
-#: which every task's motion goes through, and each task's stage modules
+#: the safe arm, which every task's motion goes through: like each task's stage modules, it
+#: declares the runtime settings it reads (``SETTINGS_READ``)
 SAFE_ARM_MODULE = "mecharm.runtime.safe_arm"
 
 
 def settings_read_in(source: str, fields: frozenset[str] | set[str]) -> set[str]:
     """The ``fields`` a module's ``source`` reads as ``s.X``, ``settings.X`` or
     ``<anything>.settings.X`` (the stages' ``s = ctx.settings`` and ``ctx.settings.X``)."""
-    import ast
 
     def is_settings(node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
@@ -84,9 +86,6 @@ def settings_read_in(source: str, fields: frozenset[str] | set[str]) -> set[str]
 def reading_modules() -> list[tuple[str, frozenset[str]]]:
     """(module, the settings it declares it reads): the safe arm, then every module of
     every registered task's package (``mecharm.runtime.<task>``) that declares them."""
-    import importlib
-    import pkgutil
-
     from mecharm.runtime.tasks import TASKS
 
     names = [SAFE_ARM_MODULE]
