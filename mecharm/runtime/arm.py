@@ -53,11 +53,12 @@ class DaemonArm:
         self.envelope = envelope
 
     async def read_angles(self) -> Reading:
+        asked = self.clock.now()
         try:
             angles = await self.client.get_angles()
         except ArmNoReply as exc:
-            return Reading(None, self.clock.now(), str(exc))
-        return Reading(tuple(angles), self.clock.now())
+            return Reading(None, self.clock.now(), str(exc), t_asked=asked)
+        return Reading(tuple(angles), self.clock.now(), t_asked=asked)
 
     async def send_angles(self, angles: Sequence[float], speed: int) -> Sent:
         verdict = check_pose(angles, j1_max=self.j1_max, envelope=self.envelope)

@@ -157,7 +157,9 @@ async def send_and_wait(
                 if _max_delta(tgt, last) <= tol:
                     rec.ts_arrival, rec.arrived = clock.wall(), True
                     break
-            if r.t - t_send > timeout:
+            # the deadline has passed only for a reading asked for after it: one answered
+            # late shows the arm as it was before (a busy daemon or link; docs/runtime.md)
+            if r.asked - t_send > timeout:
                 break
             if policy.poll_interval_s > 0:
                 await clock.sleep(policy.poll_interval_s / policy.time_scale)

@@ -35,27 +35,43 @@ __all__ = [
 @dataclass(frozen=True)
 class Reading:
     """One ``get_angles`` attempt: the angles (None when the arm gave no reading, with
-    ``error`` saying why) and the monotonic time (s) it was taken."""
+    ``error`` saying why), the monotonic time (s) its answer came, and the time it was
+    asked for (``t_asked``; None where unknown: a trace written before it was kept).
+
+    The arm was where the answer says at some moment between the two; a decision "has it
+    arrived by the deadline?" needs a reading asked for after the deadline, because one
+    asked for before it and answered late shows the arm as it was before."""
 
     angles: tuple[float, ...] | None
     t: float
     error: str = ""
+    t_asked: float | None = None
+
+    @property
+    def asked(self) -> float:
+        """When the reading was asked for (its answer's time where that is not known)."""
+        return self.t if self.t_asked is None else self.t_asked
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "angles": list(self.angles) if self.angles is not None else None,
             "t": self.t,
             "error": self.error,
         }
+        if self.t_asked is not None:
+            d["t_asked"] = self.t_asked
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Reading:
         """Rebuild a reading from its trace form (replay)."""
         a = d.get("angles")
+        asked = d.get("t_asked")
         return cls(
             tuple(float(x) for x in a) if a is not None else None,
             float(d["t"]),
             str(d.get("error", "")),
+            float(asked) if asked is not None else None,
         )
 
 

@@ -171,3 +171,64 @@ async def test_daemon_lost_mid_move_raises_connection_lost(sim_daemon: SimDaemon
         )
     await task
     await c.aclose()
+
+
+class _LateAnswers:
+    """An arm port whose answers come late, as from a busy daemon or link: each reading is
+    scripted as (asked, answered, angles); the send completes at t = 0."""
+
+    def __init__(self, start: tuple[float, ...], script: list[tuple[float, float, tuple[float, ...]]]) -> None:  # fmt: skip
+        self.readings = [Reading(start, -0.1, t_asked=-0.11)] + [
+            Reading(a, t, t_asked=asked) for asked, t, a in script
+        ]
+        self.asked = 0
+
+    async def read_angles(self) -> Reading:
+        self.asked += 1
+        return self.readings.pop(0)
+
+    async def send_angles(self, angles: Any, speed: int) -> Sent:
+        return Sent(0.0, tuple(angles))
+
+
+class _StillClock:
+    def now(self) -> float:
+        return 0.0
+
+    def wall(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        return None
+
+
+START = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
+NEAR = tuple(t - 5.0 if i == 0 else t for i, t in enumerate(TARGET))  # 5° short on j0
+# a 1.0 s budget for this move: the real-rig seconds of arrival_timeout, scaled down
+ONE_S = MotionPolicy(time_scale=arrival_timeout(max(abs(a - b) for a, b in zip(TARGET, START, strict=True)), MotionPolicy()))  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_a_reading_asked_for_before_the_deadline_and_answered_after_it_does_not_end_the_wait() -> None:  # fmt: skip
+    """The arm was short when the late reading was asked for (0.95 s), not when it came
+    (1.10 s): the wait asks again, and the arm is there."""
+    arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (0.95, 1.10, NEAR), (1.12, 1.13, TARGET)])
+    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    assert res.arrived and res.reason == "arrived", res.reason
+    assert arm.asked == 4 and not arm.readings
+
+
+@pytest.mark.anyio
+async def test_a_reading_asked_for_after_the_deadline_still_ends_the_wait() -> None:
+    arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (1.01, 1.02, NEAR), (1.5, 1.6, TARGET)])
+    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    assert not res.arrived and res.reason.startswith("arrival timeout after 1.00s: partial move")
+    assert arm.asked == 3  # the reading asked for at 1.01 s was the last
+
+
+@pytest.mark.anyio
+async def test_a_trace_without_asked_times_decides_on_the_answer_times_as_it_was_recorded() -> None:  # fmt: skip
+    arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (0.95, 1.10, NEAR), (1.12, 1.13, TARGET)])
+    arm.readings = [Reading.from_dict({k: v for k, v in r.to_dict().items() if k != "t_asked"}) for r in arm.readings]  # fmt: skip
+    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    assert not res.arrived and arm.asked == 3  # the old rule: the answer at 1.10 s ended it
