@@ -63,5 +63,5 @@ lint: $(STAMP)
 	cd $(ROOT) && $(BIN)/mypy
 
 clean:
-	cd $(ROOT) && rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results
+	cd $(ROOT) && rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results testcpu-out
 	find $(ROOT) -name __pycache__ -not -path "$(VENV)/*" -prune -exec rm -rf {} +

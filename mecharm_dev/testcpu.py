@@ -8,8 +8,8 @@ file runs on one worker, so a module fixture's processes (a simulated rig, reape
 module's end) land on that file's last test but still in that file. Processes nobody
 reaps (a demo's detached view builders) are not counted.
 
-    MECHARM_TESTCPU_DIR=/tmp/cpu PYTEST_PLUGINS=mecharm_dev.testcpu make test
-    python -m mecharm_dev.testcpu /tmp/cpu
+    MECHARM_TESTCPU_DIR=$PWD/testcpu-out PYTEST_PLUGINS=mecharm_dev.testcpu make test
+    python -m mecharm_dev.testcpu testcpu-out
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from mecharm.runtime.motion import (
 from mecharm.runtime.ports import Reading, RealClock, Sent
 
 from .conftest import TIME_SCALE, SimDaemon
+from .stand_ins import StillClock
 
 POLICY = MotionPolicy(time_scale=TIME_SCALE)
 TARGET = (-31.9, 60.0, -38.3, 18.6, -45.1, -30.0)
@@ -191,17 +192,6 @@ class _LateAnswers:
         return Sent(0.0, tuple(angles))
 
 
-class _StillClock:
-    def now(self) -> float:
-        return 0.0
-
-    def wall(self) -> float:
-        return 0.0
-
-    async def sleep(self, seconds: float) -> None:
-        return None
-
-
 START = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
 NEAR = tuple(t - 5.0 if i == 0 else t for i, t in enumerate(TARGET))  # 5° short on j0
 # a 1.0 s budget for this move: the real-rig seconds of arrival_timeout, scaled down
@@ -213,7 +203,7 @@ async def test_a_reading_asked_for_before_the_deadline_and_answered_after_it_doe
     """The arm was short when the late reading was asked for (0.95 s), not when it came
     (1.10 s): the wait asks again, and the arm is there."""
     arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (0.95, 1.10, NEAR), (1.12, 1.13, TARGET)])
-    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    res = await send_and_wait(arm, StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
     assert res.arrived and res.reason == "arrived", res.reason
     assert arm.asked == 4 and not arm.readings
 
@@ -221,7 +211,7 @@ async def test_a_reading_asked_for_before_the_deadline_and_answered_after_it_doe
 @pytest.mark.anyio
 async def test_a_reading_asked_for_after_the_deadline_still_ends_the_wait() -> None:
     arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (1.01, 1.02, NEAR), (1.5, 1.6, TARGET)])
-    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    res = await send_and_wait(arm, StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
     assert not res.arrived and res.reason.startswith("arrival timeout after 1.00s: partial move")
     assert arm.asked == 3  # the reading asked for at 1.01 s was the last
 
@@ -230,5 +220,5 @@ async def test_a_reading_asked_for_after_the_deadline_still_ends_the_wait() -> N
 async def test_a_trace_without_asked_times_decides_on_the_answer_times_as_it_was_recorded() -> None:  # fmt: skip
     arm = _LateAnswers(START, [(0.5, 0.6, NEAR), (0.95, 1.10, NEAR), (1.12, 1.13, TARGET)])
     arm.readings = [Reading.from_dict({k: v for k, v in r.to_dict().items() if k != "t_asked"}) for r in arm.readings]  # fmt: skip
-    res = await send_and_wait(arm, _StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
+    res = await send_and_wait(arm, StillClock(), TARGET, tol=2.0, speed=20, policy=ONE_S)
     assert not res.arrived and arm.asked == 3  # the old rule: the answer at 1.10 s ended it

@@ -31,7 +31,7 @@ from mecharm.runtime.records.trace import DECISION_EVENTS, TraceWriter, read_tra
 from mecharm.runtime.trial import Rig, run_trial
 
 from .conftest import TIME_SCALE, SimDaemon
-from .stand_ins import TrueStateEyes
+from .stand_ins import StillClock, TrueStateEyes
 
 
 class _Inputs:
@@ -105,17 +105,6 @@ class ReplayLink(RecorderLink):
         return p, ts, reason
 
 
-class _NoSleep:
-    def now(self) -> float:
-        return 0.0
-
-    def wall(self) -> float:
-        return 0.0
-
-    async def sleep(self, seconds: float) -> None:
-        return None
-
-
 def _strip(e: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in e.items() if k not in ("seq", "ts")}
 
@@ -170,7 +159,7 @@ async def test_trace_replays_to_identical_decisions(
         arm=ReplayArm(inputs),
         eyes=ReplayEyes(inputs),
         recorder=ReplayLink(inputs),
-        clock=_NoSleep(),
+        clock=StillClock(),
         trace=replay_trace,
         table=table,
         arc_pick=arcs[0],
