@@ -92,10 +92,20 @@ def report(folder: Path, top: int = 20) -> str:
     return "\n".join(lines)
 
 
+def _rows(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of rows >= 1, got {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mecharm_dev.testcpu", description=__doc__.split("\n\n")[0])  # fmt: skip
     ap.add_argument("folder", type=Path, help="the MECHARM_TESTCPU_DIR of a run")
-    ap.add_argument("--top", type=int, default=20, help="rows per table (default 20)")
+    ap.add_argument("--top", type=_rows, default=20, help="rows per table (default 20)")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         print(f"{args.folder}: no such folder", file=sys.stderr)

@@ -100,6 +100,10 @@ def test_bad_input_value(
     lines[j] = _edit(lines[j], value={"angles": [0, 0, 0], "t": 1.0})
     rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
     assert rc == 2 and f":{j + 1}: input angles: bad value: expected 6 angles" in msg
+    lines = _lines()  # the time a reading was asked for, when a trace carries it
+    lines[j] = _edit(lines[j], value={"angles": [0] * 6, "t": 1.0, "t_asked": "soon"})
+    rc, msg = _run(_write(tmp_path, lines), replay_args, capsys)
+    assert rc == 2 and f":{j + 1}: input angles: bad value" in msg and "soon" in msg
     j = _first(lines, "input", "pick_verdict")
     lines = _lines()
     lines[j] = _edit(lines[j], value={"verdict": "yes"})

@@ -53,6 +53,10 @@ def test_each_test_s_own_and_children_s_cpu_lands_in_its_file(tmp_path: Path) ->
 def test_a_folder_without_lines_or_with_a_bad_one_is_one_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "no such folder" in capsys.readouterr().err
+    for bad in ("0", "ten"):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(tmp_path), "--top", bad])
+        assert exit_.value.code == 2 and "rows >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit, match=r"no \*\.jsonl lines"):
         main([str(tmp_path)])
     (tmp_path / "gw0.jsonl").write_text('{"id": "t.py::x"}\n')
