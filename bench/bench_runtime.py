@@ -54,16 +54,12 @@ def run(quick: bool = False) -> dict[str, Any]:
             rate = asyncio.run(_trials(settings, rig, [1000 + i for i in range(n_rate)]))
         finally:
             rig.daemon.stop()
-    ok = [t for t in rate if t.pick_verdict == "yes" and t.place_verdict == "yes"]
+    ok = [t for t in rate if t.succeeded]  # the task's own rule: both verdicts yes
     stages: dict[str, list[float]] = {}
     for t in rate:
         for k, v in t.stage_times.items():
             stages.setdefault(k, []).append(v)
-    failures = [
-        f"seed {t.scene_seed}: {t.reason or ('place ' + t.place_verdict)}"
-        for t in rate
-        if t not in ok
-    ]
+    failures = [f"seed {t.scene_seed}: {t.reason or t.verdicts}" for t in rate if t not in ok]
     return {
         "time_scale": SCALE,
         "success_rate": round(len(ok) / len(rate), 3),
