@@ -30,8 +30,8 @@ def moves() -> list[tuple[tuple[float, ...], tuple[float, ...], bool]]:
     pl = tuple(j0_lookup(load_arc(DEFAULT_PLACE_ARC), (-0.19, 0.19)).angles)
     pick = (ap[0], ap[1] - 10.0, ap[2] + 15.0, ap[3], ap[4] + 10.0, ap[5])
     place = (pl[0], pl[1] + 10.0, pl[2] - 5.0, pl[3], pl[4] + 10.0, pl[5])
-    swept = (s.swept_j0, *pl[1:])
-    home = tuple(s.home)
+    swept = (s.pick_place.swept_j0, *pl[1:])
+    home = tuple(s.arm.home)
     return [
         (home, ap, False),
         (ap, pick, False),
@@ -66,23 +66,23 @@ def scalar_check(
 
 def run(quick: bool = False) -> dict[str, Any]:
     s = RuntimeSettings()
-    ws = Workspace(mat_margin_m=s.path_mat_margin_m, box_xz=(-0.19, 0.19))
+    ws = Workspace(mat_margin_m=s.arm.path_mat_margin_m, box_xz=(-0.19, 0.19))
     mv = moves()
     reps = 20 if quick else 200
     for a, b, inside in mv:  # both agree on every move of the trial
-        v = check_path(a, b, ws, into_box=inside, step_deg=s.path_sample_deg)
-        assert v.ok == scalar_check(a, b, ws, inside, s.path_sample_deg), (a, b)
-    samples = [sample_path(a, b, s.path_sample_deg).shape[0] for a, b, _ in mv]
+        v = check_path(a, b, ws, into_box=inside, step_deg=s.arm.path_sample_deg)
+        assert v.ok == scalar_check(a, b, ws, inside, s.arm.path_sample_deg), (a, b)
+    samples = [sample_path(a, b, s.arm.path_sample_deg).shape[0] for a, b, _ in mv]
     t0 = time.perf_counter()
     for _ in range(reps):
         for a, b, inside in mv:
-            check_path(a, b, ws, into_box=inside, step_deg=s.path_sample_deg)
+            check_path(a, b, ws, into_box=inside, step_deg=s.arm.path_sample_deg)
     vec = (time.perf_counter() - t0) / (reps * len(mv))
     sreps = max(2, reps // 20)
     t0 = time.perf_counter()
     for _ in range(sreps):
         for a, b, inside in mv:
-            scalar_check(a, b, ws, inside, s.path_sample_deg)
+            scalar_check(a, b, ws, inside, s.arm.path_sample_deg)
     scal = (time.perf_counter() - t0) / (sreps * len(mv))
     return {
         "moves": len(mv),

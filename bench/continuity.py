@@ -54,14 +54,14 @@ def descent_jumps(
     n, jumps, resid, hovers = 0, [], [], []
     for xz in targets:
         ap = j0_lookup(arc, xz)
-        if not ap.ok or (phase == "pick" and abs(ap.resid_x) > s.x_resid_thresh_m):
+        if not ap.ok or (phase == "pick" and abs(ap.resid_x) > s.pick_place.x_resid_thresh_m):
             continue
         n += 1
         if phase == "pick" and bound:
             plan = plan_pick_descent(
-                table, xz, ap.angles, pick_band=s.pick_band, hover_band=s.pick_hover_band,
-                dist_max=s.dist_max_m, hover_dist_max=s.pick_hover_dist_m,
-                resid_max=s.pick_resid_max_m, step_max=bound,
+                table, xz, ap.angles, pick_band=s.pick_place.pick_band, hover_band=s.pick_place.pick_hover_band,
+                dist_max=s.pick_place.dist_max_m, hover_dist_max=s.pick_place.pick_hover_dist_m,
+                resid_max=s.pick_place.pick_resid_max_m, step_max=bound,
             )  # fmt: skip
             r, start = plan.pick, ap.angles
             if plan.use_hover:
@@ -69,13 +69,15 @@ def descent_jumps(
                 start = plan.hover.angles
                 hovers.append(float(np.max(np.abs(np.subtract(start, ap.angles)))))
         elif phase == "pick":
-            r = fk_lookup(table, "pick", xz, *s.pick_band, dist_max=s.dist_max_m)
+            r = fk_lookup(
+                table, "pick", xz, *s.pick_place.pick_band, dist_max=s.pick_place.dist_max_m
+            )
             start = ap.angles
         else:
             step = {"step_ref": ap.angles, "step_max": bound} if bound else {}
             r = fk_lookup(
-                table, "place_withblock", xz, *s.place_band, dist_max=s.dist_max_m,
-                ref_joints=ap.angles, joint_tol=s.place_joint_tol, ee_y_floor=s.place_floor_m, **step,
+                table, "place_withblock", xz, *s.pick_place.place_band, dist_max=s.pick_place.dist_max_m,
+                ref_joints=ap.angles, joint_tol=s.pick_place.place_joint_tol, ee_y_floor=s.pick_place.place_floor_m, **step,
             )  # fmt: skip
             start = ap.angles
         if r.ok and r.angles is not None:
@@ -113,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     s = RuntimeSettings()
-    bound = s.joint_step_max_deg
+    bound = s.arm.joint_step_max_deg
     data = args.data_dir or Path(tempfile.mkdtemp(prefix="mecharm_continuity_"))
-    table = load_table(ensure_table(data), j1_max=s.j1_max)
+    table = load_table(ensure_table(data), j1_max=s.arm.j1_max)
     arc_pick, arc_place = load_arc(DEFAULT_PICK_ARC), load_arc(DEFAULT_PLACE_ARC)
     picks = cells(PICK_X, PICK_Z, PICK_REACH_M)
     places = cells(PLACE_X, PLACE_Z, PLACE_REACH_M)

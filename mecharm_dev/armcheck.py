@@ -70,7 +70,10 @@ def _grid(
 def cell_poses(table: FkTable, s: RuntimeSettings, step: float = 0.02) -> list[Cell]:
     """The runtime's uncorrected pick and place poses over a grid of the sim's pick and place
     regions (cells the lookups cannot serve are left out, as the runtime would abort there)."""
-    arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
+    arc_pick, arc_place = (
+        load_arc(s.pick_place.approach_pick_arc),
+        load_arc(s.pick_place.approach_place_arc),
+    )
     descent = pick_descent_table(table, arc_pick)
     cells: list[Cell] = []
     for xz in _grid(PICK_X, PICK_Z, PICK_REACH_M, step):
@@ -78,9 +81,9 @@ def cell_poses(table: FkTable, s: RuntimeSettings, step: float = 0.02) -> list[C
         if not ap.ok:
             continue
         plan = plan_pick_descent(
-            descent, xz, ap.angles, pick_band=s.pick_band, hover_band=s.pick_hover_band,
-            dist_max=s.dist_max_m, hover_dist_max=s.pick_hover_dist_m,
-            resid_max=s.pick_resid_max_m, step_max=s.joint_step_max_deg,
+            descent, xz, ap.angles, pick_band=s.pick_place.pick_band, hover_band=s.pick_place.pick_hover_band,
+            dist_max=s.pick_place.dist_max_m, hover_dist_max=s.pick_place.pick_hover_dist_m,
+            resid_max=s.pick_place.pick_resid_max_m, step_max=s.arm.joint_step_max_deg,
         )  # fmt: skip
         pick = plan.pick
         if not pick.ok or pick.angles is None:
@@ -93,14 +96,14 @@ def cell_poses(table: FkTable, s: RuntimeSettings, step: float = 0.02) -> list[C
         if not ap.ok:
             continue
         step_kw: dict[str, Any] = (
-            {"step_ref": tuple(ap.angles), "step_max": s.joint_step_max_deg}
-            if s.joint_step_max_deg > 0
+            {"step_ref": tuple(ap.angles), "step_max": s.arm.joint_step_max_deg}
+            if s.arm.joint_step_max_deg > 0
             else {}
         )
         res = fk_lookup(
-            table, "place_withblock", xz, s.place_band[0], s.place_band[1],
-            dist_max=s.dist_max_m, ref_joints=tuple(ap.angles), joint_tol=s.place_joint_tol,
-            ee_y_floor=s.place_floor_m, **step_kw,
+            table, "place_withblock", xz, s.pick_place.place_band[0], s.pick_place.place_band[1],
+            dist_max=s.pick_place.dist_max_m, ref_joints=tuple(ap.angles), joint_tol=s.pick_place.place_joint_tol,
+            ee_y_floor=s.pick_place.place_floor_m, **step_kw,
         )  # fmt: skip
         if res.ok and res.angles is not None:
             cells.append(Cell("place", xz, tuple(res.angles), tuple(ap.angles)))
@@ -243,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     fk_dir = args.fk_dir if args.fk_dir is not None else s.fk_dir
     try:
-        table = load_table(ensure_table(fk_dir), j1_max=s.j1_max)
+        table = load_table(ensure_table(fk_dir), j1_max=s.arm.j1_max)
         fig = measure(args.profile, args.seed, table, s, args.step)
     except ProfileError as exc:
         print(f"armcheck: {exc}", file=sys.stderr)

@@ -39,7 +39,7 @@ from mecharm.common.defaults import RUNTIME_CONFIG
 from mecharm.common.kinematics import fk_tip
 from mecharm.common.layout import DataRoot
 from mecharm.common.logging import configure_logging
-from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.config import MOVED_SETTINGS, RuntimeSettings, setting_paths
 from mecharm.runtime.records.trace import read_trace
 from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.simcontrol import scene_next
@@ -395,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for kv in args.set:
         key, sep, val = kv.partition("=")
-        if not sep or key not in RuntimeSettings.model_fields:
+        key = MOVED_SETTINGS.get(key, key)  # a flat name from before the groups
+        if not sep or key not in setting_paths():
             print(f"learncheck: --set {kv!r}: not KEY=VALUE of a runtime setting", file=sys.stderr)
             return 2
         v = yaml.safe_load(val)

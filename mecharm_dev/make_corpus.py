@@ -45,13 +45,13 @@ SCENARIOS: dict[str, tuple[int, dict[str, Any], int]] = {
     "success_seed7": (7, {}, 0),
     "success_seed8": (8, {}, 0),
     "pick_retry": (9, {}, 1),
-    "abort_lookup": (7, {"dist_max_m": 0.00005}, 0),
+    "abort_lookup": (7, {"pick_place.dist_max_m": 0.00005}, 0),
     "dry_run": (8, {"dry_run": True}, 0),
     "dry_run_pick_retry": (9, {"dry_run": True}, 1),
 }
 #: every scenario: poll the arm every 0.1 s (real-rig time) instead of back to back, so a
 #: trace holds tens of readings per move rather than hundreds (it changes no decision)
-COMMON: dict[str, Any] = {"poll_interval_s": 0.1}
+COMMON: dict[str, Any] = {"motion.poll_interval_s": 0.1}
 
 
 class _ScriptedMiss:
@@ -118,8 +118,8 @@ def record(
                 root = work / name
                 root.mkdir()
                 settings = load_settings(RuntimeSettings, None, {
-                    "data_root": root, "fk_data_dir": fk_data_dir, "daemon_port": rig.daemon_port,
-                    "top_camera": rig.top_url, "recorder_enabled": False, "time_scale": time_scale,
+                    "data_root": root, "fk_data_dir": fk_data_dir, "daemon.port": rig.daemon_port,
+                    "perception.top_camera": rig.top_url, "recorder.enabled": False, "time_scale": time_scale,
                     "sim_control_url": rig.control_url, **COMMON, **overrides,
                 })  # fmt: skip
                 print(f"{name}: scene seed {seed}", flush=True)

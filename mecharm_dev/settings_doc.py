@@ -68,19 +68,27 @@ SAFE_ARM_MODULE = "mecharm.runtime.safe_arm"
 
 
 def settings_read_in(source: str, fields: frozenset[str] | set[str]) -> set[str]:
-    """The ``fields`` a module's ``source`` reads as ``s.X``, ``settings.X`` or
-    ``<anything>.settings.X`` (the stages' ``s = ctx.settings`` and ``ctx.settings.X``)."""
+    """The settings (dotted paths among ``fields``: ``arm.speed``, ``task``) a module's
+    ``source`` reads as ``s.X``, ``settings.X`` or ``<anything>.settings.X``, a group's
+    key as ``s.group.key`` (the stages' ``s = ctx.settings`` and ``ctx.settings.X``)."""
 
     def is_settings(node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
             return node.id in ("s", "settings")
         return isinstance(node, ast.Attribute) and node.attr == "settings"
 
-    return {
-        n.attr
-        for n in ast.walk(ast.parse(source))
-        if isinstance(n, ast.Attribute) and n.attr in fields and is_settings(n.value)
-    }
+    found = set()
+    for n in ast.walk(ast.parse(source)):
+        if not isinstance(n, ast.Attribute):
+            continue
+        if is_settings(n.value) and n.attr in fields:
+            found.add(n.attr)
+        inner = n.value
+        if isinstance(inner, ast.Attribute) and is_settings(inner.value):
+            path = f"{inner.attr}.{n.attr}"
+            if path in fields:
+                found.add(path)
+    return found
 
 
 def reading_modules() -> list[tuple[str, frozenset[str]]]:
@@ -257,6 +265,18 @@ def render() -> str:
                     f"| `{m}` | {', '.join(f'`{k}`' for k in sorted(keys))} |"
                     for m, keys in reading_modules()
                 ),
+                "",
+            ]
+        moved = getattr(cls, "moved_settings", None) or {}
+        if moved:
+            lines += [
+                "Keys of the flat layout from before the groups, and where each lives now. A",
+                "file or variable that still sets one by its old name is refused with its new",
+                "place; a trace's constants and a run log's are read into their groups.",
+                "",
+                "| old key | now |",
+                "|---|---|",
+                *(f"| `{k}` | `{new}` |" for k, new in sorted(moved.items())),
                 "",
             ]
         removed = getattr(cls, "removed_settings", None) or {}

@@ -53,7 +53,7 @@ def _no_rerun_builders() -> Iterator[None]:
     imports rerun: seconds of CPU the 2-core box lacks); the tests that are about those
     files turn them on (test_console, the shared demo root). Child processes inherit it."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("MECHARM_RUNTIME_RERUN_AFTER_TRIAL", "false")
+    mp.setenv("MECHARM_RUNTIME_VIEWING__RERUN_AFTER_TRIAL", "false")
     yield
     mp.undo()
 
@@ -119,7 +119,7 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Pa
                 [sys.executable, "-m", "mecharm.tools.demo", "--trials", "2", "--data-root", str(root)],
                 capture_output=True, text=True, cwd=repo, timeout=600, check=False,
                 # as `make run`: each trial's Rerun file built after it (tests/tools/test_view.py)
-                env={**os.environ, "PYTHONPATH": str(repo), "MECHARM_RUNTIME_RERUN_AFTER_TRIAL": "true"},
+                env={**os.environ, "PYTHONPATH": str(repo), "MECHARM_RUNTIME_VIEWING__RERUN_AFTER_TRIAL": "true"},
             )  # fmt: skip
             if proc.returncode != 0:
                 pytest.fail(

@@ -17,6 +17,7 @@ import contextvars
 import difflib
 import errno
 import os
+import re
 import stat
 import types
 import typing
@@ -80,6 +81,9 @@ class RigSettings(BaseSettings):
     #: settings this process no longer has, each with what happens now: a file or variable
     #: that still sets one is refused with that sentence instead of "unknown key"
     removed_settings: ClassVar[Mapping[str, str]] = {}
+    #: settings that moved into a group (flat name: dotted path): a file or variable that
+    #: still sets one by its old name is refused with its new place
+    moved_settings: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def settings_customise_sources(
@@ -310,15 +314,37 @@ def _check_environment(model: type[RigSettings], environ: Mapping[str, str] | No
         if not var.upper().startswith(prefix.upper()):
             continue
         key = var[len(prefix) :].split("__", 1)[0].lower()
-        if key in fields:
+        flat = "__" not in var[len(prefix) :]
+        if key in fields and not (flat and key in model.moved_settings):
             continue
         if (gone := _removed(model, key)) is not None:
             raise ConfigError(f"environment variable {var}: {gone} (unset it)")
+        if (new := model.moved_settings.get(key)) is not None:
+            raise ConfigError(
+                f"environment variable {var}: this setting moved to {new}: rename it "
+                f"{prefix}{new.replace('.', '__').upper()}"
+            )
         match = closest(key, fields)
         hint = f"; did you mean {prefix}{match.upper()}?" if match else ""
         raise ConfigError(
             f"environment variable {var}: {key!r} is no setting of this process{hint} "
             "(unset it or fix its name)"
+        )
+
+
+def _check_moved(
+    model: type[RigSettings], data: Mapping[str, Any], path: Path | str | None
+) -> None:
+    """Refuse a file that still sets a setting by its name from before the groups, with
+    where each such setting lives now (docs/settings.md): one spelling in files."""
+    moved = [(k, model.moved_settings[k]) for k in data if k in model.moved_settings]
+    if isinstance(data.get("judge"), dict):  # ``judge:`` is a group now, and a mapping is one
+        moved = [(k, new) for k, new in moved if k != "judge"]
+    if moved:
+        where = "; ".join(f"{k} is now {new}" for k, new in moved)
+        raise ConfigError(
+            f"config file {path}: settings are grouped now (docs/settings.md): {where}; "
+            "move each under its group, e.g. `arm:` then `  speed: 20`"
         )
 
 
@@ -329,22 +355,38 @@ def load_settings(
 ) -> S:
     """Build ``model`` from defaults, ``config_file``, the environment and ``overrides``.
 
-    ``overrides`` holds CLI flags; entries whose value is ``None`` (flag not given)
-    are ignored. Raises ConfigError naming the offending key.
+    ``overrides`` holds CLI flags, a group's keys as dotted paths (``arm.speed``); entries
+    whose value is ``None`` (flag not given) are ignored. Raises ConfigError naming the offending key.
     """
     data = read_yaml(Path(config_file)) if config_file else {}
-    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    cli: dict[str, Any] = {}
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        *groups, leaf = k.split(".")  # "arm.speed": a key of a settings group
+        node = cli
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = v
     source = f"file {config_file}, environment or flags" if config_file else "environment or flags"
     _check_environment(model)
+    _check_moved(model, data, config_file)
     token = _YAML_DATA.set(data)
     try:
         return model(**cli)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source, model)) from None
     except SettingsError as exc:  # an environment value that is not valid JSON for its key
-        prefix = model.model_config.get("env_prefix", "")
+        prefix = str(model.model_config.get("env_prefix", ""))
+        field = re.search(r'field "(\w+)"', str(exc))
+        named = (
+            sorted(v for v in os.environ if v.upper().startswith((prefix + field.group(1)).upper()))
+            if field
+            else []
+        )
+        which = f" ({', '.join(named)})" if named else ""
         raise ConfigError(
-            f"invalid configuration ({source}): {exc}; list and tuple values in {prefix}* "
+            f"invalid configuration ({source}): {exc}{which}; list and tuple values in {prefix}* "
             'variables are JSON, e.g. "[0, 0, 0, 0, 0, -30]"'
         ) from None
     finally:

@@ -188,7 +188,7 @@ def wider_than_envelope(limits: RuntimeLimits, envelope: Envelope) -> list[str]:
     problems = []
     if limits.j1_max > envelope.joint_max[1]:
         problems.append(
-            f"j1_max {limits.j1_max:g} is above the envelope's j1 maximum {envelope.joint_max[1]:g}"
+            f"arm.j1_max {limits.j1_max:g} is above the envelope's j1 maximum {envelope.joint_max[1]:g}"
         )
     for name, pose in limits.poses.items():
         v = envelope.violation(pose)
@@ -206,10 +206,10 @@ def wider_than_envelope(limits: RuntimeLimits, envelope: Envelope) -> list[str]:
         problems.append(
             f"the trial's moves turn j{j} by up to {deg:.1f}° in one send ({which}), above the "
             f"envelope's per-move bound {bound:g}° (raise it above that or turn it off: the "
-            "runtime bounds its moves near the work itself, joint_step_max_deg)"
+            "runtime bounds its moves near the work itself, arm.joint_step_max_deg)"
         )
     if step is not None and bound is not None and step > bound:
         problems.append(
-            f"joint_step_max_deg {step:g} is above the envelope's per-move bound {bound:g}"
+            f"arm.joint_step_max_deg {step:g} is above the envelope's per-move bound {bound:g}"
         )
     return problems

@@ -264,27 +264,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mecharm-runtime: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if settings.recorder_enabled and not settings.dry_run:
+    if settings.recorder.enabled and not settings.dry_run:
         try:  # before any set-up: created if missing, refused if too open (docs/recorder.md)
-            load_or_create_key(settings.recorder_key_file)
+            load_or_create_key(settings.recorder.key_file)
         except KeyFileError as exc:
             print(f"mecharm-runtime: recorder {exc}", file=sys.stderr)
             return EXIT_CONFIG
     if not settings.dry_run:
         try:  # a missing --token-file is a configuration error, before any set-up
-            read_daemon_token(settings.daemon_token_file)
+            read_daemon_token(settings.daemon.token_file)
         except KeyFileError as exc:
             print(f"mecharm-runtime: daemon {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    if settings.judge == "vlm":
+    if settings.judge.by == "vlm":
         from mecharm.runtime.perception.vlm import VlmConfigError, vlm_env
 
         try:  # before any set-up: a missing key is a configuration error, not a failed trial
-            vlm_env(settings.vlm_base_url)
+            vlm_env(settings.judge.vlm_base_url)
         except VlmConfigError as exc:
             print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-    if settings.display_url:
+    if settings.viewing.display_url:
         settings = settings.model_copy(update={"display": True})
     from mecharm.runtime.client import TimeScaleMismatch
     from mecharm.runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts

@@ -101,7 +101,7 @@ def assess_ping(
             fix = "run a recorder and a runtime of the same version"
         else:
             why = f"the ping failed: {result.reason}"
-            fix = "check the runtime's recorder_host/recorder_port settings"
+            fix = "check the runtime's recorder.host/recorder.port settings"
         return RecorderProbe(
             False, None, False, f"recorder not answering on {where}", why, fix, at=now
         )

@@ -76,17 +76,19 @@ def runtime_limits(s: RuntimeSettings, arcs: Sequence[ArcPose] = ()) -> RuntimeL
         swept = arc.phase != "approach_pick"
         for j0 in (arc.points[0][2], arc.points[-1][2]):
             pose = (j0, *arc.base)
-            moves = [(s.home, "HOME")] + ([((s.swept_j0, *arc.base), "swept_j0")] if swept else [])
+            moves = [(s.arm.home, "HOME")] + (
+                [((s.pick_place.swept_j0, *arc.base), "pick_place.swept_j0")] if swept else []
+            )
             for other, name in moves:
                 j = max(range(6), key=lambda i: abs(pose[i] - other[i]))
                 deg = abs(pose[j] - other[j])
                 if largest is None or deg > largest[1]:
                     largest = (j, deg, f"{name} to the {arc.name} pose")
     return RuntimeLimits(
-        j1_max=s.j1_max,
-        poses={"home": s.home},
-        joints={"swept_j0": (0, s.swept_j0)},
-        joint_step_max_deg=s.joint_step_max_deg if s.joint_step_max_deg > 0 else None,
+        j1_max=s.arm.j1_max,
+        poses={"arm.home": s.arm.home},
+        joints={"pick_place.swept_j0": (0, s.pick_place.swept_j0)},
+        joint_step_max_deg=s.arm.joint_step_max_deg if s.arm.joint_step_max_deg > 0 else None,
         largest_move=largest,
     )
 
@@ -148,21 +150,26 @@ async def open_rig(
     clock = RealClock()
     table_path = await to_thread(ensure_table, s.fk_dir)
     # the lookups keep to the guard's j1 limit, so they never choose a pose it would refuse
-    table = await to_thread(load_table, table_path, j1_max=s.j1_max)
+    table = await to_thread(load_table, table_path, j1_max=s.arm.j1_max)
     # build the lookup index and the default bands' views now, not in the first trial's stages
-    await to_thread(table.warm, [s.pick_band, s.place_band])
-    arc_pick, arc_place = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
-    if s.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
+    await to_thread(table.warm, [s.pick_place.pick_band, s.pick_place.place_band])
+    arc_pick, arc_place = (
+        load_arc(s.pick_place.approach_pick_arc),
+        load_arc(s.pick_place.approach_place_arc),
+    )
+    if s.arm.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
         await to_thread(pick_descent_table, table, arc_pick)
     if eyes is not None:
         s = s.model_copy(update={"top_video": False})
         camera: CameraSource | None = None
     else:
         try:
-            camera = await to_thread(open_camera, s.top_camera)
+            camera = await to_thread(open_camera, s.perception.top_camera)
         except CameraError as exc:
-            raise RuntimeError(f"top camera {s.top_camera!r} cannot be opened: {exc}") from None
-    if camera is not None and s.top_video and not camera.taps_every_frame:
+            raise RuntimeError(
+                f"top camera {s.perception.top_camera!r} cannot be opened: {exc}"
+            ) from None
+    if camera is not None and s.viewing.top_video and not camera.taps_every_frame:
         # a source read on demand (a USB webcam) must be read continuously to be recorded
         # between the stage captures: a reader thread in front of it (docs/top-camera.md)
         camera = ThreadedCamera(camera)
@@ -178,32 +185,34 @@ async def open_rig(
             else CameraEyes(
                 camera,
                 judge,
-                homography_frames=s.homography_frames,
-                detect_repeat=s.detect_repeat,
-                frozen_frames=s.camera_frozen_frames,
-                box_fallback_xz=s.box_xz_fallback,
-                box_score_thresh=s.box_score_thresh,
-                config=PerceptionConfig(top_camera=s.top_camera_calibration),
+                homography_frames=s.perception.homography_frames,
+                detect_repeat=s.perception.detect_repeat,
+                frozen_frames=s.perception.camera_frozen_frames,
+                box_fallback_xz=s.pick_place.box_xz_fallback,
+                box_score_thresh=s.perception.box_score_thresh,
+                config=PerceptionConfig(top_camera=s.perception.top_camera_calibration),
                 guard=guard,
                 # --confirm: a refused release asks "release anyway / abort" (docs/stages.md)
-                release_prompt=release_prompt(s.release_confirm_timeout_s) if s.confirm else None,
+                release_prompt=release_prompt(s.pick_place.release_confirm_timeout_s)
+                if s.confirm
+                else None,
             )
         )
         if s.dry_run:
             s = s.at_time_scale(s.scale)  # no daemon to ask (docs/setup.md, "Time scale")
-            arm: Any = DryRunArm(clock, s.home, s.j1_max)
+            arm: Any = DryRunArm(clock, s.arm.home, s.arm.j1_max)
             rig_eyes: EyesPort = DryRunEyes(arm, cam_eyes) if eyes is None else eyes
             alive: Callable[[], bool] = lambda: True  # noqa: E731
         else:
-            token = read_daemon_token(s.daemon_token_file)  # docs/setup.md, "Defaults"
+            token = read_daemon_token(s.daemon.token_file)  # docs/setup.md, "Defaults"
             client = DaemonClient(
-                s.daemon_host,
-                s.daemon_port,
+                s.daemon.host,
+                s.daemon.port,
                 token=token,
-                request_timeout=s.request_timeout_s,
-                connect_timeout=s.connect_timeout_s,
-                busy_wait_s=s.daemon_busy_wait_s,
-                keepalive_s=s.daemon_keepalive_s or None,
+                request_timeout=s.daemon.request_timeout_s,
+                connect_timeout=s.daemon.connect_timeout_s,
+                busy_wait_s=s.daemon.busy_wait_s,
+                keepalive_s=s.daemon.keepalive_s or None,
                 time_scale=s.time_scale,  # set: a check, refused when the daemon's differs
             )
             try:
@@ -211,13 +220,13 @@ async def open_rig(
             except TimeScaleMismatch:
                 raise  # its message says what to do; the CLI exits 2
             except DaemonError as exc:
-                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon_token_file)
+                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon.token_file)
                 raise DaemonUnavailable(f"{exc}. Do: {fix}") from None
             s = s.at_time_scale(client.time_scale)  # the daemon's (docs/setup.md, "Time scale")
             log.info("time_scale", scale=s.scale, source="daemon")
             # before any motion: settings beyond the daemon's envelope stop the start (exit 7)
             envelope = check_envelope(s, client, arcs=(arc_pick, arc_place))
-            arm = DaemonArm(client, clock, s.j1_max, envelope)
+            arm = DaemonArm(client, clock, s.arm.j1_max, envelope)
             if eyes is None:
                 assert cam_eyes is not None  # opened above
                 rig_eyes = cam_eyes
@@ -225,15 +234,15 @@ async def open_rig(
                 rig_eyes = eyes
             c = client
             alive = lambda: c.is_connected  # noqa: E731
-        if s.recorder_enabled and not s.dry_run:
+        if s.recorder.enabled and not s.dry_run:
             # signs every event; a key file that is too open stops the start here
             # events leave from the sender's own thread, never the event loop's (docs/observer.md)
             sender = RecorderSender(
-                s.recorder_host, s.recorder_port, key_file=s.recorder_key_file, background=True
+                s.recorder.host, s.recorder.port, key_file=s.recorder.key_file, background=True
             )
         link = RecorderLink(
             sender,
-            s.frame_timeout_s,
+            s.recorder.frame_timeout_s,
             data_root=s.data_root,
             off_reason="recorder off: dry run" if s.dry_run else "recorder off: --no-recorder",
         )
@@ -250,9 +259,12 @@ async def open_rig(
             dry_run=s.dry_run,
             guard=guard,
             top_video=TopVideo(
-                camera, fps=s.top_video_fps, queue_size=s.top_video_queue, guard=guard
+                camera,
+                fps=s.viewing.top_video_fps,
+                queue_size=s.viewing.top_video_queue,
+                guard=guard,
             )
-            if s.top_video and camera is not None
+            if s.viewing.top_video and camera is not None
             else None,
         )
         # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
@@ -273,21 +285,23 @@ async def open_rig(
 def rig_judge(s: RuntimeSettings) -> Judge:
     """The judge the settings choose; the VLM one with the rig's adoption rule (docs/perception.md,
     "VLM judge"). Raises ``VlmConfigError`` without an API key."""
-    if s.judge == "human":
-        return make_judge("human", timeout=s.human_judge_timeout_s)
-    if s.judge != "vlm":
-        return make_judge(s.judge)
+    if s.judge.by == "human":
+        return make_judge("human", timeout=s.judge.human_timeout_s)
+    if s.judge.by != "vlm":
+        return make_judge(s.judge.by)
     from mecharm.runtime.perception.vlm import DistanceOverride, anthropic_from_env
 
-    client = anthropic_from_env(s.vlm_model, s.vlm_base_url, s.vlm_timeout_s, s.vlm_max_tokens)
+    client = anthropic_from_env(
+        s.judge.vlm_model, s.judge.vlm_base_url, s.judge.vlm_timeout_s, s.judge.vlm_max_tokens
+    )
     return make_judge(
         "vlm",
         client=client,
-        max_frames=s.vlm_max_images,
+        max_frames=s.judge.vlm_max_images,
         fallback=GeometricJudge(),
-        override=DistanceOverride(s.vlm_still_mm, s.vlm_outside_mm),
-        human=HumanJudge(timeout=s.human_judge_timeout_s) if s.vlm_ask_human else None,
-        confidence_min=s.vlm_confidence_min,
-        max_calls=s.vlm_max_calls,
-        timeout_s=s.vlm_timeout_s,
+        override=DistanceOverride(s.judge.vlm_still_mm, s.judge.vlm_outside_mm),
+        human=HumanJudge(timeout=s.judge.human_timeout_s) if s.judge.vlm_ask_human else None,
+        confidence_min=s.judge.vlm_confidence_min,
+        max_calls=s.judge.vlm_max_calls,
+        timeout_s=s.judge.vlm_timeout_s,
     )

@@ -47,11 +47,11 @@ log = get_logger("mecharm.runtime.safe_arm")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "arrival_base_s", "arrival_min_s", "arrival_per_deg_s", "gripper_close_value",
-    "gripper_settle_s", "gripper_speed", "ignored_move_deg", "j1_max",
-    "joint_step_max_deg", "path_box_margin_m", "path_mat_margin_m", "path_sample_deg",
-    "poll_interval_s", "rest_eps_deg", "rest_max_polls", "rest_poll_s", "send_wait_s",
-    "speed"
+    "motion.arrival_base_s", "motion.arrival_min_s", "motion.arrival_per_deg_s", "arm.gripper_close_value",
+    "arm.gripper_settle_s", "arm.gripper_speed", "motion.ignored_move_deg", "arm.j1_max",
+    "arm.joint_step_max_deg", "arm.path_box_margin_m", "arm.path_mat_margin_m", "arm.path_sample_deg",
+    "motion.poll_interval_s", "motion.rest_eps_deg", "motion.rest_max_polls", "motion.rest_poll_s", "motion.send_wait_s",
+    "arm.speed"
 })  # fmt: skip
 
 
@@ -99,9 +99,9 @@ class SafeArm:
     def policy(self) -> MotionPolicy:
         s = self.settings
         return MotionPolicy(
-            arrival_min_s=s.arrival_min_s, arrival_base_s=s.arrival_base_s,
-            arrival_per_deg_s=s.arrival_per_deg_s, ignored_move_deg=s.ignored_move_deg,
-            send_wait_s=s.send_wait_s, poll_interval_s=s.poll_interval_s, time_scale=s.scale,
+            arrival_min_s=s.motion.arrival_min_s, arrival_base_s=s.motion.arrival_base_s,
+            arrival_per_deg_s=s.motion.arrival_per_deg_s, ignored_move_deg=s.motion.ignored_move_deg,
+            send_wait_s=s.motion.send_wait_s, poll_interval_s=s.motion.poll_interval_s, time_scale=s.scale,
         )  # fmt: skip
 
     def pose(self) -> tuple[float, ...] | None:
@@ -124,9 +124,9 @@ class SafeArm:
         res = await wait_at_rest(
             self.arm,
             self.clock,
-            eps_deg=s.rest_eps_deg,
-            poll_s=s.scaled(s.rest_poll_s),
-            max_polls=s.rest_max_polls,
+            eps_deg=s.motion.rest_eps_deg,
+            poll_s=s.scaled(s.motion.rest_poll_s),
+            max_polls=s.motion.rest_max_polls,
             on_reading=self.measured,
         )
         self.trace.decision("at_rest", {"note": note, **res.to_dict()})
@@ -163,7 +163,7 @@ class SafeArm:
         where = self.where()
         verdict = check_pose(
             target,
-            j1_max=s.j1_max,
+            j1_max=s.arm.j1_max,
             lookup_ok=lookup_ok,
             lookup_reason=lookup_reason,
             envelope=self.envelope,
@@ -178,9 +178,11 @@ class SafeArm:
         if refusal is not None:
             log.warning("motion_refused", stage=where, note=note, reason=refusal)
             raise MotionRefused(f"{where}: {refusal} ({note})")
-        self.trace.decision("command", {"note": note, "angles": tgt, "speed": s.speed, "tol": tol})
+        self.trace.decision(
+            "command", {"note": note, "angles": tgt, "speed": s.arm.speed, "tol": tol}
+        )
         observer = (
-            _RecorderObserver(self.recorder, s.speed, f"{where}:{note}")
+            _RecorderObserver(self.recorder, s.arm.speed, f"{where}:{note}")
             if self.recorder.enabled
             else None
         )
@@ -190,7 +192,7 @@ class SafeArm:
                 self.clock,
                 tgt,
                 tol=tol,
-                speed=s.speed,
+                speed=s.arm.speed,
                 policy=self.policy,
                 observer=observer,
                 on_reading=self.measured if observer else None,
@@ -230,11 +232,11 @@ class SafeArm:
         want = tuple(float(v) for v in target)
         if len(want) != len(present) or not all(math.isfinite(v) for v in want):
             raise MotionRefused(f"{self.where()}: {note}: not six finite angles: {list(target)}")
-        bound = min(max_step_deg, self.settings.joint_step_max_deg or max_step_deg)
+        bound = min(max_step_deg, self.settings.arm.joint_step_max_deg or max_step_deg)
         step = tuple(p + max(-bound, min(bound, w - p)) for w, p in zip(want, present, strict=True))
         clamped = any(abs(a - b) > 1e-9 for a, b in zip(step, want, strict=True))
         s = self.settings
-        verdict = check_pose(step, j1_max=s.j1_max, envelope=self.envelope)
+        verdict = check_pose(step, j1_max=s.arm.j1_max, envelope=self.envelope)
         refusal = None if verdict.ok else f"guard: {verdict.reason}"
         path: dict[str, Any] | None = None
         if refusal is None:  # the path check from the reading (the bound was applied above)
@@ -248,11 +250,11 @@ class SafeArm:
             )  # fmt: skip
             return StreamStep(want, None, clamped, refusal)
         ts_send = self.clock.wall()
-        sent = await self.arm.send_angles(verdict.angles, s.speed)
+        sent = await self.arm.send_angles(verdict.angles, s.arm.speed)
         # streamed: commanded, never waited for; the next reference is the next reading
         self.last_commanded = None
         self.moves += 1
-        self.recorder.commanded(sent.angles, s.speed, ts_send, 1, f"{self.where()}:{note}")
+        self.recorder.commanded(sent.angles, s.arm.speed, ts_send, 1, f"{self.where()}:{note}")
         self.trace.decision(
             "stream_step",
             {"note": note, "wanted": list(want), "clamped": clamped, "sent": list(sent.angles),
@@ -272,7 +274,7 @@ class SafeArm:
         pick servo's steps are retraced the same way (``into_box`` False: the path check keeps
         the tool out of the box).
         """
-        bound = self.settings.joint_step_max_deg
+        bound = self.settings.arm.joint_step_max_deg
         pts = [tuple(float(v) for v in w) for w in waypoints]
         cur = self.pose()
         i = 0
@@ -292,12 +294,12 @@ class SafeArm:
         """The mat and, once detected, the box, as the path check sees them."""
         s, w = self.settings, self.workcell
         return Workspace(
-            mat_margin_m=s.path_mat_margin_m,
+            mat_margin_m=s.arm.path_mat_margin_m,
             box_xz=self.box_xz(),
             box_inner_m=w.box_inner_m,
             box_wall_m=w.box_wall_m,
             box_height_m=w.box_height_m,
-            box_margin_m=s.path_box_margin_m,
+            box_margin_m=s.arm.path_box_margin_m,
         )
 
     def motion_checks(
@@ -312,7 +314,7 @@ class SafeArm:
         s = self.settings
         out: dict[str, Any] = {}
         refusal: str | None = None
-        bound = s.joint_step_max_deg
+        bound = s.arm.joint_step_max_deg
         if bound > 0 and near_work:
             ref = self.pose()
             if ref is None:
@@ -336,7 +338,7 @@ class SafeArm:
             out["path"] = {"ok": True, "reason": "no start pose yet"}
         else:
             v = check_path(
-                start, target, self.workspace(), into_box=into_box, step_deg=s.path_sample_deg
+                start, target, self.workspace(), into_box=into_box, step_deg=s.arm.path_sample_deg
             )
             out["path"] = {"into_box": into_box, **v.to_dict()}
             if not v.ok and refusal is None:
@@ -348,7 +350,7 @@ class SafeArm:
         recorder, with no settle wait (the control loop's next tick follows)."""
         if not 0 <= value <= 100:
             raise MotionRefused(f"{self.where()}: {note}: gripper value {value} not in 0-100")
-        await self.arm.set_gripper_value(value, self.settings.gripper_speed)
+        await self.arm.set_gripper_value(value, self.settings.arm.gripper_speed)
         self.trace.decision("gripper", {"action": "value", "note": note, "value": value})
         self.recorder.gripper(value, f"{self.where()}:value: {note}")
 
@@ -357,14 +359,14 @@ class SafeArm:
         the value sent; then the rig's settle time."""
         s = self.settings
         if action == "open":
-            await self.arm.set_gripper_state(0, s.speed)
+            await self.arm.set_gripper_state(0, s.arm.speed)
             value = GRIPPER_OPEN_VALUE
         else:
-            await self.arm.set_gripper_value(s.gripper_close_value, s.gripper_speed)
-            value = s.gripper_close_value
+            await self.arm.set_gripper_value(s.arm.gripper_close_value, s.arm.gripper_speed)
+            value = s.arm.gripper_close_value
         self.trace.decision("gripper", {"action": action, "note": note, "value": value})
         self.recorder.gripper(value, f"{self.where()}:{action}: {note}")
-        await self.sleep(s.gripper_settle_s)
+        await self.sleep(s.arm.gripper_settle_s)
 
 
 @dataclass

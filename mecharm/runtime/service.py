@@ -70,7 +70,7 @@ def summary_line(t: TrialSummary, recorder: RecorderLink | None = None) -> str:
 def session_console(settings: RuntimeSettings, out: TextIO | None = None) -> RuntimeConsole:
     """The operator's console on ``out`` (stdout); its status line only on a terminal, and
     not when a question may be asked on it mid-trial (it would redraw over the question)."""
-    asks = settings.confirm or settings.judge == "human" or settings.vlm_ask_human
+    asks = settings.confirm or settings.judge == "human" or settings.judge.vlm_ask_human
     return RuntimeConsole(
         out or sys.stdout,
         live=False if asks else None,
@@ -233,7 +233,11 @@ async def _locked_session(
                 )
             con.start(settings.trials, rig.settings.scale)  # the daemon's, once connected
             # before the first trial: one line for a Rerun part that cannot run here
-            views.start(settings.rerun_after_trial, settings.display, settings.display_url)
+            views.start(
+                settings.viewing.rerun_after_trial,
+                settings.viewing.display,
+                settings.viewing.display_url,
+            )
             try:
                 await _trials(
                     rig,
@@ -274,14 +278,14 @@ async def check_recorder(rig: Rig, settings: RuntimeSettings, out: TextIO) -> Re
     link = rig.recorder
     if not link.enabled:
         return None
-    probe = await link.probe(settings.recorder_probe_timeout_s)
+    probe = await link.probe(settings.recorder.probe_timeout_s)
     if probe.ok:
         log.info("recorder_ok", detail=probe.detail, root=probe.root, rtt_ms=probe.rtt_ms)
         print(f"side video: {probe.detail}", file=out, flush=True)
         return probe
-    if settings.require_recorder:
+    if settings.recorder.required:
         log.error("recorder_required", reason=probe.detail, why=probe.why, fix=probe.fix)
-        raise RecorderRequired(f"{probe.sentence()} (require_recorder is set)")
+        raise RecorderRequired(f"{probe.sentence()} (recorder.required is set)")
     muted = ""
     if link.muted and probe.root:  # it would record into its own root: it gets no events
         where = DataRoot(Path(probe.root)).recording("run_STEM").dir
@@ -394,7 +398,7 @@ async def _trials(
             summary, summary_line(summary, getattr(rig, "recorder", None)), arm_alive=alive
         )
         # the trial's records are written (none pending on a failed root): build its Rerun file
-        if settings.rerun_after_trial and not summary.records_pending:
+        if settings.viewing.rerun_after_trial and not summary.records_pending:
             # no recorder: no side video to wait for
             wait = (
                 POST_TRIAL_VIDEO_WAIT_S

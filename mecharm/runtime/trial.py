@@ -233,8 +233,8 @@ async def run_trial(
         rec = await wait_recording_meta(
             layout.recording(stem).dir,
             root,
-            timeout_s=s.recording_wait_s,
-            poll_s=s.recording_poll_s,
+            timeout_s=s.recorder.recording_wait_s,
+            poll_s=s.recorder.recording_poll_s,
         )
     else:
         rec = RecordingInfo(status="none", note="recorder disabled")

@@ -104,16 +104,16 @@ def start_demo_rig(
         # reaches `make run` and the success check alike (docs/success.md).
         overrides: dict[str, Any] = {
             "data_root": root,
-            "daemon_port": rig.daemon_port,
-            "top_camera": rig.top_url,
-            "recorder_port": udp,
-            "recorder_enabled": recorder,
+            "daemon.port": rig.daemon_port,
+            "perception.top_camera": rig.top_url,
+            "recorder.port": udp,
+            "recorder.enabled": recorder,
             # no time_scale: the runtime takes the daemon's from its hello (docs/setup.md)
             "trials": trials,
             "sim_control_url": rig.control_url,
             # what the operator's checkerboard calibration of this camera would give
             # (docs/simulation-optics.md); None for the ideal pinhole
-            "top_camera_calibration": profile.top_camera_calibration(),
+            "perception.top_camera_calibration": profile.top_camera_calibration(),
         }
         settings = load_settings(RuntimeSettings, RUNTIME_CONFIG, overrides)
     except BaseException:

@@ -150,7 +150,8 @@ class Doctor:
             )
         try:  # re-hash the CSV: a table changed since its record is refused by the runtime too
             table = await anyio.to_thread.run_sync(
-                lambda: load_table(path, verify=True, j1_max=self.s.j1_max), abandon_on_cancel=True
+                lambda: load_table(path, verify=True, j1_max=self.s.arm.j1_max),
+                abandon_on_cancel=True,
             )
         except TableError as exc:
             return _fail(
@@ -169,13 +170,13 @@ class Doctor:
 
         out = []
         for key in ("approach_pick_arc", "approach_place_arc"):
-            path = Path(getattr(self.s, key))
+            path = Path(getattr(self.s.pick_place, key))
             name = f"arc {key.removesuffix('_arc')}"
             try:
                 arc = load_arc(path)
             except ValueError as exc:
                 fix = (
-                    f"set {key} to the adopted pose file (absolute, or relative to the folder "
+                    f"set pick_place.{key} to the adopted pose file (absolute, or relative to the folder "
                     "you run in), or regenerate it: mecharm fk adopt-arc ... --out FILE"
                 )
                 out.append(_fail(name, str(exc), fix))
@@ -197,9 +198,9 @@ class Doctor:
         from mecharm.runtime.rigsetup import EnvelopeRefused, check_envelope
 
         s = self.s
-        where = f"{s.daemon_host}:{s.daemon_port}"
+        where = f"{s.daemon.host}:{s.daemon.port}"
         try:  # as the runtime: --token-file, else the default file when it exists (docs/setup.md)
-            token = read_daemon_token(s.daemon_token_file)
+            token = read_daemon_token(s.daemon.token_file)
         except KeyFileError as exc:
             return (
                 _fail(
@@ -210,11 +211,11 @@ class Doctor:
                 _skip("envelope", "daemon not reached"),
             )
         client = DaemonClient(
-            s.daemon_host,
-            s.daemon_port,
+            s.daemon.host,
+            s.daemon.port,
             token=token or None,
-            request_timeout=s.request_timeout_s,
-            connect_timeout=s.connect_timeout_s,
+            request_timeout=s.daemon.request_timeout_s,
+            connect_timeout=s.daemon.connect_timeout_s,
             client_name="mecharm-doctor",
             busy_wait_s=0.0,
             time_scale=s.time_scale,  # the runtime's check (docs/setup.md, "Time scale")
@@ -228,7 +229,7 @@ class Doctor:
                     "envelope", "time scale refused"
                 )
             except DaemonError as exc:
-                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon_token_file)
+                fix = connect_fix(exc, token_given=bool(token), token_file=s.daemon.token_file)
                 if isinstance(exc, Unauthorized):
                     what, skip = f"{where} refused the hello: {exc.message}", "not authenticated"
                 elif isinstance(exc, DaemonBusy):
@@ -276,7 +277,7 @@ class Doctor:
 
     # ---- the top camera -------------------------------------------------------------------------
     async def top_camera(self) -> Check:
-        spec = self.s.top_camera
+        spec = self.s.perception.top_camera
         holder: list[Any] = []
         with anyio.move_on_after(self.camera_timeout_s) as scope:
             try:
@@ -304,10 +305,10 @@ class Doctor:
         from mecharm.runtime.recorder_link import RecorderLink
 
         s = self.s
-        if not s.recorder_enabled:
+        if not s.recorder.enabled:
             return _skip("recorder", "recorder off (--no-recorder): trials will have no side video")
         try:  # never create the key here: the recorder and the runtime do at their start
-            key = read_key(Path(s.recorder_key_file).expanduser())
+            key = read_key(Path(s.recorder.key_file).expanduser())
         except KeyFileError as exc:
             fix = (
                 "start the recorder once (it creates the key), or point --recorder-key-file "
@@ -317,10 +318,10 @@ class Doctor:
             )
             return _fail("recorder", str(exc), fix)
         link = RecorderLink(
-            RecorderSender(s.recorder_host, s.recorder_port, key=key), data_root=s.data_root
+            RecorderSender(s.recorder.host, s.recorder.port, key=key), data_root=s.data_root
         )
         try:
-            probe = await link.probe(s.recorder_probe_timeout_s)
+            probe = await link.probe(s.recorder.probe_timeout_s)
         finally:
             link.close()
         if probe.ok:

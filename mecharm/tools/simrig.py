@@ -133,10 +133,10 @@ class SimRig:
         any other key (load them with ``load_settings(RuntimeSettings, ..., overrides)``)."""
         return {
             "data_root": data_root,
-            "daemon_port": self.daemon_port,
-            "top_camera": self.top_url,
-            "recorder_port": recorder_port,
-            "recorder_enabled": recorder_port is not None,
+            "daemon.port": self.daemon_port,
+            "perception.top_camera": self.top_url,
+            "recorder.port": recorder_port,
+            "recorder.enabled": recorder_port is not None,
             "time_scale": time_scale,
             **more,
         }

@@ -305,7 +305,7 @@ def test_recorder_killed_or_absent_the_trial_runs_the_same(
     assert absent.recording.status == "none" and absent.recording.path == ""
     assert "no recording folder: the recorder was absent" in absent.recording.note
     # the only waits the recorder's absence adds are the documented bounds
-    assert absent.recording.waited_s >= RuntimeSettings().recording_wait_s
+    assert absent.recording.waited_s >= RuntimeSettings().recorder.recording_wait_s
     side = json.loads((absent.run_dir / f"{absent.run_stem}.json").read_text())["side_frames"]
     assert side and all(f["reason"] == "timeout" and f["path"] is None for f in side)
     rows = list(csv.DictReader(ledger_path(root).read_text().splitlines()))

@@ -6,6 +6,7 @@ real processes."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -100,17 +101,42 @@ def test_non_utf8_config_as_a_real_process(cli: str, tmp_path: Path) -> None:
 
 
 def test_environment_value_that_is_not_json_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MECHARM_RUNTIME_HOME", "[0, 0")
-    with pytest.raises(ConfigError, match=r'"home".*MECHARM_RUNTIME_\* variables are JSON'):
+    monkeypatch.setenv("MECHARM_RUNTIME_ARM__HOME", "[0, 0")
+    with pytest.raises(ConfigError, match=r"MECHARM_RUNTIME_ARM__HOME.*variables are JSON"):
         load_settings(RuntimeSettings)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "needle"),
+    [
+        ("MECHARM_RUNTIME_SPEED", "30", "moved to arm.speed: rename it MECHARM_RUNTIME_ARM__SPEED"),
+        ("MECHARM_RUNTIME_JUDGE", "vlm", "moved to judge.by: rename it MECHARM_RUNTIME_JUDGE__BY"),
+        ("MECHARM_RUNTIME_DAEMON_PORT", "1", "moved to daemon.port"),
+    ],
+)
+def test_a_variable_of_the_flat_layout_is_refused_with_its_new_name(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, needle: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_settings(RuntimeSettings)
+
+
+def test_flat_keyword_arguments_and_dotted_flags_land_in_their_groups() -> None:
+    # code and older constants use flat names (translated); flags may name a group's key
+    s = load_settings(RuntimeSettings, overrides={"speed": 30, "motion.tol_home": 2.0})
+    assert (s.arm.speed, s.motion.tol_home) == (30, 2.0)
+    assert RuntimeSettings(judge="vlm", daemon_port=6000).judge.by == "vlm"
 
 
 def test_benign_aliases_and_the_shipped_configs_still_load(tmp_path: Path) -> None:
     path = tmp_path / "settings.yaml"
-    path.write_text("pick_band: &band [0.010, 0.040]\nplace_band: [0.070, 0.100]\n")
-    assert load_settings(RuntimeSettings, path).pick_band == (0.010, 0.040)
+    path.write_text(
+        "pick_place:\n  pick_band: &band [0.010, 0.040]\n  place_band: [0.070, 0.100]\n"
+    )
+    assert load_settings(RuntimeSettings, path).pick_place.pick_band == (0.010, 0.040)
     shipped = Path(__file__).parents[2] / "configs" / "runtime.yaml"
-    assert load_settings(RuntimeSettings, shipped).speed == 20
+    assert load_settings(RuntimeSettings, shipped).arm.speed == 20
 
 
 def test_dev_null_means_defaults_only() -> None:
@@ -123,15 +149,18 @@ def test_dev_null_means_defaults_only() -> None:
 @pytest.mark.parametrize(
     ("yaml_text", "needle"),
     [
-        ("swept_j0: .nan\n", "swept_j0: Input should be a finite number"),
-        ("home: [0, .nan, 0, 0, 0, -30]\n", "home.1: Input should be a finite number"),
-        ("home: [170, 0, 0, 0, 0, -30]\n", "home j0 = 170.0 is outside the SDK limits"),
-        ("swept_j0: 170\n", "swept_j0 = 170.0 is outside j0's SDK limits"),
+        ("pick_place:\n  swept_j0: .nan\n", "pick_place.swept_j0: Input should be a finite number"),
+        ("arm:\n  home: [0, .nan, 0, 0, 0, -30]\n", "arm.home.1: Input should be a finite number"),
+        ("arm:\n  home: [170, 0, 0, 0, 0, -30]\n", "home j0 = 170.0 is outside the SDK limits"),
+        ("pick_place:\n  swept_j0: 170\n", "swept_j0 = 170.0 is outside j0's SDK limits"),
         ("log_level: loud\n", "log_level: Input should be 'debug', 'info', 'warning' or 'error'"),
-        ("path_sample_deg: 0.000001\n", "path_sample_deg: Input should be greater than or equal to 0.1"),
-        ("joint_step_max_deg: -1\n", "joint_step_max_deg"),
-        ("release_refused: drop\n", "release_refused: Input should be"),
+        ("arm:\n  path_sample_deg: 0.000001\n", "arm.path_sample_deg: Input should be greater than or equal to 0.1"),
+        ("arm:\n  joint_step_max_deg: -1\n", "joint_step_max_deg"),
+        ("pick_place:\n  release_refused: drop\n", "pick_place.release_refused: Input should be"),
         ("retry_open_at: mat\n", "retry_open_at: removed setting: a missed pick always opens"),
+        ("speed: 20\ntol_home: 2\n", "speed is now arm.speed; tol_home is now motion.tol_home"),
+        ("judge: vlm\n", "judge is now judge.by"),
+        ("arm:\n  sped: 20\n", "arm.sped: unknown key; did you mean 'speed'?"),
     ],
 )  # fmt: skip
 def test_runtime_values_that_would_pass_every_comparison_are_refused(
@@ -172,11 +201,11 @@ def test_a_mistyped_environment_variable_is_refused_with_its_closest_name(
 def test_variables_of_nested_keys_and_other_prefixes_are_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("MECHARM_RUNTIME_HOME", "[0, 0, 0, 0, 0, -30]")  # a real key
+    monkeypatch.setenv("MECHARM_RUNTIME_ARM__HOME", "[0, 0, 0, 0, 0, -30]")  # a real key
     monkeypatch.setenv("MECHARM_CHAOS_SEED", "3")  # a test's own variable, no settings prefix
     monkeypatch.setenv("MECHARM_RUNTIMEX", "1")  # no underscore after the prefix: not ours
     s = load_settings(RuntimeSettings)
-    assert s.home[5] == -30
+    assert s.arm.home[5] == -30
 
 
 def test_a_display_url_that_is_no_viewer_url_is_refused_at_start() -> None:
@@ -186,4 +215,4 @@ def test_a_display_url_that_is_no_viewer_url_is_refused_at_start() -> None:
     ok = load_settings(
         RuntimeSettings, overrides={"display_url": "rerun+http://127.0.0.1:9876/proxy"}
     )
-    assert ok.display_url == "rerun+http://127.0.0.1:9876/proxy"
+    assert ok.viewing.display_url == "rerun+http://127.0.0.1:9876/proxy"

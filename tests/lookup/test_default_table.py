@@ -139,7 +139,7 @@ def test_every_descent_keeps_the_joint_continuity_bound(default_table: FkTable) 
     from mecharm.sim.scene import PICK_REACH_M, PICK_X, PICK_Z, PLACE_REACH_M, PLACE_X, PLACE_Z
 
     s = RuntimeSettings()
-    bound = s.joint_step_max_deg
+    bound = s.arm.joint_step_max_deg
     assert bound == 15.0
     arc_pick, arc_place = load_arc(DEFAULT_PICK_ARC), load_arc(DEFAULT_PLACE_ARC)
     picks = cells(PICK_X, PICK_Z, PICK_REACH_M)

@@ -211,8 +211,8 @@ def test_a_trace_older_than_the_code_replays_with_todays_behaviour_and_says_what
     del consts["pick_redescend_mm"]
     settings, notes = replay_settings(rec)
     defaults = RuntimeSettings()
-    assert settings.pick_recheck_mm == defaults.pick_recheck_mm
-    assert settings.pick_redescend_mm == defaults.pick_redescend_mm
+    assert settings.pick_place.pick_recheck_mm == defaults.pick_place.pick_recheck_mm
+    assert settings.pick_place.pick_redescend_mm == defaults.pick_place.pick_redescend_mm
     said = "\n".join(notes)
     assert (
         "no longer has (replayed with today's behaviour" in said and "retry_open_at='lift'" in said

@@ -32,7 +32,7 @@ def _ctx(tmp_path: Path, box: tuple[float, float], dee: float | None, **settings
     s = RuntimeSettings(data_root=tmp_path, **settings)
     heights = HeightMemory(tmp_path / "h.json")
     if dee is not None:
-        heights.entries[cell_key("place", *box, s.cell_mm)] = {"dee_y_mm": dee, "n": 3}
+        heights.entries[cell_key("place", *box, s.pick_place.cell_mm)] = {"dee_y_mm": dee, "n": 3}
     return offline_context(s, box, heights=heights)
 
 
@@ -64,7 +64,7 @@ def test_the_approach_is_raised_to_the_bands_top_and_stays_a_safe_pose(
     assert math.dist((tip[0], tip[2]), (arc_tip[0], arc_tip[2])) <= 0.002  # over the same spot
     assert max(abs(a - b) for a, b in zip(pose, arc, strict=True)) <= place._RAISE_BOX_DEG
     assert pose[5] == arc[5]  # the flange keeps its angle
-    verdict = check_pose(pose, j1_max=ctx.settings.j1_max, lookup_ok=True)
+    verdict = check_pose(pose, j1_max=ctx.settings.arm.j1_max, lookup_ok=True)
     assert verdict.ok, verdict.reason
     # the move from the lift is checked like any other (tip and wrist above the mat, outside
     # the box), and passes

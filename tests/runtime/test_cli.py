@@ -28,7 +28,7 @@ def _run(args: list[str], env: dict[str, str] | None = None) -> subprocess.Compl
 def test_bad_flag_value_names_the_key() -> None:
     r = _run([], env={"MECHARM_RUNTIME_TIME_SCALE": "-1"})
     assert r.returncode == 2 and "time_scale" in r.stderr
-    r = _run([], env={"MECHARM_RUNTIME_SPEED": "fast"})
+    r = _run([], env={"MECHARM_RUNTIME_ARM__SPEED": "fast"})
     assert r.returncode == 2 and "speed" in r.stderr
 
 

@@ -100,7 +100,7 @@ async def test_a_policy_asking_past_j1_max_is_held_before_it(
         return Action((0.0, 120.0, -90.0, 0.0, -60.0, -30.0))
 
     report = await ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP).run(reach, max_steps=40)
-    j1_max = safe.settings.j1_max
+    j1_max = safe.settings.arm.j1_max
     sent = [t.sent for t in report.ticks if t.sent is not None]
     assert sent and all(p[1] <= j1_max for p in sent)
     assert report.refused > 0
@@ -121,7 +121,7 @@ async def test_a_policy_driving_the_tool_into_the_mat_is_refused_before_the_mat(
         lambda obs: Action(into_mat), max_steps=30
     )
     sent = [t.sent for t in report.ticks if t.sent is not None]
-    margin = safe.settings.path_mat_margin_m
+    margin = safe.settings.arm.path_mat_margin_m
     assert sent and all(float(fk_tip(p)[1]) >= margin for p in sent)
     assert report.refused > 0
     assert any("path check" in (t.refused or "") for t in report.ticks)

@@ -40,13 +40,13 @@ def test_a_depth_step_moves_the_tip_in_z_and_keeps_the_servos_j0() -> None:
         got = _tip_xz(pose)
         # at the aim within the pick servo's residual, or at least half the way there
         resid = math.dist(got, aim)
-        assert resid <= max(s.pick_resid_max_m, abs(dz_mm) / 2000.0), (dz_mm, resid)
+        assert resid <= max(s.pick_place.pick_resid_max_m, abs(dz_mm) / 2000.0), (dz_mm, resid)
         assert abs(got[0] - x) < 0.004  # x kept: the servo's work stays done
         assert abs(float(fk_tip(pose)[1]) - height) < 0.002  # the height kept
         jumps = [abs(a - b) for a, b in zip(pose, SERVO_POSE, strict=True)]
-        assert max(jumps) <= s.joint_step_max_deg + 1e-6
+        assert max(jumps) <= s.arm.joint_step_max_deg + 1e-6
         assert jumps[3] < 2.0  # the forearm's roll kept: the block does not swing
-        assert check_pose(pose, j1_max=s.j1_max).ok
+        assert check_pose(pose, j1_max=s.arm.j1_max).ok
 
 
 def test_no_aim_makes_a_depth_step_leave_its_band_or_its_joint_bound() -> None:
@@ -66,9 +66,9 @@ def test_no_aim_makes_a_depth_step_leave_its_band_or_its_joint_bound() -> None:
             continue
         assert all(math.isfinite(v) for v in pose)
         jumps = [abs(a - b) for a, b in zip(pose, SERVO_POSE, strict=True)]
-        assert max(jumps) <= s.joint_step_max_deg + 1e-6
+        assert max(jumps) <= s.arm.joint_step_max_deg + 1e-6
         assert BAND[0] <= float(fk_tip(pose)[1]) < BAND[1]
-        assert pose[1] <= s.j1_max
+        assert pose[1] <= s.arm.j1_max
     assert refused >= 3  # the far ones and the NaN are refused, not reached
 
 

@@ -155,7 +155,7 @@ async def test_a_per_move_bound_below_the_trials_moves_is_refused_at_start(
     c = await _client(srv.port)
     try:
         s = RuntimeSettings(**settings)
-        arcs = (load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc))
+        arcs = (load_arc(s.pick_place.approach_pick_arc), load_arc(s.pick_place.approach_place_arc))
         if needle is None:
             assert check_envelope(s, c, arcs=arcs) == srv.envelope
         else:
@@ -181,7 +181,7 @@ async def test_the_hello_envelope_reaches_the_guard(daemon: tuple[ArmServer, Sim
         assert env == srv.envelope and env is not None and env.max_step_deg == 25.0
         s = RuntimeSettings(j1_max=85.0, swept_j0=80.0)
         assert check_envelope(s, c) == env
-        darm = DaemonArm(c, RealClock(), s.j1_max, env)
+        darm = DaemonArm(c, RealClock(), s.arm.j1_max, env)
         # inside the runtime's own limits but outside the daemon's (j0 80, j4 -100)
         for pose, what in (
             ((80.5, 0, 0, 0, 0, -30), "j0 = 80.50 is above the envelope's maximum 80°"),
@@ -246,7 +246,7 @@ async def test_an_older_daemon_leaves_the_runtimes_own_limits_with_one_warning()
             warnings = [e for e in logs if e["event"] == "daemon_envelope_missing"]
             assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"
             assert "only the runtime's own limits apply" in warnings[0]["reason"]
-            darm = DaemonArm(c, RealClock(), s.j1_max, None)
+            darm = DaemonArm(c, RealClock(), s.arm.j1_max, None)
             with pytest.raises(GuardViolation, match="above the safety limit 88"):
                 await darm.send_angles((0, 88.5, 0, 0, 0, -30), 20)
             await darm.send_angles((0, 87.5, 0, 0, 0, -30), 20)  # the SDK-wide old daemon

@@ -21,7 +21,7 @@ BOX = (-0.199, 0.173)
 def _watch(tmp_path: Path, **settings: Any) -> Any:
     s = RuntimeSettings(data_root=tmp_path, **settings)
     ctx = offline_context(s, BOX, heights=HeightMemory(tmp_path / "h.json"))
-    ctx.state.place_key = cell_key("place", *BOX, s.cell_mm)
+    ctx.state.place_key = cell_key("place", *BOX, s.pick_place.cell_mm)
     return ctx, place._HeldBlockWatch(ctx)
 
 

@@ -73,7 +73,7 @@ async def test_the_lift_on_to_the_arc_arrives_within_its_own_tolerance(
     arc = [m for m in moves if m["note"] == "lift: to the approach arc"]
     assert arc == [{"note": "lift: to the approach arc", "tol": 3.0}]
     # the move up from the mat holding the block is a carrying move too
-    assert moves[0] == {"note": "lift", "tol": RuntimeSettings().tol_pick_place}
+    assert moves[0] == {"note": "lift", "tol": RuntimeSettings().motion.tol_pick_place}
 
 
 @pytest.mark.anyio
@@ -136,4 +136,4 @@ async def test_the_put_back_carries_the_block_over_the_mat_within_the_carrying_t
     assert moves == [{"note": "put back: over the mat", "tol": 3.0}]
     assert not st.hovering  # it arrived: the put-back went on
     st.holding = False  # with the gripper empty the rig's 2° again
-    assert ctx.approach_tol == RuntimeSettings().tol_approach == 2.0
+    assert ctx.approach_tol == RuntimeSettings().motion.tol_approach == 2.0

@@ -230,7 +230,7 @@ async def test_lookup_failure_goes_through_exit_path_to_home(
     async with _rig(sim_daemon, tmp_path, fk_data_dir, eyes) as (rig, _client):
         t = await run_trial(rig)
     assert t.status == "stopped" and "out_of_range" in t.reason
-    home = rig.settings.home
+    home = rig.settings.arm.home
     assert max(abs(a - b) for a, b in zip(sim_daemon.arm.true_angles(), home, strict=True)) <= 3.0
     assert sim_daemon.arm.get_fresh_mode() == 0
     exit_ev = next(e for e in _trace(t) if e["event"] == "decision" and e["kind"] == "exit")
@@ -272,7 +272,7 @@ async def test_pose_above_j1_limit_is_never_sent(
 ) -> None:
     sends = _sends(sim_daemon)
     s = _settings(tmp_path, fk_data_dir)
-    good = load_arc(s.approach_pick_arc)
+    good = load_arc(s.pick_place.approach_pick_arc)
     bad = ArcPose(
         name="bad", phase=good.phase, base=(89.5, *good.base[1:]), points=good.points, source="test"
     )
@@ -354,7 +354,7 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
     sends = _sends(sim_daemon)
     s = _settings(tmp_path, fk_data_dir, dry_run=True)
     clock = RealClock()
-    arm = DryRunArm(clock, s.home)
+    arm = DryRunArm(clock, s.arm.home)
     scene = SceneObservation(True, block_xz=BLOCK, box_xz=BOX, box_score=0.9, box_method="contour")
     rig = Rig(
         s,
@@ -363,8 +363,8 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
         RecorderLink(None),
         clock,
         load_table(ensure_table(fk_data_dir)),
-        load_arc(s.approach_pick_arc),
-        load_arc(s.approach_place_arc),
+        load_arc(s.pick_place.approach_pick_arc),
+        load_arc(s.pick_place.approach_place_arc),
         dry_run=True,
     )
     t = await run_trial(rig)
@@ -387,7 +387,7 @@ async def test_dry_run_moves_nothing_and_records_what_it_would_send(
 async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_dir: Path) -> None:
     s = _settings(tmp_path / "not_mounted", fk_data_dir, dry_run=True)
     clock = RealClock()
-    arm = DryRunArm(clock, s.home)
+    arm = DryRunArm(clock, s.arm.home)
     rig = Rig(
         s,
         arm,
@@ -395,8 +395,8 @@ async def test_missing_data_root_refuses_before_writing(tmp_path: Path, fk_data_
         RecorderLink(None),
         clock,
         load_table(ensure_table(fk_data_dir)),
-        load_arc(s.approach_pick_arc),
-        load_arc(s.approach_place_arc),
+        load_arc(s.pick_place.approach_pick_arc),
+        load_arc(s.pick_place.approach_place_arc),
     )
     with pytest.raises(DataRootError, match="does not exist"):
         await run_trial(rig)
@@ -423,10 +423,10 @@ async def test_correction_applied_clamped_and_corrupt_entry_never_used(
     s = _settings(tmp_path, fk_data_dir, dry_run=True)
     clock = RealClock()
     table = load_table(ensure_table(fk_data_dir))
-    arcs = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
+    arcs = load_arc(s.pick_place.approach_pick_arc), load_arc(s.pick_place.approach_place_arc)
 
     async def trial(block: tuple[float, float]) -> dict[str, Any]:
-        arm = DryRunArm(clock, s.home)
+        arm = DryRunArm(clock, s.arm.home)
         scene = SceneObservation(
             True, block_xz=block, box_xz=BOX, box_score=0.9, box_method="contour"
         )

@@ -135,7 +135,7 @@ def test_pick_band_after_a_height_miss_and_with_a_calibrated_tip_height() -> Non
 
 def test_the_servo_is_on_and_stops_within_a_grasp() -> None:
     s = RuntimeSettings()
-    assert s.pick_servo_max_iter > 0 and s.pick_servo_tol_mm < GRASP_MM
+    assert s.pick_place.pick_servo_max_iter > 0 and s.pick_place.pick_servo_tol_mm < GRASP_MM
 
 
 # ---------------------------------------------------------------- on the daemon, offset arm
@@ -269,7 +269,9 @@ async def test_servo_stops_at_its_total_bound_without_an_unsafe_pose(
     cmds = [c for c in _decisions(t, "command") if c["note"].startswith("pick servo")]
     assert len(cmds) == len(moved)
     for c in cmds:  # each servo pose is a pick-band row, passed by guard and motion checks
-        assert s0.pick_band[0] <= float(fk_tip(c["angles"])[1]) < s0.pick_band[1]
+        assert (
+            s0.pick_place.pick_band[0] <= float(fk_tip(c["angles"])[1]) < s0.pick_place.pick_band[1]
+        )
     guards = [g for g in _decisions(t, "guard") if g["note"].startswith("pick servo")]
     assert len(guards) == len(cmds) and all(g["ok"] for g in guards)
     (result,) = _decisions(t, "pick_servo_result")
@@ -311,9 +313,13 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
     t = await _trial(sim_daemon, tmp_path, fk_data_dir, eyes, max_pick_attempts=1)
     assert t.status == "completed" and t.outcome["pick_verdict"] == "yes", t.reason
     (redescent,) = _decisions(t, "pick_redescend")
-    assert redescent["used"] and redescent["tip_mm"] > RuntimeSettings().pick_redescend_mm
+    assert (
+        redescent["used"] and redescent["tip_mm"] > RuntimeSettings().pick_place.pick_redescend_mm
+    )
     # one bounded servo step: the aim moved by at most pick_servo_step_mm
-    assert math.hypot(*redescent["step_mm"]) <= RuntimeSettings().pick_servo_step_mm + 1e-9
+    assert (
+        math.hypot(*redescent["step_mm"]) <= RuntimeSettings().pick_place.pick_servo_step_mm + 1e-9
+    )
     notes = [c["note"] for c in _decisions(t, "command")]
     i, j = notes.index("pick descend"), notes.index("pick descend again")
     assert notes[i + 1].startswith("re-descend: up from the block") and i < j
@@ -327,8 +333,8 @@ async def test_a_servo_that_cannot_close_the_offset_descends_again_at_the_measur
     assert all(g["ok"] for g in guards), [g for g in guards if not g["ok"]]
     s = RuntimeSettings()
     pose = next(c for c in _decisions(t, "command") if c["note"] == "pick descend again")
-    assert s.pick_band[0] <= float(fk_tip(pose["angles"])[1]) < s.pick_band[1]
-    assert pose["angles"][1] <= s.j1_max
+    assert s.pick_place.pick_band[0] <= float(fk_tip(pose["angles"])[1]) < s.pick_place.pick_band[1]
+    assert pose["angles"][1] <= s.arm.j1_max
 
 
 @pytest.mark.slow
@@ -382,9 +388,9 @@ async def test_a_step_the_table_has_no_row_for_is_solved_from_the_pose_within_th
     prev = next(c for c in _decisions(t, "command") if c["note"] == "pick descend")["angles"]
     for c in commands:
         assert max(abs(a - b) for a, b in zip(c["angles"], prev, strict=True)) <= (
-            s.joint_step_max_deg + 1e-6
+            s.arm.joint_step_max_deg + 1e-6
         )
-        assert c["angles"][1] <= s.j1_max
+        assert c["angles"][1] <= s.arm.j1_max
         prev = c["angles"]
     assert t.outcome["pick_verdict"] == "yes", t.reason
 

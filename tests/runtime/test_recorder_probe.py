@@ -266,7 +266,7 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
     assert r.returncode == 8, r.stdout + r.stderr
     msg = [ln for ln in r.stderr.splitlines() if ln.startswith("mecharm-runtime:")]
     assert len(msg) == 1 and msg[0].startswith("mecharm-runtime: refusing to start: recorder")
-    assert "--recorder-port" in msg[0] and "(require_recorder is set)" in msg[0]
+    assert "--recorder-port" in msg[0] and "(recorder.required is set)" in msg[0]
     assert "Traceback" not in r.stderr and "trial 1" not in r.stdout
 
 

@@ -73,8 +73,8 @@ async def _replays_identically(t: TrialSummary, fk: Path) -> None:
         recorded,
         s,
         load_table(ensure_table(fk)),
-        load_arc(s.approach_pick_arc),
-        load_arc(s.approach_place_arc),
+        load_arc(s.pick_place.approach_pick_arc),
+        load_arc(s.pick_place.approach_place_arc),
     )
     assert res.identical, (res.divergence, res.diff)
     assert (res.status, res.reason) == (t.status, t.reason)
@@ -396,7 +396,7 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
     view = next(e["value"] for e in read_trace(t.trace_path) if e.get("kind") == "release_view")
     assert check["value"]["confirmed"] is False
     # real perception: either not found near the box, or found outside the opening
-    assert view["margin_mm"] is None or view["margin_mm"] < s.release_margin_mm
+    assert view["margin_mm"] is None or view["margin_mm"] < s.pick_place.release_margin_mm
     truth = workcell.truth()
     assert truth["grasped"] and truth["place_outcome"] is None  # still in the jaws, never dropped
     assert not any(e["kind"] == "release" for e in truth["events"])
@@ -609,13 +609,13 @@ async def test_sim_place_at_the_highest_learned_height_lands_and_stays_bounded(
 ) -> None:
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell)
     mem = HeightMemory(DataRoot(tmp_path).height_memory)
-    mem.entries["place_x-200_z180"] = {"dee_y_mm": s.height_max_mm, "n": 5}
+    mem.entries["place_x-200_z180"] = {"dee_y_mm": s.pick_place.height_max_mm, "n": 5}
     mem.save()
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig)
     assert t.status == "completed", t.reason
     (band,) = _decisions(t, "place_band")
-    assert band["value"]["dee_y_mm"] == s.height_max_mm
+    assert band["value"]["dee_y_mm"] == s.pick_place.height_max_mm
     (check,) = _decisions(t, "release_check")
     assert check["value"]["confirmed"] is True, check
     assert workcell.truth()["place_outcome"] == "box"

@@ -93,7 +93,7 @@ def test_the_side_view_is_advisory_by_default_and_says_so() -> None:
     """A side view cannot tell a block inside the box below the rim from one in front of it
     (docs/release.md): by default it is traced and shown, and the top camera decides."""
     s = _s()
-    assert s.release_side_check is False
+    assert s.pick_place.release_side_check is False
     ok, why = _release_verdict(s, ReleaseView(3, 3, (-0.2, 0.18), 2.0, 15.0, "not_seen", "n"))
     assert ok and "side: not above the box (n), advisory" in why
     # the top camera still refuses on its own
@@ -133,8 +133,11 @@ def test_release_view_round_trips_through_the_trace_form() -> None:
 
 def test_the_release_defaults_check_re_aim_and_put_back() -> None:
     defaults = _s()
-    assert defaults.release_reaim_max == 2 and defaults.release_refused == "put_back"
-    assert defaults.release_check
+    assert (
+        defaults.pick_place.release_reaim_max == 2
+        and defaults.pick_place.release_refused == "put_back"
+    )
+    assert defaults.pick_place.release_check
 
 
 @pytest.mark.parametrize("key", sorted(REMOVED_SETTINGS))

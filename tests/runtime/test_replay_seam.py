@@ -130,7 +130,7 @@ async def test_trace_replays_to_identical_decisions(
 
     clock = RealClock()
     table = load_table(ensure_table(fk_data_dir))
-    arcs = load_arc(s.approach_pick_arc), load_arc(s.approach_place_arc)
+    arcs = load_arc(s.pick_place.approach_pick_arc), load_arc(s.pick_place.approach_place_arc)
     rig = Rig(
         s,
         DaemonArm(client, clock),

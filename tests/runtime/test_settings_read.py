@@ -9,22 +9,27 @@ import pkgutil
 
 import pytest
 
-from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.config import setting_paths
 from mecharm.runtime.tasks import TASKS
 from mecharm_dev.settings_doc import SAFE_ARM_MODULE, reading_modules, settings_read_in
 
-FIELDS = frozenset(RuntimeSettings.model_fields)
+FIELDS = frozenset(setting_paths())
 
 
 def test_the_scan_sees_each_way_a_stage_reads_a_setting() -> None:
     source = (
         "def body(ctx):\n"
         "    s, st = ctx.settings, ctx.state\n"
-        "    a = s.tol_home + ctx.settings.speed\n"
+        "    a = s.motion.tol_home + ctx.settings.arm.speed\n"
         "    b = st.home  # the trial's state, not a setting\n"
-        "    return settings.j1_max, s.not_a_setting\n"
+        "    return settings.arm.j1_max, s.not_a_setting, s.arm.nothing, s.dry_run\n"
     )
-    assert settings_read_in(source, FIELDS) == {"tol_home", "speed", "j1_max"}
+    assert settings_read_in(source, FIELDS) == {
+        "motion.tol_home",
+        "arm.speed",
+        "arm.j1_max",
+        "dry_run",
+    }
 
 
 @pytest.mark.parametrize("module", [m for m, _ in reading_modules()])

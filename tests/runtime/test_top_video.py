@@ -487,7 +487,11 @@ def test_flags_and_rig_id(tmp_path: Path) -> None:
     args = vars(build_parser().parse_args(["--no-top-video", "--rig-id", "cell-2.b"]))
     assert args["top_video"] is False and args["rig_id"] == "cell-2.b"
     s = load_settings(RuntimeSettings, overrides={"data_root": tmp_path})
-    assert s.top_video is True and s.top_video_fps == 10.0 and s.top_video_queue == 30
+    assert (
+        s.viewing.top_video is True
+        and s.viewing.top_video_fps == 10.0
+        and s.viewing.top_video_queue == 30
+    )
     assert s.rig_id == default_rig_id() and 1 <= len(s.rig_id) <= 64
     # observers only: none of them is a constant a replay would compare
     assert not {"top_video", "top_video_fps", "top_video_queue", "rig_id"} & set(s.constants())

@@ -19,7 +19,7 @@ log = get_logger("mecharm.runtime.lift_return")
 
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
-SETTINGS_READ: frozenset[str] = frozenset({"home", "tol_home"})
+SETTINGS_READ: frozenset[str] = frozenset({"arm.home", "motion.tol_home"})
 
 #: the block is back when the top camera sees it within this of where detect saw it: the
 #: detection's own scatter is a few mm, a grasp that slid moves it 10-20 mm
@@ -41,7 +41,7 @@ async def judge_return(ctx: TrialContext) -> Outcome:
     moved further is a completed trial judged no."""
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.block_xz is not None
-    await ctx.move(s.home, s.tol_home, "home")
+    await ctx.move(s.arm.home, s.motion.tol_home, "home")
     await ctx.arm.set_fresh_mode(0)
     st.fresh_mode_on = False
     ctx.trace.decision("fresh_mode", 0)

@@ -216,11 +216,11 @@ def vlm_env(
         except ValueError as exc:
             raise VlmConfigError(
                 f"VLM base URL {url!r} is not a valid URL ({exc}); "
-                "set vlm_base_url or ANTHROPIC_BASE_URL to http(s)://host[:port]"
+                "set judge.vlm_base_url or ANTHROPIC_BASE_URL to http(s)://host[:port]"
             ) from None
         if u.scheme not in ("http", "https") or not u.netloc:
             raise VlmConfigError(
-                f"VLM base URL {url!r} is not an http(s) URL (vlm_base_url or ANTHROPIC_BASE_URL)"
+                f"VLM base URL {url!r} is not an http(s) URL (judge.vlm_base_url or ANTHROPIC_BASE_URL)"
             )
     return key, url
 

@@ -24,7 +24,7 @@ log = get_logger("mecharm.runtime.pick_place.abort")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "home", "release_check", "release_refused", "tol_home", "tol_pick_place"
+    "arm.home", "pick_place.release_check", "pick_place.release_refused", "motion.tol_home", "motion.tol_pick_place"
 })  # fmt: skip
 
 #: one step of the exit path: its name and the call; False when it failed (told, not raised)
@@ -44,7 +44,7 @@ async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
     s, st = ctx.settings, ctx.state
     if not arm_alive:
         steps.append({"step": "arm actions skipped", "why": "daemon connection lost"})
-        if st.holding and s.release_check:
+        if st.holding and s.pick_place.release_check:
             await tell_block_held(ctx, forced=False)
         ctx.trace.decision("exit", steps[-1])
         return reason
@@ -60,7 +60,7 @@ async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
         steps.append({"step": name, "ok": True})
         return True
 
-    holding = st.holding and s.release_check
+    holding = st.holding and s.pick_place.release_check
     # the pick was judged no for the last time: the jaws are closed on nothing or on a
     # partly held block; put it down where retry_pick would, then HOME as usual
     to_put_down = (
@@ -75,7 +75,7 @@ async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
     to_put_back = (
         holding
         and bool(st.release_refused)
-        and s.release_refused == "put_back"
+        and s.pick_place.release_refused == "put_back"
         and st.lifted_at is not None
         and st.pick_pose is not None
         and st.pick_approach is not None
@@ -102,12 +102,13 @@ async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
             ok = await attempt("retreat to approach", lambda: retrace_up(ctx, "abort: retreat"))
         elif up is not None and (st.pick_pose is not None or st.place_pose is not None):
             ok = await attempt(
-                "retreat to approach", lambda: ctx.move(up, s.tol_pick_place, "abort: retreat")
+                "retreat to approach",
+                lambda: ctx.move(up, s.motion.tol_pick_place, "abort: retreat"),
             )
         else:
             ok = True
         if ok:
-            await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
+            await attempt("home", lambda: ctx.move(s.arm.home, s.motion.tol_home, "abort: home"))
     if (st.fresh_mode_on or forced) and await attempt(
         "fresh mode off", lambda: ctx.arm.set_fresh_mode(0)
     ):
@@ -148,7 +149,7 @@ async def put_back(ctx: TrialContext, attempt: Attempt) -> None:
         ctx.on_stage(Stage.ABORT.value, "block put back on the mat", "")
     if not await attempt("up from the mat", lambda: up_from_mat(ctx, "put back: up")):
         return
-    await attempt("home", lambda: ctx.move(s.home, s.tol_home, "put back: home"))
+    await attempt("home", lambda: ctx.move(s.arm.home, s.motion.tol_home, "put back: home"))
 
 
 async def retrace_up(ctx: TrialContext, note: str) -> None:
@@ -158,7 +159,7 @@ async def retrace_up(ctx: TrialContext, note: str) -> None:
     s, st = ctx.settings, ctx.state
     assert st.pick_approach is not None
     await ctx.retrace(
-        [*reversed(st.pick_path), st.pick_approach], s.tol_pick_place, note, into_box=False
+        [*reversed(st.pick_path), st.pick_approach], s.motion.tol_pick_place, note, into_box=False
     )
 
 
@@ -172,7 +173,7 @@ async def put_down(ctx: TrialContext, attempt: Attempt) -> None:
     st.holding = False
     if not await attempt("up from the mat", lambda: up_from_mat(ctx, "abort: up")):
         return
-    await attempt("home", lambda: ctx.move(s.home, s.tol_home, "abort: home"))
+    await attempt("home", lambda: ctx.move(s.arm.home, s.motion.tol_home, "abort: home"))
 
 
 async def hold_in_hover(
@@ -191,10 +192,10 @@ async def hold_in_hover(
         assert hover is not None
         if in_box:  # back up the way the arm went in, each move within the continuity bound
             await ctx.retrace(
-                [*reversed(st.place_path[:-1]), hover], s.tol_pick_place, "abort: hover"
+                [*reversed(st.place_path[:-1]), hover], s.motion.tol_pick_place, "abort: hover"
             )
         else:
-            await ctx.move(hover, s.tol_pick_place, "abort: hover")
+            await ctx.move(hover, s.motion.tol_pick_place, "abort: hover")
 
     if st.hovering:
         steps.append({"step": "hover", "ok": True, "why": "already in the hover"})

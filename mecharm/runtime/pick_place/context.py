@@ -40,7 +40,7 @@ log = get_logger("mecharm.runtime.pick_place.context")
 
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
-SETTINGS_READ: frozenset[str] = frozenset({"tol_approach", "tol_pick_place"})
+SETTINGS_READ: frozenset[str] = frozenset({"motion.tol_approach", "motion.tol_pick_place"})
 
 
 class BlockLost(StageFailed):
@@ -189,7 +189,7 @@ class TrialContext:
         under the block's load and arrives within ``tol_pick_place`` (3°): on harsh such
         moves stalled 2.03-2.24° short (docs/safety.md, "Joint continuity")."""
         s = self.settings
-        return s.tol_pick_place if self.state.holding else s.tol_approach
+        return s.motion.tol_pick_place if self.state.holding else s.motion.tol_approach
 
     async def sleep(self, real_rig_seconds: float) -> None:
         await self.safe.sleep(real_rig_seconds)

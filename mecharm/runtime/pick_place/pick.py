@@ -34,11 +34,11 @@ log = get_logger("mecharm.runtime.pick_place.pick")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "cell_mm", "dist_max_m", "ema_alpha", "home", "j1_max", "joint_step_max_deg",
-    "max_correction_mm", "max_pick_attempts", "pick_band", "pick_hover_band",
-    "pick_hover_dist_m", "pick_redescend_mm", "pick_resid_max_m", "pick_retry_band",
-    "pick_servo_max_iter", "pick_servo_step_mm", "pick_servo_tol_mm", "pick_tip_height_mm",
-    "tol_approach", "tol_home", "tol_lift_to_arc", "tol_pick_place", "x_resid_thresh_m"
+    "pick_place.cell_mm", "pick_place.dist_max_m", "pick_place.ema_alpha", "arm.home", "arm.j1_max", "arm.joint_step_max_deg",
+    "pick_place.max_correction_mm", "pick_place.max_pick_attempts", "pick_place.pick_band", "pick_place.pick_hover_band",
+    "pick_place.pick_hover_dist_m", "pick_place.pick_redescend_mm", "pick_place.pick_resid_max_m", "pick_place.pick_retry_band",
+    "pick_place.pick_servo_max_iter", "pick_place.pick_servo_step_mm", "pick_place.pick_servo_tol_mm", "pick_place.pick_tip_height_mm",
+    "motion.tol_approach", "motion.tol_home", "motion.tol_lift_to_arc", "motion.tol_pick_place", "pick_place.x_resid_thresh_m"
 })  # fmt: skip
 
 
@@ -48,11 +48,11 @@ async def open_gripper_home(ctx: TrialContext) -> Outcome:
     ctx.state.fresh_mode_on = True
     ctx.trace.decision("fresh_mode", 1)
     cur = await ctx.read()
-    away = max(abs(a - h) for a, h in zip(cur, s.home, strict=True))
-    need_home = away > s.tol_home
+    away = max(abs(a - h) for a, h in zip(cur, s.arm.home, strict=True))
+    need_home = away > s.motion.tol_home
     ctx.trace.decision("home_needed", {"max_delta": away, "needed": need_home})
     if need_home:
-        await ctx.move(s.home, s.tol_home, "home")
+        await ctx.move(s.arm.home, s.motion.tol_home, "home")
     await ctx.gripper("open", "initial open")
     return Outcome.OK
 
@@ -72,11 +72,11 @@ async def correct_aim(ctx: TrialContext) -> Outcome:
     s = ctx.settings
     assert ctx.state.scene is not None and ctx.state.scene.block_xz is not None
     bx, bz = ctx.state.scene.block_xz
-    key = cell_key("pick", bx, bz, s.cell_mm)
+    key = cell_key("pick", bx, bz, s.pick_place.cell_mm)
     entry = ctx.corrections.get(key)
     dx = dz = 0.0
     if entry is not None:
-        lim = s.max_correction_mm
+        lim = s.pick_place.max_correction_mm
         dx, dz = max(-lim, min(lim, entry.dx_mm)), max(-lim, min(lim, entry.dz_mm))
     aim = (bx - dx / 1000.0, bz - dz / 1000.0)
     ctx.state.aim_xz, ctx.state.correction_key, ctx.state.correction_used_mm = aim, key, (dx, dz)
@@ -98,9 +98,11 @@ async def approach_pick(ctx: TrialContext) -> Outcome:
     ctx.trace.decision("lookup", {"phase": "approach_pick", **res.to_dict()})
     if not res.ok:
         raise StageFailed(f"{ctx.stage}: j0 lookup out_of_range: {res.reason}")
-    if abs(res.resid_x) > s.x_resid_thresh_m:
-        raise StageFailed(f"{ctx.stage}: x residual {res.resid_x:.3f} m > {s.x_resid_thresh_m} m")
-    await ctx.move(res.angles, s.tol_approach, "approach_pick", lookup_ok=True)
+    if abs(res.resid_x) > s.pick_place.x_resid_thresh_m:
+        raise StageFailed(
+            f"{ctx.stage}: x residual {res.resid_x:.3f} m > {s.pick_place.x_resid_thresh_m} m"
+        )
+    await ctx.move(res.angles, s.motion.tol_approach, "approach_pick", lookup_ok=True)
     ctx.state.pick_approach = tuple(res.angles)
     return Outcome.OK
 
@@ -111,7 +113,7 @@ async def descend_pick(ctx: TrialContext) -> Outcome:
     st.pick_hover = False  # approach_pick has just set pick_approach to the arc's pose
     st.pick_servo_mm = (0.0, 0.0)
     await _descend(ctx, "pick descend", "descend_pick")
-    if s.pick_servo_max_iter > 0:
+    if s.pick_place.pick_servo_max_iter > 0:
         await _servo_pick(ctx, "descend_pick")
         if _redescent_wanted(ctx):
             await _redescend(ctx)
@@ -127,7 +129,9 @@ async def _descend(ctx: TrialContext, note: str, tag: str) -> None:
     if _step_bound(s, st.pick_approach):
         res = await _bounded_pick(ctx)
     else:
-        res = fk_lookup(ctx.table, "pick", st.aim_xz, *_pick_band(ctx), dist_max=s.dist_max_m)
+        res = fk_lookup(
+            ctx.table, "pick", st.aim_xz, *_pick_band(ctx), dist_max=s.pick_place.dist_max_m
+        )
         ctx.trace.decision("lookup", res.to_dict())
     if (not res.ok or res.angles is None) and st.height_miss:
         # no row in the retry band reaches the block from here: the whole band, as before
@@ -138,7 +142,7 @@ async def _descend(ctx: TrialContext, note: str, tag: str) -> None:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
         res.angles,
-        s.tol_pick_place,
+        s.motion.tol_pick_place,
         note,
         lookup_ok=res.ok,
         lookup_reason=res.reason or "",
@@ -149,7 +153,7 @@ async def _descend(ctx: TrialContext, note: str, tag: str) -> None:
     await ctx.at_rest("tip measurement")
     st.tip = await ctx.eyes.measure_tip(
         st.scene.block_xz,
-        float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_tip_height_mm / 1000.0,
+        float(res.selected_ee_y or _pick_band(ctx)[0]) + s.pick_place.pick_tip_height_mm / 1000.0,
         f"{tag}_tip",
     )
 
@@ -163,7 +167,7 @@ def _redescent_wanted(ctx: TrialContext) -> bool:
         tip is not None
         and tip.ok
         and math.isfinite(tip.dist_mm)
-        and tip.dist_mm > s.pick_redescend_mm
+        and tip.dist_mm > s.pick_place.pick_redescend_mm
     )
 
 
@@ -212,11 +216,11 @@ def _pick_servo_step(
     if not tip.ok or not (math.isfinite(tip.dx_mm) and math.isfinite(tip.dz_mm)):
         return None, f"tip not measured: {tip.reason or 'no measurement'}"
     dist = math.hypot(tip.dx_mm, tip.dz_mm)
-    if dist <= s.pick_servo_tol_mm:
+    if dist <= s.pick_place.pick_servo_tol_mm:
         return None, "within tolerance"
-    k = min(1.0, s.pick_servo_step_mm / dist)
+    k = min(1.0, s.pick_place.pick_servo_step_mm / dist)
     want = (tip.dx_mm * k, tip.dz_mm * k)
-    lim = s.max_correction_mm
+    lim = s.pick_place.max_correction_mm
     step = tuple(
         max(-lim, min(lim, u + d + w)) - (u + d) for u, d, w in zip(used, done, want, strict=True)
     )
@@ -290,16 +294,16 @@ def _fine_step(
     q0 = np.asarray(pose, dtype=np.float64)
     goal = np.array([aim[0], float(fk_tip(q0)[1]), aim[1]])
     way = float(np.linalg.norm(goal - np.asarray(fk_tip(q0))))
-    box = s.joint_step_max_deg if s.joint_step_max_deg > 0 else 180.0
-    q = _solve_tip(q0, goal, box, s.j1_max)
+    box = s.arm.joint_step_max_deg if s.arm.joint_step_max_deg > 0 else 180.0
+    q = _solve_tip(q0, goal, box, s.arm.j1_max)
     tip = np.asarray(fk_tip(q))
     resid = float(math.hypot(tip[0] - aim[0], tip[2] - aim[1]))
-    if not all(math.isfinite(v) for v in q) or resid > max(s.pick_resid_max_m, way / 2):
+    if not all(math.isfinite(v) for v in q) or resid > max(s.pick_place.pick_resid_max_m, way / 2):
         return (
             None,
             "fine",
             (
-                f"no fine step within the joint bound lands within {s.pick_resid_max_m * 1000:g} mm "
+                f"no fine step within the joint bound lands within {s.pick_place.pick_resid_max_m * 1000:g} mm "
                 f"of the aim or halfway to it ({resid * 1000:.1f} mm off)"
             ),
         )
@@ -324,7 +328,7 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
     table = pick_descent_table(ctx.table, ctx.arc_pick) if _step_bound(s, pose) else ctx.table
     band = _pick_band(ctx)
     iters, why = 0, "max iterations"
-    for it in range(1, s.pick_servo_max_iter + 1):
+    for it in range(1, s.pick_place.pick_servo_max_iter + 1):
         tip = st.tip
         step, why = _pick_servo_step(s, tip, st.correction_used_mm, st.pick_servo_mm)
         entry: dict[str, Any] = {"iter": it, "tip_dx_mm": tip.dx_mm, "tip_dz_mm": tip.dz_mm}
@@ -333,7 +337,7 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
             break
         total, aim = _stepped_aim(st, step)
         res = fk_lookup(
-            table, "pick", aim, *band, dist_max=s.dist_max_m,
+            table, "pick", aim, *band, dist_max=s.pick_place.dist_max_m,
             **_step_bound(s, pose),
         )  # fmt: skip
         ctx.trace.decision("lookup", {"pick_servo": it, **res.to_dict()})
@@ -341,7 +345,11 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
         stop: str | None = None
         target: tuple[float, ...] | None = None
         how = "lookup"
-        if res.ok and res.angles is not None and (res.distance or 0.0) <= s.pick_resid_max_m:
+        if (
+            res.ok
+            and res.angles is not None
+            and (res.distance or 0.0) <= s.pick_place.pick_resid_max_m
+        ):
             target = tuple(res.angles)
         else:
             # no table row that near under the bound (at the edge of reach, none within
@@ -356,7 +364,10 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
         if target is not None and stop is None:
             entry["how"] = how
             verdict = check_pose(
-                target, j1_max=s.j1_max, lookup_ok=how == "lookup" or None, envelope=ctx.envelope
+                target,
+                j1_max=s.arm.j1_max,
+                lookup_ok=how == "lookup" or None,
+                envelope=ctx.envelope,
             )
             stop = None if verdict.ok else f"guard: {verdict.reason}"
             if stop is None:
@@ -368,7 +379,7 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
             break
         ctx.trace.decision("pick_servo", {**entry, "action": "move", "angles": list(target)})
         await ctx.move(
-            target, s.tol_pick_place, f"pick servo {it}", lookup_ok=how == "lookup" or None,
+            target, s.motion.tol_pick_place, f"pick servo {it}", lookup_ok=how == "lookup" or None,
             near_work=True,
         )  # fmt: skip
         pose = target
@@ -378,13 +389,15 @@ async def _servo_pick(ctx: TrialContext, tag: str) -> None:
         iters = it
         await ctx.at_rest(f"pick servo {it}")
         st.tip = await ctx.eyes.measure_tip(
-            (bx, bz), height + s.pick_tip_height_mm / 1000.0, f"{tag}_servo{it}"
+            (bx, bz), height + s.pick_place.pick_tip_height_mm / 1000.0, f"{tag}_servo{it}"
         )
     else:
         if st.tip is not None:  # the last step's measurement decides "converged"
             _step, why = _pick_servo_step(s, st.tip, st.correction_used_mm, st.pick_servo_mm)
             if _step is not None:
-                why = f"pick_servo_max_iter {s.pick_servo_max_iter} steps made, still off"
+                why = (
+                    f"pick_servo_max_iter {s.pick_place.pick_servo_max_iter} steps made, still off"
+                )
     ctx.trace.decision(
         "pick_servo_result",
         {"steps": iters, "total_mm": list(st.pick_servo_mm), "converged": why == "within tolerance",
@@ -410,7 +423,9 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
         assert st.aim_xz is not None
         arc = j0_lookup(ctx.arc_pick, st.aim_xz)
         judged_at = tuple(arc.angles)
-        await ctx.move(judged_at, s.tol_lift_to_arc, "lift: to the approach arc", lookup_ok=True)
+        await ctx.move(
+            judged_at, s.motion.tol_lift_to_arc, "lift: to the approach arc", lookup_ok=True
+        )
     st.pick_attempts += 1
     st.lifted_at = tuple(judged_at)
     lift_ee_y = float(fk_tip(judged_at)[1])
@@ -427,13 +442,15 @@ async def lift_and_judge(ctx: TrialContext) -> Outcome:
     _learn_correction(ctx)  # a miss with a measured tip still shows the offset
     tip = st.tip
     if tip is not None and tip.ok:
-        st.height_miss = tip.dist_mm <= s.pick_servo_tol_mm
+        st.height_miss = tip.dist_mm <= s.pick_place.pick_servo_tol_mm
         ctx.trace.decision(
             "height_miss",
             {"tip_mm": tip.dist_mm, "height_miss": st.height_miss, "band": list(_pick_band(ctx))},
         )
-    if st.pick_attempts < s.max_pick_attempts:
-        ctx.trace.decision("pick_retry", {"attempt": st.pick_attempts, "of": s.max_pick_attempts})
+    if st.pick_attempts < s.pick_place.max_pick_attempts:
+        ctx.trace.decision(
+            "pick_retry", {"attempt": st.pick_attempts, "of": s.pick_place.max_pick_attempts}
+        )
         return Outcome.RETRY
     raise StageFailed(f"{ctx.stage}: pick judged no after {st.pick_attempts} attempts: {v.reason}")
 
@@ -455,7 +472,9 @@ def _learn_correction(ctx: TrialContext) -> None:
         st.correction_used_mm[0] + st.pick_servo_mm[0],
         st.correction_used_mm[1] + st.pick_servo_mm[1],
     )
-    new = ctx.corrections.update(st.correction_key, *used, tip.dx_mm, tip.dz_mm, s.ema_alpha)
+    new = ctx.corrections.update(
+        st.correction_key, *used, tip.dx_mm, tip.dz_mm, s.pick_place.ema_alpha
+    )
     ctx.trace.decision(
         "correction_update",
         {"key": new.key, "updated": True, "dx_mm": new.dx_mm, "dz_mm": new.dz_mm, "n": new.n},
@@ -488,11 +507,15 @@ async def lower_to_mat(ctx: TrialContext, why: str, *, at_approach: bool = False
         await ctx.move(st.pick_approach, ctx.approach_tol, f"{why}: over the block", lookup_ok=True)
     if len(st.pick_path) > 1:  # the servo moved: down the way it went
         await ctx.retrace(
-            st.pick_path, s.tol_pick_place, f"{why}: lower to the mat", into_box=False
+            st.pick_path, s.motion.tol_pick_place, f"{why}: lower to the mat", into_box=False
         )
         return
     await ctx.move(
-        st.pick_pose, s.tol_pick_place, f"{why}: lower to the mat", lookup_ok=True, near_work=True
+        st.pick_pose,
+        s.motion.tol_pick_place,
+        f"{why}: lower to the mat",
+        lookup_ok=True,
+        near_work=True,
     )
 
 
@@ -511,7 +534,7 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
         # open there, HOME, and forget the place attempt
         assert st.place_approach is not None
         await ctx.move(
-            st.place_approach, s.tol_pick_place, "retry: back over the box", lookup_ok=True
+            st.place_approach, s.motion.tol_pick_place, "retry: back over the box", lookup_ok=True
         )
         _forget_the_place(st)
         at_mat = False
@@ -524,7 +547,7 @@ async def retry_pick(ctx: TrialContext) -> Outcome:
     st.holding = False
     if at_mat:
         await up_from_mat(ctx, "retry: up from the mat")
-    await ctx.move(s.home, s.tol_home, "home before re-detect")
+    await ctx.move(s.arm.home, s.motion.tol_home, "home before re-detect")
     return Outcome.OK
 
 
@@ -553,11 +576,11 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
             aim,
             approach,
             pick_band=_pick_band(ctx),
-            hover_band=s.pick_hover_band,
-            dist_max=s.dist_max_m,
-            hover_dist_max=s.pick_hover_dist_m,
-            resid_max=s.pick_resid_max_m,
-            step_max=s.joint_step_max_deg,
+            hover_band=s.pick_place.pick_hover_band,
+            dist_max=s.pick_place.dist_max_m,
+            hover_dist_max=s.pick_place.pick_hover_dist_m,
+            resid_max=s.pick_place.pick_resid_max_m,
+            step_max=s.arm.joint_step_max_deg,
             reachable=reachable,
         )
 
@@ -578,7 +601,7 @@ async def _bounded_pick(ctx: TrialContext) -> FkLookupResult:
     )  # fmt: skip
     if plan.use_hover:
         assert plan.hover is not None and plan.hover.angles is not None
-        await ctx.move(plan.hover.angles, s.tol_approach, "pick hover", lookup_ok=True)
+        await ctx.move(plan.hover.angles, s.motion.tol_approach, "pick hover", lookup_ok=True)
         st.pick_approach = tuple(plan.hover.angles)  # the lift comes back here
         st.pick_hover = True
     return plan.pick
@@ -590,14 +613,14 @@ def _pick_band(ctx: TrialContext) -> tuple[float, float]:
     gripper's reach in height (docs/stages.md, "The pick servo"); both moved by the
     calibrated ``pick_tip_height_mm``."""
     s = ctx.settings
-    lo, hi = s.pick_retry_band if ctx.state.height_miss else s.pick_band
+    lo, hi = s.pick_place.pick_retry_band if ctx.state.height_miss else s.pick_place.pick_band
     # a calibrated tip height error: choose rows whose true tip height is in the band
-    h = s.pick_tip_height_mm / 1000.0
+    h = s.pick_place.pick_tip_height_mm / 1000.0
     return (lo - h, hi - h) if h else (lo, hi)
 
 
 def _step_bound(s: RuntimeSettings, ref: Sequence[float] | None) -> dict[str, Any]:
     """The lookup's joint-continuity arguments (docs/safety.md): none when the bound is off."""
-    if s.joint_step_max_deg <= 0 or ref is None:
+    if s.arm.joint_step_max_deg <= 0 or ref is None:
         return {}
-    return {"step_ref": tuple(ref), "step_max": s.joint_step_max_deg}
+    return {"step_ref": tuple(ref), "step_max": s.arm.joint_step_max_deg}

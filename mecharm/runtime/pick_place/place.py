@@ -27,12 +27,12 @@ log = get_logger("mecharm.runtime.pick_place.place")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "cell_mm", "depth_steps", "depth_tol_mm", "dist_max_m", "height_lost_max_mm",
-    "height_lost_step_mm", "height_max_mm", "height_start_mm", "height_step_mm", "j1_max",
-    "pick_recheck_mm", "place_approach_above_band_mm", "place_band", "place_band_depth_m",
-    "place_floor_m", "place_joint_tol", "place_target_m", "servo_drop_still_mm",
-    "servo_drop_tip_mm", "servo_gain_deg_per_mm", "servo_max_iter", "servo_step_clamp_deg",
-    "servo_tol_mm", "tol_pick_place", "z_resid_warn_m"
+    "pick_place.cell_mm", "pick_place.depth_steps", "pick_place.depth_tol_mm", "pick_place.dist_max_m", "pick_place.height_lost_max_mm",
+    "pick_place.height_lost_step_mm", "pick_place.height_max_mm", "pick_place.height_start_mm", "pick_place.height_step_mm", "arm.j1_max",
+    "pick_place.pick_recheck_mm", "pick_place.place_approach_above_band_mm", "pick_place.place_band", "pick_place.place_band_depth_m",
+    "pick_place.place_floor_m", "pick_place.place_joint_tol", "pick_place.place_target_m", "pick_place.servo_drop_still_mm",
+    "pick_place.servo_drop_tip_mm", "pick_place.servo_gain_deg_per_mm", "pick_place.servo_max_iter", "pick_place.servo_step_clamp_deg",
+    "pick_place.servo_tol_mm", "motion.tol_pick_place", "pick_place.z_resid_warn_m"
 })  # fmt: skip
 
 
@@ -44,13 +44,15 @@ async def approach_place(ctx: TrialContext) -> Outcome:
     ctx.trace.decision("lookup", {"phase": "approach_place", **res.to_dict()})
     if not res.ok:
         raise StageFailed(f"{ctx.stage}: j0 lookup out_of_range: {res.reason}")
-    if abs(res.resid_z) > s.z_resid_warn_m:
-        log.warning("place_z_residual_large", resid_z=res.resid_z, limit=s.z_resid_warn_m)
+    if abs(res.resid_z) > s.pick_place.z_resid_warn_m:
+        log.warning(
+            "place_z_residual_large", resid_z=res.resid_z, limit=s.pick_place.z_resid_warn_m
+        )
         ctx.trace.decision(
-            "z_residual_warning", {"resid_z": res.resid_z, "limit": s.z_resid_warn_m}
+            "z_residual_warning", {"resid_z": res.resid_z, "limit": s.pick_place.z_resid_warn_m}
         )
     pose = _raised_approach(ctx, tuple(res.angles), st.scene.box_xz)
-    await ctx.move(pose, s.tol_pick_place, "approach_place", lookup_ok=True)
+    await ctx.move(pose, s.motion.tol_pick_place, "approach_place", lookup_ok=True)
     st.place_approach = tuple(pose)
     return Outcome.OK
 
@@ -79,15 +81,15 @@ def _raised_approach(
     the FK model near the arc's pose; a pose it cannot solve leaves the arc's pose (traced).
     """
     s, st = ctx.settings, ctx.state
-    st.place_key = cell_key("place", *box_xz, s.cell_mm)
+    st.place_key = cell_key("place", *box_xz, s.pick_place.cell_mm)
     _lo, hi, dee = _place_band(ctx)
-    want = hi + s.place_approach_above_band_mm / 1000.0
+    want = hi + s.pick_place.place_approach_above_band_mm / 1000.0
     q0 = np.asarray(arc_pose, dtype=np.float64)
     tip0 = np.asarray(fk_tip(q0))
     if float(tip0[1]) >= want:
         return arc_pose
     goal = np.array([float(tip0[0]), want, float(tip0[2])])
-    q = _solve_tip(q0, goal, _RAISE_BOX_DEG, s.j1_max)
+    q = _solve_tip(q0, goal, _RAISE_BOX_DEG, s.arm.j1_max)
     tip = np.asarray(fk_tip(q))
     miss = float(np.linalg.norm(tip - goal))
     ok = bool(np.all(np.isfinite(q))) and miss <= _RAISE_RESID_M
@@ -107,12 +109,12 @@ def _place_band(ctx: TrialContext) -> tuple[float, float, float | None]:
     if dee is None:  # a new cell starts at the highest learnt cell (docs/runtime.md, "Memories")
         dee = ctx.heights.highest()
         st.place_dee_start_mm = dee or 0.0
-    if dee is None and s.height_start_mm > 0:  # nothing learnt anywhere yet
-        dee = st.place_dee_start_mm = s.height_start_mm
+    if dee is None and s.pick_place.height_start_mm > 0:  # nothing learnt anywhere yet
+        dee = st.place_dee_start_mm = s.pick_place.height_start_mm
     if dee is None:
-        return s.place_band[0], s.place_band[1], None
-    target = s.place_target_m + dee / 1000.0
-    return target - s.place_band_depth_m, target, dee
+        return s.pick_place.place_band[0], s.pick_place.place_band[1], None
+    target = s.pick_place.place_target_m + dee / 1000.0
+    return target - s.pick_place.place_band_depth_m, target, dee
 
 
 def _place_lookup(
@@ -128,10 +130,10 @@ def _place_lookup(
         aim,
         lo,
         hi,
-        dist_max=s.dist_max_m,
+        dist_max=s.pick_place.dist_max_m,
         ref_joints=ref,
-        joint_tol=s.place_joint_tol,
-        ee_y_floor=s.place_floor_m,
+        joint_tol=s.pick_place.place_joint_tol,
+        ee_y_floor=s.pick_place.place_floor_m,
         **_step_bound(s, ref),
     )
 
@@ -139,7 +141,7 @@ def _place_lookup(
 async def descend_place(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.scene is not None and st.scene.box_xz is not None and st.place_approach is not None
-    st.place_key = cell_key("place", *st.scene.box_xz, s.cell_mm)
+    st.place_key = cell_key("place", *st.scene.box_xz, s.pick_place.cell_mm)
     lo, hi, dee = _place_band(ctx)
     band = {"key": st.place_key, "dee_y_mm": dee, "band": [lo, hi]}
     if st.place_dee_start_mm:  # a new cell that started from the learnt cells
@@ -151,7 +153,7 @@ async def descend_place(ctx: TrialContext) -> Outcome:
         raise StageFailed(f"{ctx.stage}: fk lookup out_of_range: {res.reason}")
     await ctx.move(
         res.angles,
-        s.tol_pick_place,
+        s.motion.tol_pick_place,
         "place descend",
         lookup_ok=res.ok,
         near_work=True,
@@ -193,10 +195,10 @@ class _HeldBlockWatch:
             return
         tip_mm = math.dist(tip_xz, last[1]) * 1000.0
         block_mm = math.dist(block_xz, last[0]) * 1000.0
-        if tip_mm < s.servo_drop_tip_mm:
+        if tip_mm < s.pick_place.servo_drop_tip_mm:
             return
         info = {"where": where, "tip_moved_mm": tip_mm, "block_moved_mm": block_mm}
-        still = block_mm < s.servo_drop_still_mm
+        still = block_mm < s.pick_place.servo_drop_still_mm
         if block_mm < tip_mm / 3.0 and not still:
             # the block moved, less than the tip: not the evidence of a block lying still that
             # "not in the jaws" needs (a held block partly hidden by the wrist looks so); the
@@ -262,7 +264,7 @@ async def _recheck_pick(ctx: TrialContext, seen_xz: tuple[float, float] | None) 
     moved = None if now is None else math.dist(now, st.lifted_block_xz) * 1000.0
     entry: dict[str, Any] = {"lifted_xz": list(st.lifted_block_xz),
                              "lost_xz": None if now is None else list(now), "moved_mm": moved}  # fmt: skip
-    if now is None or moved is None or moved > s.pick_recheck_mm:
+    if now is None or moved is None or moved > s.pick_place.pick_recheck_mm:
         ctx.trace.decision("pick_recheck", {**entry, "revised": False})
         return False
     st.pick_verdict = VerdictObservation(
@@ -306,7 +308,7 @@ async def _servo_to(
     assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
     servo: list[dict[str, Any]] = []
     converged = False
-    for it in range(1, s.servo_max_iter + 1):
+    for it in range(1, s.pick_place.servo_max_iter + 1):
         await ctx.at_rest(f"servo {it}")
         pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"{tag}_servo{it}")
         if pos is None:
@@ -314,17 +316,17 @@ async def _servo_to(
             break
         seen.check(pos, pose, f"servo {it}")
         diff_mm = (pos[0] - box_x) * 1000.0
-        if abs(diff_mm) <= s.servo_tol_mm * tol_scale:
+        if abs(diff_mm) <= s.pick_place.servo_tol_mm * tol_scale:
             converged = True
             servo.append(
                 {"iter": it, "block_xz": list(pos), "diff_mm": diff_mm, "action": "converged"}
             )
             break
         # −0.151°/mm of the rig, signed by this frame's d(x)/d(j0): the step moves the block toward the box
-        step = -_dx_dj0_sign(pose) * s.servo_gain_deg_per_mm * diff_mm
-        step = max(-s.servo_step_clamp_deg, min(s.servo_step_clamp_deg, step))
+        step = -_dx_dj0_sign(pose) * s.pick_place.servo_gain_deg_per_mm * diff_mm
+        step = max(-s.pick_place.servo_step_clamp_deg, min(s.pick_place.servo_step_clamp_deg, step))
         cand = (pose[0] + step, *pose[1:])
-        verdict = check_pose(cand, j1_max=s.j1_max, envelope=ctx.envelope)
+        verdict = check_pose(cand, j1_max=s.arm.j1_max, envelope=ctx.envelope)
         entry = {
             "iter": it,
             "block_xz": list(pos),
@@ -341,14 +343,16 @@ async def _servo_to(
             servo.append({**entry, "action": f"motion stop: {refusal}"})
             ctx.trace.decision("servo_stop", {"iter": it, "reason": refusal})
             break
-        await ctx.move(cand, s.tol_pick_place, f"servo j0 step {it}", near_work=True, into_box=True)
+        await ctx.move(
+            cand, s.motion.tol_pick_place, f"servo j0 step {it}", near_work=True, into_box=True
+        )
         pose = cand
         st.place_path.append(pose)
         servo.append({**entry, "action": "moved"})
     ctx.trace.decision("servo_result", {"converged": converged, "j0": pose[0]})
     # depth steps: re-run the place lookup at the converged j0 (tip x from FK), correcting z
     lo, hi, _dee = _place_band(ctx)
-    for k in range(1, s.depth_steps + 1):
+    for k in range(1, s.pick_place.depth_steps + 1):
         await ctx.at_rest(f"depth step {k}")
         pos = await ctx.eyes.locate_block(height - st.pick_ee_y, (box_x, box_z), f"{tag}_depth{k}")
         if pos is None:
@@ -356,7 +360,7 @@ async def _servo_to(
             break
         seen.check(pos, pose, f"depth step {k}")
         dz_mm = (pos[1] - box_z) * 1000.0
-        if abs(dz_mm) <= s.depth_tol_mm * tol_scale:
+        if abs(dz_mm) <= s.pick_place.depth_tol_mm * tol_scale:
             servo.append({"depth_step": k, "dz_mm": dz_mm, "action": "within tolerance"})
             break
         tip = fk_tip(pose)
@@ -364,7 +368,7 @@ async def _servo_to(
         target, lookup_ok, why, new_height = _depth_target(ctx, pose, aim, (lo, hi), k)
         verdict = check_pose(
             target,
-            j1_max=s.j1_max,
+            j1_max=s.arm.j1_max,
             lookup_ok=lookup_ok,
             lookup_reason=why,
             envelope=ctx.envelope,
@@ -378,7 +382,7 @@ async def _servo_to(
             break
         await ctx.move(
             verdict.angles,
-            s.tol_pick_place,
+            s.motion.tol_pick_place,
             f"depth step {k}",
             lookup_ok=True,
             near_work=True,
@@ -435,8 +439,10 @@ def _learn_failed_place(ctx: TrialContext, outcome: str) -> None:
         st.place_key,
         outcome,
         None if view is None else view.margin_mm,
-        step_mm=s.height_lost_step_mm if outcome == "lost" else s.height_step_mm,
-        max_mm=s.height_lost_max_mm if outcome == "lost" else s.height_max_mm,
+        step_mm=s.pick_place.height_lost_step_mm
+        if outcome == "lost"
+        else s.pick_place.height_step_mm,
+        max_mm=s.pick_place.height_lost_max_mm if outcome == "lost" else s.pick_place.height_max_mm,
         start_mm=st.place_dee_start_mm,
     )
     ctx.trace.decision("height_update", {"key": st.place_key, outcome: True, **up.to_dict()})

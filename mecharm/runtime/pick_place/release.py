@@ -31,9 +31,9 @@ log = get_logger("mecharm.runtime.pick_place.release")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "gripper_settle_s", "height_max_mm", "height_raise_margin_mm", "height_step_mm",
-    "home", "max_pick_attempts", "release_check", "release_margin_mm", "release_reaim_max",
-    "release_side_check", "swept_j0", "tol_home", "tol_pick_place"
+    "arm.gripper_settle_s", "pick_place.height_max_mm", "pick_place.height_raise_margin_mm", "pick_place.height_step_mm",
+    "arm.home", "pick_place.max_pick_attempts", "pick_place.release_check", "pick_place.release_margin_mm", "pick_place.release_reaim_max",
+    "pick_place.release_side_check", "pick_place.swept_j0", "motion.tol_home", "motion.tol_pick_place"
 })  # fmt: skip
 
 
@@ -48,12 +48,12 @@ async def release(ctx: TrialContext) -> Outcome:
     stops; the exit path puts the block back or holds it, by ``release_refused``).
     """
     s, st = ctx.settings, ctx.state
-    if s.release_check:
+    if s.pick_place.release_check:
         try:
             await _check_release(ctx)
         except BlockLost as exc:  # lost while re-aiming: nothing left to release
             return await _lost(ctx, exc)
-    await ctx.sleep(s.gripper_settle_s)  # pre-release settle
+    await ctx.sleep(s.arm.gripper_settle_s)  # pre-release settle
     await ctx.gripper("open", "release 1")
     await ctx.gripper("open", "release 2")
     st.holding = False
@@ -74,10 +74,10 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
     elif 2 * v.top_seen <= v.top_frames or v.margin_mm is None:
         unseen = v.top_frames - v.top_seen
         top, top_ok = f"not visible near the box in {unseen} of {v.top_frames} frames", False
-    elif v.margin_mm < s.release_margin_mm:
+    elif v.margin_mm < s.pick_place.release_margin_mm:
         top, top_ok = (
             f"seen {v.dist_mm or 0.0:.1f} mm from the box centre, {v.margin_mm:.1f} mm inside "
-            f"the opening (needs {s.release_margin_mm:g} mm)",
+            f"the opening (needs {s.pick_place.release_margin_mm:g} mm)",
             False,
         )
     else:
@@ -96,9 +96,9 @@ def _release_verdict(s: RuntimeSettings, v: ReleaseView) -> tuple[bool, str]:
     ]
     if v.side != "seen" and v.side_reason:
         side += f" ({v.side_reason})"
-    if not s.release_side_check:
+    if not s.pick_place.release_side_check:
         side += ", advisory"
-    ok = top_ok and (v.side != "not_seen" or not s.release_side_check)
+    ok = top_ok and (v.side != "not_seen" or not s.pick_place.release_side_check)
     what = "seen above" if ok else "not seen above"
     return ok, f"block {what} the box opening (top: {top}; side: {side})"
 
@@ -125,7 +125,7 @@ async def _check_release(ctx: TrialContext) -> None:
     assert st.pick_ee_y is not None  # the block was grasped at descend_pick's height
     target = st.scene.box_xz
     seen = _HeldBlockWatch(ctx)
-    for attempt in range(s.release_reaim_max + 1):
+    for attempt in range(s.pick_place.release_reaim_max + 1):
         await ctx.at_rest("release check")
         lift = float(fk_tip(st.place_pose)[1]) - st.pick_ee_y
         tag = "release_check" if attempt == 0 else f"release_check_reaim{attempt}"
@@ -143,7 +143,7 @@ async def _check_release(ctx: TrialContext) -> None:
             return
         if _block_unseen(view):
             await _gone_from_the_jaws(ctx, what)
-        if attempt == s.release_reaim_max or not _can_reaim(view):
+        if attempt == s.pick_place.release_reaim_max or not _can_reaim(view):
             break
         if view.box_refound and view.box_xz is not None:
             target = view.box_xz
@@ -154,7 +154,7 @@ async def _check_release(ctx: TrialContext) -> None:
     log.warning("release_refused", reason=what)
     await ctx.retrace(
         [*reversed(st.place_path[:-1]), st.place_approach],
-        s.tol_pick_place,
+        s.motion.tol_pick_place,
         "release refused: hover",
     )
     st.hovering = True
@@ -167,7 +167,7 @@ async def _check_release(ctx: TrialContext) -> None:
     st.release_refused = ""
     log.warning("release_anyway", reason=what, answer=ans.reason)
     await ctx.retrace(
-        st.place_path or [st.place_pose], s.tol_pick_place, "release anyway: back down"
+        st.place_path or [st.place_pose], s.motion.tol_pick_place, "release anyway: back down"
     )
     st.hovering = False
 
@@ -218,7 +218,9 @@ async def _reaim(
     ctx.trace.decision("release_reaim", entry)
     log.info("release_reaim", attempt=n, box_xz=target)
     await ctx.retrace(
-        [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, f"re-aim {n}: up"
+        [*reversed(st.place_path[:-1]), st.place_approach],
+        s.motion.tol_pick_place,
+        f"re-aim {n}: up",
     )
     lo, hi, _dee = _place_band(ctx)
     res = _place_lookup(ctx, aim, st.place_approach, lo, hi)
@@ -226,11 +228,11 @@ async def _reaim(
     if not res.ok or res.angles is None:
         ctx.trace.decision("release_reaim_stop", {"attempt": n, "reason": res.reason})
         # back down the way it came up, so the refusal's hover below starts from the place
-        await ctx.retrace(st.place_path, s.tol_pick_place, f"re-aim {n}: back down")
+        await ctx.retrace(st.place_path, s.motion.tol_pick_place, f"re-aim {n}: back down")
         return False
     await ctx.move(
         res.angles,
-        s.tol_pick_place,
+        s.motion.tol_pick_place,
         f"re-aim {n}: descend",
         lookup_ok=res.ok,
         near_work=True,
@@ -272,11 +274,13 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
     assert st.place_approach is not None
     if not st.hovering:  # else already up at the place approach pose (a lost block, found so there)
         await ctx.retrace(
-            [*reversed(st.place_path[:-1]), st.place_approach], s.tol_pick_place, "retreat up"
+            [*reversed(st.place_path[:-1]), st.place_approach],
+            s.motion.tol_pick_place,
+            "retreat up",
         )
     st.hovering = False
-    swept = (s.swept_j0, *st.place_approach[1:])
-    await ctx.move(swept, s.tol_pick_place, "swept retreat")
+    swept = (s.pick_place.swept_j0, *st.place_approach[1:])
+    await ctx.move(swept, s.motion.tol_pick_place, "swept retreat")
     await ctx.at_rest("place judgement")
     v = await ctx.eyes.judge_place(st.side_frame, "retreat_judge")
     st.place_verdict = v
@@ -295,9 +299,9 @@ async def retreat_and_judge(ctx: TrialContext) -> Outcome:
         st.place_key,
         placed,
         None if view is None else view.margin_mm,
-        step_mm=s.height_step_mm,
-        max_mm=s.height_max_mm,
-        raise_margin_mm=s.height_raise_margin_mm,
+        step_mm=s.pick_place.height_step_mm,
+        max_mm=s.pick_place.height_max_mm,
+        raise_margin_mm=s.pick_place.height_raise_margin_mm,
         start_mm=st.place_dee_start_mm,
     )
     dist = None if view is None else view.dist_mm
@@ -347,7 +351,7 @@ async def _still_held(ctx: TrialContext, *, seen: bool = True) -> None:
     log.warning("lost_block_held", why=why)
     # from the swept retreat back over the box: the hover the exit path holds in or puts the
     # block back from (the arm left the box already: nothing to retrace)
-    await ctx.move(st.place_approach, s.tol_pick_place, "held after all: back over the box",
+    await ctx.move(st.place_approach, s.motion.tol_pick_place, "held after all: back over the box",
                    lookup_ok=True)  # fmt: skip
     st.hovering = True
     raise StageFailed(f"{ctx.stage}: {why}")
@@ -360,10 +364,10 @@ def _retry_never_lifted(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     if not _never_lifted(st):
         return Outcome.OK
-    last = st.pick_attempts >= s.max_pick_attempts
+    last = st.pick_attempts >= s.pick_place.max_pick_attempts
     ctx.trace.decision(
         "pick_retry",
-        {"attempt": st.pick_attempts, "of": s.max_pick_attempts,
+        {"attempt": st.pick_attempts, "of": s.pick_place.max_pick_attempts,
          "why": "never lifted; no attempt left" if last else "never lifted"},
     )  # fmt: skip
     return Outcome.OK if last else Outcome.RETRY
@@ -372,8 +376,10 @@ def _retry_never_lifted(ctx: TrialContext) -> Outcome:
 async def return_home(ctx: TrialContext) -> Outcome:
     s, st = ctx.settings, ctx.state
     assert st.place_approach is not None
-    await ctx.move(st.place_approach, s.tol_pick_place, "back to approach_place", lookup_ok=True)
-    await ctx.move(s.home, s.tol_home, "home")
+    await ctx.move(
+        st.place_approach, s.motion.tol_pick_place, "back to approach_place", lookup_ok=True
+    )
+    await ctx.move(s.arm.home, s.motion.tol_home, "home")
     await ctx.arm.set_fresh_mode(0)
     st.fresh_mode_on = False
     ctx.trace.decision("fresh_mode", 0)

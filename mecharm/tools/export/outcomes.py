@@ -21,6 +21,7 @@ from mecharm.common.fsutil import UnsafeNameError
 from mecharm.common.layout import DEFAULT_TASK, DataRoot
 from mecharm.common.logging import get_logger
 from mecharm.common.rigid import is_rig_id, rig_id_from
+from mecharm.runtime.config import recorded_constant
 from mecharm.runtime.records.outcome import TaskRecords
 from mecharm.tools.export.layout import episode_fields
 
@@ -71,7 +72,7 @@ def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[s
     """``rig_id`` and ``judge`` from the trial's run log, each only when the log has it.
 
     The judge is the run log's top-level ``judge`` if any, else the judge setting the trial
-    ran with (``constants.judge``), else the judge of its last judgement. A missing run log
+    ran with (``constants.judge.by``), else the judge of its last judgement. A missing run log
     (trials recorded before run logs, copied recordings) gives nothing; an unreadable one
     or a malformed rig id is logged and ignored, and the caller's fallback applies.
     """
@@ -103,7 +104,7 @@ def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[s
     )
     for judge in (
         doc.get("judge"),
-        constants.get("judge"),
+        recorded_constant(constants, "judge.by"),
         judgements[-1].get("judge") if judgements else None,
     ):
         if isinstance(judge, str) and judge:

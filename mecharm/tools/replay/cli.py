@@ -22,6 +22,7 @@ from mecharm.common.config import ConfigError, load_settings
 from mecharm.common.defaults import REPLAY_CONFIG, shipped_arc
 from mecharm.common.layout import FK_DIR, FK_TABLE
 from mecharm.common.logging import configure_logging
+from mecharm.runtime.config import recorded_constant
 from mecharm.runtime.lookup import TableError, ensure_table, load_arc, load_table
 from mecharm.runtime.lookup.j0 import ArcPose
 from mecharm.runtime.lookup.table import FkTable
@@ -99,7 +100,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="change one recorded runtime constant for this replay (YAML value), e.g. dist_max_m=0.02",
+        help="change one recorded runtime constant for this replay (YAML value), e.g. pick_place.dist_max_m=0.02",
     )
     parser.add_argument(
         "--max-shown",
@@ -178,10 +179,20 @@ def replay_one(
         return EXIT_MALFORMED, f"{path}: {exc}", None
     try:
         table_path, table = res.table()
-        table = table.with_j1_max(settings.j1_max)  # the limit this trial ran with (docs/lookup.md)
+        table = table.with_j1_max(
+            settings.arm.j1_max
+        )  # the limit this trial ran with (docs/lookup.md)
         consts = recorded.constants
-        arc_pick = res.arc(res.settings.arc_pick, consts.get("approach_pick_arc"), "arc_pick")
-        arc_place = res.arc(res.settings.arc_place, consts.get("approach_place_arc"), "arc_place")
+        arc_pick = res.arc(
+            res.settings.arc_pick,
+            recorded_constant(consts, "pick_place.approach_pick_arc"),
+            "arc_pick",
+        )
+        arc_place = res.arc(
+            res.settings.arc_place,
+            recorded_constant(consts, "pick_place.approach_place_arc"),
+            "arc_place",
+        )
     except CannotReplay as exc:
         return EXIT_CANNOT, f"{path}: cannot replay: {exc}", None
     if table.checksum != recorded.table_checksum:

@@ -19,9 +19,17 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from mecharm.common.config import ConfigError, load_settings
+from mecharm.common.config import ConfigError, describe_errors
 from mecharm.common.layout import DEFAULT_TASK
-from mecharm.runtime.config import NOT_CONSTANTS, REMOVED_SETTINGS, RuntimeSettings
+from mecharm.runtime.config import (
+    MOVED_SETTINGS,
+    REMOVED_SETTINGS,
+    RuntimeSettings,
+    dotted,
+    is_constant,
+    nest_flat,
+    setting_paths,
+)
 from mecharm.runtime.engine import run_stages
 from mecharm.runtime.lookup.j0 import ArcPose
 from mecharm.runtime.lookup.table import FkTable
@@ -80,31 +88,34 @@ def _memories(recorded: Recorded) -> tuple[CorrectionMemory, HeightMemory]:
 def replay_settings(
     recorded: Recorded, overrides: dict[str, Any] | None = None
 ) -> tuple[RuntimeSettings, list[str]]:
-    """The recorded constants (plus ``overrides``) as settings, and notes on keys that no longer/newly exist.
+    """The recorded constants (plus ``overrides``: dotted paths, ``arm.speed``) as settings,
+    and notes on keys that no longer/newly exist. Constants of the flat layout from before
+    the groups are read into their groups (docs/settings.md).
 
     Raises ``mecharm.common.config.ConfigError`` naming a bad override or recorded value.
     """
-    fields = set(RuntimeSettings.model_fields)
-    consts = recorded.constants
+    paths = setting_paths()
+    raw = recorded.constants
     notes: list[str] = []
-    removed = sorted(k for k in consts if k in REMOVED_SETTINGS)
+    removed = sorted(k for k in raw if k in REMOVED_SETTINGS)
     if removed:
         notes.append(
             "recorded with settings this code no longer has (replayed with today's behaviour, "
-            "its decisions may differ): " + ", ".join(f"{k}={consts[k]!r}" for k in removed)
+            "its decisions may differ): " + ", ".join(f"{k}={raw[k]!r}" for k in removed)
         )
-    gone = sorted(k for k in consts if k not in fields and k not in REMOVED_SETTINGS)
+    consts = dotted(nest_flat({k: v for k, v in raw.items() if k not in REMOVED_SETTINGS}))
+    gone = sorted(k for k in consts if k not in paths)
     if gone:
         notes.append(f"constants recorded but unknown to this code (ignored): {', '.join(gone)}")
-    new = sorted(fields - set(consts) - NOT_CONSTANTS)
+    new = sorted(p for p in paths if p not in consts and is_constant(p))
     if new:
         notes.append(
             "settings not in the trace (today's defaults used, its decisions may differ): "
             + ", ".join(new)
         )
-    values = {k: v for k, v in consts.items() if k in fields}
+    values = {k: v for k, v in consts.items() if k in paths}
     # a rule the trace recorded switched off (null) that this code always applies
-    always = sorted(k for k, v in values.items() if v is None and not _takes_none(k))
+    always = sorted(k for k, v in values.items() if v is None and not _takes_none(paths[k]))
     if always:
         notes.append(
             "recorded switched off (null), always on in this code (today's defaults used, its "
@@ -114,35 +125,40 @@ def replay_settings(
             del values[k]
     # the trial's task is the trace header's (a trace from before tasks had names: pick_place)
     values["task"] = recorded.header.get("task") or DEFAULT_TASK
-    values.update(overrides or {})
-    # load_settings reads None as "flag not given" (the default); a recorded null (a rule
-    # switched off) must stay null, so it is set after loading, if the key takes it
-    nulls = sorted(k for k, v in values.items() if v is None)
-    try:
-        settings = load_settings(
-            RuntimeSettings, None, {k: v for k, v in values.items() if v is not None}
-        )
-    except ConfigError as exc:
-        raise ConfigError(
-            str(exc).replace("(environment or flags)", "(the trace's constants or --set)")
-        ) from None
-    for k in nulls:
-        if not _takes_none(k):
+    for k, v in (overrides or {}).items():
+        path = MOVED_SETTINGS.get(k, k)
+        if path in paths and v is None and not _takes_none(paths[path]):
             raise ConfigError(
-                f"the trace's constants or --set: {k} = null is not a value this key takes"
+                f"the trace's constants or --set: {path} = null is not a value this key takes"
             )
+        values[path] = v
+    nested: dict[str, Any] = {}
+    for path, v in values.items():
+        group, _, leaf = path.rpartition(".")
+        if group:
+            nested.setdefault(group, {})[leaf] = v
+        else:
+            nested[path] = v
+    try:
+        # no file, no environment: the trace's values and --set only
+        settings = RuntimeSettings.model_validate(nested)
+    except ValidationError as exc:
+        raise ConfigError(
+            "invalid configuration (the trace's constants or --set): "
+            + describe_errors(exc, RuntimeSettings)
+        ) from None
     task = get_task(settings.task)
     if task.context is not PICK_PLACE.context:  # replay builds pick-and-place's context
         raise ConfigError(
             f"the trace is a trial of task {task.name}, whose context is its own: replay "
             "re-drives the tasks built on pick-and-place's context (docs/tasks.md)"
         )
-    return settings.model_copy(update=dict.fromkeys(nulls)), notes
+    return settings, notes
 
 
-def _takes_none(key: str) -> bool:
+def _takes_none(annotation: Any) -> bool:
     try:
-        TypeAdapter(RuntimeSettings.model_fields[key].annotation or Any).validate_python(None)
+        TypeAdapter(annotation or Any).validate_python(None)
     except ValidationError:
         return False
     return True

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm.runtime.config import recorded_constant
 from mecharm.runtime.perception import (
     DEFAULT_CONFIG,
     MatHomography,
@@ -58,7 +59,9 @@ def find_homography(
         frame = cv2.imread(str(mats[0]), cv2.IMREAD_COLOR)
         if frame is None:
             raise ValueError("not a readable JPEG")
-        config = PerceptionConfig(top_camera=constants.get("top_camera_calibration"))
+        config = PerceptionConfig(
+            top_camera=recorded_constant(constants, "perception.top_camera_calibration")
+        )
         return estimate_homography([np.asarray(frame, dtype=np.uint8)], config), None
     except Exception as exc:  # an overlay is never a reason to fail the recording
         return None, f"{mats[0].name}: {exc}"
