@@ -95,10 +95,11 @@ def _neutral_root(trace: Path, name: str) -> None:
     head = json.loads(lines[0])
     head["constants"]["data_root"] = name
     repo = Path(__file__).resolve().parents[1]
+    task = head["constants"].get("pick_place", {})
     for key in ("approach_pick_arc", "approach_place_arc"):
-        arc = Path(str(head["constants"].get(key, "")))
+        arc = Path(str(task.get(key, "")))
         if arc.is_absolute() and arc.is_relative_to(repo):
-            head["constants"][key] = arc.relative_to(repo).as_posix()
+            task[key] = arc.relative_to(repo).as_posix()
     lines[0] = json.dumps(head) + "\n"
     trace.write_text("".join(lines), encoding="utf-8")
 

@@ -54,13 +54,16 @@ def rig(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Iterator
     config = base / "runtime.yaml"
     config.write_text(
         f"fk_data_dir: {fk_data_dir}\n"
-        f"approach_pick_arc: {REPO / 'configs/poses/approach_pick.json'}\n"
-        f"approach_place_arc: {REPO / 'configs/poses/approach_place.json'}\n"
-        f"daemon_port: {sim.daemon_port}\n"
-        f"daemon_token_file: {token}\n"
-        f"top_camera: {sim.top_url}\n"
-        f"recorder_port: {port}\n"
-        "recorder_probe_timeout_s: 2.0\n"
+        "pick_place:\n"
+        f"  approach_pick_arc: {REPO / 'configs/poses/approach_pick.json'}\n"
+        f"  approach_place_arc: {REPO / 'configs/poses/approach_place.json'}\n"
+        "daemon:\n"
+        f"  port: {sim.daemon_port}\n"
+        f"  token_file: {token}\n"
+        f"perception:\n  top_camera: {sim.top_url}\n"
+        "recorder:\n"
+        f"  port: {port}\n"
+        "  probe_timeout_s: 2.0\n"
     )
     try:
         yield Rig(sim, recorder, port, root, other, token, config, base)
@@ -135,7 +138,7 @@ def test_each_failure_names_its_fix(
         flags = ["--token-file", str(bad)]
     elif case == "no token":
         cfg = tmp_path / "runtime.yaml"
-        cfg.write_text(rig.config.read_text().replace(f"daemon_token_file: {rig.token}\n", ""))
+        cfg.write_text(rig.config.read_text().replace(f"  token_file: {rig.token}\n", ""))
         flags = ["--config", str(cfg)]
     elif case == "changed FK table":
         fk = tmp_path / "fk_copy"
@@ -161,7 +164,7 @@ def test_bad_flags_exit_2(rig: Rig, capsys: Any) -> None:
         mecharm(["doctor", "--daemon-port", "many"])
     assert exc.value.code == 2
     code = mecharm(["doctor", "--config", str(rig.config), "--daemon-port", "0"])
-    assert code == 2 and "daemon_port" in capsys.readouterr().err
+    assert code == 2 and "daemon.port" in capsys.readouterr().err
 
 
 def test_the_checklist_renders_with_rich_on_a_terminal() -> None:

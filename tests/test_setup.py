@@ -154,7 +154,7 @@ def test_a_trial_from_root_takes_the_daemons_time_scale(
     assert "1 completed" in r.stdout, r.stdout
     constants = _constants(root)
     assert constants["time_scale"] == SCALE
-    assert constants["approach_pick_arc"] == str(APPROACH_PICK_ARC)
+    assert constants["pick_place"]["approach_pick_arc"] == str(APPROACH_PICK_ARC)  # type: ignore[index]
 
 
 @pytest.mark.slow

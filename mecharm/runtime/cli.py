@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     if settings.viewing.display_url:
-        settings = settings.model_copy(update={"display": True})
+        settings = settings.updated({"viewing.display": True})
     from mecharm.runtime.client import TimeScaleMismatch
     from mecharm.runtime.lookup.table import TableError  # numpy/pyarrow: only once a run starts
     from mecharm.runtime.rigsetup import DaemonUnavailable, EnvelopeRefused, RecorderRequired

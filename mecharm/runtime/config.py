@@ -725,6 +725,20 @@ class RuntimeSettings(RigSettings):
             node[leaf] = value
         return type(self).model_validate(data)
 
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> RuntimeSettings:
+        """pydantic's copy, refusing a key that is no top-level setting: ``update`` is not
+        validated, so a group's key given flat (``{"speed": 5}``) would be set beside the
+        groups and read by nothing. A group's key: ``updated({"arm.speed": 5})``."""
+        unknown = sorted(set(update or {}) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(
+                f"{unknown} are no top-level settings: change a group's key with "
+                "updated({'group.key': value})"
+            )
+        return super().model_copy(update=update, deep=deep)
+
     def constants(self) -> dict[str, object]:
         """The constants block of the run log (everything that shapes a decision), nested
         like the settings."""

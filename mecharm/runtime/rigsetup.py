@@ -160,7 +160,7 @@ async def open_rig(
     if s.arm.joint_step_max_deg > 0:  # the bounded pick's extra rows, also before the first trial
         await to_thread(pick_descent_table, table, arc_pick)
     if eyes is not None:
-        s = s.model_copy(update={"top_video": False})
+        s = s.updated({"viewing.top_video": False})
         camera: CameraSource | None = None
     else:
         try:

@@ -58,8 +58,6 @@ class OffsetEyes(TrueStateEyes):
 
 async def _trial(d: SimDaemon, root: Path, fk: Path, eyes: Any, **kw: Any) -> TrialSummary:
     s = _settings(root, fk, daemon_port=d.port, **kw)
-    # the settings loader reads None as "not given" (a CLI flag left out): set those after it
-    s = s.model_copy(update={k: v for k, v in kw.items() if v is None})
     # the service's own rig set-up (time scale, envelope, warmed lookups, keepalive)
     async with open_rig(s, eyes=eyes) as (rig, _client):
         return await run_trial(rig)

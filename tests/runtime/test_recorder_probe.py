@@ -250,7 +250,7 @@ def test_require_recorder_flag_exits_8(tmp_path: Path, fk_data_dir: Path, udp_po
     root = tmp_path / "root"
     root.mkdir()
     cfg = tmp_path / "runtime.yaml"
-    cfg.write_text(f"fk_data_dir: {fk_data_dir}\nrecorder_probe_timeout_s: 0.5\n")
+    cfg.write_text(f"fk_data_dir: {fk_data_dir}\nrecorder:\n  probe_timeout_s: 0.5\n")
     try:
         r = subprocess.run(
             [

@@ -385,8 +385,8 @@ async def test_sim_block_slipped_outside_the_opening_is_not_released(
             _slip_out_of_the_opening(workcell, 0.045)
 
     # no re-aim, held in the hover: the refusal itself (the re-aim is the next test's)
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_reaim_max": 0, "release_refused": "hold"}
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated(
+        {"pick_place.release_reaim_max": 0, "pick_place.release_refused": "hold"}
     )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
@@ -415,8 +415,8 @@ async def test_sim_block_dropped_in_transit_is_not_released(
         if stage == "servo_place" and outcome == "ok":
             _drop_out_of_the_jaws(workcell)
 
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_refused": "hold"}
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated(
+        {"pick_place.release_refused": "hold"}
     )
     async with open_rig(s) as (rig, _client):
         t = await run_trial(rig, on_stage=on_stage)
@@ -543,8 +543,8 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
 ) -> None:
     # a margin no block can have (25 mm block in a 70 mm opening: at most 22.5 mm): every
     # release is refused by the real perception
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_margin_mm": 40.0, "trials": 2, "release_refused": "hold"}
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated(
+        {"pick_place.release_margin_mm": 40.0, "trials": 2, "pick_place.release_refused": "hold"}
     )
     out = io.StringIO()
     report = await run_service(s, out=out)
@@ -563,10 +563,8 @@ async def test_sim_service_goes_on_when_the_operator_takes_the_held_block_out(
 ) -> None:
     """With ``--confirm`` (``resolve_held``), a stop holding the block asks the operator; one
     who takes it out (here: the scene laid out again, the jaws empty) lets the session go on."""
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_margin_mm": 40.0, "trials": 2, "release_refused": "hold",
-                "release_reaim_max": 0}
-    )  # fmt: skip
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated({"pick_place.release_margin_mm": 40.0, "trials": 2, "pick_place.release_refused": "hold",
+                "pick_place.release_reaim_max": 0})  # fmt: skip
     asked: list[bool] = []
 
     async def took_it_out() -> bool:
@@ -588,8 +586,8 @@ async def test_sim_service_goes_on_after_a_refused_release_put_back(
 ) -> None:
     """Unattended (the default): every release is refused, each block goes back on the mat,
     and the session runs all its trials; the world agrees the jaws are empty."""
-    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).model_copy(
-        update={"release_margin_mm": 40.0, "trials": 2, "release_reaim_max": 0}
+    s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated(
+        {"pick_place.release_margin_mm": 40.0, "trials": 2, "pick_place.release_reaim_max": 0}
     )
     out = io.StringIO()
     report = await run_service(s, out=out)
