@@ -47,14 +47,14 @@ from mecharm.cameras.factory import open_camera
 from mecharm.common.keyfile import read_daemon_token
 from mecharm.common.logging import get_logger
 from mecharm.runtime.arm import DaemonArm
-from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.client import DaemonClient, DaemonError
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.control import Action, ControlLoop
 from mecharm.runtime.ports import RealClock
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.records.trace import TraceWriter
 from mecharm.runtime.rigsetup import check_envelope
-from mecharm.runtime.safe_arm import SafeArm
+from mecharm.runtime.safe_arm import MotionRefused, SafeArm
 
 __all__ = [
     "GRIPPER_KEY",
@@ -257,7 +257,10 @@ class MecharmRobot:
         frame as RGB at the configured size."""
         with self._lock:
             portal, loop = self._ready()
-            obs = portal.call(loop.get_observation, self._step)
+            try:
+                obs = portal.call(loop.get_observation, self._step)
+            except (DaemonError, MotionRefused) as exc:
+                raise _lost(exc) from None
             self._observed = True
             out: dict[str, Any] = dict(zip(JOINT_KEYS, map(float, obs.joints), strict=True))
             out[GRIPPER_KEY] = float(obs.gripper)
@@ -293,10 +296,21 @@ class MecharmRobot:
         joints, gripper = parse_action(action)
         with self._lock:
             portal, loop = self._ready()
-            sent = portal.call(self._send, loop, Action(joints, gripper))
+            try:
+                sent = portal.call(self._send, loop, Action(joints, gripper))
+            except (DaemonError, MotionRefused) as exc:
+                raise _lost(exc) from None
         out = dict(zip(JOINT_KEYS, map(float, sent.joints), strict=True))
         out[GRIPPER_KEY] = float(sent.gripper if sent.gripper is not None else loop.gripper)
         return out
+
+
+def _lost(exc: Exception) -> RobotError:
+    """The arm or its link failed mid-session: what happened and what to do."""
+    return RobotError(
+        f"the arm did not answer: {exc}. Check mecharm-daemon (its log), then disconnect() "
+        "and connect() again"
+    )
 
 
 def parse_action(action: Mapping[str, Any]) -> tuple[tuple[float, ...], int | None]:

@@ -173,3 +173,30 @@ def test_a_wrong_token_is_a_one_line_refusal(rig: SimRig, tmp_path: Path) -> Non
         r.connect()
     assert not r.is_connected
     r.disconnect()  # after a failed connect: nothing left open, no error
+
+
+@pytest.mark.slow
+def test_a_daemon_killed_mid_session_is_a_clear_error_and_disconnect_still_works(
+    tmp_path: Path,
+) -> None:
+    sim = start_sim_daemon(tmp_path / "logs", time_scale=20, scene=None)
+    try:
+        r = MecharmRobot(
+            load_settings(
+                RuntimeSettings,
+                overrides={"data_root": tmp_path, "daemon.port": sim.daemon_port},
+            )
+        )
+        r.connect()
+        r.get_observation()
+        sim.daemon.proc.kill()  # kill -9: no goodbye on the connection
+        sim.daemon.proc.wait()
+        with pytest.raises(RobotError, match=r"did not answer.*connect\(\) again"):
+            for _ in range(3):  # the first read may still be answered from the socket
+                r.send_action(dict(zip(JOINT_KEYS, (0.0,) * 6, strict=True)))
+        with pytest.raises(RobotNotConnected):
+            r.get_observation()
+        r.disconnect()
+        assert not r.is_connected
+    finally:
+        sim.daemon.stop()
