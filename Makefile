@@ -16,7 +16,7 @@ WORKERS ?= 4
 # every test module's asserts: the suite writes byte-code caches, Python's default.
 PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
-.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check
 
 $(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,3 +65,11 @@ lint: $(STAMP)
 clean:
 	cd $(ROOT) && rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench/results testcpu-out
 	find $(ROOT) -name __pycache__ -not -path "$(VENV)/*" -prune -exec rm -rf {} +
+
+# the rig as a LeRobot robot with the real lerobot (docs/lerobot-robot.md): the plugin and the
+# project installed into the lerobot venv (make lerobot-check creates it, ~15 min the first time)
+LEROBOT_PY = $(if $(LEROBOT_VENV),$(LEROBOT_VENV),$(ROOT)/.lerobot-venv)/bin/python
+robot-check:
+	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
+	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm
+	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.robot_check

@@ -16,6 +16,9 @@ class MecharmCameraConfig:
     source: str
     width: int = 640
     height: int = 360
+    #: the rate the camera delivers (lerobot's robot config requires one per camera); a
+    #: tick that reads the camera waits for its next frame, so it runs at most this fast
+    fps: int = 30
 
 
 @RobotConfig.register_subclass("mecharm270")

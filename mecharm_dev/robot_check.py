@@ -1,0 +1,156 @@
+"""Check the rig as a LeRobot robot with the real lerobot (docs/lerobot-robot.md).
+
+Run with the lerobot venv's Python, the project and the plugin installed in it:
+
+    .lerobot-venv/bin/pip install -e . -e ./plugins/lerobot_robot_mecharm
+    .lerobot-venv/bin/python -m mecharm_dev.robot_check [--ticks 60]
+
+Against a simulated daemon process (with a token) it checks, printing one line each and a
+JSON summary at the end (exit 1 when one fails):
+
+1. lerobot's ``register_third_party_plugins()`` finds the plugin: ``mecharm270`` is a
+   robot type;
+2. ``make_robot_from_config`` builds it, it connects, and its features are lerobot's kind;
+3. a session records one episode with lerobot's own ``LeRobotDataset`` (the robot's
+   features through ``hw_to_dataset_features``, frames through ``build_dataset_frame``),
+   at the loop's measured rate;
+4. ``lerobot-replay`` (the real command line, ``--robot.type=mecharm270``) replays that
+   episode on the arm; afterwards the arm is where the episode's last action put it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mecharm.runtime.client import DaemonClient
+from mecharm.tools.simrig import start_sim_daemon
+
+TOKEN = "robot-check-token-0123456789abcdef"
+
+
+def _sway(i: int) -> dict[str, float]:
+    j0 = 20.0 * math.sin(i / 8.0)
+    pose = (j0, 10.0, -10.0, 0.0, 0.0, -30.0)
+    return {f"j{k}.pos": v for k, v in enumerate(pose)} | {"gripper.pos": 100.0}
+
+
+async def _angles(port: int) -> list[float]:
+    async with DaemonClient("127.0.0.1", port, token=TOKEN) as c:
+        return await c.get_angles()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mecharm_dev.robot_check", description=__doc__)
+    ap.add_argument("--ticks", type=int, default=60, help="ticks of the recorded episode")
+    ap.add_argument("--fps", type=int, default=10, help="the episode's rate")
+    a = ap.parse_args(argv)
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+        from lerobot.datasets.utils import build_dataset_frame, hw_to_dataset_features
+        from lerobot.robots.config import RobotConfig
+        from lerobot.robots.utils import make_robot_from_config
+        from lerobot.utils.import_utils import register_third_party_plugins
+    except ImportError as exc:
+        print(f"robot_check: lerobot is not importable here ({exc}); run it with the lerobot "
+              "venv's python (docs/lerobot-robot.md)", file=sys.stderr)  # fmt: skip
+        return 2
+    summary: dict[str, Any] = {}
+    ok = True
+
+    def say(name: str, passed: bool, detail: str) -> None:
+        nonlocal ok
+        ok = ok and passed
+        summary[name] = {"ok": passed, "detail": detail}
+        print(f"{'PASS' if passed else 'FAIL'} {name}: {detail}", flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="robot_check_") as tmp:
+        base = Path(tmp)
+        token = base / "daemon.token"
+        token.write_text(TOKEN + "\n")
+        token.chmod(0o600)
+        sim = start_sim_daemon(
+            base / "logs", time_scale=1.0, extra_args=["--token-file", str(token)]
+        )
+        try:
+            register_third_party_plugins()
+            known = RobotConfig.get_known_choices()
+            say(
+                "discovered",
+                "mecharm270" in known,
+                f"robot types include mecharm270: {'mecharm270' in known}",
+            )
+            cls = RobotConfig.get_choice_class("mecharm270")
+            from lerobot_robot_mecharm import MecharmCameraConfig
+
+            cfg = cls(
+                id="check", daemon_port=sim.daemon_port, token_file=str(token),
+                cameras={"top": MecharmCameraConfig(source=sim.top_url, width=320, height=180, fps=10)},
+            )  # fmt: skip
+            robot = make_robot_from_config(cfg)
+            robot.connect()
+            feats = robot.observation_features
+            say("features", feats.get("top") == (180, 320, 3) and feats.get("j0.pos") is float,
+                f"{sorted(feats)}")  # fmt: skip
+            ds_root = base / "ds"
+            features = {
+                **hw_to_dataset_features(robot.action_features, "action"),
+                **hw_to_dataset_features(robot.observation_features, "observation", use_video=True),
+            }
+            ds = LeRobotDataset.create(
+                "local/mecharm_check", a.fps, root=ds_root, robot_type=robot.name,
+                features=features, use_videos=True,
+            )  # fmt: skip
+            t0 = time.perf_counter()
+            for i in range(a.ticks):
+                tick = time.perf_counter()
+                obs = robot.get_observation()
+                sent = robot.send_action(_sway(i))
+                frame = {
+                    **build_dataset_frame(ds.features, obs, "observation"),
+                    **build_dataset_frame(ds.features, sent, "action"),
+                    "task": "sway the base",
+                }
+                ds.add_frame(frame)
+                time.sleep(max(0.0, 1.0 / a.fps - (time.perf_counter() - tick)))
+            hz = a.ticks / (time.perf_counter() - t0)
+            robot.disconnect()
+            ds.save_episode()
+            ds.finalize()
+            say("recorded", hz >= 0.9 * a.fps, f"{a.ticks} frames at {hz:.1f} Hz (asked {a.fps})")
+            summary["record_hz"] = round(hz, 2)
+            last = sent
+            cmd = [
+                str(Path(sys.executable).with_name("lerobot-replay")),
+                "--robot.type=mecharm270", "--robot.id=check",
+                f"--robot.daemon_port={sim.daemon_port}", f"--robot.token_file={token}",
+                "--dataset.repo_id=local/mecharm_check", f"--dataset.root={ds_root}",
+                "--dataset.episode=0", "--play_sounds=false",
+            ]  # fmt: skip
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            took = time.perf_counter() - t0
+            time.sleep(1.0)  # the last step's motion ends
+            now = asyncio.run(_angles(sim.daemon_port))
+            err = max(abs(now[k] - last[f"j{k}.pos"]) for k in range(6))
+            say("replayed", r.returncode == 0 and err < 2.0,
+                f"lerobot-replay exit {r.returncode} in {took:.1f} s; arm {err:.2f}° from the "
+                f"episode's last action" + ("" if r.returncode == 0 else f": {r.stderr[-800:]}"))  # fmt: skip
+            summary["replay_s"] = round(took, 1)
+            summary["replay_final_error_deg"] = round(err, 2)
+        finally:
+            sim.daemon.stop()
+    print(json.dumps(summary, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
