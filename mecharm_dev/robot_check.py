@@ -2,7 +2,8 @@
 
 Run with the lerobot venv's Python, the project and the plugin installed in it:
 
-    .lerobot-venv/bin/pip install -e . -e ./plugins/lerobot_robot_mecharm
+    .lerobot-venv/bin/pip install -e . -e ./plugins/lerobot_robot_mecharm \
+        -e ./plugins/lerobot_camera_mecharm
     .lerobot-venv/bin/python -m mecharm_dev.robot_check [--ticks 60]
 
 Against a simulated daemon process (with a token) it checks, printing one line each and a
@@ -10,6 +11,8 @@ JSON summary at the end (exit 1 when one fails):
 
 1. lerobot's ``register_third_party_plugins()`` finds the plugin: ``mecharm270`` is a
    robot type;
+   and ``lerobot_camera_mecharm``'s ``mjpeg_http`` camera reads the simulated top camera
+   through ``make_cameras_from_configs``;
 2. ``make_robot_from_config`` builds it, it connects, and its features are lerobot's kind;
 3. a session records one episode with lerobot's own ``LeRobotDataset`` (the robot's
    features through ``hw_to_dataset_features``, frames through ``build_dataset_frame``),
@@ -88,12 +91,26 @@ def main(argv: list[str] | None = None) -> int:
                 "mecharm270" in known,
                 f"robot types include mecharm270: {'mecharm270' in known}",
             )
-            cls = RobotConfig.get_choice_class("mecharm270")
-            from lerobot_robot_mecharm import MecharmCameraConfig
+            from lerobot.cameras.configs import CameraConfig
+            from lerobot.cameras.utils import make_cameras_from_configs
 
+            cam_known = "mjpeg_http" in CameraConfig.get_known_choices()
+            cams = make_cameras_from_configs({
+                "top": CameraConfig.get_choice_class("mjpeg_http")(
+                    url=sim.top_url, width=320, height=180, fps=10
+                )
+            })  # fmt: skip
+            cams["top"].connect()
+            shapes = [cams["top"].async_read(timeout_ms=1000).shape for _ in range(3)]
+            latest = cams["top"].read_latest().shape
+            cams["top"].disconnect()
+            say("camera", cam_known and shapes == [(180, 320, 3)] * 3 and latest == (180, 320, 3),
+                f"mjpeg_http discovered: {cam_known}; async_read {shapes[0]}, read_latest {latest}")  # fmt: skip
+            cls = RobotConfig.get_choice_class("mecharm270")
             cfg = cls(
                 id="check", daemon_port=sim.daemon_port, token_file=str(token),
-                cameras={"top": MecharmCameraConfig(source=sim.top_url, width=320, height=180, fps=10)},
+                cameras={"top": CameraConfig.get_choice_class("mjpeg_http")(
+                    url=sim.top_url, width=320, height=180, fps=10)},
             )  # fmt: skip
             robot = make_robot_from_config(cfg)
             robot.connect()
@@ -134,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"--robot.daemon_port={sim.daemon_port}", f"--robot.token_file={token}",
                 "--dataset.repo_id=local/mecharm_check", f"--dataset.root={ds_root}",
                 "--dataset.episode=0", "--play_sounds=false",
+                # the robot's camera as lerobot's command line names it
+                f"--robot.cameras={{top: {{type: mjpeg_http, url: {sim.top_url}, width: 320, "
+                "height: 180, fps: 10}}",
             ]  # fmt: skip
             t0 = time.perf_counter()
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -7,7 +7,7 @@ its name; importing it registers ``MecharmConfig``. The robot itself is
 through the safe arm (docs/lerobot-robot.md).
 """
 
-from lerobot_robot_mecharm.config_mecharm import MecharmCameraConfig, MecharmConfig
+from lerobot_robot_mecharm.config_mecharm import MecharmConfig
 from lerobot_robot_mecharm.mecharm import Mecharm
 
-__all__ = ["Mecharm", "MecharmCameraConfig", "MecharmConfig"]
+__all__ = ["Mecharm", "MecharmConfig"]

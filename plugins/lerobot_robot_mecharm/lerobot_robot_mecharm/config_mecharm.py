@@ -4,21 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lerobot.cameras.configs import CameraConfig
 from lerobot.robots.config import RobotConfig
-
-
-@dataclass
-class MecharmCameraConfig:
-    """A camera the robot reads itself: an MJPEG/HTTP URL (the simulated cameras, a network
-    camera), a USB index (``0``), ``name:<device name>`` or a video file; its frames are
-    resized to ``width`` × ``height`` (the feature's shape)."""
-
-    source: str
-    width: int = 640
-    height: int = 360
-    #: the rate the camera delivers (lerobot's robot config requires one per camera); a
-    #: tick that reads the camera waits for its next frame, so it runs at most this fast
-    fps: int = 30
 
 
 @RobotConfig.register_subclass("mecharm270")
@@ -34,4 +21,6 @@ class MecharmConfig(RobotConfig):
     #: lerobot's name for the per-step bound: each joint moves at most this many degrees
     #: from its present reading per send_action (the safe arm's stream step)
     max_relative_target: float = 5.0
-    cameras: dict[str, MecharmCameraConfig] = field(default_factory=dict)
+    #: lerobot cameras: ``{type: mjpeg_http, url: ...}`` for the rig's and the simulator's
+    #: HTTP cameras (the lerobot_camera_mecharm plugin), ``{type: opencv, ...}`` for a USB one
+    cameras: dict[str, CameraConfig] = field(default_factory=dict)

@@ -1,11 +1,13 @@
-"""lerobot's ``Robot`` over ``mecharm.runtime.robot.MecharmRobot``: the same calls, lerobot's
-errors. Everything that touches the arm is the runtime's own code."""
+"""lerobot's ``Robot`` over ``mecharm.runtime.robot.MecharmRobot`` (the arm: the same calls,
+lerobot's errors) and lerobot's own cameras. Everything that touches the arm is the
+runtime's own code."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from typing import Any
 
+from lerobot.cameras.utils import make_cameras_from_configs
 from lerobot.robots.robot import Robot
 from lerobot.utils.errors import DeviceAlreadyConnectedError, DeviceNotConnectedError
 
@@ -13,7 +15,7 @@ from lerobot_robot_mecharm.config_mecharm import MecharmConfig
 from mecharm.common.config import load_settings
 from mecharm.common.defaults import RUNTIME_CONFIG
 from mecharm.runtime.config import RuntimeSettings
-from mecharm.runtime.robot import CameraSpec, MecharmRobot
+from mecharm.runtime.robot import MecharmRobot
 
 
 class Mecharm(Robot):
@@ -34,53 +36,61 @@ class Mecharm(Robot):
         settings = load_settings(
             RuntimeSettings, config.runtime_config or RUNTIME_CONFIG, overrides
         )
-        self.robot = MecharmRobot(
-            settings,
-            cameras={n: CameraSpec(c.source, c.width, c.height) for n, c in config.cameras.items()},
-            max_step_deg=config.max_relative_target,
-        )
+        self.arm = MecharmRobot(settings, max_step_deg=config.max_relative_target)
+        self.cameras = make_cameras_from_configs(config.cameras)
 
     @cached_property
     def observation_features(self) -> dict[str, Any]:
-        return self.robot.observation_features
+        cams = {n: (c.height, c.width, 3) for n, c in self.config.cameras.items()}
+        return {**self.arm.observation_features, **cams}
 
     @cached_property
     def action_features(self) -> dict[str, Any]:
-        return self.robot.action_features
+        return self.arm.action_features
 
     @property
     def is_connected(self) -> bool:
-        return self.robot.is_connected
+        return self.arm.is_connected and all(c.is_connected for c in self.cameras.values())
 
     def connect(self, calibrate: bool = True) -> None:
         if self.is_connected:
             raise DeviceAlreadyConnectedError(f"{self} already connected")
-        self.robot.connect()
+        self.arm.connect()
+        try:
+            for cam in self.cameras.values():
+                cam.connect()
+        except BaseException:
+            self.disconnect()
+            raise
 
     @property
     def is_calibrated(self) -> bool:
-        return self.robot.is_calibrated
+        return self.arm.is_calibrated
 
     def calibrate(self) -> None:
-        self.robot.calibrate()
+        self.arm.calibrate()
 
     def configure(self) -> None:
-        self.robot.configure()
+        self.arm.configure()
 
     def get_observation(self) -> dict[str, Any]:
         if not self.is_connected:
             raise DeviceNotConnectedError(f"{self} is not connected.")
-        return self.robot.get_observation()
+        obs = self.arm.get_observation()
+        for name, cam in self.cameras.items():
+            obs[name] = cam.async_read()
+        return obs
 
     def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
         if not self.is_connected:
             raise DeviceNotConnectedError(f"{self} is not connected.")
-        return self.robot.send_action(action)
+        return self.arm.send_action(action)
 
     def disconnect(self) -> None:
-        if not self.is_connected:
-            raise DeviceNotConnectedError(f"{self} is not connected.")
-        self.robot.disconnect()
+        for cam in self.cameras.values():
+            if cam.is_connected:
+                cam.disconnect()
+        self.arm.disconnect()  # safe when it never connected
 
 
 __all__ = ["Mecharm"]
