@@ -161,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)  # the last step's motion ends
             now = asyncio.run(_angles(sim.daemon_port))
             err = max(abs(now[k] - last[f"j{k}.pos"]) for k in range(6))
-            say("replayed", r.returncode == 0 and err < 2.0,
+            # each replayed send is bounded against the arm's reading (max_relative_target,
+            # 5°): an arm that lags the episode (a loaded machine) ends within one step of it
+            say("replayed", r.returncode == 0 and err <= 5.0,
                 f"lerobot-replay exit {r.returncode} in {took:.1f} s; arm {err:.2f}° from the "
                 f"episode's last action" + ("" if r.returncode == 0 else f": {r.stderr[-800:]}"))  # fmt: skip
             summary["replay_s"] = round(took, 1)
