@@ -96,9 +96,17 @@ def test_file_names_schemas_and_info_match_lerobot(dataset: Path) -> None:
     info, ref_info = (json.loads((d / "meta/info.json").read_text()) for d in (dataset, REF))
     assert list(info) == list(ref_info)
     assert [k for k in info["features"] if not _is_ours(k)] == list(ref_info["features"])
+    for key in ("observation.state", "action"):
+        # the names are the caller's choice: lerobot wrote the reference with the flat names
+        # our export had then (j0 … gripper); ours are now the mecharm270 robot's features
+        assert {**info["features"][key], "names": None} == {
+            **ref_info["features"][key],
+            "names": None,
+        }
+        assert info["features"][key]["names"] == L.JOINT_NAMES == [
+            "j0.pos", "j1.pos", "j2.pos", "j3.pos", "j4.pos", "j5.pos", "gripper.pos"
+        ]  # fmt: skip
     for key in (
-        "observation.state",
-        "action",
         "timestamp",
         "frame_index",
         "episode_index",

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from mecharm.common.config import load_settings
+from mecharm.common.layout import TRACE_SUFFIX
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.robot import (
     GRIPPER_KEY,
@@ -66,7 +67,7 @@ def robot(rig: SimRig, tmp_path: Path) -> Iterator[MecharmRobot]:
         _settings(rig, tmp_path),
         cameras={"top": CameraSpec(rig.top_url, 640, 360)},
         max_step_deg=STEP,
-        trace_path=tmp_path / "robot.trace.jsonl",
+        trace_path=tmp_path / f"robot{TRACE_SUFFIX}",
     )
     r.connect()
     try:
@@ -132,7 +133,7 @@ def test_observe_and_act_through_the_safe_arm(robot: MecharmRobot, tmp_path: Pat
     time.sleep(0.5)
     obs = robot.get_observation()
     assert abs(obs["j0.pos"] - goal[0]) < 3.0, (obs["j0.pos"], goal)
-    trace = (tmp_path / "robot.trace.jsonl").read_text()
+    trace = (tmp_path / f"robot{TRACE_SUFFIX}").read_text()
     assert trace.count('"stream_step"') == 16  # every action is in the trace
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mecharm.runtime.robot import GRIPPER_KEY, JOINT_KEYS
 from mecharm.tools.export.stats import STAT_KEYS, Stats
 
 __all__ = [
@@ -59,7 +60,10 @@ VIDEO_KEY = "observation.images.side"
 TOP_VIDEO_KEY = "observation.images.top"
 #: the video feature of each camera name (export setting ``cameras``), in feature order
 VIDEO_KEYS = {"side": VIDEO_KEY, "top": TOP_VIDEO_KEY}
-JOINT_NAMES = ["j0", "j1", "j2", "j3", "j4", "j5", "gripper"]
+#: the state's and the action's names: lerobot's ``<motor>.pos``, exactly the features of the
+#: mecharm270 robot (docs/lerobot-robot.md), so a ``lerobot-record`` episode of the robot and
+#: an exported trial are one dataset family and ``lerobot-replay`` maps an export's actions
+JOINT_NAMES = [*JOINT_KEYS, GRIPPER_KEY]
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
