@@ -1,0 +1,6 @@
+class DeviceNotConnectedError(ConnectionError):
+    pass
+
+
+class DeviceAlreadyConnectedError(ConnectionError):
+    pass

@@ -1,0 +1,160 @@
+"""The two lerobot plugins (plugins/) against a stand-in for lerobot's interfaces
+(fake_lerobot/, README there) and a real simulated daemon process with its MJPEG top
+camera: registered under their names, every abstract method there, lerobot's errors,
+the robot's features and a bounded action end to end. `make robot-check` does the same
+with the real lerobot."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+
+from mecharm.cameras.mjpeg_http import MjpegHttpCamera
+from mecharm.tools.simrig import SimRig, start_sim_daemon
+
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = [
+    Path(__file__).parent / "fake_lerobot",
+    ROOT / "plugins" / "lerobot_robot_mecharm",
+    ROOT / "plugins" / "lerobot_camera_mecharm",
+]
+OURS = ("lerobot", "lerobot_robot_mecharm", "lerobot_camera_mecharm")
+TOKEN = "plugin-test-token-0123456789abcdef"
+JOINTS = [f"j{i}.pos" for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def lerobot() -> Iterator[dict[str, ModuleType]]:
+    """The stand-in and both plugins importable for this module only (nothing else in the
+    worker sees a ``lerobot``), imported as register_third_party_plugins() imports them."""
+    saved = list(sys.path)
+    sys.path[:0] = [str(p) for p in PATHS]
+    try:
+        mods = {
+            name: importlib.import_module(name)
+            for name in ("lerobot_robot_mecharm", "lerobot_camera_mecharm")
+        }
+        for name in ("lerobot.robots.config", "lerobot.robots.utils", "lerobot.cameras.configs",
+                     "lerobot.cameras.utils", "lerobot.utils.errors"):  # fmt: skip
+            mods[name] = importlib.import_module(name)
+        yield mods
+    finally:
+        sys.path[:] = saved
+        for name in [m for m in sys.modules if m.split(".")[0] in OURS]:
+            del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimRig]:
+    base = tmp_path_factory.mktemp("plugins")
+    token = base / "daemon.token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    sim = start_sim_daemon(base / "logs", time_scale=20, extra_args=["--token-file", str(token)])
+    sim.token = token  # type: ignore[attr-defined]
+    try:
+        yield sim
+    finally:
+        sim.daemon.stop()
+
+
+def _config(lr: dict[str, ModuleType], rig: SimRig, tmp: Path, **cams: Any) -> Any:
+    cls = lr["lerobot.robots.config"].RobotConfig.get_choice_class("mecharm270")
+    return cls(
+        id="t", calibration_dir=tmp / "calib", daemon_port=rig.daemon_port,
+        token_file=str(rig.token), max_relative_target=4.0, cameras=cams,  # type: ignore[attr-defined]
+    )  # fmt: skip
+
+
+def _camera(lr: dict[str, ModuleType], url: str, **kw: Any) -> Any:
+    return lr["lerobot.cameras.configs"].CameraConfig.get_choice_class("mjpeg_http")(url=url, **kw)
+
+
+def test_both_plugins_register_under_their_names(lerobot: dict[str, ModuleType]) -> None:
+    assert "mecharm270" in lerobot["lerobot.robots.config"].RobotConfig.get_known_choices()
+    assert "mjpeg_http" in lerobot["lerobot.cameras.configs"].CameraConfig.get_known_choices()
+    robot_cls = lerobot["lerobot_robot_mecharm"].Mecharm
+    cam_cls = lerobot["lerobot_camera_mecharm"].MjpegHttp
+    assert not robot_cls.__abstractmethods__ and not cam_cls.__abstractmethods__
+    assert robot_cls.name == "mecharm270"
+
+
+def test_a_camera_config_is_checked_as_lerobot_checks_it(
+    lerobot: dict[str, ModuleType], rig: SimRig, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="url must be http"):
+        _camera(lerobot, "file:///dev/video0")
+    with pytest.raises(ValueError, match="'fps' is required"):  # lerobot's robot config rule
+        _config(lerobot, rig, tmp_path, top=_camera(lerobot, rig.top_url, width=320, height=180))
+
+
+@pytest.mark.slow
+def test_the_robot_through_lerobot_s_factory_end_to_end(
+    lerobot: dict[str, ModuleType], rig: SimRig, tmp_path: Path
+) -> None:
+    errors = lerobot["lerobot.utils.errors"]
+    cfg = _config(
+        lerobot, rig, tmp_path, top=_camera(lerobot, rig.top_url, width=320, height=180, fps=10)
+    )
+    robot = lerobot["lerobot.robots.utils"].make_robot_from_config(cfg)
+    assert robot.observation_features == {
+        **dict.fromkeys(JOINTS, float),
+        "gripper.pos": float,
+        "top": (180, 320, 3),
+    }
+    assert robot.action_features == {**dict.fromkeys(JOINTS, float), "gripper.pos": float}
+    with pytest.raises(errors.DeviceNotConnectedError):
+        robot.get_observation()
+    robot.connect()
+    try:
+        with pytest.raises(errors.DeviceAlreadyConnectedError):
+            robot.connect()
+        obs = robot.get_observation()
+        assert set(obs) == {*JOINTS, "gripper.pos", "top"}
+        img = obs["top"]
+        assert img.shape == (180, 320, 3) and img.dtype == np.uint8
+        # RGB: against the same scene read as OpenCV's BGR by the project's own reader
+        with MjpegHttpCamera(rig.top_url) as direct:
+            bgr = cv2.resize(direct.read().image, (320, 180), interpolation=cv2.INTER_AREA)
+        flipped = np.abs(img[..., ::-1].astype(int) - bgr).mean()
+        assert flipped < np.abs(img.astype(int) - bgr).mean(), flipped
+        here = [obs[k] for k in JOINTS]
+        sent = robot.send_action({**dict(zip(JOINTS, [h + 30.0 for h in here[:1]] + here[1:], strict=True)),
+                                  "gripper.pos": 100.0})  # fmt: skip
+        assert abs(sent["j0.pos"] - here[0]) <= 4.0 + 0.011  # max_relative_target
+        assert sent["gripper.pos"] == 100.0
+        with pytest.raises(ValueError, match="lacks"):
+            robot.send_action({"j0.pos": 1.0})
+    finally:
+        robot.disconnect()
+    assert not robot.is_connected
+    with pytest.raises(errors.DeviceNotConnectedError):
+        robot.send_action(dict.fromkeys(JOINTS, 0.0))
+
+
+@pytest.mark.slow
+def test_the_camera_reads_the_next_frame_and_the_latest_without_waiting(
+    lerobot: dict[str, ModuleType], rig: SimRig
+) -> None:
+    cam = lerobot["lerobot.cameras.utils"].make_cameras_from_configs(
+        {"top": _camera(lerobot, rig.top_url, fps=10, color_mode="bgr")}
+    )["top"]
+    cam.connect()
+    try:
+        assert (cam.height, cam.width) == (1080, 1920)  # no size given: the stream's own
+        a = cam.async_read(timeout_ms=2000)
+        assert a.shape == (1080, 1920, 3)
+        assert cam.read_latest(max_age_ms=2000).shape == (1080, 1920, 3)
+        with pytest.raises(TimeoutError, match="old"):
+            cam.read_latest(max_age_ms=-1)  # every frame is older than that
+    finally:
+        cam.disconnect()
+    assert not cam.is_connected
