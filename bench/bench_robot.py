@@ -16,19 +16,31 @@ The ratio robot / baseline is what the safety layer and the sync facade cost.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import statistics
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench import Row, has
 from mecharm.common.config import load_settings
 from mecharm.common.logging import configure_logging
+from mecharm.daemon.backends.mycobot import MyCobotBackend
+from mecharm.daemon.server import run_server
 from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.robot import JOINT_KEYS, CameraSpec, MecharmRobot
+from mecharm.sim.arm import SimArm, SimArmConfig
+from mecharm.sim.firmware import FirmwareEmulator
 from mecharm.tools.simrig import start_sim_daemon
+
+#: the rate lerobot asks of a loop, and what holding it means (docs/lerobot-robot.md)
+RATE_HZ = 30.0
 
 __all__ = ["UNDER_LOAD", "rows", "run"]
 
@@ -66,6 +78,59 @@ def _robot_hz(settings: RuntimeSettings, n: int, camera: str | None) -> float:
         robot.disconnect()
 
 
+def _held(settings: RuntimeSettings, n: int) -> dict[str, float]:
+    """``n`` ticks on a fixed 30 Hz schedule (tick k due k/30 s after the start; a late tick
+    runs at once, the next is due on the schedule again): the periods between tick starts."""
+    robot = MecharmRobot(settings, max_step_deg=5.0)
+    robot.connect()
+    try:
+        robot.get_observation()
+        starts: list[float] = []
+        t0 = time.perf_counter()
+        for i in range(n):
+            due = t0 + i / RATE_HZ
+            time.sleep(max(0.0, due - time.perf_counter()))
+            starts.append(time.perf_counter())
+            robot.get_observation()
+            robot.send_action(dict(zip(JOINT_KEYS, _pose(i), strict=True)))
+    finally:
+        robot.disconnect()
+    periods = sorted((b - a) * 1000 for a, b in itertools.pairwise(starts))
+    return {
+        "median_ms": round(statistics.median(periods), 1),
+        "p99_ms": round(periods[min(len(periods) - 1, int(0.99 * len(periods)))], 1),
+        "held_hz": round((len(starts) - 1) / (starts[-1] - starts[0]), 1),
+    }
+
+
+@contextmanager
+def _emulated_daemon() -> Iterator[int]:
+    """The mycobot backend (real pymycobot) over the serial firmware emulator, in real time,
+    served on loopback from its own thread: the daemon as the Pi runs it, the arm emulated."""
+    cfg = SimArmConfig(time_scale=1.0, seed=5, initial_angles=(0.0, 0.0, 0.0, 0.0, 0.0, -30.0))
+    emu = FirmwareEmulator(SimArm(cfg))  # the firmware's default reply delays (~18 ms reads)
+    emu.start()
+    ready, stop, port = threading.Event(), threading.Event(), [0]
+
+    async def serve() -> None:
+        async with run_server(MyCobotBackend(emu.path, 1_000_000), "127.0.0.1", 0) as srv:
+            port[0] = srv.port
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+
+    t = threading.Thread(target=lambda: asyncio.run(serve()), name="bench-daemon", daemon=True)
+    t.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("the emulated daemon did not start")
+        yield port[0]
+    finally:
+        stop.set()
+        t.join(10)
+        emu.close()
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     configure_logging("warning")
     n = 60 if quick else 300
@@ -79,22 +144,54 @@ def run(quick: bool = False) -> dict[str, Any]:
             raw = asyncio.run(_raw_hz(sim.daemon_port, n))
             robot = _robot_hz(settings, n, None)
             with_cam = _robot_hz(settings, n, sim.top_url)
+            held_sim = _held(settings, n)
         finally:
             sim.daemon.stop()
+        with _emulated_daemon() as port:
+            emu_settings = settings.updated({"daemon.port": port})
+            raw_emu = asyncio.run(_raw_hz(port, n))
+            held_emu = _held(emu_settings, n)
     return {
         "ticks": n,
         "raw_read_send_hz": round(raw, 1),
         "robot_tick_hz": round(robot, 1),
         "robot_tick_with_top_camera_hz": round(with_cam, 1),
         "robot_vs_raw": round(robot / raw, 2),
+        **{f"held30_sim_{k}": v for k, v in held_sim.items()},
+        "raw_read_send_emulator_hz": round(raw_emu, 1),
+        **{f"held30_emulator_{k}": v for k, v in held_emu.items()},
     }
+
+
+def _held_rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(result key, what ran, the same run's baseline) of each held-rate row."""
+    sim = ("sim", "sim daemon in real time", f"raw read+send {r.get('raw_read_send_hz')} Hz")
+    emu = (
+        "emulator",
+        "pymycobot over the firmware emulator",
+        f"raw read+send {r.get('raw_read_send_emulator_hz')} Hz",
+    )
+    return [sim, emu]
 
 
 def rows(result: dict[str, Any]) -> list[Row]:
     r = result
     if not has(r, "robot_tick_hz", "raw_read_send_hz", "robot_vs_raw"):
         return []
+    held = [
+        Row(
+            "lerobot robot",
+            f"30 Hz held, get_observation + send_action, step bound on, {label}",
+            f"period median {r[f'held30_{key}_median_ms']} ms, p99 {r[f'held30_{key}_p99_ms']} ms "
+            f"({r[f'held30_{key}_held_hz']} Hz)",
+            "median ≤ 34 ms, p99 ≤ 50 ms",
+            base,
+        )
+        for key, label, base in _held_rows(r)
+        if has(r, f"held30_{key}_median_ms", f"held30_{key}_p99_ms")
+    ]
     return [
+        *held,
         Row(
             "lerobot robot",
             "ticks per second, get_observation + send_action through the safe arm "
@@ -103,5 +200,5 @@ def rows(result: dict[str, Any]) -> list[Row]:
             f"{r.get('robot_tick_with_top_camera_hz')} Hz (its 10 fps)",
             "≥ 30 Hz",
             f"raw get_angles + send_angles {r['raw_read_send_hz']} Hz",
-        )
+        ),
     ]
