@@ -71,5 +71,5 @@ clean:
 LEROBOT_PY = $(if $(LEROBOT_VENV),$(LEROBOT_VENV),$(ROOT)/.lerobot-venv)/bin/python
 robot-check:
 	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
-	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm -e ./plugins/lerobot_camera_mecharm
+	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm -e ./plugins/lerobot_camera_mecharm -e ./plugins/lerobot_teleoperator_mecharm
 	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.robot_check

@@ -3,7 +3,7 @@
 Run with the lerobot venv's Python, the project and the plugin installed in it:
 
     .lerobot-venv/bin/pip install -e . -e ./plugins/lerobot_robot_mecharm \
-        -e ./plugins/lerobot_camera_mecharm
+        -e ./plugins/lerobot_camera_mecharm -e ./plugins/lerobot_teleoperator_mecharm
     .lerobot-venv/bin/python -m mecharm_dev.robot_check [--ticks 60]
 
 Against a simulated daemon process (with a token) it checks, printing one line each and a
@@ -18,7 +18,11 @@ JSON summary at the end (exit 1 when one fails):
    features through ``hw_to_dataset_features``, frames through ``build_dataset_frame``),
    at the loop's measured rate;
 4. ``lerobot-replay`` (the real command line, ``--robot.type=mecharm270``) replays that
-   episode on the arm; afterwards the arm is where the episode's last action put it.
+   episode on the arm; afterwards the arm is within one bounded step of where the
+   episode's last action put it;
+5. ``lerobot-record`` with the scripted leader (``--teleop.type=mecharm_scripted``, the
+   third plugin) records 3 episodes that ``LeRobotDataset`` loads; ``mecharm export
+   verify``'s verdict on them is printed.
 """
 
 from __future__ import annotations
@@ -168,6 +172,43 @@ def main(argv: list[str] | None = None) -> int:
                 f"episode's last action" + ("" if r.returncode == 0 else f": {r.stderr[-800:]}"))  # fmt: skip
             summary["replay_s"] = round(took, 1)
             summary["replay_final_error_deg"] = round(err, 2)
+            rec_root = base / "rec"
+            cmd = [
+                str(Path(sys.executable).with_name("lerobot-record")),
+                "--robot.type=mecharm270", "--robot.id=check",
+                f"--robot.daemon_port={sim.daemon_port}", f"--robot.token_file={token}",
+                f"--robot.cameras={{top: {{type: mjpeg_http, url: {sim.top_url}, width: 320, "
+                "height: 180, fps: 10}}",
+                "--teleop.type=mecharm_scripted", "--teleop.id=script", "--teleop.period_s=4",
+                "--dataset.repo_id=local/mecharm_teleop", f"--dataset.root={rec_root}",
+                "--dataset.single_task=follow the scripted leader", "--dataset.fps=10",
+                "--dataset.num_episodes=3", "--dataset.episode_time_s=4",
+                "--dataset.reset_time_s=1", "--dataset.push_to_hub=false",
+                "--display_data=false", "--play_sounds=false",
+            ]  # fmt: skip
+            t0 = time.perf_counter()
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            took = time.perf_counter() - t0
+            episodes, frames, names = 0, 0, []
+            if r.returncode == 0:
+                rec = LeRobotDataset("local/mecharm_teleop", root=rec_root)
+                episodes, frames = rec.meta.total_episodes, rec.meta.total_frames
+                names = rec.meta.features["action"]["names"]
+            say("teleop_recorded", r.returncode == 0 and episodes == 3,
+                f"lerobot-record with the scripted leader: exit {r.returncode} in {took:.0f} s, "
+                f"{episodes} episodes, {frames} frames, action names {names}"
+                + ("" if r.returncode == 0 else f": {r.stderr[-1200:]}"))  # fmt: skip
+            summary["teleop_record_s"] = round(took, 1)
+            if r.returncode == 0:
+                v = subprocess.run(
+                    [sys.executable, "-m", "mecharm.tools.cli", "export", "verify", str(rec_root)],
+                    capture_output=True, text=True, timeout=300,
+                )  # fmt: skip
+                summary["teleop_verify"] = {
+                    "exit": v.returncode,
+                    "out": (v.stdout + v.stderr)[-1500:],
+                }
+                print(f"INFO mecharm export verify on it: exit {v.returncode}", flush=True)
         finally:
             sim.daemon.stop()
     print(json.dumps(summary, indent=2))

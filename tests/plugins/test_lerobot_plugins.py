@@ -25,25 +25,25 @@ PATHS = [
     Path(__file__).parent / "fake_lerobot",
     ROOT / "plugins" / "lerobot_robot_mecharm",
     ROOT / "plugins" / "lerobot_camera_mecharm",
+    ROOT / "plugins" / "lerobot_teleoperator_mecharm",
 ]
-OURS = ("lerobot", "lerobot_robot_mecharm", "lerobot_camera_mecharm")
+PLUGINS = ("lerobot_robot_mecharm", "lerobot_camera_mecharm", "lerobot_teleoperator_mecharm")
+OURS = ("lerobot", *PLUGINS)
 TOKEN = "plugin-test-token-0123456789abcdef"
 JOINTS = [f"j{i}.pos" for i in range(6)]
 
 
 @pytest.fixture(scope="module")
 def lerobot() -> Iterator[dict[str, ModuleType]]:
-    """The stand-in and both plugins importable for this module only (nothing else in the
+    """The stand-in and the three plugins importable for this module only (nothing else in the
     worker sees a ``lerobot``), imported as register_third_party_plugins() imports them."""
     saved = list(sys.path)
     sys.path[:0] = [str(p) for p in PATHS]
     try:
-        mods = {
-            name: importlib.import_module(name)
-            for name in ("lerobot_robot_mecharm", "lerobot_camera_mecharm")
-        }
+        mods = {name: importlib.import_module(name) for name in PLUGINS}
         for name in ("lerobot.robots.config", "lerobot.robots.utils", "lerobot.cameras.configs",
-                     "lerobot.cameras.utils", "lerobot.utils.errors"):  # fmt: skip
+                     "lerobot.cameras.utils", "lerobot.utils.errors",
+                     "lerobot.teleoperators.config", "lerobot.teleoperators.utils"):  # fmt: skip
             mods[name] = importlib.import_module(name)
         yield mods
     finally:
@@ -85,6 +85,33 @@ def test_both_plugins_register_under_their_names(lerobot: dict[str, ModuleType])
     cam_cls = lerobot["lerobot_camera_mecharm"].MjpegHttp
     assert not robot_cls.__abstractmethods__ and not cam_cls.__abstractmethods__
     assert robot_cls.name == "mecharm270"
+    tele = lerobot["lerobot.teleoperators.config"].TeleoperatorConfig
+    assert "mecharm_scripted" in tele.get_known_choices()
+    assert not lerobot["lerobot_teleoperator_mecharm"].MecharmScripted.__abstractmethods__
+
+
+def test_the_scripted_leader_follows_its_path_and_speaks_the_robot_s_features(
+    lerobot: dict[str, ModuleType], tmp_path: Path
+) -> None:
+    mod = lerobot["lerobot_teleoperator_mecharm"]
+    cfg = lerobot["lerobot.teleoperators.config"].TeleoperatorConfig.get_choice_class(
+        "mecharm_scripted"
+    )(id="s", calibration_dir=tmp_path, period_s=4.0)
+    leader = lerobot["lerobot.teleoperators.utils"].make_teleoperator_from_config(cfg)
+    assert leader.action_features == {**dict.fromkeys(JOINTS, float), "gripper.pos": float}
+    errors = lerobot["lerobot.utils.errors"]
+    with pytest.raises(errors.DeviceNotConnectedError):
+        leader.get_action()
+    leader.connect()
+    a = leader.get_action()
+    assert set(a) == {*JOINTS, "gripper.pos"} and abs(a["j0.pos"]) < 2.0  # it starts at HOME
+    leader.disconnect()
+    path = mod.scripted.path_at
+    assert path(0.0)["j5.pos"] == -30.0 and path(1.0) == path(0.0)  # a closed loop
+    assert path(0.30)["j0.pos"] == pytest.approx(25.0) and path(0.60)["gripper.pos"] == 30.0
+    assert path(0.15)["j0.pos"] == pytest.approx(12.5)  # halfway between two waypoints
+    with pytest.raises(ValueError, match="period_s"):
+        type(cfg)(period_s=0.1)
 
 
 def test_a_camera_config_is_checked_as_lerobot_checks_it(
