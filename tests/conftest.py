@@ -216,3 +216,40 @@ def anyio_backend() -> str:
     """Async tests run under anyio's pytest plugin (``@pytest.mark.anyio``), on asyncio:
     the loop the product's ``anyio.run`` uses (docs/concurrency.md)."""
     return "asyncio"
+
+
+#: The files that take longest (wall seconds beside the other workers, the testcpu plugin's
+#: table in docs/testing.md), run first. ``--dist loadfile`` hands out whole files in
+#: collection order as workers free up; collected alphabetically, the root's test_setup.py
+#: (~80 s) and tools/test_view.py came last and ran alone while the other workers idled.
+#: Longest first is the classic fix for that tail (docs/testing.md, "Order").
+HEAVY_FIRST: tuple[str, ...] = (
+    "tests/runtime/test_release.py",
+    "tests/chaos/test_faults_e2e.py",
+    "tests/chaos/test_disk_full_processes.py",
+    "tests/runtime/test_e2e.py",
+    "tests/test_setup.py",
+    "tests/tools/test_view.py",
+    "tests/chaos/test_recorder_kill.py",
+    "tests/runtime/test_pick_servo.py",
+    "tests/chaos/test_daemon_slot.py",
+    "tests/chaos/test_storage_faults.py",
+    "tests/runtime/test_console.py",
+    "tests/chaos/test_runtime_kill.py",
+    "tests/lookup/test_equivalence.py",
+    "tests/tools/test_successcheck.py",
+    "tests/chaos/test_power_loss.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heavy files first, in ``HEAVY_FIRST``'s order; every other file keeps its place. A
+    stable sort of whole files: each worker collects the same order, as xdist requires."""
+    rank = {path: i for i, path in enumerate(HEAVY_FIRST)}
+    root = Path(str(config.rootpath))
+
+    def key(item: pytest.Item) -> int:
+        rel = Path(str(item.path)).relative_to(root).as_posix()
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)
