@@ -67,6 +67,9 @@ __all__ = [
 
 log = get_logger("mecharm.runtime.robot")
 
+#: trace lines a session keeps in memory (a tick writes two or three; the file has them all)
+TRACE_LINES_KEPT = 1000
+
 #: the joint features, lerobot's ``<motor>.pos`` naming with the project's joint names
 JOINT_KEYS: tuple[str, ...] = tuple(f"j{i}.pos" for i in range(6))
 GRIPPER_KEY = "gripper.pos"
@@ -196,7 +199,8 @@ class MecharmRobot:
             s,
             DaemonArm(client, clock, s.arm.j1_max, envelope),
             clock,
-            TraceWriter(self.trace_path),
+            # hours at 30 Hz: the file keeps every step, memory only the last ones
+            TraceWriter(self.trace_path, keep_lines=TRACE_LINES_KEPT),
             RecorderLink(None, off_reason="recorder off: lerobot robot"),
             where=lambda: "lerobot",
         )

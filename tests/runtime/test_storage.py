@@ -51,6 +51,28 @@ def test_recover_appends_only_the_lines_the_file_is_missing(tmp_path: Path) -> N
     assert path.read_text().endswith("\n")
 
 
+def test_a_long_session_keeps_only_its_tail_in_memory_and_every_line_on_disk(
+    tmp_path: Path,
+) -> None:
+    # the LeRobot robot writes two or three lines a tick for hours (docs/lerobot-robot.md)
+    path = tmp_path / "t.jsonl"
+    trace = TraceWriter(path, keep_lines=10)
+    for k in range(100):
+        trace.decision("stream_step", k)
+    assert len(trace.lines) == 10 and trace.lines[0]["seq"] == 91 and trace.pending == 0
+    assert [ln["seq"] for ln in read_trace(path)] == list(range(1, 101))
+    # lines not yet on disk are never forgotten: recover() still needs them
+    trace._fail("No space left on device (ENOSPC) writing the trace")
+    for k in range(30):
+        trace.decision("stream_step", 100 + k)
+    assert trace.pending == 30 and len(trace.lines) == 40
+    assert trace.recover() == 30 and [ln["seq"] for ln in read_trace(path)][-1] == 130
+    memory = TraceWriter(None, keep_lines=5)  # no file: the tail only
+    for k in range(12):
+        memory.input("n", k)
+    assert [ln["seq"] for ln in memory.lines] == [8, 9, 10, 11, 12]
+
+
 def test_recover_rewrites_a_trace_the_new_disk_does_not_have(tmp_path: Path) -> None:
     path = tmp_path / "run" / "t.jsonl"
     path.parent.mkdir()

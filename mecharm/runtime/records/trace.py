@@ -87,8 +87,12 @@ class TraceWriter:
         path: Path | None,
         guard: DataRootGuard | None = None,
         on_line: Callable[[dict[str, Any]], None] | None = None,
+        keep_lines: int | None = None,
     ) -> None:
         self.path = path
+        #: at most this many lines stay in memory once written (None: all, as a trial keeps
+        #: them for its records); a session of hours (the LeRobot robot) keeps its tail only
+        self.keep_lines = keep_lines
         #: told every line once written (the operator's console); its failure is only logged
         self.on_line = on_line
         self.guard = guard
@@ -118,6 +122,8 @@ class TraceWriter:
         }
         self.lines.append(line)
         self._persist()
+        if self.keep_lines is not None:
+            self._trim(self.keep_lines)
         if self.on_line is not None:
             try:
                 self.on_line(line)
@@ -136,6 +142,15 @@ class TraceWriter:
             self._fail(describe_os_error(exc, "writing the trace"))
             return
         self.written = len(self.lines)
+
+    def _trim(self, keep: int) -> None:
+        """Forget the oldest lines beyond ``keep``: only lines already on disk when there is
+        a file (``recover`` needs the others), any when there is none."""
+        excess = (self.written if self.path is not None else len(self.lines)) - keep
+        if excess > 0:
+            del self.lines[:excess]
+            if self.path is not None:
+                self.written -= excess
 
     def _fail(self, reason: str) -> None:
         """Stop writing; every line stays in memory for ``recover``."""
