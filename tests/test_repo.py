@@ -215,17 +215,3 @@ def test_the_docs_name_only_files_modules_and_names_that_exist() -> None:
             else:
                 bad.append(f"{doc.name}: {dotted}: no such module")
     assert not bad, "\n".join(bad)
-
-
-def test_the_heavy_first_files_exist() -> None:
-    """tests/conftest.py's HEAVY_FIRST names files that are there: a renamed file would
-    silently drop out of the order (docs/testing.md, "Order")."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("suite_conftest", ROOT / "tests" / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    missing = [p for p in mod.HEAVY_FIRST if not (ROOT / p).is_file()]
-    assert not missing, f"tests/conftest.py HEAVY_FIRST names files that are gone: {missing}"
-    assert len(set(mod.HEAVY_FIRST)) == len(mod.HEAVY_FIRST)
