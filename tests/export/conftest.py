@@ -260,13 +260,23 @@ def add_ledger_row(
 
 
 def add_runlog(
-    root: Path, run_stem: str, *, rig_id: str | None = None, judge: str = "geometric"
+    root: Path,
+    run_stem: str,
+    *,
+    rig_id: str | None = None,
+    judge: str = "geometric",
+    time_scale: float | None = None,
 ) -> Path:
     """The trial's run log as the runtime builds it (a trial line with its constants, one
-    judgement), plus ``rig_id`` when given (the key runtimes from issue 15 on write)."""
+    judgement), plus ``rig_id`` when given (the key runtimes from issue 15 on write). The
+    constants are in the flat layout from before the settings' groups unless ``time_scale``
+    is given: then nested, as today's runtime writes them."""
+    constants: dict[str, object] = {"judge": judge}
+    if time_scale is not None:
+        constants = {"judge": {"by": judge}, "time_scale": time_scale}
     lines = [
         {"event": "trial", "ts": T0, "run_stem": run_stem, "dry_run": False, "scene_seed": 1,
-         "constants": {"judge": judge}},
+         "constants": constants},
         {"event": "input", "kind": "place_verdict", "stage": "retreat_and_judge",
          "value": {"verdict": "yes", "confidence": 0.9, "reason": "inside", "judge": judge}},
         {"event": "result", "status": "completed", "reason": ""},

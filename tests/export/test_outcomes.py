@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from structlog.testing import capture_logs
 
 from mecharm.tools.cli import main
 from mecharm.tools.export import layout as L
@@ -289,3 +290,29 @@ def test_run_log_rig_id_outside_the_rule_falls_back(
     export_lerobot(data_root, out, SETTINGS.model_copy(update={"rig_id": "arm-7"}))
     eps = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     assert eps[0]["mecharm/rig_id"] == "arm-7"
+
+
+def test_each_episode_states_the_time_scale_it_was_recorded_at(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """A trial of the simulated rig at 5x real time has the arm's path, not its timing: the
+    manifest's episode says at what pace it was recorded and the export warns (a trial whose
+    run log predates the key: unknown, None)."""
+    _mixed_root(recs, data_root)
+    recs.runlog(data_root, recs.stem(0), judge="vlm", time_scale=5.0)
+    recs.runlog(data_root, recs.stem(1), time_scale=1.0)
+    recs.runlog(data_root, recs.stem(2))  # flat constants, no time scale
+    out = tmp_path / "ds"
+    with capture_logs() as logs:
+        export_lerobot(data_root, out, SETTINGS.model_copy(update={"select": "recorded"}))
+    manifest = json.loads((out / L.MANIFEST_PATH).read_text())
+    scales = {e["run_stem"]: e["time_scale"] for e in manifest["episodes"]}
+    assert scales[recs.stem(0)] == 5.0 and scales[recs.stem(1)] == 1.0
+    assert scales[recs.stem(2)] is None
+    judges = {e["run_stem"]: e["judge"] for e in manifest["episodes"]}
+    assert judges[recs.stem(0)] == "vlm"  # read from the nested constants
+    warned = [e for e in logs if e["event"] == "export_time_scaled"]
+    assert [e["run_stem"] for e in warned] == [recs.stem(0)] and "5x real time" in warned[0][
+        "reason"
+    ]
+    assert verify_dataset(out).ok

@@ -302,6 +302,9 @@ def _export(
                         **dict(prep.info.verdicts),
                         "judge": prep.info.judge,
                         "success": prep.info.success,
+                        # the dataset's frames are at the recording's pace: a trial at 5x
+                        # real time moved the arm 5x faster than the real arm would
+                        "time_scale": prep.info.time_scale,
                         "recording_status": prep.rec.meta.status,
                         "recording_path": prep.rec.path.relative_to(root.resolve()).as_posix()
                         if prep.rec.path.is_relative_to(root.resolve())
@@ -323,6 +326,16 @@ def _export(
                     success=prep.info.success,
                     frames=len(prep.ep),
                 )
+                scale = prep.info.time_scale
+                if scale is not None and scale > 1.0:
+                    log.warning(
+                        "export_time_scaled",
+                        run_stem=prep.rec.run_stem,
+                        time_scale=scale,
+                        reason=f"recorded at {scale:g}x real time (the simulated rig): the "
+                        "arm's path, not its timing; the manifest's episode says so "
+                        "(docs/lerobot.md)",
+                    )
         writer.close()
     except BaseException as exc:
         writer.abort()

@@ -43,6 +43,9 @@ class EpisodeInfo:
     recording_status: str
     #: a success by the task's rule (pick_place: both verdicts yes; ``--select success``)
     success: bool
+    #: the trial's time scale from its run log (the daemon's; 1.0 real time, None unknown):
+    #: a trial recorded faster than real time has the arm's path but not its timing
+    time_scale: float | None = None
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -69,7 +72,8 @@ def default_rig_id(root: Path, setting: str) -> str:
 
 
 def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[str, str]:
-    """``rig_id`` and ``judge`` from the trial's run log, each only when the log has it.
+    """``rig_id``, ``judge`` and ``time_scale`` from the trial's run log, each only when the
+    log has it.
 
     The judge is the run log's top-level ``judge`` if any, else the judge setting the trial
     ran with (``constants.judge.by``), else the judge of its last judgement. A missing run log
@@ -102,6 +106,9 @@ def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[s
     judgements = (
         [j for j in judgements if isinstance(j, dict)] if isinstance(judgements, list) else []
     )
+    scale = recorded_constant(constants, "time_scale")
+    if isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0:
+        out["time_scale"] = repr(float(scale))
     for judge in (
         doc.get("judge"),
         recorded_constant(constants, "judge.by"),
@@ -131,6 +138,7 @@ def episode_info(
         judge=fields.get("judge", ""),
         recording_status=recording_status,
         success=records.succeeded(row),
+        time_scale=float(fields["time_scale"]) if "time_scale" in fields else None,
     )
 
 
