@@ -201,7 +201,9 @@ def _export_best(root: Path, tmp: Path, runs: int) -> dict[str, tuple[float, flo
     best: dict[str, tuple[float, float, Path]] = {}
     for i in range(runs):
         for name, overrides in _VARIANTS.items():
-            settings = load_settings(ExportSettings, None, {"progress": False, **overrides})
+            settings = load_settings(
+                ExportSettings, None, {"progress": False, "allow_time_scaled": True, **overrides}
+            )
             out = tmp / f"{name}{i}"
             c0, t0 = _cpu_s(), time.perf_counter()
             rep = export_lerobot(root, out, settings)

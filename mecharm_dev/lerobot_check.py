@@ -793,6 +793,7 @@ def export(
         "mecharm.tools.cli",
         "export",
         "lerobot",
+        "--allow-time-scaled",  # the demo runs the simulated rig at 5x (docs/lerobot.md)
         "--root",
         str(root),
         "--out",

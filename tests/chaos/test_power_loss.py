@@ -101,7 +101,8 @@ def test_power_loss_of_all_three_mid_trial_is_on_the_books_after_the_restart(
         assert stem in page.read_text()
         capsys.readouterr()
         argv = ["export", "lerobot", "--root", str(root), "--out", str(tmp_path / "ds"),
-                "--no-progress", "--select", "all", "--include-crashed", "--cameras", "side"]  # fmt: skip
+                "--no-progress", "--select", "all", "--include-crashed", "--cameras", "side",
+                "--allow-time-scaled"]  # fmt: skip
         assert mecharm_main(argv) == 0, capsys.readouterr().err
         exported = capsys.readouterr().out
         assert f"exported {stem} as episode" in exported, exported

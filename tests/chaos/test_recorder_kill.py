@@ -191,7 +191,11 @@ def test_recorder_sigkill_under_load_every_recording_is_accounted_for(tmp_path: 
     # the exporter takes every killed trial with the flag (the rows their frames cover), none without
     # (the recorder alone records no top camera: a side-only dataset)
     settings = ExportSettings(
-        progress=False, select="recorded", cameras=["side"], allow_synthetic=True
+        progress=False,
+        select="recorded",
+        cameras=["side"],
+        allow_synthetic=True,
+        allow_time_scaled=True,  # trials of the simulated rig at time scale 20
     )  # a test card: asked for by name
     rep = export_lerobot(root, tmp_path / "none", settings, dry_run=True)
     assert not rep.exported and len(rep.skipped) == KILLS

@@ -155,7 +155,8 @@ def test_a_killed_trial_is_on_the_books_after_the_restart(
         # its top video ends at the kill, the side video at the hand-over: side only
         ds = tmp_path / "ds"
         argv = ["export", "lerobot", "--root", str(root), "--out", str(ds), "--no-progress",
-                "--select", "all", "--include-crashed", "--cameras", "side"]  # fmt: skip
+                "--select", "all", "--include-crashed", "--cameras", "side",
+                "--allow-time-scaled"]  # fmt: skip
         assert mecharm_main(argv) == 0, capsys.readouterr().err
         exported = capsys.readouterr().out
         assert f"exported {cut[0]} as episode" in exported, exported

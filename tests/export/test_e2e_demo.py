@@ -61,7 +61,11 @@ def test_demo_trials_export_with_both_cameras_and_their_outcomes(
 
     out = tmp_path / "ds"
     rep = export_lerobot(
-        demo_root, out, ExportSettings(select="recorded", progress=False, rig_id="demo-rig")
+        demo_root,
+        out,
+        ExportSettings(
+            select="recorded", progress=False, rig_id="demo-rig", allow_time_scaled=True
+        ),
     )
     # the exporter's own rule refuses a trial whose top camera stalled (every row needs a top
     # frame within 0.5 s): the suite's loaded machine can starve the simulated camera, so a

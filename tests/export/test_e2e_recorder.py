@@ -112,7 +112,7 @@ async def test_recorded_trial_exports_and_verifies(tmp_path: Path) -> None:
     refused = await asyncio.to_thread(export_lerobot, root, out, settings, dry_run=True)
     assert [r.run_stem for r in refused.refused] == [STEM]
     assert "synthetic test card" in refused.refused[0].reason
-    settings = settings.model_copy(update={"allow_synthetic": True})
+    settings = settings.model_copy(update={"allow_synthetic": True, "allow_time_scaled": True})
     rep = await asyncio.to_thread(export_lerobot, root, out, settings)
     assert not rep.refused, rep.refused
     assert [e.run_stem for e in rep.exported] == [STEM]

@@ -295,16 +295,29 @@ def test_run_log_rig_id_outside_the_rule_falls_back(
 def test_each_episode_states_the_time_scale_it_was_recorded_at(
     recs: Any, data_root: Path, tmp_path: Path
 ) -> None:
-    """A trial of the simulated rig at 5x real time has the arm's path, not its timing: the
-    manifest's episode says at what pace it was recorded and the export warns (a trial whose
-    run log predates the key: unknown, None)."""
+    """A trial of the simulated rig at 5x real time has the arm's path, not its timing: it is
+    refused unless asked for; asked for, the manifest's episode says at what pace it was
+    recorded and the export warns (a trial whose run log predates the key: unknown, None)."""
     _mixed_root(recs, data_root)
     recs.runlog(data_root, recs.stem(0), judge="vlm", time_scale=5.0)
     recs.runlog(data_root, recs.stem(1), time_scale=1.0)
     recs.runlog(data_root, recs.stem(2))  # flat constants, no time scale
     out = tmp_path / "ds"
+    # by default the 5x trial is refused, naming why and the flag; the others go out
+    rep = export_lerobot(
+        data_root, tmp_path / "plain", SETTINGS.model_copy(update={"select": "recorded"})
+    )
+    assert [(r.run_stem, r.reason) for r in rep.refused if "real time" in r.reason] == [
+        (recs.stem(0), "recorded at 5x real time (the simulated rig's time scale): its rows have "
+                       "the arm's path, not its timing; pass --allow-time-scaled to export it anyway")
+    ]  # fmt: skip
+    assert recs.stem(0) not in {e.run_stem for e in rep.exported} and len(rep.exported) == 3
     with capture_logs() as logs:
-        export_lerobot(data_root, out, SETTINGS.model_copy(update={"select": "recorded"}))
+        export_lerobot(
+            data_root,
+            out,
+            SETTINGS.model_copy(update={"select": "recorded", "allow_time_scaled": True}),
+        )
     manifest = json.loads((out / L.MANIFEST_PATH).read_text())
     scales = {e["run_stem"]: e["time_scale"] for e in manifest["episodes"]}
     assert scales[recs.stem(0)] == 5.0 and scales[recs.stem(1)] == 1.0

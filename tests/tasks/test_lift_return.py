@@ -122,6 +122,7 @@ def _exported_and_reported(root: Path, out: Path, t: TrialSummary) -> None:
         trials_of="lift_return",
         progress=False,
         allow_synthetic=True,  # the test card above
+        allow_time_scaled=True,  # the simulated rig at its time scale
     )
     rep = export_lerobot(root, out, settings)
     assert [e.run_stem for e in rep.exported] == [t.run_stem] and rep.exported[0].success
@@ -136,7 +137,9 @@ def _exported_and_reported(root: Path, out: Path, t: TrialSummary) -> None:
     assert row["tasks"] == ["lift the red block and put it back where it was"]
     # a pick-and-place export of the same dataset folder is refused: other columns
     with pytest.raises(DatasetError, match="holds trials of task lift_return"):
-        export_lerobot(root, out, ExportSettings(progress=False, allow_synthetic=True))
+        export_lerobot(
+            root, out, ExportSettings(progress=False, allow_synthetic=True, allow_time_scaled=True)
+        )
     assert report_cli.run(root, task="lift_return") == 0
     page = DataRoot(root, "lift_return").report.read_text(encoding="utf-8")
     assert (

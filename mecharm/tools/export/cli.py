@@ -60,6 +60,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "trials_of": args.trials_of,
                 "include_crashed": True if args.include_crashed else None,
                 "allow_synthetic": True if args.allow_synthetic else None,
+                "allow_time_scaled": True if args.allow_time_scaled else None,
                 "cameras": args.cameras,
                 "top_width": args.top_width,
                 "rig_id": args.rig_id,
@@ -163,6 +164,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also export recordings whose side camera was a synthetic test card "
         "(mecharm-recorder --camera synthetic); refused by default",
+    )
+    lr.add_argument(
+        "--allow-time-scaled",
+        action="store_true",
+        help="also export trials recorded faster than real time (the simulated rig's time "
+        "scale, e.g. make run's 5x); refused by default: the arm's path, not its timing",
     )
     lr.add_argument(
         "--cameras",

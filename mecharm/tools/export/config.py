@@ -48,6 +48,10 @@ class ExportSettings(RigSettings):
     #: also export recordings of a generated test card (``mecharm-recorder --camera
     #: synthetic``): refused by default, they are no demonstration (docs/lerobot.md)
     allow_synthetic: bool = False
+    #: also export trials recorded faster than real time (a simulated rig's time scale above
+    #: 1, its run log says): refused by default, their rows have the arm's path but not its
+    #: timing (docs/lerobot.md, "The pace of a recording")
+    allow_time_scaled: bool = False
     #: rig id of trials whose run log names none (recorded before the runtime wrote it);
     #: "" = the data root folder's name (made a valid rig id: mecharm/common/rigid.py).
     #: Episodes are identified by (rig id, run stem), so

@@ -216,6 +216,17 @@ def _export(
                 )
             )
             continue
+        scale = info.time_scale
+        if scale is not None and scale > 1.0 and not settings.allow_time_scaled:
+            report.refused.append(
+                Skipped(
+                    cand.run_stem,
+                    f"recorded at {scale:g}x real time (the simulated rig's time scale): its "
+                    "rows have the arm's path, not its timing; pass --allow-time-scaled to "
+                    "export it anyway",
+                )
+            )
+            continue
         if sums:
             sums_of[cand.run_stem] = sums
         new.append((cand, info))
