@@ -27,6 +27,7 @@ __all__ = [
     "ReleaseView",
     "SceneObservation",
     "Sent",
+    "StillClock",
     "TipObservation",
     "VerdictObservation",
 ]
@@ -334,3 +335,17 @@ class RealClock:
     async def sleep(self, seconds: float) -> None:
         if seconds > 0:
             await anyio.sleep(seconds)
+
+
+class StillClock:
+    """Replay time: ``now`` and ``wall`` stand still and sleeps return at once, so decisions
+    rest only on the times the arm port's recorded readings and sends carry."""
+
+    def now(self) -> float:
+        return 0.0
+
+    def wall(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        return None

@@ -94,17 +94,3 @@ class TrueStateEyes:
 
     async def close(self) -> None:
         pass
-
-
-class StillClock:
-    """Replay-like time for a test: ``now`` and ``wall`` stand still and sleeps return at
-    once, so decisions rest only on the times the arm port's readings and sends carry."""
-
-    def now(self) -> float:
-        return 0.0
-
-    def wall(self) -> float:
-        return 0.0
-
-    async def sleep(self, seconds: float) -> None:
-        return None

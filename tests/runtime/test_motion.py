@@ -17,10 +17,9 @@ from mecharm.runtime.motion import (
     arrival_timeout,
     send_and_wait,
 )
-from mecharm.runtime.ports import Reading, RealClock, Sent
+from mecharm.runtime.ports import Reading, RealClock, Sent, StillClock
 
 from .conftest import TIME_SCALE, SimDaemon
-from .stand_ins import StillClock
 
 POLICY = MotionPolicy(time_scale=TIME_SCALE)
 TARGET = (-31.9, 60.0, -38.3, 18.6, -45.1, -30.0)

@@ -23,6 +23,7 @@ from mecharm.runtime.ports import (
     ReleaseView,
     SceneObservation,
     Sent,
+    StillClock,
     TipObservation,
     VerdictObservation,
 )
@@ -31,7 +32,7 @@ from mecharm.runtime.records.trace import DECISION_EVENTS, TraceWriter, read_tra
 from mecharm.runtime.trial import Rig, run_trial
 
 from .conftest import TIME_SCALE, SimDaemon
-from .stand_ins import StillClock, TrueStateEyes
+from .stand_ins import TrueStateEyes
 
 
 class _Inputs:

@@ -36,6 +36,7 @@ from mecharm.runtime.lookup.table import FkTable
 from mecharm.runtime.memories import CorrectionMemory, HeightMemory
 from mecharm.runtime.pick_place import TASK as PICK_PLACE
 from mecharm.runtime.pick_place import TrialContext
+from mecharm.runtime.ports import StillClock
 from mecharm.runtime.tasks import get_task
 from mecharm.runtime.trial import Rig, exit_path
 from mecharm.tools.replay.compare import DecisionDiff, decisions_of, diff_decisions
@@ -50,19 +51,6 @@ from mecharm.tools.replay.feed import (
 from mecharm.tools.replay.tracefile import Recorded, RecordedInput
 
 __all__ = ["ReplayResult", "replay", "replay_settings"]
-
-
-class _NoClock:
-    """Replay time: sleeps return at once; decisions only use the recorded readings' times."""
-
-    def now(self) -> float:
-        return 0.0
-
-    def wall(self) -> float:
-        return 0.0
-
-    async def sleep(self, seconds: float) -> None:
-        return None
 
 
 _NOWHERE = Path(
@@ -200,7 +188,7 @@ async def replay(
     force = asyncio.Event()
     feed = ReplayFeed(recorded, trace, force)
     arm, eyes, link = ReplayArm(feed), ReplayEyes(feed), ReplayLink(feed)
-    clock = _NoClock()
+    clock = StillClock()
     corrections, heights = _memories(recorded)
     ctx = TrialContext(
         settings=settings, arm=arm, eyes=eyes, recorder=link, clock=clock, trace=trace,
