@@ -81,12 +81,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="robot_check_") as tmp:
         base = Path(tmp)
-        token = base / "daemon.token"
-        token.write_text(TOKEN + "\n")
-        token.chmod(0o600)
-        sim = start_sim_daemon(
-            base / "logs", time_scale=1.0, extra_args=["--token-file", str(token)]
-        )
+        sim = start_sim_daemon(base / "logs", time_scale=1.0, token=TOKEN)
+        assert sim.token_file is not None
+        token = sim.token_file
         try:
             register_third_party_plugins()
             known = RobotConfig.get_known_choices()

@@ -360,14 +360,8 @@ async def _measure(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     from mecharm.tools.simrig import start_sim_daemon
 
     figures: dict[str, Any] = {}
-    token_file = log_dir / "token"
-    token_file.write_text("slotcheck-token-0123456789\n")
-    token_file.chmod(0o600)
     rig = start_sim_daemon(
-        log_dir / "with-token",
-        scene=None,
-        time_scale=20,
-        extra_args=["--token-file", str(token_file)],
+        log_dir / "with-token", scene=None, time_scale=20, token="slotcheck-token-0123456789"
     )
     try:
         for kind in ("idle", "drip", "reconnect", "wrong_token"):

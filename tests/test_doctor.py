@@ -43,13 +43,12 @@ class Rig:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Iterator[Rig]:
     base = tmp_path_factory.mktemp("doctor")
-    token = base / "daemon.token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
     root, other = base / "root", base / "other_root"
     root.mkdir()
     other.mkdir()
-    sim = start_sim_daemon(base / "logs", time_scale=20, extra_args=["--token-file", str(token)])
+    sim = start_sim_daemon(base / "logs", time_scale=20, token=TOKEN)
+    assert sim.token_file is not None
+    token = sim.token_file
     recorder, port = start_recorder(base / "logs", root, "synthetic?fps=15&w=320&h=240")
     config = base / "runtime.yaml"
     config.write_text(

@@ -112,6 +112,8 @@ class SimRig:
     daemon: Child
     daemon_port: int
     camera_port: int
+    #: the daemon's token file, when it was started with a token
+    token_file: Path | None = None
 
     @property
     def top_url(self) -> str:
@@ -150,10 +152,20 @@ def start_sim_daemon(
     scene: str | None = "random",
     timeout: float = 60.0,
     extra_args: Sequence[str] = (),
+    token: str | None = None,
 ) -> SimRig:
     """``mecharm-daemon --backend sim --scene random`` on free ports; returns once both the arm
     port and the cameras answer. ``scene=None``: the arm alone (no workcell, no cameras).
-    ``extra_args``: more daemon flags (``--token-file F``, ``--idle-timeout S``, ...)."""
+    ``token``: the daemon requires it, from ``{log_dir}/daemon.token`` (0600, as the daemon
+    demands of a token file; ``SimRig.token_file``). ``extra_args``: more daemon flags
+    (``--idle-timeout S``, ...)."""
+    token_file: Path | None = None
+    if token is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        token_file = log_dir / "daemon.token"
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        extra_args = ["--token-file", str(token_file), *extra_args]
     port, cam = free_port(), free_port()
     child = _spawn(
         "daemon",
@@ -189,7 +201,7 @@ def start_sim_daemon(
     if scene is not None:
         _wait(cam_up, child, timeout, "the cameras")
     _wait(tcp_up, child, timeout, "the arm port")
-    return SimRig(child, port, cam)
+    return SimRig(child, port, cam, token_file)
 
 
 def start_recorder(

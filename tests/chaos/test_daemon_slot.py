@@ -30,12 +30,8 @@ FLOOD_S = 20.0
 
 @pytest.fixture(scope="module")
 def token_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimRig]:
-    d = tmp_path_factory.mktemp("slot_token")
-    tok = d / "token"
-    tok.write_text(TOKEN + "\n")
-    tok.chmod(0o600)
     rig = start_sim_daemon(
-        d / "logs", scene=None, time_scale=20, extra_args=["--token-file", str(tok)]
+        tmp_path_factory.mktemp("slot_token") / "logs", scene=None, time_scale=20, token=TOKEN
     )  # the daemon's default auth timeout (2 s) and idle timeout (10 s)
     yield rig
     rig.daemon.stop()

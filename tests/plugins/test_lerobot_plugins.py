@@ -54,12 +54,7 @@ def lerobot() -> Iterator[dict[str, ModuleType]]:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimRig]:
-    base = tmp_path_factory.mktemp("plugins")
-    token = base / "daemon.token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
-    sim = start_sim_daemon(base / "logs", time_scale=20, extra_args=["--token-file", str(token)])
-    sim.token = token  # type: ignore[attr-defined]
+    sim = start_sim_daemon(tmp_path_factory.mktemp("plugins") / "logs", time_scale=20, token=TOKEN)
     try:
         yield sim
     finally:
@@ -70,7 +65,7 @@ def _config(lr: dict[str, ModuleType], rig: SimRig, tmp: Path, **cams: Any) -> A
     cls = lr["lerobot.robots.config"].RobotConfig.get_choice_class("mecharm270")
     return cls(
         id="t", calibration_dir=tmp / "calib", daemon_port=rig.daemon_port,
-        token_file=str(rig.token), max_relative_target=4.0, cameras=cams,  # type: ignore[attr-defined]
+        token_file=str(rig.token_file), max_relative_target=4.0, cameras=cams,
     )  # fmt: skip
 
 

@@ -34,15 +34,10 @@ STEP = 4.0
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimRig]:
-    base = tmp_path_factory.mktemp("robot")
-    token = base / "daemon.token"
-    token.write_text(TOKEN + "\n")
-    token.chmod(0o600)
     sim = start_sim_daemon(
-        base / "logs", time_scale=20,
-        extra_args=["--token-file", str(token), "--idle-timeout", str(IDLE_S)],
+        tmp_path_factory.mktemp("robot") / "logs", time_scale=20, token=TOKEN,
+        extra_args=["--idle-timeout", str(IDLE_S)],
     )  # fmt: skip
-    sim.token = token  # type: ignore[attr-defined]
     try:
         yield sim
     finally:
@@ -55,7 +50,7 @@ def _settings(rig: SimRig, tmp_path: Path, **more: object) -> RuntimeSettings:
         overrides={
             "data_root": tmp_path,
             "daemon.port": rig.daemon_port,
-            "daemon.token_file": rig.token,  # type: ignore[attr-defined]
+            "daemon.token_file": rig.token_file,
             **more,
         },
     )
