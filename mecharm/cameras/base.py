@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import cv2
+import numpy as np
 from numpy.typing import NDArray
 
 from mecharm.common.logging import get_logger
@@ -26,6 +28,7 @@ __all__ = [
     "CameraSource",
     "Frame",
     "FrameTap",
+    "fit_image",
 ]
 
 
@@ -136,3 +139,14 @@ class CameraSource(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
+
+
+def fit_image(
+    bgr: NDArray[Any], width: int | None, height: int | None, *, rgb: bool
+) -> NDArray[Any]:
+    """A frame as a learning feature promises it: resized to ``width`` x ``height`` when
+    both are given and differ (``INTER_AREA``, the one that averages when shrinking), in RGB
+    when ``rgb`` (OpenCV gives BGR; lerobot's cameras give RGB), contiguous."""
+    if width is not None and height is not None and bgr.shape[:2] != (height, width):
+        bgr = cv2.resize(bgr, (width, height), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(bgr[:, :, ::-1] if rgb else bgr)

@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from mecharm.cameras.base import CameraSource
+from mecharm.cameras.base import CameraSource, fit_image
 from mecharm.cameras.factory import open_camera
 from mecharm.common.keyfile import read_daemon_token
 from mecharm.common.logging import get_logger
@@ -277,10 +276,7 @@ class MecharmRobot:
         frame = cam.read()
         if not frame.ok or frame.image is None:
             raise RobotError(f"camera {name} ({spec.source}) gave no frame: is it streaming?")
-        img = frame.image
-        if img.shape[:2] != (spec.height, spec.width):
-            img = cv2.resize(img, (spec.width, spec.height), interpolation=cv2.INTER_AREA)
-        return np.ascontiguousarray(img[:, :, ::-1])  # BGR → RGB, as lerobot's cameras give
+        return fit_image(frame.image, spec.width, spec.height, rgb=True)
 
     async def _send(self, loop: ControlLoop, action: Action) -> Action:
         # the step bound is against the present reading: a caller that only sends

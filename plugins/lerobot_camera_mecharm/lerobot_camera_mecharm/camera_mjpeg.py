@@ -13,7 +13,7 @@ from lerobot.utils.errors import DeviceAlreadyConnectedError, DeviceNotConnected
 from numpy.typing import NDArray
 
 from lerobot_camera_mecharm.config_mjpeg import MjpegHttpConfig
-from mecharm.cameras.base import CameraError
+from mecharm.cameras.base import CameraError, fit_image
 from mecharm.cameras.mjpeg_http import MjpegHttpCamera
 
 
@@ -52,12 +52,7 @@ class MjpegHttp(Camera):
             self.config.height, self.config.width = self.height, self.width
 
     def _finish(self, bgr: NDArray[Any]) -> NDArray[Any]:
-        w, h = self.width, self.height
-        if w is not None and h is not None and bgr.shape[:2] != (h, w):
-            bgr = cv2.resize(bgr, (w, h), interpolation=cv2.INTER_AREA)
-        if self.config.color_mode == ColorMode.RGB:
-            bgr = bgr[:, :, ::-1]
-        return np.ascontiguousarray(bgr)
+        return fit_image(bgr, self.width, self.height, rgb=self.config.color_mode == ColorMode.RGB)
 
     def _next(self, timeout_ms: float) -> NDArray[Any]:
         if self._cam is None:
