@@ -71,7 +71,7 @@ def default_rig_id(root: Path, setting: str) -> str:
     return setting or rig_id_from(Path(root).resolve().name)
 
 
-def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[str, str]:
+def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[str, str | float]:
     """``rig_id``, ``judge`` and ``time_scale`` from the trial's run log, each only when the
     log has it.
 
@@ -94,7 +94,7 @@ def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[s
     if not isinstance(doc, dict):
         log.warning("runlog_unreadable", path=str(path), reason="not a JSON object")
         return {}
-    out: dict[str, str] = {}
+    out: dict[str, str | float] = {}
     rig = doc.get("rig_id")
     if is_rig_id(rig):
         out["rig_id"] = rig
@@ -108,7 +108,7 @@ def runlog_fields(root: Path, run_stem: str, task: str = DEFAULT_TASK) -> dict[s
     )
     scale = recorded_constant(constants, "time_scale")
     if isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0:
-        out["time_scale"] = repr(float(scale))
+        out["time_scale"] = float(scale)
     for judge in (
         doc.get("judge"),
         recorded_constant(constants, "judge.by"),
@@ -131,14 +131,15 @@ def episode_info(
     """The fields of one trial of the task ``records`` describes, from its ledger ``row``
     and its run log."""
     fields = runlog_fields(root, run_stem, records.task)
+    scale = fields.get("time_scale")
     return EpisodeInfo(
         run_stem=run_stem,
-        rig_id=fields.get("rig_id", fallback_rig),
+        rig_id=str(fields.get("rig_id", fallback_rig)),
         verdicts=tuple((k, row.get(k, "")) for k in records.verdicts),
-        judge=fields.get("judge", ""),
+        judge=str(fields.get("judge", "")),
         recording_status=recording_status,
         success=records.succeeded(row),
-        time_scale=float(fields["time_scale"]) if "time_scale" in fields else None,
+        time_scale=float(scale) if scale is not None else None,
     )
 
 
