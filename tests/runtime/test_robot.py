@@ -83,6 +83,9 @@ def test_features_are_named_like_lerobot_s_arms() -> None:
         MecharmRobot(RuntimeSettings(), cameras={"j0.pos": CameraSpec("0", 640, 360)})
     with pytest.raises(ValueError, match="width"):
         CameraSpec("0", 5, 360)
+    for bad in (0.0, -1.0, 45.0, math.nan):
+        with pytest.raises(ValueError, match="max_step_deg"):
+            MecharmRobot(RuntimeSettings(), max_step_deg=bad)
 
 
 @pytest.mark.parametrize(
