@@ -20,6 +20,7 @@ from mecharm.common.fsutil import OutsideRootError, inside_root, validate_name
 
 __all__ = [
     "CORRECTION_MEMORY",
+    "EXPORT_MANIFEST",
     "DATA_ROOT_ENV",
     "DEFAULT_TASK",
     "FK_ARCHIVE",
@@ -71,6 +72,9 @@ RUNS_DIR = "runs"
 #: ``runs/<task>_ledger.csv`` (docs/data-root.md, "One folder and one ledger per task")
 RUN_FOLDER_PREFIX = "run_"
 LEDGER_SUFFIX = "_ledger.csv"
+#: an exported LeRobot dataset's provenance sidecar (run stems, time scales; docs/lerobot.md),
+#: beside lerobot's own meta files, which lerobot ignores
+EXPORT_MANIFEST = "meta/mecharm_export.json"
 #: the task of a root, a recorder event or a command that names none: the first task, so
 #: every root written before tasks had names is already in this layout
 DEFAULT_TASK = "pick_place"

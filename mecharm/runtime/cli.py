@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--trials", type=int, help="number of trials (default: until stopped)")
     p.add_argument(
+        "--policy",
+        dest="rollout.policy",
+        help="--task rollout: the policy that drives the arm: episode:DATASET[#N], "
+        "lerobot:PATH or python:MODULE:NAME (docs/rollouts.md)",
+    )
+    p.add_argument(
         "--confirm", action="store_const", const=True, help="ask before each further trial"
     )
     p.add_argument(
@@ -282,6 +288,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:  # before any set-up: a missing key is a configuration error, not a failed trial
             vlm_env(settings.judge.vlm_base_url)
         except VlmConfigError as exc:
+            print(f"mecharm-runtime: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    if settings.task == "rollout":  # the policy loads before anything starts, or nothing does
+        from mecharm.runtime.rollout.policies import PolicyError, load_policy
+
+        if settings.rollout.policy is None:
+            print(
+                "mecharm-runtime: the rollout task needs a policy: --policy episode:DATASET[#N], "
+                "lerobot:PATH or python:MODULE:NAME (docs/rollouts.md)",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
+        try:
+            load_policy(settings.rollout.policy, settings)
+        except PolicyError as exc:
             print(f"mecharm-runtime: {exc}", file=sys.stderr)
             return EXIT_CONFIG
     if settings.viewing.display_url:

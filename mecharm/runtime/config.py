@@ -627,6 +627,43 @@ class PickPlaceSettings(BaseModel):
         return self
 
 
+class RolloutSettings(BaseModel):
+    """A policy's rollouts, the ``rollout`` task: which policy, how fast, how long
+    (docs/rollouts.md)."""
+
+    model_config = _GROUP
+
+    #: the policy that drives the arm: ``episode:DATASET[#N]`` (play back episode N of a
+    #: LeRobot dataset's actions), ``lerobot:PATH`` (a trained LeRobot policy; needs lerobot
+    #: installed) or ``python:MODULE:NAME`` (a factory of the caller's); None: the task
+    #: cannot start
+    policy: str | None = None
+    #: the policy's ticks per real-rig second (a time-scaled simulator ticks faster alike)
+    rate_hz: float = Field(10.0, ge=1, le=50)
+    #: an episode ends after this many real-rig seconds of ticks, if the policy has not ended
+    #: it (a scripted pick-and-place takes 60-90 s on the rig)
+    max_s: float = Field(120.0, gt=0, le=3600)
+    #: each joint moves at most this far from its reading per tick (lerobot's
+    #: ``max_relative_target``); never more than ``arm.joint_step_max_deg``
+    max_step_deg: float = Field(5.0, gt=0, le=30)
+    #: ``lerobot:`` policies: the torch device (cpu, cuda, mps)
+    device: str = "cpu"
+    #: ``episode:`` playback: the next recorded action is sent once every joint is within this
+    #: of the present one (degrees), or after ``playback_wait_s`` of trying
+    playback_tol_deg: float = Field(3.0, gt=0, le=20)
+    playback_wait_s: float = Field(3.0, gt=0, le=60)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str | None) -> str | None:
+        from mecharm.runtime.rollout.policies import policy_spec_problem
+
+        problem = None if v is None else policy_spec_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
 class RuntimeSettings(RigSettings):
     """Every knob of the runtime, one group per concern (docs/settings.md); defaults are the
     reference run's values."""
@@ -676,6 +713,7 @@ class RuntimeSettings(RigSettings):
     pick_place: PickPlaceSettings = Field(
         default_factory=lambda: PickPlaceSettings.model_validate({})
     )
+    rollout: RolloutSettings = Field(default_factory=lambda: RolloutSettings.model_validate({}))
 
     @field_validator("task")
     @classmethod

@@ -30,13 +30,26 @@ from mecharm.common.logging import get_logger
 from mecharm.runtime.safe_arm import SafeArm, StreamStep
 from mecharm.runtime.threads import to_thread
 
-__all__ = ["Action", "ControlLoop", "LoopReport", "Observation", "TickRecord"]
+__all__ = [
+    "GRIPPER_KEY",
+    "JOINT_KEYS",
+    "Action",
+    "ControlLoop",
+    "LoopReport",
+    "Observation",
+    "TickRecord",
+]
 
 log = get_logger("mecharm.runtime.control")
 
 #: the loop's rate limits: below 1 Hz it is not a control loop; above 50 Hz one read plus
 #: one send over the daemon link (~20-40 ms on the rig) cannot keep up
 RATE_MIN_HZ, RATE_MAX_HZ = 1.0, 50.0
+
+#: an observation's and an action's names, lerobot's ``<motor>.pos`` with the project's joint
+#: names (the robot's features, robot.py; an export's, docs/lerobot.md)
+JOINT_KEYS: tuple[str, ...] = tuple(f"j{i}.pos" for i in range(6))
+GRIPPER_KEY = "gripper.pos"
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,7 @@ async def open_rig(
             )
             if s.viewing.top_video and camera is not None
             else None,
+            camera=camera,
         )
         # pings keep the daemon's slot between requests (docs/daemon.md, "Client slot")
         async with client.keepalive() if client is not None else contextlib.nullcontext():

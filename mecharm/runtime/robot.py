@@ -48,7 +48,7 @@ from mecharm.common.logging import get_logger
 from mecharm.runtime.arm import DaemonArm
 from mecharm.runtime.client import DaemonClient, DaemonError
 from mecharm.runtime.config import RuntimeSettings
-from mecharm.runtime.control import Action, ControlLoop
+from mecharm.runtime.control import GRIPPER_KEY, JOINT_KEYS, Action, ControlLoop
 from mecharm.runtime.ports import RealClock
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.records.trace import TraceWriter
@@ -68,10 +68,6 @@ log = get_logger("mecharm.runtime.robot")
 
 #: trace lines a session keeps in memory (a tick writes two or three; the file has them all)
 TRACE_LINES_KEPT = 1000
-
-#: the joint features, lerobot's ``<motor>.pos`` naming with the project's joint names
-JOINT_KEYS: tuple[str, ...] = tuple(f"j{i}.pos" for i in range(6))
-GRIPPER_KEY = "gripper.pos"
 
 
 class RobotError(RuntimeError):

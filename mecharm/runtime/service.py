@@ -215,7 +215,9 @@ async def _locked_session(
 
     told = sigs.on_first, sigs.on_force
     sigs.on_first, sigs.on_force = con.stop_requested, con.force_requested
-    views = ViewJobs(Path(settings.data_root), con.line, module=view_module, guard=guard)
+    views = ViewJobs(
+        Path(settings.data_root), con.line, module=view_module, guard=guard, task=settings.task
+    )
     try:
         async with open_rig(settings, guard) as (rig, client):
             if con.heartbeat is None:  # the recorder's last probe (docs/console.md)

@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-__all__ = ["SimControlError", "scene_next"]
+__all__ = ["SimControlError", "scene_next", "scene_truth"]
 
 
 class SimControlError(RuntimeError):
@@ -40,4 +40,19 @@ def scene_next(url: str, seed: int | None = None, timeout: float = 5.0) -> dict[
         out = json.loads(body) if body else {}
     except ValueError:
         out = {"raw": body[:200].decode("utf-8", "replace")}
+    return out if isinstance(out, dict) else {"result": out}
+
+
+def scene_truth(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Simulated rig only: the world as it is (``GET {url}/scene/truth``: where the block
+    rests, whether the jaws hold it, collisions), for a check against the runtime's own
+    account; SimControlError when the workcell does not answer."""
+    target = url.rstrip("/") + "/scene/truth"
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:
+            out = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise SimControlError(
+            f"sim truth {target}: {getattr(exc, 'reason', None) or exc}"
+        ) from None
     return out if isinstance(out, dict) else {"result": out}

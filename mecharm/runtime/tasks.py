@@ -17,11 +17,12 @@ from mecharm.runtime.engine import Task
 from mecharm.runtime.lift_return import TASK as LIFT_RETURN
 from mecharm.runtime.pick_place import TASK as PICK_PLACE
 from mecharm.runtime.records.outcome import TaskRecords
+from mecharm.runtime.rollout import TASK as ROLLOUT
 
 __all__ = ["TASKS", "UnknownTask", "get_task", "records_for_ledger", "task_records"]
 
 #: every task, by name (``DEFAULT_TASK`` first)
-TASKS: dict[str, Task[Any, Any]] = {t.name: t for t in (PICK_PLACE, LIFT_RETURN)}
+TASKS: dict[str, Task[Any, Any]] = {t.name: t for t in (PICK_PLACE, LIFT_RETURN, ROLLOUT)}
 assert DEFAULT_TASK in TASKS, "the default task must be registered"
 for _name, _task in TASKS.items():
     assert _task.records.task == _name, f"task {_name}: its records name {_task.records.task}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mecharm.cameras.base import CameraSource
 from mecharm.common.envelope import Envelope
 from mecharm.common.fsutil import DataRootGuard, StorageFault, describe_os_error
 from mecharm.common.layout import DataRoot
@@ -72,6 +73,9 @@ class Rig:
     backlog: Backlog = field(default_factory=Backlog)
     #: the top camera's recording (None: top_video off); observes only (docs/top-camera.md)
     top_video: TopVideo | None = None
+    #: the top camera itself, for a task that reads frames of its own (a policy's rollout,
+    #: docs/rollouts.md); None with a caller's eyes or in a replay
+    camera: CameraSource | None = None
 
     @property
     def task(self) -> Task[Any, Any]:

@@ -78,8 +78,10 @@ class ViewJobs:
         module: str | None = None,
         python: str = sys.executable,
         guard: DataRootGuard | None = None,
+        task: str | None = None,
     ) -> None:
-        self.layout = DataRoot(root)
+        #: the session's task's folders: a trial's Rerun file goes into its run folder
+        self.layout = DataRoot(root, task) if task else DataRoot(root)
         #: nothing is written (not even a log file) unless the root is still the session's
         self.guard = guard
         self.say = say

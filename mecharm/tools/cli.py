@@ -1,4 +1,4 @@
-"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report, view, doctor.
+"""`mecharm` — the offline tools: fk, ledger, recording, export, replay, report, view, eval, doctor.
 
 Each tool group lives in its own module and registers its sub-commands through
 ``register(subparsers)``; this file only dispatches. A group is imported only
@@ -32,6 +32,10 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
         "run report: one HTML page (success, failures, stages, memory, recordings)",
     ),
     "view": ("mecharm.tools.view.cli", "Rerun recording of a trial (open, --save, --follow live)"),
+    "eval": (
+        "mecharm.tools.evaluation",
+        "a policy's rollouts on the simulated rig: success rate with its 95% interval",
+    ),
     "doctor": (
         "mecharm.tools.doctor",
         "check the whole rig (daemon, envelope, camera, recorder, data root, FK table, arcs)",

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +77,15 @@ def start_demo_rig(
     profile: SimProfile,
     recorder: bool = True,
     say: Callable[[str], None] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> DemoRig:
     """The demo's set-up, one home for it (``make run`` and ``mecharm_dev.successcheck``):
     the simulated rig (daemon + workcell cameras) with ``--sim-profile sim_profile`` and the
     first scene of ``seed``, the recorder on its side camera (unless ``recorder`` is False),
     and the RuntimeSettings of a session against them. ``root`` must exist. ``say``: the
-    progress lines (default: print). A failure stops whatever was already started."""
+    progress lines (default: print). ``extra``: settings of the caller's on top (dotted
+    paths; ``mecharm eval``'s task and policy). A failure stops whatever was already
+    started."""
     tell = say or (lambda text: print(text, flush=True))
     logs = DataRoot(root).logs
     children: list[Child] = []
@@ -115,7 +118,7 @@ def start_demo_rig(
             # (docs/simulation-optics.md); None for the ideal pinhole
             "perception.top_camera_calibration": profile.top_camera_calibration(),
         }
-        settings = load_settings(RuntimeSettings, RUNTIME_CONFIG, overrides)
+        settings = load_settings(RuntimeSettings, RUNTIME_CONFIG, {**overrides, **(extra or {})})
     except BaseException:
         for c in reversed(children):
             c.stop()
@@ -134,14 +137,26 @@ async def run_session(
         return await run_service(settings, signals=sigs, between_trials=between, console=console)
 
 
-async def _run(
-    settings: RuntimeSettings, control_url: str, seed: int, console: RuntimeConsole
+async def run_scenes(
+    settings: RuntimeSettings,
+    control_url: str,
+    seed: int,
+    console: RuntimeConsole,
+    per_scene: int = 1,
+    scene_end: Callable[[int], None] | None = None,
 ) -> ServiceReport:
+    """A session on the simulated rig whose trial ``i`` runs on scene ``seed + i //
+    per_scene`` (the first scene is the one the rig started with; each further one is
+    asked of the workcell, also to set a scene again for a repeat). ``scene_end(i)``: told
+    before trial ``i``'s scene replaces trial ``i - 1``'s (the world as that trial left it)."""
+
     async def between(i: int) -> int | None:
         if i == 0:
             return seed
-        info = await asyncio.to_thread(scene_next, control_url, seed + i)
-        return seed + i if info else None
+        if scene_end is not None:
+            await asyncio.to_thread(scene_end, i - 1)
+        info = await asyncio.to_thread(scene_next, control_url, seed + i // per_scene)
+        return seed + i // per_scene if info else None
 
     return await run_session(settings, between, console)
 
@@ -209,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             # the runtime's log file under logs/ and its console: each thing said once
             with session_logging(settings, console):
-                report = asyncio.run(_run(settings, rig.control_url, args.seed, console))
+                report = asyncio.run(run_scenes(settings, rig.control_url, args.seed, console))
         finally:
             console.close()
     except KeyboardInterrupt:

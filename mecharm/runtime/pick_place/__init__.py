@@ -9,6 +9,7 @@ run (docs/stages.md).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from mecharm.runtime.engine import Outcome, Task, TrialSetup
 from mecharm.runtime.memories import CorrectionMemory, HeightMemory
@@ -50,6 +51,7 @@ __all__ = [
     "TrialContext",
     "TrialState",
     "look_at_jaws",
+    "make_context",
     "lower_to_mat",
     "up_from_mat",
 ]
@@ -69,11 +71,15 @@ def _may_stop(ctx: TrialContext) -> bool:
     return not ctx.state.holding
 
 
-def _context(setup: TrialSetup) -> TrialContext:
-    """One trial's context: the session's FK table and arcs, the root's memories (traced
-    as a header input, as replay needs them)."""
+C = TypeVar("C", bound=TrialContext)
+
+
+def make_context(setup: TrialSetup, cls: type[C]) -> C:
+    """One trial's context of class ``cls`` (TrialContext or a task's extension of it): the
+    session's FK table and arcs, the root's memories (traced as a header input, as replay
+    needs them)."""
     rig, layout = setup.rig, setup.layout
-    ctx = TrialContext(
+    ctx = cls(
         settings=rig.settings,
         arm=setup.arm,
         eyes=setup.eyes,
@@ -95,6 +101,10 @@ def _context(setup: TrialSetup) -> TrialContext:
         "memories", {"correction": ctx.corrections.entries, "height": ctx.heights.entries}
     )
     return ctx
+
+
+def _context(setup: TrialSetup) -> TrialContext:
+    return make_context(setup, TrialContext)
 
 
 def _held(ctx: TrialContext) -> str | None:

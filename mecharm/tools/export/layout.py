@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mecharm.runtime.robot import GRIPPER_KEY, JOINT_KEYS
+from mecharm.common.layout import EXPORT_MANIFEST
+from mecharm.runtime.control import GRIPPER_KEY, JOINT_KEYS
 from mecharm.tools.export.stats import STAT_KEYS, Stats
 
 __all__ = [
@@ -71,7 +72,7 @@ INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
 #: our provenance sidecar (lerobot ignores unknown files in meta/)
-MANIFEST_PATH = "meta/mecharm_export.json"
+MANIFEST_PATH = EXPORT_MANIFEST
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 #: the trial's outcome per frame, lerobot's simulation-dataset convention (docs/lerobot-outcomes.md):
 #: next.reward float32, next.done bool, next.success bool

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from mecharm.common.layout import EXPORT_MANIFEST
 from mecharm.tools.export.stats import (
     STAT_KEYS,
 )
@@ -31,7 +32,7 @@ INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
 EPISODES_DIR = "meta/episodes"
-MANIFEST_PATH = "meta/mecharm_export.json"  # our provenance sidecar: optional
+MANIFEST_PATH = EXPORT_MANIFEST  # our provenance sidecar: optional
 #: keys lerobot's metadata reads from info.json (create_empty_dataset_info writes them all)
 INFO_KEYS = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks", "chunks_size",
              "data_files_size_in_mb", "video_files_size_in_mb", "fps", "splits", "data_path", "video_path", "features")  # fmt: skip

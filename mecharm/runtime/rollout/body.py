@@ -1,0 +1,262 @@
+"""The rollout's own stage bodies and its way out after a stop (docs/rollouts.md).
+
+The policy drives the arm only through the control loop (control.py), so every one of its
+actions is a streamed step of the safe arm: bounded against the present reading, then the
+pose guard, the daemon's envelope and the path check; a refused step is not sent. After
+the policy, the runtime takes the arm back *the way it came*: back along the poses the
+rollout sent, each of them a pose the arm already reached, until the tip is clear above
+the mat and the box, then HOME. A gripper the policy left closed is opened where the
+policy closed it (the block, if it holds one, goes back where it was picked), never at a
+random place and never carried HOME; then the place judge says where the block is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mecharm.cameras.base import CameraSource
+from mecharm.common.gripper import GRIPPER_OPEN_VALUE
+from mecharm.common.kinematics import fk_tip
+from mecharm.common.logging import get_logger
+from mecharm.runtime.control import RATE_MAX_HZ, Action, ControlLoop, LoopReport, Observation
+from mecharm.runtime.engine import Outcome, StageFailed
+from mecharm.runtime.pick_place import TrialContext
+from mecharm.runtime.rollout.policies import PolicyError, RolloutPolicy, load_policy
+from mecharm.runtime.rollout.stages import Stage
+from mecharm.runtime.threads import to_thread
+
+__all__ = [
+    "CLEAR_TIP_M",
+    "OPEN_MIN",
+    "RolloutContext",
+    "RolloutState",
+    "exit_rollout",
+    "judge_rollout",
+    "retreat",
+    "rollout",
+]
+
+log = get_logger("mecharm.runtime.rollout")
+
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "arm.home", "motion.tol_home", "motion.tol_pick_place", "rollout.max_s",
+    "rollout.max_step_deg", "rollout.policy", "rollout.rate_hz",
+})  # fmt: skip
+
+#: the way back stops retracing once the tool tip is this high above the mat (m): the box's
+#: walls are 43 mm, a held block hangs 25 mm below the tip; HOME's tip is at 233 mm
+CLEAR_TIP_M = 0.10
+#: a gripper value at or above this is open (0 closed … 100 open); a policy's continuous
+#: gripper output is rarely exactly 100
+OPEN_MIN = GRIPPER_OPEN_VALUE - 10
+
+
+@dataclass
+class RolloutState:
+    """What the rollout's stages hand on: the policy, the poses it sent with the gripper
+    value at each, the gripper as last commanded, the loop's account."""
+
+    policy: RolloutPolicy | None = None
+    #: (pose sent, gripper value then), in order: the way back
+    path: list[tuple[tuple[float, ...], int]] = field(default_factory=list)
+    gripper: int = GRIPPER_OPEN_VALUE
+    report: LoopReport | None = None
+    #: the way back opened the gripper where the policy had closed it
+    put_back: bool = False
+
+
+@dataclass
+class RolloutContext(TrialContext):
+    """Pick-and-place's context (the ports, the safe arm, the scene) and the rollout's own."""
+
+    rollout: RolloutState = field(default_factory=RolloutState)
+    #: the top camera, for a policy that looks (None: no camera, e.g. a replay)
+    camera: CameraSource | None = None
+
+
+def _is_open(value: int) -> bool:
+    return value >= OPEN_MIN
+
+
+async def rollout(ctx: RolloutContext) -> Outcome:
+    """The policy at its rate until it is done or ``rollout.max_s`` of ticks are due."""
+    s, r = ctx.settings, ctx.rollout
+    spec = s.rollout.policy
+    if spec is None:
+        raise StageFailed("no policy: set rollout.policy (mecharm-runtime --policy)")
+    try:
+        policy = r.policy = await to_thread(load_policy, spec, s)
+    except PolicyError as exc:
+        raise StageFailed(str(exc)) from None
+    policy.reset()
+    rate = policy.fps or s.rollout.rate_hz
+    real_hz = rate * s.scale
+    if real_hz > RATE_MAX_HZ:
+        raise StageFailed(
+            f"the policy's {rate:g} Hz at time scale {s.scale:g} is {real_hz:g} ticks a second; "
+            f"the loop holds at most {RATE_MAX_HZ:g}: lower rollout.rate_hz or the time scale"
+        )
+    missing = [c for c in policy.cameras if ctx.camera is None]
+    if missing:
+        raise StageFailed(f"the policy looks through {missing}, and this session has no top camera")
+    cams = dict.fromkeys(policy.cameras, ctx.camera) if ctx.camera is not None else {}
+    loop = ControlLoop(
+        ctx.safe, rate_hz=real_hz, max_step_deg=s.rollout.max_step_deg,
+        cameras=cams, into_box=True, note="rollout",
+    )  # fmt: skip
+    ctx.trace.decision(
+        "rollout_policy",
+        {"policy": policy.name, "rate_hz": rate, "max_s": s.rollout.max_s,
+         "max_step_deg": s.rollout.max_step_deg, "cameras": list(policy.cameras)},
+    )  # fmt: skip
+    seen: list[Any] = [None]
+
+    def keep_sent() -> None:  # the pose the last tick sent, on the way back
+        step = loop.last_step
+        if step is not None and step is not seen[0]:
+            seen[0] = step
+            if step.sent is not None:
+                r.path.append((tuple(step.sent.angles), loop.gripper))
+
+    # the policy runs in a worker thread (a network computes for a while): the event loop,
+    # the daemon's keepalive and the recorder's events go on meanwhile
+    async def step(obs: Observation) -> Action | None:
+        keep_sent()
+        out: Any = await to_thread(policy, obs)
+        if inspect.isawaitable(out):
+            out = await out
+        if out is not None and not isinstance(out, Action):
+            raise StageFailed(f"policy {policy.name}: gave {type(out).__name__}, not an Action")
+        return out  # type: ignore[no-any-return]
+
+    try:
+        report = await loop.run(step, max(1, math.ceil(s.rollout.max_s * rate)))
+    finally:
+        keep_sent()
+        r.gripper = loop.gripper
+    r.report = report
+    log.info("rollout_done", policy=policy.name, path=len(r.path), **report.to_dict())
+    return Outcome.OK
+
+
+def _tip_height(pose: tuple[float, ...]) -> float:
+    return float(fk_tip(pose)[1])
+
+
+async def _up_and_home(
+    ctx: RolloutContext, back: list[tuple[float, ...]], note: str,
+    attempt: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[bool]],
+) -> bool:  # fmt: skip
+    """Retrace ``back`` (poses, in the order to go) until the first one whose tip is clear,
+    then HOME. False when a move failed (the arm stays where it got to)."""
+    s = ctx.settings
+    cut = next((i for i, p in enumerate(back) if _tip_height(p) >= CLEAR_TIP_M), len(back) - 1)
+    here = ctx.last_measured
+    if back and (here is None or _tip_height(here) < CLEAR_TIP_M):
+        way = back[: cut + 1]
+        ok = await attempt(
+            "up the way it came",
+            lambda: ctx.retrace(way, s.motion.tol_pick_place, f"{note}: up the way it came"),
+        )
+        if not ok:
+            return False
+    return await attempt("home", lambda: ctx.move(s.arm.home, s.motion.tol_home, f"{note}: home"))
+
+
+async def way_back(
+    ctx: RolloutContext, note: str,
+    attempt: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[bool]],
+) -> bool:  # fmt: skip
+    """From where the rollout left the arm to HOME by the poses it came through; a closed
+    gripper is first taken back to where it closed and opened there. False when a step
+    failed."""
+    r = ctx.rollout
+    await attempt("read", ctx.read)  # the reference of the first move back: where it is
+    poses = [p for p, _g in r.path]
+    if not _is_open(r.gripper):
+        # where the policy closed it: the first pose sent closed after the last open one
+        closed_at = len(r.path) - 1
+        while closed_at > 0 and not _is_open(r.path[closed_at - 1][1]):
+            closed_at -= 1
+        down = list(reversed(poses[closed_at:]))
+        opened = bool(down) and await attempt(
+            "back where it closed",
+            lambda: ctx.retrace(
+                down, ctx.settings.motion.tol_pick_place, f"{note}: back where the gripper closed"
+            ),
+        )
+        if opened:
+            opened = await attempt("open", lambda: ctx.gripper("open", f"{note}: where it closed"))
+        ctx.trace.decision("rollout_put_back", {"opened": opened, "at_step": closed_at,
+                                                "gripper_was": r.gripper})  # fmt: skip
+        log.warning("rollout_put_back", opened=opened, at_step=closed_at, gripper_was=r.gripper)
+        if not opened:
+            return False
+        r.gripper, r.put_back = GRIPPER_OPEN_VALUE, True
+        poses = poses[: closed_at + 1]
+    return await _up_and_home(ctx, list(reversed(poses)), note, attempt)
+
+
+async def _must(name: str, fn: Callable[[], Awaitable[Any]]) -> bool:
+    await fn()  # a stage's step: its failure is the stage's (raised)
+    return True
+
+
+async def retreat(ctx: RolloutContext) -> Outcome:
+    await way_back(ctx, "retreat", _must)
+    return Outcome.OK
+
+
+async def judge_rollout(ctx: RolloutContext) -> Outcome:
+    """Fresh mode off, at rest at HOME, the place judge: the block in the box or not. A
+    verdict, not a failure: a rollout that missed is a completed trial judged no."""
+    await ctx.arm.set_fresh_mode(0)
+    ctx.state.fresh_mode_on = False
+    ctx.trace.decision("fresh_mode", 0)
+    await ctx.at_rest("rollout judgement")
+    ctx.state.place_verdict = await ctx.eyes.judge_place(None, "rollout_judge")
+    return Outcome.OK
+
+
+async def exit_rollout(ctx: RolloutContext, arm_alive: bool, reason: str) -> str:
+    """After a stop: the way back (a closed gripper opened where it closed), fresh mode off;
+    a forced stop stops the arm where it is. Returns the trial's reason, with what it did."""
+    ctx.stage = Stage.ABORT  # type: ignore[assignment]
+    ctx.trace.stage = Stage.ABORT.value
+    ctx.recorder.stage(Stage.ABORT.value)
+    steps: list[dict[str, Any]] = []
+
+    async def attempt(name: str, fn: Callable[[], Awaitable[Any]]) -> bool:
+        try:
+            await fn()
+        except Exception as exc:
+            steps.append({"step": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            log.warning("exit_step_failed", step=name, error=str(exc))
+            return False
+        steps.append({"step": name, "ok": True})
+        return True
+
+    forced = reason.startswith("forced stop")
+    if not arm_alive:
+        steps.append({"step": "arm actions skipped", "why": "daemon connection lost"})
+    elif forced:
+        await attempt("stop", ctx.arm.stop)
+    else:
+        await way_back(ctx, "abort", attempt)
+    if arm_alive and await attempt("fresh mode off", lambda: ctx.arm.set_fresh_mode(0)):
+        ctx.state.fresh_mode_on = False
+    ctx.trace.decision("exit", {"forced": forced, "steps": steps})
+    if ctx.rollout.put_back:
+        return reason + "; the gripper was opened where the policy had closed it"
+    return reason
+
+
+def held(ctx: RolloutContext) -> str | None:
+    """After a stop: a gripper left closed may hold the block ("unknown": not looked at)."""
+    return None if _is_open(ctx.rollout.gripper) else "unknown"

@@ -1,0 +1,274 @@
+"""The policies a rollout can run, named by a spec string (``rollout.policy``).
+
+- ``episode:DATASET[#N]``: play back episode N (default 0) of a LeRobot v3.0 dataset's
+  actions — an export of scripted trials (docs/lerobot.md) or a ``lerobot-record``
+  dataset of this robot. The next recorded action is sent once the arm has reached the
+  present one (every joint within ``playback_tol_deg``) or after ``playback_wait_s`` of
+  trying, so the arm follows the recorded path whatever the step bound cuts.
+- ``lerobot:PATH``: a trained LeRobot policy (a ``pretrained_model`` folder, as
+  ``lerobot-train`` writes it), run through lerobot's own inference (lerobot_policy.py;
+  lerobot is imported only then).
+- ``python:MODULE:NAME``: ``NAME(settings)`` in an importable module returns a callable
+  policy (an ``Observation`` in, an ``Action`` or None out): the seam for a policy of the
+  caller's own.
+
+A policy is a plain callable the control loop calls once per tick (control.py); ``None``
+ends the episode (the policy's own done). Loading is checked once, before any motion, and
+every failure is a ``PolicyError`` that says what was wrong (docs/rollouts.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from mecharm.common.layout import EXPORT_MANIFEST
+from mecharm.runtime.control import GRIPPER_KEY, JOINT_KEYS, Action, Observation
+
+__all__ = [
+    "JOINT_FEATURES",
+    "EpisodePlayback",
+    "PolicyError",
+    "RolloutPolicy",
+    "load_policy",
+    "parse_policy_spec",
+    "policy_spec_problem",
+    "read_episode_actions",
+]
+
+#: the action names a dataset of this robot uses (lerobot's ``<motor>.pos``, robot.py),
+#: and the names of exports from before them
+JOINT_FEATURES: tuple[str, ...] = (*JOINT_KEYS, GRIPPER_KEY)
+_LEGACY_FEATURES: tuple[str, ...] = (*(f"j{i}" for i in range(6)), "gripper")
+
+KINDS = ("episode", "lerobot", "python")
+_PYTHON_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be loaded or run; the message says what to do."""
+
+
+class RolloutPolicy(Protocol):
+    """What the rollout task needs of a policy."""
+
+    #: how the records name it (the spec, as given)
+    name: str
+    #: the cameras its observations must carry (``top``: the runtime's top camera)
+    cameras: tuple[str, ...]
+    #: its own rate (a recorded episode's fps), None: ``rollout.rate_hz``
+    fps: float | None
+
+    def reset(self) -> None:
+        """A new episode starts."""
+
+    def __call__(self, obs: Observation) -> Action | None: ...
+
+
+def parse_policy_spec(spec: str) -> tuple[str, str]:
+    """``kind:rest`` → (kind, rest); PolicyError when the kind is not one of ``KINDS``."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or kind not in KINDS or not rest.strip():
+        raise PolicyError(
+            f"policy {spec!r}: give episode:DATASET[#N], lerobot:PATH or python:MODULE:NAME"
+        )
+    return kind, rest.strip()
+
+
+def policy_spec_problem(spec: str) -> str | None:
+    """What is wrong with the spec's form (None: nothing); the files are checked at load."""
+    try:
+        kind, rest = parse_policy_spec(spec)
+    except PolicyError as exc:
+        return str(exc)
+    if kind == "python" and not _PYTHON_SPEC.match(rest):
+        return f"policy {spec!r}: python: takes MODULE:NAME (e.g. python:my_policies:make)"
+    if kind == "episode":
+        _path, sep, num = rest.rpartition("#")
+        if sep and not num.isdigit():
+            return f"policy {spec!r}: the episode after # must be a whole number (#0, #3)"
+    return None
+
+
+# ---------------------------------------------------------------- episode playback
+
+
+def _dataset_and_episode(rest: str) -> tuple[Path, int]:
+    path, sep, num = rest.rpartition("#")
+    return (Path(path), int(num)) if sep else (Path(rest), 0)
+
+
+def _time_scale(root: Path, episode: int) -> float:
+    """The time scale episode ``episode`` was recorded at (an export's manifest says; a
+    dataset without one, e.g. lerobot-record's, is real time)."""
+    try:
+        manifest = json.loads((root / EXPORT_MANIFEST).read_text(encoding="utf-8"))
+        eps = manifest["episodes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1.0
+    for e in eps if isinstance(eps, list) else []:
+        if isinstance(e, dict) and e.get("episode_index") == episode:
+            scale = e.get("time_scale")
+            if isinstance(scale, int | float) and 0 < scale <= 1000:
+                return float(scale)
+    return 1.0
+
+
+def read_episode_actions(root: Path, episode: int) -> tuple[list[Action], float]:
+    """Episode ``episode``'s actions of the LeRobot v3.0 dataset at ``root``, in frame order,
+    and their rate in real-rig frames per second: the dataset's fps, over the time scale the
+    episode was recorded at (a 10 fps export of a 5x trial is 2 frames per real-rig second).
+    PolicyError when the dataset or the episode is not usable."""
+    import pyarrow.parquet as pq  # the runtime's own dependency, imported when needed
+
+    info_path = root / "meta" / "info.json"
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PolicyError(f"{root}: not a LeRobot dataset (no meta/info.json)") from None
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"{info_path}: unreadable ({exc})") from None
+    fps = info.get("fps") if isinstance(info, dict) else None
+    feat = info.get("features", {}).get("action") if isinstance(info, dict) else None
+    names = feat.get("names") if isinstance(feat, dict) else None
+    if not isinstance(fps, int | float) or not 0 < fps <= 1000 or not isinstance(names, list):
+        raise PolicyError(f"{info_path}: no fps or no action names; is it a LeRobot v3.0 dataset?")
+    for want in (JOINT_FEATURES, _LEGACY_FEATURES):
+        if all(n in names for n in want):
+            index = [names.index(n) for n in want]
+            break
+    else:
+        raise PolicyError(
+            f"{root}: its actions are {names}; a mechArm dataset has {list(JOINT_FEATURES)}"
+        )
+    files = sorted((root / "data").glob("chunk-*/file-*.parquet"))
+    if not files:
+        raise PolicyError(f"{root}: no data/chunk-*/file-*.parquet files")
+    rows: list[tuple[int, list[float]]] = []
+    try:
+        for f in files:
+            t = pq.read_table(f, columns=["episode_index", "frame_index", "action"]).to_pydict()
+            for ep, fr, act in zip(t["episode_index"], t["frame_index"], t["action"], strict=True):
+                if ep == episode:
+                    rows.append((int(fr), [float(v) for v in act]))
+    except Exception as exc:  # pyarrow's errors vary by the way a file is broken
+        raise PolicyError(
+            f"{root}: cannot read its data files ({type(exc).__name__}: {exc})"
+        ) from None
+    if not rows:
+        raise PolicyError(f"{root}: no episode {episode} in its data")
+    rows.sort()
+    actions: list[Action] = []
+    for fr, act in rows:
+        vals = [act[i] for i in index] if len(act) == len(names) else []
+        if not vals or not all(math.isfinite(v) for v in vals):
+            raise PolicyError(
+                f"{root}: episode {episode} frame {fr}: not {len(names)} finite values"
+            )
+        grip = max(0, min(100, round(vals[6])))
+        actions.append(Action(tuple(vals[:6]), grip))
+    return actions, float(fps) / _time_scale(root, episode)
+
+
+@dataclass
+class EpisodePlayback:
+    """A recorded episode's actions, each held until the arm reaches it (``tol_deg``) or
+    ``wait_ticks`` ticks passed, then the next; None after the last one is reached."""
+
+    name: str
+    actions: Sequence[Action]
+    fps: float | None
+    tol_deg: float
+    wait_ticks: int
+    cameras: tuple[str, ...] = ()
+    i: int = 0
+    tries: int = 0
+    #: frames left without the arm reaching them (it stalled or the guards refused)
+    unreached: int = 0
+
+    def reset(self) -> None:
+        self.i, self.tries, self.unreached = 0, 0, 0
+
+    def __call__(self, obs: Observation) -> Action | None:
+        if self.i >= len(self.actions):
+            return None
+        target = self.actions[self.i]
+        there = max(abs(a - b) for a, b in zip(obs.joints, target.joints, strict=True))
+        if self.i == 0 and self.tries == 0:  # the first tick sends the first frame
+            self.tries = 1
+            return target
+        if there <= self.tol_deg or self.tries >= self.wait_ticks:
+            self.unreached += there > self.tol_deg
+            self.i, self.tries = self.i + 1, 1
+            return self.actions[self.i] if self.i < len(self.actions) else None
+        self.tries += 1
+        return target
+
+
+# ---------------------------------------------------------------- python factories
+
+
+@dataclass
+class _Wrapped:
+    name: str
+    fn: Callable[[Observation], Action | None]
+    cameras: tuple[str, ...]
+    fps: float | None = None
+
+    def reset(self) -> None:
+        reset = getattr(self.fn, "reset", None)
+        if callable(reset):
+            reset()
+
+    def __call__(self, obs: Observation) -> Action | None:
+        return self.fn(obs)
+
+
+def _python_policy(spec: str, rest: str, settings: Any) -> RolloutPolicy:
+    module, _, attr = rest.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise PolicyError(
+            f"policy {spec!r}: module {module!r} cannot be imported ({exc})"
+        ) from None
+    except AttributeError:
+        raise PolicyError(f"policy {spec!r}: module {module!r} has no {attr!r}") from None
+    try:
+        fn = factory(settings)
+    except Exception as exc:
+        raise PolicyError(
+            f"policy {spec!r}: {attr}(settings) failed: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn):
+        raise PolicyError(
+            f"policy {spec!r}: {attr}(settings) returned {type(fn).__name__}, not a callable"
+        )
+    cams = tuple(getattr(fn, "cameras", ()))
+    return _Wrapped(spec, fn, cams)
+
+
+def load_policy(spec: str, settings: Any) -> RolloutPolicy:
+    """The policy ``spec`` names, loaded and checked (PolicyError otherwise). ``settings``:
+    the runtime's (``rollout.*`` say how to play back, which device)."""
+    kind, rest = parse_policy_spec(spec)
+    problem = policy_spec_problem(spec)
+    if problem:
+        raise PolicyError(problem)
+    r = settings.rollout
+    if kind == "episode":
+        root, episode = _dataset_and_episode(rest)
+        actions, fps = read_episode_actions(root.expanduser(), episode)
+        wait = max(1, math.ceil(r.playback_wait_s * fps))
+        return EpisodePlayback(spec, actions, fps, r.playback_tol_deg, wait)
+    if kind == "python":
+        return _python_policy(spec, rest, settings)
+    from mecharm.runtime.rollout.lerobot_policy import load_lerobot_policy
+
+    return load_lerobot_policy(spec, Path(rest).expanduser(), r.device)

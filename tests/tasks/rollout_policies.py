@@ -1,0 +1,44 @@
+"""Policies of the caller's for the rollout tests (``python:tests.tasks.rollout_policies:NAME``).
+
+Each factory takes the runtime's settings and returns a callable policy, as the rollout task
+expects of a ``python:`` policy (docs/rollouts.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mecharm.runtime.control import Action, Observation
+
+
+def reach_too_far(settings: Any) -> Any:
+    """Lean j1 forward toward 120° (past the guard's j1 limit and into the mat), then stop:
+    every step is bounded; the ones the guard or the path check refuse are not sent."""
+    home = tuple(settings.arm.home)
+    ticks = [0]
+
+    def policy(obs: Observation) -> Action | None:
+        ticks[0] += 1
+        if ticks[0] > 150:
+            return None
+        return Action((home[0], 120.0, *home[2:]), None)
+
+    return policy
+
+
+def close_and_stop(settings: Any) -> Any:
+    """Move the tool out over the mat, close the gripper on nothing, end with it closed: the
+    rollout's way back opens it where it closed, then goes up and HOME."""
+    home = tuple(settings.arm.home)
+    out = (home[0] + 20.0, 25.0, -10.0, *home[3:])
+    ticks = [0]
+
+    def policy(obs: Observation) -> Action | None:
+        ticks[0] += 1
+        if ticks[0] <= 15:
+            return Action(out, None)
+        if ticks[0] <= 20:
+            return Action(out, 20)
+        return None
+
+    return policy
