@@ -414,7 +414,7 @@ def test_the_demo_uses_the_runtimes_log_file_and_console(
         return ServiceReport()
 
     monkeypatch.setattr(demo, "start_sim_daemon", lambda *a, **k: _Rig())
-    monkeypatch.setattr(demo, "_run", session)
+    monkeypatch.setattr(demo, "run_scenes", session)
     root = tmp_path / "demo"
     demo.main(["--no-recorder", "--trials", "1", "--data-root", str(root)])
     out = capsys.readouterr()

@@ -292,9 +292,7 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
     assert row["policy"] == policy and row["recording_status"] == "ok"
     assert row["scene_seed"] == first["scene_seed"]
     # every action went through the safe arm: bounded, guarded, path-checked
-    run_dir = layout.run_dir(row["run_stem"])
-    (trace,) = run_dir.glob("*.trace.jsonl")
-    steps = [e["value"] for e in read_trace(trace)
+    steps = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
              if e["event"] == "decision" and e["kind"] == "stream_step"]  # fmt: skip
     assert steps and all(v["sent"] is None or check_pose(v["sent"], j1_max=88.0).ok for v in steps)
     # the summary again from the ledger alone, as on the real rig
