@@ -31,6 +31,7 @@ from mecharm.runtime.safe_arm import SafeArm, StreamStep
 from mecharm.runtime.threads import to_thread
 
 __all__ = [
+    "GRIPPER_DEADBAND",
     "GRIPPER_KEY",
     "JOINT_KEYS",
     "Action",
@@ -45,6 +46,11 @@ log = get_logger("mecharm.runtime.control")
 #: the loop's rate limits: below 1 Hz it is not a control loop; above 50 Hz one read plus
 #: one send over the daemon link (~20-40 ms on the rig) cannot keep up
 RATE_MIN_HZ, RATE_MAX_HZ = 1.0, 50.0
+
+#: a gripper value within this of the one last sent is not sent again: each gripper command
+#: holds the daemon's link (4 s on the rig profile, docs/control-loop.md), and a policy's
+#: continuous gripper output changes a little every tick
+GRIPPER_DEADBAND = 5
 
 #: an observation's and an action's names, lerobot's ``<motor>.pos`` with the project's joint
 #: names (the robot's features, robot.py; an export's, docs/lerobot.md)
@@ -170,7 +176,13 @@ class ControlLoop:
         step: the pose the arm holds, as read). ``last_step`` keeps the safe arm's account."""
         if action.gripper is not None:
             value = int(action.gripper)
-            if value != self.gripper:  # the safe arm refuses a value outside 0-100
+            # a value outside 0-100 goes on to the safe arm, which refuses it; a change within
+            # the deadband is not worth a command, except to fully open or closed
+            if (
+                not 0 <= value <= 100
+                or abs(value - self.gripper) > GRIPPER_DEADBAND
+                or (value in (0, 100) and value != self.gripper)
+            ):
                 await self.arm.gripper_value(value, f"{self.note} step {step}")
                 self.gripper = value
         res = await self.arm.stream(

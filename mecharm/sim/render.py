@@ -259,7 +259,11 @@ def _distortion_maps(
     uu, vv = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
     pts = np.stack([uu.ravel(), vv.ravel()], -1).reshape(-1, 1, 2)
     crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-9)
-    und = cv2.undistortPoints(pts, K, np.array(dist), criteria=crit).reshape(h, w, 2)
+    d = np.array(dist)
+    if hasattr(cv2, "undistortPointsIter"):  # OpenCV 4 (lerobot's pin): the criteria's own function
+        und = cv2.undistortPointsIter(pts, K, d, None, None, crit).reshape(h, w, 2)
+    else:  # OpenCV 5 folded it into undistortPoints (same solver, same result)
+        und = cv2.undistortPoints(pts, K, d, criteria=crit).reshape(h, w, 2)
     xs, ys = und[..., 0], und[..., 1]
     scale = 1.0
     for lo, hi, c, f, n in ((xs.min(), xs.max(), cx, fx, w), (ys.min(), ys.max(), cy, fy, h)):

@@ -78,13 +78,15 @@ def start_demo_rig(
     recorder: bool = True,
     say: Callable[[str], None] | None = None,
     extra: Mapping[str, Any] | None = None,
+    python: str | None = None,
 ) -> DemoRig:
     """The demo's set-up, one home for it (``make run`` and ``mecharm_dev.successcheck``):
     the simulated rig (daemon + workcell cameras) with ``--sim-profile sim_profile`` and the
     first scene of ``seed``, the recorder on its side camera (unless ``recorder`` is False),
     and the RuntimeSettings of a session against them. ``root`` must exist. ``say``: the
     progress lines (default: print). ``extra``: settings of the caller's on top (dotted
-    paths; ``mecharm eval``'s task and policy). A failure stops whatever was already
+    paths; ``mecharm eval``'s task and policy). ``python``: the interpreter of the rig's and
+    the recorder's processes (default this one). A failure stops whatever was already
     started."""
     tell = say or (lambda text: print(text, flush=True))
     logs = DataRoot(root).logs
@@ -95,13 +97,17 @@ def start_demo_rig(
             f"time scale {time_scale}x) ..."
         )
         rig = start_sim_daemon(
-            logs, seed=seed, time_scale=time_scale, extra_args=["--sim-profile", sim_profile]
+            logs,
+            seed=seed,
+            time_scale=time_scale,
+            extra_args=["--sim-profile", sim_profile],
+            python=python,
         )
         children.append(rig.daemon)
         udp = None
         if recorder:
             tell("starting the recorder (side camera) ...")
-            rec, udp = start_recorder(logs, root, rig.side_url)
+            rec, udp = start_recorder(logs, root, rig.side_url, python=python)
             children.append(rec)
         # The runtime settings of every demo session, in this one dict: a key added here
         # reaches `make run` and the success check alike (docs/success.md).

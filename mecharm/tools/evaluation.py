@@ -170,6 +170,7 @@ def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None
             sim_profile=args.sim_profile, profile=profile, recorder=not args.no_recorder,
             extra={"task": TASK, "rollout.policy": args.policy,
                    **({"rollout.max_s": args.max_s} if args.max_s else {})},
+            python=str(args.sim_python) if args.sim_python else None,
         )  # fmt: skip
         url = rig.control_url
         placed: dict[int, bool | None] = {}
@@ -257,6 +258,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sim-profile", default="rig", help="rig (default), ideal, harsh")
     parser.add_argument("--max-s", type=float, help="an episode's time limit (rollout.max_s)")
     parser.add_argument("--no-recorder", action="store_true", help="run without the side camera")
+    parser.add_argument(
+        "--sim-python",
+        type=Path,
+        help="the Python that runs the simulated rig and the recorder (default this one; "
+        "the project's venv when this one is lerobot's, whose OpenCV is older)",
+    )
     parser.add_argument(
         "--data-root", type=Path, help="where the rollouts are written (default: the demo's root)"
     )

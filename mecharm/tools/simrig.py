@@ -71,13 +71,14 @@ class Child:
             return ""
 
 
-def _spawn(name: str, args: list[str], log_dir: Path) -> Child:
+def _spawn(name: str, args: list[str], log_dir: Path, python: str | None = None) -> Child:
+    """``python args`` (default this interpreter) with its output in ``{log_dir}/{name}.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     fh = open(log_path, "ab")  # noqa: SIM115 - owned by the Child
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [sys.executable, *args],
+        [python or sys.executable, *args],
         stdout=fh,
         stderr=subprocess.STDOUT,
         env=env,
@@ -153,12 +154,14 @@ def start_sim_daemon(
     timeout: float = 60.0,
     extra_args: Sequence[str] = (),
     token: str | None = None,
+    python: str | None = None,
 ) -> SimRig:
     """``mecharm-daemon --backend sim --scene random`` on free ports; returns once both the arm
     port and the cameras answer. ``scene=None``: the arm alone (no workcell, no cameras).
     ``token``: the daemon requires it, from ``{log_dir}/daemon.token`` (0600, as the daemon
     demands of a token file; ``SimRig.token_file``). ``extra_args``: more daemon flags
-    (``--idle-timeout S``, ...)."""
+    (``--idle-timeout S``, ...). ``python``: the interpreter of the rig's processes (default
+    this one; another venv's, e.g. the project's beside lerobot's, docs/rollouts.md)."""
     token_file: Path | None = None
     if token is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +191,7 @@ def start_sim_daemon(
             *extra_args,
         ],
         log_dir,
+        python,
     )
 
     def tcp_up() -> bool:
@@ -214,6 +218,7 @@ def start_recorder(
     key_file: Path | None = None,
     log_level: str = "warning",
     extra_args: Sequence[str] = (),
+    python: str | None = None,
 ) -> tuple[Child, int]:
     """``mecharm-recorder`` on a free UDP port; returns once it answers a frame request.
 
@@ -239,6 +244,7 @@ def start_recorder(
             *extra_args,
         ],
         log_dir,
+        python,
     )
     try:
         sender = RecorderSender("127.0.0.1", udp, key_file=key_file)

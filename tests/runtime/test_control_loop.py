@@ -174,6 +174,13 @@ async def test_the_gripper_is_sent_when_it_changes_and_a_bad_value_is_refused(
     assert report.ticks[-1].gripper == 40
     with pytest.raises(MotionRefused, match="not in 0-100"):
         await loop.send_action(Action(HOME, 150))
+    with pytest.raises(MotionRefused, match="not in 0-100"):
+        await loop.send_action(Action(HOME, 101))  # out of range even within the deadband
+    # a policy's continuous gripper output: small changes are not sent (each command holds
+    # the daemon), the value held is what send_action says was sent; the ends always go
+    sent = [(await loop.send_action(Action(HOME, v))).gripper for v in (43, 36, 30, 98, 100)]
+    assert sent == [40, 40, 30, 98, 100]
+    assert [g["value"] for g in _decisions(safe, "gripper")] == [40, 30, 98, 100]
 
 
 @pytest.mark.parametrize(

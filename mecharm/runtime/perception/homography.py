@@ -298,7 +298,10 @@ def undistort_pixels(
 ) -> NDArray[np.float64]:
     """Raw pixels -> ideal pinhole pixels (same K), iterated to well below a hundredth of a pixel."""
     pts = np.asarray(uv, dtype=np.float64).reshape(-1, 1, 2)
-    out = cv2.undistortPoints(pts, K, dist, P=K, criteria=_UNDISTORT_CRITERIA)
+    if hasattr(cv2, "undistortPointsIter"):  # OpenCV 4: the criteria's own function
+        out = cv2.undistortPointsIter(pts, K, dist, None, K, _UNDISTORT_CRITERIA)
+    else:  # OpenCV 5 folded it into undistortPoints (same solver, same result)
+        out = cv2.undistortPoints(pts, K, dist, P=K, criteria=_UNDISTORT_CRITERIA)
     return np.asarray(out, dtype=np.float64).reshape(-1, 2)
 
 

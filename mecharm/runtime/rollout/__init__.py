@@ -36,6 +36,8 @@ BODIES: dict[Stage, Callable[[RolloutContext], Awaitable[Outcome]]] = {
 def _context(setup: TrialSetup) -> RolloutContext:
     ctx = make_context(setup, RolloutContext)
     ctx.camera = getattr(setup.rig, "camera", None)
+    # the policy in the records from the start: a trial stopped before the rollout names it too
+    setup.trace.decision("rollout_policy", {"policy": ctx.settings.rollout.policy})
     return ctx
 
 
