@@ -16,7 +16,7 @@ WORKERS ?= 4
 # every test module's asserts: the suite writes byte-code caches, Python's default.
 PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
-.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check rollout-check
 
 $(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,3 +73,10 @@ robot-check:
 	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
 	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm -e ./plugins/lerobot_camera_mecharm -e ./plugins/lerobot_teleoperator_mecharm
 	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.robot_check
+
+# a policy trained by lerobot-train on exported demonstrations, evaluated as rollouts on the
+# simulated rig (docs/rollouts.md); the rig runs in this project's venv, lerobot in its own
+rollout-check: $(STAMP)
+	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
+	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e '.[runtime,sim,recorder]'
+	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.rollout_check --project-python $(BIN)/python

@@ -20,9 +20,9 @@ from mecharm.common.fsutil import OutsideRootError, inside_root, validate_name
 
 __all__ = [
     "CORRECTION_MEMORY",
-    "EXPORT_MANIFEST",
     "DATA_ROOT_ENV",
     "DEFAULT_TASK",
+    "EXPORT_MANIFEST",
     "FK_ARCHIVE",
     "FK_DIR",
     "FK_TABLE",

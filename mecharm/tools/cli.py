@@ -34,7 +34,7 @@ TOOL_GROUPS: dict[str, tuple[str, str]] = {
     "view": ("mecharm.tools.view.cli", "Rerun recording of a trial (open, --save, --follow live)"),
     "eval": (
         "mecharm.tools.evaluation",
-        "a policy's rollouts on the simulated rig: success rate with its 95% interval",
+        "a policy's rollouts on the simulated rig: success rate with its 95%% interval",
     ),
     "doctor": (
         "mecharm.tools.doctor",

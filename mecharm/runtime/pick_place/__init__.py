@@ -51,8 +51,8 @@ __all__ = [
     "TrialContext",
     "TrialState",
     "look_at_jaws",
-    "make_context",
     "lower_to_mat",
+    "make_context",
     "up_from_mat",
 ]
 
