@@ -641,17 +641,23 @@ class RolloutSettings(BaseModel):
     #: the policy's ticks per real-rig second (a time-scaled simulator ticks faster alike)
     rate_hz: float = Field(10.0, ge=1, le=50)
     #: an episode ends after this many real-rig seconds of ticks, if the policy has not ended
-    #: it (a scripted pick-and-place takes 60-90 s on the rig)
-    max_s: float = Field(120.0, gt=0, le=3600)
+    #: it (a scripted pick-and-place takes 60-90 s on the rig; a played-back episode takes
+    #: about as long as it was recorded, plus the waits for the arm)
+    max_s: float = Field(180.0, gt=0, le=3600)
     #: each joint moves at most this far from its reading per tick (lerobot's
     #: ``max_relative_target``); never more than ``arm.joint_step_max_deg``
     max_step_deg: float = Field(5.0, gt=0, le=30)
     #: ``lerobot:`` policies: the torch device (cpu, cuda, mps)
     device: str = "cpu"
-    #: ``episode:`` playback: the next recorded action is sent once every joint is within this
-    #: of the present one (degrees), or after ``playback_wait_s`` of trying
+    #: ``episode:`` playback: the next recorded frame is sent once its time is up and every
+    #: joint is within this of the present one (degrees), or after ``playback_wait_s`` of trying
     playback_tol_deg: float = Field(3.0, gt=0, le=20)
     playback_wait_s: float = Field(3.0, gt=0, le=60)
+    #: ``episode:`` playback follows the joints the arm was measured at (``state``: the
+    #: recorded motion at its recorded speed) or the ones commanded (``action``: a scripted
+    #: trial's point-to-point targets, jumps the step bound cuts up); the gripper is always
+    #: the commanded one
+    playback_path: Literal["state", "action"] = "state"
 
     @field_validator("policy")
     @classmethod

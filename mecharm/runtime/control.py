@@ -173,8 +173,16 @@ class ControlLoop:
 
     async def send_action(self, action: Action, step: int = 0) -> Action:
         """Send ``action`` through the safe arm; return the action actually sent (a refused
-        step: the pose the arm holds, as read). ``last_step`` keeps the safe arm's account."""
-        if action.gripper is not None:
+        step: the pose the arm holds, as read). ``last_step`` keeps the safe arm's account.
+
+        The joints go first; the gripper acts only when their step was sent: a step the
+        guards refuse holds the arm *and* the jaws (an open over a box the arm never reached
+        would drop the block on its wall)."""
+        res = await self.arm.stream(
+            action.joints, self.max_step_deg, f"{self.note} step {step}", into_box=self.into_box
+        )
+        self.last_step = res
+        if action.gripper is not None and res.sent is not None:
             value = int(action.gripper)
             # a value outside 0-100 goes on to the safe arm, which refuses it; a change within
             # the deadband is not worth a command, except to fully open or closed
@@ -183,12 +191,13 @@ class ControlLoop:
                 or abs(value - self.gripper) > GRIPPER_DEADBAND
                 or (value in (0, 100) and value != self.gripper)
             ):
+                before = self.gripper
+                # while the command is under way, and if it fails after reaching the arm (a
+                # timeout, a forced stop), believe the more closed of the two: the way back
+                # and the operator's question rest on it
+                self.gripper = min(before, value) if 0 <= value <= 100 else before
                 await self.arm.gripper_value(value, f"{self.note} step {step}")
                 self.gripper = value
-        res = await self.arm.stream(
-            action.joints, self.max_step_deg, f"{self.note} step {step}", into_box=self.into_box
-        )
-        self.last_step = res
         if res.sent is not None:
             return Action(res.sent.angles, self.gripper)
         held = self.arm.last_measured

@@ -71,7 +71,8 @@ class Tally:
         if placed is not None:
             self.truth_known += 1
             self.placed_true += placed
-            self.judge_wrong += placed != success
+            # only a judged rollout can be judged wrong (a stopped one was never judged)
+            self.judge_wrong += not stopped and placed != success
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = wilson(self.successes, self.episodes)
@@ -139,6 +140,14 @@ def summarize(
     return out
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The rollout session's settings of the command line (dotted paths)."""
+    out: dict[str, Any] = {"task": TASK, "rollout.policy": args.policy}
+    if args.max_s is not None:
+        out["rollout.max_s"] = args.max_s
+    return out
+
+
 def _ledger_rows(root: Path) -> list[dict[str, str]]:
     path = DataRoot(root, TASK).ledger
     if not path.is_file():
@@ -168,8 +177,7 @@ def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None
         rig = start_demo_rig(
             root, trials=args.episodes, seed=args.seed, time_scale=args.time_scale,
             sim_profile=args.sim_profile, profile=profile, recorder=not args.no_recorder,
-            extra={"task": TASK, "rollout.policy": args.policy,
-                   **({"rollout.max_s": args.max_s} if args.max_s else {})},
+            extra=_overrides(args),
             python=str(args.sim_python) if args.sim_python else None,
         )  # fmt: skip
         url = rig.control_url
@@ -196,9 +204,15 @@ def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the rig did not start, a session failed: one line, as the demo
+        print(f"mecharm eval: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
     finally:
         if rig is not None:
             rig.stop()
+    if len(report.trials) < args.episodes:
+        print(f"mecharm eval: the session ended after {len(report.trials)} of {args.episodes} "
+              f"rollouts ({report.stopped_by or 'see the log'})", file=sys.stderr)  # fmt: skip
     return {t.run_stem: placed.get(i) for i, t in enumerate(report.trials)}
 
 
@@ -217,11 +231,20 @@ def run(args: argparse.Namespace) -> int:
         if args.episodes < 1 or args.per_scene < 1:
             print("mecharm eval: --episodes and --per-scene take 1 or more", file=sys.stderr)
             return 2
-        try:  # the policy loads before anything starts, or nothing does
-            settings = load_settings(RuntimeSettings, None, {"rollout.policy": args.policy})
-            load_policy(args.policy, settings)
+        from mecharm.runtime.rollout.body import rate_problem
+
+        try:  # the settings and the policy load before anything starts, or nothing does
+            settings = load_settings(RuntimeSettings, None, _overrides(args))
+            policy = load_policy(args.policy, settings)
         except (ConfigError, PolicyError) as exc:
             print(f"mecharm eval: {exc}", file=sys.stderr)
+            return 2
+        problem = rate_problem(policy.fps or settings.rollout.rate_hz, args.time_scale)
+        if problem:
+            print(f"mecharm eval: {problem} (--time-scale)", file=sys.stderr)
+            return 2
+        if args.sim_python is not None and not args.sim_python.is_file():
+            print(f"mecharm eval: --sim-python {args.sim_python}: no such file", file=sys.stderr)
             return 2
         root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()

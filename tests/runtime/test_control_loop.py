@@ -125,6 +125,16 @@ async def test_a_policy_driving_the_tool_into_the_mat_is_refused_before_the_mat(
     assert sent and all(float(fk_tip(p)[1]) >= margin for p in sent)
     assert report.refused > 0
     assert any("path check" in (t.refused or "") for t in report.ticks)
+    # a refused step holds the jaws too: an open asked with it is not sent
+    before = len(_decisions(safe, "gripper"))
+    loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+    loop.gripper = 20  # as if closed on a block
+    out = await loop.send_action(Action(into_mat, 100))
+    assert loop.last_step is not None and loop.last_step.refused
+    assert out.gripper == 20 and len(_decisions(safe, "gripper")) == before
+    with pytest.raises(MotionRefused):  # not six finite angles: nothing at all is sent
+        await loop.send_action(Action((math.nan,) * 6, 100))
+    assert len(_decisions(safe, "gripper")) == before
 
 
 @pytest.mark.anyio

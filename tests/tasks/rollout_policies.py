@@ -42,3 +42,13 @@ def close_and_stop(settings: Any) -> Any:
         return None
 
     return policy
+
+
+def wants_the_side_camera(settings: Any) -> Any:
+    """A policy that asks for a camera a rollout cannot give: refused at load."""
+
+    def policy(obs: Observation) -> Action | None:
+        return None
+
+    policy.cameras = ("side",)  # type: ignore[attr-defined]
+    return policy

@@ -149,7 +149,7 @@ def _exported_and_reported(root: Path, out: Path, t: TrialSummary) -> None:
 
 
 def test_the_registry_names_each_task_once_with_its_own_records() -> None:
-    assert list(TASKS) == ["pick_place", "lift_return"]
+    assert list(TASKS) == ["pick_place", "lift_return", "rollout"]
     assert get_task("lift_return") is TASK and get_task("pick_place") is PICK_PLACE
     assert TASK.records.ledger_columns != PICK_PLACE.records.ledger_columns
     with pytest.raises(ValueError, match="did you mean 'lift_return'"):

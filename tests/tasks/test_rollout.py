@@ -60,18 +60,27 @@ def _obs(joints: tuple[float, ...], step: int = 0) -> Observation:
 # ------------------------------------------------------------------ parts, no rig
 
 
-def test_playback_sends_the_next_recorded_action_once_the_arm_is_there() -> None:
-    a = [Action(HOME, 100), Action((10.0, *HOME[1:]), 100), Action((10.0, *HOME[1:]), 20)]
-    p = EpisodePlayback("t", a, 10.0, tol_deg=1.0, wait_ticks=3)
-    assert p(_obs(HOME)) == a[0]  # the first tick sends the first frame
-    assert p(_obs(HOME)) == a[1]  # there: the next
-    assert p(_obs((4.0, *HOME[1:]))) == a[1]  # on the way: held
-    assert p(_obs((9.5, *HOME[1:]))) == a[2]  # within 1°: the next, the gripper with it
-    assert p(_obs((9.5, *HOME[1:]))) is None  # the last one reached: done
+def test_playback_keeps_the_recording_s_pace_and_follows_the_arm() -> None:
+    x = (10.0, *HOME[1:])
+    a = [Action(HOME, 100), Action(x, 100), Action(x, 20), Action(HOME, 20)]
+    p = EpisodePlayback("t", a, hold_ticks=2, tol_deg=3.0, wait_ticks=10)
+    assert p(_obs(HOME, 0)) == a[0]  # the first tick sends the first frame
+    assert p(_obs(HOME, 1)) == a[0]  # each frame lasts its recorded time (2 ticks) ...
+    assert p(_obs(HOME, 2)) == a[1]
+    # ... and until the arm is there; for a gripper change within 1° (tol / 3)
+    assert p(_obs((8.0, *HOME[1:]), 4)) == a[1]
+    assert p(_obs((9.5, *HOME[1:]), 5)) == a[2]
+    assert p(_obs((9.5, *HOME[1:]), 7)) == a[3]
+    assert p(_obs(HOME, 9)) is None  # the last one reached: done
+    assert p.unreached == 0
+    # ticks an overrun skipped count: a frame lasts its time, not the policy's calls
+    p2 = EpisodePlayback("t", a, hold_ticks=5, tol_deg=3.0, wait_ticks=10)
+    assert [p2(_obs(HOME, 0)), p2(_obs(HOME, 9))] == [a[0], a[1]]
     # an arm that never gets there (a stall, a refusal) moves on after wait_ticks
-    q = EpisodePlayback("t", a[:2], 10.0, tol_deg=1.0, wait_ticks=3)
-    far = _obs((-20.0, *HOME[1:]))
-    assert [q(far), q(far), q(far), q(far), q(far)] == [a[0], a[0], a[0], a[1], a[1]]
+    q = EpisodePlayback("t", a[:2], hold_ticks=1, tol_deg=1.0, wait_ticks=3)
+    far = (-20.0, *HOME[1:])
+    got = [q(_obs(far, k)) for k in range(5)]
+    assert got == [a[0], a[0], a[0], a[1], a[1]]
     assert q.unreached == 1
 
 
@@ -81,15 +90,25 @@ def _dataset(root: Path, names: list[str], rows: list[tuple[int, int, list[float
     (root / "data" / "chunk-000").mkdir(parents=True)
     info = {"fps": fps, "features": {"action": {"dtype": "float32", "shape": [len(names)],
                                                 "names": names}}}  # fmt: skip
+    info["features"]["observation.state"] = {"dtype": "float32", "shape": [len(names)],
+                                             "names": names}  # fmt: skip
     (root / "meta" / "info.json").write_text(json.dumps(info), encoding="utf-8")
     table = pa.table({
         "episode_index": [r[0] for r in rows], "frame_index": [r[1] for r in rows],
         "action": [r[2] for r in rows],
+        # where the arm was: the action's joints less one degree (it lags the command)
+        "observation.state": [[v - 1.0 for v in r[2][:6]] + r[2][6:] for r in rows],
     })  # fmt: skip
     pq.write_table(table, root / "data" / "chunk-000" / "file-000.parquet")
     if scale is not None:
         manifest = {"episodes": [{"episode_index": 1, "time_scale": scale}]}
         (root / "meta" / "mecharm_export.json").write_text(json.dumps(manifest), "utf-8")
+    return root
+
+
+def _info(root: Path, info: Any) -> Path:
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "info.json").write_text(json.dumps(info), encoding="utf-8")
     return root
 
 
@@ -100,6 +119,9 @@ def test_an_episode_is_read_in_frame_order_at_its_real_rig_pace(tmp_path: Path) 
     assert actions == [Action((0.5,) * 6, 100), Action((1.0,) * 6, 20)]
     assert fps == 2.0  # 10 fps of a 5x recording: 2 frames per real-rig second
     assert read_episode_actions(root, 0)[1] == 10.0  # no time scale for it: real time
+    # the measured path: the state's joints, the action's gripper
+    states, _fps = read_episode_actions(root, 1, "state")
+    assert states == [Action((-0.5,) * 6, 100), Action((0.0,) * 6, 20)]
     # a dataset whose columns are in another order, under the first export's names
     legacy = ["gripper"] + [f"j{i}" for i in range(6)]
     root2 = _dataset(tmp_path / "ds2", legacy, [(0, 0, [50.0, 1, 2, 3, 4, 5, 6])])
@@ -111,6 +133,9 @@ def test_an_episode_is_read_in_frame_order_at_its_real_rig_pace(tmp_path: Path) 
     [
         (lambda p: p, "not a LeRobot dataset"),
         (lambda p: _dataset(p, ["a", "b"], [(0, 0, [1.0, 2.0])]), "a mechArm dataset has"),
+        (lambda p: _info(p, {"fps": 10, "features": []}), "no fps or no features"),
+        (lambda p: _info(p, {"fps": 10, "features": {"action": {"names": [1, 2]}}}), "no names"),
+        (lambda p: _info(p, [1, 2]), "no fps or no features"),
         (lambda p: _dataset(p, NAMES, [(3, 0, [0.0] * 7)]), "no episode 0"),
         (lambda p: _dataset(p, NAMES, [(0, 0, [math.nan] * 7)]), "not 7 finite values"),
     ],
@@ -129,13 +154,17 @@ def test_policy_specs_are_checked_before_anything_moves(
 ) -> None:
     assert policy_spec_problem("episode:/data/ds#2") is None
     assert policy_spec_problem(f"{POLICIES}:reach_too_far") is None
-    for bad in ("foo", "episode:", "python:no_name", "episode:/ds#x", "torch:/x"):
+    for bad in ("foo", "episode:", "python:no_name", "episode:/ds#x", "episode:/ds#²", "torch:/x"):
         assert policy_spec_problem(bad), bad
     with pytest.raises(ValueError, match="give episode:DATASET"):
         RuntimeSettings.model_validate({"rollout": {"policy": "bogus"}})
     s = RuntimeSettings.model_validate({})
     with pytest.raises(PolicyError, match="has no 'nope'"):
         load_policy(f"{POLICIES}:nope", s)
+    with pytest.raises(PolicyError, match="the side camera is the recorder's"):
+        load_policy(f"{POLICIES}:wants_the_side_camera", s)
+    with pytest.raises(PolicyError, match=r"cannot be imported \(RuntimeError: broken on import"):
+        load_policy("python:tests.tasks.rollout_broken_policy:make", s)
     # the runtime's command line: exit 2 with one line, no traceback, no session started
     root = tmp_path / "root"
     root.mkdir()

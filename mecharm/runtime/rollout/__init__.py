@@ -27,6 +27,10 @@ from mecharm.runtime.rollout.stages import NOMINAL_S, TRANSITIONS, Stage
 
 __all__ = ["RECORDS", "TASK", "RolloutContext", "Stage"]
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({"rollout.policy"})
+
 BODIES: dict[Stage, Callable[[RolloutContext], Awaitable[Outcome]]] = {
     Stage.OPEN_GRIPPER_HOME: open_gripper_home, Stage.DETECT: detect, Stage.ROLLOUT: rollout,
     Stage.RETREAT: retreat, Stage.JUDGE_ROLLOUT: judge_rollout,

@@ -18,11 +18,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from mecharm.cameras.base import CameraSource
 from mecharm.common.gripper import GRIPPER_OPEN_VALUE
 from mecharm.common.kinematics import fk_tip
 from mecharm.common.logging import get_logger
-from mecharm.runtime.control import RATE_MAX_HZ, Action, ControlLoop, LoopReport, Observation
+from mecharm.runtime.control import (
+    RATE_MAX_HZ,
+    RATE_MIN_HZ,
+    Action,
+    ControlLoop,
+    LoopReport,
+    Observation,
+)
 from mecharm.runtime.engine import Outcome, StageFailed
 from mecharm.runtime.pick_place import TrialContext
 from mecharm.runtime.rollout.policies import PolicyError, RolloutPolicy, load_policy
@@ -36,6 +45,7 @@ __all__ = [
     "RolloutState",
     "exit_rollout",
     "judge_rollout",
+    "rate_problem",
     "retreat",
     "rollout",
 ]
@@ -52,9 +62,9 @@ SETTINGS_READ: frozenset[str] = frozenset({
 #: the way back stops retracing once the tool tip is this high above the mat (m): the box's
 #: walls are 43 mm, a held block hangs 25 mm below the tip; HOME's tip is at 233 mm
 CLEAR_TIP_M = 0.10
-#: a gripper value at or above this is open (0 closed … 100 open); a policy's continuous
-#: gripper output is rarely exactly 100
-OPEN_MIN = GRIPPER_OPEN_VALUE - 10
+#: a gripper value at or above this is open (0 closed … 100 open): halfway between the
+#: runtime's close (20) and open (100); a learned policy's "open" wanders well below 100
+OPEN_MIN = 60
 
 
 @dataclass
@@ -96,12 +106,10 @@ async def rollout(ctx: RolloutContext) -> Outcome:
         raise StageFailed(str(exc)) from None
     policy.reset()
     rate = policy.fps or s.rollout.rate_hz
+    problem = rate_problem(rate, s.scale)
+    if problem:
+        raise StageFailed(problem)
     real_hz = rate * s.scale
-    if real_hz > RATE_MAX_HZ:
-        raise StageFailed(
-            f"the policy's {rate:g} Hz at time scale {s.scale:g} is {real_hz:g} ticks a second; "
-            f"the loop holds at most {RATE_MAX_HZ:g}: lower rollout.rate_hz or the time scale"
-        )
     missing = [c for c in policy.cameras if ctx.camera is None]
     if missing:
         raise StageFailed(f"the policy looks through {missing}, and this session has no top camera")
@@ -135,14 +143,37 @@ async def rollout(ctx: RolloutContext) -> Outcome:
             raise StageFailed(f"policy {policy.name}: gave {type(out).__name__}, not an Action")
         return out  # type: ignore[no-any-return]
 
+    # a policy (or a camera) that never returns is stopped too: twice the time limit in this
+    # run's time, and half a minute, is more than any loop that keeps ticking takes
+    limit = 2 * s.scaled(s.rollout.max_s) + 30.0
+    report: LoopReport | None = None
     try:
-        report = await loop.run(step, max(1, math.ceil(s.rollout.max_s * rate)))
+        with anyio.move_on_after(limit):
+            report = await loop.run(step, max(1, math.ceil(s.rollout.max_s * rate)))
     finally:
         keep_sent()
         r.gripper = loop.gripper
+    if report is None:
+        raise StageFailed(
+            f"policy {policy.name}: the rollout did not end within {limit:.0f} s (the policy or "
+            "a camera read hung)"
+        )
     r.report = report
     log.info("rollout_done", policy=policy.name, path=len(r.path), **report.to_dict())
     return Outcome.OK
+
+
+def rate_problem(rate_hz: float, scale: float) -> str | None:
+    """Why a policy at ``rate_hz`` real-rig ticks a second cannot run at time scale
+    ``scale`` (None: it can): the loop ticks ``rate_hz * scale`` times a real second."""
+    real = rate_hz * scale
+    if RATE_MIN_HZ <= real <= RATE_MAX_HZ:
+        return None
+    return (
+        f"a rollout at {rate_hz:g} Hz and time scale {scale:g} ticks {real:g} times a second; "
+        f"the control loop runs {RATE_MIN_HZ:g}-{RATE_MAX_HZ:g}: set rollout.rate_hz or the "
+        "time scale so that their product is in that range"
+    )
 
 
 def _tip_height(pose: tuple[float, ...]) -> float:
@@ -199,6 +230,9 @@ async def way_back(
         if not opened:
             return False
         r.gripper, r.put_back = GRIPPER_OPEN_VALUE, True
+        # from here on the way back starts where the gripper closed (also for an exit path
+        # after a failed move up: never back into where the policy carried the block)
+        del r.path[closed_at + 1 :]
         poses = poses[: closed_at + 1]
     return await _up_and_home(ctx, list(reversed(poses)), note, attempt)
 
@@ -209,7 +243,8 @@ async def _must(name: str, fn: Callable[[], Awaitable[Any]]) -> bool:
 
 
 async def retreat(ctx: RolloutContext) -> Outcome:
-    await way_back(ctx, "retreat", _must)
+    if not await way_back(ctx, "retreat", _must):  # a closed gripper with no way back to open
+        raise StageFailed("retreat: the gripper is closed and the rollout sent no pose to open at")
     return Outcome.OK
 
 

@@ -14,6 +14,7 @@ lerobot installed this is a PolicyError that says how to install it (docs/rollou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,11 @@ import cv2
 import numpy as np
 
 from mecharm.runtime.control import Action, Observation
+from mecharm.runtime.rollout.policies import POLICY_CAMERAS as CAMERAS
 from mecharm.runtime.rollout.policies import PolicyError
 
 __all__ = ["load_lerobot_policy"]
 
-#: the cameras a rollout can give a policy: the runtime's top camera (the side camera is
-#: the recorder's, which never serves the arm)
-CAMERAS = ("top",)
 STATE_KEY, IMAGE_PREFIX = "observation.state", "observation.images."
 
 
@@ -87,8 +86,8 @@ def load_lerobot_policy(spec: str, path: Path, device: str) -> LerobotPolicy:
         key = (str(path.resolve()), device, (path / "config.json").stat().st_mtime)
     except OSError:
         key = None
-    if key is not None and key in _LOADED:
-        return _LOADED[key]
+    if key is not None and key in _LOADED:  # under the name this spec gives it
+        return dataclasses.replace(_LOADED[key], name=spec)
     loaded = _load(spec, path, device)
     if key is not None:
         _LOADED[key] = loaded
@@ -139,8 +138,10 @@ def _load(spec: str, path: Path, device: str) -> LerobotPolicy:
                 "without that feature (lerobot-train --dataset.video_backend ... "
                 "--policy.input_features, or an export without the side camera)"
             )
-        _c, h, w = (int(v) for v in feat.shape)
-        sizes[cam] = (h, w)
+        shape = tuple(feat.shape)
+        if len(shape) != 3 or shape[0] != 3:
+            raise PolicyError(f"policy {spec!r}: its {key} has shape {shape}, not (3, H, W)")
+        sizes[cam] = (int(shape[1]), int(shape[2]))
     out = cfg.output_features.get("action")
     if out is None or tuple(out.shape) != (7,):
         raise PolicyError(

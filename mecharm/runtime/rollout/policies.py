@@ -48,6 +48,9 @@ JOINT_FEATURES: tuple[str, ...] = (*JOINT_KEYS, GRIPPER_KEY)
 _LEGACY_FEATURES: tuple[str, ...] = (*(f"j{i}" for i in range(6)), "gripper")
 
 KINDS = ("episode", "lerobot", "python")
+#: the cameras a rollout can give a policy: the runtime's top camera (the side camera is
+#: the recorder's, which never serves the arm)
+POLICY_CAMERAS = ("top",)
 _PYTHON_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -91,7 +94,7 @@ def policy_spec_problem(spec: str) -> str | None:
         return f"policy {spec!r}: python: takes MODULE:NAME (e.g. python:my_policies:make)"
     if kind == "episode":
         _path, sep, num = rest.rpartition("#")
-        if sep and not num.isdigit():
+        if sep and not re.fullmatch(r"[0-9]{1,9}", num):
             return f"policy {spec!r}: the episode after # must be a whole number (#0, #3)"
     return None
 
@@ -120,11 +123,27 @@ def _time_scale(root: Path, episode: int) -> float:
     return 1.0
 
 
-def read_episode_actions(root: Path, episode: int) -> tuple[list[Action], float]:
-    """Episode ``episode``'s actions of the LeRobot v3.0 dataset at ``root``, in frame order,
-    and their rate in real-rig frames per second: the dataset's fps, over the time scale the
-    episode was recorded at (a 10 fps export of a 5x trial is 2 frames per real-rig second).
-    PolicyError when the dataset or the episode is not usable."""
+def _indices(info_path: Path, root: Path, feats: Any, key: str) -> tuple[list[int], int]:
+    """Where j0..j5 and the gripper sit in feature ``key``'s vector, and its length."""
+    feat = feats.get(key) if isinstance(feats, dict) else None
+    names = feat.get("names") if isinstance(feat, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise PolicyError(f"{info_path}: no names for {key}; is it a LeRobot v3.0 dataset?")
+    for want in (JOINT_FEATURES, _LEGACY_FEATURES):
+        if all(n in names for n in want):
+            return [names.index(n) for n in want], len(names)
+    raise PolicyError(f"{root}: its {key} is {names}; a mechArm dataset has {list(JOINT_FEATURES)}")
+
+
+def read_episode_actions(
+    root: Path, episode: int, path: str = "action"
+) -> tuple[list[Action], float]:
+    """Episode ``episode`` of the LeRobot v3.0 dataset at ``root`` as actions, in frame
+    order — the joints of its ``action`` (what was commanded) or of its
+    ``observation.state`` (``path="state"``: where the arm was), the gripper always the
+    action's — and their rate in real-rig frames per second: the dataset's fps, over the time
+    scale the episode was recorded at (a 10 fps export of a 5x trial is 2 frames per real-rig
+    second). PolicyError when the dataset or the episode is not usable."""
     import pyarrow.parquet as pq  # the runtime's own dependency, imported when needed
 
     info_path = root / "meta" / "info.json"
@@ -135,80 +154,96 @@ def read_episode_actions(root: Path, episode: int) -> tuple[list[Action], float]
     except (OSError, ValueError) as exc:
         raise PolicyError(f"{info_path}: unreadable ({exc})") from None
     fps = info.get("fps") if isinstance(info, dict) else None
-    feat = info.get("features", {}).get("action") if isinstance(info, dict) else None
-    names = feat.get("names") if isinstance(feat, dict) else None
-    if not isinstance(fps, int | float) or not 0 < fps <= 1000 or not isinstance(names, list):
-        raise PolicyError(f"{info_path}: no fps or no action names; is it a LeRobot v3.0 dataset?")
-    for want in (JOINT_FEATURES, _LEGACY_FEATURES):
-        if all(n in names for n in want):
-            index = [names.index(n) for n in want]
-            break
-    else:
-        raise PolicyError(
-            f"{root}: its actions are {names}; a mechArm dataset has {list(JOINT_FEATURES)}"
-        )
+    feats = info.get("features") if isinstance(info, dict) else None
+    if not isinstance(fps, int | float) or not 0 < fps <= 1000 or not isinstance(feats, dict):
+        raise PolicyError(f"{info_path}: no fps or no features; is it a LeRobot v3.0 dataset?")
+    act_at, act_n = _indices(info_path, root, feats, "action")
+    key = "observation.state" if path == "state" else "action"
+    joint_at, joint_n = (
+        _indices(info_path, root, feats, key) if path == "state" else (act_at, act_n)
+    )
     files = sorted((root / "data").glob("chunk-*/file-*.parquet"))
     if not files:
         raise PolicyError(f"{root}: no data/chunk-*/file-*.parquet files")
-    rows: list[tuple[int, list[float]]] = []
+    cols = ["episode_index", "frame_index", "action", *([key] if key != "action" else [])]
+    rows: list[tuple[int, list[float], list[float]]] = []
     try:
         for f in files:
-            t = pq.read_table(f, columns=["episode_index", "frame_index", "action"]).to_pydict()
-            for ep, fr, act in zip(t["episode_index"], t["frame_index"], t["action"], strict=True):
+            t = pq.read_table(f, columns=cols).to_pydict()
+            for k, ep in enumerate(t["episode_index"]):
                 if ep == episode:
-                    rows.append((int(fr), [float(v) for v in act]))
+                    act = [float(v) for v in t["action"][k]]
+                    rows.append((int(t["frame_index"][k]), act, [float(v) for v in t[key][k]]))
     except Exception as exc:  # pyarrow's errors vary by the way a file is broken
         raise PolicyError(
             f"{root}: cannot read its data files ({type(exc).__name__}: {exc})"
         ) from None
     if not rows:
         raise PolicyError(f"{root}: no episode {episode} in its data")
-    rows.sort()
+    rows.sort(key=lambda r: r[0])
     actions: list[Action] = []
-    for fr, act in rows:
-        vals = [act[i] for i in index] if len(act) == len(names) else []
-        if not vals or not all(math.isfinite(v) for v in vals):
-            raise PolicyError(
-                f"{root}: episode {episode} frame {fr}: not {len(names)} finite values"
-            )
-        grip = max(0, min(100, round(vals[6])))
-        actions.append(Action(tuple(vals[:6]), grip))
+    for fr, act, joints in rows:
+        ok = len(act) == act_n and len(joints) == joint_n
+        grip = act[act_at[6]] if ok else math.nan
+        vals = [joints[i] for i in joint_at[:6]] if ok else []
+        if not vals or not all(math.isfinite(v) for v in [*vals, grip]):
+            raise PolicyError(f"{root}: episode {episode} frame {fr}: not 7 finite values")
+        actions.append(Action(tuple(vals), max(0, min(100, round(grip)))))
     return actions, float(fps) / _time_scale(root, episode)
 
 
 @dataclass
 class EpisodePlayback:
-    """A recorded episode's actions, each held until the arm reaches it (``tol_deg``) or
-    ``wait_ticks`` ticks passed, then the next; None after the last one is reached."""
+    """A recorded episode played at the loop's rate, at the recording's pace, following the arm.
+
+    Each frame is held for the ticks it lasted in the recording (``hold_ticks``) and until
+    the arm is within ``tol_deg`` of it; a frame that changes the gripper waits until the arm
+    is within ``tol_deg / 3`` of the frame before it (the jaws act where the recording's
+    did). After ``wait_ticks`` of trying the next frame is sent anyway (a stall, a refused
+    step: ``unreached`` counts them). None after the last frame.
+    """
 
     name: str
     actions: Sequence[Action]
-    fps: float | None
+    #: loop ticks one recorded frame lasts (the loop's rate over the episode's pace)
+    hold_ticks: int
     tol_deg: float
     wait_ticks: int
     cameras: tuple[str, ...] = ()
+    #: the loop's own rate (rollout.rate_hz)
+    fps: float | None = None
     i: int = 0
-    tries: int = 0
+    #: the tick the present frame was first sent at (ticks count by the loop's schedule, so
+    #: ticks an overrun skipped count too: a frame lasts its time, not its calls)
+    since: int | None = None
     #: frames left without the arm reaching them (it stalled or the guards refused)
     unreached: int = 0
 
     def reset(self) -> None:
-        self.i, self.tries, self.unreached = 0, 0, 0
+        self.i, self.since, self.unreached = 0, None, 0
+
+    def _ready(self, obs: Observation, ticks: int) -> bool:
+        """May the next frame go? The present one's time is up and the arm reached it
+        (closer for a gripper change)."""
+        cur = self.actions[self.i]
+        nxt = self.actions[self.i + 1] if self.i + 1 < len(self.actions) else None
+        there = max(abs(a - b) for a, b in zip(obs.joints, cur.joints, strict=True))
+        tol = self.tol_deg / 3 if nxt is not None and nxt.gripper != cur.gripper else self.tol_deg
+        return ticks >= self.hold_ticks and there <= tol
 
     def __call__(self, obs: Observation) -> Action | None:
         if self.i >= len(self.actions):
             return None
-        target = self.actions[self.i]
-        there = max(abs(a - b) for a, b in zip(obs.joints, target.joints, strict=True))
-        if self.i == 0 and self.tries == 0:  # the first tick sends the first frame
-            self.tries = 1
-            return target
-        if there <= self.tol_deg or self.tries >= self.wait_ticks:
-            self.unreached += there > self.tol_deg
-            self.i, self.tries = self.i + 1, 1
+        if self.since is None:  # the first tick sends the first frame
+            self.since = obs.step
+            return self.actions[0]
+        ticks = obs.step - self.since
+        ready = self._ready(obs, ticks)
+        if ready or ticks >= self.wait_ticks:
+            self.unreached += not ready
+            self.i, self.since = self.i + 1, obs.step
             return self.actions[self.i] if self.i < len(self.actions) else None
-        self.tries += 1
-        return target
+        return self.actions[self.i]
 
 
 # ---------------------------------------------------------------- python factories
@@ -233,13 +268,14 @@ class _Wrapped:
 def _python_policy(spec: str, rest: str, settings: Any) -> RolloutPolicy:
     module, _, attr = rest.partition(":")
     try:
-        factory = getattr(importlib.import_module(module), attr)
-    except ImportError as exc:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # not found, or its own code failed on import (any error)
         raise PolicyError(
-            f"policy {spec!r}: module {module!r} cannot be imported ({exc})"
+            f"policy {spec!r}: module {module!r} cannot be imported ({type(exc).__name__}: {exc})"
         ) from None
-    except AttributeError:
-        raise PolicyError(f"policy {spec!r}: module {module!r} has no {attr!r}") from None
+    factory = getattr(mod, attr, None)
+    if factory is None:
+        raise PolicyError(f"policy {spec!r}: module {module!r} has no {attr!r}")
     try:
         fn = factory(settings)
     except Exception as exc:
@@ -250,8 +286,17 @@ def _python_policy(spec: str, rest: str, settings: Any) -> RolloutPolicy:
         raise PolicyError(
             f"policy {spec!r}: {attr}(settings) returned {type(fn).__name__}, not a callable"
         )
-    cams = tuple(getattr(fn, "cameras", ()))
-    return _Wrapped(spec, fn, cams)
+    cams = getattr(fn, "cameras", ())
+    if (
+        not isinstance(cams, tuple | list)
+        or not all(isinstance(c, str) for c in cams)
+        or [c for c in cams if c not in POLICY_CAMERAS]
+    ):
+        raise PolicyError(
+            f"policy {spec!r}: its cameras are {cams!r}; a rollout gives "
+            f"{list(POLICY_CAMERAS)} (the side camera is the recorder's)"
+        )
+    return _Wrapped(spec, fn, tuple(cams))
 
 
 def load_policy(spec: str, settings: Any) -> RolloutPolicy:
@@ -264,9 +309,10 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
     r = settings.rollout
     if kind == "episode":
         root, episode = _dataset_and_episode(rest)
-        actions, fps = read_episode_actions(root.expanduser(), episode)
-        wait = max(1, math.ceil(r.playback_wait_s * fps))
-        return EpisodePlayback(spec, actions, fps, r.playback_tol_deg, wait)
+        actions, fps = read_episode_actions(root.expanduser(), episode, r.playback_path)
+        hold = max(1, round(r.rate_hz / fps))
+        wait = max(1, math.ceil(r.playback_wait_s * r.rate_hz))
+        return EpisodePlayback(spec, actions, hold, r.playback_tol_deg, wait)
     if kind == "python":
         return _python_policy(spec, rest, settings)
     from mecharm.runtime.rollout.lerobot_policy import load_lerobot_policy
