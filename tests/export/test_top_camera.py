@@ -130,6 +130,38 @@ def test_top_width_scales_the_top_video_only(
         export_lerobot(data_root, out, _settings())
 
 
+def test_side_and_top_width_give_both_cameras_one_shape(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """--side-width scales the side video as --top-width the top's: 192x96 and 320x180
+    become 160x80 and 160x90; the side frames are still the recorded ones, in order (their
+    stamps read back at the scaled block size), and the dataset verifies."""
+    trial = recs.write(data_root, recs.stem(1), seed=1, duration=3.0)
+    recs.ledger(data_root, trial)
+    out = tmp_path / "ds"
+    rep = export_lerobot(data_root, out, _settings(side_width=160, top_width=160))
+    assert len(rep.exported) == 1, rep.refused
+    feats = json.loads((out / L.INFO_PATH).read_text())["features"]
+    assert feats[L.VIDEO_KEY]["shape"] == [80, 160, 3]
+    assert feats[L.TOP_VIDEO_KEY]["shape"] == [90, 160, 3]
+    side = _decode(recs, out / SIDE_DIR / "file-000.mp4", 16 * 160 / 192)
+    assert {s for _, _, s in side} == {(160, 80)}
+    shown = [n for _, n, _ in side]
+    assert shown == sorted(shown) and len(set(shown)) > 1
+    assert verify_dataset(out).ok
+    manifest = json.loads((out / L.MANIFEST_PATH).read_text())
+    assert manifest["video"]["side_width"] == 160
+    # a later run at another side_width cannot join this dataset
+    recs.ledger(data_root, recs.write(data_root, recs.stem(2), seed=2, duration=3.0))
+    with pytest.raises(DatasetError, match=r"side_width 160 .*--side-width 160"):
+        export_lerobot(data_root, out, _settings(top_width=160))
+    # ... and at the same one it does, also through the command line
+    argv = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress",
+            "--side-width", "160", "--top-width", "160"]  # fmt: skip
+    assert main(argv) == 0
+    assert verify_dataset(out).ok
+
+
 def test_jpeg_lowres_only_where_the_reduced_size_covers_the_width() -> None:
     assert jpeg_lowres(1920, 640) == 0  # 1/2 would do, but FFmpeg's 1/2 is slower
     assert jpeg_lowres(1920, 480) == 2

@@ -63,6 +63,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "allow_time_scaled": True if args.allow_time_scaled else None,
                 "cameras": args.cameras,
                 "top_width": args.top_width,
+                "side_width": args.side_width,
                 "rig_id": args.rig_id,
                 # a bar only on a terminal: not in logs, pipes or CI
                 "progress": False if args.no_progress or not sys.stderr.isatty() else None,
@@ -181,6 +182,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PX",
         help="top camera video width in the dataset (default 640, aspect kept; 0 = as recorded)",
+    )
+    lr.add_argument(
+        "--side-width",
+        type=int,
+        metavar="PX",
+        help="side camera video width in the dataset (default 0 = as recorded, aspect kept)",
     )
     lr.add_argument(
         "--rig-id",

@@ -78,6 +78,10 @@ class ExportSettings(RigSettings):
     #: width of the top camera's video in the dataset (height keeps the aspect, both even);
     #: 0 = as recorded. Encoding the sim's 1920x1080 at full size halves the export speed.
     top_width: int = Field(640, ge=0, le=7680)
+    #: width of the side camera's video in the dataset, the same way; 0 = as recorded (the
+    #: default). ``--side-width 640 --top-width 640`` gives both cameras 640x360: equal
+    #: shapes, which diffusion and VQ-BeT policies require (docs/lerobot.md, "Image sizes")
+    side_width: int = Field(0, ge=0, le=7680)
 
     # --- video (H.264 via PyAV) ---
     preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = "ultrafast"

@@ -299,7 +299,13 @@ def new_manifest(
         "chunks_size": settings.chunks_size,
         "data_files_size_in_mb": settings.data_files_size_in_mb,
         "video_files_size_in_mb": settings.video_files_size_in_mb,
-        "video": {"key": L.VIDEO_KEY, "codec": "h264", "height": size[0], "width": size[1]},
+        "video": {
+            "key": L.VIDEO_KEY,
+            "codec": "h264",
+            "height": size[0],
+            "width": size[1],
+            "side_width": settings.side_width,
+        },
         "cameras": list(settings.cameras),
         **top,
         # the runtime task whose trials it holds, and so its per-episode fields (docs/tasks.md)

@@ -100,7 +100,7 @@ class ExportReport:
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
     keys = ("fps", "trials_of", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
-            "max_frame_offset_s", "cameras", "top_width", "preset", "crf", "gop")  # fmt: skip
+            "max_frame_offset_s", "cameras", "top_width", "side_width", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys} | {"task": s.task_words}
 
 
@@ -162,6 +162,14 @@ def _export(
                 f"{out} was first exported with top_width {top_m['top_width']} (top video "
                 f"{top_m['width']}x{top_m['height']}); cannot add episodes at top_width "
                 f"{settings.top_width} (pass --top-width {top_m['top_width']}, or a new folder)"
+            )
+        side_m = m.get("video") or {}
+        if int(side_m.get("side_width", 0)) != settings.side_width:
+            raise DatasetError(
+                f"{out} was first exported with side_width {side_m.get('side_width', 0)} (side "
+                f"video {side_m.get('width')}x{side_m.get('height')}); cannot add episodes at "
+                f"side_width {settings.side_width} (pass --side-width "
+                f"{side_m.get('side_width', 0)}, or a new folder)"
             )
         if not dry_run:
             report.recovered = recover(out, state, settings)
@@ -256,7 +264,8 @@ def _export(
         report.seconds = time.perf_counter() - t_start
         return report
 
-    size = (ready[0].rec.height, ready[0].rec.width)
+    w, h = scaled_size(ready[0].rec.width, ready[0].rec.height, settings.side_width)
+    size = (h, w)
     first_top = ready[0].top
     if first_top is not None and top_size is None:
         w, h = scaled_size(first_top.width, first_top.height, settings.top_width)

@@ -36,6 +36,7 @@ __all__ = [
     "decode_selected",
     "decode_top",
     "jpeg_lowres",
+    "resized",
     "sample_rgb",
     "scaled_size",
 ]
@@ -285,6 +286,12 @@ def decode_top(
             put(RecordingError(f"{path.name} holds {n} frames, its frame log lists {expected}"))
 
     return _in_worker(produce, f"decode-top-{path.parent.name}")
+
+
+def resized(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
+    """A decoded video frame as yuv420p of the dataset's size (area-averaged: no aliasing
+    when a camera is scaled down, ``--side-width``)."""
+    return frame.reformat(width=width, height=height, format="yuv420p", interpolation="AREA")
 
 
 def _to_video(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from mecharm.tools.export.video import (
     ConstantRateWriter,
     decode_selected,
     decode_top,
+    resized,
     sample_rgb,
     scaled_size,
 )
@@ -90,9 +91,11 @@ def prepare(
                 raise RecordingError(
                     f"ledger says recording_status={cand.recording_status} but the meta says {rec.meta.status}"
                 )
-            if size is not None and (rec.height, rec.width) != size:
+            sw, sh = scaled_size(rec.width, rec.height, settings.side_width)
+            if size is not None and (sh, sw) != size:
                 raise RecordingError(
-                    f"video is {rec.width}x{rec.height}, the dataset's is {size[1]}x{size[0]}"
+                    f"video is {rec.width}x{rec.height} (in the dataset {sw}x{sh} at side_width "
+                    f"{settings.side_width}), the dataset's is {size[1]}x{size[0]}"
                 )
             scaled = None
             if top is not None:
@@ -116,11 +119,24 @@ def prepare(
             refused.append(Skipped(cand.run_stem, str(exc)))
             log.warning("export_refused", run_stem=cand.run_stem, reason=str(exc))
             continue
-        size = size or (rec.height, rec.width)
+        size = size or (sh, sw)
         top_size = top_size or scaled
         # the meta's status is the truth once the ledger's agrees (or deferred to it, above)
         ready.append(Prepared(rec, ep, replace(info, recording_status=rec.meta.status), top))
     return ready
+
+
+def _resizing(
+    frames: Iterator[tuple[int, av.VideoFrame]], width: int, height: int
+) -> Generator[tuple[int, av.VideoFrame], None, None]:
+    """``frames`` at ``width`` x ``height``; closing this closes the decoder's worker."""
+    try:
+        for i, f in frames:
+            yield i, resized(f, width, height)
+    finally:
+        close = getattr(frames, "close", None)
+        if close is not None:
+            close()
 
 
 def top_provenance(prep: Prepared) -> dict[str, Any]:
@@ -225,9 +241,12 @@ class EpisodeWriter:
             )
         else:
             rows = ep.source_frames
+            height, width = self.sizes[key]
             frames = decode_selected(
                 rec.video_path, np.unique(rows), len(rec.frame_ts), only_first=rec.crashed
             )
+            if (rec.height, rec.width) != (height, width):  # --side-width: the dataset's size
+                frames = _resizing(frames, width, height)
         row = 0
         for src, frame in frames:
             while row < len(rows) and rows[row] == src:
