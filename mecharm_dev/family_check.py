@@ -1,0 +1,140 @@
+"""Check that an export and a ``lerobot-record`` dataset of this robot are one dataset family
+(docs/lerobot-robot.md, "One dataset family"): same features, shapes and fps, each verified,
+merged by lerobot's own tool.
+
+Run with the lerobot venv's Python (the project and the plugins installed in it); the
+simulated rig, the demo and the export run in the project's venv (``--project-python``):
+
+    .lerobot-venv/bin/python -m mecharm_dev.family_check
+
+Each step is a real command line, printing one line each and a JSON summary (exit 1 when
+one fails):
+
+1. ``make run``'s demo records scripted trials;
+2. ``mecharm export lerobot --side-width 320 --top-width 320``: both cameras 320x180;
+3. ``lerobot-record --robot.type=mecharm270`` with the scripted leader on a simulated rig
+   started on its own, both cameras as ``mjpeg_http`` at 320x180, ``--dataset.vcodec=h264``
+   (lerobot's default is AV1; the export writes H.264);
+4. the two ``info.json`` files' features compared: they differ only by the export's own
+   columns (``next.*``, ``mecharm.*``);
+5. ``lerobot-edit-dataset remove_feature`` drops those from (a copy of) the export;
+6. ``lerobot-edit-dataset merge`` merges the two; ``LeRobotDataset`` loads the result and
+   ``mecharm export verify`` passes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "family-check-token-0123456789abcdef"
+SIZE = 320  # both cameras' width in both datasets (16:9: 320x180)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mecharm_dev.family_check", description=__doc__)
+    ap.add_argument("--trials", type=int, default=2, help="scripted trials to export")
+    ap.add_argument(
+        "--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python",
+        help="the project's venv (make venv): runs the demo, the export and the simulated rig",
+    )  # fmt: skip
+    ap.add_argument("--work", type=Path, help="keep everything here (default: a temp folder)")
+    a = ap.parse_args(argv)
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    except ImportError as exc:
+        print(f"family_check: lerobot is not importable here ({exc}); run it with the "
+              "lerobot venv's python (docs/lerobot-robot.md)", file=sys.stderr)  # fmt: skip
+        return 2
+    from mecharm.tools.simrig import start_sim_daemon
+
+    work = a.work or Path(tempfile.mkdtemp(prefix="family_check_"))
+    home = work / "home"  # lerobot's HF_LEROBOT_HOME: its merge finds datasets by repo id here
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    bindir, proj = Path(sys.executable).parent, str(a.project_python)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(home),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    summary: dict[str, Any] = {"work": str(work)}
+    ok = True
+
+    def say(name: str, passed: bool, detail: str) -> bool:
+        nonlocal ok
+        ok = ok and passed
+        summary[name] = {"ok": passed, "detail": detail}
+        print(f"{'PASS' if passed else 'FAIL'} {name}: {detail}", flush=True)
+        return passed
+
+    def run(name: str, cmd: list[str]) -> bool:
+        t0 = time.monotonic()
+        log = work / f"{name}.log"
+        with log.open("w", encoding="utf-8") as fh:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                check=False).returncode  # fmt: skip
+        return say(name, rc == 0, f"exit {rc} in {time.monotonic() - t0:.0f} s ({log})")
+
+    demo, exp, rec = work / "demo", home / "local" / "export", home / "local" / "recorded"
+    go = run("demo", [proj, "-m", "mecharm.tools.demo", "--trials", str(a.trials),
+                      "--data-root", str(demo)])  # fmt: skip
+    go = go and run("export", [proj, "-m", "mecharm.tools.cli", "export", "lerobot", "--root",
+                               str(demo), "--out", str(exp), "--allow-time-scaled",
+                               "--side-width", str(SIZE), "--top-width", str(SIZE),
+                               "--no-progress"])  # fmt: skip
+    if go:
+        sim = start_sim_daemon(work / "logs", time_scale=1.0, token=TOKEN, python=proj)
+        try:
+            cams = ", ".join(
+                f"{name}: {{type: mjpeg_http, url: {url}, width: {SIZE}, height: {SIZE * 9 // 16}, fps: 10}}"
+                for name, url in (("side", sim.side_url), ("top", sim.top_url))
+            )
+            go = run("record", [
+                str(bindir / "lerobot-record"), "--robot.type=mecharm270", "--robot.id=family",
+                f"--robot.daemon_port={sim.daemon_port}", f"--robot.token_file={sim.token_file}",
+                f"--robot.cameras={{{cams}}}", "--teleop.type=mecharm_scripted",
+                "--teleop.id=script", "--teleop.period_s=4", "--dataset.repo_id=local/recorded",
+                f"--dataset.root={rec}", "--dataset.single_task=follow the scripted leader",
+                "--dataset.fps=10", "--dataset.num_episodes=1", "--dataset.episode_time_s=4",
+                "--dataset.reset_time_s=1", "--dataset.push_to_hub=false",
+                "--dataset.vcodec=h264", "--display_data=false", "--play_sounds=false",
+            ])  # fmt: skip
+        finally:
+            sim.daemon.stop()
+    extras: list[str] = []
+    if go:
+        fe = json.loads((exp / "meta" / "info.json").read_text(encoding="utf-8"))["features"]
+        fr = json.loads((rec / "meta" / "info.json").read_text(encoding="utf-8"))["features"]
+        extras = [k for k in fe if k not in fr]
+        differ = [k for k in fr if fe.get(k) != fr[k]]
+        go = say("features", not differ and all(k.startswith(("next.", "mecharm.")) for k in extras),
+                 f"the export has {len(extras)} more: {extras}; differing: {differ or 'none'}")  # fmt: skip
+    edit = str(bindir / "lerobot-edit-dataset")
+    go = go and run("strip", [edit, "--repo_id", "local/export", "--operation.type",
+                              "remove_feature", "--operation.feature_names", json.dumps(extras),
+                              "--new_repo_id", "local/export_plain"])  # fmt: skip
+    go = go and run("merge", [edit, "--repo_id", "local/merged", "--operation.type", "merge",
+                              "--operation.repo_ids", "['local/recorded', 'local/export_plain']"])  # fmt: skip
+    if go:
+        merged = LeRobotDataset(
+            "local/merged", root=home / "local" / "merged", video_backend="pyav"
+        )
+        item = merged[len(merged) - 1]
+        shapes = {k: tuple(v.shape) for k, v in item.items() if k.startswith("observation.")}
+        say("loaded", merged.meta.total_episodes == a.trials + 1,
+            f"{merged.meta.total_episodes} episodes, {merged.meta.total_frames} frames; {shapes}")  # fmt: skip
+        run("verify", [proj, "-m", "mecharm.tools.cli", "export", "verify",
+                       str(home / "local" / "merged")])  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
