@@ -80,8 +80,9 @@ def load_profile(spec: str) -> SimProfile:
         )
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProfileError(f"sim profile file {path}: cannot read: {exc}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ProfileError(f"sim profile file {path}: cannot read: {why}") from None
     if not isinstance(data, dict):
         raise ProfileError(f"sim profile file {path}: top level must be a mapping")
     base = data.pop("base", "ideal")

@@ -19,6 +19,7 @@ import asyncio
 import csv
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -148,12 +149,39 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+class LedgerUnreadable(ValueError):
+    """The rollout ledger cannot be read as a CSV of rows; the message says where and why."""
+
+
 def _ledger_rows(root: Path) -> list[dict[str, str]]:
     path = DataRoot(root, TASK).ledger
     if not path.is_file():
         return []
-    with path.open(encoding="utf-8", newline="") as fh:
-        return list(csv.DictReader(fh))
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            return list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise LedgerUnreadable(
+            f"{path}: not a readable ledger ({type(exc).__name__}: {str(exc)[:200]}); "
+            "mecharm ledger verify says more"
+        ) from None
+
+
+def _json_problem(out: Path | None) -> str | None:
+    """Why the summary could not be written to ``--json`` (None: it can), asked before any
+    rollout runs: a long evaluation must not end in an unwritable path."""
+    if out is None:
+        return None
+    if out.is_dir() or not out.name:
+        return f"--json {out}: is a folder; give a file name"
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        return f"--json {out}: no folder {parent}"
+    if not os.access(parent, os.W_OK):
+        return f"--json {out}: {parent} is not writable"
+    if len(out.name) > 255:
+        return f"--json {out.name[:40]}...: file name too long"
+    return None
 
 
 def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None] | int:
@@ -163,14 +191,10 @@ def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None
     from mecharm.runtime.cli import session_logging
     from mecharm.runtime.service import session_console
     from mecharm.runtime.simcontrol import SimControlError, scene_truth
-    from mecharm.sim.profile import ProfileError, load_profile
+    from mecharm.sim.profile import load_profile
     from mecharm.tools.demo import DemoRig, run_scenes, start_demo_rig
 
-    try:
-        profile = load_profile(args.sim_profile)
-    except ProfileError as exc:
-        print(f"mecharm eval: {exc}", file=sys.stderr)
-        return 2
+    profile = load_profile(args.sim_profile)  # checked before the root was made (run)
     configure_logging("warning")
     rig: DemoRig | None = None
     try:
@@ -219,9 +243,14 @@ def _run_episodes(args: argparse.Namespace, root: Path) -> dict[str, bool | None
 def run(args: argparse.Namespace) -> int:
     from mecharm.common.config import ConfigError, load_settings
     from mecharm.runtime.config import RuntimeSettings
-    from mecharm.runtime.rollout.policies import PolicyError, load_policy
+    from mecharm.runtime.rollout.policies import PolicyError, load_policy, policy_spec_problem
+    from mecharm.sim.profile import ProfileError, load_profile
 
     root = (args.data_root or default_demo_root()).expanduser().resolve()
+    problem = policy_spec_problem(args.policy) or _json_problem(args.json)
+    if problem:
+        print(f"mecharm eval: {problem}", file=sys.stderr)
+        return 2
     if args.no_run:
         if not root.is_dir():
             print(f"mecharm eval: no data root at {root}", file=sys.stderr)
@@ -243,8 +272,16 @@ def run(args: argparse.Namespace) -> int:
         if problem:
             print(f"mecharm eval: {problem} (--time-scale)", file=sys.stderr)
             return 2
-        if args.sim_python is not None and not args.sim_python.is_file():
-            print(f"mecharm eval: --sim-python {args.sim_python}: no such file", file=sys.stderr)
+        if args.sim_python is not None and not (
+            args.sim_python.is_file() and os.access(args.sim_python, os.X_OK)
+        ):
+            print(f"mecharm eval: --sim-python {args.sim_python}: not an executable file "
+                  "(give a venv's bin/python)", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            load_profile(args.sim_profile)
+        except ProfileError as exc:
+            print(f"mecharm eval: {exc}", file=sys.stderr)
             return 2
         root.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
@@ -253,7 +290,11 @@ def run(args: argparse.Namespace) -> int:
             return got
         truths = got
         print(f"\n{len(got)} rollouts in {time.monotonic() - t0:.0f} s", flush=True)
-    rows = [r for r in _ledger_rows(root) if args.no_run or r.get("run_stem") in truths]
+    try:
+        rows = [r for r in _ledger_rows(root) if args.no_run or r.get("run_stem") in truths]
+    except LedgerUnreadable as exc:
+        print(f"mecharm eval: {exc}", file=sys.stderr)
+        return 2
     summary = summarize(rows, args.policy, {k: v for k, v in truths.items() if v is not None})
     if not summary.overall.episodes:
         print(f"mecharm eval: no rollouts of {args.policy} in {DataRoot(root, TASK).ledger}",
@@ -261,8 +302,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(summary.table())
     out = args.json or DataRoot(root).logs / f"eval_{time.strftime('%Y%m%d_%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:  # the folder went away or filled up since the check
+        print(f"mecharm eval: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"written: {out}")
     return 0
 

@@ -179,6 +179,51 @@ def test_policy_specs_are_checked_before_anything_moves(
     assert not (root / "logs").exists()
 
 
+def test_eval_refuses_what_it_cannot_do_before_it_starts_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line and exit 2, no data root made, no rig started: the outside test's cases."""
+    ds = _dataset(tmp_path / "ds", NAMES, [(0, 0, [0.0] * 7)])
+    ok = f"episode:{ds}#0"
+    bad_ledger = tmp_path / "bad"
+    (bad_ledger / "runs").mkdir(parents=True)
+    (bad_ledger / "runs" / "rollout_ledger.csv").write_bytes(bytes(range(128, 256)) * 4)
+    (tmp_path / "afile").write_text("x")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    new = tmp_path / "never"
+    for argv, said in (
+        ([ok, "--data-root", str(new), "--sim-profile", "nonsense"], "unknown name"),
+        ([ok, "--data-root", str(new), "--sim-profile", str(deep)], "nested too deeply"),
+        (
+            [ok, "--data-root", str(new), "--sim-python", str(tmp_path / "afile")],
+            "not an executable",
+        ),
+        ([ok, "--data-root", str(new), "--time-scale", "6"], "ticks 60 times a second"),
+        ([ok, "--data-root", str(new), "--json", str(tmp_path / "afile" / "o.json")], "no folder"),
+        ([ok, "--data-root", str(new), "--json", str(tmp_path)], "is a folder"),
+        (["", "--no-run", "--data-root", str(bad_ledger)], "give episode:DATASET"),
+        ([ok, "--no-run", "--data-root", str(bad_ledger)], "not a readable ledger"),
+    ):
+        assert mecharm_main(["eval", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not new.exists()
+    # hostile dataset and policy files: one PolicyError each
+    (tmp_path / "nested" / "meta").mkdir(parents=True)
+    (tmp_path / "nested" / "meta" / "info.json").write_text("[" * 100_000 + "]" * 100_000)
+    s = RuntimeSettings.model_validate({})
+    for spec, said in (
+        (f"episode:{tmp_path / 'nested'}", "unreadable"),
+        (f"episode:{_info(tmp_path / 'tiny', {'fps': 1e-310, 'features': {}})}", "no fps"),
+        (f"episode:{_info(tmp_path / 'yes', {'fps': True, 'features': {}})}", "no fps"),
+        ("episode:~no_such_user_here/x", "home directory"),
+        ("python:sys:exit", "SystemExit"),
+    ):
+        with pytest.raises(PolicyError, match=said):
+            load_policy(spec, s)
+
+
 def test_the_task_is_registered_with_its_records() -> None:
     assert TASKS["rollout"] is TASK and TASK.records is RECORDS
     assert TASK.first == Stage.OPEN_GRIPPER_HOME

@@ -101,12 +101,12 @@ def _load(spec: str, path: Path, device: str) -> LerobotPolicy:
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
     except ImportError as exc:
         raise PolicyError(
-            f"policy {spec!r}: lerobot is not installed here ({exc}); install it beside the "
+            f"policy {spec[:200]!r}: lerobot is not installed here ({exc}); install it beside the "
             "runtime: pip install 'lerobot>=0.4.4,<0.5' (docs/rollouts.md)"
         ) from None
     if not (path / "config.json").is_file():
         raise PolicyError(
-            f"policy {spec!r}: {path} has no config.json; give a pretrained_model folder "
+            f"policy {spec[:200]!r}: {path} has no config.json; give a pretrained_model folder "
             "(outputs/train/.../checkpoints/last/pretrained_model)"
         )
     try:
@@ -120,12 +120,14 @@ def _load(spec: str, path: Path, device: str) -> LerobotPolicy:
             preprocessor_overrides={"device_processor": {"device": device}},
         )  # fmt: skip
     except Exception as exc:
-        raise PolicyError(f"policy {spec!r}: cannot load it: {type(exc).__name__}: {exc}") from None
+        raise PolicyError(
+            f"policy {spec[:200]!r}: cannot load it: {type(exc).__name__}: {exc}"
+        ) from None
     feats = dict(cfg.input_features)
     state = feats.pop(STATE_KEY, None)
     if state is None or tuple(state.shape) != (7,):
         raise PolicyError(
-            f"policy {spec!r}: it takes {STATE_KEY} of shape "
+            f"policy {spec[:200]!r}: it takes {STATE_KEY} of shape "
             f"{None if state is None else tuple(state.shape)}; the mechArm gives 7 values"
         )
     sizes: dict[str, tuple[int, int]] = {}
@@ -133,19 +135,19 @@ def _load(spec: str, path: Path, device: str) -> LerobotPolicy:
         cam = key.removeprefix(IMAGE_PREFIX)
         if not key.startswith(IMAGE_PREFIX) or cam not in CAMERAS:
             raise PolicyError(
-                f"policy {spec!r}: it takes {key}, which a rollout cannot give (only "
+                f"policy {spec[:200]!r}: it takes {key}, which a rollout cannot give (only "
                 f"{STATE_KEY} and {', '.join(IMAGE_PREFIX + c for c in CAMERAS)}); train it "
                 "without that feature (lerobot-train --dataset.video_backend ... "
                 "--policy.input_features, or an export without the side camera)"
             )
         shape = tuple(feat.shape)
         if len(shape) != 3 or shape[0] != 3:
-            raise PolicyError(f"policy {spec!r}: its {key} has shape {shape}, not (3, H, W)")
+            raise PolicyError(f"policy {spec[:200]!r}: its {key} has shape {shape}, not (3, H, W)")
         sizes[cam] = (int(shape[1]), int(shape[2]))
     out = cfg.output_features.get("action")
     if out is None or tuple(out.shape) != (7,):
         raise PolicyError(
-            f"policy {spec!r}: its action is not 7 values (the mechArm's j0..gripper)"
+            f"policy {spec[:200]!r}: its action is not 7 values (the mechArm's j0..gripper)"
         )
     return LerobotPolicy(
         spec, policy, pre, post, torch.device(device), tuple(sizes), sizes,

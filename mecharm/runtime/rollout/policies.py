@@ -79,7 +79,7 @@ def parse_policy_spec(spec: str) -> tuple[str, str]:
     kind, sep, rest = spec.partition(":")
     if not sep or kind not in KINDS or not rest.strip():
         raise PolicyError(
-            f"policy {spec!r}: give episode:DATASET[#N], lerobot:PATH or python:MODULE:NAME"
+            f"policy {spec[:200]!r}: give episode:DATASET[#N], lerobot:PATH or python:MODULE:NAME"
         )
     return kind, rest.strip()
 
@@ -91,11 +91,11 @@ def policy_spec_problem(spec: str) -> str | None:
     except PolicyError as exc:
         return str(exc)
     if kind == "python" and not _PYTHON_SPEC.match(rest):
-        return f"policy {spec!r}: python: takes MODULE:NAME (e.g. python:my_policies:make)"
+        return f"policy {spec[:200]!r}: python: takes MODULE:NAME (e.g. python:my_policies:make)"
     if kind == "episode":
         _path, sep, num = rest.rpartition("#")
         if sep and not re.fullmatch(r"[0-9]{1,9}", num):
-            return f"policy {spec!r}: the episode after # must be a whole number (#0, #3)"
+            return f"policy {spec[:200]!r}: the episode after # must be a whole number of at most 9 digits (#0, #3)"
     return None
 
 
@@ -151,11 +151,17 @@ def read_episode_actions(
         info = json.loads(info_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PolicyError(f"{root}: not a LeRobot dataset (no meta/info.json)") from None
-    except (OSError, ValueError) as exc:
-        raise PolicyError(f"{info_path}: unreadable ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise PolicyError(f"{info_path}: unreadable ({why})") from None
     fps = info.get("fps") if isinstance(info, dict) else None
     feats = info.get("features") if isinstance(info, dict) else None
-    if not isinstance(fps, int | float) or not 0 < fps <= 1000 or not isinstance(feats, dict):
+    if (
+        isinstance(fps, bool)
+        or not isinstance(fps, int | float)
+        or not 1 <= fps <= 1000  # lerobot's datasets: whole frames per second
+        or not isinstance(feats, dict)
+    ):
         raise PolicyError(f"{info_path}: no fps or no features; is it a LeRobot v3.0 dataset?")
     act_at, act_n = _indices(info_path, root, feats, "action")
     key = "observation.state" if path == "state" else "action"
@@ -175,8 +181,9 @@ def read_episode_actions(
                     act = [float(v) for v in t["action"][k]]
                     rows.append((int(t["frame_index"][k]), act, [float(v) for v in t[key][k]]))
     except Exception as exc:  # pyarrow's errors vary by the way a file is broken
+        first = (str(exc).splitlines() or [""])[0][:300]
         raise PolicyError(
-            f"{root}: cannot read its data files ({type(exc).__name__}: {exc})"
+            f"{root}: cannot read its data files ({type(exc).__name__}: {first})"
         ) from None
     if not rows:
         raise PolicyError(f"{root}: no episode {episode} in its data")
@@ -269,22 +276,22 @@ def _python_policy(spec: str, rest: str, settings: Any) -> RolloutPolicy:
     module, _, attr = rest.partition(":")
     try:
         mod = importlib.import_module(module)
-    except Exception as exc:  # not found, or its own code failed on import (any error)
+    except (Exception, SystemExit) as exc:  # not found, or its own code failed on import
         raise PolicyError(
-            f"policy {spec!r}: module {module!r} cannot be imported ({type(exc).__name__}: {exc})"
+            f"policy {spec[:200]!r}: module {module!r} cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
         ) from None
     factory = getattr(mod, attr, None)
     if factory is None:
-        raise PolicyError(f"policy {spec!r}: module {module!r} has no {attr!r}")
+        raise PolicyError(f"policy {spec[:200]!r}: module {module!r} has no {attr!r}")
     try:
         fn = factory(settings)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a factory that exits is a broken factory too
         raise PolicyError(
-            f"policy {spec!r}: {attr}(settings) failed: {type(exc).__name__}: {exc}"
+            f"policy {spec[:200]!r}: {attr}(settings) failed: {type(exc).__name__}: {str(exc)[:200]}"
         ) from None
     if not callable(fn):
         raise PolicyError(
-            f"policy {spec!r}: {attr}(settings) returned {type(fn).__name__}, not a callable"
+            f"policy {spec[:200]!r}: {attr}(settings) returned {type(fn).__name__}, not a callable"
         )
     cams = getattr(fn, "cameras", ())
     if (
@@ -293,10 +300,18 @@ def _python_policy(spec: str, rest: str, settings: Any) -> RolloutPolicy:
         or [c for c in cams if c not in POLICY_CAMERAS]
     ):
         raise PolicyError(
-            f"policy {spec!r}: its cameras are {cams!r}; a rollout gives "
+            f"policy {spec[:200]!r}: its cameras are {cams!r}; a rollout gives "
             f"{list(POLICY_CAMERAS)} (the side camera is the recorder's)"
         )
     return _Wrapped(spec, fn, tuple(cams))
+
+
+def _expand(spec: str, path: Path) -> Path:
+    """``~`` and ``~user`` expanded; PolicyError for a user this machine has not got."""
+    try:
+        return path.expanduser()
+    except RuntimeError as exc:
+        raise PolicyError(f"policy {spec[:200]!r}: {path}: {exc}") from None
 
 
 def load_policy(spec: str, settings: Any) -> RolloutPolicy:
@@ -309,7 +324,7 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
     r = settings.rollout
     if kind == "episode":
         root, episode = _dataset_and_episode(rest)
-        actions, fps = read_episode_actions(root.expanduser(), episode, r.playback_path)
+        actions, fps = read_episode_actions(_expand(spec, root), episode, r.playback_path)
         hold = max(1, round(r.rate_hz / fps))
         wait = max(1, math.ceil(r.playback_wait_s * r.rate_hz))
         return EpisodePlayback(spec, actions, hold, r.playback_tol_deg, wait)
@@ -317,4 +332,4 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
         return _python_policy(spec, rest, settings)
     from mecharm.runtime.rollout.lerobot_policy import load_lerobot_policy
 
-    return load_lerobot_policy(spec, Path(rest).expanduser(), r.device)
+    return load_lerobot_policy(spec, _expand(spec, Path(rest)), r.device)
