@@ -92,6 +92,9 @@ class SafeArm:
     #: joint-continuity bound and the start of the path check
     last_commanded: tuple[float, ...] | None = None
     last_measured: tuple[float, ...] | None = None
+    #: the last streamed step sent (None after a point-to-point move): a streamed arm may still
+    #: be on its way there when the next step goes, so that step's path is checked from it too
+    last_streamed: tuple[float, ...] | None = None
     #: moves sent and arrived-or-not (each a guarded command)
     moves: int = field(default=0)
 
@@ -186,6 +189,7 @@ class SafeArm:
             if self.recorder.enabled
             else None
         )
+        self.last_streamed = None  # a point-to-point move supersedes any streamed target
         try:
             res = await send_and_wait(
                 self.arm,
@@ -242,6 +246,17 @@ class SafeArm:
         if refusal is None:  # the path check from the reading (the bound was applied above)
             checks, refusal = self.motion_checks(verdict.angles, near_work=False, into_box=into_box)
             path = checks.get("path")
+        prev = self.last_streamed
+        if refusal is None and prev is not None and prev != present:
+            # ... and from the step sent last: the arm may not have reached it yet, and the
+            # firmware goes from where it is toward the newest target (fresh mode)
+            v = check_path(
+                prev, verdict.angles, self.workspace(), into_box=into_box,
+                step_deg=s.arm.path_sample_deg,
+            )  # fmt: skip
+            if not v.ok:
+                refusal = f"path check refused (from the step sent last): {v.reason}"
+                path = {"from_last_sent": True, "into_box": into_box, **v.to_dict()}
         if refusal is not None:
             self.trace.decision(
                 "stream_step",
@@ -253,6 +268,7 @@ class SafeArm:
         sent = await self.arm.send_angles(verdict.angles, s.arm.speed)
         # streamed: commanded, never waited for; the next reference is the next reading
         self.last_commanded = None
+        self.last_streamed = tuple(sent.angles)
         self.moves += 1
         self.recorder.commanded(sent.angles, s.arm.speed, ts_send, 1, f"{self.where()}:{note}")
         self.trace.decision(

@@ -138,6 +138,43 @@ async def test_a_policy_driving_the_tool_into_the_mat_is_refused_before_the_mat(
 
 
 @pytest.mark.anyio
+async def test_a_streamed_step_s_path_is_checked_from_the_step_sent_last_too(
+    safe: SafeArm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed arm may not have reached the last step when the next goes: the firmware
+    then moves from where it is toward the newest target, so the path from the last sent
+    step is checked as well as the one from the reading (the real check, watched; made to
+    refuse only the path from the last step sent)."""
+    import mecharm.runtime.safe_arm as sa
+
+    real, starts = sa.check_path, []
+
+    def watched(start: Any, target: Any, *a: Any, **k: Any) -> Any:
+        starts.append(tuple(start))
+        v = real(start, target, *a, **k)
+        if tuple(start) == first_sent[0]:  # the path from the step sent last
+            return type(v)(False, "blocked (test)", v.samples)
+        return v
+
+    first_sent: list[tuple[float, ...]] = [()]
+    await safe.read()
+    step1 = await safe.stream((HOME[0] + 4.0, *HOME[1:]), STEP, "one")
+    assert step1.sent is not None
+    first_sent[0] = tuple(step1.sent.angles)
+    monkeypatch.setattr(sa, "check_path", watched)
+    # no new reading: the reference is still the one before step one, 4° short of it
+    assert safe.last_measured is not None and safe.last_measured != first_sent[0]
+    step2 = await safe.stream((HOME[0] + 8.0, *HOME[1:]), STEP, "two")
+    assert starts == [safe.last_measured, first_sent[0]]  # from the reading, then the last sent
+    assert step2.sent is None and "from the step sent last" in (step2.refused or "")
+    assert safe.last_streamed == first_sent[0]  # a refused step leaves the last one sent
+    # a point-to-point move supersedes the streamed target: no second check after it
+    monkeypatch.setattr(sa, "check_path", real)
+    await safe.move(HOME, 2.0, "home")
+    assert safe.last_streamed is None
+
+
+@pytest.mark.anyio
 async def test_an_action_that_is_not_six_finite_angles_ends_the_loop_saying_so(
     safe: SafeArm,
 ) -> None:
