@@ -122,6 +122,11 @@ def test_an_episode_is_read_in_frame_order_at_its_real_rig_pace(tmp_path: Path) 
     # the measured path: the state's joints, the action's gripper
     states, _fps = read_episode_actions(root, 1, "state")
     assert states == [Action((-0.5,) * 6, 100), Action((0.0,) * 6, 20)]
+    # played back, a pose past the guard's limits is aimed at the limit (a measured j1 of
+    # 89.3° where the command was j1_max 88°), never sent to be refused frame after frame
+    sag = _dataset(tmp_path / "sag", NAMES, [(0, 0, [0.0, 90.3, 0.0, 0.0, 0.0, -30.0, 100.0])])
+    played = load_policy(f"episode:{sag}", RuntimeSettings.model_validate({}))
+    assert played(_obs(HOME, 0)) == Action((-1.0, 88.0, -1.0, -1.0, -1.0, -31.0), 100)
     # a dataset whose columns are in another order, under the first export's names
     legacy = ["gripper"] + [f"j{i}" for i in range(6)]
     root2 = _dataset(tmp_path / "ds2", legacy, [(0, 0, [50.0, 1, 2, 3, 4, 5, 6])])

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm.common.layout import EXPORT_MANIFEST
 from mecharm.runtime.control import GRIPPER_KEY, JOINT_KEYS, Action, Observation
 
@@ -325,6 +326,15 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
     if kind == "episode":
         root, episode = _dataset_and_episode(rest)
         actions, fps = read_episode_actions(_expand(spec, root), episode, r.playback_path)
+        # a measured pose can lie past the guard's limits where the commanded one did not (an
+        # arm sagging under its command at j1_max): aim at the limit, which the guard allows,
+        # instead of a pose it refuses and the arm never reaches
+        hi = [*JOINT_MAX[:1], min(JOINT_MAX[1], settings.arm.j1_max), *JOINT_MAX[2:]]
+        actions = [
+            Action(tuple(min(max(v, lo), up) for v, lo, up in zip(a.joints, JOINT_MIN, hi, strict=True)),
+                   a.gripper)
+            for a in actions
+        ]  # fmt: skip
         hold = max(1, round(r.rate_hz / fps))
         wait = max(1, math.ceil(r.playback_wait_s * r.rate_hz))
         return EpisodePlayback(spec, actions, hold, r.playback_tol_deg, wait)
