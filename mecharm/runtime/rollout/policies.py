@@ -48,6 +48,13 @@ __all__ = [
 JOINT_FEATURES: tuple[str, ...] = (*JOINT_KEYS, GRIPPER_KEY)
 _LEGACY_FEATURES: tuple[str, ...] = (*(f"j{i}" for i in range(6)), "gripper")
 
+#: the settings this module reads (docs/settings.md, "What each stage reads"; a test
+#: checks it against the code)
+SETTINGS_READ: frozenset[str] = frozenset({
+    "arm.j1_max", "rollout.device", "rollout.playback_path", "rollout.playback_tol_deg",
+    "rollout.playback_wait_s", "rollout.rate_hz",
+})  # fmt: skip
+
 KINDS = ("episode", "lerobot", "python")
 #: the cameras a rollout can give a policy: the runtime's top camera (the side camera is
 #: the recorder's, which never serves the arm)
@@ -322,10 +329,11 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
     problem = policy_spec_problem(spec)
     if problem:
         raise PolicyError(problem)
-    r = settings.rollout
     if kind == "episode":
         root, episode = _dataset_and_episode(rest)
-        actions, fps = read_episode_actions(_expand(spec, root), episode, r.playback_path)
+        actions, fps = read_episode_actions(
+            _expand(spec, root), episode, settings.rollout.playback_path
+        )
         # a measured pose can lie past the guard's limits where the commanded one did not (an
         # arm sagging under its command at j1_max): aim at the limit, which the guard allows,
         # instead of a pose it refuses and the arm never reaches
@@ -335,11 +343,11 @@ def load_policy(spec: str, settings: Any) -> RolloutPolicy:
                    a.gripper)
             for a in actions
         ]  # fmt: skip
-        hold = max(1, round(r.rate_hz / fps))
-        wait = max(1, math.ceil(r.playback_wait_s * r.rate_hz))
-        return EpisodePlayback(spec, actions, hold, r.playback_tol_deg, wait)
+        hold = max(1, round(settings.rollout.rate_hz / fps))
+        wait = max(1, math.ceil(settings.rollout.playback_wait_s * settings.rollout.rate_hz))
+        return EpisodePlayback(spec, actions, hold, settings.rollout.playback_tol_deg, wait)
     if kind == "python":
         return _python_policy(spec, rest, settings)
     from mecharm.runtime.rollout.lerobot_policy import load_lerobot_policy
 
-    return load_lerobot_policy(spec, _expand(spec, Path(rest)), r.device)
+    return load_lerobot_policy(spec, _expand(spec, Path(rest)), settings.rollout.device)
