@@ -374,6 +374,10 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
     steps = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
              if e["event"] == "decision" and e["kind"] == "stream_step"]  # fmt: skip
     assert steps and all(v["sent"] is None or check_pose(v["sent"], j1_max=88.0).ok for v in steps)
+    # the playback says how many recorded frames the arm never reached
+    (played,) = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
+                 if e["event"] == "decision" and e["kind"] == "playback"]  # fmt: skip
+    assert isinstance(played["frames_unreached"], int) and played["frames_unreached"] >= 0
     # the summary again from the ledger alone, as on the real rig
     assert mecharm_main(["eval", policy, "--no-run", "--data-root", str(root),
                          "--json", str(tmp_path / "again.json")]) == 0  # fmt: skip

@@ -159,7 +159,15 @@ async def rollout(ctx: RolloutContext) -> Outcome:
             "a camera read hung)"
         )
     r.report = report
-    log.info("rollout_done", policy=policy.name, path=len(r.path), **report.to_dict())
+    # a played-back episode's frames the arm never reached (a stall, a refused step): said,
+    # not only counted in the policy
+    unreached = getattr(policy, "unreached", None)
+    if isinstance(unreached, int):
+        ctx.trace.decision("playback", {"frames_unreached": unreached})
+    log.info(
+        "rollout_done", policy=policy.name, path=len(r.path), frames_unreached=unreached,
+        **report.to_dict(),
+    )  # fmt: skip
     return Outcome.OK
 
 
