@@ -28,14 +28,12 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from mecharm_dev.checksteps import ROOT, Steps, add_common_args
+
 TOKEN = "family-check-token-0123456789abcdef"
 SIZE = 320  # both cameras' width in both datasets (16:9: 320x180)
 
@@ -43,11 +41,7 @@ SIZE = 320  # both cameras' width in both datasets (16:9: 320x180)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mecharm_dev.family_check", description=__doc__)
     ap.add_argument("--trials", type=int, default=2, help="scripted trials to export")
-    ap.add_argument(
-        "--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python",
-        help="the project's venv (make venv): runs the demo, the export and the simulated rig",
-    )  # fmt: skip
-    ap.add_argument("--work", type=Path, help="keep everything here (default: a temp folder)")
+    add_common_args(ap)
     a = ap.parse_args(argv)
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -64,23 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     bindir, proj = Path(sys.executable).parent, str(a.project_python)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(home),
            "PYTHONPATH": str(ROOT)}  # fmt: skip
-    summary: dict[str, Any] = {"work": str(work)}
-    ok = True
-
-    def say(name: str, passed: bool, detail: str) -> bool:
-        nonlocal ok
-        ok = ok and passed
-        summary[name] = {"ok": passed, "detail": detail}
-        print(f"{'PASS' if passed else 'FAIL'} {name}: {detail}", flush=True)
-        return passed
-
-    def run(name: str, cmd: list[str]) -> bool:
-        t0 = time.monotonic()
-        log = work / f"{name}.log"
-        with log.open("w", encoding="utf-8") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                check=False).returncode  # fmt: skip
-        return say(name, rc == 0, f"exit {rc} in {time.monotonic() - t0:.0f} s ({log})")
+    steps = Steps(work, env, {"work": str(work)})
+    run, say = steps.run, steps.say
 
     demo, exp, rec = work / "demo", home / "local" / "export", home / "local" / "recorded"
     go = run("demo", [proj, "-m", "mecharm.tools.demo", "--trials", str(a.trials),
@@ -132,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{merged.meta.total_episodes} episodes, {merged.meta.total_frames} frames; {shapes}")  # fmt: skip
         run("verify", [proj, "-m", "mecharm.tools.cli", "export", "verify",
                        str(home / "local" / "merged")])  # fmt: skip
-    print(json.dumps(summary, indent=2))
-    return 0 if ok else 1
+    print(json.dumps(steps.summary, indent=2))
+    return 0 if steps.ok else 1
 
 
 if __name__ == "__main__":

@@ -27,14 +27,11 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from mecharm_dev.checksteps import ROOT, Steps, add_common_args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,11 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the rollouts' simulated rig (default real time: the policy's inference and the "
         "top camera's 10 fps have a loop of 10 ticks a second to keep up with)",
     )  # fmt: skip
-    ap.add_argument(
-        "--project-python", type=Path, default=ROOT / ".venv" / "bin" / "python",
-        help="the project's venv (make venv): runs the demo, the export and the simulated rig",
-    )  # fmt: skip
-    ap.add_argument("--work", type=Path, help="keep everything here (default: a temp folder)")
+    add_common_args(ap)
     a = ap.parse_args(argv)
     try:
         import lerobot  # noqa: F401
@@ -67,22 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     bindir = Path(sys.executable).parent
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    summary: dict[str, Any] = {"work": str(work)}
-    ok = True
+    checks = Steps(work, env, {"work": str(work)})
+    summary = checks.summary
 
-    def step(name: str, cmd: list[str], log: str) -> bool:
-        nonlocal ok
-        t0 = time.monotonic()
-        with open(work / log, "w", encoding="utf-8") as fh:
-            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                check=False).returncode  # fmt: skip
-        took = time.monotonic() - t0
-        passed = rc == 0
-        ok = ok and passed
-        summary[name] = {"ok": passed, "exit": rc, "s": round(took, 1), "log": log}
-        print(f"{'PASS' if passed else 'FAIL'} {name}: exit {rc} in {took:.0f} s ({work / log})",
-              flush=True)  # fmt: skip
-        return passed
+    step = checks.run
 
     demo, ds, edit, train = work / "demo", work / "ds", work / "edit", work / "train"
     ev = work / "eval"
@@ -90,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     for d in (ds, edit, train, ev):
         shutil.rmtree(d, ignore_errors=True)
     go = step("demo", [proj, "-m", "mecharm.tools.demo", "--trials", str(a.trials),
-                       "--data-root", str(demo)], "demo.log")  # fmt: skip
+                       "--data-root", str(demo)])  # fmt: skip
     go = go and step("export", [proj, "-m", "mecharm.tools.cli", "export", "lerobot", "--root",
                                 str(demo), "--out", str(ds), "--allow-time-scaled",
-                                "--top-width", "96", "--no-progress"], "export.log")  # fmt: skip
+                                "--top-width", "96", "--no-progress"])  # fmt: skip
     top_only = edit / "src" / "local" / "top_only"  # lerobot-edit-dataset writes under --root
     if go:
         shutil.copytree(ds, edit / "src")
@@ -102,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "--operation.type", "remove_feature",
                                       "--operation.feature_names",
                                       "['observation.images.side']",
-                                      "--new_repo_id", "local/top_only"], "edit.log")  # fmt: skip
+                                      "--new_repo_id", "local/top_only"])  # fmt: skip
     go = go and step("train", [
         str(bindir / "lerobot-train"), "--dataset.repo_id=local/top_only",
         f"--dataset.root={top_only}", "--dataset.video_backend=pyav", "--policy.type=act",
@@ -111,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--steps={a.steps}", "--batch_size=2", f"--save_freq={a.steps}",
         f"--output_dir={train}", "--num_workers=0", "--eval_freq=0", "--log_freq=5",
         "--wandb.enable=false",
-    ], "train.log")  # fmt: skip
+    ])  # fmt: skip
     ckpt = train / "checkpoints" / "last" / "pretrained_model"
     report = work / "eval.json"
     if go:
@@ -121,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"lerobot:{ckpt}", "--episodes", str(a.episodes),
                               "--max-s", str(a.max_s), "--data-root", str(ev),
                               "--time-scale", str(a.time_scale),
-                              "--sim-python", proj, "--json", str(report)], "eval.log")  # fmt: skip
+                              "--sim-python", proj, "--json", str(report)])  # fmt: skip
     if go:
         d = json.loads(report.read_text(encoding="utf-8"))
         with (ev / "runs" / "rollout_ledger.csv").open(encoding="utf-8", newline="") as fh:
@@ -133,14 +114,12 @@ def main(argv: list[str] | None = None) -> int:
                                                 "stopped_by", "put_back", "recording_status")}
                              for r in rows]  # fmt: skip
         judged = len(rows) == a.episodes and all(r["status"] == "completed" for r in rows)
-        ok = ok and judged
-        print(f"{'PASS' if judged else 'FAIL'} ledger: {len(rows)} rollouts, "
-              f"{d['successes']}/{d['episodes']} in the box by the judge, "
-              f"interval {d['ci95']}, truth {d.get('truth')}", flush=True)  # fmt: skip
+        checks.say("ledger", judged, f"{len(rows)} rollouts, {d['successes']}/{d['episodes']} "
+                   f"in the box by the judge, interval {d['ci95']}, truth {d.get('truth')}")  # fmt: skip
     go = go and step("report", [proj, "-m", "mecharm.tools.cli", "report", str(ev), "--task",
-                                "rollout"], "report.log")  # fmt: skip
+                                "rollout"])  # fmt: skip
     print(json.dumps(summary, indent=2))
-    return 0 if ok else 1
+    return 0 if checks.ok else 1
 
 
 if __name__ == "__main__":

@@ -34,12 +34,14 @@ from mecharm.runtime.records.trace import TraceWriter
 from mecharm.runtime.safe_arm import MotionRefused, SafeArm
 
 __all__ = [
+    "Attempt",
     "Outcome",
     "StageContext",
     "StageFailed",
     "Task",
     "TrialSetup",
     "describe_error",
+    "exit_attempts",
     "run_stages",
 ]
 
@@ -235,6 +237,28 @@ async def run_stages(
             return stage, reason
         stage = nxt
     return task.done, ""
+
+
+#: one step of a task's way out after a stop: its name and the call; False when it failed
+#: (told, not raised: the way out goes on with what it can still do)
+Attempt = Callable[[str, Callable[[], Any]], Awaitable[bool]]
+
+
+def exit_attempts(steps: list[dict[str, Any]]) -> Attempt:
+    """The ``attempt`` of a way out: runs a step, records it in ``steps`` (the trace's
+    ``exit`` decision) and logs a failure instead of raising it."""
+
+    async def attempt(name: str, fn: Callable[[], Any]) -> bool:
+        try:
+            await fn()
+        except Exception as exc:
+            steps.append({"step": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            log.warning("exit_step_failed", step=name, error=str(exc))
+            return False
+        steps.append({"step": name, "ok": True})
+        return True
+
+    return attempt
 
 
 def describe_error(exc: BaseException) -> str:

@@ -264,11 +264,11 @@ def run(args: argparse.Namespace) -> int:
 
         try:  # the settings and the policy load before anything starts, or nothing does
             settings = load_settings(RuntimeSettings, None, _overrides(args))
-            policy = load_policy(args.policy, settings)
+            load_policy(args.policy, settings)
         except (ConfigError, PolicyError) as exc:
             print(f"mecharm eval: {exc}", file=sys.stderr)
             return 2
-        problem = rate_problem(policy.fps or settings.rollout.rate_hz, args.time_scale)
+        problem = rate_problem(settings.rollout.rate_hz, args.time_scale)
         if problem:
             print(f"mecharm eval: {problem} (--time-scale)", file=sys.stderr)
             return 2

@@ -8,10 +8,10 @@ task's state where the arm is and what it holds.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mecharm.common.logging import get_logger
+from mecharm.runtime.engine import Attempt, exit_attempts
 from mecharm.runtime.pick_place.context import TrialContext
 from mecharm.runtime.pick_place.pick import lower_to_mat, up_from_mat
 from mecharm.runtime.pick_place.release import look_at_jaws
@@ -26,9 +26,6 @@ log = get_logger("mecharm.runtime.pick_place.abort")
 SETTINGS_READ: frozenset[str] = frozenset({
     "arm.home", "pick_place.release_check", "pick_place.release_refused", "motion.tol_home", "motion.tol_pick_place"
 })  # fmt: skip
-
-#: one step of the exit path: its name and the call; False when it failed (told, not raised)
-Attempt = Callable[[str, Callable[[], Any]], Awaitable[bool]]
 
 
 async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
@@ -49,16 +46,7 @@ async def exit_path(ctx: TrialContext, arm_alive: bool, reason: str) -> str:
         ctx.trace.decision("exit", steps[-1])
         return reason
     forced = reason.startswith("forced stop")
-
-    async def attempt(name: str, fn: Callable[[], Any]) -> bool:
-        try:
-            await fn()
-        except Exception as exc:
-            steps.append({"step": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            log.warning("exit_step_failed", step=name, error=str(exc))
-            return False
-        steps.append({"step": name, "ok": True})
-        return True
+    attempt = exit_attempts(steps)
 
     holding = st.holding and s.pick_place.release_check
     # the pick was judged no for the last time: the jaws are closed on nothing or on a

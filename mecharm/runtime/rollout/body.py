@@ -32,7 +32,7 @@ from mecharm.runtime.control import (
     LoopReport,
     Observation,
 )
-from mecharm.runtime.engine import Outcome, StageFailed
+from mecharm.runtime.engine import Attempt, Outcome, StageFailed, exit_attempts
 from mecharm.runtime.pick_place import TrialContext
 from mecharm.runtime.rollout.policies import PolicyError, RolloutPolicy, load_policy
 from mecharm.runtime.rollout.stages import Stage
@@ -105,7 +105,7 @@ async def rollout(ctx: RolloutContext) -> Outcome:
     except PolicyError as exc:
         raise StageFailed(str(exc)) from None
     policy.reset()
-    rate = policy.fps or s.rollout.rate_hz
+    rate = s.rollout.rate_hz  # every policy ticks at it (a recorded episode keeps its pace)
     problem = rate_problem(rate, s.scale)
     if problem:
         raise StageFailed(problem)
@@ -190,7 +190,7 @@ def _tip_height(pose: tuple[float, ...]) -> float:
 
 async def _up_and_home(
     ctx: RolloutContext, back: list[tuple[float, ...]], note: str,
-    attempt: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[bool]],
+    attempt: Attempt,
 ) -> bool:  # fmt: skip
     """Retrace ``back`` (poses, in the order to go) until the first one whose tip is clear,
     then HOME. False when a move failed (the arm stays where it got to)."""
@@ -210,7 +210,7 @@ async def _up_and_home(
 
 async def way_back(
     ctx: RolloutContext, note: str,
-    attempt: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[bool]],
+    attempt: Attempt,
 ) -> bool:  # fmt: skip
     """From where the rollout left the arm to HOME by the poses it came through; a closed
     gripper is first taken back to where it closed and opened there. False when a step
@@ -274,16 +274,7 @@ async def exit_rollout(ctx: RolloutContext, arm_alive: bool, reason: str) -> str
     ctx.trace.stage = Stage.ABORT.value
     ctx.recorder.stage(Stage.ABORT.value)
     steps: list[dict[str, Any]] = []
-
-    async def attempt(name: str, fn: Callable[[], Awaitable[Any]]) -> bool:
-        try:
-            await fn()
-        except Exception as exc:
-            steps.append({"step": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-            log.warning("exit_step_failed", step=name, error=str(exc))
-            return False
-        steps.append({"step": name, "ok": True})
-        return True
+    attempt = exit_attempts(steps)
 
     forced = reason.startswith("forced stop")
     if not arm_alive:

@@ -43,7 +43,6 @@ class LerobotPolicy:
     #: camera → (height, width) the policy was trained at
     sizes: dict[str, tuple[int, int]]
     task: str
-    fps: float | None = None
 
     def reset(self) -> None:
         self.policy.reset()  # action chunks queued by the last episode are dropped

@@ -73,8 +73,6 @@ class RolloutPolicy(Protocol):
     name: str
     #: the cameras its observations must carry (``top``: the runtime's top camera)
     cameras: tuple[str, ...]
-    #: its own rate (a recorded episode's fps), None: ``rollout.rate_hz``
-    fps: float | None
 
     def reset(self) -> None:
         """A new episode starts."""
@@ -225,8 +223,6 @@ class EpisodePlayback:
     tol_deg: float
     wait_ticks: int
     cameras: tuple[str, ...] = ()
-    #: the loop's own rate (rollout.rate_hz)
-    fps: float | None = None
     i: int = 0
     #: the tick the present frame was first sent at (ticks count by the loop's schedule, so
     #: ticks an overrun skipped count too: a frame lasts its time, not its calls)
@@ -269,7 +265,6 @@ class _Wrapped:
     name: str
     fn: Callable[[Observation], Action | None]
     cameras: tuple[str, ...]
-    fps: float | None = None
 
     def reset(self) -> None:
         reset = getattr(self.fn, "reset", None)
