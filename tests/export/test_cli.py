@@ -60,6 +60,10 @@ def test_cli_bad_inputs_exit_2(
     assert "unknown ledger column 'verdict'" in capsys.readouterr().err
     assert main([*base, "--fps", "0"]) == 2
     assert "fps" in capsys.readouterr().err
+    for width in ("-1", "100000"):  # the side video's width: 0 (as recorded) up to 7680
+        assert main([*base, "--side-width", width]) == 2
+        err = capsys.readouterr().err
+        assert "side_width" in err and "Traceback" not in err, err
     assert (
         main(
             [
