@@ -362,3 +362,47 @@ def test_two_camera_tables_are_the_one_camera_tables_plus_the_top_columns(
     )
     side, topf = info["features"][L.VIDEO_KEY], info["features"][L.TOP_VIDEO_KEY]
     assert list(topf) == list(side) and list(topf["info"]) == list(side["info"])
+
+
+def test_lerobot_columns_are_exactly_what_lerobot_record_writes(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--columns lerobot``: the features, data columns, episode columns and stats of a
+    dataset lerobot-record writes on this robot with side and top cameras (state, action,
+    the two videos, lerobot's index columns), nothing of ours; the outcomes stay in the
+    manifest; the dataset verifies; a later export with the other columns is refused."""
+    for i in (1, 2):
+        recs.ledger(data_root, recs.write(data_root, recs.stem(i), seed=i, duration=2.5))
+    out = tmp_path / "plain"
+    base = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress"]
+    assert main([*base, "--columns", "lerobot"]) == 0
+    own = ("observation.state", "action", L.VIDEO_KEY, L.TOP_VIDEO_KEY, *L.INDEX_FEATURES)
+    info = json.loads((out / L.INFO_PATH).read_text())
+    assert tuple(info["features"]) == own
+    assert tuple(json.loads((out / L.STATS_PATH).read_text())) == own
+    data = pq.read_table(out / "data/chunk-000/file-000.parquet")
+    assert tuple(data.schema.names) == tuple(k for k in own if "images" not in k)
+    hf = json.loads(data.schema.metadata[b"huggingface"])["info"]["features"]
+    assert tuple(hf) == tuple(data.schema.names)
+    eps = pq.read_table(out / "meta/episodes").to_pylist()
+    assert len(eps) == 2
+    assert not [k for k in eps[0] if k.startswith("mecharm") or k.startswith("stats/next.")]
+    manifest = json.loads((out / L.MANIFEST_PATH).read_text())
+    assert manifest["columns"] == "lerobot"
+    assert [e["success"] for e in manifest["episodes"]] == [True, True]
+    assert verify_dataset(out).ok
+    # the same trials with every column: the same state, action and index values
+    full = tmp_path / "full"
+    assert main([*base[:-3], "--out", str(full), "--no-progress"]) == 0
+    full_data = pq.read_table(full / "data/chunk-000/file-000.parquet")
+    assert data.equals(full_data.select(data.schema.names).cast(data.schema))
+    capsys.readouterr()
+    recs.ledger(data_root, recs.write(data_root, recs.stem(3), seed=3, duration=2.5))
+    assert main(base) == 2
+    assert "first exported with --columns lerobot" in capsys.readouterr().err
+    assert main([*base, "--columns", "lerobot"]) == 0
+    assert json.loads((out / L.INFO_PATH).read_text())["total_episodes"] == 3
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--columns", "plain"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'plain'" in capsys.readouterr().err

@@ -64,6 +64,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "cameras": args.cameras,
                 "top_width": args.top_width,
                 "side_width": args.side_width,
+                "columns": args.columns,
                 "rig_id": args.rig_id,
                 # a bar only on a terminal: not in logs, pipes or CI
                 "progress": False if args.no_progress or not sys.stderr.isatty() else None,
@@ -188,6 +189,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PX",
         help="side camera video width in the dataset (default 0 = as recorded, aspect kept)",
+    )
+    lr.add_argument(
+        "--columns",
+        choices=("all", "lerobot"),
+        help="all (default): also the outcome (next.*) and mecharm.* columns; lerobot: only "
+        "the columns lerobot-record writes on this robot, so lerobot's merge takes the dataset "
+        "with one it recorded; fixed by the dataset's first export",
     )
     lr.add_argument(
         "--rig-id",

@@ -82,6 +82,12 @@ class ExportSettings(RigSettings):
     #: default). ``--side-width 640 --top-width 640`` gives both cameras 640x360: equal
     #: shapes, which diffusion and VQ-BeT policies require (docs/lerobot.md, "Image sizes")
     side_width: int = Field(0, ge=0, le=7680)
+    #: ``all``: lerobot's columns plus the outcome (``next.*``) and per-episode
+    #: (``mecharm.*``) columns; ``lerobot``: only the columns ``lerobot-record`` writes on
+    #: this robot, so lerobot's merge takes the dataset with one it recorded as it is (the
+    #: outcomes stay in the manifest). Fixed by a dataset's first export (docs/lerobot.md,
+    #: "Columns")
+    columns: Literal["all", "lerobot"] = "all"
 
     # --- video (H.264 via PyAV) ---
     preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium"] = "ultrafast"

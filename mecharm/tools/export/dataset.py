@@ -251,6 +251,7 @@ def write_derived(out: Path, manifest: dict[str, Any], rows: list[dict[str, Any]
             video["codec"],
             top=top_video_size(manifest),
             fields=dataset_fields(manifest),
+            extras=dataset_columns(manifest) == "all",
         ),
     )
     _write_json4(out / L.INFO_PATH, info)
@@ -265,6 +266,11 @@ def dataset_trials_of(manifest: dict[str, Any]) -> str:
 def dataset_fields(manifest: dict[str, Any]) -> tuple[str, ...]:
     """The dataset's per-episode fields; a manifest from before tasks had names: pick_place's."""
     return tuple(manifest.get("episode_fields", L.EPISODE_FIELDS))
+
+
+def dataset_columns(manifest: dict[str, Any]) -> str:
+    """``all`` or ``lerobot`` (export setting ``columns``); a manifest from before: all."""
+    return str(manifest.get("columns", "all"))
 
 
 def dataset_cameras(manifest: dict[str, Any]) -> list[str]:
@@ -311,6 +317,7 @@ def new_manifest(
         # the runtime task whose trials it holds, and so its per-episode fields (docs/tasks.md)
         "trials_of": settings.trials_of,
         "episode_fields": list(L.episode_fields(settings.records.verdicts)),
+        "columns": settings.columns,
         "tasks": [],
         "episodes": [],
         "files": [],

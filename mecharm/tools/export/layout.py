@@ -119,10 +119,14 @@ def camera_keys(cameras: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(key for name, key in VIDEO_KEYS.items() if name in cameras)
 
 
-def feature_order(video_keys: tuple[str, ...] = (VIDEO_KEY,)) -> tuple[str, ...]:
+def feature_order(
+    video_keys: tuple[str, ...] = (VIDEO_KEY,), extras: bool = True
+) -> tuple[str, ...]:
     """The features with statistics, in lerobot's order, for a dataset of these cameras
-    (``FEATURE_ORDER`` for the side camera alone)."""
-    return ("observation.state", "action", *video_keys, *OUTCOME_FEATURES, *INDEX_FEATURES)
+    (``FEATURE_ORDER`` for the side camera alone); ``extras=False``: a dataset with only
+    lerobot's own columns (export setting ``columns: lerobot``), without next.*."""
+    outcomes = OUTCOME_FEATURES if extras else ()
+    return ("observation.state", "action", *video_keys, *outcomes, *INDEX_FEATURES)
 
 
 def _video_feature(height: int, width: int, fps: int, codec: str) -> dict[str, Any]:
@@ -152,9 +156,11 @@ def features(
     *,
     top: tuple[int, int] | None = None,
     fields: Sequence[str] = EPISODE_FIELDS,
+    extras: bool = True,
 ) -> dict[str, Any]:
     """The ``features`` block of info.json, in lerobot's order; ``top`` = (height, width)
-    of the top camera's video in a two-camera dataset; ``fields`` the per-episode fields."""
+    of the top camera's video in a two-camera dataset; ``fields`` the per-episode fields;
+    ``extras=False``: lerobot's own features only (no next.*, no mecharm.*)."""
     vec = {"dtype": "float32", "shape": [len(JOINT_NAMES)], "names": list(JOINT_NAMES)}
     scalar = {"shape": [1], "names": None}
     videos = {VIDEO_KEY: _video_feature(height, width, fps, codec)}
@@ -164,8 +170,8 @@ def features(
         "observation.state": dict(vec, names=list(JOINT_NAMES)),
         "action": dict(vec, names=list(JOINT_NAMES)),
         **videos,
-        **{k: {"dtype": _OUTCOME_DTYPES[k], **scalar} for k in OUTCOME_FEATURES},
-        **{k: {"dtype": "string", **scalar} for k in episode_features(fields)},
+        **{k: {"dtype": _OUTCOME_DTYPES[k], **scalar} for k in OUTCOME_FEATURES if extras},
+        **{k: {"dtype": "string", **scalar} for k in episode_features(fields) if extras},
         "timestamp": {"dtype": "float32", **scalar},
         "frame_index": {"dtype": "int64", **scalar},
         "episode_index": {"dtype": "int64", **scalar},
@@ -213,16 +219,16 @@ def _list(t: pa.DataType, size: int = -1) -> pa.DataType:
     return pa.list_(pa.field("element", t), size)
 
 
-def data_schema(episode: Sequence[str] = EPISODE_FIELDS) -> pa.Schema:
+def data_schema(episode: Sequence[str] = EPISODE_FIELDS, extras: bool = True) -> pa.Schema:
     """Data file schema with the ``huggingface`` metadata that `datasets` reads features
-    from; ``episode``: the per-episode fields."""
+    from; ``episode``: the per-episode fields; ``extras=False``: no next.*, no mecharm.*."""
     vec = _list(pa.float32(), len(JOINT_NAMES))
+    if not extras:
+        episode = ()
     fields = [
         pa.field("observation.state", vec),
         pa.field("action", vec),
-        pa.field("next.reward", pa.float32()),
-        pa.field("next.done", pa.bool_()),
-        pa.field("next.success", pa.bool_()),
+        *(pa.field(k, pa.type_for_alias(_OUTCOME_DTYPES[k])) for k in OUTCOME_FEATURES if extras),
         *(pa.field(k, pa.string()) for k in episode_features(episode)),
         pa.field("timestamp", pa.float32()),
         pa.field("frame_index", pa.int64()),
@@ -240,7 +246,11 @@ def data_schema(episode: Sequence[str] = EPISODE_FIELDS) -> pa.Schema:
             "features": {
                 "observation.state": value,
                 "action": value,
-                **{k: {"dtype": _OUTCOME_DTYPES[k], "_type": "Value"} for k in OUTCOME_FEATURES},
+                **{
+                    k: {"dtype": _OUTCOME_DTYPES[k], "_type": "Value"}
+                    for k in OUTCOME_FEATURES
+                    if extras
+                },
                 **{k: {"dtype": "string", "_type": "Value"} for k in episode_features(episode)},
                 **{
                     k: {"dtype": "float32" if k == "timestamp" else "int64", "_type": "Value"}
@@ -265,11 +275,13 @@ def _stat_type(feature: str, stat: str) -> pa.DataType:
 
 
 def episodes_schema(
-    video_keys: tuple[str, ...] = (VIDEO_KEY,), episode: Sequence[str] = EPISODE_FIELDS
+    video_keys: tuple[str, ...] = (VIDEO_KEY,),
+    episode: Sequence[str] = EPISODE_FIELDS,
+    extras: bool = True,
 ) -> pa.Schema:
     """meta/episodes schema: index ranges, each camera's video range, per-episode stats, own
     location, then our per-episode fields (extra columns lerobot's loader keeps and its merge
-    carries)."""
+    carries; none when ``extras=False``)."""
     fields = [
         pa.field("episode_index", pa.int64()),
         pa.field("tasks", _list(pa.string())),
@@ -286,16 +298,19 @@ def episodes_schema(
             pa.field(f"videos/{key}/from_timestamp", pa.float64()),
             pa.field(f"videos/{key}/to_timestamp", pa.float64()),
         ]
-    for feat in feature_order(video_keys):
+    for feat in feature_order(video_keys, extras):
         fields.extend(
             pa.field(f"stats/{feat}/{stat}", _stat_type(feat, stat)) for stat in STAT_KEYS
         )
     fields += [
         pa.field("meta/episodes/chunk_index", pa.int64()),
         pa.field("meta/episodes/file_index", pa.int64()),
-        *(pa.field(c, pa.string()) for c in episode_columns(episode) if c != SUCCESS_COLUMN),
-        pa.field(SUCCESS_COLUMN, pa.bool_()),
     ]
+    if extras:
+        fields += [
+            *(pa.field(c, pa.string()) for c in episode_columns(episode) if c != SUCCESS_COLUMN),
+            pa.field(SUCCESS_COLUMN, pa.bool_()),
+        ]
     return pa.schema(fields)
 
 

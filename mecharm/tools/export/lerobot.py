@@ -32,6 +32,7 @@ from mecharm.tools.export.config import ExportSettings
 from mecharm.tools.export.dataset import (
     DatasetError,
     dataset_cameras,
+    dataset_columns,
     dataset_trials_of,
     exclusive,
     load_dataset_state,
@@ -100,7 +101,7 @@ class ExportReport:
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
     keys = ("fps", "trials_of", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
-            "max_frame_offset_s", "cameras", "top_width", "side_width", "preset", "crf", "gop")  # fmt: skip
+            "max_frame_offset_s", "cameras", "top_width", "side_width", "columns", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys} | {"task": s.task_words}
 
 
@@ -170,6 +171,12 @@ def _export(
                 f"video {side_m.get('width')}x{side_m.get('height')}); cannot add episodes at "
                 f"side_width {settings.side_width} (pass --side-width "
                 f"{side_m.get('side_width', 0)}, or a new folder)"
+            )
+        if dataset_columns(m) != settings.columns:
+            raise DatasetError(
+                f"{out} was first exported with --columns {dataset_columns(m)}; cannot add "
+                f"episodes with --columns {settings.columns} (their data files would have "
+                f"other columns): pass --columns {dataset_columns(m)}, or a new folder"
             )
         if not dry_run:
             report.recovered = recover(out, state, settings)

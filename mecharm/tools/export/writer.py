@@ -179,6 +179,8 @@ class EpisodeWriter:
         self.video_keys = tuple(sizes)
         #: the per-episode fields of the task's datasets (layout.episode_fields)
         self.fields = L.episode_fields(settings.records.verdicts)
+        #: the outcome and per-episode columns too (export setting ``columns``)
+        self.extras = settings.columns == "all"
         cs = settings.chunks_size
 
         def start(prefix: str) -> tuple[int, int]:
@@ -201,7 +203,7 @@ class EpisodeWriter:
             rel = self._path(L.DATA_PATH, self.data_idx)
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
             self._data = pq.ParquetWriter(
-                self.stage / rel, L.data_schema(self.fields), compression="snappy"
+                self.stage / rel, L.data_schema(self.fields, self.extras), compression="snappy"
             )
             self.files.append(rel)
         return self._data
@@ -296,9 +298,10 @@ class EpisodeWriter:
             for source in sources.values():
                 source.close()
         to_ts = {key: videos[key].frames / fps for key in keys}
-        schema = L.data_schema(self.fields)
+        schema = L.data_schema(self.fields, self.extras)
         vec = schema.field("action").type
-        outcome = outcome_columns(n, prep.info.success)
+        outcome = outcome_columns(n, prep.info.success) if self.extras else {}
+        per_episode = zip(self.fields, prep.info.values(), strict=True) if self.extras else ()
         data = {
             "observation.state": pa.FixedSizeListArray.from_arrays(
                 pa.array(ep.state.reshape(-1), pa.float32()), type=vec
@@ -307,10 +310,7 @@ class EpisodeWriter:
                 pa.array(ep.action.reshape(-1), pa.float32()), type=vec
             ),
             **outcome,
-            **{
-                f"mecharm.{k}": pa.repeat(pa.scalar(v, pa.string()), n)
-                for k, v in zip(self.fields, prep.info.values(), strict=True)
-            },
+            **{f"mecharm.{k}": pa.repeat(pa.scalar(v, pa.string()), n) for k, v in per_episode},
             "timestamp": pa.array(ts32, pa.float32()),
             "frame_index": pa.array(frame_index),
             "episode_index": pa.array(np.full(n, episode_index, np.int64)),
@@ -343,13 +343,14 @@ class EpisodeWriter:
             meta[f"videos/{key}/file_index"] = self.video_idx[key][1]
             meta[f"videos/{key}/from_timestamp"] = from_ts[key]
             meta[f"videos/{key}/to_timestamp"] = to_ts[key]
-        for feat in L.feature_order(keys):
+        for feat in L.feature_order(keys, self.extras):
             for stat, value in stats[feat].items():
                 meta[f"stats/{feat}/{stat}"] = np.asarray(value).tolist()
         meta["meta/episodes/chunk_index"], meta["meta/episodes/file_index"] = self.meta_idx
-        for k, v in zip(self.fields, prep.info.values(), strict=True):
-            meta[f"mecharm/{k}"] = v
-        meta[L.SUCCESS_COLUMN] = prep.info.success
+        if self.extras:
+            for k, v in zip(self.fields, prep.info.values(), strict=True):
+                meta[f"mecharm/{k}"] = v
+            meta[L.SUCCESS_COLUMN] = prep.info.success
         self.rows.append(meta)
         self._roll()
 
@@ -381,7 +382,7 @@ class EpisodeWriter:
             (self.stage / rel).parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(
                 pa.Table.from_pylist(
-                    self.rows, schema=L.episodes_schema(self.video_keys, self.fields)
+                    self.rows, schema=L.episodes_schema(self.video_keys, self.fields, self.extras)
                 ),
                 self.stage / rel,
                 compression="snappy",
