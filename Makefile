@@ -16,7 +16,7 @@ WORKERS ?= 4
 # every test module's asserts: the suite writes byte-code caches, Python's default.
 PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
-.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check rollout-check family-check
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check rollout-check family-check replay-check
 
 $(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -87,3 +87,10 @@ family-check: $(STAMP)
 	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
 	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm -e ./plugins/lerobot_camera_mecharm -e ./plugins/lerobot_teleoperator_mecharm
 	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.family_check --project-python $(BIN)/python
+
+# lerobot-replay of an exported episode on the simulated rig: the commanded path against the
+# dataset's actions, and where the block ended (docs/lerobot-robot.md, "Replaying an exported episode")
+replay-check: $(STAMP)
+	@test -x $(LEROBOT_PY) || { echo "no lerobot venv at $(LEROBOT_PY): run make lerobot-check first (it creates one) or pass LEROBOT_VENV=DIR"; exit 2; }
+	cd $(ROOT) && $(LEROBOT_PY) -m pip install --quiet -e . -e ./plugins/lerobot_robot_mecharm -e ./plugins/lerobot_camera_mecharm -e ./plugins/lerobot_teleoperator_mecharm
+	cd $(ROOT) && $(LEROBOT_PY) -m mecharm_dev.replay_check --project-python $(BIN)/python

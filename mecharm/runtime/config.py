@@ -407,6 +407,10 @@ class ArmSettings(BaseModel):
     home: Angles6 = (0.0, 0.0, 0.0, 0.0, 0.0, -30.0)
     #: send_angles speed (1-100)
     speed: int = Field(20, ge=1, le=100)
+    #: send_angles speed of a streamed step (the control loop, the lerobot robot): the
+    #: firmware starts each command from rest, so a stream of small bounded steps at the
+    #: point-to-point speed moves at a fraction of it (docs/control-loop.md, "Stream speed")
+    stream_speed: int = Field(50, ge=1, le=100)
     #: the gripper's settle time after each command (real seconds)
     gripper_settle_s: float = Field(GRIPPER_SETTLE_S, ge=0)
     #: set_gripper_value speed when closing

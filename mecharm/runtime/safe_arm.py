@@ -23,6 +23,7 @@ from typing import Any
 
 from mecharm.common.envelope import Envelope
 from mecharm.common.gripper import GRIPPER_OPEN_VALUE
+from mecharm.common.kinematics import JOINT_MAX, JOINT_MIN
 from mecharm.common.logging import get_logger
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.guard import check_pose
@@ -51,7 +52,7 @@ SETTINGS_READ: frozenset[str] = frozenset({
     "arm.gripper_settle_s", "arm.gripper_speed", "motion.ignored_move_deg", "arm.j1_max",
     "arm.joint_step_max_deg", "arm.path_box_margin_m", "arm.path_mat_margin_m", "arm.path_sample_deg",
     "motion.poll_interval_s", "motion.rest_eps_deg", "motion.rest_max_polls", "motion.rest_poll_s", "motion.send_wait_s",
-    "arm.speed"
+    "arm.speed", "arm.stream_speed"
 })  # fmt: skip
 
 
@@ -237,7 +238,13 @@ class SafeArm:
         if len(want) != len(present) or not all(math.isfinite(v) for v in want):
             raise MotionRefused(f"{self.where()}: {note}: not six finite angles: {list(target)}")
         bound = min(max_step_deg, self.settings.arm.joint_step_max_deg or max_step_deg)
-        step = tuple(p + max(-bound, min(bound, w - p)) for w, p in zip(want, present, strict=True))
+        lo, hi = self.joint_box()
+        # a target past a joint's limit is aimed at the limit (a measured pose replayed can
+        # lie a hair past j1_max where the command was at it), then bounded per step
+        step = tuple(
+            p + max(-bound, min(bound, min(max(w, a), b) - p))
+            for w, p, a, b in zip(want, present, lo, hi, strict=True)
+        )
         clamped = any(abs(a - b) > 1e-9 for a, b in zip(step, want, strict=True))
         s = self.settings
         verdict = check_pose(step, j1_max=s.arm.j1_max, envelope=self.envelope)
@@ -265,18 +272,30 @@ class SafeArm:
             )  # fmt: skip
             return StreamStep(want, None, clamped, refusal)
         ts_send = self.clock.wall()
-        sent = await self.arm.send_angles(verdict.angles, s.arm.speed)
+        sent = await self.arm.send_angles(verdict.angles, s.arm.stream_speed)
         # streamed: commanded, never waited for; the next reference is the next reading
         self.last_commanded = None
         self.last_streamed = tuple(sent.angles)
         self.moves += 1
-        self.recorder.commanded(sent.angles, s.arm.speed, ts_send, 1, f"{self.where()}:{note}")
+        self.recorder.commanded(
+            sent.angles, s.arm.stream_speed, ts_send, 1, f"{self.where()}:{note}"
+        )
         self.trace.decision(
             "stream_step",
             {"note": note, "wanted": list(want), "clamped": clamped, "sent": list(sent.angles),
              "refused": None},
         )  # fmt: skip
         return StreamStep(want, sent, clamped, None)
+
+    def joint_box(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Each joint's limits for a streamed target: the SDK's, ``arm.j1_max`` and the
+        daemon's envelope, the narrowest of them."""
+        lo, hi = list(JOINT_MIN), list(JOINT_MAX)
+        hi[1] = min(hi[1], self.settings.arm.j1_max)
+        if self.envelope is not None:
+            lo = [max(a, b) for a, b in zip(lo, self.envelope.joint_min, strict=True)]
+            hi = [min(a, b) for a, b in zip(hi, self.envelope.joint_max, strict=True)]
+        return tuple(lo), tuple(hi)
 
     async def retrace(
         self, waypoints: Sequence[Sequence[float]], tol: float, note: str, *, into_box: bool = True

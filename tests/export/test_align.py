@@ -73,6 +73,26 @@ def test_action_is_the_target_in_force_and_the_pose_before_any_command() -> None
     assert ep.state.dtype == np.float32 and ep.action.shape == (12, 7)
 
 
+def test_measured_action_is_the_next_rows_state_and_the_gripper_still_the_command() -> None:
+    """``action="measured"``: the joints one row later (the last row holds its own), the
+    commanded targets ignored; the gripper as commanded, at the command."""
+    frames = [100.0 + 0.04 * i for i in range(30)]
+    rec = _rec(
+        frames,
+        [(100.0, 0.0), (100.2, 10.0), (100.4, 20.0), (101.2, 20.0)],
+        commanded=[(100.05, 40.0)],
+        gripper=[(100.0, 100.0), (100.55, 20.0)],
+    )
+    ep = align_recording(rec, 10, action="measured")
+    np.testing.assert_allclose(ep.action[:-1, :6], ep.state[1:, :6])
+    np.testing.assert_allclose(ep.action[-1, :6], ep.state[-1, :6])
+    np.testing.assert_allclose(ep.action[:5, 0], [5, 10, 15, 20, 20])
+    assert ep.action[5, 6] == 100.0 and ep.action[6, 6] == 20.0
+    command = align_recording(rec, 10)
+    np.testing.assert_array_equal(ep.state, command.state)  # only the action differs
+    assert command.action[1, 0] == 40.0
+
+
 def test_gripper_action_at_command_state_after_settle() -> None:
     frames = [100.0 + 0.05 * i for i in range(80)]
     ep = align_recording(

@@ -406,3 +406,23 @@ def test_lerobot_columns_are_exactly_what_lerobot_record_writes(
         main([*base, "--columns", "plain"])
     assert exc.value.code == 2
     assert "invalid choice: 'plain'" in capsys.readouterr().err
+
+
+def test_measured_action_is_fixed_by_the_first_export(
+    recs: Any, data_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--action measured``: each row's action joints are the next row's state joints,
+    the manifest says so, and a later export with the other meaning is refused."""
+    recs.ledger(data_root, recs.write(data_root, recs.stem(1), seed=1, duration=2.5))
+    out = tmp_path / "ds"
+    base = ["export", "lerobot", "--root", str(data_root), "--out", str(out), "--no-progress"]
+    assert main([*base, "--action", "measured"]) == 0
+    data = pq.read_table(out / "data/chunk-000/file-000.parquet").to_pydict()
+    state, action = np.array(data["observation.state"]), np.array(data["action"])
+    np.testing.assert_array_equal(action[:-1, :6], state[1:, :6])
+    assert json.loads((out / L.MANIFEST_PATH).read_text())["action"] == "measured"
+    assert verify_dataset(out).ok
+    recs.ledger(data_root, recs.write(data_root, recs.stem(2), seed=2, duration=2.5))
+    capsys.readouterr()
+    assert main(base) == 2
+    assert "first exported with --action measured" in capsys.readouterr().err

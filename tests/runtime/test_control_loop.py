@@ -87,9 +87,11 @@ async def test_each_streamed_step_is_bounded_against_the_reading_and_the_arm_fol
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_a_policy_asking_past_j1_max_is_held_before_it(
+async def test_a_policy_asking_past_j1_max_is_stopped_at_it(
     safe: SafeArm, sim_daemon: SimDaemon
 ) -> None:
+    """A target past a joint's limit is aimed at the limit (``SafeArm.joint_box``), never
+    beyond: each step clamped, none past ``j1_max``, the true arm within its settle noise."""
     # folded (the tool stays well above the mat whatever j1 does), then j1 asked past j1_max
     folded = (0.0, 0.0, -90.0, 0.0, -60.0, -30.0)
     await safe.move(folded, 2.0, "fold")
@@ -103,9 +105,8 @@ async def test_a_policy_asking_past_j1_max_is_held_before_it(
     j1_max = safe.settings.arm.j1_max
     sent = [t.sent for t in report.ticks if t.sent is not None]
     assert sent and all(p[1] <= j1_max for p in sent)
-    assert report.refused > 0
-    refusals = [t.refused for t in report.ticks if t.refused]
-    assert all("guard" in r and "j1" in r for r in refusals), refusals[:3]
+    assert report.clamped == len(report.ticks)  # every step asked past the limit
+    assert sent[-1][1] == pytest.approx(j1_max)  # ... and the last ones at it
     assert max(true_j1) <= j1_max + 1.0  # the simulated arm's own settle noise, no more
     assert max(true_j1) > j1_max - 2 * STEP  # it did go as far as it safely could
 

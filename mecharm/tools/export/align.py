@@ -18,6 +18,10 @@ nominal fps). For every row:
   the daemon says it sent; before the first command the measured pose (hold);
 - ``action`` gripper: the value of the last gripper command at or before ``t_k``.
 
+With ``action="measured"`` the action's joints are instead the state's joints of the next
+row (the last row: its own): where the arm was 1/fps later. Replayed, that path moves the
+arm as the recording did, in steps a streamed loop can send (docs/lerobot.md, "Action").
+
 Before the first gripper event both gripper values take that first event's value
 (the trial opens the gripper first); with no gripper event at all, open (100).
 See docs/lerobot.md ("How rows are built").
@@ -93,6 +97,7 @@ def align_recording(
     gripper_settle_s: float = GRIPPER_SETTLE_S,
     max_frame_offset_s: float = 0.5,
     top_ts: NDArray[np.float64] | None = None,
+    action: str = "command",
 ) -> AlignedEpisode:
     """Build the episode's rows; raise RecordingError when a row has no frame near it.
 
@@ -123,7 +128,9 @@ def align_recording(
                 "or its recording does not cover the trial"
             )
     joints = _interp_hold(rec.measured_ts, rec.measured, row_times, max_interp_gap_s)
-    if len(rec.commanded_ts):
+    if action == "measured":
+        target = np.vstack([joints[1:], joints[-1:]])
+    elif len(rec.commanded_ts):
         target, before = _step(rec.commanded_ts, rec.commanded, row_times)
         target = np.where(before[:, None], joints, target)
     else:
@@ -135,11 +142,11 @@ def align_recording(
     else:
         grip_cmd = grip_obs = np.full((n, 1), float(GRIPPER_OPEN_VALUE))
     state = np.hstack([joints, grip_obs]).astype(np.float32)
-    action = np.hstack([target, grip_cmd]).astype(np.float32)
+    actions = np.hstack([target, grip_cmd]).astype(np.float32)
     if not (
-        np.isfinite(state).all() and np.isfinite(action).all()
+        np.isfinite(state).all() and np.isfinite(actions).all()
     ):  # pragma: no cover - inputs are finite
         raise RecordingError("state/action contain non-finite values")
     return AlignedEpisode(
-        timestamps, row_times, frames, offsets, state, action, top_frames, top_offsets
+        timestamps, row_times, frames, offsets, state, actions, top_frames, top_offsets
     )

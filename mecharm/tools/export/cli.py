@@ -65,6 +65,7 @@ def _lerobot(args: argparse.Namespace) -> int:
                 "top_width": args.top_width,
                 "side_width": args.side_width,
                 "columns": args.columns,
+                "action": args.action,
                 "rig_id": args.rig_id,
                 # a bar only on a terminal: not in logs, pipes or CI
                 "progress": False if args.no_progress or not sys.stderr.isatty() else None,
@@ -196,6 +197,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="all (default): also the outcome (next.*) and mecharm.* columns; lerobot: only "
         "the columns lerobot-record writes on this robot, so lerobot's merge takes the dataset "
         "with one it recorded; fixed by the dataset's first export",
+    )
+    lr.add_argument(
+        "--action",
+        choices=("command", "measured"),
+        help="the action's joints: command (default), the target sent, in force since; "
+        "measured, the measured joints one row later (the path the arm took, which "
+        "lerobot-replay can follow step by step); fixed by the dataset's first export",
     )
     lr.add_argument(
         "--rig-id",

@@ -69,6 +69,13 @@ class ExportSettings(RigSettings):
     #: a row whose nearest recorded frame is farther than this refuses the trial
     max_frame_offset_s: float = Field(0.5, gt=0, le=5)
 
+    #: what ``action``'s joints are: ``command``, the target the daemon sent, in force since
+    #: that send (point-to-point moves: jumps of tens of degrees); ``measured``, the measured
+    #: joints one row later (the path the arm took, in steps ``lerobot-replay`` can send).
+    #: The gripper is the command either way. Fixed by a dataset's first export
+    #: (docs/lerobot.md, "Action")
+    action: Literal["command", "measured"] = "command"
+
     # --- cameras (docs/lerobot-top-camera.md) ---
     #: the video features: ``side`` (the recorder's episode.mp4) and ``top`` (the runtime's
     #: top_camera.mkv); fixed by a dataset's first export, like fps

@@ -273,6 +273,11 @@ def dataset_columns(manifest: dict[str, Any]) -> str:
     return str(manifest.get("columns", "all"))
 
 
+def dataset_action(manifest: dict[str, Any]) -> str:
+    """``command`` or ``measured`` (export setting ``action``); a manifest from before: command."""
+    return str(manifest.get("action", "command"))
+
+
 def dataset_cameras(manifest: dict[str, Any]) -> list[str]:
     """The dataset's cameras; a manifest written before the top camera existed: side only."""
     return list(manifest.get("cameras", ["side"]))
@@ -318,6 +323,7 @@ def new_manifest(
         "trials_of": settings.trials_of,
         "episode_fields": list(L.episode_fields(settings.records.verdicts)),
         "columns": settings.columns,
+        "action": settings.action,
         "tasks": [],
         "episodes": [],
         "files": [],

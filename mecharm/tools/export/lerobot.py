@@ -31,6 +31,7 @@ from mecharm.tools.export import layout as L
 from mecharm.tools.export.config import ExportSettings
 from mecharm.tools.export.dataset import (
     DatasetError,
+    dataset_action,
     dataset_cameras,
     dataset_columns,
     dataset_trials_of,
@@ -101,7 +102,7 @@ class ExportReport:
 
 def _settings_snapshot(s: ExportSettings) -> dict[str, Any]:
     keys = ("fps", "trials_of", "task", "select", "rig_id", "max_interp_gap_s", "gripper_settle_s",
-            "max_frame_offset_s", "cameras", "top_width", "side_width", "columns", "preset", "crf", "gop")  # fmt: skip
+            "max_frame_offset_s", "cameras", "top_width", "side_width", "columns", "action", "preset", "crf", "gop")  # fmt: skip
     return {k: getattr(s, k) for k in keys} | {"task": s.task_words}
 
 
@@ -177,6 +178,12 @@ def _export(
                 f"{out} was first exported with --columns {dataset_columns(m)}; cannot add "
                 f"episodes with --columns {settings.columns} (their data files would have "
                 f"other columns): pass --columns {dataset_columns(m)}, or a new folder"
+            )
+        if dataset_action(m) != settings.action:
+            raise DatasetError(
+                f"{out} was first exported with --action {dataset_action(m)}; cannot add "
+                f"episodes with --action {settings.action} (one dataset, one meaning of its "
+                f"actions): pass --action {dataset_action(m)}, or a new folder"
             )
         if not dry_run:
             report.recovered = recover(out, state, settings)

@@ -114,6 +114,7 @@ def prepare(
                 gripper_settle_s=settings.gripper_settle_s,
                 max_frame_offset_s=settings.max_frame_offset_s,
                 top_ts=top.frame_ts if top is not None else None,
+                action=settings.action,
             )
         except RecordingError as exc:
             refused.append(Skipped(cand.run_stem, str(exc)))

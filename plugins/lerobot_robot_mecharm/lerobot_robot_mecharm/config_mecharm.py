@@ -24,3 +24,6 @@ class MecharmConfig(RobotConfig):
     #: lerobot cameras: ``{type: mjpeg_http, url: ...}`` for the rig's and the simulator's
     #: HTTP cameras (the lerobot_camera_mecharm plugin), ``{type: opencv, ...}`` for a USB one
     cameras: dict[str, CameraConfig] = field(default_factory=dict)
+    #: a file for the trace of every step (``stream_step`` decisions: asked, sent, refused;
+    #: docs/replay.md); None: no trace
+    trace_path: str | None = None

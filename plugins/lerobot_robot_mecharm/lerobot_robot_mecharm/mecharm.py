@@ -5,6 +5,7 @@ runtime's own code."""
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from lerobot.cameras.utils import make_cameras_from_configs
@@ -36,7 +37,11 @@ class Mecharm(Robot):
         settings = load_settings(
             RuntimeSettings, config.runtime_config or RUNTIME_CONFIG, overrides
         )
-        self.arm = MecharmRobot(settings, max_step_deg=config.max_relative_target)
+        self.arm = MecharmRobot(
+            settings,
+            max_step_deg=config.max_relative_target,
+            trace_path=Path(config.trace_path) if config.trace_path else None,
+        )
         self.cameras = make_cameras_from_configs(config.cameras)
 
     @cached_property
