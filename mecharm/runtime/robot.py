@@ -33,19 +33,17 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from mecharm.cameras.base import CameraSource, fit_image
 from mecharm.cameras.factory import open_camera
-from mecharm.common.keyfile import read_daemon_token
 from mecharm.common.logging import get_logger
 from mecharm.runtime.arm import DaemonArm
+from mecharm.runtime.blocking_link import BlockingLink, LinkError
 from mecharm.runtime.client import DaemonClient, DaemonError
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.control import GRIPPER_KEY, JOINT_KEYS, Action, ControlLoop
@@ -113,10 +111,8 @@ class MecharmRobot:
             raise ValueError(f"camera names {bad}: give names like 'top' (letters, digits, _)")
         self.max_step_deg = max_step_deg
         self.trace_path = trace_path
-        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
-        self._portal: BlockingPortal | None = None
-        self._client: DaemonClient | None = None
-        self._keepalive: AbstractContextManager[None] | None = None
+        #: the daemon client on its own thread, with its keepalive (docs/daemon.md)
+        self._link = BlockingLink(settings)
         self._fresh_mode_before: int | None = None
         self._loop: ControlLoop | None = None
         self._open: dict[str, CameraSource] = {}
@@ -140,25 +136,23 @@ class MecharmRobot:
 
     @property
     def is_connected(self) -> bool:
-        return self._loop is not None and self._client is not None and self._client.is_connected
+        return self._loop is not None and self._link.is_open
 
     # ---- life cycle
     def connect(self) -> None:
         """Open the daemon link (token, time scale and envelope checked as a session's
         start checks them), put the arm in fresh mode, open the cameras. Raises RobotError
         with what to do."""
-        if self._portal is not None:
+        if self._link.is_open:
             raise RobotError("already connected: disconnect() first")
-        self._portal_cm = start_blocking_portal()
-        self._portal = self._portal_cm.__enter__()
         try:
-            self._portal.call(self._connect)
-            assert self._client is not None
-            # pings keep the daemon's slot while lerobot's thread computes (docs/daemon.md)
-            self._keepalive = self._portal.wrap_async_context_manager(self._client.keepalive())
-            self._keepalive.__enter__()
+            self._link.open()
+            self._link.call(self._setup)
             for name, spec in self.cameras.items():
                 self._open[name] = open_camera(spec.source)
+        except LinkError as exc:
+            self.disconnect()
+            raise RobotError(str(exc)) from None
         except BaseException:
             self.disconnect()
             raise
@@ -167,27 +161,9 @@ class MecharmRobot:
             cameras=sorted(self.cameras), max_step_deg=self.max_step_deg,
         )  # fmt: skip
 
-    async def _connect(self) -> None:
-        s = self.settings
-        client = DaemonClient(
-            s.daemon.host,
-            s.daemon.port,
-            token=read_daemon_token(s.daemon.token_file),
-            request_timeout=s.daemon.request_timeout_s,
-            connect_timeout=s.daemon.connect_timeout_s,
-            busy_wait_s=s.daemon.busy_wait_s,
-            keepalive_s=s.daemon.keepalive_s or None,
-            time_scale=s.time_scale,
-        )
-        try:
-            await client.connect()
-        except Exception as exc:
-            raise RobotError(
-                f"daemon {s.daemon.host}:{s.daemon.port}: {exc} (is mecharm-daemon running, "
-                "and is the token file its token?)"
-            ) from None
-        self._client = client
-        s = s.at_time_scale(client.time_scale)
+    async def _setup(self) -> None:
+        client = self._link.client
+        s = self.settings.at_time_scale(client.time_scale)
         envelope = check_envelope(s, client)
         clock = RealClock()
         arm = SafeArm(
@@ -215,23 +191,14 @@ class MecharmRobot:
             except Exception as exc:  # closing the others matters more
                 log.warning("robot_camera_close_failed", error=str(exc))
         self._open.clear()
-        portal, client, keepalive = self._portal, self._client, self._keepalive
-        self._loop, self._client, self._keepalive = None, None, None
-        try:
-            if keepalive is not None:
-                keepalive.__exit__(None, None, None)
-            if portal is not None and client is not None:
-                if self._fresh_mode_before is not None and client.is_connected:
-                    try:
-                        portal.call(client.set_fresh_mode, self._fresh_mode_before)
-                    except Exception as exc:  # the link is going anyway
-                        log.warning("robot_fresh_mode_not_restored", error=str(exc))
-                self._fresh_mode_before = None
-                portal.call(client.aclose)
-        finally:
-            if self._portal_cm is not None:
-                self._portal_cm.__exit__(None, None, None)
-            self._portal_cm, self._portal = None, None
+        self._loop = None
+        mode, self._fresh_mode_before = self._fresh_mode_before, None
+
+        async def restore(client: DaemonClient) -> None:
+            if mode is not None:
+                await client.set_fresh_mode(mode)
+
+        self._link.close(restore)
         log.info("robot_disconnected")
 
     def calibrate(self) -> None:
@@ -246,18 +213,18 @@ class MecharmRobot:
         wins, as a stream needs) and ``disconnect()`` puts back the mode it found."""
 
     # ---- one tick
-    def _ready(self) -> tuple[BlockingPortal, ControlLoop]:
-        if self._portal is None or self._loop is None or not self.is_connected:
+    def _ready(self) -> tuple[BlockingLink, ControlLoop]:
+        if self._loop is None or not self.is_connected:
             raise RobotNotConnected("the robot is not connected: call connect() first")
-        return self._portal, self._loop
+        return self._link, self._loop
 
     def get_observation(self) -> dict[str, Any]:
         """The joints as read now, the gripper as last commanded, each camera's newest
         frame as RGB at the configured size."""
         with self._lock:
-            portal, loop = self._ready()
+            link, loop = self._ready()
             try:
-                obs = portal.call(loop.get_observation, self._step)
+                obs = link.call(loop.get_observation, self._step)
             except (DaemonError, MotionRefused) as exc:
                 raise _lost(exc) from None
             self._observed = True
@@ -291,9 +258,9 @@ class MecharmRobot:
         bounded against the present reading, or the pose held when the step was refused."""
         joints, gripper = parse_action(action)
         with self._lock:
-            portal, loop = self._ready()
+            link, loop = self._ready()
             try:
-                sent = portal.call(self._send, loop, Action(joints, gripper))
+                sent = link.call(self._send, loop, Action(joints, gripper))
             except (DaemonError, MotionRefused) as exc:
                 raise _lost(exc) from None
         out = dict(zip(JOINT_KEYS, map(float, sent.joints), strict=True))

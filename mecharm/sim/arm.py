@@ -602,6 +602,29 @@ class SimArm:
             self._powered = False
         return 1
 
+    def drag(self, angles: Sequence[float]) -> tuple[float, ...]:
+        """A hand moves the limp arm to ``angles`` (drag-teach: a leader arm whose servos are
+        released; sim and tests only, docs/lerobot-robot.md, "Leaders"). Refused while the
+        servos are powered (they hold the pose) and outside the SDK limits; the encoders then
+        read the new pose (with their noise), as on a real arm moved by hand."""
+        pose = tuple(float(a) for a in angles)
+        if len(pose) != 6 or not all(math.isfinite(a) for a in pose):
+            raise SimArmDataError(f"drag: give six finite angles, got {list(angles)!r}")
+        for j, a in enumerate(pose):
+            if not JOINT_MIN[j] <= a <= JOINT_MAX[j]:
+                raise SimArmDataError(
+                    f"drag: j{j} = {a} outside the SDK limits [{JOINT_MIN[j]}, {JOINT_MAX[j]}]"
+                )
+        with self._lock:
+            if self._powered:
+                raise SimArmDataError(
+                    "drag: the servos are powered and hold the pose; release them first "
+                    "(release_all_servos)"
+                )
+            self._freeze(self.sim_time())
+            self._rest = pose
+        return pose
+
     def stop(self) -> int:
         """Stop now and drop queued moves."""
         self._check_link()

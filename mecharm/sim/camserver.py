@@ -9,6 +9,9 @@ Routes (loopback by default):
 * ``GET /scene/truth`` — the scene's ground truth as JSON (tests only).
 * ``POST /scene/next`` — lay out the next trial's scene; optional JSON body
   ``{"seed": int}`` or query ``?seed=N`` (the operator putting the block back; tests only).
+* ``POST /arm/drag`` — JSON body ``{"angles": [six degrees]}``: a hand moves the arm,
+  whose servos must be released (a drag-teach leader; 409 while they are powered, 400 for
+  bad angles; tests and the simulated leader only).
 * ``GET /faults`` — what is armed and what took effect; ``POST /faults`` with a JSON
   body ``{"fault": NAME, ...parameters}`` arms one fault (400 naming what is wrong and
   listing the valid faults or parameters); ``DELETE /faults`` disarms them all
@@ -393,11 +396,16 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/faults" and self.server.faults is not None:
             self._post_fault(query)
             return
+        if path == "/arm/drag" and self.server.drag is not None:
+            self._post_drag(query)
+            return
         if path != "/scene/next":
             self._error(
                 HTTPStatus.NOT_FOUND,
                 f"no such resource {path[:100]!r} (POST /scene/next"
-                + (", POST /faults)" if self.server.faults is not None else ")"),
+                + (", POST /faults" if self.server.faults is not None else "")
+                + (", POST /arm/drag" if self.server.drag is not None else "")
+                + ")",
             )
             return
         ok, body = self._body()
@@ -436,6 +444,33 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         self._json(HTTPStatus.OK, self.server.next_scene(seed))
+
+    def _post_drag(self, query: str) -> None:
+        """Move the limp arm to ``{"angles": [...]}``; 409 while its servos hold it."""
+        from mecharm.sim.arm import SimArmDataError
+
+        assert self.server.drag is not None
+        if query:
+            self._error(HTTPStatus.BAD_REQUEST, "POST /arm/drag takes no query; send a JSON body")
+            return
+        ok, body = self._body()
+        if not ok:
+            return
+        angles = body.get("angles") if isinstance(body, dict) and set(body) == {"angles"} else None
+        if not isinstance(angles, list) or not all(
+            isinstance(a, int | float) and not isinstance(a, bool) for a in angles
+        ):
+            self._error(
+                HTTPStatus.BAD_REQUEST, 'body must be a JSON object {"angles": [six numbers]}'
+            )
+            return
+        try:
+            pose = self.server.drag(angles)
+        except SimArmDataError as exc:
+            status = HTTPStatus.CONFLICT if "powered" in str(exc) else HTTPStatus.BAD_REQUEST
+            self._error(status, str(exc)[:300])
+            return
+        self._json(HTTPStatus.OK, {"angles": list(pose)})
 
     def _post_fault(self, query: str) -> None:
         """Arm one fault from ``{"fault": NAME, ...}``; 400 naming what is wrong."""
@@ -527,6 +562,7 @@ class CameraServer(ThreadingHTTPServer):
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_body_bytes: int = MAX_BODY_BYTES,
         faults: FaultBoard | None = None,
+        drag: Callable[[list[float]], tuple[float, ...]] | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
@@ -539,6 +575,7 @@ class CameraServer(ThreadingHTTPServer):
         self.truth = truth
         self.next_scene = next_scene
         self.faults = faults  # the sim's fault board: /faults routes exist only with one
+        self.drag = drag  # moves a released arm by hand: POST /arm/drag exists only with it
         self.max_connections = int(max_connections)
         self.idle_timeout_s = float(idle_timeout_s)
         self.max_body_bytes = int(max_body_bytes)

@@ -224,6 +224,7 @@ class Workcell:
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.idle_timeout_s,
             faults=self.faults,
+            drag=getattr(self.arm, "drag", None),
         )
         self._server.serve_in_thread()
         self.start_physics()

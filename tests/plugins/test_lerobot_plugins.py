@@ -7,6 +7,7 @@ with the real lerobot."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +108,61 @@ def test_the_scripted_leader_follows_its_path_and_speaks_the_robot_s_features(
     assert path(0.15)["j0.pos"] == pytest.approx(12.5)  # halfway between two waypoints
     with pytest.raises(ValueError, match="period_s"):
         type(cfg)(period_s=0.1)
+
+
+def test_the_drag_teach_leader_reads_its_own_arm_through_lerobot_s_factory(
+    lerobot: dict[str, ModuleType], rig: SimRig, tmp_path: Path
+) -> None:
+    """``--teleop.type=mecharm_leader`` against a real simulated daemon (the leader's): its
+    servos released at connect (a hand may move it), powered at disconnect."""
+    tele = lerobot["lerobot.teleoperators.config"].TeleoperatorConfig
+    assert {"mecharm_leader", "mecharm_keyboard"} <= set(tele.get_known_choices())
+    cfg = tele.get_choice_class("mecharm_leader")(
+        id="l", calibration_dir=tmp_path, daemon_port=rig.daemon_port,
+        token_file=str(rig.token_file),
+    )  # fmt: skip
+    leader = lerobot["lerobot.teleoperators.utils"].make_teleoperator_from_config(cfg)
+    assert type(leader).__name__ == "MecharmLeader" and not type(leader).__abstractmethods__
+    errors = lerobot["lerobot.utils.errors"]
+    with pytest.raises(errors.DeviceNotConnectedError):
+        leader.get_action()
+    leader.connect()
+    try:
+        with pytest.raises(errors.DeviceAlreadyConnectedError):
+            leader.connect()
+        a = leader.get_action()
+        assert set(a) == {*JOINTS, "gripper.pos"} and all(np.isfinite(v) for v in a.values())
+        assert leader.leader.released
+    finally:
+        leader.disconnect()
+    assert not leader.is_connected
+    with pytest.raises(ValueError, match="daemon_port"):
+        type(cfg)(daemon_port=0)
+
+
+def test_the_keyboard_leader_through_lerobot_s_factory(
+    lerobot: dict[str, ModuleType], tmp_path: Path
+) -> None:
+    tele = lerobot["lerobot.teleoperators.config"].TeleoperatorConfig
+    cfg = tele.get_choice_class("mecharm_keyboard")(id="k", calibration_dir=tmp_path, step_deg=3)
+    kb = lerobot["lerobot.teleoperators.utils"].make_teleoperator_from_config(cfg)
+    assert type(kb).__name__ == "MecharmKeyboard"
+    assert kb.action_features == {**dict.fromkeys(JOINTS, float), "gripper.pos": float}
+    master, slave = os.openpty()
+    try:
+        kb.leader.fd = slave
+        kb.connect()
+        try:
+            kb.leader.feed("q ")
+            a = kb.get_action()
+            assert a["j0.pos"] == 3.0 and a["gripper.pos"] == 20.0 and a["j5.pos"] == -30.0
+        finally:
+            kb.disconnect()
+    finally:
+        os.close(master)
+        os.close(slave)
+    with pytest.raises(ValueError, match="step_deg"):
+        type(cfg)(step_deg=0)
 
 
 def test_a_camera_config_is_checked_as_lerobot_checks_it(

@@ -159,7 +159,7 @@ def test_a_policy_thinking_longer_than_the_idle_timeout_keeps_the_daemon(
     time.sleep(IDLE_S * 2.5)  # an inference this long, in lerobot's thread
     obs = robot.get_observation()  # without the pings: ConnectionLost
     assert set(JOINT_KEYS) <= set(obs)
-    assert robot._client is not None and robot._client.pings >= 2
+    assert robot._link.client.pings >= 2
 
 
 @pytest.mark.slow
