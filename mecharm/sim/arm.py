@@ -520,12 +520,13 @@ class SimArm:
         self._check_link()
         self._sleep(self.config.write_latency_s)
         accepted = target[1] <= self.config.reject_j1_above and not self.faults._take_ignore()
+        start: tuple[float, ...] | None = None
         with self._lock:
             self.counters["sends"] += 1
             if accepted:
                 self.counters["sends_accepted"] += 1
                 t = self.sim_time()
-                self._advance(t)
+                start = tuple(self._pose(t))
                 p = _Pending(
                     tuple(target),
                     speed,
@@ -538,7 +539,13 @@ class SimArm:
                     self._start_segment(p, t)
                 else:
                     self._queue.append(p)
-        self._emit("send", {"angles": list(target), "speed": speed, "accepted": accepted})
+        # ``from``: where the arm was as the send went in (a listener that reads the pose
+        # later may find the arm already past a short move's target)
+        self._emit(
+            "send",
+            {"angles": list(target), "speed": speed, "accepted": accepted,
+             "from": list(start) if start is not None else None},
+        )  # fmt: skip
         return 1
 
     def _gripper_to(self, target: float, speed: int) -> None:

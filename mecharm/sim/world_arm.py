@@ -308,7 +308,8 @@ class WorldArm:
         if kind != "send" or not data.get("accepted", True):
             return
         target = np.asarray(data["angles"], dtype=np.float64)
-        now = np.asarray(self.arm.true_angles(), dtype=np.float64)
+        start = data.get("from")
+        now = np.asarray(start if start is not None else self.arm.true_angles(), dtype=np.float64)
         self.note_move(now, target)
 
     def note_move(self, start: ArrayLike, target: ArrayLike) -> None:
