@@ -38,6 +38,7 @@ __all__ = [
     "ControlLoop",
     "LoopReport",
     "Observation",
+    "Stop",
     "TickRecord",
 ]
 
@@ -129,7 +130,14 @@ class LoopReport:
 
 
 #: a policy maps an observation to an action (None: the run is over); it may be async
-Policy = Callable[[Observation], "Action | Awaitable[Action | None] | None"]
+@dataclass(frozen=True)
+class Stop:
+    """What a policy returns to end the loop for a reason of its own (None: "policy done")."""
+
+    reason: str
+
+
+Policy = Callable[[Observation], "Action | Stop | Awaitable[Action | Stop | None] | None"]
 
 
 class ControlLoop:
@@ -221,8 +229,8 @@ class ControlLoop:
                 obs = await self.get_observation(step)
                 out = policy(obs)
                 action = await out if inspect.isawaitable(out) else out
-                if action is None:
-                    report.stopped_by = "policy done"
+                if action is None or isinstance(action, Stop):
+                    report.stopped_by = "policy done" if action is None else action.reason
                     break
                 await self.send_action(action, step)
                 now, res = clock.now(), self.last_step

@@ -16,7 +16,7 @@ from mecharm.common.kinematics import fk_tip
 from mecharm.runtime.arm import DaemonArm
 from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.config import RuntimeSettings
-from mecharm.runtime.control import Action, ControlLoop, Observation
+from mecharm.runtime.control import Action, ControlLoop, Observation, Stop
 from mecharm.runtime.ports import RealClock
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.records.trace import TraceWriter
@@ -233,6 +233,15 @@ async def test_the_gripper_is_sent_when_it_changes_and_a_bad_value_is_refused(
     sent = [(await loop.send_action(Action(HOME, v))).gripper for v in (43, 36, 30, 98, 100)]
     assert sent == [40, 40, 30, 98, 100]
     assert [g["value"] for g in _decisions(safe, "gripper")] == [40, 30, 98, 100]
+
+
+@pytest.mark.anyio
+async def test_a_policy_ends_the_loop_with_a_reason_of_its_own(safe: SafeArm) -> None:
+    loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+    report = await loop.run(lambda obs: Stop("enough") if obs.step == 3 else Action(HOME), 10)
+    assert report.stopped_by == "enough" and len(report.ticks) + report.missed == 3
+    (summary,) = _decisions(safe, "control_loop")
+    assert summary["stopped_by"] == "enough"
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ from mecharm.runtime.records.ledger import verify_ledger
 from mecharm.runtime.records.trace import read_trace
 from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.rollout import RECORDS, TASK, Stage
+from mecharm.runtime.rollout.body import ReleaseWatch
 from mecharm.runtime.rollout.policies import (
     EpisodePlayback,
     PolicyError,
@@ -229,6 +230,21 @@ def test_eval_refuses_what_it_cannot_do_before_it_starts_anything(
             load_policy(spec, s)
 
 
+def test_a_rollout_ends_a_while_after_the_policy_lets_go() -> None:
+    """Open after closed, held ``after_s`` of ticks: over; a re-grasp before then starts
+    again; an open gripper that never closed is no release; None never ends it."""
+    w = ReleaseWatch(2.0, 10.0)
+    grips = [100] * 5 + [20] * 10 + [100] * 5 + [20] * 3 + [100] * 25
+    ends = [w.over(tick, g) for tick, g in enumerate(grips)]
+    assert w.released_at == 23 and ends.index(True) == 43  # 20 ticks after the last release
+    assert not any(ends[:43]) and all(ends[43:])
+    never = ReleaseWatch(None, 10.0)
+    assert not any(never.over(t, g) for t, g in enumerate(grips))
+    opened = ReleaseWatch(0.0, 10.0)
+    assert not any(opened.over(t, 100) for t in range(50))  # never closed: nothing let go
+    assert opened.released_at is None
+
+
 def test_the_task_is_registered_with_its_records() -> None:
     assert TASKS["rollout"] is TASK and TASK.records is RECORDS
     assert TASK.first == Stage.OPEN_GRIPPER_HOME
@@ -370,6 +386,8 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
         (row,) = csv.DictReader(fh)
     assert row["policy"] == policy and row["recording_status"] == "ok"
     assert row["scene_seed"] == first["scene_seed"]
+    # the episode ended 2 s after the recorded release, not at the recording's end
+    assert row["stopped_by"] == "released"
     # every action went through the safe arm: bounded, guarded, path-checked
     steps = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
              if e["event"] == "decision" and e["kind"] == "stream_step"]  # fmt: skip

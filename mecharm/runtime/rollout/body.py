@@ -31,6 +31,7 @@ from mecharm.runtime.control import (
     ControlLoop,
     LoopReport,
     Observation,
+    Stop,
 )
 from mecharm.runtime.engine import Attempt, Outcome, StageFailed, exit_attempts
 from mecharm.runtime.pick_place import TrialContext
@@ -41,6 +42,7 @@ from mecharm.runtime.threads import to_thread
 __all__ = [
     "CLEAR_TIP_M",
     "OPEN_MIN",
+    "ReleaseWatch",
     "RolloutContext",
     "RolloutState",
     "exit_rollout",
@@ -55,8 +57,8 @@ log = get_logger("mecharm.runtime.rollout")
 #: the settings this module reads (docs/settings.md, "What each stage reads"; a test
 #: checks it against the code)
 SETTINGS_READ: frozenset[str] = frozenset({
-    "arm.home", "motion.tol_home", "motion.tol_pick_place", "rollout.max_s",
-    "rollout.max_step_deg", "rollout.policy", "rollout.rate_hz",
+    "arm.home", "motion.tol_home", "motion.tol_pick_place", "rollout.after_release_s",
+    "rollout.max_s", "rollout.max_step_deg", "rollout.policy", "rollout.rate_hz",
 })  # fmt: skip
 
 #: the way back stops retracing once the tool tip is this high above the mat (m): the box's
@@ -124,6 +126,7 @@ async def rollout(ctx: RolloutContext) -> Outcome:
          "max_step_deg": s.rollout.max_step_deg, "cameras": list(policy.cameras)},
     )  # fmt: skip
     seen: list[Any] = [None]
+    release = ReleaseWatch(s.rollout.after_release_s, rate)
 
     def keep_sent() -> None:  # the pose the last tick sent, on the way back
         step = loop.last_step
@@ -134,8 +137,10 @@ async def rollout(ctx: RolloutContext) -> Outcome:
 
     # the policy runs in a worker thread (a network computes for a while): the event loop,
     # the daemon's keepalive and the recorder's events go on meanwhile
-    async def step(obs: Observation) -> Action | None:
+    async def step(obs: Observation) -> Action | Stop | None:
         keep_sent()
+        if release.over(obs.step, loop.gripper):
+            return Stop("released")  # the policy let go a while ago: the judge's turn
         out: Any = await to_thread(policy, obs)
         if inspect.isawaitable(out):
             out = await out
@@ -158,6 +163,12 @@ async def rollout(ctx: RolloutContext) -> Outcome:
             f"policy {policy.name}: the rollout did not end within {limit:.0f} s (the policy or "
             "a camera read hung)"
         )
+    if release.released_at is not None:
+        ctx.trace.decision(
+            "rollout_released",
+            {"at_step": release.released_at, "ended": release.ended,
+             "after_release_s": s.rollout.after_release_s},
+        )  # fmt: skip
     r.report = report
     # a played-back episode's frames the arm never reached (a stall, a refused step): said,
     # not only counted in the policy
@@ -169,6 +180,29 @@ async def rollout(ctx: RolloutContext) -> Outcome:
         **report.to_dict(),
     )  # fmt: skip
     return Outcome.OK
+
+
+@dataclass
+class ReleaseWatch:
+    """When a rollout lets go: the gripper open (``OPEN_MIN``) at a tick after it had been
+    closed; ``over`` is true once ``after_s`` of ticks have passed since (None: never)."""
+
+    after_s: float | None
+    rate_hz: float
+    closed: bool = False
+    released_at: int | None = None
+    ended: bool = False
+
+    def over(self, tick: int, gripper: int) -> bool:
+        if self.after_s is None:
+            return False
+        if not _is_open(gripper):
+            self.closed, self.released_at = True, None  # grasped (again)
+        elif self.closed and self.released_at is None:
+            self.released_at = tick
+        if self.released_at is not None and tick - self.released_at >= self.after_s * self.rate_hz:
+            self.ended = True
+        return self.ended
 
 
 def rate_problem(rate_hz: float, scale: float) -> str | None:
