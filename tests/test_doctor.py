@@ -108,6 +108,21 @@ def test_every_check_passes_on_the_simulated_rig(rig: Rig, capsys: Any) -> None:
 
 
 @pytest.mark.slow
+def test_a_fresh_set_up_without_the_fk_table_is_ok_saying_the_first_run_builds_it(
+    rig: Rig, capsys: Any, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "runtime.yaml"
+    empty = tmp_path / "fresh_fk"
+    empty.mkdir()
+    cfg.write_text(rig.config.read_text().replace(str(_fk_dir(rig)), str(empty)))
+    code, found = _doctor(rig, capsys, "--config", str(cfg))
+    assert code == 0, found
+    status, detail, _fix = found["FK table"]
+    assert status == "ok" and "not built yet; the first run builds it at start" in detail
+    assert "mecharm fk build --data-dir" in detail
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("case", "check", "detail", "fix"),
     [

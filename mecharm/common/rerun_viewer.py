@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ __all__ = [
     "NOT_INSTALLED",
     "VIEWER_NAME",
     "VIEWER_URL_EXAMPLE",
+    "display_problem",
     "no_viewer_message",
     "rerun_available",
     "viewer_executable",
@@ -73,6 +75,18 @@ def viewer_executable(python: str | None = None) -> str | None:
         if p.is_file() and os.access(p, os.X_OK):
             return str(p)
     return shutil.which(VIEWER_NAME)
+
+
+def display_problem(env: Mapping[str, str] | None = None) -> str | None:
+    """Why the desktop viewer cannot open a window here (None: it can try): on Linux and the
+    BSDs a window needs X11 or Wayland, and without either the spawned viewer dies at once
+    while its caller waits for it (docs/viewing.md, "No display")."""
+    env = os.environ if env is None else env
+    if not sys.platform.startswith(("linux", "freebsd", "openbsd", "netbsd")):
+        return None
+    if env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"):
+        return None
+    return "no display (neither DISPLAY nor WAYLAND_DISPLAY is set)"
 
 
 def no_viewer_message(python: str | None = None) -> str:

@@ -90,6 +90,8 @@ class RuntimeConsole:
         #: warnings and errors the log file got ({level: count}), shown or not
         self.logged: dict[str, int] = {}
         self.heartbeat = heartbeat
+        #: a stop asked for (the first or second Ctrl-C), shown first on the status line
+        self.stopping = ""
         self.time_scale = 1.0
         self.trials: int | None = None
         self.trial_no = 0
@@ -155,10 +157,12 @@ class RuntimeConsole:
         """The first Ctrl-C: said at once, so it is not pressed again by mistake."""
         key = "Ctrl-C" if name == "SIGINT" else name
         what = "finishing this trial" if self.stage is not None else "no new trial will start"
+        self.stopping = "STOP PENDING: this trial ends the session"
         self.line(f"{key}: {what}; Ctrl-C again stops the arm now", style="bold yellow")
 
     def force_requested(self, name: str = "SIGINT") -> None:
         key = "Ctrl-C" if name == "SIGINT" else name
+        self.stopping = "STOPPING THE ARM"
         self.line(f"{key} again: stopping the arm now", style="bold red")
 
     # ------------------------------------------------------------------ a trial
@@ -334,6 +338,8 @@ class RuntimeConsole:
         """Built in rich's refresh thread from what the trial last told (reads only)."""
         now = time.monotonic()
         parts = []
+        if self.stopping:  # first, so a narrow terminal never cuts it
+            parts.append(self.stopping)
         if self.trial_t0 is not None:
             n = f"/{self.trials}" if self.trials else ""
             parts.append(f"trial {self.trial_no}{n} {now - self.trial_t0:.0f} s")

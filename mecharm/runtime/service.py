@@ -30,6 +30,7 @@ from mecharm.runtime.arm import DaemonArm
 from mecharm.runtime.client import DaemonClient, DaemonError
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.console import RuntimeConsole, recorder_heartbeat
+from mecharm.runtime.lookup import default_table_path
 from mecharm.runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
 from mecharm.runtime.records.ledger import check_ledger_ready, check_ledger_row
 from mecharm.runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
@@ -218,6 +219,13 @@ async def _locked_session(
     views = ViewJobs(
         Path(settings.data_root), con.line, module=view_module, guard=guard, task=settings.task
     )
+    fk_table = default_table_path(Path(settings.fk_dir))
+    if not fk_table.is_file():
+        # the first start builds it (docs/lookup.md): seconds here, minutes on a Pi, with
+        # nothing else on the console meanwhile
+        con.line(
+            f"building the FK table (first start, {fk_table}): seconds here, minutes on a Pi ..."
+        )
     try:
         async with open_rig(settings, guard) as (rig, client):
             if con.heartbeat is None:  # the recorder's last probe (docs/console.md)

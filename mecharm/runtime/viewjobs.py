@@ -26,7 +26,12 @@ import anyio
 from mecharm.common.fsutil import DataRootGuard, StorageFault
 from mecharm.common.layout import DataRoot
 from mecharm.common.logging import get_logger
-from mecharm.common.rerun_viewer import INSTALL_HINT, rerun_available, viewer_executable
+from mecharm.common.rerun_viewer import (
+    INSTALL_HINT,
+    display_problem,
+    rerun_available,
+    viewer_executable,
+)
 
 __all__ = ["VIEW_MODULE", "ViewJobs", "rerun_missing", "viewer_missing"]
 
@@ -104,11 +109,12 @@ class ViewJobs:
             self.say(f"Rerun files off: {missing}, or --no-rerun")
         if not display:
             return
-        off = missing or (None if url else viewer_missing(self.python))
+        off = missing or (None if url else viewer_missing(self.python) or display_problem())
         if off:
             log.warning("live_view_off", reason=off)
             self.say(
-                f"live view off (--display): {off}; or --display-url URL of a running viewer"
+                f"live view off (--display): {off}; or --display-url URL of a running viewer, "
+                "or after a trial `mecharm view RUN --web` (a browser)"
                 if not missing
                 else f"live view off (--display): {off}"
             )

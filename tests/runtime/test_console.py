@@ -463,12 +463,36 @@ def test_display_without_a_viewer_says_so_before_the_first_trial(
     assert jobs.follower is None
     assert said == [
         f"live view off (--display): no Rerun viewer (rerun) beside {python} or on PATH "
-        "(pip install '.[tools]'); or --display-url URL of a running viewer"
+        "(pip install '.[tools]'); or --display-url URL of a running viewer, or after a "
+        "trial `mecharm view RUN --web` (a browser)"
     ]
     # the venv's own viewer, beside its python, although the venv is not activated
     (bare / "rerun").write_text("#!/bin/sh\n")
     (bare / "rerun").chmod(0o755)
     assert viewer_missing(python) is None
+
+
+def test_display_without_a_screen_says_so_before_the_first_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A viewer installed but no X11 or Wayland: the spawned viewer would die at once, so
+    the live view is off with one line saying why and what works instead."""
+    bare = tmp_path / "venv" / "bin"
+    bare.mkdir(parents=True)
+    (bare / "rerun").write_text("#!/bin/sh\n")
+    (bare / "rerun").chmod(0o755)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
+    said: list[str] = []
+    jobs = ViewJobs(tmp_path, said.append, module=NO_VIEW, python=str(bare / "python"))
+    jobs.start(build=False, display=True, url=None)
+    assert jobs.follower is None
+    assert said == [
+        "live view off (--display): no display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+        "or --display-url URL of a running viewer, or after a trial `mecharm view RUN --web` "
+        "(a browser)"
+    ]
 
 
 @pytest.mark.anyio
@@ -544,6 +568,21 @@ def test_the_status_line_keeps_the_recorder_at_80_columns_in_its_own_colours() -
     assert out.startswith("\x1b[30;47m"), repr(out)
 
 
+def test_a_pending_stop_leads_the_status_line_until_the_session_ends() -> None:
+    buf = io.StringIO()
+    rc = Console(file=buf, force_terminal=True, width=60, color_system="standard")
+    con = RuntimeConsole(rc, live=False, heartbeat=lambda: "ok")
+    con.start(3)
+    con.trial_start(1)
+    con.stage_start("approach_pick")
+    assert "STOP" not in con._status().plain
+    con.stop_requested()
+    status = con._status().plain
+    assert status.startswith("STOP PENDING: this trial ends the session | trial 1/3"), status
+    con.force_requested()
+    assert con._status().plain.startswith("STOPPING THE ARM | "), con._status().plain
+
+
 # ---------------------------------------------------------------- dry run; no fresh scene
 
 
@@ -575,3 +614,24 @@ async def test_a_dry_run_stop_says_the_arm_did_not_move_and_a_lost_scene_server_
     assert report.stopped_by.startswith("no fresh scene: sim control"), report.stopped_by
     assert text.count("ARM STATE after the stop") == 1
     assert "no fresh scene: sim control http://127.0.0.1:1 does not answer" in text
+
+
+@pytest.mark.anyio
+async def test_a_first_start_says_it_builds_the_fk_table_before_it_does(
+    sim_daemon: SimDaemon, workcell: Workcell, tmp_path: Path
+) -> None:
+    """No table yet: one line says the build is under way (seconds here, minutes on a Pi)
+    before the console would otherwise be silent for it. The table's folder is made
+    unusable (a file where the folder goes), so the build fails at once after the line."""
+    fresh = tmp_path / "fresh_fk"
+    fresh.mkdir()
+    (fresh / "fk").write_text("a file where the table's folder goes\n")
+    out = io.StringIO()
+    with pytest.raises(OSError):
+        await run_service(
+            _settings(tmp_path, fresh, sim_daemon, workcell), out=out, view_module=NO_VIEW
+        )
+    assert (
+        f"building the FK table (first start, {fresh / 'fk' / 'fk_table.csv'}): seconds here, "
+        "minutes on a Pi ..." in out.getvalue()
+    )

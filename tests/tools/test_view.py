@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import signal
@@ -314,6 +315,54 @@ def _until(lines: Iterator[str], needle: str) -> str:
         if needle in line:
             return line
     raise AssertionError(f"{needle!r} never said; stderr: {''.join(seen)}")
+
+
+@pytest.mark.slow
+def test_no_display_serves_the_web_viewer_instead_of_waiting_for_a_dead_window(
+    tmp_path: Path,
+) -> None:
+    """Without DISPLAY or WAYLAND_DISPLAY the desktop viewer would die and leave the command
+    waiting: it says so and serves the recording to a browser on loopback; the page loads;
+    SIGTERM ends it with exit 0 and its summary."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mecharm.tools.view", str(CORPUS[0]), "--web-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+    )  # fmt: skip
+    try:
+        said = _stderr_lines(proc)
+        first = _until(said, "mecharm view:")
+        assert "no display (neither DISPLAY nor WAYLAND_DISPLAY is set): serving the web" in first
+        line = _until(said, "all of it served")
+        url = line.split("open ", 1)[1].split(" ", 1)[0]
+        assert url.startswith(f"http://127.0.0.1:{port}/?url=rerun%2Bhttp%3A%2F%2F")
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            assert resp.status == 200 and b"<html" in resp.read().lower()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        out = proc.stdout.read() if proc.stdout else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f:
+                f.close()
+    assert f"served at {url} until stopped" in out
+
+
+def test_save_and_web_together_are_refused(tmp_path: Path) -> None:
+    proc = run_view(str(CORPUS[0]), "--web", "--save", str(tmp_path / "t.rrd"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mecharm view: give either --save FILE.rrd or --web, not both"
+    proc = run_view(str(CORPUS[0]), "--web-port", "70000")
+    assert proc.returncode == 2 and "a port is 1-65535, got 70000" in proc.stderr
 
 
 def test_unwritable_save_path_is_exit_1_and_leaves_nothing(tmp_path: Path) -> None:

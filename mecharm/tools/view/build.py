@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
+import urllib.parse
 from pathlib import Path
 
 import rerun as rr
@@ -23,6 +25,25 @@ __all__ = ["APP_ID", "build", "run_follow", "spawn", "wait_for_recording"]
 
 #: the Rerun application id: the viewer keeps one layout for all mechArm recordings
 APP_ID = "mecharm"
+
+
+#: how long the recording may take to reach a spawned viewer before the command gives up
+#: (a viewer that died at start would otherwise be waited for without end)
+VIEWER_FLUSH_S = 60.0
+
+
+def serve_web(rec: rr.RecordingStream, web_port: int) -> str:
+    """Serve ``rec`` to a browser: a gRPC server in this process that keeps the recording,
+    and Rerun's web viewer on ``web_port`` pointed at it; the address to open."""
+    uri = rr.serve_grpc(grpc_port=free_port(), default_blueprint=default_blueprint(), recording=rec)
+    rr.serve_web_viewer(web_port=web_port, open_browser=False, connect_to=uri)
+    return f"http://127.0.0.1:{web_port}/?url={urllib.parse.quote(uri, safe='')}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def spawn(rec: rr.RecordingStream, viewer: str) -> None:
@@ -45,8 +66,11 @@ def wait_for_recording(trace: Path, wait_s: float) -> str | None:
     return None
 
 
-def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, str]:
-    """Build the recording of one trial; (exit code, summary line)."""
+def build(
+    target: Path, save: Path | None, wait_s: float = 0.0, web_port: int | None = None
+) -> tuple[int, str]:
+    """Build the recording of one trial; (exit code, summary line). ``web_port``: serve it
+    to a browser on that port (the address said at once) until SIGINT or SIGTERM."""
     try:
         trace = find_trace(target)
         waited = wait_for_recording(trace, wait_s)
@@ -58,31 +82,52 @@ def build(target: Path, save: Path | None, wait_s: float = 0.0) -> tuple[int, st
         tf.notes.append(waited)
         tf.video = None
     viewer = None
-    if save is None:
+    if save is None and web_port is None:
         viewer = viewer_executable()
         if viewer is None:
             return EXIT_FAILED, no_viewer_message()
     rec = rr.RecordingStream(APP_ID, recording_id=tf.stem)
     tmp = save.with_name(f".{save.name}.{os.getpid()}.tmp") if save is not None else None
+    url = None
+    # serving: SIGINT and SIGTERM end it from the start (a stop that came before the handler
+    # would kill the process instead of ending it with its summary)
+    signals = stop_signals() if web_port is not None else contextlib.nullcontext(lambda: False)
     try:
+        stopped = signals.__enter__()
         if tmp is not None:
             rec.save(tmp, default_blueprint=default_blueprint())
+        elif web_port is not None:
+            url = serve_web(rec, web_port)
+            say(f"serving {tf.stem} to a browser: open {url} (Ctrl-C stops)")
         else:
             assert viewer is not None
             spawn(rec, viewer)
         lg = log_trial(rec, tf)
-        rec.flush()
+        rec.flush(timeout_sec=VIEWER_FLUSH_S)
+        if url is not None:
+            say(f"{tf.stem}: all of it served; open {url} (Ctrl-C stops)")
+            while not stopped():
+                time.sleep(0.2)
         rec.disconnect()
         if tmp is not None and save is not None:
             os.replace(tmp, save)
     except Exception as exc:  # writing the file or talking to the viewer failed
-        return EXIT_FAILED, f"{tf.trace}: recording not built: {type(exc).__name__}: {exc}"
+        what = "not served" if web_port is not None else "not built"
+        hint = f" (is port {web_port} taken? --web-port PORT)" if web_port is not None else ""
+        return EXIT_FAILED, f"{tf.trace}: recording {what}: {type(exc).__name__}: {exc}{hint}"
     finally:  # a failure or Ctrl-C leaves no half-written file behind
+        signals.__exit__(None, None, None)
         if tmp is not None:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
     c = lg.counts
-    where = f"wrote {save}" if save is not None else "sent to the viewer"
+    where = (
+        f"wrote {save}"
+        if save is not None
+        else f"served at {url} until stopped"
+        if url is not None
+        else "sent to the viewer"
+    )
     summary = (
         f"{where}: {c.get('measured', 0)} joint readings, {c.get('commanded', 0)} commands, "
         f"{c.get('images', 0)} images, {c.get('video_frames', 0)} video frames "

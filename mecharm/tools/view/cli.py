@@ -1,10 +1,11 @@
-"""`mecharm view RUN_DIR|TRACE [--save FILE.rrd] [--wait S]` and `mecharm view --follow DATA_ROOT`.
+"""`mecharm view RUN_DIR|TRACE [--save FILE.rrd | --web] [--wait S]` and `mecharm view --follow DATA_ROOT`.
 
 Exit codes: 0 the recording was built (or follow mode was stopped by Ctrl-C/SIGTERM);
 1 building failed (the .rrd could not be written, no viewer to open); 2 bad input (no
 such path, the run log instead of the trace, not a trial folder, a corrupt trace line,
 a bad viewer URL, rerun-sdk not installed), with a one-line message. Without ``--save``
-the Rerun viewer is spawned (docs/viewing.md). This module does not import rerun, so
+the Rerun viewer is spawned; with ``--web``, or when there is no display to open it on,
+the recording is served to a browser until Ctrl-C (docs/viewing.md). This module does not import rerun, so
 an install without it gets that one line (build.py holds the part that needs it).
 """
 
@@ -16,11 +17,30 @@ from pathlib import Path
 
 from mecharm.common.layout import RUN_FOLDER_PREFIX, RUNS_DIR, TASK_NAME_RE, DataRoot, run_number
 from mecharm.common.logging import configure_logging
-from mecharm.common.rerun_viewer import NOT_INSTALLED, rerun_available, viewer_url_problem
+from mecharm.common.rerun_viewer import (
+    NOT_INSTALLED,
+    display_problem,
+    rerun_available,
+    viewer_url_problem,
+)
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "main", "register", "run", "say"]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+#: the web viewer's port (Rerun's own default)
+WEB_PORT = 9090
+
+
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1-65535, got {v}")
+    return v
 
 
 def _seconds(text: str) -> float:
@@ -44,6 +64,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="wait up to S s for the side recording to be finished before building")  # fmt: skip
     parser.add_argument("--follow", type=Path, default=None, metavar="DATA_ROOT",
                         help="stream the newest trial of this data root, and every later one, as it runs")  # fmt: skip
+    parser.add_argument("--web", action="store_true",
+                        help="serve the recording to a browser (Rerun's web viewer) until Ctrl-C; "
+                        "what happens anyway when there is no display")  # fmt: skip
+    parser.add_argument("--web-port", type=_port, default=WEB_PORT, metavar="PORT",
+                        help=f"with --web: the web viewer's port (default {WEB_PORT})")  # fmt: skip
     parser.add_argument("--connect", default=None, metavar="URL",
                         help="with --follow: a running viewer's gRPC URL (default: spawn a viewer)")  # fmt: skip
     parser.set_defaults(func=run)
@@ -121,9 +146,17 @@ def run(args: argparse.Namespace) -> int:
     if args.connect is not None:
         say("--connect works with --follow only")
         return EXIT_BAD_INPUT
+    web = args.web
+    if args.save is not None and web:
+        say("give either --save FILE.rrd or --web, not both")
+        return EXIT_BAD_INPUT
+    if args.save is None and not web and (problem := display_problem()) is not None:
+        # the desktop viewer would die at once and leave this command waiting for it
+        say(f"{problem}: serving the web viewer instead (--web; --save FILE.rrd writes a file)")
+        web = True
     from mecharm.tools.view.build import build
 
-    code, text = build(args.target, args.save, args.wait)
+    code, text = build(args.target, args.save, args.wait, args.web_port if web else None)
     if code == EXIT_OK:
         print(text, flush=True)
     else:
