@@ -137,8 +137,11 @@ def is_known_reason(reason: object) -> bool:
 
 
 # --- recording status (docs/recorder.md) ---------------------------------------------
-RecordingStatus = Literal["ok", "truncated", "camera_lost", "mount_lost", "crashed"]
-RECORDING_STATUSES: Final = ("ok", "truncated", "camera_lost", "mount_lost", "crashed", "none")
+#: ``stalled``: every frame written, but a gap the exporter refuses (mecharm/common/framegaps.py)
+RecordingStatus = Literal["ok", "stalled", "truncated", "camera_lost", "mount_lost", "crashed"]
+RECORDING_STATUSES: Final = (
+    "ok", "stalled", "truncated", "camera_lost", "mount_lost", "crashed", "none",
+)  # fmt: skip
 """Statuses found in a meta or a ledger. The recorder writes the first four when it closes a
 trial. ``crashed``: the recorder ended without its meta (killed, crashed, disk lost) but
 left media — written into the meta by the repair (recorder start-up or ``mecharm

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mecharm.common.dirlock import lock_dir, unlock_dir
+from mecharm.common.framegaps import stall_problem
 from mecharm.common.fsutil import LineFile, atomic_write_json, safe_join
 from mecharm.common.layout import DEFAULT_TASK, DataRoot, RecordingFiles
 from mecharm.recorder.config import RecorderSettings
@@ -36,7 +37,7 @@ from mecharm.recorder.video import VideoWriter
 __all__ = ["TrialExistsError", "TrialRecording", "recording_dir", "state_row"]
 
 #: severity order for the final status: the worst thing that happened wins
-_SEVERITY = {"ok": 0, "truncated": 1, "camera_lost": 2, "mount_lost": 3}
+_SEVERITY = {"ok": 0, "stalled": 1, "truncated": 2, "camera_lost": 3, "mount_lost": 4}
 
 
 class TrialExistsError(FileExistsError):
@@ -123,6 +124,8 @@ class TrialRecording:
         self.frozen_sec = 0.0
         self.first_capture: tuple[float, int] | None = None
         self.last_capture: tuple[float, int] | None = None
+        #: the capture time of every frame written (frame_log.csv's), for the quality rule
+        self.capture_ts: list[float] = []
         self.media_failed = False
         #: monotonic deadline for the backlog once the trial is closing (None while open)
         self.close_deadline: float | None = None
@@ -238,6 +241,7 @@ class TrialRecording:
         assert self._flog_fh is not None
         self._flog_fh.flush()
         self.frames_written += 1
+        self.capture_ts.append(wall_ts)
         if self.first_capture is None:
             self.first_capture = (wall_ts, mono_ns)
         self.last_capture = (wall_ts, mono_ns)
@@ -272,6 +276,13 @@ class TrialRecording:
             eff = (self.frames_written - 1) / span if span > 0 else 0.0
         anchor_wall, anchor_mono = self.first_capture or (self.started_ts, self.start_mono_ns)
         v = self.video
+        status, reasons = self.status, list(self.reasons)
+        # the exporter's rule on the frames written: a recording it would refuse is not ok
+        stalled = stall_problem(self.capture_ts)
+        if stalled is not None:
+            if _SEVERITY["stalled"] > _SEVERITY[status]:
+                status = "stalled"
+            reasons.append(stalled)
         return RecordingMeta(
             run_stem=self.run_stem,
             started_ts=self.started_ts,
@@ -284,9 +295,9 @@ class TrialRecording:
             width=v.width,
             height=v.height,
             codec=v.codec_name,
-            status=self.status,  # type: ignore[arg-type]
+            status=status,  # type: ignore[arg-type]
             recording_path=self.rel_path,
-            status_reason="; ".join(self.reasons),
+            status_reason="; ".join(reasons),
             pix_fmt=self.settings.video.pix_fmt,
             gop=v.gop,
             time_base=f"1/{self.settings.video.time_base_hz}",

@@ -161,6 +161,8 @@ def recording_text(rec: RecordingInfo, link: RecorderLink | None = None) -> str:
     probe = link.last_probe if link is not None else None
     if probe is not None and probe.ok and probe.synthetic:  # this trial's recorder, a test card
         text += " (SYNTHETIC side camera: a test card)"
+    if rec.status == "stalled":  # every frame written, and still not a dataset's: say why
+        return f"{text} (NOT EXPORTABLE: {rec.note})"
     if rec.frames or link is None:
         return text
     if not link.enabled:

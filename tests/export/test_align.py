@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mecharm.common.framegaps import nearest_frames
 from mecharm.recorder.events import RecordingMeta
-from mecharm.tools.export.align import align_recording, nearest_frames
+from mecharm.tools.export.align import align_recording
 from mecharm.tools.export.recording import Recording, RecordingError, parse_gripper
 
 

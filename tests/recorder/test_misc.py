@@ -198,3 +198,43 @@ def test_backlog_past_the_close_budget_is_counted_dropped(tmp_path):
     meta = trial.write_meta()
     assert (meta.frames_captured, meta.frames_written, meta.frames_dropped) == (3, 2, 1)
     assert trial.frames_dropped_at_close == 1
+
+
+def test_a_recording_the_exporter_would_refuse_is_never_called_ok(tmp_path):
+    """Every frame written, but 1.3 s without one: the meta says ``stalled`` with the
+    exporter's reason, and the trial line says it is not exportable."""
+    import time
+
+    import numpy as np
+
+    from mecharm.common.framegaps import stall_problem
+    from mecharm.recorder.config import RecorderSettings, VideoSettings
+    from mecharm.recorder.trial import TrialRecording
+    from mecharm.runtime.recorder_link import recording_text
+    from mecharm.runtime.records.ledger import _read_meta
+
+    root = tmp_path / "data"
+    root.mkdir()
+    settings = RecorderSettings(data_root=root, video=VideoSettings(preset="ultrafast"))
+    img = np.zeros((48, 64, 3), np.uint8)
+    for stem, gap in (("steady_run", 0.0), ("stalled_run", 1.3)):
+        trial = TrialRecording.create(root, stem, settings, "synthetic")
+        wall, mono = time.time(), time.monotonic_ns()
+        for i in range(40):
+            t = i / 20 + (gap if i >= 20 else 0.0)
+            assert trial.write_frame(img, wall + t, mono + int(t * 1e9), False)
+        trial.close_media()
+        trial.close_states()
+        meta = trial.write_meta()
+        trial.release()
+        if gap == 0.0:
+            assert meta.status == "ok" and meta.status_reason == ""
+            continue
+        assert meta.status == "stalled"
+        assert meta.status_reason == stall_problem(trial.capture_ts)
+        assert meta.status_reason.startswith("camera stalled: 1.35 s without a frame at 1.0 s")
+        info = _read_meta(trial.files.meta, root)
+        assert info is not None and info.status == "stalled"
+        line = recording_text(info, None)
+        assert line.startswith("rec stalled 40 frames ")
+        assert line.endswith(f"(NOT EXPORTABLE: {meta.status_reason})")

@@ -407,6 +407,8 @@ def _read_meta(meta_path: Path, data_root: Path) -> RecordingInfo | None:
         path=_rel(meta_path.parent, data_root),
         fps=meta.effective_fps,
         frames=meta.frames_written,
+        # why a recording is not ok (a stall the exporter refuses, a lost camera): the trial line
+        note=meta.status_reason if meta.status != "ok" else "",
     )
 
 

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm.common.framegaps import MAX_FRAME_OFFSET_S, nearest_frames, row_offsets
 from mecharm.common.gripper import GRIPPER_OPEN_VALUE, GRIPPER_SETTLE_S
 from mecharm.tools.export.recording import Recording, RecordingError
 
-__all__ = ["AlignedEpisode", "align_recording", "nearest_frames"]
+__all__ = ["AlignedEpisode", "align_recording"]
 
 
 @dataclass
@@ -54,14 +55,6 @@ class AlignedEpisode:
 
     def __len__(self) -> int:
         return len(self.timestamps)
-
-
-def nearest_frames(frame_ts: NDArray[np.float64], t: NDArray[np.float64]) -> NDArray[np.int64]:
-    """Index of the frame nearest each time in ``t`` (ties to the earlier frame)."""
-    right = np.clip(np.searchsorted(frame_ts, t, side="left"), 1, len(frame_ts) - 1)
-    left = right - 1
-    take_left = (t - frame_ts[left]) <= (frame_ts[right] - t)
-    return np.where(take_left, left, right).astype(np.int64)
 
 
 def _interp_hold(
@@ -95,7 +88,7 @@ def align_recording(
     *,
     max_interp_gap_s: float = 0.25,
     gripper_settle_s: float = GRIPPER_SETTLE_S,
-    max_frame_offset_s: float = 0.5,
+    max_frame_offset_s: float = MAX_FRAME_OFFSET_S,
     top_ts: NDArray[np.float64] | None = None,
     action: str = "command",
 ) -> AlignedEpisode:
@@ -103,13 +96,11 @@ def align_recording(
 
     ``top_ts``: the top camera's capture times; each row also gets the top frame
     nearest it, under the same ``max_frame_offset_s`` limit."""
-    t0 = float(rec.frame_ts[0])
-    n = int(np.floor((float(rec.frame_ts[-1]) - t0) * fps + 1e-9)) + 1
-    k = np.arange(n, dtype=np.int64)
-    timestamps = k / fps
-    row_times = t0 + timestamps
-    frames = nearest_frames(rec.frame_ts, row_times)
-    offsets = np.abs(rec.frame_ts[frames] - row_times)
+    # the rows and their frames by the one rule the recorder's status uses too
+    # (mecharm/common/framegaps.py)
+    timestamps, frames, offsets = row_offsets(rec.frame_ts, fps)
+    n = len(timestamps)
+    row_times = float(rec.frame_ts[0]) + timestamps
     worst = int(np.argmax(offsets))
     if offsets[worst] > max_frame_offset_s:
         raise RecordingError(

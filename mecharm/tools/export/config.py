@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from mecharm.common.config import RigSettings
+from mecharm.common.framegaps import MAX_FRAME_OFFSET_S, ROW_FPS
 from mecharm.common.gripper import GRIPPER_SETTLE_S
 from mecharm.common.layout import DEFAULT_TASK as LAYOUT_DEFAULT_TASK
 from mecharm.common.rigid import check_rig_id
@@ -32,7 +33,7 @@ class ExportSettings(RigSettings):
     model_config = SettingsConfigDict(env_prefix="MECHARM_EXPORT_")
 
     #: dataset rate; 10 Hz because the side camera's p95 frame gap is 94 ms (docs/recorder.md)
-    fps: int = Field(10, ge=1, le=60)
+    fps: int = Field(ROW_FPS, ge=1, le=60)
     #: the runtime task whose trials are exported: its ledger, run folders, selection
     #: columns and per-episode verdicts (docs/tasks.md); fixed by a dataset's first export
     trials_of: str = LAYOUT_DEFAULT_TASK
@@ -67,7 +68,7 @@ class ExportSettings(RigSettings):
     #: the command. The values themselves come from the recording (what was sent).
     gripper_settle_s: float = Field(GRIPPER_SETTLE_S, ge=0, le=10)
     #: a row whose nearest recorded frame is farther than this refuses the trial
-    max_frame_offset_s: float = Field(0.5, gt=0, le=5)
+    max_frame_offset_s: float = Field(MAX_FRAME_OFFSET_S, gt=0, le=5)
 
     #: what ``action``'s joints are: ``command``, the target the daemon sent, in force since
     #: that send (point-to-point moves: jumps of tens of degrees); ``measured``, the measured
