@@ -29,6 +29,7 @@ __all__ = [
     "FRAME_LOG",
     "FRAME_LOG_BEFORE_REPAIR",
     "HEIGHT_MEMORY",
+    "HELD_BLOCK",
     "LEDGER",
     "LEDGER_ARCHIVE",
     "LEDGER_SUFFIX",
@@ -115,6 +116,8 @@ SNAPSHOTS = "extracted"
 MEMORIES = "memories"
 CORRECTION_MEMORY = "correction_memory.json"
 HEIGHT_MEMORY = "height_memory.json"
+#: a session that ended with the block in the gripper (the next one asks before it opens)
+HELD_BLOCK = "held_block.json"
 FK_DIR = "fk"
 FK_TABLE = "fk_table.csv"
 FK_ARCHIVE = "archive"
@@ -368,6 +371,11 @@ class DataRoot:
     @property
     def height_memory(self) -> Path:
         return self.memories / HEIGHT_MEMORY
+
+    @property
+    def held_block(self) -> Path:
+        """Set while a session ended holding the block (docs/runtime.md, "A block held across sessions")."""
+        return self.memories / HELD_BLOCK
 
     @property
     def fk_table(self) -> Path:

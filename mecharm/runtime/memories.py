@@ -31,6 +31,7 @@ __all__ = [
     "CorrectionMemory",
     "HeightMemory",
     "HeightUpdate",
+    "HeldBlockMemory",
     "cell_key",
     "learn_height",
 ]
@@ -385,3 +386,41 @@ def learn_height(
     new = max(old_mm, min(hi, old_mm + step_mm))
     why = f"placed with margin {margin_mm:.1f} mm at the release: more clearance"
     return new, ("raise" if new > old_mm else "keep"), why
+
+
+class HeldBlockMemory:
+    """The operator's memory across a stop: a session that ended with the block in the
+    gripper leaves ``memories/held_block.json``; the next session asks before its first
+    trial opens the gripper at HOME, and forgets once the operator says the block is out
+    (docs/runtime.md, "A block held across sessions"). A file that cannot be read is taken
+    as held: opening the jaws on a block is the mistake this exists to prevent."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def recall(self) -> dict[str, Any] | None:
+        """What the last session left (run stem, evidence, when), or None: nothing held."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("held_block_unreadable", path=str(self.path), error=str(exc))
+            return {"run_stem": "unknown", "evidence": "unknown", "note": f"unreadable: {exc}"}
+        return data if isinstance(data, dict) else {"run_stem": "unknown", "evidence": "unknown"}
+
+    def remember(self, run_stem: str, evidence: str) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(
+                self.path, {"run_stem": run_stem, "evidence": evidence or "unknown",
+                            "at": time.strftime("%Y-%m-%dT%H:%M:%S")},
+            )  # fmt: skip
+        except OSError as exc:  # the console said it loudly already; the next session cannot
+            log.error("held_block_not_remembered", path=str(self.path), error=str(exc))
+
+    def forget(self) -> None:
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("held_block_not_forgotten", path=str(self.path), error=str(exc))

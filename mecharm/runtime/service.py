@@ -31,6 +31,7 @@ from mecharm.runtime.client import DaemonClient, DaemonError
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.console import RuntimeConsole, recorder_heartbeat
 from mecharm.runtime.lookup import default_table_path
+from mecharm.runtime.memories import HeldBlockMemory
 from mecharm.runtime.recorder_link import RecorderLink, RecorderProbe, recording_text
 from mecharm.runtime.records.ledger import check_ledger_ready, check_ledger_row
 from mecharm.runtime.records.reconcile import INTERRUPTED, reconcile_run_folders
@@ -344,6 +345,24 @@ async def _trials(
 ) -> None:
     out = con.writer
     i = refused = 0
+    held = HeldBlockMemory(DataRoot(Path(settings.data_root)).held_block)
+    left = held.recall()
+    if left is not None:  # the first trial would open the gripper at HOME: ask first
+        con.line(
+            f"the last session ended with the BLOCK IN THE GRIPPER ({left.get('run_stem')}, "
+            f"seen: {left.get('evidence')}); the next trial opens the gripper at HOME",
+            style="bold red",
+        )
+        log.warning("held_block_from_last_session", **{k: str(v) for k, v in left.items()})
+        if resolve_held is None or not await resolve_held():
+            report.stopped_by = (
+                f"block held since the last session ({left.get('run_stem')}): take it out by "
+                f"hand, then start with --confirm to say so (or delete {held.path})"
+            )
+            return
+        held.forget()
+        log.warning("block_held_resolved", run_stem=left.get("run_stem"), by="operator")
+        print("the operator took the block out: the session goes on", file=out, flush=True)
     while settings.trials is None or i < settings.trials:
         if sigs.stop.is_set():
             report.stopped_by = "signal"
@@ -420,6 +439,7 @@ async def _trials(
             # ... so only an operator who took the block out lets the session go on
             if resolve_held is None or not await resolve_held():
                 report.stopped_by = "block held in the gripper (take it out by hand)"
+                held.remember(summary.run_stem, summary.held_evidence)  # the next session asks
                 break
             log.warning("block_held_resolved", run_stem=summary.run_stem, by="operator")
             print("the operator took the block out: the session goes on", file=out, flush=True)

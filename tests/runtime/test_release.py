@@ -8,6 +8,7 @@ through the runtime's real perception, the arm behind the real daemon.
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -554,6 +555,30 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     assert "release refused: block not seen above the box opening" in said
     assert "BLOCK STILL IN THE GRIPPER" in said and "HOLDING THE BLOCK (seen at the tip)" in said
     assert workcell.truth()["grasped"]
+    # the operator's memory across the stop: the next session on this root asks before its
+    # first trial would open the gripper at HOME; unattended, it starts no trial at all
+    memory = DataRoot(s.data_root).held_block
+    assert json.loads(memory.read_text())["run_stem"] == report.trials[0].run_stem
+    margin = RuntimeSettings().pick_place.release_margin_mm  # releases allowed again
+    one = s.updated({"trials": 1, "pick_place.release_margin_mm": margin})
+    out = io.StringIO()
+    again = await run_service(one, out=out)
+    assert again.trials == [] and again.stopped_by.startswith("block held since the last session")
+    assert "the last session ended with the BLOCK IN THE GRIPPER" in out.getvalue()
+    assert workcell.truth()["grasped"]  # the jaws never opened
+    # with --confirm the operator is asked once, takes it out, and the trial runs
+    asked: list[bool] = []
+
+    async def took_it_out() -> bool:
+        asked.append(True)
+        workcell.next_scene(layout=random_layout(3))  # the block back on the mat, by hand
+        return True
+
+    out = io.StringIO()
+    again = await run_service(one, out=out, resolve_held=took_it_out)
+    assert asked == [True] and len(again.trials) == 1, again.stopped_by  # asked before it
+    assert not again.trials[0].held and not memory.exists()
+    assert "the operator took the block out: the session goes on" in out.getvalue()
 
 
 @pytest.mark.slow
