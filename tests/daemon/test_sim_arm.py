@@ -167,10 +167,16 @@ def test_j1_above_90_7_is_silently_ignored() -> None:
     assert arm.is_moving() == 0
     assert maxdiff(arm.true_angles(), (0,) * 6) == 0
     assert events == [
-        ("send", {"angles": [0.0, 90.8, 0.0, 0.0, 0.0, 0.0], "speed": 20, "accepted": False})
-    ]
+        (
+            "send",
+            {"angles": [0.0, 90.8, 0.0, 0.0, 0.0, 0.0], "speed": 20, "accepted": False,
+             "from": None},
+        )
+    ]  # fmt: skip
     arm.send_angles([0.0, 90.7, 0, 0, 0, 0], 100)
     assert events[-1][1]["accepted"] is True
+    # an accepted send says where the arm was as it went in (the world arm's backlash side)
+    assert events[-1][1]["from"] == pytest.approx(list(arm.true_angles()), abs=1e-9)
     clock.advance(10)
     assert arm.true_angles()[1] == pytest.approx(90.7, abs=2.0)
 

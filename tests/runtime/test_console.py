@@ -632,6 +632,6 @@ async def test_a_first_start_says_it_builds_the_fk_table_before_it_does(
             _settings(tmp_path, fresh, sim_daemon, workcell), out=out, view_module=NO_VIEW
         )
     assert (
-        f"building the FK table (first start, {fresh / 'fk' / 'fk_table.csv'}): seconds here, "
+        f"building the FK table (first start, {DataRoot(fresh).fk_table}): seconds here, "
         "minutes on a Pi ..." in out.getvalue()
     )
