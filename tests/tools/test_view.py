@@ -10,7 +10,9 @@ appended to a growing trace into a file until SIGINT.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -91,6 +93,21 @@ def demo_run_dir(demo_root: Path) -> Path:
     return sorted(p for p in DataRoot(demo_root).run_folders.iterdir() if p.is_dir())[0]
 
 
+def _held_block(path: Path) -> list[tuple[int, list[float]]]:
+    """(time ns, centre) of every ``block (held)`` row of ``/world/block``."""
+    out: list[tuple[int, list[float]]] = []
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if chunk.entity_path != "/world/block" or chunk.is_static:
+            continue
+        b = chunk.to_record_batch()
+        times = b.column("time").cast(pa.int64()).to_pylist()
+        for t, c, lab in zip(times, b.column("Boxes3D:centers").to_pylist(),
+                             b.column("Boxes3D:labels").to_pylist(), strict=True):  # fmt: skip
+            if lab == ["block (held)"]:
+                out.append((t, c[0]))
+    return sorted(out)
+
+
 def _csv_rows(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
@@ -136,7 +153,8 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     for i in range(6):
         # the trace's readings are the ones the recorder wrote as states rows
         assert abs(rows[f"/joints/j{i}/measured"] - measured) <= 2, (i, rows, measured)
-        assert rows[f"/joints/j{i}/commanded"] == commanded
+        # each command drawn as a step: the one before held until just before it
+        assert rows[f"/joints/j{i}/commanded"] == 2 * commanded - 1
     assert rows["/world/arm"] == rows["/joints/j0/measured"]
     assert rows["/camera/side"] == len(frames)  # one frame reference per frame_log row
     assert rows["/camera/top"] == len(images)
@@ -152,7 +170,11 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert rows["/camera/top/servo_error:Arrows2D:vectors"] >= tips
     assert rows["/camera/top/block:Points2D:positions"] == len(images)
     assert rows["/gripper/commanded"] >= 2
-    assert rows["/world/block"] == 1 and rows["/world/box"] == 1
+    assert rows["/world/box"] == 1
+    # as detected, then in the jaws at every reading from the grasp to the release, then
+    # where the jaws let it go
+    held = _held_block(out)
+    assert len(held) > 20 and rows["/world/block"] == 1 + len(held) + 1
     stages = "\n".join(texts["/events/stages"])
     for stage in ("open_gripper_home", "detect", "approach_pick", "descend_pick", "grasp"):
         assert f"▶ {stage}" in stages and f"■ {stage} ok" in stages
@@ -167,6 +189,46 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert any(t.startswith("lookup:") for t in texts["/events/lookups"])
     assert any(t.startswith("guard:") for t in texts["/events/guards"])
     assert any(t.startswith("pick_verdict:") for t in texts["/events/verdicts"])
+
+
+@pytest.mark.slow
+def test_the_block_rides_in_the_jaws_and_commands_are_steps(
+    demo_run_dir: Path, tmp_path: Path
+) -> None:
+    """Between the grasp the pick judge said yes to and the release, the 3D block is at
+    the tool tip of each reading (the FK), not at its mat position; each command and
+    gripper value holds until the next (a point 1 µs before each change)."""
+    from mecharm.common.kinematics import fk_tip
+    from mecharm.tools.view.rerunlog import STEP_EPS_S
+
+    out = tmp_path / "trial.rrd"
+    assert run_view(str(demo_run_dir), "--save", str(out)).returncode == EXIT_OK
+    trace = [json.loads(x) for x in next(demo_run_dir.glob(f"*{TRACE_SUFFIX}")).read_text().splitlines()]  # fmt: skip
+    grips = [(e["ts"], e["value"]["value"]) for e in trace
+             if e.get("kind") == "gripper" and e["event"] == "decision"]  # fmt: skip
+    close = next(t for t, v in grips if v < 60)
+    release = next(t for t, v in grips if t > close and v >= 60)
+    readings = {round(e["ts"] * 1e9): e["value"]["angles"] for e in trace
+                if e.get("kind") == "angles" and e["value"].get("angles")}  # fmt: skip
+    held = _held_block(out)
+    assert held and all(close * 1e9 - 1e3 <= t <= release * 1e9 + 1e3 for t, _c in held)
+    matched = 0
+    for t, centre in held:
+        q = readings.get(t)
+        if q is not None:
+            tip = fk_tip(q)
+            assert centre[0] == pytest.approx(tip[0], abs=1e-4)
+            assert centre[2] == pytest.approx(tip[2], abs=1e-4)
+            assert centre[1] < tip[1]  # it hangs below the tip
+            matched += 1
+    assert matched > 20
+    # it moved with the arm: from over the block's place to over the box
+    assert math.dist(held[0][1], held[-1][1]) > 0.2
+    # the commanded j0 as steps: every change has the old value just before it
+    times = entity_times(out, "/joints/j0/commanded")
+    eps = round(STEP_EPS_S * 1e9)
+    # (1 µs in float seconds near 1.8e9: within the double's 0.24 µs resolution)
+    assert sum(1 for a, b in itertools.pairwise(times) if 0 < b - a <= 2 * eps) >= 2
 
 
 @pytest.mark.slow

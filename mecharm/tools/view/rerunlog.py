@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import rerun as rr
 
-from mecharm.common.kinematics import fk_frames
+from mecharm.common.kinematics import fk_frames, fk_tip
 from mecharm.common.logging import get_logger
 from mecharm.runtime.perception import MatHomography
 from mecharm.tools.view.overlays import (
@@ -73,6 +73,11 @@ ENTITIES = {
     "box": "world/box",
     "mat": "world/mat",
 }
+
+#: a step is drawn as the old value this long before the new one (1 µs: no frame shows both)
+STEP_EPS_S = 1e-6
+#: a gripper command below this closes on the block (0 closed … 100 open; the rig's close is 20)
+GRIPPER_HELD_BELOW = 60.0
 
 _LOOKUPS = {
     "lookup",
@@ -165,6 +170,15 @@ class TrialLogger:
     _grid_done: bool = False
     _measured_buf: list[tuple[float, list[float]]] = field(default_factory=list)
     _static_done: bool = False
+    #: the last command and gripper value drawn: each change is drawn as a step (the value
+    #: held until the next), not as a ramp between two points
+    _last_commanded: list[float] | None = None
+    _last_gripper: float | None = None
+    #: for the held block: every reading, the gripper's (time, closed?) and the pick verdicts
+    _readings: list[tuple[float, list[float]]] = field(default_factory=list)
+    _grips: list[tuple[float, bool]] = field(default_factory=list)
+    _picks: list[tuple[float, str]] = field(default_factory=list)
+    _place: str | None = None
     #: the trace lines left out, each with why (one bad value costs its line, not the file)
     skipped: list[str] = field(default_factory=list)
 
@@ -322,6 +336,12 @@ class TrialLogger:
                        f"{'' if ok else ': ' + str(value.get('reason'))}", "INFO" if ok else "WARN")  # fmt: skip
         elif isinstance(value, dict) and isinstance(value.get("capture"), str) and value["capture"]:
             self._named.setdefault(value["capture"], ts)
+        if kind in ("pick_verdict", "place_verdict") and isinstance(value, dict):
+            verdict = str(value.get("verdict"))
+            if kind == "pick_verdict":
+                self._picks.append((ts, verdict))
+            else:
+                self._place = verdict
         if kind in _VERDICTS or kind.endswith(_VERDICT_SUFFIX):
             level = "INFO"
             if isinstance(value, dict) and value.get("verdict") not in (None, "yes"):
@@ -341,9 +361,10 @@ class TrialLogger:
                 self.target_3d(ts, angles)
         if kind == "gripper" and isinstance(value, dict):
             v = value.get("value")
-            if isinstance(v, int | float):
-                self._t(ts)
-                self.rec.log(ENTITIES["gripper"], rr.Scalars(float(v)))
+            if isinstance(v, int | float) and math.isfinite(float(v)):
+                self._step(ENTITIES["gripper"], ts, [float(v)], self._last_gripper)
+                self._last_gripper = float(v)
+                self._grips.append((ts, float(v) < GRIPPER_HELD_BELOW))
                 self._count("gripper")
         what = "lookups" if kind in _LOOKUPS else "guards" if kind in _GUARDS else "decisions"
         if kind.endswith(_VERDICT_SUFFIX):  # a verdict the task decided (lift_return's return)
@@ -368,6 +389,7 @@ class TrialLogger:
         """Buffer one reading; ``flush`` sends the buffer as columns (one call per entity
         instead of seven per reading: the readings are most of a trial's lines)."""
         self._measured_buf.append((ts, list(angles)))
+        self._readings.append((ts, list(angles)))
         self._count("measured")
 
     def flush(self) -> None:
@@ -386,10 +408,28 @@ class TrialLogger:
             ENTITIES["arm"], index, rr.LineStrips3D.columns(strips=list(fk_frames(q)))
         )
 
-    def commanded(self, ts: float, angles: Sequence[float]) -> None:
+    def _step(
+        self,
+        entity: str,
+        ts: float,
+        values: Sequence[float],
+        before: Sequence[float] | float | None,
+    ) -> None:
+        """``values`` from ``ts`` on, drawn as a step: the value before held up to just
+        before ``ts`` (a line between two points would be a ramp no arm made)."""
+        entities = [entity.format(i=i) for i in range(len(values))]
+        if before is not None:
+            self._t(ts - STEP_EPS_S)
+            prev = [before] if isinstance(before, int | float) else list(before)
+            for e, v in zip(entities, prev, strict=True):
+                self.rec.log(e, rr.Scalars(v))
         self._t(ts)
-        for i, a in enumerate(angles):
-            self.rec.log(ENTITIES["commanded"].format(i=i), rr.Scalars(a))
+        for e, v in zip(entities, values, strict=True):
+            self.rec.log(e, rr.Scalars(v))
+
+    def commanded(self, ts: float, angles: Sequence[float]) -> None:
+        self._step(ENTITIES["commanded"], ts, list(angles), self._last_commanded)
+        self._last_commanded = list(angles)
         self._count("commanded")
 
     def target_3d(self, ts: float, angles: Sequence[float]) -> None:
@@ -622,11 +662,46 @@ class TrialLogger:
             if angles is not None and _is_time(ts):
                 self.measured(ts, angles)
 
+    def held_block(self) -> None:
+        """The block where the jaws carry it: from each close that a pick verdict ``yes``
+        judged, until the next open, at the tool tip of every reading (the FK), then left
+        where the jaws opened (in the box when the place was judged yes, else on the mat)."""
+        h = BLOCK_M
+        for k, (t_close, closed) in enumerate(self._grips):
+            if not closed:
+                continue
+            t_open = next((t for t, c in self._grips[k + 1 :] if not c), None)
+            end = t_open if t_open is not None else math.inf
+            if not any(v == "yes" and t_close <= t <= end for t, v in self._picks):
+                continue  # nothing judged in the jaws: the block stayed where it was seen
+            rows = [(t, q) for t, q in self._readings if t_close <= t <= end]
+            if not rows:
+                continue
+            ts = np.array([t for t, _q in rows], dtype=np.float64)
+            tips = np.array([fk_tip(np.asarray(q, dtype=np.float64)) for _t, q in rows])
+            centers = tips - np.array([0.0, h / 2, 0.0])  # the block hangs in the jaws
+            self.rec.send_columns(
+                ENTITIES["block"],
+                [rr.TimeColumn(TIMELINE, timestamp=ts)],
+                rr.Boxes3D.columns(centers=centers, half_sizes=[[BLOCK_M / 2, h / 2, BLOCK_M / 2]] * len(ts),
+                                   colors=[(220, 40, 40)] * len(ts), labels=["block (held)"] * len(ts)),
+            )  # fmt: skip
+            if t_open is not None:  # let go: it falls straight down from the jaws
+                x, _y, z = (float(v) for v in tips[-1])
+                inside = self._place == "yes"
+                self._t(t_open + STEP_EPS_S)
+                self.rec.log(ENTITIES["block"], rr.Boxes3D(
+                    centers=[[x, h / 2, z]], half_sizes=[[BLOCK_M / 2, h / 2, BLOCK_M / 2]],
+                    colors=[(220, 40, 40)],
+                    labels=["block (in the box)" if inside else "block (released)"]))  # fmt: skip
+            self._count("held_block", len(ts))
+
     def finish(self, tf: TrialFiles) -> None:
         self._flush_command()
         self.images()
         self.states_fallback(tf)
         self.flush()
+        self.held_block()
         self.side_video(tf)
 
 
