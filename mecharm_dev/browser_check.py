@@ -104,6 +104,54 @@ def render_page(
     return dom.stdout, loads
 
 
+#: appended to a copy of the page (never to the page itself, which runs no script): counts
+#: the images that decoded and the videos that reached a decoded frame, into <pre id=media>
+_MEDIA_PROBE = """
+<script>
+window.addEventListener("load", () => {
+  const vids = [...document.querySelectorAll("video")];
+  vids.forEach(v => { v.muted = true; v.play().catch(() => {}); });
+  setTimeout(() => {
+    const imgs = [...document.querySelectorAll("img")];
+    const out = {
+      img_total: imgs.length,
+      img_loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+      video_total: vids.length,
+      video_ready: vids.filter(v => v.readyState >= 2).length,
+      video_frames: vids.map(v => v.getVideoPlaybackQuality ? v.getVideoPlaybackQuality().totalVideoFrames : -1),
+      video_errors: vids.filter(v => v.error).map(v => v.error.code),
+    };
+    const pre = document.createElement("pre");
+    pre.id = "media";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 4000);
+});
+</script>
+"""
+
+
+def media_check(chromium: Path, page: Path, profile: Path) -> dict[str, object]:
+    """Load a copy of ``page`` (beside it: the same relative links) with ``_MEDIA_PROBE`` and
+    return its counts: images decoded, videos with a decoded frame."""
+    import json
+
+    probe = page.with_name(page.stem + ".media-check.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", _MEDIA_PROBE + "</body>"))
+    try:
+        res = subprocess.run(
+            [str(chromium), *FLAGS, f"--user-data-dir={profile}", "--autoplay-policy=no-user-gesture-required",
+             "--virtual-time-budget=15000", "--dump-dom", probe.resolve().as_uri()],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+    finally:
+        probe.unlink(missing_ok=True)
+    m = re.search(r'<pre id="media">(.*?)</pre>', res.stdout, re.S)
+    if not m:
+        return {"error": "the probe wrote nothing (did the page load?)"}
+    return dict(json.loads(m.group(1).replace("&quot;", '"')))
+
+
 def _browser_own(url: str) -> bool:
     host = re.sub(r"^[a-z]+://([^/:]+).*$", r"\1", url)
     return any(host == h or host.endswith("." + h) for h in BROWSER_OWN_HOSTS)
@@ -226,8 +274,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         png = Path(args.png) if args.png else page.with_suffix(".png")
         dom, loads = render_page(chromium, page, Path(tmp) / "profile", png=png, height=args.height)
         problems = check_dom(dom, root) if dom.strip() else ["chromium printed no DOM"]
-        extra = [u for u in loads if u != page.resolve().as_uri()]
+        # the page loads itself and the episodes' images and videos beside it, nothing else
+        root_uri = root.resolve().as_uri() + "/"
+        extra = [u for u in loads if u != page.resolve().as_uri() and not u.startswith(root_uri)]
         problems += [f"the page loaded {u}" for u in extra]
+        media = media_check(chromium, page, Path(tmp) / "profile2")
+        print(f"report-check: media {media}", flush=True)
+        if media.get("error"):
+            problems.append(str(media["error"]))
+        else:
+            if media["img_loaded"] != media["img_total"]:
+                problems.append(f"{media['img_loaded']} of {media['img_total']} images decoded")
+            if media["video_ready"] != media["video_total"]:
+                problems.append(
+                    f"{media['video_ready']} of {media['video_total']} videos decoded a frame"
+                )
         if not any(u == page.resolve().as_uri() for u in loads):
             problems.append("chromium's log does not show the page being opened")
         png_problem = _png_ok(png)
@@ -239,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(
             f"report-check: ok: {page} rendered in {chromium.name}: headings, trial rows and "
-            f"numbers present, nothing loaded but the page; screenshot {png}"
+            f"numbers present, nothing loaded but the page and its files ({len(loads)} loads, 0 "
+            f"from the network), every image and video decoded; screenshot {png}"
         )
         return 0
 

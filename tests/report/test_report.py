@@ -15,6 +15,8 @@ import pytest
 
 from mecharm.common.layout import DataRoot
 from mecharm.tools.cli import main as mecharm
+from mecharm.tools.export.config import ExportSettings
+from mecharm.tools.export.lerobot import export_lerobot
 from mecharm.tools.export.selection import read_ledger
 from mecharm.tools.report.cli import run
 from mecharm.tools.report.stats import quantile, reason_group
@@ -149,17 +151,13 @@ def test_the_page_loads_nothing(data_root: tuple[Path, list[str]]) -> None:
     page = _page(root)
     html = DataRoot(root).report.read_text(encoding="utf-8")
     tags = {tag for tag, _ in page.tags}
-    assert not tags & {
-        "script",
-        "link",
-        "img",
-        "iframe",
-        "object",
-        "embed",
-        "video",
-        "audio",
-        "source",
-    }
+    assert not tags & {"script", "link", "iframe", "object", "embed", "audio", "source"}
+    # the episodes' stage images and side videos are the files beside the page, each there
+    media = [(tag, a["src"]) for tag, a in page.tags if tag in ("img", "video")]
+    assert "video" in {tag for tag, _ in media}
+    page_dir = DataRoot(root).report.parent
+    for tag, src in media:
+        assert src and (page_dir / unquote(src)).is_file(), (tag, src)
     for tag, attrs in page.tags:
         for name, value in attrs.items():
             if name in ("src", "href", "srcset", "poster", "action", "data"):
@@ -171,7 +169,8 @@ def test_the_page_loads_nothing(data_root: tuple[Path, list[str]]) -> None:
     # the only http(s) text is the SVG namespace, which names a vocabulary and loads nothing
     assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) == {"http://www.w3.org/2000/svg"}
     assert "@import" not in html and "url(" not in html
-    assert len(page.tags) > 100 and sum(tag == "svg" for tag, _ in page.tags) == 3
+    # the three charts (and one joint plot per episode whose recording has joints)
+    assert len(page.tags) > 100 and sum(tag == "svg" for tag, _ in page.tags) >= 3
 
 
 def test_an_unreadable_run_log_and_trace_mark_their_row(
@@ -298,3 +297,25 @@ def test_a_real_demo_root(demo_root: Path, tmp_path: Path) -> None:
     st = page.table_with("median s")
     assert {"detect", "grasp", "release"} <= {r["stage"] for r in st}
     assert all(r["trials"] == str(len(rows)) for r in st if r["stage"] == "detect")
+    # the episode browser: each trial's stage images and side video, the files beside it
+    page_dir = tmp_path
+    for r in rows:
+        run_dir = DataRoot(root).run_dir(r["run_stem"])
+        imgs = [
+            a["src"] for tag, a in page.tags if tag == "img" and r["run_stem"] in (a["src"] or "")
+        ]
+        assert len(imgs) == len(list(run_dir.glob("*.jpg"))) > 5
+        assert all((page_dir / unquote(src or "")).is_file() for src in imgs)
+        assert f"mecharm view {run_dir}" in page.plain
+    videos = [a["src"] for tag, a in page.tags if tag == "video"]
+    assert len(videos) == len(rows)
+    # "exportable" is what `mecharm export lerobot --select all` takes, trial by trial
+    rep = export_lerobot(root, tmp_path / "ds", ExportSettings(progress=False, select="all"))
+    took = {e.run_stem for e in rep.exported}
+    refused = {s.run_stem: s.reason for s in [*rep.refused, *rep.skipped]}
+    assert took | set(refused) == {r["run_stem"] for r in rows}
+    for r in rows:
+        cell = trials[r["run_stem"]]["exportable"]
+        assert cell == ("yes" if r["run_stem"] in took else "no"), (r["run_stem"], cell)
+        if r["run_stem"] in refused:  # the page says why, in the exporter's words
+            assert refused[r["run_stem"]] in page.plain

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from mecharm.common.fsutil import atomic_write_bytes
 from mecharm.common.layout import DEFAULT_TASK, REPORT, DataRoot
+from mecharm.common.logging import configure_logging
 from mecharm.tools.report.collect import BadRootError, collect
+from mecharm.tools.report.episodes import exportable
 from mecharm.tools.report.render import render
 
 __all__ = ["register", "run"]
@@ -28,7 +30,9 @@ def run(root: Path, out: Path | None = None, task: str = DEFAULT_TASK) -> int:
         return 2
     out = out if out is not None else DataRoot(root, task).report
     try:
-        atomic_write_bytes(out, render(data, out).encode("utf-8"))
+        # the exporter's own verdict per trial (a dry run: nothing written)
+        page = render(data, out, exportable=exportable(data, task))
+        atomic_write_bytes(out, page.encode("utf-8"))
         # the temp file was private (0600); a page is for anyone who may read the root
         mask = os.umask(0)
         os.umask(mask)
@@ -50,6 +54,9 @@ def run(root: Path, out: Path | None = None, task: str = DEFAULT_TASK) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    # stdout is the page's one line; the exporter's dry run says each refusal on the page
+    # itself, so its warnings stay off the console (errors still reach stderr)
+    configure_logging("error")
     return run(Path(args.root), Path(args.out) if args.out else None, args.task)
 
 

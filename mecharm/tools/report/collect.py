@@ -69,6 +69,8 @@ class TrialData:
     rec_fps: float | None = None
     rec_note: str = ""
     video: Path | None = None
+    #: the recorder's states.csv (joints measured and commanded), when there is one
+    states: Path | None = None
     rerun: Path | None = None
     problems: list[str] = field(default_factory=list)
     #: its task's records (pick_place's unless collect was told another task)
@@ -214,6 +216,7 @@ def _read_recording(t: TrialData, rec: RecordingFiles) -> None:
     t.rec_frames = _int(row.get("recording_frames", ""))
     t.rec_fps = t.number("recording_fps")
     t.video = rec.video if rec.video.is_file() else None
+    t.states = rec.states if rec.states.is_file() else None
     try:
         meta = parse_recording_meta(rec.meta.read_bytes())
     except FileNotFoundError:

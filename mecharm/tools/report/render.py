@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from mecharm.runtime.records.outcome import TaskRecords
 from mecharm.tools.report.collect import MemoryEvent, RunData, TrialData
+from mecharm.tools.report.episodes import EPISODE_CSS, Exportable, episodes_section, href
 from mecharm.tools.report.stats import (
     Summary,
     failure_groups,
@@ -87,12 +87,6 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole else "–"
 
 
-def _href(target: Path, page_dir: Path) -> str:
-    """``target`` relative to the page's folder, URL-quoted (posix separators)."""
-    rel = os.path.relpath(target, page_dir)
-    return quote(Path(rel).as_posix())
-
-
 def _f(v: float | None, digits: int = 2) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
@@ -117,8 +111,16 @@ def _card(label: str, value: str, cls: str = "", meter: float | None = None) -> 
     )
 
 
-def render(data: RunData, page: Path, now: float | None = None) -> str:
-    """The page for ``data``, with links relative to where ``page`` will be written."""
+def render(
+    data: RunData,
+    page: Path,
+    now: float | None = None,
+    exportable: dict[str, Exportable] | None = None,
+) -> str:
+    """The page for ``data``, with links relative to where ``page`` will be written;
+    ``exportable``: the exporter's verdict per run stem (``episodes.exportable``; None or
+    {}: unknown)."""
+    exp = exportable or {}
     page_dir = Path(os.path.abspath(page)).parent
     trials = data.trials
     s = summarize(trials)
@@ -130,7 +132,7 @@ def render(data: RunData, page: Path, now: float | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>mechArm run report: {escape(data.root.name or str(data.root))}</title>",
-        f"<style>{CSS}</style></head><body><main>",
+        f"<style>{CSS}{EPISODE_CSS}</style></head><body><main>",
         "<h1>mechArm run report</h1>",
         f'<p class="sub">Data root <code>{escape(str(data.root))}</code> · '
         f"{s.trials} trial(s), {escape(span)} · written {escape(stamp)}</p>",
@@ -139,7 +141,8 @@ def render(data: RunData, page: Path, now: float | None = None) -> str:
         _stages(trials),
         _memory(trials),
         _recording(s),
-        _trial_table(trials, page_dir, data.records),
+        _trial_table(trials, page_dir, data.records, exp),
+        episodes_section(data, page_dir, exp),
         "<footer>Made by <code>mecharm report</code> from the ledger, run logs, traces and "
         "recording metas. Numbers are explained in docs/report.md.</footer>",
         "</main></body></html>",
@@ -324,7 +327,7 @@ def _rec_pill(status: str) -> str:
 def _link(path: Path | None, page_dir: Path, text: str, absent: str, what: str) -> str:
     if path is None:
         return f'<span class="absent" data-absent="{what}">{escape(absent)}</span>'
-    return f'<a href="{escape(_href(path, page_dir))}">{escape(text)}</a>'
+    return f'<a href="{escape(href(path, page_dir))}">{escape(text)}</a>'
 
 
 def _label(column: str) -> str:
@@ -332,7 +335,21 @@ def _label(column: str) -> str:
     return column.rsplit("_", 1)[-1]
 
 
-def _trial_table(trials: Sequence[TrialData], page_dir: Path, records: TaskRecords) -> str:
+def _exportable_cell(e: Exportable | None) -> str:
+    if e is None:
+        return _pill("?", "none")
+    if e.ok:
+        return _pill("yes", "ok")
+    return f'<span title="{escape(e.why)}">{_pill("no", "bad")}</span>'
+
+
+def _trial_table(
+    trials: Sequence[TrialData],
+    page_dir: Path,
+    records: TaskRecords,
+    exp: dict[str, Exportable] | None = None,
+) -> str:
+    exp = exp or {}
     rows: list[str] = []
     anchors: set[str] = set()
     for i, t in enumerate(trials):
@@ -365,6 +382,7 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path, records: TaskRecor
             f"<td>{_rec_pill(t.rec_status)}</td>"
             f'<td class="n">{"–" if t.rec_frames is None else t.rec_frames}</td>'
             f'<td class="n">{_f(t.rec_fps, 1)}</td>'
+            f'<td class="exportable">{_exportable_cell(exp.get(t.stem))}</td>'
             f'<td class="link">{_link(t.video, page_dir, "video", "no video", "video")}</td>'
             f'<td class="link">{_link(t.rerun, page_dir, "rerun", "not built", "rerun")}</td>'
             f'<td class="notes">{"".join(notes)}</td></tr>'
@@ -375,6 +393,7 @@ def _trial_table(trials: Sequence[TrialData], page_dir: Path, records: TaskRecor
         + "".join(f"<th>{escape(c.removesuffix('_verdict'))}</th>" for c in records.verdicts)
         + "".join(f'<th class="n">{escape(_label(c))}</th>' for c in records.integer)
         + '<th class="n">time s</th><th>recording</th>'
-        '<th class="n">frames</th><th class="n">fps</th><th>video</th><th>Rerun</th><th>notes</th>'
+        '<th class="n">frames</th><th class="n">fps</th><th>exportable</th><th>video</th>'
+        "<th>Rerun</th><th>notes</th>"
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table></section>"
     )
