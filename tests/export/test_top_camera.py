@@ -197,7 +197,7 @@ def test_the_top_video_keeps_colours(recs: Any, data_root: Path, tmp_path: Path)
         ("gap", r"from the nearest top camera frame \(limit 0\.5 s\)"),
         ("resized", r"frame 12 is 352x198, frame 0 is 320x180: the top camera changed its size"),
         ("not_jpeg", r"frame 5 is not a whole JPEG image"),
-        ("late_start", r"row 0 .* from the nearest top camera frame"),
+        ("very_late_start", r"row 0 .* from the nearest top camera frame"),
         ("bad_byte", r"top_frame_log\.csv line 6: byte 0xff is not UTF-8 text"),
         ("huge_field", r"top_frame_log\.csv line 6: not readable as csv: field larger"),
     ],
@@ -227,8 +227,8 @@ def test_unusable_top_recordings_are_refused(
     elif fault == "not_jpeg":
         recs.write_top(data_root, bad.run_stem, rel, wall0)
         _damage_packet(files.top_video(bad.run_stem), 5)
-    elif fault == "late_start":  # the top recording began 0.8 s into the trial
-        recs.write_top(data_root, bad.run_stem, rel[rel > 0.8], wall0)
+    elif fault == "very_late_start":  # the top recording began 2.6 s into a 3 s trial
+        recs.write_top(data_root, bad.run_stem, rel[rel > 2.6], wall0)
     elif fault in ("bad_byte", "huge_field"):  # a damaged frame log: line 6 (frame 4)
         recs.write_top(data_root, bad.run_stem, rel, wall0)
         log = files.top_frame_log(bad.run_stem)
@@ -426,3 +426,23 @@ def test_measured_action_is_fixed_by_the_first_export(
     capsys.readouterr()
     assert main(base) == 2
     assert "first exported with --action measured" in capsys.readouterr().err
+
+
+def test_a_top_recording_that_starts_late_moves_the_first_row_not_the_trial(
+    recs: Any, data_root: Path, tmp_path: Path
+) -> None:
+    """The top camera's first frame comes about a second after it opens: the rows begin
+    where both cameras have frames (up to 2 s of the start left out), timestamps from 0;
+    every row's top frame within the limit; the same trial side-only keeps every row."""
+    trial = recs.write(data_root, recs.stem(1), seed=1, duration=3.0)
+    rel = recs.top_capture_times(3.0, 1)
+    recs.write_top(data_root, trial.run_stem, rel[rel > 0.9], recs.T0 + 1000)
+    recs.ledger(data_root, trial)
+    rep = export_lerobot(data_root, tmp_path / "both", _settings())
+    assert [e.run_stem for e in rep.exported] == [trial.run_stem], rep.refused
+    side = export_lerobot(data_root, tmp_path / "side", _settings(cameras=["side"]))
+    both_rows, side_rows = rep.exported[0].length, side.exported[0].length
+    assert side_rows - 9 <= both_rows <= side_rows - 4  # 0.4-0.9 s of rows left out
+    data = pq.read_table(tmp_path / "both" / "data/chunk-000/file-000.parquet").to_pydict()
+    assert data["timestamp"][0] == 0.0 and data["frame_index"][0] == 0
+    assert verify_dataset(tmp_path / "both").ok

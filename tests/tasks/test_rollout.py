@@ -373,7 +373,9 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
     root.mkdir()
     summary = tmp_path / "eval.json"
     policy = f"episode:{ds}#0"
-    argv = ["eval", policy, "--episodes", "1", "--seed", first["scene_seed"],
+    # --max-s: room for a loaded machine (the playback waits for the arm at each frame; one
+    # run beside other work used all of the default 180 s just after the release)
+    argv = ["eval", policy, "--episodes", "1", "--seed", first["scene_seed"], "--max-s", "900",
             "--data-root", str(root), "--json", str(summary)]  # fmt: skip
     assert mecharm_main(argv) == 0
     d = json.loads(summary.read_text(encoding="utf-8"))

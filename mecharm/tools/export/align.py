@@ -38,7 +38,12 @@ from mecharm.common.framegaps import MAX_FRAME_OFFSET_S, nearest_frames, row_off
 from mecharm.common.gripper import GRIPPER_OPEN_VALUE, GRIPPER_SETTLE_S
 from mecharm.tools.export.recording import Recording, RecordingError
 
-__all__ = ["AlignedEpisode", "align_recording"]
+__all__ = ["TOP_EDGE_TRIM_S", "AlignedEpisode", "align_recording"]
+
+#: at most this much of a recording's start (or end) is left out where the top camera has
+#: no frame yet (or any more); more than that is a top recording that does not cover the
+#: trial, refused (docs/lerobot-top-camera.md, "Where the rows begin")
+TOP_EDGE_TRIM_S = 2.0
 
 
 @dataclass
@@ -108,7 +113,20 @@ def align_recording(
             f"(limit {max_frame_offset_s} s): the camera stalled"
         )
     top_frames = top_offsets = None
-    if top_ts is not None:
+    if top_ts is not None and len(top_ts):
+        # the top camera's recording starts a moment after the side camera's first frame (its
+        # first frame comes ~1 s after it is opened on the rig): the rows begin where both
+        # cameras are, and end where both still are, by up to TOP_EDGE_TRIM_S at each end
+        cover = (row_times >= top_ts[0] - max_frame_offset_s) & (
+            row_times <= top_ts[-1] + max_frame_offset_s
+        )
+        if cover.any():
+            k0 = int(np.argmax(cover))
+            k1 = n - int(np.argmax(cover[::-1]))
+            if (k0 or k1 < n) and max(k0, n - k1) / fps <= TOP_EDGE_TRIM_S:
+                frames, offsets, row_times = frames[k0:k1], offsets[k0:k1], row_times[k0:k1]
+                n = k1 - k0
+                timestamps = np.arange(n, dtype=np.int64) / fps
         top_frames = nearest_frames(top_ts, row_times)
         top_offsets = np.abs(top_ts[top_frames] - row_times)
         worst = int(np.argmax(top_offsets))
