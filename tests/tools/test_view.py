@@ -232,6 +232,29 @@ def test_the_block_rides_in_the_jaws_and_commands_are_steps(
 
 
 @pytest.mark.slow
+def test_side_frames_give_the_side_video_as_images_a_viewer_without_ffmpeg_shows(
+    demo_run_dir: Path, tmp_path: Path
+) -> None:
+    """``--side-frames``: the side video decoded here (PyAV) and logged as JPEG images, ten a
+    second at their frames' capture times, instead of the H.264 asset."""
+    from mecharm.tools.view.rerunlog import SIDE_IMAGE_FPS
+
+    out = tmp_path / "frames.rrd"
+    proc = run_view(str(demo_run_dir), "--save", str(out), "--side-frames")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    rows, _texts = read_rrd(out)
+    assert rows["/camera/side:EncodedImage:blob"] > 0
+    assert not rows.get("/camera/side:VideoFrameReference:timestamp")
+    frames = _csv_rows(RecordingFiles(demo_run_dir / RECORDING).frame_log)
+    span = float(frames[-1]["capture_ts"]) - float(frames[0]["capture_ts"])
+    assert (
+        abs(rows["/camera/side:EncodedImage:blob"] - span * SIDE_IMAGE_FPS)
+        <= 0.1 * span * SIDE_IMAGE_FPS + 2
+    )
+    assert f"{rows['/camera/side:EncodedImage:blob']} side images" in proc.stdout
+
+
+@pytest.mark.slow
 def test_mecharm_view_saves_through_the_tools_cli(
     demo_run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

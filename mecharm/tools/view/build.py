@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import time
 import urllib.parse
@@ -18,7 +19,7 @@ from mecharm.common.rerun_viewer import no_viewer_message, viewer_executable
 from mecharm.tools.view.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, say
 from mecharm.tools.view.follow import follow, stop_signals
 from mecharm.tools.view.layout import default_blueprint
-from mecharm.tools.view.rerunlog import log_trial
+from mecharm.tools.view.rerunlog import SIDE_IMAGE_FPS, log_trial
 from mecharm.tools.view.trialfiles import ViewInputError, find_trace, read_trial
 
 __all__ = ["APP_ID", "build", "run_follow", "spawn", "wait_for_recording"]
@@ -67,7 +68,11 @@ def wait_for_recording(trace: Path, wait_s: float) -> str | None:
 
 
 def build(
-    target: Path, save: Path | None, wait_s: float = 0.0, web_port: int | None = None
+    target: Path,
+    save: Path | None,
+    wait_s: float = 0.0,
+    web_port: int | None = None,
+    side_frames: bool | None = None,
 ) -> tuple[int, str]:
     """Build the recording of one trial; (exit code, summary line). ``web_port``: serve it
     to a browser on that port (the address said at once) until SIGINT or SIGTERM."""
@@ -102,7 +107,16 @@ def build(
         else:
             assert viewer is not None
             spawn(rec, viewer)
-        lg = log_trial(rec, tf)
+        # the desktop viewer decodes the side video's H.264 only through an ffmpeg
+        # executable: without one, it gets the frames as images (docs/viewing.md)
+        if side_frames is None:
+            side_frames = viewer is not None and shutil.which("ffmpeg") is None
+            if side_frames and tf.video is not None:
+                tf.notes.append(
+                    "no ffmpeg on PATH: the side video is shown as JPEG frames "
+                    f"({SIDE_IMAGE_FPS:g} a second; the viewer needs ffmpeg for the H.264 video)"
+                )
+        lg = log_trial(rec, tf, side_images=side_frames)
         rec.flush(timeout_sec=VIEWER_FLUSH_S)
         if url is not None:
             say(f"{tf.stem}: all of it served; open {url} (Ctrl-C stops)")
@@ -130,7 +144,9 @@ def build(
     )
     summary = (
         f"{where}: {c.get('measured', 0)} joint readings, {c.get('commanded', 0)} commands, "
-        f"{c.get('images', 0)} images, {c.get('video_frames', 0)} video frames "
+        f"{c.get('images', 0)} images, {c.get('video_frames', 0)} video frames"
+        + (f", {c['side_images']} side images" if c.get("side_images") else "")
+        + " "
         f"({time.perf_counter() - t0:.2f} s, {time.process_time() - c0:.2f} s CPU)"
     )
     lines = [f"note: {n}" for n in tf.notes] + [summary]

@@ -69,6 +69,10 @@ def register(parser: argparse.ArgumentParser) -> None:
                         "what happens anyway when there is no display")  # fmt: skip
     parser.add_argument("--web-port", type=_port, default=WEB_PORT, metavar="PORT",
                         help=f"with --web: the web viewer's port (default {WEB_PORT})")  # fmt: skip
+    parser.add_argument("--side-frames", action="store_true", default=None,
+                        help="the side video as JPEG frames decoded here (10 a second), not the "
+                        "H.264 asset the desktop viewer can decode only with ffmpeg; the "
+                        "default when spawning a viewer with no ffmpeg on PATH")  # fmt: skip
     parser.add_argument("--connect", default=None, metavar="URL",
                         help="with --follow: a running viewer's gRPC URL (default: spawn a viewer)")  # fmt: skip
     parser.set_defaults(func=run)
@@ -156,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
         web = True
     from mecharm.tools.view.build import build
 
-    code, text = build(args.target, args.save, args.wait, args.web_port if web else None)
+    code, text = build(
+        args.target, args.save, args.wait, args.web_port if web else None, args.side_frames
+    )
     if code == EXIT_OK:
         print(text, flush=True)
     else:

@@ -74,6 +74,10 @@ ENTITIES = {
     "mat": "world/mat",
 }
 
+#: the side video as images (no ffmpeg): this many a second, this wide, this JPEG quality
+SIDE_IMAGE_FPS = 10.0
+SIDE_IMAGE_WIDTH = 640
+SIDE_IMAGE_QUALITY = 80
 #: a step is drawn as the old value this long before the new one (1 µs: no frame shows both)
 STEP_EPS_S = 1e-6
 #: a gripper command below this closes on the block (0 closed … 100 open; the rig's close is 20)
@@ -170,6 +174,8 @@ class TrialLogger:
     _grid_done: bool = False
     _measured_buf: list[tuple[float, list[float]]] = field(default_factory=list)
     _static_done: bool = False
+    #: the side video as decoded JPEG images instead of an H.264 asset (no ffmpeg to decode it)
+    side_images: bool = False
     #: the last command and gripper value drawn: each change is drawn as a step (the value
     #: held until the next), not as a ramp between two points
     _last_commanded: list[float] | None = None
@@ -621,11 +627,15 @@ class TrialLogger:
     # ------------------------------------------------------------------ recording files
     def side_video(self, tf: TrialFiles) -> None:
         """The side video as one asset plus a frame reference per frame_log row, at its
-        ``capture_ts``: row i shows the container's frame i, so the view is frame-accurate."""
+        ``capture_ts``: row i shows the container's frame i, so the view is frame-accurate.
+        With ``side_images``: decoded here (PyAV) and logged as JPEG images instead."""
         if tf.video is None or not tf.frame_log:
             return
         if tf.meta is None:
             self.note("side video left out: the recording has no meta (not finished or crashed)")
+            return
+        if self.side_images:
+            self.side_frames(tf)
             return
         asset = rr.AssetVideo(path=tf.video)
         pts = asset.read_frame_timestamps_nanos()
@@ -646,6 +656,46 @@ class TrialLogger:
             columns=rr.VideoFrameReference.columns_nanos([int(pts[i]) for i in keep]),
         )
         self._count("video_frames", len(keep))
+
+    def side_frames(self, tf: TrialFiles) -> None:
+        """The side video as JPEG images (``SIDE_IMAGE_FPS``, at most ``SIDE_IMAGE_WIDTH``
+        wide) decoded here with PyAV, each at its frame's ``capture_ts``: the desktop viewer
+        decodes an H.264 asset only through an ``ffmpeg`` executable, images it shows itself
+        (docs/viewing.md, "Without ffmpeg")."""
+        import av
+        import cv2
+
+        assert tf.video is not None
+        times = []
+        for row in tf.frame_log:
+            try:
+                times.append(float(row["capture_ts"]))
+            except (KeyError, TypeError, ValueError):
+                times.append(float("nan"))
+        due = -math.inf  # the next frame time on a grid of 1/SIDE_IMAGE_FPS
+        n = 0
+        with av.open(str(tf.video)) as container:
+            for i, frame in enumerate(container.decode(video=0)):
+                if i >= len(times):
+                    break
+                t = times[i]
+                if not _is_time(t) or t < due:
+                    continue
+                step = 1.0 / SIDE_IMAGE_FPS
+                due = due + step if t - due < step else t + step
+                w = min(frame.width, SIDE_IMAGE_WIDTH)
+                h = round(frame.height * w / frame.width / 2) * 2
+                bgr = frame.reformat(width=w, height=h, format="bgr24").to_ndarray()
+                ok, jpg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, SIDE_IMAGE_QUALITY])
+                if not ok:
+                    continue
+                self._t(t)
+                self.rec.log(
+                    ENTITIES["side"],
+                    rr.EncodedImage(contents=jpg.tobytes(), media_type="image/jpeg"),
+                )
+                n += 1
+        self._count("side_images", n)
 
     def states_fallback(self, tf: TrialFiles) -> None:
         """Measured joints from the recorder's states.csv when the trace carried none."""
@@ -710,9 +760,11 @@ def _last_repeat(scene: dict[str, Any] | None) -> dict[str, Any]:
     return reps[-1] if isinstance(reps, list) and reps and isinstance(reps[-1], dict) else {}
 
 
-def log_trial(rec: rr.RecordingStream, tf: TrialFiles) -> TrialLogger:
-    """Log a whole trial (every trace line, images, recording files) into ``rec``."""
+def log_trial(rec: rr.RecordingStream, tf: TrialFiles, side_images: bool = False) -> TrialLogger:
+    """Log a whole trial (every trace line, images, recording files) into ``rec``;
+    ``side_images``: the side video as JPEG images (``TrialLogger.side_frames``)."""
     lg = TrialLogger(rec, run_dir=tf.run_dir, stem=tf.stem, constants=tf.constants)
+    lg.side_images = side_images
     for e in tf.events:
         lg.event(e)
     lg.finish(tf)
