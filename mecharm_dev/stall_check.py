@@ -56,14 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         rig.stop()
     line = next((x for x in out.getvalue().splitlines() if " rec " in x), "")
     with DataRoot(root).ledger.open(encoding="utf-8", newline="") as fh:
-        (row,) = csv.DictReader(fh)
+        row = list(csv.DictReader(fh))[-1]  # this session's trial: the root may hold others
     with redirect_stdout(io.StringIO()):
         mecharm(["report", str(root)])
         mecharm(["export", "lerobot", "--root", str(root), "--out", str(root / "dataset"),
                  "--select", "all", "--allow-time-scaled", "--no-progress"])  # fmt: skip
     page = DataRoot(root).report.read_text(encoding="utf-8")
     manifest = root / "dataset" / "meta" / "mecharm_export.json"
-    exported = json.loads(manifest.read_text())["episodes"] if manifest.is_file() else []
+    exported = [
+        e for e in (json.loads(manifest.read_text())["episodes"] if manifest.is_file() else [])
+        if e["run_stem"] == row["run_stem"]
+    ]  # fmt: skip
     checks = {
         "trial line": "rec stalled" in line and "NOT EXPORTABLE: camera stalled" in line,
         "ledger": row["recording_status"] == "stalled",
