@@ -95,6 +95,7 @@ def _wait(check: object, child: Child, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
+            child.stop()  # closes its log file
             raise RuntimeError(
                 f"{child.name} exited (code {child.proc.returncode}) before {what}:\n{child.tail()}"
             )
@@ -162,6 +163,39 @@ def start_sim_daemon(
     demands of a token file; ``SimRig.token_file``). ``extra_args``: more daemon flags
     (``--idle-timeout S``, ...). ``python``: the interpreter of the rig's processes (default
     this one; another venv's, e.g. the project's beside lerobot's, docs/rollouts.md)."""
+    # a free port is free when chosen, not when the daemon binds it: another process of a
+    # busy machine (a parallel test's server) may take it meanwhile; then new ports
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return _start_sim_daemon(
+                log_dir, seed=seed, time_scale=time_scale, scene=scene, timeout=timeout,
+                extra_args=extra_args, token=token, python=python,
+            )  # fmt: skip
+        except PortTaken:
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: how many times a sim daemon is started on new ports when one was taken before it bound
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """The daemon exited because a port chosen free was taken before it bound it."""
+
+
+def _start_sim_daemon(
+    log_dir: Path,
+    *,
+    seed: int,
+    time_scale: float,
+    scene: str | None,
+    timeout: float,
+    extra_args: Sequence[str],
+    token: str | None,
+    python: str | None,
+) -> SimRig:
     token_file: Path | None = None
     if token is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -202,9 +236,14 @@ def start_sim_daemon(
         with urllib.request.urlopen(f"http://127.0.0.1:{cam}/top.jpg", timeout=5.0) as r:
             return bool(r.status == 200)
 
-    if scene is not None:
-        _wait(cam_up, child, timeout, "the cameras")
-    _wait(tcp_up, child, timeout, "the arm port")
+    try:
+        if scene is not None:
+            _wait(cam_up, child, timeout, "the cameras")
+        _wait(tcp_up, child, timeout, "the arm port")
+    except RuntimeError as exc:
+        if "already in use" in str(exc):
+            raise PortTaken(str(exc)) from None
+        raise
     return SimRig(child, port, cam, token_file)
 
 
