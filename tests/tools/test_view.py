@@ -237,7 +237,7 @@ def test_side_frames_give_the_side_video_as_images_a_viewer_without_ffmpeg_shows
 ) -> None:
     """``--side-frames``: the side video decoded here (PyAV) and logged as JPEG images, ten a
     second at their frames' capture times, instead of the H.264 asset."""
-    from mecharm.tools.view.rerunlog import SIDE_IMAGE_FPS
+    from mecharm.tools.view.sidevideo import SIDE_IMAGE_FPS
 
     out = tmp_path / "frames.rrd"
     proc = run_view(str(demo_run_dir), "--save", str(out), "--side-frames")

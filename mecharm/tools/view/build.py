@@ -19,7 +19,8 @@ from mecharm.common.rerun_viewer import no_viewer_message, viewer_executable
 from mecharm.tools.view.cli import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, say
 from mecharm.tools.view.follow import follow, stop_signals
 from mecharm.tools.view.layout import default_blueprint
-from mecharm.tools.view.rerunlog import SIDE_IMAGE_FPS, log_trial
+from mecharm.tools.view.rerunlog import log_trial
+from mecharm.tools.view.sidevideo import SIDE_IMAGE_FPS
 from mecharm.tools.view.trialfiles import ViewInputError, find_trace, read_trial
 
 __all__ = ["APP_ID", "build", "run_follow", "spawn", "wait_for_recording"]

@@ -37,6 +37,8 @@ from mecharm.tools.view.overlays import (
     grid_strips,
     marker_strips,
 )
+from mecharm.tools.view.sidevideo import is_time as _is_time
+from mecharm.tools.view.sidevideo import log_side_asset, log_side_images
 from mecharm.tools.view.trialfiles import TrialFiles, stage_images
 
 __all__ = ["ENTITIES", "TIMELINE", "TrialLogger", "log_trial"]
@@ -74,10 +76,6 @@ ENTITIES = {
     "mat": "world/mat",
 }
 
-#: the side video as images (no ffmpeg): this many a second, this wide, this JPEG quality
-SIDE_IMAGE_FPS = 10.0
-SIDE_IMAGE_WIDTH = 640
-SIDE_IMAGE_QUALITY = 80
 #: a step is drawn as the old value this long before the new one (1 µs: no frame shows both)
 STEP_EPS_S = 1e-6
 #: a gripper command below this closes on the block (0 closed … 100 open; the rig's close is 20)
@@ -100,21 +98,8 @@ _OBSERVATIONS = {"tip", "block_xz", "release_view", "pick_verdict", "place_verdi
 #: an image file written later than this after the trial's start was copied, not captured
 _MAX_TRIAL_S = 3600.0
 _WARN = (240, 180, 40)
-#: the latest time a trace line may carry: wall-clock seconds (Rerun holds ns in an int64,
-#: so a time in ms or 1e30 cannot be placed; 4e9 s is the year 2096)
-_MAX_TS = 4.0e9
 #: what one bad value in a line raises while it is logged: that line is skipped, not the file
 _LINE_ERRORS = (ValueError, TypeError, OverflowError, KeyError, IndexError, AttributeError)
-
-
-def _is_time(v: Any) -> bool:
-    """A wall-clock time in seconds Rerun can place on the timeline."""
-    return (
-        isinstance(v, int | float)
-        and not isinstance(v, bool)
-        and math.isfinite(v)
-        and 0.0 <= v <= _MAX_TS
-    )
 
 
 def _num_list(v: Any, n: int) -> list[float] | None:
@@ -626,76 +611,21 @@ class TrialLogger:
 
     # ------------------------------------------------------------------ recording files
     def side_video(self, tf: TrialFiles) -> None:
-        """The side video as one asset plus a frame reference per frame_log row, at its
-        ``capture_ts``: row i shows the container's frame i, so the view is frame-accurate.
-        With ``side_images``: decoded here (PyAV) and logged as JPEG images instead."""
+        """The side video (sidevideo.py): an H.264 asset with a frame reference per frame_log
+        row, or with ``side_images`` JPEG images decoded here."""
         if tf.video is None or not tf.frame_log:
             return
         if tf.meta is None:
             self.note("side video left out: the recording has no meta (not finished or crashed)")
             return
+        entity = ENTITIES["side"]
         if self.side_images:
-            self.side_frames(tf)
+            self._count("side_images", log_side_images(self.rec, entity, TIMELINE, tf))
             return
-        asset = rr.AssetVideo(path=tf.video)
-        pts = asset.read_frame_timestamps_nanos()
-        self.rec.log(ENTITIES["side"], asset, static=True)
-        n = min(len(pts), len(tf.frame_log))
-        if n != len(tf.frame_log) or n != len(pts):
-            self.note(f"side video: {len(pts)} frames in the mp4, {len(tf.frame_log)} rows in the frame log; the first {n} shown")  # fmt: skip
-        times = []
-        for row in tf.frame_log[:n]:
-            try:
-                times.append(float(row["capture_ts"]))
-            except (KeyError, TypeError, ValueError):
-                times.append(float("nan"))
-        keep = [i for i in range(n) if _is_time(times[i])]
-        self.rec.send_columns(
-            ENTITIES["side"],
-            indexes=[rr.TimeColumn(TIMELINE, timestamp=[times[i] for i in keep])],
-            columns=rr.VideoFrameReference.columns_nanos([int(pts[i]) for i in keep]),
-        )
-        self._count("video_frames", len(keep))
-
-    def side_frames(self, tf: TrialFiles) -> None:
-        """The side video as JPEG images (``SIDE_IMAGE_FPS``, at most ``SIDE_IMAGE_WIDTH``
-        wide) decoded here with PyAV, each at its frame's ``capture_ts``: the desktop viewer
-        decodes an H.264 asset only through an ``ffmpeg`` executable, images it shows itself
-        (docs/viewing.md, "Without ffmpeg")."""
-        import av
-        import cv2
-
-        assert tf.video is not None
-        times = []
-        for row in tf.frame_log:
-            try:
-                times.append(float(row["capture_ts"]))
-            except (KeyError, TypeError, ValueError):
-                times.append(float("nan"))
-        due = -math.inf  # the next frame time on a grid of 1/SIDE_IMAGE_FPS
-        n = 0
-        with av.open(str(tf.video)) as container:
-            for i, frame in enumerate(container.decode(video=0)):
-                if i >= len(times):
-                    break
-                t = times[i]
-                if not _is_time(t) or t < due:
-                    continue
-                step = 1.0 / SIDE_IMAGE_FPS
-                due = due + step if t - due < step else t + step
-                w = min(frame.width, SIDE_IMAGE_WIDTH)
-                h = round(frame.height * w / frame.width / 2) * 2
-                bgr = frame.reformat(width=w, height=h, format="bgr24").to_ndarray()
-                ok, jpg = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, SIDE_IMAGE_QUALITY])
-                if not ok:
-                    continue
-                self._t(t)
-                self.rec.log(
-                    ENTITIES["side"],
-                    rr.EncodedImage(contents=jpg.tobytes(), media_type="image/jpeg"),
-                )
-                n += 1
-        self._count("side_images", n)
+        shown, note = log_side_asset(self.rec, entity, TIMELINE, tf)
+        if note:
+            self.note(note)
+        self._count("video_frames", shown)
 
     def states_fallback(self, tf: TrialFiles) -> None:
         """Measured joints from the recorder's states.csv when the trace carried none."""
