@@ -353,7 +353,11 @@ async def _trials(
             f"seen: {left.get('evidence')}); the next trial opens the gripper at HOME",
             style="bold red",
         )
-        log.warning("held_block_from_last_session", **{k: str(v) for k, v in left.items()})
+        log.warning(
+            "held_block_from_last_session",
+            run_stem=str(left.get("run_stem")), evidence=str(left.get("evidence")),
+            at=str(left.get("at", "")), path=str(held.path),
+        )  # fmt: skip
         if resolve_held is None or not await resolve_held():
             report.stopped_by = (
                 f"block held since the last session ({left.get('run_stem')}): take it out by "

@@ -243,3 +243,22 @@ def test_a_memory_symlinked_out_of_the_root_is_neither_read_nor_written(tmp_path
     assert isinstance(caught.value, StorageFault)  # the trial's backlog keeps it, no crash
     assert [p.name for p in outside.iterdir()] == ["height.json"]
     assert (outside / "height.json").read_text().endswith("{}}")
+
+
+def test_the_held_block_memory_remembers_forgets_and_takes_a_bad_file_as_held(
+    tmp_path: Path,
+) -> None:
+    from mecharm.runtime.memories import HeldBlockMemory
+
+    mem = HeldBlockMemory(tmp_path / "memories" / "held_block.json")
+    assert mem.recall() is None
+    mem.remember("run_0003_20261204_120000", "seen")
+    got = mem.recall()
+    assert got is not None and got["run_stem"] == "run_0003_20261204_120000"
+    assert got["evidence"] == "seen"
+    mem.forget()
+    assert mem.recall() is None and not mem.path.exists()
+    for bad in ("{not json", "[1, 2]", '{"event": "x"}'):
+        mem.path.write_text(bad)
+        left = mem.recall()
+        assert left is not None  # unreadable or odd: taken as held, never as "nothing held"
