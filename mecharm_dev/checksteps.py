@@ -7,7 +7,10 @@ one PASS/FAIL line per step and keeps a JSON summary, and the check fails when a
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +28,19 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
         help="the project's venv (make venv): runs the demo, the export and the simulated rig",
     )  # fmt: skip
     ap.add_argument("--work", type=Path, help="keep everything here (default: a temp folder)")
+
+
+def lerobot_home_steps(work: Path | None, prefix: str) -> tuple[Steps, Path]:
+    """The check's folder (``work``, else a new temp one) with a fresh ``home`` in it as
+    lerobot's ``HF_LEROBOT_HOME`` (its merge and replay find datasets by repo id there), and
+    the step runner whose commands see it, offline, with the checkout importable."""
+    work = work or Path(tempfile.mkdtemp(prefix=prefix))
+    home = work / "home"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(home),
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    return Steps(work, env, {"work": str(work)}), home
 
 
 @dataclass

@@ -26,13 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from mecharm_dev.checksteps import ROOT, Steps, add_common_args
+from mecharm_dev.checksteps import add_common_args, lerobot_home_steps
 
 TOKEN = "family-check-token-0123456789abcdef"
 SIZE = 320  # both cameras' width in both datasets (16:9: 320x180)
@@ -51,14 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from mecharm.tools.simrig import start_sim_daemon
 
-    work = a.work or Path(tempfile.mkdtemp(prefix="family_check_"))
-    home = work / "home"  # lerobot's HF_LEROBOT_HOME: its merge finds datasets by repo id here
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    bindir, proj = Path(sys.executable).parent, str(a.project_python)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(home),
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    steps = Steps(work, env, {"work": str(work)})
+    steps, home = lerobot_home_steps(a.work, "family_check_")
+    work, bindir, proj = steps.work, Path(sys.executable).parent, str(a.project_python)
     run, say = steps.run, steps.say
 
     demo, exp, rec = work / "demo", home / "local" / "export", home / "local" / "recorded"

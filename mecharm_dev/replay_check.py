@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from mecharm_dev.checksteps import ROOT, Steps, add_common_args
+from mecharm_dev.checksteps import add_common_args, lerobot_home_steps
 
 TOKEN = "replay-check-token-0123456789abcdef"
 
@@ -100,14 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from mecharm.runtime.simcontrol import scene_truth
     from mecharm.tools.simrig import start_sim_daemon
 
-    work = a.work or Path(tempfile.mkdtemp(prefix="replay_check_"))
-    home = work / "home"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    bindir, proj = Path(sys.executable).parent, str(a.project_python)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_LEROBOT_HOME": str(home),
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    steps = Steps(work, env, {"work": str(work)})
+    steps, home = lerobot_home_steps(a.work, "replay_check_")
+    work, bindir, proj = steps.work, Path(sys.executable).parent, str(a.project_python)
     run, say = steps.run, steps.say
 
     demo, ds = work / "demo", home / "local" / "replayed"

@@ -426,6 +426,10 @@ def test_measured_action_is_fixed_by_the_first_export(
     capsys.readouterr()
     assert main(base) == 2
     assert "first exported with --action measured" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--action", "next"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'next'" in capsys.readouterr().err
 
 
 def test_a_top_recording_that_starts_late_moves_the_first_row_not_the_trial(

@@ -92,6 +92,31 @@ def test_a_drag_teach_leader_reads_the_arm_a_hand_moves_and_holds_it_after(
         leader.get_action()
 
 
+@pytest.mark.parametrize(
+    ("body", "query", "needle"),
+    [
+        (b'{"angles": "x"}', "", 'body must be a JSON object {"angles": [six numbers]}'),
+        (b'{"angles": [0, 0, 0, 0, 0, 0], "more": 1}', "", "body must be a JSON object"),
+        (b'{"angles": [true, 0, 0, 0, 0, 0]}', "", "body must be a JSON object"),
+        (b"not json", "", "body is not valid JSON"),
+        (b'{"angles": [0, 0, 0, 0, 0, 0]}', "?x=1", "takes no query"),
+    ],
+)
+def test_a_bad_drag_request_is_a_clear_400_and_the_server_keeps_serving(
+    rig: SimRig, body: bytes, query: str, needle: str
+) -> None:
+    req = urllib.request.Request(
+        rig.control_url + "/arm/drag" + query, data=body, method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=10)
+    assert exc.value.code == 400
+    assert needle in json.loads(exc.value.read())["error"]
+    status, _ = _drag(rig, list(HOME))  # still serving: powered, so 409
+    assert status == 409
+
+
 def test_a_drag_teach_leader_without_its_daemon_is_one_clear_error(tmp_path: Path) -> None:
     s = load_settings(
         RuntimeSettings,

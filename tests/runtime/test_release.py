@@ -537,6 +537,18 @@ async def test_last_failed_pick_puts_the_block_down_at_the_mat_then_goes_home(
     ), notes
 
 
+def _operator_takes_it_out(workcell: Workcell, asked: list[bool]) -> Any:
+    """``resolve_held`` of an operator who takes the block out when asked: the scene laid
+    out again (the block back on the mat, by hand); each question noted in ``asked``."""
+
+    async def took_it_out() -> bool:
+        asked.append(True)
+        workcell.next_scene(layout=random_layout(3))
+        return True
+
+    return took_it_out
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
@@ -568,11 +580,7 @@ async def test_sim_service_stops_after_a_trial_that_left_the_block_held(
     assert workcell.truth()["grasped"]  # the jaws never opened
     # with --confirm the operator is asked once, takes it out, and the trial runs
     asked: list[bool] = []
-
-    async def took_it_out() -> bool:
-        asked.append(True)
-        workcell.next_scene(layout=random_layout(3))  # the block back on the mat, by hand
-        return True
+    took_it_out = _operator_takes_it_out(workcell, asked)
 
     out = io.StringIO()
     again = await run_service(one, out=out, resolve_held=took_it_out)
@@ -591,11 +599,7 @@ async def test_sim_service_goes_on_when_the_operator_takes_the_held_block_out(
     s = _sim_settings(tmp_path, fk_data_dir, sim_daemon, workcell).updated({"pick_place.release_margin_mm": 40.0, "trials": 2, "pick_place.release_refused": "hold",
                 "pick_place.release_reaim_max": 0})  # fmt: skip
     asked: list[bool] = []
-
-    async def took_it_out() -> bool:
-        asked.append(True)
-        workcell.next_scene(layout=random_layout(3))  # the block back on the mat, by hand
-        return True
+    took_it_out = _operator_takes_it_out(workcell, asked)
 
     out = io.StringIO()
     report = await run_service(s, out=out, resolve_held=took_it_out)

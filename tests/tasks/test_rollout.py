@@ -245,6 +245,18 @@ def test_a_rollout_ends_a_while_after_the_policy_lets_go() -> None:
     assert opened.released_at is None
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("rollout.after_release_s", -1.0), ("rollout.after_release_s", 61.0),
+     ("arm.stream_speed", 0), ("arm.stream_speed", 101)],
+)  # fmt: skip
+def test_the_new_keys_refuse_values_out_of_bounds_naming_them(key: str, value: float) -> None:
+    from mecharm.common.config import ConfigError
+
+    with pytest.raises(ConfigError, match=key.split(".")[-1]):
+        load_settings(RuntimeSettings, overrides={key: value})
+
+
 def test_the_task_is_registered_with_its_records() -> None:
     assert TASKS["rollout"] is TASK and TASK.records is RECORDS
     assert TASK.first == Stage.OPEN_GRIPPER_HOME

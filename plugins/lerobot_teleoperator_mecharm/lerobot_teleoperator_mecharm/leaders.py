@@ -20,8 +20,9 @@ def _settings(runtime_config: str | None, overrides: dict[str, Any]) -> RuntimeS
     return load_settings(RuntimeSettings, runtime_config or RUNTIME_CONFIG, overrides)
 
 
-class _Leader(Teleoperator):
-    """What both leaders share: the features, no calibration, no feedback."""
+class LeaderBase(Teleoperator):
+    """What the mecharm leaders share: the robot's action features, no calibration, no
+    feedback; connecting, reading and disconnecting go to ``self.leader`` (a runtime leader)."""
 
     leader: DragTeachLeader | KeyboardLeader
 
@@ -66,7 +67,7 @@ class _Leader(Teleoperator):
         self.leader.disconnect()
 
 
-class MecharmLeader(_Leader):
+class MecharmLeader(LeaderBase):
     """A second mechArm in drag-teach: its servos released, its joints read through its
     own daemon (docs/lerobot-robot.md, "Leaders")."""
 
@@ -84,7 +85,7 @@ class MecharmLeader(_Leader):
         self.leader = DragTeachLeader(_settings(config.runtime_config, daemon))
 
 
-class MecharmKeyboard(_Leader):
+class MecharmKeyboard(LeaderBase):
     """Keys in the terminal nudge a pose from HOME (docs/lerobot-robot.md, "Leaders")."""
 
     config_class = MecharmKeyboardConfig

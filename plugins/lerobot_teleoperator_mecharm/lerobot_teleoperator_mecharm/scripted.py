@@ -7,10 +7,10 @@ import itertools
 import time
 from typing import Any
 
-from lerobot.teleoperators.teleoperator import Teleoperator
 from lerobot.utils.errors import DeviceAlreadyConnectedError, DeviceNotConnectedError
 
 from lerobot_teleoperator_mecharm.config_scripted import MecharmScriptedConfig
+from lerobot_teleoperator_mecharm.leaders import LeaderBase
 from mecharm.runtime.robot import GRIPPER_KEY, JOINT_KEYS
 
 #: (fraction of the period, six joint targets in degrees, gripper 0 closed … 100 open):
@@ -38,7 +38,7 @@ def path_at(phase: float) -> dict[str, float]:
     return {**dict(zip(JOINT_KEYS, q, strict=True)), GRIPPER_KEY: g}
 
 
-class MecharmScripted(Teleoperator):
+class MecharmScripted(LeaderBase):
     """A leader that needs no hardware: the path above, one pass per ``period_s``."""
 
     config_class = MecharmScriptedConfig
@@ -50,14 +50,6 @@ class MecharmScripted(Teleoperator):
         self._t0: float | None = None
 
     @property
-    def action_features(self) -> dict[str, type]:
-        return {**dict.fromkeys(JOINT_KEYS, float), GRIPPER_KEY: float}
-
-    @property
-    def feedback_features(self) -> dict[str, type]:
-        return {}
-
-    @property
     def is_connected(self) -> bool:
         return self._t0 is not None
 
@@ -66,24 +58,11 @@ class MecharmScripted(Teleoperator):
             raise DeviceAlreadyConnectedError(f"{self} already connected")
         self._t0 = time.monotonic()
 
-    @property
-    def is_calibrated(self) -> bool:
-        return True
-
-    def calibrate(self) -> None:
-        pass
-
-    def configure(self) -> None:
-        pass
-
     def get_action(self) -> dict[str, Any]:
         if self._t0 is None:
             raise DeviceNotConnectedError(f"{self} is not connected")
         elapsed = time.monotonic() - self._t0
         return path_at((elapsed % self.config.period_s) / self.config.period_s)
-
-    def send_feedback(self, feedback: dict[str, Any]) -> None:
-        pass  # a script feels nothing
 
     def disconnect(self) -> None:
         if self._t0 is None:
