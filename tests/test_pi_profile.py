@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
+#: what ``pip install .`` reads from the tree: the build's metadata, the readme it names, the
+#: package (``[tool.setuptools.packages.find]`` includes ``mecharm`` only)
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "mecharm")
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -53,10 +57,16 @@ def _request(port: int, line: dict[str, object]) -> dict[str, object]:
 
 
 def test_pi_profile_serves_get_angles_without_heavy_libraries(tmp_path: Path) -> None:
-    # a clean copy of the tree: no egg-info or build dir of the dev install leaks in
+    # a clean copy of what the wheel is built from (pyproject.toml: the metadata, the readme and
+    # the one package): no egg-info, build dir or venv of a working tree leaks in (a working
+    # tree may hold GBs of them, a lerobot venv for instance)
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "data",
-                                                              "__pycache__", ".*_cache", "bench"))  # fmt: skip
+    src.mkdir()
+    for name in WHEEL_SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / name, src / name)
     venv = tmp_path / "venv"
     res = _install(venv, src)
     assert res.returncode == 0, f"pip install '.[pi]' failed:\n{res.stderr[-3000:]}"
