@@ -16,7 +16,7 @@ WORKERS ?= 4
 # every test module's asserts: the suite writes byte-code caches, Python's default.
 PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
-.PHONY: run test test-fast test-chaos bench lint venv clean report-check lerobot-check robot-check rollout-check family-check replay-check
+.PHONY: run test test-fast test-chaos bench lint venv clean report-check viewer-check lerobot-check robot-check rollout-check family-check replay-check
 
 $(STAMP): $(ROOT)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench: $(STAMP)
 # The check is development code (mecharm_dev/, not installed): PYTHONPATH finds it in the checkout.
 report-check: $(STAMP)
 	PYTHONPATH=$(ROOT) $(BIN)/python -m mecharm_dev.browser_check $(if $(DATA_ROOT),--root $(DATA_ROOT))
+
+# Not part of `make test`: a trial in Rerun's web viewer in headless Chromium, no ffmpeg on
+# PATH (docs/viewing.md, "Checked in a browser"). RUN=run folder, else a fresh demo trial.
+viewer-check: $(STAMP)
+	PYTHONPATH=$(ROOT) $(BIN)/python -m mecharm_dev.viewer_check $(if $(RUN),--run $(RUN))
 
 # Not part of `make test`: loads, filters, deletes from and merges our datasets with the real
 # lerobot 0.4.x in its own venv (created the first time, ~15 min; docs/lerobot-check.md).

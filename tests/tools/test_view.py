@@ -10,7 +10,6 @@ appended to a growing trace into a file until SIGINT.
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import math
 import os
@@ -78,6 +77,24 @@ def entity_times(path: Path, entity: str) -> list[int]:
         if chunk.entity_path == entity and not chunk.is_static:
             out += chunk.to_record_batch().column("time").cast(pa.int64()).to_pylist()
     return sorted(out)
+
+
+def series_shapes(path: Path) -> dict[str, str]:
+    """Each time series' interpolation (its static ``SeriesLines`` style) in a .rrd."""
+    import rerun as rr
+
+    names = {m.value: m.name for m in rr.components.InterpolationMode}
+    out: dict[str, str] = {}
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if not chunk.is_static:
+            continue
+        batch = chunk.to_record_batch()
+        col = "SeriesLines:interpolation_mode"
+        if col in batch.schema.names:
+            for value in batch.column(col).to_pylist():
+                if value:
+                    out[chunk.entity_path] = names[int(value[0])]
+    return out
 
 
 def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -153,8 +170,8 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     for i in range(6):
         # the trace's readings are the ones the recorder wrote as states rows
         assert abs(rows[f"/joints/j{i}/measured"] - measured) <= 2, (i, rows, measured)
-        # each command drawn as a step: the one before held until just before it
-        assert rows[f"/joints/j{i}/commanded"] == 2 * commanded - 1
+        # one point per command (the series style draws it as a step)
+        assert rows[f"/joints/j{i}/commanded"] == commanded
     assert rows["/world/arm"] == rows["/joints/j0/measured"]
     assert rows["/camera/side"] == len(frames)  # one frame reference per frame_log row
     assert rows["/camera/top"] == len(images)
@@ -197,9 +214,8 @@ def test_the_block_rides_in_the_jaws_and_commands_are_steps(
 ) -> None:
     """Between the grasp the pick judge said yes to and the release, the 3D block is at
     the tool tip of each reading (the FK), not at its mat position; each command and
-    gripper value holds until the next (a point 1 µs before each change)."""
+    gripper value holds until the next (their series are drawn as steps by the viewer)."""
     from mecharm.common.kinematics import fk_tip
-    from mecharm.tools.view.rerunlog import STEP_EPS_S
 
     out = tmp_path / "trial.rrd"
     assert run_view(str(demo_run_dir), "--save", str(out)).returncode == EXIT_OK
@@ -224,11 +240,12 @@ def test_the_block_rides_in_the_jaws_and_commands_are_steps(
     assert matched > 20
     # it moved with the arm: from over the block's place to over the box
     assert math.dist(held[0][1], held[-1][1]) > 0.2
-    # the commanded j0 as steps: every change has the old value just before it
-    times = entity_times(out, "/joints/j0/commanded")
-    eps = round(STEP_EPS_S * 1e9)
-    # (1 µs in float seconds near 1.8e9: within the double's 0.24 µs resolution)
-    assert sum(1 for a, b in itertools.pairwise(times) if 0 < b - a <= 2 * eps) >= 2
+    # commands and the gripper drawn as steps, measured joints as lines (the series' style)
+    shapes = series_shapes(out)
+    for i in range(6):
+        assert shapes[f"/joints/j{i}/commanded"] == "StepAfter", shapes
+        assert shapes[f"/joints/j{i}/measured"] == "Linear", shapes
+    assert shapes["/gripper/commanded"] == "StepAfter", shapes
 
 
 @pytest.mark.slow

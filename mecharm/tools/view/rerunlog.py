@@ -76,8 +76,14 @@ ENTITIES = {
     "mat": "world/mat",
 }
 
-#: a step is drawn as the old value this long before the new one (1 µs: no frame shows both)
-STEP_EPS_S = 1e-6
+#: commands and the gripper hold until the next one: the viewer draws them as steps from its
+#: own series style (a point 1 µs before each change looked right in the data but the plot's
+#: per-pixel aggregation drew ramps anyway: seen in the web viewer's screenshot)
+STEP = rr.components.InterpolationMode.StepAfter
+#: the let-go block is drawn this long after the release (a held reading may share its time)
+RELEASED_AFTER_S = 1e-6
+#: the entities drawn in the rig's frame under ``world``
+WORLD_3D = ("mat", "arm", "target", "block", "box")
 #: a gripper command below this closes on the block (0 closed … 100 open; the rig's close is 20)
 GRIPPER_HELD_BELOW = 60.0
 
@@ -161,10 +167,6 @@ class TrialLogger:
     _static_done: bool = False
     #: the side video as decoded JPEG images instead of an H.264 asset (no ffmpeg to decode it)
     side_images: bool = False
-    #: the last command and gripper value drawn: each change is drawn as a step (the value
-    #: held until the next), not as a ramp between two points
-    _last_commanded: list[float] | None = None
-    _last_gripper: float | None = None
     #: for the held block: every reading, the gripper's (time, closed?) and the pick verdicts
     _readings: list[tuple[float, list[float]]] = field(default_factory=list)
     _grips: list[tuple[float, bool]] = field(default_factory=list)
@@ -205,8 +207,13 @@ class TrialLogger:
         if self._static_done:
             return
         self._static_done = True
-        # the rig's frame: x right, y up, z away from the base (a left-handed frame, docs/kinematics.md)
-        self.rec.log(ENTITIES["world"], rr.ViewCoordinates.RUF, static=True)
+        # the rig's frame is x right, y up, z away from the base: left-handed (docs/kinematics.md),
+        # which the viewer does not support ("Unsupported left-handed coordinate system", an
+        # empty-looking 3D view). Each 3D entity keeps its rig-frame numbers and is mirrored
+        # in z into a right-handed world (x right, y up, z towards the base)
+        self.rec.log(ENTITIES["world"], rr.ViewCoordinates.RUB, static=True)
+        for name in WORLD_3D:
+            self.rec.log(ENTITIES[name], rr.Transform3D(scale=[1.0, 1.0, -1.0]), static=True)
         (x0, x1), (z0, z1) = MAT_X, MAT_Z
         self.rec.log(
             ENTITIES["mat"],
@@ -220,12 +227,24 @@ class TrialLogger:
             static=True,
         )
         for i in range(6):
-            for kind, color in (("measured", (60, 140, 230)), ("commanded", (240, 140, 40))):
+            for kind, color, shape in (
+                ("measured", (60, 140, 230), rr.components.InterpolationMode.Linear),
+                ("commanded", (240, 140, 40), STEP),
+            ):
                 self.rec.log(
                     ENTITIES[kind].format(i=i),
-                    rr.SeriesLines(colors=[color], names=[f"j{i} {kind}"]),
+                    rr.SeriesLines(
+                        colors=[color], names=[f"j{i} {kind}"], interpolation_mode=shape
+                    ),
                     static=True,
                 )
+        self.rec.log(
+            ENTITIES["gripper"],
+            rr.SeriesLines(
+                colors=[(120, 180, 60)], names=["gripper commanded"], interpolation_mode=STEP
+            ),
+            static=True,
+        )
 
     # ------------------------------------------------------------------ events
     def event(self, e: dict[str, Any]) -> None:
@@ -353,8 +372,7 @@ class TrialLogger:
         if kind == "gripper" and isinstance(value, dict):
             v = value.get("value")
             if isinstance(v, int | float) and math.isfinite(float(v)):
-                self._step(ENTITIES["gripper"], ts, [float(v)], self._last_gripper)
-                self._last_gripper = float(v)
+                self._step(ENTITIES["gripper"], ts, [float(v)])
                 self._grips.append((ts, float(v) < GRIPPER_HELD_BELOW))
                 self._count("gripper")
         what = "lookups" if kind in _LOOKUPS else "guards" if kind in _GUARDS else "decisions"
@@ -399,28 +417,14 @@ class TrialLogger:
             ENTITIES["arm"], index, rr.LineStrips3D.columns(strips=list(fk_frames(q)))
         )
 
-    def _step(
-        self,
-        entity: str,
-        ts: float,
-        values: Sequence[float],
-        before: Sequence[float] | float | None,
-    ) -> None:
-        """``values`` from ``ts`` on, drawn as a step: the value before held up to just
-        before ``ts`` (a line between two points would be a ramp no arm made)."""
-        entities = [entity.format(i=i) for i in range(len(values))]
-        if before is not None:
-            self._t(ts - STEP_EPS_S)
-            prev = [before] if isinstance(before, int | float) else list(before)
-            for e, v in zip(entities, prev, strict=True):
-                self.rec.log(e, rr.Scalars(v))
+    def _step(self, entity: str, ts: float, values: Sequence[float]) -> None:
+        """``values`` from ``ts`` on (the entity's series style draws them as a step)."""
         self._t(ts)
-        for e, v in zip(entities, values, strict=True):
-            self.rec.log(e, rr.Scalars(v))
+        for i, v in enumerate(values):
+            self.rec.log(entity.format(i=i), rr.Scalars(v))
 
     def commanded(self, ts: float, angles: Sequence[float]) -> None:
-        self._step(ENTITIES["commanded"], ts, list(angles), self._last_commanded)
-        self._last_commanded = list(angles)
+        self._step(ENTITIES["commanded"], ts, list(angles))
         self._count("commanded")
 
     def target_3d(self, ts: float, angles: Sequence[float]) -> None:
@@ -669,7 +673,7 @@ class TrialLogger:
             if t_open is not None:  # let go: it falls straight down from the jaws
                 x, _y, z = (float(v) for v in tips[-1])
                 inside = self._place == "yes"
-                self._t(t_open + STEP_EPS_S)
+                self._t(t_open + RELEASED_AFTER_S)
                 self.rec.log(ENTITIES["block"], rr.Boxes3D(
                     centers=[[x, h / 2, z]], half_sizes=[[BLOCK_M / 2, h / 2, BLOCK_M / 2]],
                     colors=[(220, 40, 40)],
