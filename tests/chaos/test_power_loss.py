@@ -26,7 +26,7 @@ from mecharm.runtime.records.ledger import verify_ledger
 from mecharm.tools.cli import main as mecharm_main
 from mecharm.tools.simrig import Child, start_recorder, start_sim_daemon
 
-from .test_runtime_kill import _finish, _follow, _runtime
+from .test_runtime_kill import SIDE, _finish, _follow, _runtime
 
 pytestmark = pytest.mark.chaos
 
@@ -49,7 +49,7 @@ def test_power_loss_of_all_three_mid_trial_is_on_the_books_after_the_restart(
     logs.mkdir(parents=True)
     key = tmp_path / "keys" / "recorder.key"
     rig = start_sim_daemon(tmp_path / "sim_logs", seed=7, time_scale=SCALE)
-    recorder, udp = start_recorder(logs, root, rig.side_url, key_file=key)
+    recorder, udp = start_recorder(logs, root, SIDE, key_file=key)
     children: list[Child] = [rig.daemon, recorder]
     procs: list[Any] = []
     try:
@@ -73,7 +73,7 @@ def test_power_loss_of_all_three_mid_trial_is_on_the_books_after_the_restart(
 
         # the power is back: the three start again as users start them
         rig2 = start_sim_daemon(tmp_path / "sim_logs2", seed=8, time_scale=SCALE)
-        recorder2, udp2 = start_recorder(logs, root, rig2.side_url, key_file=key)
+        recorder2, udp2 = start_recorder(logs, root, SIDE, key_file=key)
         children += [rig2.daemon, recorder2]
         out2: list[str] = []
         second = _runtime(root, rig2, udp2, key, fk_data_dir, trials=1)
@@ -102,7 +102,7 @@ def test_power_loss_of_all_three_mid_trial_is_on_the_books_after_the_restart(
         capsys.readouterr()
         argv = ["export", "lerobot", "--root", str(root), "--out", str(tmp_path / "ds"),
                 "--no-progress", "--select", "all", "--include-crashed", "--cameras", "side",
-                "--allow-time-scaled"]  # fmt: skip
+                "--allow-time-scaled", "--allow-synthetic"]  # fmt: skip
         assert mecharm_main(argv) == 0, capsys.readouterr().err
         exported = capsys.readouterr().out
         assert f"exported {stem} as episode" in exported, exported

@@ -1,8 +1,9 @@
 """Every recording is accounted for: the recorder SIGKILLed at random points under CPU load,
 and a trial with no recorder at all (docs/recorder.md, "Crashed recordings").
 
-Real processes throughout: ``mecharm-recorder`` (started, killed, restarted), two busy
-loops holding both cores, the recorder's UDP events sent with ``RecorderSender``, the
+Real processes throughout: ``mecharm-recorder`` (started, killed, restarted), busy loops
+that make every core busy (as many as the machine's load leaves idle: none beside the
+suite's other workers, which hold the cores already), the recorder's UDP events sent with ``RecorderSender``, the
 runtime's own bounded wait (``wait_recording_meta``) and ledger append for each killed
 trial, PyAV decoding, the LeRobot exporter. The sim-rig test runs the real runtime.
 
@@ -57,6 +58,14 @@ SEED = int(os.environ.get("MECHARM_CHAOS_SEED", str(random.randrange(1 << 30))))
 CAMERA = os.environ.get("MECHARM_CHAOS_CAMERA", "synthetic?fps=30&w=640&h=360")
 #: the promise (docs/recorder.md): a SIGKILL loses at most this much encoded video
 MAX_LOST_S = 1.0
+
+
+def loops_for_load() -> int:
+    """Busy loops that bring the machine to one runnable process per core: the cores the
+    1-minute load leaves idle. Beside the suite's other workers that is none (their load is
+    the load; two more loops only took CPU from them); run alone, every core."""
+    cores = os.cpu_count() or 2
+    return max(0, cores - int(os.getloadavg()[0]))
 
 
 @contextlib.contextmanager
@@ -132,7 +141,9 @@ def test_recorder_sigkill_under_load_every_recording_is_accounted_for(tmp_path: 
     root.mkdir()
     logs = tmp_path / "logs"
     killed: list[tuple[str, float, Any]] = []
-    with busy_loops(2):
+    loops = loops_for_load()
+    print(f"chaos: load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: {loops} busy loops")
+    with busy_loops(loops):
         for n in range(KILLS):
             stem, newest, info, _rec = _one_killed_trial(rng, root, logs, n)
             killed.append((stem, newest, info))
@@ -178,7 +189,7 @@ def test_recorder_sigkill_under_load_every_recording_is_accounted_for(tmp_path: 
     ledger = verify_ledger(ledger_path(root))
     assert ledger.ok, ledger.errors
     summary = (
-        f"recorder SIGKILL x{KILLS} under load (2 busy loops): linked {linked}/{KILLS}, "
+        f"recorder SIGKILL x{KILLS} under load ({loops} busy loops): linked {linked}/{KILLS}, "
         f"max seconds lost {max(lost_log):.3f} (frame_log timeline; "
         f"{max(lost_capture):.3f} from the newest capture served before the kill), "
         f"frame_log rows == decodable frames after repair in {matched}/{KILLS}"
