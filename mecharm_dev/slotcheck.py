@@ -201,24 +201,30 @@ async def operator_tries(
 #: one flood process: non-blocking connects to 127.0.0.1:PORT, each closed at once, for
 #: SECONDS at niceness NICE; prints its connects per second
 _FLOOD_CHILD = """
-import os, socket, sys, time
+import os, signal, socket, sys, time
 port, secs, nice = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 os.nice(nice)
-end, n = time.monotonic() + secs, 0
-while time.monotonic() < end:
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+t0 = time.monotonic()
+end, n = t0 + secs, 0
+while not stop and time.monotonic() < end:
     s = socket.socket()
     s.setblocking(False)
     s.connect_ex(("127.0.0.1", port))
     s.close()
     n += 1
-print(round(n / secs))
+took = time.monotonic() - t0
+print(round(n / took), n)
 """
 
 
 class Flood:
     """A connect flood from ``processes`` processes of this machine (docs/daemon.md,
     "Connect flood"): each opens non-blocking connections to 127.0.0.1 and closes them at
-    once, as fast as it can, for ``seconds``. ``with Flood(...) as f:`` then ``f.rates``.
+    once, as fast as it can, until the ``with`` block ends (at most ``seconds``): the flood
+    lasts as long as what it attacks, not a fixed time after it. ``with Flood(...) as f:``
+    then ``f.rates`` (connections a second, per process) and ``f.connects`` (in all).
 
     ``nice`` lowers the flood's priority: at 0 on a busy machine it also takes the CPU from
     the daemon, which is a different attack (CPU exhaustion) that no accept path survives;
@@ -228,6 +234,7 @@ class Flood:
         self.port, self.processes, self.seconds, self.nice = int(port), processes, seconds, nice
         self._procs: list[subprocess.Popen[str]] = []
         self.rates: list[int] = []
+        self.connects = 0
 
     def __enter__(self) -> Flood:
         self._procs = [
@@ -249,9 +256,14 @@ class Flood:
 
     def __exit__(self, *exc: object) -> None:
         for p in self._procs:
+            if p.poll() is None:
+                p.terminate()  # the child stops its loop and reports
+        for p in self._procs:
             try:
                 out, _ = p.communicate(timeout=self.seconds + 30)
-                self.rates.append(int(out.strip() or 0))
+                rate, count = (int(v) for v in out.split())
+                self.rates.append(rate)
+                self.connects += count
             except (subprocess.TimeoutExpired, ValueError):
                 p.kill()
                 p.communicate()
