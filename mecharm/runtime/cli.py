@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--rig-id", dest="rig_id", help="this rig's name in the run logs (default: host name)"
     )
     p.add_argument(
+        "--tag",
+        dest="tags",
+        action="append",
+        metavar="TAG",
+        help="a label for this session's trials, in every run log; the report filters by it "
+        "(repeat for several, up to 8)",
+    )
+    p.add_argument(
         "--sim-control",
         dest="sim_control_url",
         help="simulated rig: camera-server URL; a fresh scene is requested between trials",

@@ -17,6 +17,7 @@ settings reference, generated from this file.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,8 @@ __all__ = [
     "MOVED_SETTINGS",
     "NOT_CONSTANTS",
     "REMOVED_SETTINGS",
+    "TAGS_MAX",
+    "TAG_RE",
     "RuntimeSettings",
     "dotted",
     "is_constant",
@@ -77,9 +80,14 @@ REMOVED_SETTINGS: dict[str, str] = {
 
 #: settings that shape no decision, left out of a trace's constants (secrets' paths, the
 #: session's length, what is shown and how the top camera is recorded: it only observes)
+#: a session tag (``tags``): a short word, safe in HTML, CSS and file names
+TAG_RE = re.compile(r"[A-Za-z0-9._-]{1,32}")
+#: tags a session may carry
+TAGS_MAX = 8
+
 NOT_CONSTANTS = frozenset({
     "daemon.token_file", "recorder.key_file", "trials", "confirm", "log_level", "viewing",
-    "rig_id",
+    "rig_id", "tags",
     # the trace's header names the task on its own line (trial.py)
     "task",
 })  # fmt: skip
@@ -715,6 +723,9 @@ class RuntimeSettings(RigSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: this rig's name, written into every run log (datasets of several rigs keep it apart)
     rig_id: str = Field(default_factory=lambda: default_rig_id())
+    #: the operator's labels for this session's trials (``--tag``: the lighting, a new gripper
+    #: pad, who ran it), written into every run log; the report filters its episodes by them
+    tags: list[str] = Field(default_factory=list, max_length=TAGS_MAX)
 
     daemon: DaemonLink = Field(default_factory=lambda: DaemonLink.model_validate({}))
     recorder: RecorderLink = Field(default_factory=lambda: RecorderLink.model_validate({}))
@@ -741,6 +752,17 @@ class RuntimeSettings(RigSettings):
     @classmethod
     def _rig_id(cls, v: str) -> str:
         return check_rig_id(v)
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str]) -> list[str]:
+        for tag in v:
+            if not TAG_RE.fullmatch(tag):
+                raise ValueError(
+                    f"tag {tag[:40]!r} must be 1-32 characters of letters, digits, '.', '_' or "
+                    "'-' (it is a CSS class and a file-safe word in the report); e.g. --tag dusk"
+                )
+        return list(dict.fromkeys(v))  # once each, in the order given
 
     @model_validator(mode="before")
     @classmethod

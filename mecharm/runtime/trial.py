@@ -283,7 +283,7 @@ async def run_trial(
         "recording": rec.__dict__, "ended_at": row["ended_at"], "duration_s": round(duration, 3),
         "task": task.name, **outcome, "ledger_error": ledger_error, "storage_fault": trace.fault,
     })  # fmt: skip
-    runlog["top_video"], runlog["rig_id"] = top_video, s.rig_id
+    runlog["top_video"], runlog["rig_id"], runlog["tags"] = top_video, s.rig_id, list(s.tags)
     backlog.attempt(guard, stem, "run log", lambda: write_runlog(layout.runlog(stem), runlog))
     summary.records_pending = [i.what for i in backlog.items if i.run_stem == stem]
     log.info(

@@ -23,7 +23,7 @@ from mecharm.common.layout import DataRoot, default_demo_root
 from mecharm.common.logging import configure_logging
 from mecharm.common.shutdown import capture_signals
 from mecharm.runtime.cli import session_logging
-from mecharm.runtime.config import RuntimeSettings
+from mecharm.runtime.config import TAG_RE, RuntimeSettings
 from mecharm.runtime.console import RuntimeConsole
 from mecharm.runtime.service import ServiceReport, run_service, session_console
 from mecharm.runtime.simcontrol import scene_next
@@ -167,6 +167,15 @@ async def run_scenes(
     return await run_session(settings, between, console)
 
 
+def _tag(text: str) -> str:
+    """A ``--tag`` word, checked by the runtime's own rule (before anything is started)."""
+    if not TAG_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: 1-32 characters of letters, digits, '.', '_' or '-'"
+        )
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m mecharm.tools.demo", description=__doc__.splitlines()[0]
@@ -198,6 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run without the recorder (recording_status none)",
     )
+    p.add_argument(
+        "--tag",
+        action="append",
+        type=_tag,
+        metavar="TAG",
+        help="a label for these trials, in every run log; the report filters by it (repeatable)",
+    )
     args = p.parse_args(argv)
     try:
         profile = load_profile(args.sim_profile)
@@ -220,6 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sim_profile=args.sim_profile,
             profile=profile,
             recorder=not args.no_recorder,
+            extra={"tags": args.tag} if args.tag else None,
         )
         settings = rig.settings
         print(

@@ -4,6 +4,7 @@ from anywhere, and bad input gives one line and an exit code (docs/report.md).""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -171,6 +172,31 @@ def test_the_page_loads_nothing(data_root: tuple[Path, list[str]]) -> None:
     assert "@import" not in html and "url(" not in html
     # the three charts (and one joint plot per episode whose recording has joints)
     assert len(page.tags) > 100 and sum(tag == "svg" for tag, _ in page.tags) >= 3
+
+
+def test_episodes_filter_by_the_sessions_tags(
+    data_root: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """Each tag of the run logs gets a radio with its count and a rule that hides the
+    episodes without it; a value that is not a tag word is not shown at all."""
+    root, stems = data_root
+    dr = DataRoot(root)
+    tagged = {stems[0]: ["dusk"], stems[1]: ["dusk", "pad-v2"], stems[2]: ["<script>", 7]}
+    for stem, tags in tagged.items():
+        log = json.loads(dr.runlog(stem).read_text(encoding="utf-8"))
+        dr.runlog(stem).write_text(json.dumps({**log, "tags": tags}), encoding="utf-8")
+    html = (_page(root, tmp_path / "r.html"), (tmp_path / "r.html").read_text(encoding="utf-8"))
+    page, text = html
+    radios = {a["id"]: a for tag, a in page.tags if tag == "input" and a.get("type") == "radio"}
+    assert {"f-tag0", "f-tag1"} <= set(radios) and "f-tag2" not in radios
+    assert "#dusk 2" in page.plain and "#pad-v2 1" in page.plain
+    classes = {a["id"]: (a["class"] or "").split() for tag, a in page.tags if tag == "article"}
+    assert "tag0" in classes[f"ep-{stems[0]}"] and "tag1" not in classes[f"ep-{stems[0]}"]
+    assert {"tag0", "tag1"} <= set(classes[f"ep-{stems[1]}"])
+    assert not [c for c in classes[f"ep-{stems[2]}"] if c.startswith("tag")]
+    for i in (0, 1):
+        assert f"#f-tag{i}:checked~.episodes .ep:not(.tag{i}){{display:none}}" in text
+    assert "<script>" not in text  # the page still runs no script
 
 
 def test_an_unreadable_run_log_and_trace_mark_their_row(

@@ -312,8 +312,9 @@ def workcell(sim_daemon: SimDaemon) -> Iterator[Workcell]:
 
 def _settings(root: Path, fk: Path, d: SimDaemon, wc: Workcell, **kw: Any) -> RuntimeSettings:
     return trial_settings(
-        root, fk, daemon_port=d.port, top_camera=wc.urls["top"], rig_id="rig-A.1", **kw
-    )
+        root, fk, daemon_port=d.port, top_camera=wc.urls["top"], rig_id="rig-A.1",
+        tags=["dusk", "pad-v2"], **kw,
+    )  # fmt: skip
 
 
 async def _trial(
@@ -395,7 +396,7 @@ async def test_a_trial_leaves_its_top_video_and_decides_as_without_it(
     layout = DataRoot(tmp_path / "on")
     video, flog = layout.top_video(on.run_stem), layout.top_frame_log(on.run_stem)
     rows = _rows(flog)
-    assert log["rig_id"] == "rig-A.1"
+    assert log["rig_id"] == "rig-A.1" and log["tags"] == ["dusk", "pad-v2"]
     assert log["top_video"] == {"status": "ok", "frames": len(rows), "dropped": 0, "reason": ""}
     assert [int(r["frame_idx"]) for r in rows] == list(range(len(rows)))
     assert _decoded(video) == len(rows) == len(_packets(video))
@@ -498,6 +499,19 @@ def test_flags_and_rig_id(tmp_path: Path) -> None:
     for bad in ("", "a b", "x" * 65, "rig/1"):
         with pytest.raises(ConfigError, match="rig_id"):
             load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "rig_id": bad})
+
+
+def test_session_tags_are_checked_words_once_each(tmp_path: Path) -> None:
+    from mecharm.common.config import ConfigError, load_settings
+    from mecharm.runtime.cli import build_parser
+
+    args = vars(build_parser().parse_args(["--tag", "dusk", "--tag", "pad-v2", "--tag", "dusk"]))
+    s = load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "tags": args["tags"]})
+    assert s.tags == ["dusk", "pad-v2"] and "tags" not in s.constants()
+    assert load_settings(RuntimeSettings, overrides={"data_root": tmp_path}).tags == []
+    for bad in (["a b"], [""], ["x" * 33], ["<b>"], [f"t{i}" for i in range(9)]):
+        with pytest.raises(ConfigError, match="tag"):
+            load_settings(RuntimeSettings, overrides={"data_root": tmp_path, "tags": bad})
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from typing import Any
 from mecharm.common.fsutil import UnsafeNameError, validate_name
 from mecharm.common.layout import DEFAULT_TASK, DataRoot, RecordingFiles
 from mecharm.recorder.events import EventError, parse_recording_meta
+from mecharm.runtime.config import TAG_RE
 from mecharm.runtime.records.ledger import default_records
 from mecharm.runtime.records.outcome import TaskRecords
 from mecharm.runtime.records.trace import read_trace
@@ -72,6 +73,8 @@ class TrialData:
     #: the recorder's states.csv (joints measured and commanded), when there is one
     states: Path | None = None
     rerun: Path | None = None
+    #: the session's labels (``--tag``), from the run log
+    tags: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     #: its task's records (pick_place's unless collect was told another task)
     records: TaskRecords = field(default_factory=default_records)
@@ -164,6 +167,9 @@ def _read_runlog(t: TrialData, path: Path) -> None:
     except (OSError, ValueError) as exc:
         t.problems.append(f"run log unreadable: {_short(exc)}")
         return
+    tags = log.get("tags") if isinstance(log, dict) else None
+    if isinstance(tags, list):  # a run log from before the tags has none
+        t.tags = [v for v in tags if isinstance(v, str) and TAG_RE.fullmatch(v)]
     stages = log.get("stages") if isinstance(log, dict) else None
     if not isinstance(stages, list):
         t.problems.append("run log unreadable: no stages list")

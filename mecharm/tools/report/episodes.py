@@ -148,11 +148,14 @@ def joint_plot(
     return "".join(out)
 
 
-def _episode(t: TrialData, page_dir: Path, ex: Exportable | None) -> str:
+def _episode(t: TrialData, page_dir: Path, ex: Exportable | None, tags: Sequence[str] = ()) -> str:
     r = t.row
     status = r.get("status", "")
     ok = t.success
     kinds = ["ok" if ok else "no", "exp" if ex is not None and ex.ok else "noexp"]
+    # a tag's class is its place in the page's tag list (``tags``): no tag text in the CSS
+    kinds += [f"tag{tags.index(g)}" for g in t.tags if g in tags]
+    labels = "".join(f' <span class="pill tag">#{escape(g)}</span>' for g in t.tags)
     verdicts = " ".join(
         f"<span>{escape(c.removesuffix('_verdict'))}: <b>{escape(r.get(c, '') or '–')}</b></span>"
         for c in t.records.verdicts
@@ -191,7 +194,7 @@ def _episode(t: TrialData, page_dir: Path, ex: Exportable | None) -> str:
     return (
         f'<article class="ep {" ".join(kinds)}" id="ep-{escape(t.stem)}">'
         f'<h3>{escape(t.stem)} <span class="pill {"ok" if status == "completed" else "bad"}">'
-        f"{escape(status or '?')}</span> {verdicts} {exp}</h3>{reason}"
+        f"{escape(status or '?')}</span> {verdicts} {exp}{labels}</h3>{reason}"
         f'<div class="media">{video}{plot}</div>'
         f'<div class="thumbs">{thumbs or "<i>no stage images</i>"}</div>' + open_line + "</article>"
     )
@@ -209,6 +212,7 @@ EPISODE_CSS = """
 .ep .thumbs{display:flex;gap:.4em;overflow-x:auto;margin-top:.4em}
 .ep .thumbs img{height:90px;width:auto;border:1px solid #ccc}
 .ep code.copy{user-select:all;background:#f4f4f4;padding:.1em .3em}
+.pill.tag{background:#e6eefb;color:#2a4d8f}
 svg.joints .axis{font:11px system-ui,sans-serif;fill:#555}
 """
 
@@ -224,12 +228,23 @@ def episodes_section(data: RunData, page_dir: Path, exp: dict[str, Exportable]) 
         ("f-exp", f"exportable {n_exp}", False),
         ("f-noexp", f"not exportable {total - n_exp}", False),
     ]
+    # by tag: one more radio each, and its rule (hide the episodes without that tag)
+    tags = sorted({g for t in data.trials for g in t.tags})
+    radios += [
+        (f"f-tag{i}", f"#{g} {sum(1 for t in data.trials if g in t.tags)}", False)
+        for i, g in enumerate(tags)
+    ]
+    tag_css = "".join(
+        f"#f-tag{i}:checked~.episodes .ep:not(.tag{i}){{display:none}}" for i in range(len(tags))
+    )
     inputs = "".join(
         f'<input type="radio" name="epf" id="{i}"{" checked" if c else ""}>'
         f'<label for="{i}">{escape(text)}</label>'
         for i, text, c in radios
     )
-    body = "".join(_episode(t, page_dir, exp.get(t.stem) if exp else None) for t in data.trials)
+    body = "".join(
+        _episode(t, page_dir, exp.get(t.stem) if exp else None, tags) for t in data.trials
+    )
     note = (
         ""
         if exp
@@ -240,5 +255,6 @@ def episodes_section(data: RunData, page_dir: Path, exp: dict[str, Exportable]) 
         "<p>Each trial with its stage images (the top camera, with what perception drew), "
         "its side video, its joints (measured: lines; commanded: dashed steps) and whether "
         "<code>mecharm export lerobot</code> would take its recording.</p>"
-        f'{note}<div class="filters">{inputs}<div class="episodes">{body}</div></div></section>'
+        + (f"<style>{tag_css}</style>" if tag_css else "")
+        + f'{note}<div class="filters">{inputs}<div class="episodes">{body}</div></div></section>'
     )
