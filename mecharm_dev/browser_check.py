@@ -21,6 +21,7 @@ be installed. docs/report.md describes the check.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -221,6 +222,87 @@ def _png_ok(png: Path) -> str | None:
     return None
 
 
+#: in the page, by the browser's console (not a script of the page's): each filter's radio
+#: and label, with where the label is
+_FILTERS_JS = """[...document.querySelectorAll('.filters input[type=radio]')].map(i =>
+  [i.id, document.querySelector('label[for="' + i.id + '"]').textContent])"""
+#: one filter's label scrolled into view: where it is now
+_LABEL_JS = """(() => {{ const l = document.querySelector('label[for="{fid}"]');
+  l.scrollIntoView({{block: 'center'}}); const r = l.getBoundingClientRect();
+  return [r.x + r.width / 2, r.y + r.height / 2]; }})()"""
+_VISIBLE_JS = (
+    "[...document.querySelectorAll('.episodes .ep')].filter(e => e.offsetParent !== null).length"
+)
+_EXPORTABLE_JS = """[...document.querySelectorAll('td.exportable')].map(td =>
+  [td.closest('tr').id, td.textContent.trim()])"""
+
+
+async def views_check(chromium: Path, page: Path, out_dir: Path) -> tuple[list[str], list[str]]:
+    """Click each filter of the episodes as a user would, count the episodes left in view
+    against the count its label promises, and save a screenshot per view. Returns
+    (problems, one line per view)."""
+    from mecharm_dev.cdp import Browser
+
+    problems: list[str] = []
+    lines: list[str] = []
+    async with Browser(chromium, (1280, 1400)) as b:
+        await b.goto(page.resolve().as_uri())
+        await asyncio.sleep(2.0)
+        filters = await b.evaluate(_FILTERS_JS) or []
+        if not filters:
+            return ["the page has no episode filters"], lines
+        for fid, label in filters:
+            x, y = await b.evaluate(_LABEL_JS.format(fid=fid))  # where it is, now
+            await b.click(x, y)
+            await asyncio.sleep(0.5)
+            checked = await b.evaluate(f"document.getElementById('{fid}').checked")
+            shown = int(await b.evaluate(_VISIBLE_JS))
+            m = re.search(r"(\d+)\s*$", label)
+            want = int(m.group(1)) if m else -1
+            png = out_dir / f"report-view-{fid}.png"
+            png.write_bytes(await b.screenshot(from_selector="#episodes"))
+            lines.append(f"{label.strip()}: {shown} shown ({png.name})")
+            if not checked:
+                problems.append(f"clicking {label.strip()!r} did not check its filter")
+            if shown != want:
+                problems.append(
+                    f"filter {label.strip()!r} shows {shown} episodes, its label says {want}"
+                )
+    return problems, lines
+
+
+async def exportable_cells(chromium: Path, page: Path) -> dict[str, str]:
+    """The page's ``exportable`` column as rendered: {row anchor: yes/no/?}."""
+    from mecharm_dev.cdp import Browser
+
+    async with Browser(chromium) as b:
+        await b.goto(page.resolve().as_uri())
+        await asyncio.sleep(1.0)
+        return {str(k): str(v) for k, v in (await b.evaluate(_EXPORTABLE_JS) or [])}
+
+
+def exportable_problems(root: Path, cells: dict[str, str]) -> list[str]:
+    """The rendered column against what ``mecharm export lerobot --select all`` takes (a dry
+    run at the exporter's defaults, nothing written)."""
+    from mecharm.common.config import load_settings
+    from mecharm.tools.export.config import ExportSettings
+    from mecharm.tools.export.lerobot import export_lerobot
+
+    settings = load_settings(ExportSettings, None, {"progress": False, "select": "all"})
+    with tempfile.TemporaryDirectory(prefix="report_check_export_") as tmp:
+        rep = export_lerobot(root, Path(tmp) / "ds", settings, dry_run=True)
+    took = {e.run_stem for e in rep.exported}
+    problems = []
+    for anchor, text in cells.items():
+        stem = anchor.removeprefix("t-")
+        want = "yes" if stem in took else "no"
+        if text != want:
+            problems.append(f"{stem}: the page says exportable {text!r}, the exporter {want!r}")
+    if not cells:
+        problems.append("no exportable column rendered")
+    return problems
+
+
 def _demo_root(where: Path, trials: int) -> Path:
     root = where / "demo"
     print(f"report-check: making a demo root with {trials} trials in {root}", flush=True)
@@ -291,6 +373,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         if not any(u == page.resolve().as_uri() for u in loads):
             problems.append("chromium's log does not show the page being opened")
+        cells = asyncio.run(exportable_cells(chromium, page))
+        problems += exportable_problems(root, cells)
+        n_yes = sum(1 for v in cells.values() if v == "yes")
+        print(f"report-check: exportable column {n_yes} yes / {len(cells) - n_yes} no, "
+              "as mecharm export lerobot --select all takes them", flush=True)  # fmt: skip
+        view_problems, views = asyncio.run(views_check(chromium, page, page.parent))
+        problems += view_problems
+        for line in views:
+            print(f"report-check: view {line}", flush=True)
         png_problem = _png_ok(png)
         if png_problem:
             problems.append(png_problem)

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import itertools
-import json
 import os
 import re
 import shutil
@@ -34,16 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
 
 from mecharm.common.layout import DataRoot
 from mecharm_dev.browser_check import BROWSER_OWN_HOSTS, _demo_root, chromium_path
+from mecharm_dev.cdp import Browser
 
 __all__ = ["classify", "main", "path_without_ffmpeg", "side_panel_picture"]
 
@@ -113,62 +109,17 @@ def _serve(
 async def _shoot(chromium: Path, url: str, wait_s: float) -> tuple[bytes, list[str], float]:
     """(screenshot once the side panel shows a picture or at ``wait_s``, every URL the page
     requested, seconds until the picture)."""
-    import websockets
-
-    profile = tempfile.mkdtemp(prefix="viewer-check-")
-    proc = subprocess.Popen(
-        [str(chromium), "--headless", "--no-sandbox", "--use-gl=angle", "--use-angle=swiftshader",
-         "--enable-unsafe-swiftshader", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-         f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--user-data-dir={profile}",
-         "--remote-debugging-port=0", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stderr is not None
-        ws_url = ""
-        for line in proc.stderr:
-            m = re.search(r"DevTools listening on (ws://\S+)", line)
-            if m:
-                ws_url = m.group(1)
-                break
-        port = re.search(r":(\d+)/", ws_url)
-        if port is None:
-            raise RuntimeError("Chromium did not open its DevTools port")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/json") as resp:
-            pages = [t for t in json.load(resp) if t.get("type") == "page"]
-        ids = itertools.count(1)
-        requested: list[str] = []
-        async with websockets.connect(pages[0]["webSocketDebuggerUrl"], max_size=1 << 28) as ws:
-
-            async def call(method: str, **params: Any) -> dict[str, Any]:
-                i = next(ids)
-                await ws.send(json.dumps({"id": i, "method": method, "params": params}))
-                while True:
-                    msg = json.loads(await ws.recv())
-                    if msg.get("method") == "Network.requestWillBeSent":
-                        requested.append(str(msg["params"]["request"]["url"]))
-                    if msg.get("id") == i:
-                        return dict(msg)
-
-            await call("Network.enable")
-            await call("Page.enable")
-            t0 = time.monotonic()
-            await call("Page.navigate", url=url)
-            shot = b""
-            while time.monotonic() - t0 < wait_s:
-                await asyncio.sleep(2.0)
-                r = await call("Page.captureScreenshot", format="png")
-                shot = base64.b64decode(r["result"]["data"])
-                if side_panel_picture(shot)[0]:
-                    await asyncio.sleep(2.0)  # let the other panels settle for the picture
-                    r = await call("Page.captureScreenshot", format="png")
-                    return base64.b64decode(r["result"]["data"]), requested, time.monotonic() - t0
-            return shot, requested, time.monotonic() - t0
-    finally:
-        proc.kill()
-        proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+    async with Browser(chromium, WINDOW) as browser:
+        t0 = time.monotonic()
+        await browser.goto(url)
+        shot = b""
+        while time.monotonic() - t0 < wait_s:
+            await asyncio.sleep(2.0)
+            shot = await browser.screenshot()
+            if side_panel_picture(shot)[0]:
+                await asyncio.sleep(2.0)  # let the other panels settle for the picture
+                return await browser.screenshot(), browser.requested, time.monotonic() - t0
+        return shot, browser.requested, time.monotonic() - t0
 
 
 def classify(url: str) -> str:
