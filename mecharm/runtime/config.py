@@ -78,13 +78,14 @@ REMOVED_SETTINGS: dict[str, str] = {
 }
 
 
-#: settings that shape no decision, left out of a trace's constants (secrets' paths, the
-#: session's length, what is shown and how the top camera is recorded: it only observes)
 #: a session tag (``tags``): a short word, safe in HTML, CSS and file names
 TAG_RE = re.compile(r"[A-Za-z0-9._-]{1,32}")
 #: tags a session may carry
 TAGS_MAX = 8
 
+#: settings that shape no decision, left out of a trace's constants (secrets' paths, the
+#: session's length, what is shown and how the top camera is recorded: it only observes;
+#: the rig's name and the session's tags)
 NOT_CONSTANTS = frozenset({
     "daemon.token_file", "recorder.key_file", "trials", "confirm", "log_level", "viewing",
     "rig_id", "tags",

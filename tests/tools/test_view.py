@@ -97,6 +97,20 @@ def series_shapes(path: Path) -> dict[str, str]:
     return out
 
 
+def static_values(path: Path, columns: tuple[str, ...]) -> dict[tuple[str, str], object]:
+    """{(entity, column): its static value} of a .rrd, for the named columns."""
+    out: dict[tuple[str, str], object] = {}
+    for chunk in rrc.RrdReader(path).stream().to_chunks():
+        if chunk.is_static:
+            batch = chunk.to_record_batch()
+            for col in columns:
+                if col in batch.schema.names:
+                    for value in batch.column(col).to_pylist():
+                        if value:
+                            out[(chunk.entity_path, col)] = value[0]
+    return out
+
+
 def run_view(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mecharm.tools.view", *args],
@@ -246,6 +260,12 @@ def test_the_block_rides_in_the_jaws_and_commands_are_steps(
         assert shapes[f"/joints/j{i}/commanded"] == "StepAfter", shapes
         assert shapes[f"/joints/j{i}/measured"] == "Linear", shapes
     assert shapes["/gripper/commanded"] == "StepAfter", shapes
+    # the 3D view in a right-handed world (the viewer refuses a left-handed one): each entity
+    # in the rig's frame, mirrored in z
+    statics = static_values(out, ("ViewCoordinates:xyz", "Transform3D:scale"))
+    assert statics[("/world", "ViewCoordinates:xyz")] == [3, 1, 6]  # right, up, back
+    for name in ("mat", "arm", "arm_target", "block", "box"):
+        assert statics[(f"/world/{name}", "Transform3D:scale")] == [1.0, 1.0, -1.0], name
 
 
 @pytest.mark.slow
