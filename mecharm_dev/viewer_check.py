@@ -165,9 +165,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if shutil.which("ffmpeg", path=env["PATH"]):
             print("viewer-check: could not take ffmpeg off PATH", file=sys.stderr)
             return 1
-        server, url = _serve(run_dir, args.side_frames, env)
+        try:
+            server, url = _serve(run_dir, args.side_frames, env)
+        except RuntimeError as exc:  # the view's own lines above say why (no trace, ...)
+            print(f"viewer-check: {exc}", file=sys.stderr)
+            return 1
         try:
             shot, requested, took = asyncio.run(_shoot(chromium, url, args.wait))
+        except RuntimeError as exc:  # Chromium did not start or answer
+            print(f"viewer-check: {exc}", file=sys.stderr)
+            return 1
         finally:
             server.terminate()
             server.wait(20)
