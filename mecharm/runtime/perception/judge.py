@@ -107,6 +107,14 @@ RIM_SLACK_MM = 2.0
 #: on the rim; rim blocks in the judgecheck hold-out read 67-88 mm (docs/perception.md)
 RIM_SIZE_BELOW_MM = 8.0
 
+#: ... and no higher than this above it: nothing rests higher than the rim, and a top face
+#: read that high is not one flat face. A block that fell into the box tilted against a wall
+#: shows two faces, read as a top face at 104 mm (rim blocks read 67-88 mm, above), with no
+#: red over the rim band; located on the rim's plane it reached 8.5 mm over the wall, and the
+#: rollout judge said "on the rim" for a block the simulator had in the box (clean-clone CI;
+#: its frames: tests/sim/perception/data/rig_tilted_in_box). The rim band's red still decides
+RIM_SIZE_ABOVE_MM = 25.0
+
 #: a red blob this close (x-z, on the tip's plane) to the tip marker is the held block: the jaws
 #: hold the block's centre within ~12 mm of the tip (docs/workcell.md), the marker and the block
 #: differ in height by up to ~15 mm (a few mm of parallax). 30 mm (before) also took a block
@@ -300,7 +308,11 @@ class GeometricJudge:
                 rim_top = cfg.box_height_m + cfg.block_size_m
                 if on_rim >= self.rim_red_mm2:
                     rest = "rim"
-                elif top >= rim_top - RIM_SIZE_BELOW_MM / 1000.0:
+                elif (
+                    rim_top - RIM_SIZE_BELOW_MM / 1000.0
+                    <= top
+                    <= rim_top + RIM_SIZE_ABOVE_MM / 1000.0
+                ):
                     # the apparent size says "as high as the rim": only if a block could rest
                     # there, i.e. located on the rim's plane it reaches over the wall
                     rim_margin = self._rim_plane_margin_mm(f, ev.H, box, rim_top)
