@@ -153,9 +153,14 @@ def media_check(chromium: Path, page: Path, profile: Path) -> dict[str, object]:
     return dict(json.loads(m.group(1).replace("&quot;", '"')))
 
 
+def host_in(url: str, hosts: Sequence[str]) -> bool:
+    """``url``'s host is one of ``hosts`` or under one of them."""
+    host = re.sub(r"^[a-z+]+://([^/:]+).*$", r"\1", url)
+    return any(host == h or host.endswith("." + h) for h in hosts)
+
+
 def _browser_own(url: str) -> bool:
-    host = re.sub(r"^[a-z]+://([^/:]+).*$", r"\1", url)
-    return any(host == h or host.endswith("." + h) for h in BROWSER_OWN_HOSTS)
+    return host_in(url, BROWSER_OWN_HOSTS)
 
 
 class _Text(HTMLParser):

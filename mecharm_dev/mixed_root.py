@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import sys
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from mecharm.runtime.cli import session_logging
 from mecharm.runtime.service import session_console
 from mecharm.sim.profile import load_profile
 from mecharm.tools.demo import run_scenes, start_demo_rig
+from mecharm_dev.stall_check import post_fault
 
 __all__ = ["SESSIONS", "Session", "main"]
 
@@ -62,14 +61,6 @@ SESSIONS = (
 )
 
 
-def _post_fault(control_url: str, body: dict[str, Any]) -> None:
-    req = urllib.request.Request(
-        control_url + "/faults", data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json"},
-    )  # fmt: skip
-    urllib.request.urlopen(req, timeout=10).close()
-
-
 def run_session(root: Path, s: Session) -> str:
     """One session on ``root``; its console text."""
     rig = start_demo_rig(
@@ -80,7 +71,7 @@ def run_session(root: Path, s: Session) -> str:
     out = io.StringIO()
     try:
         if s.fault is not None:
-            _post_fault(rig.control_url, s.fault)
+            post_fault(rig.control_url, s.fault)
         console = session_console(rig.settings, out)
         try:
             with session_logging(rig.settings, console):

@@ -23,6 +23,7 @@ import tempfile
 import urllib.request
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 from mecharm.common.layout import DataRoot
 from mecharm.runtime.cli import session_logging
@@ -30,6 +31,16 @@ from mecharm.runtime.service import session_console
 from mecharm.sim.profile import load_profile
 from mecharm.tools.cli import main as mecharm
 from mecharm.tools.demo import run_scenes, start_demo_rig
+
+
+def post_fault(control_url: str, spec: dict[str, Any]) -> None:
+    """Arm one of the simulator's faults (``POST {control_url}/faults``,
+    docs/simulation-faults.md); an HTTP error raises."""
+    req = urllib.request.Request(
+        control_url + "/faults", data=json.dumps(spec).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    urllib.request.urlopen(req, timeout=10).close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,12 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                          profile=load_profile("rig"))  # fmt: skip
     out = io.StringIO()
     try:
-        body = {"fault": "drop_frames", "camera": "side", "fraction": 0.97}
-        req = urllib.request.Request(
-            rig.control_url + "/faults", data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
-        urllib.request.urlopen(req, timeout=10).close()
+        post_fault(rig.control_url, {"fault": "drop_frames", "camera": "side", "fraction": 0.97})
         console = session_console(rig.settings, out)
         try:
             with session_logging(rig.settings, console):

@@ -26,7 +26,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,8 @@ import cv2
 import numpy as np
 
 from mecharm.common.layout import DataRoot
-from mecharm_dev.browser_check import BROWSER_OWN_HOSTS, _demo_root, chromium_path
+from mecharm.tools.simrig import free_port
+from mecharm_dev.browser_check import BROWSER_OWN_HOSTS, _demo_root, chromium_path, host_in
 from mecharm_dev.cdp import Browser
 
 __all__ = ["classify", "main", "path_without_ffmpeg", "side_panel_picture"]
@@ -76,18 +76,12 @@ def side_panel_picture(png: bytes) -> tuple[bool, float, float]:
     return std >= MIN_STD and busy >= MIN_BUSY, std, busy
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve(
     run_dir: Path, side_frames: bool, env: dict[str, str]
 ) -> tuple[subprocess.Popen[str], str]:
     """Start ``mecharm view RUN --web``; (the process, the URL it printed)."""
     argv = [sys.executable, "-m", "mecharm.tools.view", str(run_dir), "--web",
-            "--web-port", str(_free_port())]  # fmt: skip
+            "--web-port", str(free_port())]  # fmt: skip
     if side_frames:
         argv.append("--side-frames")
     proc = subprocess.Popen(
@@ -127,11 +121,12 @@ def classify(url: str) -> str:
     own calls home) or ``outside`` (anything else: the page fetched it)."""
     if url.startswith(("data:", "blob:", "about:", "chrome")):
         return "local"
-    host = re.sub(r"^[a-z+]+://([^/:]+).*$", r"\1", url)
-    if host in ("127.0.0.1", "localhost"):
-        return "local"
-    for kind, hosts in (("browser", BROWSER_OWN_HOSTS), ("viewer", VIEWER_OWN_HOSTS)):
-        if any(host == h or host.endswith("." + h) for h in hosts):
+    for kind, hosts in (
+        ("local", ("127.0.0.1", "localhost")),
+        ("browser", BROWSER_OWN_HOSTS),
+        ("viewer", VIEWER_OWN_HOSTS),
+    ):
+        if host_in(url, hosts):
             return kind
     return "outside"
 

@@ -84,17 +84,8 @@ def series_shapes(path: Path) -> dict[str, str]:
     import rerun as rr
 
     names = {m.value: m.name for m in rr.components.InterpolationMode}
-    out: dict[str, str] = {}
-    for chunk in rrc.RrdReader(path).stream().to_chunks():
-        if not chunk.is_static:
-            continue
-        batch = chunk.to_record_batch()
-        col = "SeriesLines:interpolation_mode"
-        if col in batch.schema.names:
-            for value in batch.column(col).to_pylist():
-                if value:
-                    out[chunk.entity_path] = names[int(value[0])]
-    return out
+    values = static_values(path, ("SeriesLines:interpolation_mode",))
+    return {entity: names[int(str(v))] for (entity, _col), v in values.items()}
 
 
 def static_values(path: Path, columns: tuple[str, ...]) -> dict[tuple[str, str], object]:
