@@ -545,3 +545,17 @@ async def test_a_trial_that_raises_leaves_no_tap_and_no_writer_running(
         (w,) = writers
         _until(lambda: not w._thread.is_alive(), "the writer thread ends")
         assert w.frames >= 1 and _decoded(w.video) == w.frames
+
+
+@pytest.mark.parametrize("bad", ["a b", "", "x" * 33, "<b>"])
+def test_the_demo_refuses_a_bad_tag_before_starting_anything(
+    bad: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from mecharm.tools import demo
+
+    with pytest.raises(SystemExit) as exc:
+        demo.main(["--tag", bad, "--data-root", str(tmp_path / "root")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --tag" in err and "1-32 characters of letters, digits" in err
+    assert "Traceback" not in err and not (tmp_path / "root").exists()
