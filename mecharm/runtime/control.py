@@ -14,20 +14,32 @@ the arm holds. Ticks keep a fixed schedule (tick ``k`` is due ``k / rate_hz`` af
 start): a tick that overruns makes the loop skip the ticks it missed rather than run late
 ones back to back, and the report counts them, so a timeline stamped index / fps never
 claims a frame for a moment nothing happened.
+
+A gripper command runs beside the ticks, not inside one: the arm's SDK call holds the
+daemon's link for as long as it takes (4 s on the rig profile), and a loop that waited for
+it would lose every tick meanwhile. While it holds the link the ticks go on: each
+observation repeats the last joint reading (``fresh`` False, its ``t`` the reading's time)
+with the cameras' new frames, and each action's joints are held, not sent (the returned
+action says so: the pose held); the command's failure ends the loop at the next tick
+(docs/control-loop.md, "The gripper beside the ticks").
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from mecharm.cameras.base import CameraSource, Frame
 from mecharm.common.gripper import GRIPPER_OPEN_VALUE
 from mecharm.common.logging import get_logger
-from mecharm.runtime.safe_arm import SafeArm, StreamStep
+from mecharm.runtime.safe_arm import MotionRefused, SafeArm, StreamStep
 from mecharm.runtime.threads import to_thread
 
 __all__ = [
@@ -63,13 +75,15 @@ GRIPPER_KEY = "gripper.pos"
 class Observation:
     """What the arm and cameras show at one tick: the joints as read (deg) and when
     (monotonic s), the gripper value last commanded (the arm reports none), and each
-    camera's newest frame (its capture time is in the frame)."""
+    camera's newest frame (its capture time is in the frame). ``fresh`` False: a gripper
+    command holds the link, the joints are the last reading (taken at ``t``)."""
 
     step: int
     t: float
     joints: tuple[float, ...]
     gripper: int
     frames: Mapping[str, Frame] = field(default_factory=dict)
+    fresh: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,8 @@ class Action:
 @dataclass(frozen=True)
 class TickRecord:
     """One tick as it ran: its index, when it was due and when it sent (s from the start),
-    what was wanted and what was sent (None: refused, nothing sent)."""
+    what was wanted and what was sent (None: refused, or ``held`` while a gripper command
+    held the link; nothing sent)."""
 
     step: int
     due_s: float
@@ -93,6 +108,7 @@ class TickRecord:
     clamped: bool
     refused: str | None
     gripper: int
+    held: bool = False
 
 
 @dataclass
@@ -114,6 +130,11 @@ class LoopReport:
         return sum(t.clamped for t in self.ticks)
 
     @property
+    def held(self) -> int:
+        """Ticks whose joints were held while a gripper command held the link."""
+        return sum(t.held for t in self.ticks)
+
+    @property
     def achieved_hz(self) -> float:
         """Ticks run per second over the run (the schedule's rate when none overran)."""
         if len(self.ticks) < 2:
@@ -124,7 +145,7 @@ class LoopReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rate_hz": self.rate_hz, "ticks": len(self.ticks), "missed": self.missed,
-            "refused": self.refused, "clamped": self.clamped,
+            "refused": self.refused, "clamped": self.clamped, "held": self.held,
             "achieved_hz": round(self.achieved_hz, 2), "stopped_by": self.stopped_by,
         }  # fmt: skip
 
@@ -168,16 +189,74 @@ class ControlLoop:
         self.gripper = GRIPPER_OPEN_VALUE  # as the trial start leaves it: open
         #: the safe arm's account of the last step sent (or refused)
         self.last_step: StreamStep | None = None
+        #: the last send_action held the joints: a gripper command held the link
+        self.last_held = False
+        #: the gripper command under way beside the ticks, its value, and the ticks it held
+        self._gripper_job: asyncio.Task[None] | None = None
+        self._gripper_value = self.gripper
+        self._gripper_held = 0
+        #: when the last reading was taken (an observation while the link is held repeats it)
+        self._read_t = 0.0
+
+    @property
+    def gripper_busy(self) -> bool:
+        """A gripper command holds the daemon's link (no reading, no send until it ends)."""
+        return self._gripper_job is not None and not self._gripper_job.done()
+
+    def _collect_gripper(self) -> None:
+        """The finished gripper command's outcome: the value is the jaws' now; its failure is
+        raised here (the value believed stays the more closed one)."""
+        job = self._gripper_job
+        if job is None or not job.done():
+            return
+        self._gripper_job = None
+        held, self._gripper_held = self._gripper_held, 0
+        if job.cancelled():
+            raise MotionRefused(f"{self.note}: gripper {self._gripper_value}: cancelled")
+        exc = job.exception()
+        if exc is not None:
+            raise exc
+        self.gripper = self._gripper_value
+        self.arm.trace.decision(
+            "gripper_done", {"note": self.note, "value": self.gripper, "ticks_held": held}
+        )
+
+    async def gripper_done(self, *, cancel: bool = False) -> None:
+        """Wait until the gripper command under way (if any) ends, and raise its failure;
+        ``cancel``: stop waiting for its reply (as a cancelled call would). Shielded: the
+        jaws' state is known once it returns, also when the caller is being cancelled."""
+        job = self._gripper_job
+        if job is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if cancel:
+                job.cancel()
+            await asyncio.wait([job])
+        self._collect_gripper()
+
+    async def refresh(self) -> None:
+        """A fresh reading for the step bound, unless a gripper command holds the link."""
+        self._collect_gripper()
+        if not self.gripper_busy:
+            await self.arm.read()
 
     async def get_observation(self, step: int = 0) -> Observation:
-        """The joints (a fresh reading; ``MotionRefused`` when the arm gives none) and each
-        camera's next frame, read off the event loop."""
-        joints = await self.arm.read()
-        t = self.arm.clock.now()
+        """The joints (a fresh reading; ``MotionRefused`` when the arm gives none; the last
+        one while a gripper command holds the link) and each camera's next frame, read off
+        the event loop."""
+        self._collect_gripper()
+        fresh = not self.gripper_busy
+        if fresh:
+            joints = await self.arm.read()
+            t = self.arm.clock.now()
+            self._read_t = t
+        else:
+            assert self.arm.last_measured is not None  # a command went: a reading came first
+            joints, t = self.arm.last_measured, self._read_t
         frames: dict[str, Frame] = {}
         for name, cam in self.cameras.items():
             frames[name] = await to_thread(cam.read)
-        return Observation(step, t, joints, self.gripper, frames)
+        return Observation(step, t, joints, self.gripper, frames, fresh=fresh)
 
     async def send_action(self, action: Action, step: int = 0) -> Action:
         """Send ``action`` through the safe arm; return the action actually sent (a refused
@@ -185,7 +264,20 @@ class ControlLoop:
 
         The joints go first; the gripper acts only when their step was sent: a step the
         guards refuse holds the arm *and* the jaws (an open over a box the arm never reached
-        would drop the block on its wall)."""
+        would drop the block on its wall). A gripper command starts beside the ticks; while
+        it holds the link, an action is checked (six finite angles) and held, not sent."""
+        self._collect_gripper()
+        self.last_held = self.gripper_busy
+        if self.last_held:
+            if len(action.joints) != 6 or not all(math.isfinite(v) for v in action.joints):
+                raise MotionRefused(
+                    f"{self.arm.where()}: {self.note} step {step}: not six finite angles: "
+                    f"{list(action.joints)}"
+                )
+            self._gripper_held += 1
+            held = self.arm.last_measured
+            assert held is not None  # a command went: a reading came first
+            return Action(tuple(held), self.gripper)
         res = await self.arm.stream(
             action.joints, self.max_step_deg, f"{self.note} step {step}", into_box=self.into_box
         )
@@ -199,13 +291,18 @@ class ControlLoop:
                 or abs(value - self.gripper) > GRIPPER_DEADBAND
                 or (value in (0, 100) and value != self.gripper)
             ):
-                before = self.gripper
+                if not 0 <= value <= 100:  # refused by the safe arm, at once, in this tick
+                    await self.arm.gripper_value(value, f"{self.note} step {step}")
                 # while the command is under way, and if it fails after reaching the arm (a
                 # timeout, a forced stop), believe the more closed of the two: the way back
                 # and the operator's question rest on it
-                self.gripper = min(before, value) if 0 <= value <= 100 else before
-                await self.arm.gripper_value(value, f"{self.note} step {step}")
-                self.gripper = value
+                self.gripper = min(self.gripper, value)
+                self._gripper_value = value
+                self._gripper_job = asyncio.get_running_loop().create_task(
+                    self.arm.gripper_value(value, f"{self.note} step {step}"),
+                    name=f"{self.note} gripper {value}",
+                )
+                return Action(res.sent.angles, value)  # the value sent
         if res.sent is not None:
             return Action(res.sent.angles, self.gripper)
         held = self.arm.last_measured
@@ -234,12 +331,19 @@ class ControlLoop:
                     break
                 await self.send_action(action, step)
                 now, res = clock.now(), self.last_step
-                assert res is not None
-                report.ticks.append(
-                    TickRecord(step, due - t0, now - t0, res.wanted,
-                               None if res.sent is None else res.sent.angles, res.clamped,
-                               res.refused, self.gripper)
-                )  # fmt: skip
+                if self.last_held:
+                    wanted = tuple(float(v) for v in action.joints)
+                    report.ticks.append(
+                        TickRecord(step, due - t0, now - t0, wanted, None, False, None,
+                                   self.gripper, held=True)
+                    )  # fmt: skip
+                else:
+                    assert res is not None
+                    report.ticks.append(
+                        TickRecord(step, due - t0, now - t0, res.wanted,
+                                   None if res.sent is None else res.sent.angles, res.clamped,
+                                   res.refused, self.gripper)
+                    )  # fmt: skip
                 # the next tick that is still ahead: the ones an overrun passed are skipped
                 nxt = step + 1
                 ahead = math.floor((now - t0) / period) + 1 if now > t0 + nxt * period else nxt
@@ -248,8 +352,11 @@ class ControlLoop:
                 step = max(ahead, nxt)
             else:
                 report.stopped_by = "max_steps"
+            await self.gripper_done()  # the loop ends with the jaws' state known
         except BaseException as exc:
             report.stopped_by = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(Exception):  # the first failure is the one to tell
+                await self.gripper_done(cancel=True)
             raise
         finally:
             self.arm.trace.decision("control_loop", report.to_dict())

@@ -191,10 +191,12 @@ class MecharmRobot:
             except Exception as exc:  # closing the others matters more
                 log.warning("robot_camera_close_failed", error=str(exc))
         self._open.clear()
-        self._loop = None
+        loop, self._loop = self._loop, None
         mode, self._fresh_mode_before = self._fresh_mode_before, None
 
         async def restore(client: DaemonClient) -> None:
+            if loop is not None:  # a gripper command under way ends first: it holds the link
+                await loop.gripper_done()
             if mode is not None:
                 await client.set_fresh_mode(mode)
 
@@ -246,7 +248,7 @@ class MecharmRobot:
         # (lerobot-replay, a teleoperator) gets a fresh one per send, as lerobot's own arms
         # read Present_Position in send_action; after get_observation its reading is it
         if not self._observed:
-            await loop.arm.read()
+            await loop.refresh()  # (none while a gripper command holds the link)
         self._observed = False
         sent = await loop.send_action(action, self._step)
         self._step += 1

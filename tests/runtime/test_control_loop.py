@@ -13,6 +13,8 @@ import anyio
 import pytest
 
 from mecharm.common.kinematics import fk_tip
+from mecharm.daemon.backends.sim import SimBackend
+from mecharm.daemon.server import run_server
 from mecharm.runtime.arm import DaemonArm
 from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.config import RuntimeSettings
@@ -21,6 +23,7 @@ from mecharm.runtime.ports import RealClock
 from mecharm.runtime.recorder_link import RecorderLink
 from mecharm.runtime.records.trace import TraceWriter
 from mecharm.runtime.safe_arm import MotionRefused, SafeArm
+from mecharm.sim.arm import SimArm, SimArmConfig
 
 from .conftest import SimDaemon, trial_settings
 
@@ -230,7 +233,10 @@ async def test_the_gripper_is_sent_when_it_changes_and_a_bad_value_is_refused(
         await loop.send_action(Action(HOME, 101))  # out of range even within the deadband
     # a policy's continuous gripper output: small changes are not sent (each command holds
     # the daemon), the value held is what send_action says was sent; the ends always go
-    sent = [(await loop.send_action(Action(HOME, v))).gripper for v in (43, 36, 30, 98, 100)]
+    sent = []
+    for v in (43, 36, 30, 98, 100):
+        sent.append((await loop.send_action(Action(HOME, v))).gripper)
+        await loop.gripper_done()  # each command ends before the next action (see below)
     assert sent == [40, 40, 30, 98, 100]
     assert [g["value"] for g in _decisions(safe, "gripper")] == [40, 30, 98, 100]
 
@@ -258,3 +264,59 @@ def test_a_loop_with_a_bad_rate_or_step_is_refused_naming_it(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         ControlLoop(object(), **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_gripper_command_runs_beside_the_ticks_which_hold_the_joints_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """The rig's gripper call holds the daemon's link for seconds (here 2 s): the ticks go
+    on meanwhile, each observation repeating the last reading (``fresh`` False) and each
+    action's joints held, not sent; then the value is the jaws' and the stream resumes."""
+    # 20 s of the arm's time at time scale 10: 2 s here, forty ticks at 20 Hz
+    arm = SimArm(SimArmConfig(time_scale=10.0, seed=3, initial_angles=HOME, gripper_command_s=20.0))
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
+        client = DaemonClient("127.0.0.1", server.port, request_timeout=2.0)
+        await client.connect()
+        await client.set_fresh_mode(1)
+        clock = RealClock()
+        safe = SafeArm(
+            trial_settings(tmp_path, tmp_path), DaemonArm(client, clock), clock,
+            TraceWriter(tmp_path / "trace.jsonl"), RecorderLink(None), where=lambda: "control",
+        )  # fmt: skip
+        await safe.read()
+        seen: list[Observation] = []
+
+        def close_then_sway(obs: Observation) -> Action | None:
+            seen.append(obs)
+            stale = [o for o in seen if not o.fresh]
+            if stale and obs.fresh and obs.step >= stale[-1].step + 3:
+                return None  # three fresh ticks after the command ended
+            j0 = 3.0 * math.sin(len(seen) / 3.0)  # a small sway: every step within the bound
+            return Action((j0, *HOME[1:]), 20 if len(seen) == 3 else None)
+
+        loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+        try:
+            report = await loop.run(close_then_sway, max_steps=2000)
+        finally:
+            await client.aclose()
+    assert report.stopped_by == "policy done"
+    held = [t for t in report.ticks if t.held]
+    assert held and report.held == len(held)
+    assert all(t.sent is None and t.refused is None for t in held)  # held, not refused
+    # each stale observation repeats the reading taken before the command: joints and time
+    stale = [o for o in seen if not o.fresh]
+    assert stale
+    before = [o for o in seen if o.fresh and o.step < stale[0].step][-1]
+    assert all(o.joints == before.joints and o.t == before.t for o in stale)
+    assert all(o.gripper == 20 for o in stale)  # believed closed while it closes
+    # nothing reached the daemon while the link was held: one stream step per sent tick
+    sent_ticks = [t for t in report.ticks if not t.held]
+    assert len(_decisions(safe, "stream_step")) == len(sent_ticks)
+    (done,) = _decisions(safe, "gripper_done")
+    assert done["value"] == 20 and done["ticks_held"] == len(held)
+    assert [g["value"] for g in _decisions(safe, "gripper")] == [20]
+    assert loop.gripper == 20 and report.ticks[-1].gripper == 20
+    (summary,) = _decisions(safe, "control_loop")
+    assert summary["held"] == len(held)
+    assert arm.true_gripper() == pytest.approx(20.0, abs=1.0)  # the jaws did close
