@@ -16,7 +16,7 @@ from mecharm.common.kinematics import fk_tip
 from mecharm.daemon.backends.sim import SimBackend
 from mecharm.daemon.server import run_server
 from mecharm.runtime.arm import DaemonArm
-from mecharm.runtime.client import DaemonClient
+from mecharm.runtime.client import DaemonClient, DaemonTimeout
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.control import Action, ControlLoop, Observation, Stop
 from mecharm.runtime.ports import RealClock
@@ -320,3 +320,43 @@ async def test_a_gripper_command_runs_beside_the_ticks_which_hold_the_joints_mea
     (summary,) = _decisions(safe, "control_loop")
     assert summary["held"] == len(held)
     assert arm.true_gripper() == pytest.approx(20.0, abs=1.0)  # the jaws did close
+
+
+@pytest.mark.anyio
+async def test_a_gripper_command_that_fails_beside_the_ticks_ends_the_loop_naming_it(
+    tmp_path: Path,
+) -> None:
+    """A gripper command whose reply never comes in time (here 2 s, the arm's call holding
+    4 s): its failure is not lost in its task: the next tick raises it, the loop ends
+    saying so, and the jaws are believed the more closed way."""
+    arm = SimArm(SimArmConfig(time_scale=5.0, seed=3, initial_angles=HOME, gripper_command_s=20.0))
+    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
+        client = DaemonClient("127.0.0.1", server.port, request_timeout=2.0)
+        await client.connect()
+        clock = RealClock()
+        safe = SafeArm(
+            trial_settings(tmp_path, tmp_path), DaemonArm(client, clock), clock,
+            TraceWriter(tmp_path / "trace.jsonl"), RecorderLink(None), where=lambda: "control",
+        )  # fmt: skip
+        await safe.read()
+        calls: list[Observation] = []
+
+        def close_once(obs: Observation) -> Action:
+            calls.append(obs)
+            return Action(HOME, 20 if len(calls) == 3 else None)
+
+        loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
+        try:
+            with (
+                pytest.raises(DaemonTimeout, match="set_gripper_value"),
+                pytest.MonkeyPatch.context() as mp,
+            ):
+                mp.setattr("mecharm.runtime.client.GRIPPER_TIMEOUT_S", 2.0)
+                await loop.run(close_once, max_steps=4000)
+        finally:
+            await client.aclose()
+    (summary,) = _decisions(safe, "control_loop")
+    assert summary["stopped_by"].startswith("DaemonTimeout")
+    assert any(not o.fresh for o in calls)  # the ticks went on while it was under way
+    assert loop.gripper == 20  # believed closed: the jaws may have closed
+    assert not _decisions(safe, "gripper_done")
