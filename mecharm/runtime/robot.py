@@ -196,7 +196,10 @@ class MecharmRobot:
 
         async def restore(client: DaemonClient) -> None:
             if loop is not None:  # a gripper command under way ends first: it holds the link
-                await loop.gripper_done()
+                try:
+                    await loop.gripper_done()
+                except (DaemonError, MotionRefused) as exc:  # said; the mode goes back anyway
+                    log.warning("robot_gripper_failed", error=str(exc))
             if mode is not None:
                 await client.set_fresh_mode(mode)
 

@@ -10,11 +10,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import numpy as np
 import pytest
 
 from mecharm.common.config import load_settings
 from mecharm.common.layout import TRACE_SUFFIX
+from mecharm.runtime.client import DaemonClient
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.robot import (
     GRIPPER_KEY,
@@ -25,6 +27,7 @@ from mecharm.runtime.robot import (
     RobotNotConnected,
     parse_action,
 )
+from mecharm.runtime.simcontrol import scene_truth
 from mecharm.tools.simrig import SimRig, start_sim_daemon
 
 TOKEN = "robot-test-token-0123456789abcdef"
@@ -197,5 +200,47 @@ def test_a_daemon_killed_mid_session_is_a_clear_error_and_disconnect_still_works
             r.get_observation()
         r.disconnect()
         assert not r.is_connected
+    finally:
+        sim.daemon.stop()
+
+
+def test_a_gripper_command_holding_the_link_does_not_hold_the_caller(tmp_path: Path) -> None:
+    """The rig profile's gripper call holds the daemon 4 s (2 s at time scale 2): lerobot's
+    calls go on meanwhile (the joints as last read, the action held, not sent), and
+    ``disconnect()`` waits for the command, then puts back the fresh mode it found."""
+    sim = start_sim_daemon(
+        tmp_path / "logs", time_scale=2, token=TOKEN, extra_args=["--sim-profile", "rig"]
+    )
+    try:
+        r = MecharmRobot(
+            _settings(sim, tmp_path), max_step_deg=STEP, trace_path=tmp_path / f"r{TRACE_SUFFIX}"
+        )
+        r.connect()
+        try:
+            before = r.get_observation()
+            here = {k: before[k] for k in JOINT_KEYS}
+            sent = r.send_action({**here, GRIPPER_KEY: 0.0})
+            assert sent[GRIPPER_KEY] == 0.0  # the value sent; the command is under way
+            during = r.get_observation()  # the link is held: the last reading again
+            assert [during[k] for k in JOINT_KEYS] == [before[k] for k in JOINT_KEYS]
+            assert during[GRIPPER_KEY] == 0.0
+            away = {**here, "j0.pos": here["j0.pos"] + 2.0}
+            held = r.send_action(away)  # not sent while the gripper command holds the link
+            assert [held[k] for k in JOINT_KEYS] == [before[k] for k in JOINT_KEYS]
+        finally:
+            r.disconnect()  # waits for the gripper command
+        lines = (tmp_path / f"r{TRACE_SUFFIX}").read_text()
+        assert lines.count('"stream_step"') == 1 and lines.count('"gripper_done"') == 1
+        assert scene_truth(sim.control_url)["gripper"] == pytest.approx(0.0, abs=1.0)
+
+        async def fresh_mode() -> object:
+            c = DaemonClient("127.0.0.1", sim.daemon_port, token=TOKEN)
+            await c.connect()
+            try:
+                return await c.request("get_fresh_mode")
+            finally:
+                await c.aclose()
+
+        assert anyio.run(fresh_mode) == 0  # put back after the command ended (the arm's default)
     finally:
         sim.daemon.stop()
