@@ -239,6 +239,7 @@ class ControlLoop:
         self._collect_gripper()
         if not self.gripper_busy:
             await self.arm.read()
+            self._read_t = self.arm.clock.now()
 
     async def get_observation(self, step: int = 0) -> Observation:
         """The joints (a fresh reading; ``MotionRefused`` when the arm gives none; the last
