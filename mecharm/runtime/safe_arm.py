@@ -385,22 +385,27 @@ class SafeArm:
         recorder, with no settle wait (the control loop's next tick follows)."""
         if not 0 <= value <= 100:
             raise MotionRefused(f"{self.where()}: {note}: gripper value {value} not in 0-100")
+        # the recorder hears it as it goes: the jaws move while the SDK call holds (below)
+        self.recorder.gripper(value, f"{self.where()}:value: {note}")
         await self.arm.set_gripper_value(value, self.settings.arm.gripper_speed)
         self.trace.decision("gripper", {"action": "value", "note": note, "value": value})
-        self.recorder.gripper(value, f"{self.where()}:value: {note}")
 
     async def gripper(self, action: str, note: str) -> None:
         """Open (``set_gripper_state(0)``) or close (``set_gripper_value``); the recorder gets
-        the value sent; then the rig's settle time."""
+        the value sent; then the rig's settle time.
+
+        The recorder hears the command as it goes on the wire, before the call returns: the
+        rig's SDK call holds for seconds (4 s on the rig profile) while the jaws already move,
+        so a recording stamps the gripper where the arm stood still for it (a replay then
+        acts where the trial did; docs/lerobot.md, "observation.state gripper")."""
         s = self.settings
+        value = GRIPPER_OPEN_VALUE if action == "open" else s.arm.gripper_close_value
+        self.recorder.gripper(value, f"{self.where()}:{action}: {note}")
         if action == "open":
             await self.arm.set_gripper_state(0, s.arm.speed)
-            value = GRIPPER_OPEN_VALUE
         else:
             await self.arm.set_gripper_value(s.arm.gripper_close_value, s.arm.gripper_speed)
-            value = s.arm.gripper_close_value
         self.trace.decision("gripper", {"action": action, "note": note, "value": value})
-        self.recorder.gripper(value, f"{self.where()}:{action}: {note}")
         await self.sleep(s.arm.gripper_settle_s)
 
 
