@@ -74,7 +74,7 @@ GRIPPER_KEY = "gripper.pos"
 @dataclass(frozen=True)
 class Observation:
     """What the arm and cameras show at one tick: the joints as read (deg) and when
-    (monotonic s), the gripper value last commanded (the arm reports none), and each
+    (monotonic s), the gripper value last commanded (not read: a serial read more), and each
     camera's newest frame (its capture time is in the frame). ``fresh`` False: a gripper
     command holds the link, the joints are the last reading (taken at ``t``)."""
 
