@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,10 @@ HOVER = (-35.5, 67.5, -42.87, 17.5, -10.98, -30.0)
 STEP = 4.0
 
 
-@pytest.fixture
-async def safe(sim_daemon: SimDaemon, tmp_path: Path) -> AsyncIterator[SafeArm]:
-    client = DaemonClient("127.0.0.1", sim_daemon.port, request_timeout=2.0)
+@asynccontextmanager
+async def _safe_arm_on(port: int, tmp_path: Path) -> AsyncIterator[SafeArm]:
+    """A safe arm over a daemon client on ``port``: fresh mode 1, a first reading taken."""
+    client = DaemonClient("127.0.0.1", port, request_timeout=2.0)
     await client.connect()
     await client.set_fresh_mode(1)
     clock = RealClock()
@@ -49,6 +51,28 @@ async def safe(sim_daemon: SimDaemon, tmp_path: Path) -> AsyncIterator[SafeArm]:
         yield arm
     finally:
         await client.aclose()
+
+
+@asynccontextmanager
+async def _gripper_held_for(
+    seconds: float, tmp_path: Path
+) -> AsyncIterator[tuple[SimArm, SafeArm]]:
+    """A daemon whose gripper call holds the link ``seconds`` (the rig's 20 s of the arm's
+    time at the matching time scale), and a safe arm on it."""
+    arm = SimArm(
+        SimArmConfig(time_scale=20.0 / seconds, seed=3, initial_angles=HOME, gripper_command_s=20.0)
+    )
+    async with (
+        run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server,
+        _safe_arm_on(server.port, tmp_path) as safe,
+    ):
+        yield arm, safe
+
+
+@pytest.fixture
+async def safe(sim_daemon: SimDaemon, tmp_path: Path) -> AsyncIterator[SafeArm]:
+    async with _safe_arm_on(sim_daemon.port, tmp_path) as arm:
+        yield arm
 
 
 def _decisions(arm: SafeArm, kind: str) -> list[dict[str, Any]]:
@@ -273,18 +297,7 @@ async def test_a_gripper_command_runs_beside_the_ticks_which_hold_the_joints_mea
     """The rig's gripper call holds the daemon's link for seconds (here 2 s): the ticks go
     on meanwhile, each observation repeating the last reading (``fresh`` False) and each
     action's joints held, not sent; then the value is the jaws' and the stream resumes."""
-    # 20 s of the arm's time at time scale 10: 2 s here, forty ticks at 20 Hz
-    arm = SimArm(SimArmConfig(time_scale=10.0, seed=3, initial_angles=HOME, gripper_command_s=20.0))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
-        client = DaemonClient("127.0.0.1", server.port, request_timeout=2.0)
-        await client.connect()
-        await client.set_fresh_mode(1)
-        clock = RealClock()
-        safe = SafeArm(
-            trial_settings(tmp_path, tmp_path), DaemonArm(client, clock), clock,
-            TraceWriter(tmp_path / "trace.jsonl"), RecorderLink(None), where=lambda: "control",
-        )  # fmt: skip
-        await safe.read()
+    async with _gripper_held_for(2.0, tmp_path) as (arm, safe):  # forty ticks at 20 Hz
         seen: list[Observation] = []
 
         def close_then_sway(obs: Observation) -> Action | None:
@@ -296,10 +309,7 @@ async def test_a_gripper_command_runs_beside_the_ticks_which_hold_the_joints_mea
             return Action((j0, *HOME[1:]), 20 if len(seen) == 3 else None)
 
         loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
-        try:
-            report = await loop.run(close_then_sway, max_steps=2000)
-        finally:
-            await client.aclose()
+        report = await loop.run(close_then_sway, max_steps=2000)
     assert report.stopped_by == "policy done"
     held = [t for t in report.ticks if t.held]
     assert held and report.held == len(held)
@@ -329,16 +339,7 @@ async def test_a_gripper_command_that_fails_beside_the_ticks_ends_the_loop_namin
     """A gripper command whose reply never comes in time (here 2 s, the arm's call holding
     4 s): its failure is not lost in its task: the next tick raises it, the loop ends
     saying so, and the jaws are believed the more closed way."""
-    arm = SimArm(SimArmConfig(time_scale=5.0, seed=3, initial_angles=HOME, gripper_command_s=20.0))
-    async with run_server(SimBackend(arm), "127.0.0.1", 0, shutdown_grace_s=0.5) as server:
-        client = DaemonClient("127.0.0.1", server.port, request_timeout=2.0)
-        await client.connect()
-        clock = RealClock()
-        safe = SafeArm(
-            trial_settings(tmp_path, tmp_path), DaemonArm(client, clock), clock,
-            TraceWriter(tmp_path / "trace.jsonl"), RecorderLink(None), where=lambda: "control",
-        )  # fmt: skip
-        await safe.read()
+    async with _gripper_held_for(4.0, tmp_path) as (_arm, safe):
         calls: list[Observation] = []
 
         def close_once(obs: Observation) -> Action:
@@ -346,15 +347,12 @@ async def test_a_gripper_command_that_fails_beside_the_ticks_ends_the_loop_namin
             return Action(HOME, 20 if len(calls) == 3 else None)
 
         loop = ControlLoop(safe, rate_hz=20.0, max_step_deg=STEP)
-        try:
-            with (
-                pytest.raises(DaemonTimeout, match="set_gripper_value"),
-                pytest.MonkeyPatch.context() as mp,
-            ):
-                mp.setattr("mecharm.runtime.client.GRIPPER_TIMEOUT_S", 2.0)
-                await loop.run(close_once, max_steps=4000)
-        finally:
-            await client.aclose()
+        with (
+            pytest.raises(DaemonTimeout, match="set_gripper_value"),
+            pytest.MonkeyPatch.context() as mp,
+        ):
+            mp.setattr("mecharm.runtime.client.GRIPPER_TIMEOUT_S", 2.0)
+            await loop.run(close_once, max_steps=4000)
     (summary,) = _decisions(safe, "control_loop")
     assert summary["stopped_by"].startswith("DaemonTimeout")
     assert any(not o.fresh for o in calls)  # the ticks went on while it was under way
