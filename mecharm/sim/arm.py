@@ -17,8 +17,10 @@ state at "now". Motion model (documented in docs/daemon.md):
 * readings add gaussian noise (``noise_deg``) and are rounded to 0.01° like
   the firmware's int16 x100 encoding;
 * a send with j1 above ``reject_j1_above`` is silently ignored (firmware quirk);
-* fresh mode 1: a new send replaces the current motion from where the arm is;
-  fresh mode 0: sends queue and run one after another;
+* fresh mode 1: a new send replaces the current motion from where the arm is when it
+  takes effect (``start_delay_s`` after the send: the motion under way goes on until
+  then, so sends faster than the reaction time still move the arm, one reaction time
+  late); fresh mode 0: sends queue and run one after another;
 * the gripper moves 0 (closed) .. 100 (open) with its own speed-dependent timing;
   a gripper command returns after ``gripper_command_s`` (the rig's SDK call holds
   the caller for seconds: docs/simulation-timing.md).
@@ -148,12 +150,15 @@ class _Segment:
     end: tuple[float, ...]
     t0: float  # sim time the motion starts (after the reaction delay)
     duration: float
+    #: the motion this one replaced, still under way until ``t0`` (a send in fresh mode 1
+    #: takes effect one reaction time after it arrives, not at once)
+    before: _Segment | None = None
 
     def at(self, t: float) -> tuple[float, ...]:
         if self.duration <= 0 or t >= self.t0 + self.duration:
             return self.end
         if t <= self.t0:
-            return self.start
+            return self.before.at(t) if self.before is not None else self.start
         u = (t - self.t0) / self.duration
         s = u * u * (3.0 - 2.0 * u)
         return tuple(a + (b - a) * s for a, b in zip(self.start, self.end, strict=True))
@@ -393,8 +398,13 @@ class SimArm:
         return self._seg.at(t) if self._seg is not None else self._rest
 
     def _start_segment(self, p: _Pending, t: float) -> None:
-        start = self._seg.at(t) if self._seg is not None else self._rest
         cfg = self.config
+        before = self._seg
+        if before is not None and before.t0 <= t:
+            before.before = None  # what it replaced is over: keep the chain short
+        # the new command takes effect after the reaction time; until then the motion
+        # under way goes on, so it starts from where that motion will be then
+        start = before.at(t + cfg.start_delay_s) if before is not None else self._rest
         load = (
             cfg.settle_load_deg
             if self._grip_floor is not None and any(cfg.settle_load_deg)
@@ -419,7 +429,7 @@ class SimArm:
             end = [a + (b - a) * p.stall_at for a, b in zip(start, end, strict=True)]
         delta = max(abs(b - a) for a, b in zip(start, end, strict=True))
         rate = cfg.deg_per_s_per_speed * p.speed
-        self._seg = _Segment(tuple(start), tuple(end), t + cfg.start_delay_s, delta / rate)
+        self._seg = _Segment(tuple(start), tuple(end), t + cfg.start_delay_s, delta / rate, before)
 
     def _freeze(self, t: float) -> None:
         """Stop where the arm is now and drop queued moves."""

@@ -197,6 +197,37 @@ def test_fresh_mode_1_replaces_the_current_move() -> None:
     assert arm.true_angles()[0] == pytest.approx(-20, abs=1.0)
 
 
+def test_fresh_mode_1_a_send_takes_effect_one_reaction_time_later() -> None:
+    """The reaction time delays a command; it does not cancel the one under way: the
+    pose does not jump at a send, and the old motion goes on until the new one starts."""
+    clock = Clock()
+    arm = make(clock)
+    arm.set_fresh_mode(1)
+    arm.send_angles([80.0, 0, 0, 0, 0, 0], 20)
+    clock.advance(2.0)
+    before = arm.true_angles()[0]
+    arm.send_angles([-20.0, 0, 0, 0, 0, 0], 20)
+    assert arm.true_angles()[0] == pytest.approx(before, abs=1e-9)  # no jump
+    clock.advance(0.04)  # inside the 50 ms reaction time: still going towards 80
+    assert arm.true_angles()[0] > before + 0.5
+
+
+def test_fresh_mode_1_sends_faster_than_the_reaction_time_still_move_the_arm() -> None:
+    """A control loop streams a new target every tick, 33 ms at 30 Hz, shorter than the
+    firmware's 50 ms reaction time: the arm follows a 20°/s ramp within a few degrees."""
+    clock = Clock()
+    arm = make(clock)
+    arm.set_fresh_mode(1)
+    worst = 0.0
+    for k in range(90):  # 3 s
+        target = 20.0 * k / 30
+        arm.send_angles([target, 0, 0, 0, 0, 0], 50)
+        clock.advance(1 / 30)
+        worst = max(worst, abs(target - arm.true_angles()[0]))
+    assert arm.true_angles()[0] > 55
+    assert worst < 3.0
+
+
 def test_fresh_mode_0_queues_moves() -> None:
     clock = Clock()
     arm = make(clock)
