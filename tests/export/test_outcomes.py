@@ -322,6 +322,10 @@ def test_each_episode_states_the_time_scale_it_was_recorded_at(
     scales = {e["run_stem"]: e["time_scale"] for e in manifest["episodes"]}
     assert scales[recs.stem(0)] == 5.0 and scales[recs.stem(1)] == 1.0
     assert scales[recs.stem(2)] is None
+    # each episode says its gripper state is the command after the settle time, not a reading
+    assert {(e["gripper_state"], e["gripper_settle_s"]) for e in manifest["episodes"]} == {
+        ("command", SETTINGS.gripper_settle_s)
+    }
     judges = {e["run_stem"]: e["judge"] for e in manifest["episodes"]}
     assert judges[recs.stem(0)] == "vlm"  # read from the nested constants
     warned = [e for e in logs if e["event"] == "export_time_scaled"]

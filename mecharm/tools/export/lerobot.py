@@ -339,6 +339,11 @@ def _export(
                         # the dataset's frames are at the recording's pace: a trial at 5x
                         # real time moved the arm 5x faster than the real arm would
                         "time_scale": prep.info.time_scale,
+                        # what `gripper.pos` is: the runtime does not read the jaws, so the
+                        # state's is the command once its settle time has passed, not a
+                        # measurement (docs/lerobot.md, "observation.state gripper")
+                        "gripper_state": "command",
+                        "gripper_settle_s": settings.gripper_settle_s,
                         "recording_status": prep.rec.meta.status,
                         "recording_path": prep.rec.path.relative_to(root.resolve()).as_posix()
                         if prep.rec.path.is_relative_to(root.resolve())
