@@ -271,7 +271,7 @@ async def test_abort_while_holding_hovers_instead_of_going_home(
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_before_the_setting_the_abort_goes_home_and_release_is_unchecked(
+async def test_with_the_release_check_off_the_release_goes_unchecked(
     sim_daemon: SimDaemon, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     eyes = HiddenAtRelease(sim_daemon.arm, BLOCK, BOX)
