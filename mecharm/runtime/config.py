@@ -522,8 +522,10 @@ class PickPlaceSettings(BaseModel):
     place_band_depth_m: float = Field(0.030, gt=0)
     #: approach_place raises the arc's pose (same x-z) so that its tip is at least this far
     #: above the place band's top: the held block crosses the box's wall no lower than it
-    #: will descend to (docs/stages.md, "approach_place")
-    place_approach_above_band_mm: float = Field(0.0, ge=0.0, le=50.0)
+    #: will descend to; 20 mm from the first trial on: an arm that holds the block lower
+    #: than the model says meets the rim before the memory has learnt it (docs/stages.md,
+    #: "approach_place")
+    place_approach_above_band_mm: float = Field(20.0, ge=0.0, le=50.0)
     #: an approach arc pose farther than this from the target in z is logged
     z_resid_warn_m: float = Field(0.05, gt=0)
     # when no pick row within reach keeps the bound from the approach pose: first stand above

@@ -51,7 +51,7 @@ def test_the_approach_is_raised_to_the_bands_top_and_stays_a_safe_pose(
 ) -> None:
     ctx = _ctx(tmp_path, box, dee)
     arc, pose, raised = _raise(ctx)
-    want = place._place_band(ctx)[1]
+    want = place._place_band(ctx)[1] + ctx.settings.pick_place.place_approach_above_band_mm / 1000
     arc_tip, tip = fk_tip(arc), fk_tip(pose)
     if float(arc_tip[1]) >= want:  # the arc is high enough: nothing to raise
         assert pose == arc and raised is None
@@ -111,13 +111,32 @@ def test_a_harsh_arm_carries_the_block_over_the_wall_higher_than_from_the_arc(
     assert from_arc - 0.035 < BOX_HEIGHT_M + 0.005  # the block's bottom reaches the rim
     assert from_raised - 0.035 > BOX_HEIGHT_M + 0.010  # 10 mm clear of it
     assert from_raised > from_arc + 0.01
+    # the first trial, nothing learnt yet: the default clearance alone lifts the hanging
+    # block's bottom over the rim (the arc's pose left it at the rim's height)
+    _arc, first, info = _raise(_ctx(tmp_path, box, None))
+    assert info is not None and info["ok"]
+    assert lowest_over_box(first) - 0.035 > BOX_HEIGHT_M + 0.005  # 12.7 mm; the arc: -2.1
 
 
-def test_no_raise_at_the_plain_band(tmp_path: Path) -> None:
+def test_no_raise_at_the_plain_band_without_the_clearance(tmp_path: Path) -> None:
     # an empty memory starts at height_start_mm (15): the band's top stays under the arc pose
-    ctx = _ctx(tmp_path, BOXES[0], None)
+    ctx = _ctx(tmp_path, BOXES[0], None, place_approach_above_band_mm=0.0)
     arc, pose, raised = _raise(ctx)
     assert pose == arc and raised is None
+
+
+@pytest.mark.parametrize("box", BOXES)
+def test_the_first_trial_raises_the_approach_by_the_clearance(
+    tmp_path: Path, box: tuple[float, float]
+) -> None:
+    """An empty memory (the band's top at 115 mm) plus the default clearance (20 mm) is
+    above the arc's pose (118 mm): the first trial's approach is raised, before the memory
+    has learnt anything about how low the arm holds the block."""
+    ctx = _ctx(tmp_path, box, None)
+    assert ctx.settings.pick_place.place_approach_above_band_mm == 20.0
+    arc, pose, raised = _raise(ctx)
+    assert raised is not None and raised["ok"], raised
+    assert float(fk_tip(pose)[1]) > float(fk_tip(arc)[1]) + 0.010
 
 
 @pytest.mark.parametrize("value", [-1.0, 51.0, float("nan"), "high"])
