@@ -400,8 +400,14 @@ class SimArm:
     def _start_segment(self, p: _Pending, t: float) -> None:
         cfg = self.config
         before = self._seg
-        if before is not None and before.t0 <= t:
-            before.before = None  # what it replaced is over: keep the chain short
+        # keep the chain short: below the first motion already under way at ``t``, the ones
+        # it replaced are over (a 30 Hz stream sends faster than the reaction time, so the
+        # segments still waiting pile up only for one reaction time)
+        seg = before
+        while seg is not None and seg.t0 > t:
+            seg = seg.before
+        if seg is not None:
+            seg.before = None
         # the new command takes effect after the reaction time; until then the motion
         # under way goes on, so it starts from where that motion will be then
         start = before.at(t + cfg.start_delay_s) if before is not None else self._rest

@@ -228,6 +228,21 @@ def test_fresh_mode_1_sends_faster_than_the_reaction_time_still_move_the_arm() -
     assert worst < 3.0
 
 
+def test_a_long_stream_keeps_only_the_motions_still_waiting() -> None:
+    """Hours of a 100 Hz stream must not pile up every segment it replaced: only those
+    still inside their reaction time (50 ms: 5 at 100 Hz) are kept."""
+    clock = Clock()
+    arm = make(clock)
+    arm.set_fresh_mode(1)
+    for k in range(2000):
+        arm.send_angles([10.0 * ((k // 50) % 2), 0, 0, 0, 0, 0], 50)
+        clock.advance(0.01)
+    depth, seg = 0, arm._seg
+    while seg is not None:
+        depth, seg = depth + 1, seg.before
+    assert depth <= 7
+
+
 def test_fresh_mode_0_queues_moves() -> None:
     clock = Clock()
     arm = make(clock)
