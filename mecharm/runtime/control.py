@@ -270,11 +270,7 @@ class ControlLoop:
         self._collect_gripper()
         self.last_held = self.gripper_busy
         if self.last_held:
-            if len(action.joints) != 6 or not all(math.isfinite(v) for v in action.joints):
-                raise MotionRefused(
-                    f"{self.arm.where()}: {self.note} step {step}: not six finite angles: "
-                    f"{list(action.joints)}"
-                )
+            self.arm.stream_target(action.joints, f"{self.note} step {step}")
             self._gripper_held += 1
             held = self.arm.last_measured
             assert held is not None  # a command went: a reading came first
@@ -332,19 +328,17 @@ class ControlLoop:
                     break
                 await self.send_action(action, step)
                 now, res = clock.now(), self.last_step
-                if self.last_held:
+                if self.last_held:  # nothing went: the joints wanted, held
                     wanted = tuple(float(v) for v in action.joints)
-                    report.ticks.append(
-                        TickRecord(step, due - t0, now - t0, wanted, None, False, None,
-                                   self.gripper, held=True)
-                    )  # fmt: skip
+                    sent, clamped, refused = None, False, None
                 else:
                     assert res is not None
-                    report.ticks.append(
-                        TickRecord(step, due - t0, now - t0, res.wanted,
-                                   None if res.sent is None else res.sent.angles, res.clamped,
-                                   res.refused, self.gripper)
-                    )  # fmt: skip
+                    wanted, sent = res.wanted, None if res.sent is None else res.sent.angles
+                    clamped, refused = res.clamped, res.refused
+                report.ticks.append(
+                    TickRecord(step, due - t0, now - t0, wanted, sent, clamped, refused,
+                               self.gripper, held=self.last_held)
+                )  # fmt: skip
                 # the next tick that is still ahead: the ones an overrun passed are skipped
                 nxt = step + 1
                 ahead = math.floor((now - t0) / period) + 1 if now > t0 + nxt * period else nxt

@@ -218,6 +218,14 @@ class SafeArm:
         self.last_commanded = tgt
         return res
 
+    def stream_target(self, target: Sequence[float], note: str) -> tuple[float, ...]:
+        """A streamed target as six finite angles, else ``MotionRefused`` naming it (also
+        the check of an action the control loop holds while a gripper command runs)."""
+        want = tuple(float(v) for v in target)
+        if len(want) != 6 or not all(math.isfinite(v) for v in want):
+            raise MotionRefused(f"{self.where()}: {note}: not six finite angles: {list(target)}")
+        return want
+
     async def stream(
         self, target: Sequence[float], max_step_deg: float, note: str, *, into_box: bool = False
     ) -> StreamStep:
@@ -234,9 +242,7 @@ class SafeArm:
         present = self.last_measured
         if present is None:
             raise MotionRefused(f"{self.where()}: {note}: no reading to step from")
-        want = tuple(float(v) for v in target)
-        if len(want) != len(present) or not all(math.isfinite(v) for v in want):
-            raise MotionRefused(f"{self.where()}: {note}: not six finite angles: {list(target)}")
+        want = self.stream_target(target, note)
         bound = min(max_step_deg, self.settings.arm.joint_step_max_deg or max_step_deg)
         lo, hi = self.joint_box()
         # a target past a joint's limit is aimed at the limit (a measured pose replayed can
