@@ -28,11 +28,12 @@ from mecharm.runtime.cli import main as runtime_main
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.control import Action, Observation
 from mecharm.runtime.guard import check_pose
+from mecharm.runtime.ports import VerdictObservation
 from mecharm.runtime.records.ledger import verify_ledger
 from mecharm.runtime.records.trace import read_trace
 from mecharm.runtime.rigsetup import open_rig
 from mecharm.runtime.rollout import RECORDS, TASK, Stage
-from mecharm.runtime.rollout.body import ReleaseWatch
+from mecharm.runtime.rollout.body import HIDDEN_LOOKS, JUDGED_IN_BOX, ReleaseWatch, block_hidden
 from mecharm.runtime.rollout.policies import (
     EpisodePlayback,
     PolicyError,
@@ -230,19 +231,46 @@ def test_eval_refuses_what_it_cannot_do_before_it_starts_anything(
             load_policy(spec, s)
 
 
-def test_a_rollout_ends_a_while_after_the_policy_lets_go() -> None:
-    """Open after closed, held ``after_s`` of ticks: over; a re-grasp before then starts
-    again; an open gripper that never closed is no release; None never ends it."""
+def _verdict(verdict: str, *seen: bool) -> VerdictObservation:
+    frames = [{"block_seen": b} for b in seen]
+    return VerdictObservation(verdict, 0.9, "test", "geometric", {"frames": frames} if seen else {})
+
+
+def test_the_judge_looks_a_while_after_the_policy_lets_go_and_a_yes_ends_it() -> None:
+    """Open after closed: the judge looks ``after_s`` of ticks later; a re-grasp before then
+    starts again; an open gripper that never closed is no release; None never looks."""
     w = ReleaseWatch(2.0, 10.0)
     grips = [100] * 5 + [20] * 10 + [100] * 5 + [20] * 3 + [100] * 25
-    ends = [w.over(tick, g) for tick, g in enumerate(grips)]
-    assert w.released_at == 23 and ends.index(True) == 43  # 20 ticks after the last release
-    assert not any(ends[:43]) and all(ends[43:])
+    due = [w.due(tick, g) for tick, g in enumerate(grips)]
+    assert w.released_at == 23 and due.index(True) == 43  # 20 ticks after the last release
+    assert not any(due[:43])
+    assert w.looked(43, _verdict("yes", True)) and w.ended and w.looks == 1
+    assert not w.due(44, 100)  # over: the loop stops on it
     never = ReleaseWatch(None, 10.0)
-    assert not any(never.over(t, g) for t, g in enumerate(grips))
+    assert not any(never.due(t, g) for t, g in enumerate(grips))
     opened = ReleaseWatch(0.0, 10.0)
-    assert not any(opened.over(t, 100) for t in range(50))  # never closed: nothing let go
+    assert not any(opened.due(t, 100) for t in range(50))  # never closed: nothing let go
     assert opened.released_at is None
+
+
+def test_a_miss_lets_the_policy_go_on_and_a_hidden_block_is_looked_at_again() -> None:
+    """A "no" with the block seen: no more looks until the next release; a "no" that saw
+    no block (the arm over the box hides it): again ``after_s`` later, ``HIDDEN_LOOKS``
+    times at most; a judge without per-frame details is taken as having seen."""
+    w = ReleaseWatch(1.0, 10.0)
+    for t in range(5):
+        w.due(t, 20)
+    assert not w.due(5, 100) and w.due(15, 100)
+    assert not w.looked(15, _verdict("no", True, False)) and w.next_look is None
+    assert not any(w.due(t, 100) for t in range(16, 100))
+    w.due(100, 20)  # grasped again, released again: looked at again
+    assert not w.due(101, 100) and w.due(111, 100)
+    hidden = [w.looked(t, _verdict("no", False, False)) for t in (111, 121)]
+    assert hidden == [False, False] and w.next_look == 131
+    assert w.due(131, 100) and not w.looked(131, _verdict("no", False, False))
+    assert w.next_look is None and w.looks == 4  # HIDDEN_LOOKS looks at a hidden block
+    assert HIDDEN_LOOKS == 3
+    assert not block_hidden(_verdict("no"))  # no details: a VLM's or a person's verdict
 
 
 @pytest.mark.parametrize(
@@ -328,6 +356,8 @@ def test_a_policy_is_held_by_the_guards_and_a_closed_gripper_is_opened_where_it_
         closed = _session(tmp_path, fk_data_dir, f"{POLICIES}:close_and_stop", seed,
                           rig.daemon_port, rig.top_url)  # fmt: skip
         after_close = scene_truth(rig.control_url)
+        miss = _session(tmp_path, fk_data_dir, f"{POLICIES}:let_go_and_go_on", seed,
+                        rig.daemon_port, rig.top_url)  # fmt: skip
     finally:
         rig.daemon.stop()
     # 1. j1 asked for 120°: every step bounded (5°), the ones that would take the tip into the
@@ -356,6 +386,16 @@ def test_a_policy_is_held_by_the_guards_and_a_closed_gripper_is_opened_where_it_
     assert put["opened"] and put["gripper_was"] == 20
     moves = [e["value"]["note"] for e in tr if e["event"] == "decision" and e["kind"] == "arrival"]
     assert moves[-1] == "retreat: home"
+    # 3. let go of nothing: the judge looked after the release, saw no block in the box, and
+    # the policy went on until it ended the episode itself
+    assert miss.status == "completed", miss.reason
+    assert miss.outcome["stopped_by"] == "policy done" and miss.outcome["ticks"] == 200
+    looks = [e["value"] for e in read_trace(miss.trace_path)
+             if e["event"] == "decision" and e["kind"] == "rollout_look"]  # fmt: skip
+    assert 1 <= len(looks) <= HIDDEN_LOOKS
+    assert all(v["verdict"] == "no" and not v["ended"] for v in looks)
+    # 2 s (20 ticks) after the release at the earliest: the open was asked at tick 70
+    assert looks[0]["at_step"] >= 70 + 20
     # the task's own ledger, verified, with the policy named
     layout = DataRoot(tmp_path / "root", "rollout")
     assert verify_ledger(layout.ledger, RECORDS).ok
@@ -364,6 +404,7 @@ def test_a_policy_is_held_by_the_guards_and_a_closed_gripper_is_opened_where_it_
     assert [r["policy"] for r in rows] == [
         f"{POLICIES}:reach_too_far",
         f"{POLICIES}:close_and_stop",
+        f"{POLICIES}:let_go_and_go_on",
     ]
 
 
@@ -400,8 +441,12 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
         (row,) = csv.DictReader(fh)
     assert row["policy"] == policy and row["recording_status"] == "ok"
     assert row["scene_seed"] == first["scene_seed"]
-    # the episode ended 2 s after the recorded release, not at the recording's end
-    assert row["stopped_by"] == "released"
+    # the judge looked 2 s after the recorded release and saw the block in the box: the
+    # episode ended there, not at the recording's end
+    assert row["stopped_by"] == JUDGED_IN_BOX
+    looks = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
+             if e["event"] == "decision" and e["kind"] == "rollout_look"]  # fmt: skip
+    assert looks[-1]["verdict"] == "yes" and looks[-1]["ended"]
     # every action went through the safe arm: bounded, guarded, path-checked
     steps = [e["value"] for e in read_trace(layout.trace(row["run_stem"]))
              if e["event"] == "decision" and e["kind"] == "stream_step"]  # fmt: skip

@@ -35,16 +35,20 @@ from mecharm.runtime.control import (
 )
 from mecharm.runtime.engine import Attempt, Outcome, StageFailed, exit_attempts
 from mecharm.runtime.pick_place import TrialContext
+from mecharm.runtime.ports import VerdictObservation
 from mecharm.runtime.rollout.policies import PolicyError, RolloutPolicy, load_policy
 from mecharm.runtime.rollout.stages import Stage
 from mecharm.runtime.threads import to_thread
 
 __all__ = [
     "CLEAR_TIP_M",
+    "HIDDEN_LOOKS",
+    "JUDGED_IN_BOX",
     "OPEN_MIN",
     "ReleaseWatch",
     "RolloutContext",
     "RolloutState",
+    "block_hidden",
     "exit_rollout",
     "judge_rollout",
     "rate_problem",
@@ -67,6 +71,8 @@ CLEAR_TIP_M = 0.10
 #: a gripper value at or above this is open (0 closed … 100 open): halfway between the
 #: runtime's close (20) and open (100); a learned policy's "open" wanders well below 100
 OPEN_MIN = 60
+#: the control loop's ``stopped_by`` when the judge saw the block in the box
+JUDGED_IN_BOX = "judged in the box"
 
 
 @dataclass
@@ -97,7 +103,8 @@ def _is_open(value: int) -> bool:
 
 
 async def rollout(ctx: RolloutContext) -> Outcome:
-    """The policy at its rate until it is done or ``rollout.max_s`` of ticks are due."""
+    """The policy at its rate until it is done, the judge sees the block in the box after
+    a release (``ReleaseWatch``), or ``rollout.max_s`` of ticks are due."""
     s, r = ctx.settings, ctx.rollout
     spec = s.rollout.policy
     if spec is None:
@@ -128,6 +135,20 @@ async def rollout(ctx: RolloutContext) -> Outcome:
     seen: list[Any] = [None]
     release = ReleaseWatch(s.rollout.after_release_s, rate)
 
+    async def look(tick: int) -> bool:
+        """The place judge on the top camera while the arm holds its pose (the loop waits:
+        the ticks it takes are counted as missed); True: the block is in the box."""
+        v = await ctx.eyes.judge_place(None, f"rollout_look_{release.looks + 1}")
+        ended = release.looked(tick, v)
+        ctx.trace.decision(
+            "rollout_look",
+            {"at_step": tick, "at_s": round(tick / rate, 2), "look": release.looks,
+             "verdict": v.verdict, "reason": v.reason, "block_hidden": block_hidden(v),
+             "ended": ended, "next_look": release.next_look},
+        )  # fmt: skip
+        log.info("rollout_look", at_step=tick, verdict=v.verdict, reason=v.reason, ended=ended)
+        return ended
+
     def keep_sent() -> None:  # the pose the last tick sent, on the way back
         step = loop.last_step
         if step is not None and step is not seen[0]:
@@ -139,8 +160,8 @@ async def rollout(ctx: RolloutContext) -> Outcome:
     # the daemon's keepalive and the recorder's events go on meanwhile
     async def step(obs: Observation) -> Action | Stop | None:
         keep_sent()
-        if release.over(obs.step, loop.gripper):
-            return Stop("released")  # the policy let go a while ago: the judge's turn
+        if release.due(obs.step, loop.gripper) and await look(obs.step):
+            return Stop(JUDGED_IN_BOX)
         out: Any = await to_thread(policy, obs)
         if inspect.isawaitable(out):
             out = await out
@@ -163,12 +184,6 @@ async def rollout(ctx: RolloutContext) -> Outcome:
             f"policy {policy.name}: the rollout did not end within {limit:.0f} s (the policy or "
             "a camera read hung)"
         )
-    if release.released_at is not None:
-        ctx.trace.decision(
-            "rollout_released",
-            {"at_step": release.released_at, "ended": release.ended,
-             "after_release_s": s.rollout.after_release_s},
-        )  # fmt: skip
     r.report = report
     # a played-back episode's frames the arm never reached (a stall, a refused step): said,
     # not only counted in the policy
@@ -184,25 +199,63 @@ async def rollout(ctx: RolloutContext) -> Outcome:
 
 @dataclass
 class ReleaseWatch:
-    """When a rollout lets go: the gripper open (``OPEN_MIN``) at a tick after it had been
-    closed; ``over`` is true once ``after_s`` of ticks have passed since (None: never)."""
+    """When the judge looks during a rollout (docs/rollouts.md, "When an episode ends").
+
+    A release is the gripper open (``OPEN_MIN``) at a tick after it had been closed; the
+    judge looks ``after_s`` of ticks later, when the block has fallen and settled. A "yes"
+    ends the episode (``ended``); a "no" lets the policy go on (it may grasp again), and the
+    next look waits for the next release, unless the judge saw no block at all (the arm
+    over the box hides it): then it looks again ``after_s`` later, ``HIDDEN_LOOKS`` times at
+    most. ``after_s`` None: the judge never looks during the rollout."""
 
     after_s: float | None
     rate_hz: float
     closed: bool = False
     released_at: int | None = None
+    #: the tick at which the judge looks next (None: not until the next release)
+    next_look: int | None = None
+    looks: int = 0
+    hidden: int = 0
     ended: bool = False
 
-    def over(self, tick: int, gripper: int) -> bool:
-        if self.after_s is None:
+    def _wait(self) -> int:
+        assert self.after_s is not None
+        return max(1, math.ceil(self.after_s * self.rate_hz))
+
+    def due(self, tick: int, gripper: int) -> bool:
+        """Does the judge look at this tick (the gripper as last commanded)?"""
+        if self.after_s is None or self.ended:
             return False
         if not _is_open(gripper):
-            self.closed, self.released_at = True, None  # grasped (again)
+            self.closed, self.released_at, self.next_look = True, None, None  # grasped (again)
         elif self.closed and self.released_at is None:
-            self.released_at = tick
-        if self.released_at is not None and tick - self.released_at >= self.after_s * self.rate_hz:
+            self.released_at, self.hidden = tick, 0
+            self.next_look = tick + self._wait()
+        return self.next_look is not None and tick >= self.next_look
+
+    def looked(self, tick: int, verdict: VerdictObservation) -> bool:
+        """Take the judge's verdict at ``tick``; True: the episode ends on it."""
+        self.looks += 1
+        self.next_look = None
+        if verdict.verdict == "yes":
             self.ended = True
+        elif block_hidden(verdict) and self.hidden + 1 < HIDDEN_LOOKS:
+            self.hidden += 1
+            self.next_look = tick + self._wait()
         return self.ended
+
+
+#: looks after one release while the judge sees no block at all (the arm hides it)
+HIDDEN_LOOKS = 3
+
+
+def block_hidden(verdict: VerdictObservation) -> bool:
+    """The judge saw no block in any frame (its per-frame details say so; a judge without
+    them, a VLM's or a person's, has seen what it needed)."""
+    frames = verdict.details.get("frames") if isinstance(verdict.details, dict) else None
+    if not isinstance(frames, list) or not frames:
+        return False
+    return all(isinstance(f, dict) and f.get("block_seen") is False for f in frames)
 
 
 def rate_problem(rate_hz: float, scale: float) -> str | None:
