@@ -99,6 +99,7 @@ class MjpegHttpCamera(CameraSource):
             sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         except OSError as exc:
             raise CameraOpenError(f"{self.spec}: cannot connect: {exc.strerror or exc}") from exc
+        fh = None
         try:
             sock.settimeout(self.connect_timeout)
             req = (
@@ -110,6 +111,11 @@ class MjpegHttpCamera(CameraSource):
             boundary = self._read_response_head(fh)
             sock.settimeout(self.stall_timeout)
         except (OSError, MjpegStreamError) as exc:
+            # the file first: a socket closed while its file is open stays open until the
+            # file goes, and the exception's frames keep both until a garbage collection
+            # finalizes them in any order ("unclosed socket" under load)
+            if fh is not None:
+                fh.close()
             sock.close()
             raise CameraOpenError(f"{self.spec}: {exc}") from exc
         self._sock = sock

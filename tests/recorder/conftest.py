@@ -166,8 +166,16 @@ class MjpegServer:
         self._clients.clear()
 
     def close(self) -> None:
+        """Stop serving. The accept thread is woken (``shutdown`` of the listening socket)
+        and joined *before* the socket is closed: closing first freed its file descriptor
+        while the thread was about to accept on it, the next server of the same test process
+        got that number, and the old thread answered the new server's client (a 404 from
+        the previous case, seen with a profiler pausing the processes)."""
         self._stop.set()
         self.drop_clients()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=30)
         self.sock.close()
 
 

@@ -203,9 +203,21 @@ def test_mjpeg_stall_is_a_failed_read(mjpeg_server):
     ],
 )
 def test_mjpeg_open_errors_name_the_cause(mjpeg_server, kw, msg):
+    """...and close the connection at once: while the error (and the frames it keeps, with
+    the socket's file) is still held, no socket of this process stays open."""
     srv = mjpeg_server(**kw)
-    with pytest.raises(CameraOpenError, match=msg):
+
+    def sockets() -> int:
+        return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+                   for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))  # fmt: skip
+
+    before = sockets()
+    with pytest.raises(CameraOpenError, match=msg) as err:
         open_camera(srv.url)
+    assert err.value.__cause__ is not None  # the frames with the socket's file are still held
+    # the server's own accepted end may linger a moment: count only what this test opened
+    # itself (the server's listening socket was open before)
+    assert sockets() <= before + 1
 
 
 def test_mjpeg_connection_refused():
