@@ -21,7 +21,7 @@ from mecharm.runtime.camera_eyes import CameraEyes
 from mecharm.runtime.client import DaemonClient, DaemonError, TimeScaleMismatch, connect_fix
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.eyes import DryRunEyes
-from mecharm.runtime.lookup import ensure_table, load_arc, load_table
+from mecharm.runtime.lookup import ensure_table, load_arc, load_table, warmed
 from mecharm.runtime.lookup.descent import pick_descent_table
 from mecharm.runtime.lookup.j0 import ArcPose
 from mecharm.runtime.perception import (
@@ -152,7 +152,7 @@ async def open_rig(
     # the lookups keep to the guard's j1 limit, so they never choose a pose it would refuse
     table = await to_thread(load_table, table_path, j1_max=s.arm.j1_max)
     # build the lookup index and the default bands' views now, not in the first trial's stages
-    await to_thread(table.warm, [s.pick_place.pick_band, s.pick_place.place_band])
+    table = await to_thread(warmed, table, [s.pick_place.pick_band, s.pick_place.place_band])
     arc_pick, arc_place = (
         load_arc(s.pick_place.approach_pick_arc),
         load_arc(s.pick_place.approach_place_arc),

@@ -19,7 +19,13 @@ from mecharm.runtime.lookup import (
     load_table,
 )
 from mecharm.runtime.lookup import table as table_mod
-from mecharm.runtime.lookup.build import DEFAULT_BASES, default_rows, lattice, rows_from_angles
+from mecharm.runtime.lookup.build import (
+    DEFAULT_BASES,
+    default_rows,
+    lattice,
+    rows_from_angles,
+    warmed,
+)
 from mecharm.runtime.lookup.table import (
     ChecksumMismatch,
     adopt_table,
@@ -261,6 +267,24 @@ def test_warm_builds_the_lazy_parts() -> None:
     assert table.warm() is table
     assert table._index is not None and set(table._cols) >= {"ee_x", "ee_y", "ee_z", "safe", "j3"}
     assert np.array_equal(table.index.ycol(table, "j0"), table.joints[table.index.by_y, 0])
+
+
+def test_a_table_loaded_again_is_warmed_once_per_process(tmp_path: Path) -> None:
+    """Each rig loads the table: the second load of the same file and rows gets the table
+    the first warmed; other rows, another j1 limit or other bands are warmed apart."""
+    path = tmp_path / FK_TABLE
+    build_table(path, small_rows())
+    first = load_table(path)
+    lo, hi = float(first.col("ee_y").min()), float(first.col("ee_y").max())
+    assert warmed(first, [(lo, hi)]) is first and first._index is not None
+    again = load_table(path)
+    assert again is not first and warmed(again, [(lo, hi)]) is first
+    assert warmed(again, [(lo, hi + 0.01)]) is again  # other bands: warmed apart
+    lower = load_table(path, j1_max=60.0)
+    assert warmed(lower, [(lo, hi)]) is lower
+    other = tmp_path / "other" / FK_TABLE
+    build_table(other, small_rows()[:-1])
+    assert warmed(load_table(other), [(lo, hi)]) is not first
 
 
 def test_warm_builds_the_band_views_asked_for() -> None:

@@ -7,7 +7,7 @@ x-z grid), ``fk_lookup``, ``j0`` (adopted arc poses), ``holes`` and ``cli``.
 
 from __future__ import annotations
 
-from mecharm.runtime.lookup.build import build_table, default_rows, ensure_table
+from mecharm.runtime.lookup.build import build_table, default_rows, ensure_table, warmed
 from mecharm.runtime.lookup.fk_lookup import PHASES, FkLookupResult, fk_lookup
 from mecharm.runtime.lookup.j0 import ArcPose, J0LookupResult, adopt_arc, j0_lookup, load_arc
 from mecharm.runtime.lookup.table import (
@@ -37,4 +37,5 @@ __all__ = [
     "j0_lookup",
     "load_arc",
     "load_table",
+    "warmed",
 ]

@@ -49,6 +49,7 @@ __all__ = [
     "global_scan",
     "lattice",
     "rows_from_angles",
+    "warmed",
     "with_approach_lattices",
 ]
 
@@ -209,6 +210,27 @@ def _content_key(table: FkTable) -> tuple[Any, ...]:
     step = max(1, table.n_rows // 256)
     sample = hashlib.sha256(table.xyz[::step].tobytes() + table.joints[::step].tobytes())
     return (table.checksum, table.n_rows, table.j1_max, sample.hexdigest())
+
+
+_WARMED: dict[tuple[Any, ...], FkTable] = {}
+
+
+def warmed(table: FkTable, bands: Sequence[tuple[float, float]]) -> FkTable:
+    """``table`` warmed for ``bands`` (``FkTable.warm``: its columns, safety mask, index and
+    band views), or the table of the same file and content this process warmed before: a
+    session's rig, each test's rig, each replayed trace loads the table again, and the
+    warm-up (~0.15 s of CPU on the default table, more on a busy machine) was done again
+    for every one. The derived arrays are pure functions of the rows and the j1 limit."""
+    key = (str(table.path), *_content_key(table), tuple((float(a), float(b)) for a, b in bands))
+    with _AUGMENT_LOCK:
+        hit = _WARMED.get(key)
+    if hit is not None:
+        return hit
+    table.warm(bands)
+    with _AUGMENT_LOCK:
+        while len(_WARMED) >= 4:
+            del _WARMED[next(iter(_WARMED))]
+        return _WARMED.setdefault(key, table)
 
 
 def approach_lattice_bases(
