@@ -411,6 +411,24 @@ class CameraEyes:
         await self._judged("place", found, v)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 
+    async def look_place(self, tag: str) -> VerdictObservation:
+        found = await self._evidence(tag, None, None)
+        if found is None:
+            return VerdictObservation("no", 0.0, "cannot look: no detect detection", "geometric")
+        v = await self._look_judge().judge_place(found[0])
+        await self._judged("place", found, v)
+        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
+
+    def _look_judge(self) -> Judge:
+        """The trial's judge when it is the geometric one, else the geometric one it falls
+        back to (the VLM's), else one of these eyes' own."""
+        if isinstance(self.judge, GeometricJudge):
+            return self.judge
+        fallback = getattr(self.judge, "fallback", None)
+        if isinstance(fallback, GeometricJudge):
+            return fallback
+        return GeometricJudge(self.config)
+
     async def view_release(
         self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
     ) -> ReleaseView:

@@ -78,6 +78,11 @@ class DryRunEyes:
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return VerdictObservation("yes", 0.0, "dry run: assumed (the arm did not move)", "dry_run")
 
+    async def look_place(self, tag: str) -> VerdictObservation:
+        return VerdictObservation(
+            "no", 0.0, "dry run: not looked (the arm did not move)", "dry_run"
+        )
+
     async def view_release(
         self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
     ) -> ReleaseView:
@@ -127,6 +132,10 @@ class TracedEyes:
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
         return self.trace.input("place_verdict", await self.inner.judge_place(side_frame, tag))  # type: ignore[no-any-return]
+
+    async def look_place(self, tag: str) -> VerdictObservation:
+        # its own kind: a look is not the place verdict the records fold
+        return self.trace.input("look_verdict", await self.inner.look_place(tag))  # type: ignore[no-any-return]
 
     async def view_release(
         self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str

@@ -304,6 +304,12 @@ class EyesPort(Protocol):
 
     async def judge_pick(self, tip_height_m: float, tag: str) -> VerdictObservation: ...
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation: ...
+    async def look_place(self, tag: str) -> VerdictObservation:
+        """Is the block in the box, looked at during a task (a rollout after the policy lets
+        go), not the trial's verdict: the geometric judge whatever judges the trial (no VLM
+        call from the trial's budget, no question to the operator)."""
+        ...
+
     async def view_release(
         self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
     ) -> ReleaseView:

@@ -17,6 +17,7 @@ import pytest
 
 from mecharm.cameras import CameraSource, Frame, MjpegHttpCamera, open_camera
 from mecharm.runtime.camera_eyes import CameraEyes, EyesError
+from mecharm.runtime.perception.judge import GeometricJudge, HumanJudge
 from mecharm.sim.camserver import CameraFeed, CameraServer
 
 H, W = 48, 256
@@ -165,3 +166,22 @@ def test_a_few_repeated_frames_are_skipped_not_taken_for_a_frozen_feed() -> None
         cam.close()
         server.close()
     assert len(set(numbers)) == 4, numbers  # four different pictures, no repeat among them
+
+
+def test_a_look_during_a_task_is_the_geometric_judge_s_whatever_judges_the_trial() -> None:
+    """``look_place`` (a rollout's look after the policy lets go) never spends a VLM call of
+    the trial's budget nor asks the operator: the trial's geometric judge, else the one it
+    falls back to, else one of the eyes' own."""
+    geometric = GeometricJudge()
+    asked = HumanJudge(timeout=1.0, fallback=geometric)
+    for judge, want in (
+        (geometric, geometric),
+        (asked, geometric),
+        (HumanJudge(timeout=1.0), None),
+    ):
+        eyes = CameraEyes(_BufferedDevice(stamp_ns=1), judge)
+        try:
+            got = eyes._look_judge()
+            assert isinstance(got, GeometricJudge) and (want is None or got is want)
+        finally:
+            eyes._drawer.shutdown(wait=True)

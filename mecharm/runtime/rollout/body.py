@@ -42,13 +42,12 @@ from mecharm.runtime.threads import to_thread
 
 __all__ = [
     "CLEAR_TIP_M",
-    "HIDDEN_LOOKS",
     "JUDGED_IN_BOX",
+    "LOOKS_PER_RELEASE",
     "OPEN_MIN",
     "ReleaseWatch",
     "RolloutContext",
     "RolloutState",
-    "block_hidden",
     "exit_rollout",
     "judge_rollout",
     "rate_problem",
@@ -136,15 +135,16 @@ async def rollout(ctx: RolloutContext) -> Outcome:
     release = ReleaseWatch(s.rollout.after_release_s, rate)
 
     async def look(tick: int) -> bool:
-        """The place judge on the top camera while the arm holds its pose (the loop waits:
-        the ticks it takes are counted as missed); True: the block is in the box."""
-        v = await ctx.eyes.judge_place(None, f"rollout_look_{release.looks + 1}")
+        """The geometric place judge on the top camera (``EyesPort.look_place``: not the
+        trial's verdict, whatever judges it) while the arm holds its pose; the loop waits, the
+        ticks it takes are counted as missed. True: the block is in the box."""
+        v = await ctx.eyes.look_place(f"rollout_look_{release.looks + 1}")
         ended = release.looked(tick, v)
         ctx.trace.decision(
             "rollout_look",
             {"at_step": tick, "at_s": round(tick / rate, 2), "look": release.looks,
-             "verdict": v.verdict, "reason": v.reason, "block_hidden": block_hidden(v),
-             "ended": ended, "next_look": release.next_look},
+             "verdict": v.verdict, "reason": v.reason, "ended": ended,
+             "next_look": release.next_look},
         )  # fmt: skip
         log.info("rollout_look", at_step=tick, verdict=v.verdict, reason=v.reason, ended=ended)
         return ended
@@ -160,8 +160,12 @@ async def rollout(ctx: RolloutContext) -> Outcome:
     # the daemon's keepalive and the recorder's events go on meanwhile
     async def step(obs: Observation) -> Action | Stop | None:
         keep_sent()
-        if release.due(obs.step, loop.gripper) and await look(obs.step):
-            return Stop(JUDGED_IN_BOX)
+        if release.due(obs.step, loop.gripper):
+            if await look(obs.step):
+                return Stop(JUDGED_IN_BOX)
+            # the look took a while: this tick holds, the policy's next one sees a fresh
+            # observation instead of one taken before the look
+            return Action(tuple(obs.joints), None)
         out: Any = await to_thread(policy, obs)
         if inspect.isawaitable(out):
             out = await out
@@ -202,11 +206,12 @@ class ReleaseWatch:
     """When the judge looks during a rollout (docs/rollouts.md, "When an episode ends").
 
     A release is the gripper open (``OPEN_MIN``) at a tick after it had been closed; the
-    judge looks ``after_s`` of ticks later, when the block has fallen and settled. A "yes"
-    ends the episode (``ended``); a "no" lets the policy go on (it may grasp again), and the
-    next look waits for the next release, unless the judge saw no block at all (the arm
-    over the box hides it): then it looks again ``after_s`` later, ``HIDDEN_LOOKS`` times at
-    most. ``after_s`` None: the judge never looks during the rollout."""
+    geometric judge looks ``after_s`` of ticks later, when the block has fallen and settled,
+    and again every ``after_s`` while it says no, ``LOOKS_PER_RELEASE`` times at most (the
+    arm still over the box hides the block from the first looks). A "yes" ends the episode
+    (``ended``); after the last "no" the policy goes on (it may grasp again) and the next
+    look waits for the next release. ``after_s`` None: the judge never looks during the
+    rollout."""
 
     after_s: float | None
     rate_hz: float
@@ -215,7 +220,8 @@ class ReleaseWatch:
     #: the tick at which the judge looks next (None: not until the next release)
     next_look: int | None = None
     looks: int = 0
-    hidden: int = 0
+    #: looks since the last release
+    since_release: int = 0
     ended: bool = False
 
     def _wait(self) -> int:
@@ -229,33 +235,24 @@ class ReleaseWatch:
         if not _is_open(gripper):
             self.closed, self.released_at, self.next_look = True, None, None  # grasped (again)
         elif self.closed and self.released_at is None:
-            self.released_at, self.hidden = tick, 0
+            self.released_at, self.since_release = tick, 0
             self.next_look = tick + self._wait()
         return self.next_look is not None and tick >= self.next_look
 
     def looked(self, tick: int, verdict: VerdictObservation) -> bool:
         """Take the judge's verdict at ``tick``; True: the episode ends on it."""
         self.looks += 1
+        self.since_release += 1
         self.next_look = None
         if verdict.verdict == "yes":
             self.ended = True
-        elif block_hidden(verdict) and self.hidden + 1 < HIDDEN_LOOKS:
-            self.hidden += 1
+        elif self.since_release < LOOKS_PER_RELEASE:
             self.next_look = tick + self._wait()
         return self.ended
 
 
-#: looks after one release while the judge sees no block at all (the arm hides it)
-HIDDEN_LOOKS = 3
-
-
-def block_hidden(verdict: VerdictObservation) -> bool:
-    """The judge saw no block in any frame (its per-frame details say so; a judge without
-    them, a VLM's or a person's, has seen what it needed)."""
-    frames = verdict.details.get("frames") if isinstance(verdict.details, dict) else None
-    if not isinstance(frames, list) or not frames:
-        return False
-    return all(isinstance(f, dict) and f.get("block_seen") is False for f in frames)
+#: the judge's looks after one release while it says no
+LOOKS_PER_RELEASE = 3
 
 
 def rate_problem(rate_hz: float, scale: float) -> str | None:

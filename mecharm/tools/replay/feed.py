@@ -284,6 +284,10 @@ class ReplayEyes:
         v: VerdictObservation = await self.feed.take("place_verdict")
         return v
 
+    async def look_place(self, tag: str) -> VerdictObservation:
+        v: VerdictObservation = await self.feed.take("look_verdict")
+        return v
+
     async def view_release(
         self, lift_m: float, box_xz: tuple[float, float], side_frame: str | None, tag: str
     ) -> ReleaseView:

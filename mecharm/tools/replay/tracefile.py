@@ -120,6 +120,7 @@ INPUT_KINDS: dict[str, Callable[[Any], Any]] = {
     "block_xz": _xz,
     "pick_verdict": VerdictObservation.from_dict,
     "place_verdict": VerdictObservation.from_dict,
+    "look_verdict": VerdictObservation.from_dict,
     "side_frame": _side_frame,
     "release_view": ReleaseView.from_dict,
     "release_answer": VerdictObservation.from_dict,
