@@ -660,9 +660,10 @@ class RolloutSettings(BaseModel):
     #: about as long as it was recorded, plus the waits for the arm)
     max_s: float = Field(180.0, gt=0, le=3600)
     #: the place judge looks this many real-rig seconds after the policy lets go (the
-    #: gripper opened after it had closed; the block falls and settles meanwhile): the
-    #: block in the box ends the episode, a miss lets the policy go on (it may grasp
-    #: again). None: the judge looks only at the end, at HOME
+    #: gripper opened after it had closed; the block falls and settles meanwhile), and as
+    #: often again while it says no, three looks in all: the block in the box ends the
+    #: episode, a miss lets the policy go on (it may grasp again). None: the judge looks
+    #: only at the end, at HOME
     after_release_s: float | None = Field(2.0, ge=0, le=60)
     #: each joint moves at most this far from its reading per tick (lerobot's
     #: ``max_relative_target``); never more than ``arm.joint_step_max_deg``
