@@ -661,7 +661,7 @@ class RolloutSettings(BaseModel):
     max_s: float = Field(180.0, gt=0, le=3600)
     #: the place judge looks this many real-rig seconds after the policy lets go (the
     #: gripper opened after it had closed; the block falls and settles meanwhile), and as
-    #: often again while it says no, three looks in all: the block in the box ends the
+    #: often again while it says no, three looks per release: the block in the box ends the
     #: episode, a miss lets the policy go on (it may grasp again). None: the judge looks
     #: only at the end, at HOME
     after_release_s: float | None = Field(2.0, ge=0, le=60)

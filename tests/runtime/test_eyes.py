@@ -17,7 +17,11 @@ import pytest
 
 from mecharm.cameras import CameraSource, Frame, MjpegHttpCamera, open_camera
 from mecharm.runtime.camera_eyes import CameraEyes, EyesError
+from mecharm.runtime.eyes import TracedEyes
 from mecharm.runtime.perception.judge import GeometricJudge, HumanJudge
+from mecharm.runtime.perception.results import Verdict
+from mecharm.runtime.ports import VerdictObservation
+from mecharm.runtime.records.trace import TraceWriter
 from mecharm.sim.camserver import CameraFeed, CameraServer
 
 H, W = 48, 256
@@ -169,19 +173,69 @@ def test_a_few_repeated_frames_are_skipped_not_taken_for_a_frozen_feed() -> None
 
 
 def test_a_look_during_a_task_is_the_geometric_judge_s_whatever_judges_the_trial() -> None:
-    """``look_place`` (a rollout's look after the policy lets go) never spends a VLM call of
-    the trial's budget nor asks the operator: the trial's geometric judge, else the one it
-    falls back to, else one of the eyes' own."""
-    geometric = GeometricJudge()
-    asked = HumanJudge(timeout=1.0, fallback=geometric)
-    for judge, want in (
-        (geometric, geometric),
-        (asked, geometric),
-        (HumanJudge(timeout=1.0), None),
-    ):
-        eyes = CameraEyes(_BufferedDevice(stamp_ns=1), judge)
-        try:
-            got = eyes._look_judge()
-            assert isinstance(got, GeometricJudge) and (want is None or got is want)
-        finally:
-            eyes._drawer.shutdown(wait=True)
+    """``look_place`` (a rollout's look after the policy lets go) never spends a call of the
+    trial's own judge (a VLM's budget, the operator's attention): the trial's geometric
+    judge, else the one it falls back to, else one of the eyes' own; ``judge_place`` (the
+    trial's verdict) is the trial's judge's."""
+
+    class Counting(GeometricJudge):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name, self.calls = name, 0
+
+        async def judge_place(self, evidence: Any) -> Verdict:
+            self.calls += 1
+            return Verdict("no", 0.5, "counted", self.name)
+
+    geometric = Counting("geometric")
+    vlm = HumanJudge(timeout=1.0, fallback=geometric)  # a judge of the trial's with a fallback
+    asked: list[str] = []
+
+    async def judge_place(evidence: Any) -> Verdict:  # the trial's own judge: counted
+        asked.append("trial")
+        return Verdict("yes", 0.9, "asked", "vlm")
+
+    vlm.judge_place = judge_place  # type: ignore[method-assign]
+    eyes = CameraEyes(_BufferedDevice(stamp_ns=1), vlm)
+
+    async def evidence(tag: str, tip: Any, side: Any) -> Any:
+        return object(), object()
+
+    async def judged(what: str, found: Any, v: Any) -> None:
+        return None
+
+    eyes._evidence = evidence  # type: ignore[method-assign]
+    eyes._judged = judged  # type: ignore[method-assign]
+    try:
+        looked = asyncio.run(eyes.look_place("rollout_look_1"))
+        assert looked.judge == "geometric" and geometric.calls == 1 and asked == []
+        assert asyncio.run(eyes.judge_place(None, "rollout_judge")).judge == "vlm"
+        assert asked == ["trial"] and geometric.calls == 1
+        for judge in (Counting("geometric"), HumanJudge(timeout=1.0)):
+            other = CameraEyes(_BufferedDevice(stamp_ns=1), judge)
+            try:
+                got = other._look_judge()
+                assert isinstance(got, GeometricJudge) and (got is judge or judge.name == "human")
+            finally:
+                other._drawer.shutdown(wait=True)
+    finally:
+        eyes._drawer.shutdown(wait=True)
+
+
+def test_a_traced_look_is_an_input_of_its_own_kind_not_the_place_verdict() -> None:
+    """What the records fold as the trial's place verdict is ``place_verdict``; a look is
+    ``look_verdict``, so a look never becomes the trial's verdict."""
+
+    class Inner:
+        async def look_place(self, tag: str) -> VerdictObservation:
+            return VerdictObservation("yes", 0.9, "looked", "geometric")
+
+        async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
+            return VerdictObservation("no", 0.9, "judged", "geometric")
+
+    trace = TraceWriter(None)
+    eyes = TracedEyes(Inner(), trace)  # type: ignore[arg-type]
+    asyncio.run(eyes.look_place("rollout_look_1"))
+    asyncio.run(eyes.judge_place(None, "rollout_judge"))
+    got = [(e["kind"], e["value"]["verdict"]) for e in trace.lines if e["event"] == "input"]
+    assert got == [("look_verdict", "yes"), ("place_verdict", "no")]

@@ -163,9 +163,11 @@ async def rollout(ctx: RolloutContext) -> Outcome:
         if release.due(obs.step, loop.gripper):
             if await look(obs.step):
                 return Stop(JUDGED_IN_BOX)
-            # the look took a while: this tick holds, the policy's next one sees a fresh
-            # observation instead of one taken before the look
-            return Action(tuple(obs.joints), None)
+            # the look took a while: this tick holds (the pose last sent, where the arm was
+            # going; the reading before the look if none was), and the policy's next tick
+            # sees a fresh observation instead of one taken before the look
+            held = ctx.safe.last_streamed
+            return Action(tuple(held if held is not None else obs.joints), None)
         out: Any = await to_thread(policy, obs)
         if inspect.isawaitable(out):
             out = await out
