@@ -402,20 +402,16 @@ class CameraEyes:
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 
     async def judge_place(self, side_frame: str | None, tag: str) -> VerdictObservation:
-        found = await self._evidence(tag, None, side_frame)
-        if found is None:
-            return VerdictObservation(
-                "no", 0.0, "cannot judge: no detect detection", self.judge.name
-            )
-        v = await self.judge.judge_place(found[0])
-        await self._judged("place", found, v)
-        return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
+        return await self._place(self.judge, side_frame, tag)
 
     async def look_place(self, tag: str) -> VerdictObservation:
-        found = await self._evidence(tag, None, None)
+        return await self._place(self._look_judge(), None, tag)
+
+    async def _place(self, judge: Judge, side_frame: str | None, tag: str) -> VerdictObservation:
+        found = await self._evidence(tag, None, side_frame)
         if found is None:
-            return VerdictObservation("no", 0.0, "cannot look: no detect detection", "geometric")
-        v = await self._look_judge().judge_place(found[0])
+            return VerdictObservation("no", 0.0, "cannot judge: no detect detection", judge.name)
+        v = await judge.judge_place(found[0])
         await self._judged("place", found, v)
         return VerdictObservation(v.verdict, float(v.confidence), v.reason, v.judge, v.details)
 

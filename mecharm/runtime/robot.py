@@ -20,8 +20,9 @@ pieces, so a lerobot session is held to the same rules as a trial:
 Features are named like lerobot's own arms: ``j0.pos`` … ``j5.pos`` (degrees) and
 ``gripper.pos`` (0 closed … 100 open, the value last commanded: not read from the arm,
 which would cost a serial read per tick, and an export's is the command too), and one
-``(height, width, 3)`` RGB image per camera. A camera whose frames have another size is resized to the configured one (``INTER_AREA``), which is also how a
-1080p stream becomes a 640×360 feature.
+``(height, width, 3)`` RGB image per camera. A camera whose frames have another size is
+resized to the configured one (``INTER_AREA``), which is also how a 1080p stream becomes a
+640×360 feature.
 
 The lerobot glue (``RobotConfig`` / ``Robot`` subclasses, registered as ``mecharm270``)
 is the separate ``lerobot_robot_mecharm`` package (plugins/), which lerobot discovers by
