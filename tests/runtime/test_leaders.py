@@ -216,8 +216,15 @@ def test_keys_that_drive_the_tool_into_the_mat_stop_the_follower_above_it(
             sent = follower.send_action(kb.get_action())
             pose = tuple(sent[k] for k in JOINT_KEYS)
             assert max(abs(sent[k] - before[k]) for k in JOINT_KEYS) <= 5.0 + 0.011
-            assert float(fk_tip(pose)[1]) >= margin
-            held += pose == tuple(before[k] for k in JOINT_KEYS)
+            if pose == tuple(before[k] for k in JOINT_KEYS):  # refused: the arm holds
+                held += 1
+                # a reading, not a command: the arm settles within its settle error of the
+                # step sent last (j1 up to ~0.6° for a 5° step, the others 0.15°:
+                # docs/daemon.md) and reads with 0.08° of noise, which can put the tip
+                # inside the margin (seen: 1.2 mm of 5), not through the mat (1 mm: noise)
+                assert float(fk_tip(pose)[1]) >= -0.001
+            else:  # sent: the command itself keeps the margin
+                assert float(fk_tip(pose)[1]) >= margin
         assert held > 0  # the guards held the arm where the next step would cross the mat
         time.sleep(0.2)
         now = follower.get_observation()
