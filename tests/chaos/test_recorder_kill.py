@@ -299,7 +299,9 @@ def test_recorder_killed_or_absent_the_trial_runs_the_same(
 ) -> None:
     """Same scene and seed twice through the real runtime: the recorder SIGKILLed at a random
     stage, then no recorder process at all. Same decisions and commands both times; the
-    killed one is linked ``crashed``, the absent one is ``none`` with a note."""
+    killed one is linked ``crashed``, the absent one is ``none`` with a note. (The one trial
+    of the suite with its recorder killed mid-trial: test_e2e.py's fixed-stage kill was
+    folded in here.)"""
     rng = random.Random(SEED)
     root = tmp_path / "root"
     root.mkdir()
@@ -317,6 +319,12 @@ def test_recorder_killed_or_absent_the_trial_runs_the_same(
     _same_decisions(killed, absent)
     assert killed.recording.status == "crashed"
     assert killed.recording.path == str(DataRoot.recording_rel(killed.run_stem))
+    # no meta, but the media the recorder left: linked, status crashed (docs/recorder.md,
+    # "Crashed recordings"); the place judgement's side frame, asked after every stage the
+    # kill can come at, timed out: the trial went on without it
+    assert "the recorder died" in killed.recording.note
+    side = json.loads((killed.run_dir / f"{killed.run_stem}.json").read_text())["side_frames"]
+    assert side[-1]["path"] is None and side[-1]["reason"] == "timeout", side
     assert absent.recording.status == "none" and absent.recording.path == ""
     assert "no recording folder: the recorder was absent" in absent.recording.note
     # the only waits the recorder's absence adds are the documented bounds
