@@ -72,6 +72,8 @@ CLEAR_TIP_M = 0.10
 OPEN_MIN = 60
 #: the control loop's ``stopped_by`` when the judge saw the block in the box
 JUDGED_IN_BOX = "judged in the box"
+#: the judge's looks after one release while it says no
+LOOKS_PER_RELEASE = 3
 
 
 @dataclass
@@ -251,10 +253,6 @@ class ReleaseWatch:
         elif self.since_release < LOOKS_PER_RELEASE:
             self.next_look = tick + self._wait()
         return self.ended
-
-
-#: the judge's looks after one release while it says no
-LOOKS_PER_RELEASE = 3
 
 
 def rate_problem(rate_hz: float, scale: float) -> str | None:
