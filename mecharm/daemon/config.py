@@ -150,8 +150,9 @@ def read_token(path: Path) -> str:
     Raises ConfigError naming the file and the fix when it is missing, unreadable, empty,
     shorter than ``TOKEN_MIN_CHARS``, readable by others or in a folder others may write.
     """
+    path = Path(path).expanduser()  # "~/..." in daemon.yaml, as the runtime reads its own
     try:
-        data = read_secret_file(Path(path), "token_file", 8192, cannot="cannot read")
+        data = read_secret_file(path, "token_file", 8192, cannot="cannot read")
     except KeyFileError as exc:
         raise ConfigError(str(exc)) from None
     try:

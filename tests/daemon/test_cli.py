@@ -102,6 +102,10 @@ def test_read_token(tmp_path: Path) -> None:
     p.write_text(good + "\n")
     os.chmod(p, 0o600)
     assert read_token(p) == good
+    # "~" is the user's home, as in the shipped daemon.yaml's example
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(tmp_path))
+        assert read_token(Path("~/token")) == good
     os.chmod(p, 0o644)
     with pytest.raises(ConfigError, match=r"accessible by group or others.*chmod 600"):
         read_token(p)
