@@ -47,9 +47,10 @@ def close_and_stop(settings: Any) -> Any:
 def let_go_and_go_on(settings: Any) -> Any:
     """Close the gripper on nothing out over the mat, open it again (a release: the judge
     looks, sees no block in the box), then hold on for a while and end: a miss does not end
-    the episode, the policy does."""
+    the episode, the policy does. Out on the side away from the box of the scene the test
+    runs (seed 11301: the box at j1 ~35°), so that the arm does not hide it from the look."""
     home = tuple(settings.arm.home)
-    out = (home[0] + 20.0, 25.0, -10.0, *home[3:])
+    out = (home[0] - 20.0, 25.0, -10.0, *home[3:])
     ticks = [0]
 
     def policy(obs: Observation) -> Action | None:
