@@ -14,7 +14,11 @@ WORKERS ?= 5
 # The suite starts hundreds of short Python processes; with PYTHONDONTWRITEBYTECODE set (as
 # on this machine) each compiled the project's sources again, and each worker re-wrote
 # every test module's asserts: the suite writes byte-code caches, Python's default.
-PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
+# One thread each for OpenCV's and OpenBLAS's pools, in the workers and every process they
+# start: five workers already keep both cores busy, and OpenCV's pool spin-waits between calls
+# (66,000 sched_yield calls in one 9-s trial; docs/testing.md, "Thread pools").
+TEST_THREADS := OPENCV_FOR_THREADS_NUM=1 OPENBLAS_NUM_THREADS=1
+PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(TEST_THREADS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: run test test-fast test-chaos bench lint venv clean report-check viewer-check lerobot-check robot-check rollout-check family-check replay-check
 
