@@ -659,9 +659,10 @@ class RolloutSettings(BaseModel):
     #: it (a scripted pick-and-place takes 60-90 s on the rig; a played-back episode takes
     #: about as long as it was recorded, plus the waits for the arm)
     max_s: float = Field(180.0, gt=0, le=3600)
-    #: the place judge looks this many real-rig seconds after the policy lets go (the
-    #: gripper opened after it had closed; the block falls and settles meanwhile), and as
-    #: often again while it says no, three looks per release: the block in the box ends the
+    #: the place judge looks this many real-rig seconds of the policy's ticks after the
+    #: policy lets go (the gripper opened after it had closed; the block falls and settles
+    #: meanwhile), once the arm is out of the top camera's way over the box, and as often
+    #: again while it says no, three looks per release: the block in the box ends the
     #: episode, a miss lets the policy go on (it may grasp again). None: the judge looks
     #: only at the end, at HOME
     after_release_s: float | None = Field(2.0, ge=0, le=60)
