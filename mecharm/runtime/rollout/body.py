@@ -83,7 +83,7 @@ LOOKS_PER_RELEASE = 3
 #: from the top camera 0.69 m above the mat (~60 mm toward the box). Nearer, the top camera
 #: sees the block between the jaws: in four played-back episodes the first look, 2 s after
 #: the release, located a fragment 7-12 mm from where the judge at HOME found the block and
-#: a "yes" was luck (docs/rollouts.md, "When the judge looks")
+#: a "yes" was luck (docs/rollouts.md, "When an episode ends")
 LOOK_CLEAR_M = 0.15
 
 
