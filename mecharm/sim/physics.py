@@ -213,6 +213,8 @@ class Physics(ContactEngineBase):
         self.world = world or WorldArm()  # where the tool really is (docs/simulation.md)
         self.clock = clock
         self._last_angles: tuple[float, ...] | None = None
+        #: what the last step read, while the arm stood still: the same again changes nothing
+        self._still: tuple[Any, ...] | None = None
         self._contact: set[str] = set()
         self._forced_miss = False
         arm.add_listener(self.on_arm_event)
@@ -226,6 +228,7 @@ class Physics(ContactEngineBase):
         with self.scene.lock:
             self._contact.clear()
             self._last_angles = None
+            self._still = None
             self._forced_miss = False
             self.arm.block_gripper_at(None)
         self.step()
@@ -337,6 +340,12 @@ class Physics(ContactEngineBase):
         grip = float(self.arm.true_gripper())
         with self.scene.lock:
             sc = self.scene
+            # an idle workcell steps 100 times a second; with the arm still and the scene
+            # unchanged (every change bumps its version) a step finds what the last one did
+            still = (angles, grip, sc.version, sc.grasped, tuple(sc.grasp_offset), sc.box)
+            if still == self._still:
+                return
+            self._still = still if angles == self._last_angles else None
             prev = self._last_angles if self._last_angles is not None else angles
             self._last_angles = angles
             qs = np.linspace(prev, angles, _SUBSTEPS) if prev != angles else np.array([angles])

@@ -472,3 +472,55 @@ def test_a_box_moved_by_contact_while_the_block_is_held_is_redrawn(cell: Stepped
         d.qpos[phys._qx] += 0.05  # as a push from the held block would
         phys._sync()
     assert cell.wc.scene.version != v0
+
+
+@pytest.mark.parametrize("engine", ["ideal", "rig"])
+def test_a_still_workcell_steps_without_the_kinematics_and_still_sees_every_change(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle workcell steps 100 times a second: with the arm still and nothing else
+    changed a step repeats the last one's finding without the hand's forward kinematics
+    (0.55 ms of CPU a step on the rig profile, most of an idle daemon's CPU). The jaws
+    closing, a knock and a new scene, each while the arm stands still, still take effect."""
+    c = SteppedCell(CONTACT_PROFILES[engine])
+    try:
+        tx, _, tz = tip(PICK)
+        c.layout((tx, tz), _far_box())
+        c.run(1.0)  # the block asleep on the mat, the arm still at HOME, far from it
+        # the hand's pose: MuJoCo's engine asks ``_hand``, the rules engine the tool tip
+        owner, name = (c.wc.physics, "_hand") if engine == "rig" else (c.wc.physics.world, "tip")
+        calls, real = 0, getattr(owner, name)
+
+        def counted(*a: Any, **kw: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(owner, name, counted)
+        c.run(1.0)  # 100 steps of a still arm
+        assert calls == 0
+        # the jaws close with the arm still over the block: the grasp happens
+        c.move(above(PICK))
+        c.move(PICK)
+        c.grip(close=True)
+        assert c.wc.truth()["grasped"]
+        c.grip(close=False)
+        c.move(HOME)
+        c.settle()
+        c.run(1.0)
+        # a knock while the arm stands still: the block moves, the next close misses it
+        b0 = c.wc.truth()["block"]
+        c.wc.physics.knock_block(0.030, 0.0)
+        c.run(0.5)
+        b1 = c.wc.truth()["block"]
+        assert b1["x"] - b0["x"] == pytest.approx(0.030, abs=1e-3)
+        # a new scene while the arm stands still: the block where the layout put it
+        c.layout((tx + 0.01, tz), _far_box())
+        c.run(0.5)
+        b2 = c.wc.truth()["block"]
+        assert (b2["x"], b2["z"]) == pytest.approx((tx + 0.01, tz), abs=1e-3)
+        c.move(PICK)
+        c.grip(close=True)  # 10 mm off the pinch point along x: still within the jaws
+        assert c.wc.truth()["block"]["resting_on"] in ("gripper", "mat")
+    finally:
+        c.close()
