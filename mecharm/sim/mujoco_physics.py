@@ -276,7 +276,7 @@ class MujocoPhysics(ContactEngineBase):
         self._last_angles: tuple[float, ...] | None = None
         self._last_grip: float | None = None
         #: the arm and jaws of the last step that found nothing could change (``_skippable``)
-        self._still: tuple[tuple[float, ...], float] | None = None
+        self._still: tuple[Any, ...] | None = None
         self._still_tip: NDArray[np.float64] | None = None
         self._t_sim = self._sim_now()
         self._moved_at: tuple[float, ...] = ()
@@ -546,7 +546,10 @@ class MujocoPhysics(ContactEngineBase):
             if n > cap:  # behind: drop the rest instead of catching up
                 self._t_sim = now - cap * self._dt
                 n = cap
-            if self._still == (angles, grip) and self._asleep and not self._slipping:
+            # a send turns the joints' play before the arm moves: the hand is where it was
+            # only on the same side too
+            still = (angles, grip, tuple(self.world.direction.tolist()))
+            if self._still == still and self._asleep and not self._slipping:
                 # nothing moved since a step that found nothing could change (an idle workcell
                 # steps 100 times a second): the same again, without the hand's kinematics
                 self._t_sim += n * self._dt
@@ -567,7 +570,7 @@ class MujocoPhysics(ContactEngineBase):
             if self._skippable(hc):
                 self._t_sim += n * self._dt
                 if prev == angles and pgrip == grip:
-                    self._still, self._still_tip = (angles, grip), tip.copy()
+                    self._still, self._still_tip = still, tip.copy()
                 if self._held:
                     self._place_hand(hc[-1], hR[-1], hfa[-1], hfb[-1])
                     self._carry(hc[-1], hR[-1], None)

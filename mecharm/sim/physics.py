@@ -342,7 +342,10 @@ class Physics(ContactEngineBase):
             sc = self.scene
             # an idle workcell steps 100 times a second; with the arm still and the scene
             # unchanged (every change bumps its version) a step finds what the last one did
-            still = (angles, grip, sc.version, sc.grasped, tuple(sc.grasp_offset), sc.box)
+            still = (
+                angles, grip, sc.version, sc.grasped, tuple(sc.grasp_offset), sc.box,
+                tuple(self.world.direction.tolist()),  # a send turns the joints' play first
+            )  # fmt: skip
             if still == self._still:
                 return
             self._still = still if angles == self._last_angles else None

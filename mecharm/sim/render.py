@@ -422,6 +422,11 @@ class Renderer:
         self.rng = random.Random(seed)
         self._static_key: Any = None
         self._static: NDArray[np.uint8] | None = None
+        # a still arm's frame before the sensor's noise: the same scene, pose and jaws draw the
+        # same pixels, so from the second such frame on the next ones start from a copy of it
+        self._last_key: Any = None
+        self._still_key: Any = None
+        self._still: NDArray[np.uint8] | None = None
         self._bg: NDArray[np.uint8] | None = None
         self._noise_key: float | None = None
         self._noise: tuple[NDArray[np.uint8], NDArray[np.uint8]] | None = None
@@ -705,17 +710,29 @@ class Renderer:
     ) -> NDArray[np.uint8]:
         """One BGR frame of the scene with the arm at ``angles`` (degrees), gripper 0..100 (a held
         block is drawn where the snapshot says, in depth order with the gripper)."""
+        pose = tuple(float(a) for a in angles)
+        poses = self._exposure_poses(pose)
+        # everything but the sensor is a function of these when the exposure saw one pose (the
+        # side each joint last moved to sets where its play puts the link)
+        key = None
+        if len(poses) == 1:
+            key = (snapshot, pose, float(gripper), tuple(self.world.direction.tolist()))
+        if key is not None and key == self._still_key and self._still is not None:
+            return self._sensor(self._still.copy(), snapshot)
+        self._still_key = self._still = None  # another frame: a later still one starts afresh
         img = self._static_layer(snapshot).copy()
         held = None
         if snapshot.grasped:
             held = tuple(float(v) for v in snapshot.block_xyz)
         if self.shadow > 0:
             self._arm_shadow(img, angles, held, self.shadow)  # type: ignore[arg-type]
-        poses = self._exposure_poses(tuple(float(a) for a in angles))
         if len(poses) == 1:
             self._arm(img, angles, gripper, snapshot, held)  # type: ignore[arg-type]
         else:  # motion blur: the arm smeared over the poses it passed during the exposure
             self._blurred_arm(img, poses, gripper, snapshot, held)  # type: ignore[arg-type]
+        if key is not None and key == self._last_key:  # still: keep it (a moving arm's never is)
+            self._still_key, self._still = key, img.copy()
+        self._last_key = key
         return self._sensor(img, snapshot)
 
     # -------------------------------------------------------- profile effects
