@@ -36,7 +36,6 @@ from mecharm.tools.export.lerobot import DatasetError, export_lerobot
 from mecharm.tools.export.verify import verify_dataset
 from mecharm.tools.report import cli as report_cli
 from mecharm.tools.simrig import SimRig, start_recorder, start_sim_daemon
-from mecharm.tools.view.build import build as view_build
 from tests.runtime.offline_ctx import offline_context
 from tests.tools.test_view import read_rrd
 
@@ -109,6 +108,8 @@ def test_a_lifted_block_is_back_where_it_was_by_the_truth_and_on_the_task_s_book
     # replay re-drives the task the trace names, through the same stages: the same decisions
     assert mecharm_main(["replay", str(t.trace_path), "--data-dir", str(fk_data_dir)]) == 0
     # the viewer shows its verdicts, the return's among them
+    from mecharm.tools.view.build import build as view_build  # imports rerun: only here
+
     code, _summary = view_build(t.run_dir, tmp_path / "trial.rrd")
     assert code == 0, _summary
     _rows, texts = read_rrd(tmp_path / "trial.rrd")

@@ -22,10 +22,10 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
-import rerun.chunk as rrc
 
 from mecharm.common.layout import (
     META,
@@ -39,8 +39,6 @@ from mecharm.common.rerun_viewer import NOT_INSTALLED, viewer_executable, viewer
 from mecharm.runtime.records.trace import read_trace
 from mecharm.tools.cli import main as mecharm_main
 from mecharm.tools.replay.tracefile import TraceFormatError, read_recorded
-from mecharm.tools.view import build as view_build
-from mecharm.tools.view.build import build
 from mecharm.tools.view.cli import EXIT_BAD_INPUT, EXIT_OK
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,13 +47,28 @@ LEGACY = sorted((REPLAY / "legacy_v1").glob(f"*{TRACE_SUFFIX}"))
 CORPUS = sorted((REPLAY / "corpus").glob(f"*{TRACE_SUFFIX}"))
 
 
+def build(*a: Any, **kw: Any) -> tuple[int, str]:
+    """``mecharm.tools.view.build.build``, imported when a test builds (it imports rerun)."""
+    from mecharm.tools.view.build import build as _build
+
+    return _build(*a, **kw)
+
+
+def _rrd_reader(path: Path) -> Any:
+    """rerun's reader of a .rrd file; rerun is imported here, not when the suite collects this
+    module (0.34 s in each of its five workers)."""
+    import rerun.chunk as rrc
+
+    return rrc.RrdReader(path)
+
+
 def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
     """(temporal rows per entity, TextLog texts per entity) of a .rrd, via RrdReader.
 
     ``rows`` also counts ``entity:Archetype:field`` keys: the rows where that field is set."""
     rows: Counter[str] = Counter()
     texts: dict[str, list[str]] = {}
-    for chunk in rrc.RrdReader(path).stream().to_chunks():
+    for chunk in _rrd_reader(path).stream().to_chunks():
         if chunk.is_static:
             continue
         rows[chunk.entity_path] += chunk.num_rows
@@ -73,7 +86,7 @@ def read_rrd(path: Path) -> tuple[Counter[str], dict[str, list[str]]]:
 def entity_times(path: Path, entity: str) -> list[int]:
     """The ``time`` index (ns) of every temporal row of one entity."""
     out: list[int] = []
-    for chunk in rrc.RrdReader(path).stream().to_chunks():
+    for chunk in _rrd_reader(path).stream().to_chunks():
         if chunk.entity_path == entity and not chunk.is_static:
             out += chunk.to_record_batch().column("time").cast(pa.int64()).to_pylist()
     return sorted(out)
@@ -91,7 +104,7 @@ def series_shapes(path: Path) -> dict[str, str]:
 def static_values(path: Path, columns: tuple[str, ...]) -> dict[tuple[str, str], object]:
     """{(entity, column): its static value} of a .rrd, for the named columns."""
     out: dict[tuple[str, str], object] = {}
-    for chunk in rrc.RrdReader(path).stream().to_chunks():
+    for chunk in _rrd_reader(path).stream().to_chunks():
         if chunk.is_static:
             batch = chunk.to_record_batch()
             for col in columns:
@@ -118,7 +131,7 @@ def demo_run_dir(demo_root: Path) -> Path:
 def _held_block(path: Path) -> list[tuple[int, list[float]]]:
     """(time ns, centre) of every ``block (held)`` row of ``/world/block``."""
     out: list[tuple[int, list[float]]] = []
-    for chunk in rrc.RrdReader(path).stream().to_chunks():
+    for chunk in _rrd_reader(path).stream().to_chunks():
         if chunk.entity_path != "/world/block" or chunk.is_static:
             continue
         b = chunk.to_record_batch()
@@ -163,7 +176,7 @@ def test_demo_trial_recording_has_every_entity(demo_run_dir: Path, tmp_path: Pat
     assert "Traceback" not in proc.stderr
     assert f"wrote {out}" in proc.stdout
     rows, texts = read_rrd(out)
-    assert rrc.RrdReader(out).blueprints()  # the default layout travels with the file
+    assert _rrd_reader(out).blueprints()  # the default layout travels with the file
 
     rec = RecordingFiles(demo_run_dir / RECORDING)
     states = _csv_rows(rec.states)
@@ -509,6 +522,8 @@ def test_viewer_is_found_beside_python_without_path(
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert version.returncode == 0 and "rerun" in version.stdout.lower()
     spawned: list[dict[str, object]] = []
+    from mecharm.tools.view import build as view_build
+
     monkeypatch.setattr(view_build.rr, "spawn", lambda **kw: spawned.append(kw))
     code, text = build(CORPUS[0], None)
     assert code == EXIT_OK, text
