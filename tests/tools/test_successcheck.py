@@ -489,21 +489,24 @@ def test_a_session_that_ran_no_trial_ends_the_run(
 # ---------------------------------------------------------------- the real thing
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_trials_of_the_demos_path_against_the_truth(
+def test_a_trial_of_the_demos_path_against_the_truth(
     tmp_path: Path, fk_data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """One trial through the demo's processes with the truth taken beside it (a second trial
+    cost 10 s of the suite's CPU; the demo's own trials run in pairs in the shared demo root,
+    and the rows, sessions and summary are checked on hand-made truths above)."""
     root = tmp_path / "root"
     root.mkdir()
     shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)  # the FK table, built once per suite
     code = sc.main(
-        ["--profile", "ideal", "--trials", "2", "--time-scale", "10", "--root", str(root)]
+        ["--profile", "ideal", "--trials", "1", "--time-scale", "10", "--root", str(root)]
     )
     out = capsys.readouterr().out
     assert code == 0, out[-3000:]
     rows = list(csv.DictReader((root / "successcheck.csv").read_text("utf-8").splitlines()))
-    assert [r["trial"] for r in rows] == ["1", "2"]
+    assert [r["trial"] for r in rows] == ["1"]
     for r in rows:
-        assert r["seed"] in ("9100", "9101") and r["session"] == "1"
+        assert r["seed"] == "9100" and r["session"] == "1"
         # the truth columns are filled: the end state and the moments' snapshots
         assert r["true_block_on"] in ("box", "rim", "mat", "gripper", "air"), r
         assert r["placed_true"] in ("True", "False") and r["true_grasped"] in ("True", "False")
@@ -513,9 +516,9 @@ def test_two_trials_of_the_demos_path_against_the_truth(
         assert r["failed_captures"] == "0"
     doc = json.loads((root / "successcheck.json").read_text(encoding="utf-8"))
     sm = doc["summary"]
-    assert sm["trials_run"] == 2 and sm["sessions"] == 1
-    assert doc["sessions"][0]["trials"] == 2
-    assert len(doc["trials"]) == 2 and doc["trials"][0]["captures"]
+    assert sm["trials_run"] == 1 and sm["sessions"] == 1
+    assert doc["sessions"][0]["trials"] == 1
+    assert len(doc["trials"]) == 1 and doc["trials"][0]["captures"]
     assert "placed (truth):" in out and "sessions needed:       1" in out
 
 
