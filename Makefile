@@ -18,7 +18,9 @@ WORKERS ?= 5
 # start: five workers already keep both cores busy, and OpenCV's pool spin-waits between calls
 # (66,000 sched_yield calls in one 9-s trial; docs/testing.md, "Thread pools").
 TEST_THREADS := OPENCV_FOR_THREADS_NUM=1 OPENBLAS_NUM_THREADS=1
-PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(TEST_THREADS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
+# Files go to the workers in the order tests/conftest.py sorts them (the costliest by their
+# markers first); xdist's own order (most tests first) left the long chaos files for the end.
+PYTEST := cd $(ROOT) && env -u PYTHONDONTWRITEBYTECODE $(TEST_THREADS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test test-fast test-chaos bench lint venv clean report-check viewer-check lerobot-check robot-check rollout-check family-check replay-check
 

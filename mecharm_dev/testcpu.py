@@ -3,7 +3,8 @@
 A pytest plugin and its report. With ``-p mecharm_dev.testcpu`` each pytest process (each
 xdist worker) appends one JSON line per test to ``$MECHARM_TESTCPU_DIR/<worker>.jsonl``:
 the CPU the worker itself used during the test (setup, call, teardown) and the CPU of
-the child processes it reaped meanwhile, with the wall time. With ``--dist loadfile`` a
+the child processes it reaped meanwhile, with the wall time and the wall-clock time it
+started (``start``: lines the run up with a CPU sampler's timeline). With ``--dist loadfile`` a
 file runs on one worker, so a module fixture's processes (a simulated rig, reaped at the
 module's end) land on that file's last test but still in that file. Processes nobody
 reaps (a demo's detached view builders) are not counted.
@@ -48,11 +49,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         Path(folder).mkdir(parents=True, exist_ok=True)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         _out = open(Path(folder) / f"{worker}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-    before = _now()
+    before, started = _now(), time.time()
     yield
     after = _now()
     row = {
         "id": item.nodeid,
+        "start": round(started, 3),
         "self_s": round(after[0] - before[0], 3),
         "children_s": round(after[1] - before[1], 3),
         "wall_s": round(after[2] - before[2], 3),

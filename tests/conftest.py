@@ -216,3 +216,31 @@ def anyio_backend() -> str:
     """Async tests run under anyio's pytest plugin (``@pytest.mark.anyio``), on asyncio:
     the loop the product's ``anyio.run`` uses (docs/concurrency.md)."""
     return "asyncio"
+
+
+# ---- the order files are handed to the workers (docs/testing.md, "Order")
+
+#: seconds a test of each kind is taken to cost when ordering the files: a chaos test runs
+#: real processes through a fault (10-50 s), a `slow` one is 2 s or more by its rule
+ORDER_COST_S = {"chaos": 15.0, "slow": 5.0, "other": 0.2}
+
+
+def file_cost(items: list[pytest.Item]) -> float:
+    """A file's estimated cost from its tests' markers (no list of file names to keep)."""
+    kinds = ("chaos" if i.get_closest_marker("chaos") else
+             "slow" if i.get_closest_marker("slow") else "other" for i in items)  # fmt: skip
+    return sum(ORDER_COST_S[k] for k in kinds)
+
+
+@pytest.hookimpl(trylast=True)  # after tests/chaos/conftest.py has marked its tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The costliest files first, each file's tests in their own order. With `--dist
+    loadfile --no-loadscope-reorder` (the Makefile) xdist hands the files out in this order,
+    so the long ones do not start last and leave one worker running alone at the end; by
+    default xdist hands out the files with the most tests first, which put the long files of
+    few tests (the chaos faults, the Pi profile) at the end."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ranked = sorted(files.values(), key=file_cost, reverse=True)  # stable: ties keep their order
+    items[:] = [item for group in ranked for item in group]
