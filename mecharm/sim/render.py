@@ -422,8 +422,9 @@ class Renderer:
         self.rng = random.Random(seed)
         self._static_key: Any = None
         self._static: NDArray[np.uint8] | None = None
-        # a still arm's frame before the sensor's noise: the same scene, pose and jaws draw the
-        # same pixels, so from the second such frame on the next ones start from a copy of it
+        # a still arm's frame before the sensor's noise: the same scene, pose, jaws and joint
+        # play draw the same pixels, so from the second such frame on the next ones start from
+        # a copy of it (docs/simulation-optics.md)
         self._last_key: Any = None
         self._still_key: Any = None
         self._still: NDArray[np.uint8] | None = None
