@@ -10,6 +10,7 @@ appended to a growing trace into a file until SIGINT.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -287,10 +288,17 @@ def test_side_frames_give_the_side_video_as_images_a_viewer_without_ffmpeg_shows
     assert rows["/camera/side:EncodedImage:blob"] > 0
     assert not rows.get("/camera/side:VideoFrameReference:timestamp")
     frames = _csv_rows(RecordingFiles(demo_run_dir / RECORDING).frame_log)
-    span = float(frames[-1]["capture_ts"]) - float(frames[0]["capture_ts"])
-    assert (
-        abs(rows["/camera/side:EncodedImage:blob"] - span * SIDE_IMAGE_FPS)
-        <= 0.1 * span * SIDE_IMAGE_FPS + 2
+    times = [float(r["capture_ts"]) for r in frames]
+    # ten a second while frames came: a loaded machine's recording has gaps (3.4 s of 30.6 once,
+    # beside two CPU burners), and no image is made where there is no frame
+    step = 1.0 / SIDE_IMAGE_FPS
+    gaps = sum(b - a - step for a, b in itertools.pairwise(times) if b - a > step)
+    covered = times[-1] - times[0] - gaps
+    images = rows["/camera/side:EncodedImage:blob"]
+    assert abs(images - covered * SIDE_IMAGE_FPS) <= 0.1 * covered * SIDE_IMAGE_FPS + 2, (
+        images,
+        covered,
+        gaps,
     )
     assert f"{rows['/camera/side:EncodedImage:blob']} side images" in proc.stdout
 
