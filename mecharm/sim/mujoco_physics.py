@@ -546,9 +546,7 @@ class MujocoPhysics(ContactEngineBase):
             if n > cap:  # behind: drop the rest instead of catching up
                 self._t_sim = now - cap * self._dt
                 n = cap
-            # a send turns the joints' play before the arm moves: the hand is where it was
-            # only on the same side too
-            still = (angles, grip, tuple(self.world.direction.tolist()))
+            still = (angles, grip, self.world.sides)
             if self._still == still and self._asleep and not self._slipping:
                 # nothing moved since a step that found nothing could change (an idle workcell
                 # steps 100 times a second): the same again, without the hand's kinematics

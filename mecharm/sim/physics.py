@@ -342,10 +342,9 @@ class Physics(ContactEngineBase):
             sc = self.scene
             # an idle workcell steps 100 times a second; with the arm still and the scene
             # unchanged (every change bumps its version) a step finds what the last one did
-            still = (
-                angles, grip, sc.version, sc.grasped, tuple(sc.grasp_offset), sc.box,
-                tuple(self.world.direction.tolist()),  # a send turns the joints' play first
-            )  # fmt: skip
+            # (the joints' play too: a send turns it before the arm moves)
+            offset, sides = tuple(sc.grasp_offset), self.world.sides
+            still = (angles, grip, sc.version, sc.grasped, offset, sc.box, sides)
             if still == self._still:
                 return
             self._still = still if angles == self._last_angles else None

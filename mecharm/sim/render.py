@@ -717,7 +717,7 @@ class Renderer:
         # side each joint last moved to sets where its play puts the link)
         key = None
         if len(poses) == 1:
-            key = (snapshot, pose, float(gripper), tuple(self.world.direction.tolist()))
+            key = (snapshot, pose, float(gripper), self.world.sides)
         if key is not None and key == self._still_key and self._still is not None:
             return self._sensor(self._still.copy(), snapshot)
         self._still_key = self._still = None  # another frame: a later still one starts afresh

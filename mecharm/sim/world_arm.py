@@ -325,6 +325,14 @@ class WorldArm:
         with self._lock:
             return self._direction.copy()
 
+    @property
+    def sides(self) -> tuple[float, ...]:
+        """``direction`` as a key: where the arm is drawn and its tip is depends on it as well
+        as on the angles, and a send turns it before the arm moves (the still-arm shortcuts of
+        the physics and the cameras key on it; docs/simulation-optics.md)."""
+        with self._lock:
+            return tuple(self._direction.tolist())
+
     # ------------------------------------------------------------ the true joint angles
     def _held(self, holding: bool | None) -> bool:
         if holding is not None:
