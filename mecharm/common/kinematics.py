@@ -11,6 +11,9 @@ The chain is evaluated element-wise on flat arrays (one array per matrix entry)
 instead of with stacks of 4x4 matrix products: the table builder evaluates a
 million poses and small-matrix ``matmul`` is dominated by per-matrix overhead.
 Entries of the fixed origin rotations that are exactly 0 or ±1 are folded away.
+A single pose (the simulator draws and steps one at a time, the runtime checks one)
+takes the same products and sums on Python floats instead: five times faster than
+on one-element arrays, and the same values.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def _rpy_matrix(r: float, p: float, y: float) -> NDArray[np.float64]:
 
 _ORIGIN_R = [_rpy_matrix(*rpy) for _xyz, rpy in JOINT_ORIGINS]
 _ORIGIN_P = [tuple(float(v) for v in xyz) for xyz, _rpy in JOINT_ORIGINS]
+_ORIGIN_RF = [tuple(tuple(float(v) for v in row) for row in m) for m in _ORIGIN_R]
 
 
 def urdf_to_unity(p: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -91,6 +95,8 @@ def _chain(q: NDArray[np.float64], frames: bool) -> list[list[Any]]:
     for the frames 1..6 when ``frames`` is set, always followed by the tip.
     """
     c, s = np.cos(q), np.sin(q)
+    if q.shape[1] == 1:
+        return _chain_one(c.ravel().tolist(), s.ravel().tolist(), frames)
     rot: list[list[Any]] = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     pos: list[Any] = [0.0, 0.0, 0.0]
     out: list[list[Any]] = []
@@ -113,6 +119,46 @@ def _chain(q: NDArray[np.float64], frames: bool) -> list[list[Any]]:
     return out
 
 
+def _chain_one(c: list[float], s: list[float], frames: bool) -> list[list[Any]]:
+    """``_chain`` for one pose on Python floats (``c``, ``s``: the joints' cosines and sines).
+
+    The same products summed in the same order: where ``_chain`` skips a term its
+    coefficient is an exact 0, and adding an exact zero leaves a sum as it was, so both
+    give equal values (tests/common/test_kinematics.py holds them to it; a coordinate
+    that is exactly zero may carry the other sign, which no comparison sees).
+    """
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0
+    px = py = pz = 0.0
+    b02 = b12 = b22 = 0.0
+    out: list[list[Any]] = []
+    for i in range(6):
+        ox, oy, oz = _ORIGIN_P[i]
+        px = px + ox * r00 + oy * r01 + oz * r02
+        py = py + ox * r10 + oy * r11 + oz * r12
+        pz = pz + ox * r20 + oy * r21 + oz * r22
+        (a00, a01, a02), (a10, a11, a12), (a20, a21, a22) = _ORIGIN_RF[i]
+        b00 = r00 * a00 + r01 * a10 + r02 * a20
+        b01 = r00 * a01 + r01 * a11 + r02 * a21
+        b02 = r00 * a02 + r01 * a12 + r02 * a22
+        b10 = r10 * a00 + r11 * a10 + r12 * a20
+        b11 = r10 * a01 + r11 * a11 + r12 * a21
+        b12 = r10 * a02 + r11 * a12 + r12 * a22
+        b20 = r20 * a00 + r21 * a10 + r22 * a20
+        b21 = r20 * a01 + r21 * a11 + r22 * a21
+        b22 = r20 * a02 + r21 * a12 + r22 * a22
+        if frames:
+            out.append([px, py, pz])
+        if i == 5 and not frames:
+            break  # as in _chain: the tip needs only the flange z axis
+        ci, si = c[i], s[i]
+        r00, r01, r02 = b00 * ci + b01 * si, b01 * ci - b00 * si, b02
+        r10, r11, r12 = b10 * ci + b11 * si, b11 * ci - b10 * si, b12
+        r20, r21, r22 = b20 * ci + b21 * si, b21 * ci - b20 * si, b22
+    out.append([b02, b12, b22])
+    out.append([px, py, pz])
+    return out
+
+
 def _as_q(angles_deg: ArrayLike) -> tuple[NDArray[np.float64], tuple[int, ...]]:
     q = np.radians(np.asarray(angles_deg, dtype=np.float64))
     if q.shape[-1:] != (6,):
@@ -130,6 +176,12 @@ def _stack(xyz: list[Any], n: int) -> NDArray[np.float64]:
     return out
 
 
+def _unity_one(xyz: list[float]) -> tuple[float, float, float]:
+    """``_stack`` for one point of floats."""
+    x, y, z = xyz
+    return (-y, z - ORIGIN_DROP_M, x)
+
+
 def fk_frames(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
     """Positions of the base, the six joint frames and the tool tip, Unity frame.
 
@@ -141,6 +193,10 @@ def fk_frames(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[n
     n = q.shape[1]
     res = _chain(q, frames=True)
     frames6, z_axis, flange = res[:6], res[6], res[7]
+    if n == 1:  # floats: _stack's arithmetic without its per-call array overhead
+        tip = [flange[k] + z_axis[k] * tool_m for k in range(3)]
+        rows = [[0.0, 0.0, 0.0], *frames6, tip]
+        return np.array([_unity_one(r) for r in rows]).reshape(*lead, 8, 3)
     pts = np.empty((n, 8, 3))
     pts[:, 0, :] = _stack([0.0, 0.0, 0.0], n)
     for i in range(6):
@@ -155,7 +211,10 @@ def fk_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.f
     n = q.shape[1]
     res = _chain(q, frames=False)
     z_axis, flange = res[-2], res[-1]
-    return _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n).reshape(*lead, 3)
+    tip = [flange[k] + z_axis[k] * tool_m for k in range(3)]
+    if n == 1:
+        return np.array(_unity_one(tip)).reshape(*lead, 3)
+    return _stack(tip, n).reshape(*lead, 3)
 
 
 def fk_wrist_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArray[np.float64]:
@@ -169,7 +228,10 @@ def fk_wrist_tip(angles_deg: ArrayLike, tool_m: float = TOOL_OFFSET_M) -> NDArra
     n = q.shape[1]
     res = _chain(q, frames=False)
     z_axis, flange = res[-2], res[-1]
+    tip = [flange[k] + z_axis[k] * tool_m for k in range(3)]
+    if n == 1:
+        return np.array([_unity_one(flange), _unity_one(tip)]).reshape(*lead, 2, 3)
     out = np.empty((n, 2, 3))
     out[:, 0, :] = _stack(flange, n)
-    out[:, 1, :] = _stack([flange[k] + z_axis[k] * tool_m for k in range(3)], n)
+    out[:, 1, :] = _stack(tip, n)
     return out.reshape(*lead, 2, 3)

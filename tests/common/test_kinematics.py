@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mecharm.common.kinematics import fk_frames, fk_tip
+from mecharm.common.kinematics import fk_frames, fk_tip, fk_wrist_tip
 
 CALIBRATION_ROWS = [
     ([-31.93, 87.74, -38.33, 18.6, -45.11, -30.0], (0.203019, 0.038917, 0.259061)),
@@ -26,6 +26,26 @@ def test_vectorized_matches_single():
     batch = fk_tip(q)
     for i in range(50):
         np.testing.assert_allclose(batch[i], fk_tip(q[i]), atol=1e-12)
+
+
+def test_one_pose_gives_the_batch_values_exactly():
+    """One pose runs on Python floats (the simulator's and the runtime's path), many on arrays
+    (the table builder's): the same arithmetic, so equal to the last bit, not only close."""
+    rng = np.random.default_rng(1)
+    q = np.concatenate(
+        [
+            rng.uniform(-180, 180, (300, 6)),
+            np.round(rng.uniform(-180, 180, (100, 6)) / 45) * 45,  # exact zeros of sin and cos
+            np.zeros((1, 6)),
+            [[-31.93, 87.74, -38.33, 18.6, -45.11, -30.0]],
+        ]
+    )
+    for fk in (fk_tip, fk_frames, fk_wrist_tip):
+        batch = fk(q)
+        for i in range(len(q)):
+            assert np.array_equal(fk(q[i]), batch[i]), (fk.__name__, q[i])
+            assert np.array_equal(fk(q[i : i + 1]), batch[i : i + 1])
+            assert np.array_equal(fk(tuple(q[i].tolist())), batch[i])
 
 
 def test_bad_shape_rejected():
