@@ -56,8 +56,10 @@ def place_rows(j0s: tuple[float, ...] = (30.0, 50.0), steps: int = 5) -> np.ndar
 
 
 @pytest.fixture(scope="session")
-def default_table_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return ensure_table(tmp_path_factory.mktemp("data"))
+def default_table_path(fk_data_dir: Path) -> Path:
+    """The suite's default table (tests/conftest.py builds it once for every worker).
+    Read-only: a test that changes a table builds its own."""
+    return ensure_table(fk_data_dir)
 
 
 @pytest.fixture(scope="session")

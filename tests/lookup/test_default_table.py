@@ -1,5 +1,5 @@
-"""The default table (one per session, all its tests in this file so one worker builds it):
-size, exact cache, equivalence sample, and the PICK and PLACE regions of the trial contract."""
+"""The default table (the suite's shared one, tests/conftest.py): size, exact cache,
+equivalence sample, and the PICK and PLACE regions of the trial contract."""
 
 from __future__ import annotations
 

@@ -55,25 +55,36 @@ def _queries() -> list[dict[str, Any]]:
     return qs
 
 
+_BAND_ROWS: dict[tuple[int, float, float, float], tuple[FkTable, np.ndarray]] = {}
+
+
+def _band_rows(table: FkTable, lo: float, hi: float, j1_max: float) -> np.ndarray:
+    """The rows (ascending) in the band [lo, hi), inside the joint limits and with j1 <=
+    j1_max: the same for every query of a band, so worked out once per table and band."""
+    key = (id(table), lo, hi, j1_max)
+    hit = _BAND_ROWS.get(key)
+    if hit is None or hit[0] is not table:
+        y, j = table.xyz[:, 1], table.joints
+        m = (y >= lo) & (y < hi)
+        m &= np.all((j >= np.asarray(JOINT_MIN)) & (j <= np.asarray(JOINT_MAX)), axis=1) & (
+            j[:, 1] <= j1_max
+        )
+        hit = _BAND_ROWS[key] = (table, np.flatnonzero(m))
+    return hit[1]
+
+
 def _reference(table: FkTable, q: dict[str, Any], j1_max: float) -> int | None:
     """The rig's rule written out on the raw arrays: the lowest row nearest in x-z among the
     band's rows inside the joint limits, with j1 <= j1_max and every joint within tol of ref."""
-    y = table.xyz[:, 1]
-    j = table.joints
-    m = (y >= q["ee_y_min"]) & (y < q["ee_y_max"])
-    m &= np.all((j >= np.asarray(JOINT_MIN)) & (j <= np.asarray(JOINT_MAX)), axis=1) & (
-        j[:, 1] <= j1_max
-    )
+    rows = _band_rows(table, q["ee_y_min"], q["ee_y_max"], j1_max)
     if "ref_joints" in q:
-        m &= np.all(np.abs(j - np.asarray(q["ref_joints"])) <= q["joint_tol"], axis=1)
-    if not m.any():
+        near = np.abs(table.joints[rows] - np.asarray(q["ref_joints"])) <= q["joint_tol"]
+        rows = rows[np.all(near, axis=1)]
+    if not rows.size:
         return None
-    d2 = np.where(
-        m,
-        (table.xyz[:, 0] - q["target_xz"][0]) ** 2 + (table.xyz[:, 2] - q["target_xz"][1]) ** 2,
-        np.inf,
-    )
-    return int(np.argmin(d2))
+    xyz = table.xyz[rows]
+    d2 = (xyz[:, 0] - q["target_xz"][0]) ** 2 + (xyz[:, 2] - q["target_xz"][1]) ** 2
+    return int(rows[np.argmin(d2)])  # argmin: the first of equals, so the lowest row
 
 
 def _answers(table: FkTable, method: str) -> list[Any]:

@@ -222,8 +222,8 @@ def test_rig_cell_grasps_where_the_world_arm_is(rig_cell: Workcell) -> None:
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory: pytest.TempPathFactory) -> FkTable:
-    return load_table(ensure_table(tmp_path_factory.mktemp("fk")), j1_max=88.0)
+def table(fk_data_dir: Path) -> FkTable:
+    return load_table(ensure_table(fk_data_dir), j1_max=88.0)
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import csv
 import itertools
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import pytest
 
 from mecharm.common.config import load_settings
 from mecharm.common.kinematics import fk_tip
-from mecharm.common.layout import DataRoot
+from mecharm.common.layout import FK_DIR, DataRoot
 from mecharm.runtime.cli import main as runtime_main
 from mecharm.runtime.config import RuntimeSettings
 from mecharm.runtime.control import Action, Observation
@@ -499,7 +500,7 @@ def test_a_policy_is_held_by_the_guards_and_a_closed_gripper_is_opened_where_it_
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # a whole eval session: 160 s beside two more of it, under load
 def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
-    demo_root: Path, tmp_path: Path
+    demo_root: Path, tmp_path: Path, fk_data_dir: Path
 ) -> None:
     """``make run``'s first trial exported, then played back by ``mecharm eval`` on the
     same scene through the whole rig as ``make run`` starts it (recorder on, one session)."""
@@ -513,6 +514,7 @@ def test_eval_plays_a_recorded_scripted_trial_back_into_the_box_by_the_truth(
     assert [e.run_stem for e in rep.exported] == [first["run_stem"]]
     root = tmp_path / "eval"
     root.mkdir()
+    shutil.copytree(fk_data_dir / FK_DIR, root / FK_DIR)  # the table the demo root was given
     summary = tmp_path / "eval.json"
     policy = f"episode:{ds}#0"
     # --max-s: room for a loaded machine (the playback waits for the arm at each frame; one
