@@ -42,6 +42,12 @@ def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     mp.setenv("XDG_CONFIG_HOME", str(home))
     # nor into the developer's data: the default data root is a fresh, absent folder
     mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg_data")))
+    # nor its cache (the simulated lenses' maps, mecharm/sim/lensmaps.py): one per session,
+    # shared by the workers, so every run starts as on a fresh machine
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "xdg_cache"
+    cache.mkdir(exist_ok=True)
+    mp.setenv("XDG_CACHE_HOME", str(cache))
     mp.delenv("MECHARM_DATA_ROOT", raising=False)
     yield home
     mp.undo()

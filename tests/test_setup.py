@@ -30,8 +30,6 @@ from mecharm.tools.simrig import SimRig, free_port, start_sim_daemon
 LEDGER_COLUMNS = RECORDS.ledger_columns
 REPO = Path(__file__).resolve().parents[1]
 SCALE = 20.0
-#: the checkout first on the path, so a process started in / runs this code
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def run_from_root(
@@ -44,7 +42,10 @@ def run_from_root(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**ENV, **(env or {})},
+        # the environment as the suite's session fixtures left it (their private config,
+        # data and cache folders), the checkout first on the path so a process started in /
+        # runs this code
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
     )
 
 

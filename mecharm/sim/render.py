@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
+from mecharm.sim.lensmaps import distortion_maps
 from mecharm.sim.optics import CameraOptics
 from mecharm.sim.scene import (
     BLOCK_SIZE_M,
@@ -246,38 +247,6 @@ def camera_of(name: str, optics: CameraOptics, size: tuple[int, int] | None = No
     return cam if size is None or tuple(size) == cam.size else cam.resized(size)
 
 
-@functools.lru_cache(maxsize=8)
-def _distortion_maps(
-    size: tuple[int, int], k: tuple[float, float, float, float], dist: tuple[float, ...]
-) -> tuple[float, NDArray[Any], NDArray[Any]]:
-    """For a distorting camera: the focal scale of the wider pinhole view the static layer is
-    drawn through, and the fixed-point maps that remap that view into the distorted image
-    (every output pixel looks up where its undistorted ray lands in the pinhole view)."""
-    w, h = size
-    fx, fy, cx, cy = k
-    K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1.0]])
-    uu, vv = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
-    pts = np.stack([uu.ravel(), vv.ravel()], -1).reshape(-1, 1, 2)
-    crit = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 40, 1e-9)
-    d = np.array(dist)
-    if hasattr(cv2, "undistortPointsIter"):  # OpenCV 4 (lerobot's pin): the criteria's own function
-        und = cv2.undistortPointsIter(pts, K, d, None, None, crit).reshape(h, w, 2)
-    else:  # OpenCV 5 folded it into undistortPoints (same solver, same result)
-        und = cv2.undistortPoints(pts, K, d, criteria=crit).reshape(h, w, 2)
-    xs, ys = und[..., 0], und[..., 1]
-    scale = 1.0
-    for lo, hi, c, f, n in ((xs.min(), xs.max(), cx, fx, w), (ys.min(), ys.max(), cy, fy, h)):
-        if lo < 0:
-            scale = min(scale, c / (f * -lo))
-        if hi > 0:
-            scale = min(scale, (n - 1 - c) / (f * hi))
-    scale *= 0.995
-    mx = (scale * fx * xs + cx).astype(np.float32)
-    my = (scale * fy * ys + cy).astype(np.float32)
-    m1, m2 = cv2.convertMaps(mx, my, cv2.CV_16SC2)
-    return scale, m1, m2
-
-
 @dataclass(frozen=True)
 class SceneSnapshot:
     """What one frame shows, copied out of the scene under its lock."""
@@ -411,12 +380,12 @@ class Renderer:
         self.moving = moving  # is the arm moving now (None: judge by the poses alone)
         self._last_pose: tuple[float, tuple[float, ...]] | None = None
         # a distorting lens: the static layer is drawn by a pinhole renderer of the same pose
-        # with a wider view, then remapped through cached maps
+        # with a wider view, then remapped through maps kept on disk (mecharm/sim/lensmaps.py)
         self._flat: Renderer | None = None
         self._maps: tuple[NDArray[Any], NDArray[Any]] | None = None
         if camera.dist is not None:
             k = (camera.f, camera.fy, float(camera.c[0]), float(camera.c[1]))
-            scale, m1, m2 = _distortion_maps(camera.size, k, camera.dist)
+            scale, m1, m2 = distortion_maps(camera.size, k, camera.dist)
             self._flat = Renderer(camera.pinhole(scale), world=self.world)
             self._maps = (m1, m2)
         self.rng = random.Random(seed)
