@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ def cache_file(
 ) -> Path | None:
     """Where the maps of this lens are kept (None: no home or cache directory to keep them in)."""
     root = os.environ.get("XDG_CACHE_HOME")
-    if not root:
+    if not root or not os.path.isabs(root):  # the XDG rule: a relative value is ignored
         try:
             root = str(Path.home() / ".cache")
         except RuntimeError:
@@ -110,7 +111,7 @@ def _load(path: Path, size: tuple[int, int]) -> Maps | None:
 
 
 def _save(path: Path, maps: Maps) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:

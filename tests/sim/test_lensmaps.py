@@ -99,6 +99,15 @@ def test_a_cache_folder_that_cannot_be_made_only_costs_the_time(
     assert [e["event"] for e in logs] == ["lens_maps_not_kept"]
 
 
+def test_a_relative_cache_home_is_ignored_as_the_xdg_rule_says(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = lensmaps.cache_file(SIZE, K, DIST)
+    assert path is not None and path.is_relative_to(tmp_path / "home" / ".cache" / "mecharm")
+
+
 def test_a_cache_home_that_is_a_file_only_costs_the_time(_cache_home: Path) -> None:
     _cache_home.parent.mkdir(parents=True, exist_ok=True)
     _cache_home.write_text("a file where the cache folder would be\n")
