@@ -63,6 +63,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _out.flush()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close this process's rows file (left open, Python warns about it at exit)."""
+    global _out
+    if _out is not None:
+        _out.close()
+        _out = None
+
+
 def report(folder: Path, top: int = 20) -> str:
     """The files that used the most CPU, then the tests."""
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
