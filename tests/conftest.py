@@ -33,6 +33,13 @@ def udp_port() -> int:
     return free_port(socket.SOCK_DGRAM)
 
 
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temp folder every xdist worker of this session shares (the session's own base
+    folder without xdist): for what is made once and read by all (file-locked)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The per-user config folder (the recorder key file, docs/recorder.md) in a temp dir:
@@ -44,8 +51,7 @@ def _private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg_data")))
     # nor its cache (the simulated lenses' maps, mecharm/sim/lensmaps.py): one per session,
     # shared by the workers, so every run starts as on a fresh machine
-    base = tmp_path_factory.getbasetemp()
-    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "xdg_cache"
+    cache = session_dir(tmp_path_factory) / "xdg_cache"
     cache.mkdir(exist_ok=True)
     mp.setenv("XDG_CACHE_HOME", str(cache))
     mp.delenv("MECHARM_DATA_ROOT", raising=False)
@@ -110,8 +116,7 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory, fk_data_dir: Path) -> Pa
 
     from mecharm.common.layout import FK_DIR
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = session_dir(tmp_path_factory)
     root = shared / "demo_root"
     with open(shared / "demo_root.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
