@@ -229,6 +229,18 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# ---- the test modules' asserts rewritten once, before the workers start (docs/testing.md,
+# "Why a fresh clone runs slower")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Before xdist starts its workers (in its own, later, hook): write the rewritten test
+    modules each of them would otherwise rewrite at once in a fresh clone."""
+    from mecharm_dev.asserts_ahead import rewrite_ahead
+
+    rewrite_ahead(session.config, Path(__file__).resolve().parent)
+
+
 # ---- the order files are handed to the workers (docs/testing.md, "Order")
 
 #: seconds a test of each kind is taken to cost when ordering the files: a chaos test runs
