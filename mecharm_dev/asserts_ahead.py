@@ -33,7 +33,8 @@ def rewritable_test_modules(config: pytest.Config, tests_dir: Path) -> list[Path
 
 def rewrite_missing(config: pytest.Config, files: list[Path]) -> int:
     """Rewrite and cache each of ``files`` whose cache is missing or out of date, as a
-    worker's import would; returns how many were written."""
+    worker's import would; returns how many were written. A file that cannot be read or
+    parsed is left to the worker, which reports it as that file's collection error."""
     from _pytest.assertion import rewrite
 
     state = config.stash[rewrite.assertstate_key]
@@ -43,7 +44,10 @@ def rewrite_missing(config: pytest.Config, files: list[Path]) -> int:
         pyc = cache_dir / (fn.name[:-3] + rewrite.PYC_TAIL)
         if rewrite._read_pyc(fn, pyc) is not None or not rewrite.try_makedirs(cache_dir):
             continue
-        source_hash, co = rewrite._rewrite_test(fn, config)
+        try:
+            source_hash, co = rewrite._rewrite_test(fn, config)
+        except (SyntaxError, ValueError, OSError):
+            continue  # the worker's import reports it, as a collection error of that file
         written += rewrite._write_pyc(state, co, source_hash, pyc)
     return written
 

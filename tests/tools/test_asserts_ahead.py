@@ -70,6 +70,24 @@ def _consts(co: types.CodeType) -> list[object]:
     return out
 
 
+def test_a_module_that_does_not_parse_is_left_to_the_worker_and_the_others_are_written(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A syntax error, a null byte or an unreadable file must not stop the session before
+    it starts: the worker's import reports it as that file's collection error."""
+    broken = tmp_path / "test_broken.py"
+    broken.write_text("def test_x(:\n    pass\n", encoding="utf-8")
+    nul = tmp_path / "test_nul.py"
+    nul.write_bytes(b"x = 1\0\n")
+    gone = tmp_path / "test_gone.py"
+    gone.symlink_to(tmp_path / "nowhere.py")
+    good = tmp_path / "test_good.py"
+    good.write_text(MODULE, encoding="utf-8")
+    assert rewrite_missing(request.config, [broken, nul, gone, good]) == 1
+    assert rewrite._read_pyc(good, _pyc(good)) is not None
+    assert not _pyc(broken).exists() and not _pyc(nul).exists() and not _pyc(gone).exists()
+
+
 def test_the_files_are_the_conftests_and_the_test_modules(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
