@@ -10,6 +10,7 @@ offline tools.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -51,7 +52,8 @@ PI_MODULES = ("mecharm.daemon", "mecharm.sim.arm", "mecharm.sim.firmware", "mech
 NOT_ON_PI = ("cv2", "av", "pyarrow", "scipy", "tqdm")
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
+@functools.cache  # each test of this file reads the same modules: parsed once
+def _imports(path: Path) -> tuple[tuple[int, str], ...]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out: list[tuple[int, str]] = []
     for node in ast.walk(tree):
@@ -61,7 +63,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             out.append((node.lineno, node.module))
             # ``from pkg import module`` imports pkg.module
             out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
-    return out
+    return tuple(out)
 
 
 def _dir(package: str) -> Path:
